@@ -1,0 +1,296 @@
+"""Kernel declarations: what a plugin's YAML says each kernel is, serves and needs.
+
+A plugin's kernels file::
+
+    backend: b12x
+    tier: b12x                      # default tier for the kernels below
+    requires: {vendor: [nvidia], capability: {family: [12]}, packages: {b12x: {version: ">=1.5.1"}}}
+    kernels:
+      - name: b12x.moe
+        op: moe
+        implementation: oracle_b12x.moe:B12xMoE   # imported only by instantiate()
+        auto_select: false
+        modes:
+          - {weight: mxfp4, activation: mxfp8, name: w4a8_mx, params: {w13_layout: w31}}
+        constraints: [...]                         # see oracle.rules
+
+File-level `backend`, `tier` and `requires` are defaults that each kernel may override.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import PolicyError
+from .formats import ActivationFormat, Op, WeightFormat
+from .rules import Rule, compile_rules
+from .sources import SourcedDict, where
+from .validation import validate
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
+
+
+def normalize_backend(name: str) -> str:
+    """Backend names are case-insensitive and '-' equals '_'."""
+    return name.strip().lower().replace("-", "_")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Mode(_Frozen):
+    """One (weight, activation) combination a kernel serves, with the kernel's name for it."""
+
+    weight: WeightFormat
+    activation: ActivationFormat
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return hash((self.weight, self.activation, self.name))
+
+
+class CapabilityReq(_Frozen):
+    family: list[int] | None = None       # accepted major versions, e.g. [12] for SM12x
+    min: str | None = None                # "8.9": at least this capability
+    max: str | None = None                # "9.0": at most this capability
+    reason: str | None = None
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _as_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, (int, float)) else v
+
+    @field_validator("min", "max")
+    @classmethod
+    def _capability(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+\.\d+", v):
+            raise ValueError(f"capability {v!r} must look like '8.9'")
+        return v
+
+    def accepts(self, capability: tuple[int, int] | None) -> bool:
+        if capability is None:
+            return False
+        if self.family is not None and capability[0] not in self.family:
+            return False
+        if self.min is not None and capability < _cap(self.min):
+            return False
+        if self.max is not None and capability > _cap(self.max):
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        if self.family:
+            parts.append(" or ".join(f"SM{f}x" for f in self.family))
+        if self.min:
+            parts.append(f">= {self.min}")
+        if self.max:
+            parts.append(f"<= {self.max}")
+        return ", ".join(parts) or "any"
+
+
+class PackageReq(_Frozen):
+    version: str = ""                     # a PEP 440 specifier, "" = any version
+    install: str | None = None            # the command that installs it
+    reason: str | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _specifier(cls, v: str) -> str:
+        try:
+            SpecifierSet(v)
+        except InvalidSpecifier:
+            raise ValueError(f"{v!r} is not a version range such as '>=1.5.1,<1.6'") from None
+        return v
+
+
+class RuntimeReq(_Frozen):
+    check: str                            # "module:function" -> (ok, detail) on a detected device
+    reason: str | None = None
+
+
+class VendorReq(_Frozen):
+    any_of: list[Literal["nvidia", "amd", "intel", "cpu"]]
+    reason: str | None = None
+
+
+class Requirements(_Frozen):
+    vendor: VendorReq | None = None
+    capability: CapabilityReq | None = None
+    packages: dict[str, PackageReq] = Field(default_factory=dict)
+    runtime: RuntimeReq | None = None
+
+    @field_validator("vendor", mode="before")
+    @classmethod
+    def _vendor_list(cls, v: Any) -> Any:
+        return {"any_of": v} if isinstance(v, list) else v
+
+    @field_validator("packages", mode="before")
+    @classmethod
+    def _package_shorthand(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: ({"version": s} if isinstance(s, str) else ({} if s is None else s)) for k, s in v.items()}
+        return v
+
+
+class _KernelEntry(_Frozen):
+    name: str
+    op: Op
+    implementation: str
+    modes: list[Mode] = Field(min_length=1)
+    backend: str | None = None
+    tier: str | None = None
+    auto_select: bool = True
+    testing_only: bool = False
+    note: str = ""
+    requires: Requirements | None = None
+    constraints: Any = None
+
+    @field_validator("implementation")
+    @classmethod
+    def _dotted(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            raise ValueError(f"{v!r} must be 'package.module:ClassName'")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r} must be lower-case letters, digits, '.', '-' or '_'")
+        return v
+
+
+class _KernelFile(_Frozen):
+    backend: str | None = None
+    tier: str | None = None
+    requires: Requirements | None = None
+    kernels: list[Any] = Field(min_length=1)
+
+
+class KernelSpec(_Frozen):
+    """A declared kernel, ready for selection. `constraints` are compiled rules."""
+
+    name: str
+    backend: str
+    tier: str
+    op: Op
+    implementation: str
+    modes: tuple[Mode, ...]
+    auto_select: bool = True
+    testing_only: bool = False
+    note: str = ""
+    requires: Requirements = Requirements()
+    constraints: tuple[Rule, ...] = ()
+    source: str = "<memory>"
+    plugin: str = "<memory>"
+    #: file:line of each requirement and of auto_select, for the trace.
+    lines: dict[str, str] = Field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def modes_for(self, weight_format: str) -> tuple[Mode, ...]:
+        return tuple(m for m in self.modes if m.weight == weight_format)
+
+    def serves(self, op: str, weight_format: str) -> bool:
+        return self.op == op and any(m.weight == weight_format for m in self.modes)
+
+    def load_implementation(self) -> type:
+        """Import the implementation class; only `instantiate()` calls this."""
+        return _import_object(self.implementation, f"kernel {self.name}")
+
+
+def _import_object(dotted: str, owner: str) -> Any:
+    module_name, _, attr = dotted.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except Exception as exc:  # a plugin bug must surface as a clear error, not a crash
+        raise PolicyError(f"{owner}: cannot import {dotted}: {type(exc).__name__}: {exc}") from None
+
+
+def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
+    """Validate one kernels YAML document into KernelSpecs (rules compiled, lines kept)."""
+    if not isinstance(data, dict):
+        raise PolicyError(f"{what}: expected a mapping with 'kernels'", source=where(data))
+    head = validate(_KernelFile, data, what)
+    specs = []
+    kernels = data["kernels"]
+    for i, raw in enumerate(kernels):
+        if not isinstance(raw, dict):
+            raise PolicyError(f"{what}: each kernel must be a mapping", source=where(kernels, i))
+        entry = validate(_KernelEntry, raw, f"{what}: kernel #{i + 1}")
+        backend = entry.backend or head.backend
+        tier = entry.tier or head.tier or backend
+        if not backend:
+            raise PolicyError(f"{what}: kernel {entry.name} has no backend (set it on the kernel or the file)",
+                              source=where(kernels, i))
+        seen: set[tuple[str, str]] = set()
+        for j, mode in enumerate(entry.modes):
+            if mode.weight == "bf16" or (mode.weight, mode.activation) in seen:
+                raise PolicyError(f"{what}: kernel {entry.name}: duplicate mode {mode.weight}/{mode.activation}",
+                                  source=where(raw.get("modes"), j))
+            seen.add((mode.weight, mode.activation))
+        requires = _merge_requires(head.requires, entry.requires)
+        lines = _requirement_lines(data.get("requires"), raw.get("requires"))
+        lines["auto_select"] = where(raw, "auto_select") if "auto_select" in raw else where(kernels, i)
+        specs.append(KernelSpec(
+            name=entry.name, backend=normalize_backend(backend), tier=normalize_backend(tier), op=entry.op,
+            implementation=entry.implementation, modes=tuple(entry.modes), auto_select=entry.auto_select,
+            testing_only=entry.testing_only, note=entry.note, requires=requires,
+            constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}"),
+            source=where(kernels, i), plugin=plugin, lines=lines,
+        ))
+    return specs
+
+
+def _merge_requires(base: Requirements | None, own: Requirements | None) -> Requirements:
+    if base is None:
+        return own or Requirements()
+    if own is None:
+        return base
+    merged = base.model_dump()
+    for key, value in own.model_dump(exclude_unset=True).items():
+        if key == "packages":
+            merged["packages"] = {**merged["packages"], **value}
+        else:
+            merged[key] = value
+    return Requirements.model_validate(merged)
+
+
+def _requirement_lines(*blocks: Any) -> dict[str, str]:
+    lines: dict[str, str] = {}
+    for block in blocks:
+        if not isinstance(block, SourcedDict):
+            continue
+        for key in block:
+            lines[key] = block.where(key)
+        packages = block.get("packages")
+        if isinstance(packages, SourcedDict):
+            for name in packages:
+                lines[f"package:{name}"] = packages.where(name)
+    return lines
+
+
+@functools.lru_cache(maxsize=64)
+def _cap(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def version_satisfies(installed: str, spec: str) -> bool:
+    if not spec:
+        return True
+    try:
+        return Version(installed) in SpecifierSet(spec, prereleases=True)
+    except InvalidVersion:
+        return False

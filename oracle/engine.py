@@ -1,0 +1,393 @@
+"""select_backend(): ordering x activation preference x constraints -> Decision.
+
+For one layer: resolve the requested backend (KernelConfig > policy `backends` >
+platform default > auto); expand the ordering's tiers into registered kernels; for
+each kernel and each preferred activation format run (1) the platform requirements,
+cached per platform, (2) the declarative constraints, (3) the plugin's optional
+`can_implement` hook. The first candidate that passes wins; every verdict is traced.
+Decisions are cached by (layer signature, platform, config, policy, relevant env).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Iterable, Mapping
+
+from .catalog import KernelSpec, Mode, _import_object, normalize_backend, version_satisfies
+from .config import KernelConfig, pick
+from .errors import InputError, NoKernelError, UnknownBackendError
+from .formats import UNQUANTIZED_FORMATS
+from .platform import Platform
+from .policy import EffectivePolicy, default_policy
+from .registry import Registry, get_registry
+from .rules import failing
+from .trace import Candidate, Decision, log_decision
+
+_DEFAULT_CONFIG = KernelConfig()
+_EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
+
+
+class _PlatformVerdict:
+    __slots__ = ("ok", "reason", "rule", "notes")
+
+    def __init__(self, ok: bool, reason: str = "", rule: str = "", notes: tuple[str, ...] = ()):
+        self.ok, self.reason, self.rule, self.notes = ok, reason, rule, notes
+
+
+class Engine:
+    """Selection bound to one registry and one effective policy, with its caches."""
+
+    def __init__(self, registry: Registry, policy: EffectivePolicy):
+        self.registry = registry
+        self.policy = policy
+        self._decisions: dict[tuple, Decision] = {}
+        self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
+        self._lock = threading.Lock()
+
+    # ---- public -------------------------------------------------------------------------
+    def select(self, layer: Any, platform: Platform, config: KernelConfig,
+               env: Mapping[str, str]) -> Decision:
+        env_key = tuple(env.get(k) for k in self.policy.env_keys)
+        key = (layer.signature, platform, config, env_key)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(layer, platform, config, env)
+            with self._lock:
+                if len(self._decisions) > 65536:
+                    self._decisions.clear()
+                self._decisions[key] = decision
+            log_decision(decision)
+        return decision
+
+    # ---- the flow -------------------------------------------------------------------------
+    def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
+                env: Mapping[str, str]) -> Decision:
+        op, wf = layer.op, layer.weight_format
+        base = {"op": op, "weight_format": wf, "layer": layer, "platform": platform}
+        if wf in UNQUANTIZED_FORMATS:
+            return Decision(status="unquantized", **base)
+        requested, req_source = self._requested_backend(op, wf, config, platform)
+        base["requested_backend"] = requested
+        acts, act_notes, act_rule = self._activations(layer, config, env)
+        notes: list[str] = list(act_notes)
+        candidates: list[Candidate] = []
+        disabled = self._disabled(env)
+
+        if requested != "auto":
+            own = [k for k in self.registry.kernels if k.backend == requested and k.serves(op, wf)]
+            if not own:
+                notes.append(f"{op}_backend={requested} ({req_source}) has no kernel for {op} layers with {wf} "
+                             "weights; this layer uses automatic selection")
+            else:
+                found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
+                if found is not None:
+                    return self._selected(found, candidates, notes, base)
+                where = self.policy.where("on_unsupported")
+                if self.policy.on_unsupported == "error":
+                    notes.append(f"explicit {op}_backend={requested} ({req_source}) cannot serve this layer and "
+                                 f"on_unsupported is error ({where})")
+                    return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+                notes.append(f"explicit {op}_backend={requested} cannot serve this layer; falling back to "
+                             f"automatic selection (on_unsupported: fallback at {where})")
+
+        ordered, order_rule = self._ordered_kernels(op, wf)
+        if not ordered:
+            served = self.registry.kernels_for(op, wf)
+            if served:
+                notes.append(f"kernels for {op}/{wf} exist ({', '.join(k.name for k in served)}) but none is in "
+                             f"a tier of the ordering ({order_rule}); they are reachable only explicitly")
+            else:
+                notes.append(f"no registered kernel implements {op} layers with {wf} weights")
+            return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+        found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
+        if found is not None:
+            return self._selected(found, candidates, notes, base)
+        return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+
+    def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
+                  base: dict) -> Decision:
+        spec, mode = found
+        if spec.testing_only:
+            notes.append(_EMULATION_NOTE.format(note=spec.note or f"{spec.name} is the slow path meant for testing"))
+        return Decision(status="selected", backend=spec.backend, kernel=spec.name, mode=mode.name,
+                        activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
+                        spec=spec, mode_spec=mode, **base)
+
+    def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
+             out: list[Candidate], disabled: set[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
+        fields = layer.rule_fields()
+        wf = layer.weight_format
+        for spec in kernels:
+            modes = spec.modes_for(wf)
+            first = None  # platform and policy verdicts concern the whole kernel, not one mode
+            if spec.name in disabled:
+                out.append(self._reject(spec, first, None, "policy", f"{spec.name} is disabled",
+                                        self.policy.where("disabled_kernels")))
+                continue
+            if not explicit:
+                allowed, rule = self._auto_allowed(spec)
+                if not allowed:
+                    out.append(self._reject(
+                        spec, first, None, "policy",
+                        f"{spec.backend} {spec.op} kernels are not auto-selected; request them explicitly "
+                        f"(--{spec.op}-backend {spec.backend})", rule))
+                    continue
+            verdict = self._platform_check(spec, platform)
+            if not verdict.ok:
+                out.append(self._reject(spec, first, None, "platform", verdict.reason, verdict.rule))
+                continue
+            usable = [(a, m) for a in acts for m in modes if m.activation == a]
+            if not usable:
+                served = ", ".join(sorted({m.activation for m in modes}))
+                out.append(self._reject(spec, first, acts[0] if acts else None, "policy",
+                                        f"no mode for activations {'/'.join(acts)} (serves {served})",
+                                        act_rule))
+                continue
+            for act, mode in usable:
+                ctx = dict(fields)
+                ctx.update(activation_format=act, mode=mode.name, backend=spec.backend, kernel=spec.name)
+                broken = failing(spec.constraints, ctx)
+                if broken:
+                    reasons = tuple(r.render(ctx) for r in broken)
+                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
+                                         reasons[0], broken[0].source, reasons, tuple(r.source for r in broken)))
+                    continue
+                hook_reason = self._hook(spec, layer, mode)
+                if hook_reason is not None:
+                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
+                                         hook_reason, f"{spec.plugin}: can_implement"))
+                    continue
+                out.append(Candidate(spec.backend, spec.name, mode.name, act, "selected", None,
+                                     spec.note or "passes every requirement and constraint", spec.source))
+                if verdict.notes:
+                    out[-1] = _with_notes(out[-1], verdict.notes)
+                return spec, mode
+        return None
+
+    # ---- pieces ---------------------------------------------------------------------------
+    def _reject(self, spec: KernelSpec, mode: Mode | None, act: str | None, stage: str, reason: str,
+                rule: str) -> Candidate:
+        return Candidate(spec.backend, spec.name, mode.name if mode else None, act, "rejected", stage,  # type: ignore[arg-type]
+                         reason, rule, (reason,), (rule,))
+
+    def _auto_allowed(self, spec: KernelSpec) -> tuple[bool, str]:
+        value, rule = self.policy.auto_select_for(spec.backend, spec.op)
+        if value is None:
+            return spec.auto_select, spec.lines.get("auto_select", spec.source)
+        return value, rule
+
+    def _hook(self, spec: KernelSpec, layer: Any, mode: Mode) -> str | None:
+        hook = self.registry.can_implement_hook(spec.name)
+        if hook is None:
+            return None
+        try:
+            result = hook(kernel=spec, layer=layer, mode=mode)
+        except Exception as exc:  # isolate the plugin
+            return f"plugin {spec.plugin} can_implement raised {type(exc).__name__}: {exc}"
+        if result is None or result is True:
+            return None
+        if result is False:
+            return f"plugin {spec.plugin} can_implement rejected the layer"
+        return str(result)
+
+    def _disabled(self, env: Mapping[str, str]) -> set[str]:
+        names = set(self.policy.disabled_kernels)
+        extra = env.get("ORACLE_DISABLED_KERNELS")
+        if extra:
+            names.update(n.strip() for n in extra.split(",") if n.strip())
+        return names
+
+    def _ordered_kernels(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
+        tiers, rule = self.policy.ordering_for(op, wf)
+        seen: set[str] = set()
+        out: list[KernelSpec] = []
+        for tier in tiers:
+            for spec in self.registry.kernels:
+                if spec.name not in seen and (spec.tier == tier or spec.backend == tier) and spec.serves(op, wf):
+                    seen.add(spec.name)
+                    out.append(spec)
+        return out, rule
+
+    def _requested_backend(self, op: str, wf: str, config: KernelConfig,
+                           platform: Platform) -> tuple[str, str]:
+        """Explicit user choice > deployment default > platform default > auto."""
+        chosen = config.backend_for(op, wf)
+        source = "KernelConfig"
+        if chosen == "auto":
+            chosen = normalize_backend(pick(self.policy.backends.get(op, "auto"), wf) or "auto")
+            source = f"policy backends at {self.policy.where('backends', op)}"
+        if chosen == "auto":
+            for i, entry in enumerate(self.policy.platforms):
+                if entry.matches(platform):
+                    value = pick(entry.backends.get(op), wf)
+                    if value:
+                        chosen = normalize_backend(value)
+                        source = f"platform default at {self.policy.where('platforms', str(i))}"
+                    break
+        if chosen != "auto" and not self.registry.is_backend(chosen):
+            raise UnknownBackendError(
+                f"unknown backend {chosen!r}; registered backends: auto, {', '.join(self.registry.backends())}",
+                field=f"{op}_backend", source=None if source == "KernelConfig" else source)
+        return chosen, source
+
+    def _activations(self, layer: Any, config: KernelConfig,
+                     env: Mapping[str, str]) -> tuple[list[str], list[str], str]:
+        op, wf = layer.op, layer.weight_format
+        declared = getattr(layer, "activation_format", None)
+        requested = config.activation_for(op, wf) if op != "embedding" else None
+        notes: list[str] = []
+        prefs, rule = self.policy.activations_for(op, wf)
+        if requested is not None:
+            if declared is not None and declared != requested:
+                raise InputError(f"requested {op}_activation={requested} contradicts the checkpoint, which "
+                                 f"declares {declared} activations for {wf} weights",
+                                 field=f"{op}_activation", source=getattr(layer, "name", None) or None)
+            acts = [requested]
+        elif declared is not None:
+            acts = [declared]
+        else:
+            acts = [p for p in prefs if p != "checkpoint"]
+        force = self.policy.force_bf16_activations
+        if op in force.ops and wf in force.formats:
+            switch = next((k for k in force.env if env.get(k) == "1"), None)
+            if switch is not None and acts != ["bf16"]:
+                notes.append(f"{switch}=1 forces BF16 activations for {wf} {op} layers "
+                             f"({self.policy.where('force_bf16_activations', 'env')})")
+                acts = ["bf16"]
+        return acts, notes, rule
+
+    def _platform_check(self, spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
+        key = (spec.name, platform)
+        verdict = self._platform_checks.get(key)
+        if verdict is None:
+            verdict = _check_requirements(spec, platform)
+            self._platform_checks[key] = verdict
+        return verdict
+
+
+def _with_notes(c: Candidate, notes: tuple[str, ...]) -> Candidate:
+    return Candidate(c.backend, c.kernel, c.mode, c.activation_format, c.verdict, c.stage,
+                     f"{c.reason}; " + "; ".join(notes), c.rule)
+
+
+def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
+    req = spec.requires
+    facts = {"backend": spec.backend, "kernel": spec.name, "device_name": platform.device_name or platform.vendor,
+             "vendor": platform.vendor, "sm": platform.sm, "capability": platform.capability_str}
+
+    def fail(template: str | None, default: str, rule_key: str, **more: Any) -> _PlatformVerdict:
+        text = (template or default)
+        try:
+            text = text.format(**facts, **more)
+        except (KeyError, IndexError, ValueError):
+            pass
+        return _PlatformVerdict(False, text, spec.lines.get(rule_key, spec.source))
+
+    if req.vendor is not None and platform.vendor not in req.vendor.any_of:
+        return fail(req.vendor.reason, "{kernel} needs a {required} device; this is {device_name} ({vendor})",
+                    "vendor", required=" or ".join(req.vendor.any_of))
+    if req.capability is not None and not req.capability.accepts(platform.capability):
+        return fail(req.capability.reason, "{kernel} needs compute capability {required}; {device_name} is {sm}",
+                    "capability", required=req.capability.describe())
+    for name, package in req.packages.items():
+        installed = platform.package_version(name)
+        install = package.install or f"pip install {name}"
+        if installed is None:
+            verdict = fail(None, "package {package} is not installed; install it with `{install}`",
+                           f"package:{name}", package=name, install=install)
+            if package.reason:
+                verdict.reason = f"{package.reason.format(package=name, install=install, **facts)} " \
+                                 f"(package {name} is not installed; `{install}`)"
+            return verdict
+        if not version_satisfies(installed, package.version):
+            return fail(package.reason, "package {package} {installed} is installed but {required} is needed; "
+                        "`{install}`", f"package:{name}", package=name, installed=installed,
+                        required=package.version, install=install)
+    notes: tuple[str, ...] = ()
+    if req.runtime is not None:
+        if platform.simulated:
+            notes = (f"runtime check {req.runtime.check} assumed to pass: it cannot run on the simulated "
+                     f"device {platform.device_name}",)
+        else:
+            try:
+                fn = _import_object(req.runtime.check, f"kernel {spec.name} runtime check")
+                result = fn(spec, platform)
+                ok, detail = (result, None) if isinstance(result, bool) else result
+            except Exception as exc:  # isolate the plugin
+                ok, detail = False, f"runtime check raised {type(exc).__name__}: {exc}"
+            if not ok:
+                return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
+                            "runtime", detail=detail or "unsupported")
+    return _PlatformVerdict(True, notes=notes)
+
+
+# ---- module-level API ----------------------------------------------------------------------
+_engines: dict[tuple[int, str], Engine] = {}
+_engines_lock = threading.Lock()
+_detected: list[Platform] = []
+
+
+def get_engine(policy: EffectivePolicy | None = None, registry: Registry | None = None) -> Engine:
+    reg = registry or get_registry()
+    pol = policy or default_policy(reg)
+    key = (reg.generation, pol.fingerprint)
+    engine = _engines.get(key)
+    if engine is None or engine.registry is not reg:
+        with _engines_lock:
+            engine = Engine(reg, pol)
+            if len(_engines) > 32:
+                _engines.clear()
+            _engines[key] = engine
+    return engine
+
+
+def clear_cache() -> None:
+    """Forget every engine and decision (after plugins or policies change)."""
+    with _engines_lock:
+        _engines.clear()
+        _default[0] = None
+    from . import policy as _policy
+    _policy._default_cache.clear()
+
+
+def _default_platform() -> Platform:
+    if not _detected:
+        _detected.append(Platform.detect())
+    return _detected[0]
+
+
+def _default_engine() -> Engine:
+    """The engine for the process-wide registry and default policy (checked cheaply per call)."""
+    from . import registry as _registry_module
+    reg = _registry_module._registry or get_registry()
+    engine = _default[0]
+    if engine is None or engine.registry is not reg:
+        engine = get_engine(None, reg)
+        _default[0] = engine
+    return engine
+
+
+_default: list[Engine | None] = [None]
+
+
+def select_backend(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None, *,
+                   policy: EffectivePolicy | None = None, env: Mapping[str, str] | None = None,
+                   registry: Registry | None = None) -> Decision:
+    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel)."""
+    engine = _default_engine() if policy is None and registry is None else get_engine(policy, registry)
+    return engine.select(layer, platform or _default_platform(), config or _DEFAULT_CONFIG,
+                         os.environ if env is None else env)
+
+
+def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,
+                            **kwargs: Any) -> Decision:
+    """Like select_backend, but raise NoKernelError listing every candidate's reason."""
+    decision = select_backend(layer, platform, config, **kwargs)
+    if decision.status == "no_kernel":
+        plat = decision.platform.describe() if decision.platform is not None else "this platform"
+        lines = [f"no kernel can serve {decision.op} layer {getattr(layer, 'name', '') or '<unnamed>'!r} "
+                 f"({decision.weight_format} weights) on {plat}:"]
+        lines += [f"  - {c.line()}" for c in decision.candidates] or ["  (no candidates)"]
+        lines += [f"  note: {n}" for n in decision.notes]
+        raise NoKernelError("\n".join(lines), decision)
+    return decision

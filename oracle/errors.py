@@ -1,0 +1,40 @@
+"""Errors the engine raises on purpose; each message names what, where and what was expected.
+
+The CLI prints `str(error)` on one line block and exits 1; a traceback means a bug.
+"""
+from __future__ import annotations
+
+
+class OracleError(Exception):
+    """Base of every deliberate error."""
+
+
+class InputError(OracleError, ValueError):
+    """Bad input: a file, field or value that is not what was expected."""
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        parts = [p for p in (source, field) if p]
+        prefix = ": ".join(parts)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class PolicyError(InputError):
+    """A policy or kernel declaration file that does not validate."""
+
+
+class UnknownBackendError(InputError):
+    """A backend name that no registered plugin provides."""
+
+
+class NoKernelError(OracleError):
+    """No candidate could serve a layer; the message lists every candidate and its reason."""
+
+    def __init__(self, message: str, decision=None):
+        self.decision = decision
+        super().__init__(message)
+
+
+class CaptureError(OracleError, RuntimeError):
+    """Planning or allocation was attempted during CUDA-graph capture."""

@@ -1,0 +1,153 @@
+"""Layer specifications: what the engine is asked to find a kernel for.
+
+Shapes are the ones the kernel sees on one rank, except `MoELayer.intermediate_size`,
+which is the full size: the engine derives the per-rank size from `tp_size`, because
+the b12x rules are stated on the per-rank size while checkpoints state the full one.
+Layers are frozen and hashable; `signature` (everything but the name) keys the cache.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .formats import ActivationFormat, DType, MoEActivation, WeightFormat, is_quantized
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class Signature:
+    """A layer's decision-relevant fields, with the hash computed once (it keys every cache)."""
+
+    __slots__ = ("values", "_hash")
+
+    def __init__(self, values: tuple):
+        self.values = values
+        self._hash = hash(values)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is Signature and self._hash == other._hash
+                                 and self.values == other.values)
+
+    def __repr__(self) -> str:
+        return f"Signature{self.values!r}"
+
+
+class _Layer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = ""
+
+    @cached_property
+    def signature(self) -> Signature:
+        """Everything that can change a decision: all fields but the name (computed once)."""
+        fields = tuple((k, _freeze(getattr(self, k))) for k in type(self).model_fields if k != "name")
+        return Signature((type(self).__name__,) + fields)
+
+    @property
+    def quantized(self) -> bool:
+        return is_quantized(self.weight_format)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.signature))
+
+    def rule_fields(self) -> dict[str, Any]:
+        """The values constraint rules may read (see `oracle.rules.FIELDS`)."""
+        values = {k: getattr(self, k) for k in type(self).model_fields}
+        values["checkpoint_activation_format"] = values.pop("activation_format", None)
+        values.update(self._derived())
+        return values
+
+    def _derived(self) -> dict[str, Any]:
+        return {}
+
+
+class LinearLayer(_Layer):
+    """A dense GEMM y = x W^T (+ b): W is [out_features, in_features] on this rank (N x K)."""
+
+    op: Literal["linear"] = "linear"
+    in_features: PositiveInt
+    out_features: PositiveInt
+    weight_format: WeightFormat
+    activation_format: ActivationFormat | None = None
+    has_bias: bool = False
+    dtype: DType = "bfloat16"
+    tp_size: PositiveInt = 1
+    group_size: PositiveInt | None = None
+
+    def _derived(self) -> dict[str, Any]:
+        return {"K": self.in_features, "N": self.out_features}
+
+
+class MoELayer(_Layer):
+    """Routed experts of one block, as one fused-MoE call."""
+
+    op: Literal["moe"] = "moe"
+    num_experts: PositiveInt
+    top_k: PositiveInt
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    weight_format: WeightFormat
+    activation_format: ActivationFormat | None = None
+    activation: MoEActivation = "silu"
+    activation_params: dict[str, float] = Field(default_factory=dict)
+    has_bias: bool = False
+    dtype: DType = "bfloat16"
+    tp_size: PositiveInt = 1
+    ep_size: PositiveInt = 1
+    use_all2all: bool = False
+    eplb: bool = False
+    expert_map: bool = False
+    lora: bool = False
+    apply_router_weight_on_input: bool = False
+    group_size: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _check_geometry(self) -> "MoELayer":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})")
+        if self.intermediate_size % self.tp_size:
+            raise ValueError(
+                f"intermediate_size ({self.intermediate_size}) is not divisible by tp_size ({self.tp_size})"
+            )
+        if self.num_experts % self.ep_size:
+            raise ValueError(f"num_experts ({self.num_experts}) is not divisible by ep_size ({self.ep_size})")
+        return self
+
+    def _derived(self) -> dict[str, Any]:
+        return {
+            "intermediate_size_per_rank": self.intermediate_size // self.tp_size,
+            "experts_per_rank": self.num_experts // self.ep_size,
+            "expert_parallel": self.ep_size > 1,
+        }
+
+
+class EmbeddingLayer(_Layer):
+    """A vocabulary lookup table of [num_embeddings, embedding_dim]."""
+
+    op: Literal["embedding"] = "embedding"
+    num_embeddings: PositiveInt
+    embedding_dim: PositiveInt
+    weight_format: WeightFormat
+    dtype: DType = "bfloat16"
+    tp_size: PositiveInt = 1
+
+    @property
+    def activation_format(self) -> None:
+        return None
+
+
+LayerSpec = Annotated[Union[LinearLayer, MoELayer, EmbeddingLayer], Field(discriminator="op")]
+LAYER_TYPES = {"linear": LinearLayer, "moe": MoELayer, "embedding": EmbeddingLayer}
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value

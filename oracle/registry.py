@@ -1,0 +1,192 @@
+"""Plugin discovery and the kernel catalog they declare.
+
+Plugins come from the `oracle.kernels` entry-point group (or are added directly, for
+tests and embedding). Every failure -- an import error, a hook that raises, a kernels
+file that does not validate, a duplicate kernel name -- is recorded as a
+`PluginFailure` and that piece is skipped; the engine keeps the rest.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import itertools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pluggy
+
+from . import hookspecs
+from .catalog import KernelSpec, load_kernel_file, normalize_backend
+from .errors import OracleError
+from .sources import display_path, load_yaml_file
+
+ENTRY_POINT_GROUP = "oracle.kernels"
+_generation = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin (or one of its files) that was skipped, and why."""
+
+    plugin: str
+    stage: str          # import | register_kernels | register_policies | kernels file | can_implement
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.plugin} ({self.stage}): {self.message}"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    distribution: str | None
+    version: str | None
+    kernels: tuple[str, ...]
+
+
+class Registry:
+    """Registered kernels, in plugin load order, with the policy files plugins contribute."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.kernels: list[KernelSpec] = []
+        self.by_name: dict[str, KernelSpec] = {}
+        self.failures: list[PluginFailure] = []
+        self.policy_files: list[tuple[str, Path]] = []
+        self.plugins: list[PluginInfo] = []
+        self._can_implement: dict[str, Callable[..., Any]] = {}
+        self.generation = next(_generation)
+
+    # ---- loading ---------------------------------------------------------------------
+    @classmethod
+    def from_entry_points(cls, group: str = ENTRY_POINT_GROUP) -> "Registry":
+        registry = cls()
+        try:
+            found = sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
+        except Exception as exc:  # broken metadata must not take the engine down
+            registry.failures.append(PluginFailure("<entry points>", "import", str(exc)))
+            found = []
+        for ep in found:
+            dist = getattr(ep, "dist", None)
+            dist_name = getattr(dist, "name", None)
+            version = getattr(dist, "version", None)
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                registry.failures.append(PluginFailure(ep.name, "import", f"{type(exc).__name__}: {exc}"))
+                continue
+            registry.add_plugin(plugin, ep.name, distribution=dist_name, version=version)
+        return registry
+
+    @classmethod
+    def from_plugins(cls, plugins: Iterable[tuple[str, Any]]) -> "Registry":
+        """A registry of the given (name, plugin) pairs only: for tests and embedding."""
+        registry = cls()
+        for name, plugin in plugins:
+            registry.add_plugin(plugin, name)
+        return registry
+
+    def add_plugin(self, plugin: Any, name: str, *, distribution: str | None = None,
+                   version: str | None = None) -> None:
+        """Register one plugin object and collect its kernels and policy files."""
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:
+            self.failures.append(PluginFailure(name, "import", f"{type(exc).__name__}: {exc}"))
+            return
+        declared: list[str] = []
+
+        def register_kernels(source: Any) -> None:
+            declared.extend(self._add_kernel_source(source, name))
+
+        def register_policy(path: Any) -> None:
+            p = Path(path)
+            if not p.is_file():
+                self.failures.append(PluginFailure(name, "register_policies", f"policy file not found: {p}"))
+                return
+            self.policy_files.append((name, p))
+
+        for hook, register in (("register_kernels", register_kernels), ("register_policies", register_policy)):
+            for impl in getattr(self.pm.hook, hook).get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                try:
+                    impl.function(register=register)
+                except Exception as exc:
+                    self.failures.append(PluginFailure(name, hook, f"{type(exc).__name__}: {exc}"))
+        for impl in self.pm.hook.can_implement.get_hookimpls():
+            if impl.plugin is plugin:
+                for kernel in declared:
+                    self._can_implement[kernel] = impl.function
+        self.plugins.append(PluginInfo(name, distribution, version, tuple(declared)))
+        self.generation = next(_generation)
+
+    def _add_kernel_source(self, source: Any, plugin: str) -> list[str]:
+        try:
+            if isinstance(source, (str, Path)):
+                data = load_yaml_file(source)
+                what = display_path(Path(source))
+            else:
+                data, what = source, f"{plugin} kernels"
+            specs = load_kernel_file(data, plugin=plugin, what=what)
+        except OracleError as exc:
+            self.failures.append(PluginFailure(plugin, "kernels file", str(exc)))
+            return []
+        except Exception as exc:  # pragma: no cover - defensive: never fatal
+            self.failures.append(PluginFailure(plugin, "kernels file", f"{type(exc).__name__}: {exc}"))
+            return []
+        added = []
+        for spec in specs:
+            other = self.by_name.get(spec.name)
+            if other is not None:
+                self.failures.append(PluginFailure(
+                    plugin, "kernels file",
+                    f"duplicate kernel name {spec.name!r} at {spec.source}; already declared by plugin "
+                    f"{other.plugin} at {other.source}; the second declaration is skipped"))
+                continue
+            self.kernels.append(spec)
+            self.by_name[spec.name] = spec
+            added.append(spec.name)
+        return added
+
+    # ---- queries -----------------------------------------------------------------------
+    def backends(self) -> list[str]:
+        return sorted({k.backend for k in self.kernels})
+
+    def kernels_for(self, op: str, weight_format: str) -> list[KernelSpec]:
+        return [k for k in self.kernels if k.serves(op, weight_format)]
+
+    def can_implement_hook(self, kernel_name: str) -> Callable[..., Any] | None:
+        return self._can_implement.get(kernel_name)
+
+    def is_backend(self, name: str) -> bool:
+        return normalize_backend(name) in {k.backend for k in self.kernels}
+
+
+_lock = threading.Lock()
+_registry: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loaded from entry points on first use."""
+    global _registry
+    if _registry is None:
+        with _lock:
+            if _registry is None:
+                _registry = Registry.from_entry_points()
+    return _registry
+
+
+def set_registry(registry: Registry | None) -> None:
+    """Replace the process-wide registry (None: reload from entry points on next use)."""
+    global _registry
+    with _lock:
+        _registry = registry
+    from . import engine  # local: engine imports registry
+    engine.clear_cache()
+
+
+def reset_registry() -> None:
+    set_registry(None)

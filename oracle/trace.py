@@ -1,0 +1,132 @@
+"""Decisions and their traces: what was chosen, and why every other candidate was not."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+
+Verdict = Literal["selected", "rejected"]
+Stage = Literal["platform", "constraint", "policy"]
+Status = Literal["selected", "unquantized", "no_kernel"]
+
+_log = structlog.wrap_logger(
+    logging.getLogger("oracle.decisions"),
+    processors=[
+        structlog.stdlib.filter_by_level,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+        structlog.processors.JSONRenderer(sort_keys=True),
+    ],
+    wrapper_class=structlog.stdlib.BoundLogger,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One (kernel, mode) the engine considered, and its verdict."""
+
+    backend: str
+    kernel: str
+    mode: str | None
+    activation_format: str | None
+    verdict: Verdict
+    stage: Stage | None
+    reason: str
+    rule: str
+    reasons: tuple[str, ...] = ()      # every failing reason (reason is the first)
+    rules: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"backend": self.backend, "kernel": self.kernel, "mode": self.mode,
+               "activation_format": self.activation_format, "verdict": self.verdict,
+               "stage": self.stage, "reason": self.reason, "rule": self.rule}
+        if len(self.reasons) > 1:
+            out["reasons"] = [{"reason": r, "rule": s} for r, s in zip(self.reasons, self.rules)]
+        return out
+
+    def line(self) -> str:
+        mode = f" [{self.mode}]" if self.mode else ""
+        act = f" A={self.activation_format}" if self.activation_format else ""
+        stage = f"{self.stage}: " if self.stage else ""
+        text = "; ".join(self.reasons) if len(self.reasons) > 1 else self.reason
+        return f"{self.kernel}{mode}{act}: {stage}{text} ({self.rule})"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's answer for one layer; pure data, cached by layer signature."""
+
+    status: Status
+    op: str
+    weight_format: str
+    backend: str | None = None
+    kernel: str | None = None
+    mode: str | None = None
+    activation_format: str | None = None
+    candidates: tuple[Candidate, ...] = ()
+    notes: tuple[str, ...] = ()
+    requested_backend: str = "auto"
+    layer: Any = field(default=None, repr=False, compare=False)
+    platform: Any = field(default=None, repr=False, compare=False)
+    spec: Any = field(default=None, repr=False, compare=False)
+    mode_spec: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "no_kernel"
+
+    @property
+    def rejected(self) -> tuple[Candidate, ...]:
+        return tuple(c for c in self.candidates if c.verdict == "rejected")
+
+    @property
+    def testing_only(self) -> bool:
+        return bool(self.spec is not None and self.spec.testing_only)
+
+    def instantiate(self, layer: Any = None) -> Any:
+        """Import the chosen kernel's implementation and build it for `layer` (default: this one)."""
+        from .errors import NoKernelError
+        if self.status != "selected":
+            raise NoKernelError(f"cannot instantiate a decision with status {self.status!r}:\n{self.explain()}",
+                                self)
+        cls = self.spec.load_implementation()
+        return cls(layer if layer is not None else self.layer, self.mode_spec, self.spec)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "op": self.op, "weight_format": self.weight_format,
+                "backend": self.backend, "kernel": self.kernel, "mode": self.mode,
+                "activation_format": self.activation_format, "requested_backend": self.requested_backend,
+                "candidates": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+
+    def explain(self) -> str:
+        name = getattr(self.layer, "name", "") or "layer"
+        head = f"{name} ({self.op}, {self.weight_format} weights): "
+        if self.status == "selected":
+            head += f"{self.kernel} [{self.mode}] activations {self.activation_format}"
+        elif self.status == "unquantized":
+            head += "unquantized, no quantized kernel needed"
+        else:
+            head += "NO KERNEL"
+        lines = [head]
+        lines += [f"  - {c.line()}" for c in self.rejected]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    __str__ = explain
+
+
+def log_decision(decision: Decision) -> None:
+    """One event per decision; each rejected candidate at debug level."""
+    if not _log.isEnabledFor(logging.DEBUG) and not _log.isEnabledFor(logging.INFO):
+        return
+    name = getattr(decision.layer, "name", "")
+    for c in decision.rejected:
+        _log.debug("candidate_rejected", layer=name, kernel=c.kernel, mode=c.mode, stage=c.stage,
+                   reason=c.reason, rule=c.rule)
+    level = _log.warning if decision.status == "no_kernel" else _log.info
+    level("decision", layer=name, op=decision.op, weight_format=decision.weight_format,
+          status=decision.status, backend=decision.backend, kernel=decision.kernel, mode=decision.mode,
+          activation_format=decision.activation_format, rejected=len(decision.rejected),
+          notes=list(decision.notes))
