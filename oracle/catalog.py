@@ -48,20 +48,21 @@ class _Frozen(BaseModel):
 class Mode(_Frozen):
     """One (weight, activation) combination a kernel serves, with the kernel's name for it."""
 
-    weight: WeightFormat
-    activation: ActivationFormat
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    weight: WeightFormat = Field(description="weight format this mode serves")
+    activation: ActivationFormat = Field(description="activation format it runs with (bf16: unquantized, A16)")
+    name: str = Field(description="the kernel's own name for the mode (w4a8_mx, w4a16, ...)")
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="free-form values passed to the implementation (layouts, recipes)")
 
     def __hash__(self) -> int:
         return hash((self.weight, self.activation, self.name))
 
 
 class CapabilityReq(_Frozen):
-    family: list[int] | None = None       # accepted major versions, e.g. [12] for SM12x
-    min: str | None = None                # "8.9": at least this capability
-    max: str | None = None                # "9.0": at most this capability
-    reason: str | None = None
+    family: list[int] | None = Field(None, description="accepted major versions, e.g. [12] for SM12x")
+    min: str | None = Field(None, description='at least this capability, "8.9"')
+    max: str | None = Field(None, description='at most this capability, "9.0"')
+    reason: str | None = Field(None, description="the trace's reason when unmet")
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -98,9 +99,9 @@ class CapabilityReq(_Frozen):
 
 
 class PackageReq(_Frozen):
-    version: str = ""                     # a PEP 440 specifier, "" = any version
-    install: str | None = None            # the command that installs it
-    reason: str | None = None
+    version: str = Field("", description='a PEP 440 range such as ">=1.5.1,<1.6"; "" = any version')
+    install: str | None = Field(None, description="the command that installs it, shown when missing")
+    reason: str | None = Field(None, description="the trace's reason when unmet")
 
     @field_validator("version")
     @classmethod
@@ -113,20 +114,21 @@ class PackageReq(_Frozen):
 
 
 class RuntimeReq(_Frozen):
-    check: str                            # "module:function" -> (ok, detail) on a detected device
-    reason: str | None = None
+    check: str = Field(description='"module:function"(spec, platform) -> (ok, detail)')
+    reason: str | None = Field(None, description="the trace's reason when it fails ({detail} available)")
 
 
 class VendorReq(_Frozen):
-    any_of: list[Literal["nvidia", "amd", "intel", "cpu"]]
-    reason: str | None = None
+    any_of: list[Literal["nvidia", "amd", "intel", "cpu"]] = Field(description="accepted vendors")
+    reason: str | None = Field(None, description="the trace's reason when unmet")
 
 
 class Requirements(_Frozen):
-    vendor: VendorReq | None = None
-    capability: CapabilityReq | None = None
-    packages: dict[str, PackageReq] = Field(default_factory=dict)
-    runtime: RuntimeReq | None = None
+    vendor: VendorReq | None = Field(None, description="device vendors the kernel runs on")
+    capability: CapabilityReq | None = Field(None, description="compute capability range or families")
+    packages: dict[str, PackageReq] = Field(default_factory=dict,
+                                            description="distributions that must be installed, by name")
+    runtime: RuntimeReq | None = Field(None, description="a check that must run on the real device")
 
     @field_validator("vendor", mode="before")
     @classmethod
@@ -142,17 +144,17 @@ class Requirements(_Frozen):
 
 
 class _KernelEntry(_Frozen):
-    name: str
-    op: Op
-    implementation: str
-    modes: list[Mode] = Field(min_length=1)
-    backend: str | None = None
-    tier: str | None = None
-    auto_select: bool = True
-    testing_only: bool = False
-    note: str = ""
-    requires: Requirements | None = None
-    constraints: Any = None
+    name: str = Field(description="unique across all plugins, e.g. b12x.moe")
+    op: Op = Field(description="the layer op it serves")
+    implementation: str = Field(description='"package.module:Class", imported only by Decision.instantiate()')
+    modes: list[Mode] = Field(min_length=1, description="(weight, activation) combinations it serves")
+    backend: str | None = Field(None, description="backend name (defaults to the file's)")
+    tier: str | None = Field(None, description="ordering tier it joins (defaults to the file's, then the backend)")
+    auto_select: bool = Field(True, description="may automatic selection pick it (the policy may override)")
+    testing_only: bool = Field(False, description="a slow reference path: every decision ending on it says so")
+    note: str = Field("", description="shown in traces of decisions that choose it")
+    requires: Requirements | None = Field(None, description="platform requirements, merged over the file's")
+    constraints: Any = Field(None, description="list of constraint rules (see below)")
 
     @field_validator("implementation")
     @classmethod
@@ -170,10 +172,10 @@ class _KernelEntry(_Frozen):
 
 
 class _KernelFile(_Frozen):
-    backend: str | None = None
-    tier: str | None = None
-    requires: Requirements | None = None
-    kernels: list[Any] = Field(min_length=1)
+    backend: str | None = Field(None, description="default backend of the kernels below")
+    tier: str | None = Field(None, description="default ordering tier of the kernels below")
+    requires: Requirements | None = Field(None, description="default platform requirements")
+    kernels: list[Any] = Field(min_length=1, description="the kernel declarations")
 
 
 class KernelSpec(_Frozen):
@@ -222,13 +224,14 @@ def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
     """Validate one kernels YAML document into KernelSpecs (rules compiled, lines kept)."""
     if not isinstance(data, dict):
         raise PolicyError(f"{what}: expected a mapping with 'kernels'", source=where(data))
-    head = validate(_KernelFile, data, what)
+    head = validate(_KernelFile, data, "kernels file")
     specs = []
     kernels = data["kernels"]
     for i, raw in enumerate(kernels):
         if not isinstance(raw, dict):
             raise PolicyError(f"{what}: each kernel must be a mapping", source=where(kernels, i))
-        entry = validate(_KernelEntry, raw, f"{what}: kernel #{i + 1}")
+        label = f"kernel {raw['name']}" if isinstance(raw.get("name"), str) else f"kernel #{i + 1}"
+        entry = validate(_KernelEntry, raw, label)
         backend = entry.backend or head.backend
         tier = entry.tier or head.tier or backend
         if not backend:

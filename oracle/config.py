@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from .validation import Revalidating
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .catalog import normalize_backend
@@ -49,7 +50,7 @@ def _name(text: str, allowed: tuple[str, ...] | None, field: str) -> str:
     return name
 
 
-class KernelConfig(BaseModel):
+class KernelConfig(Revalidating):
     """Explicit choices; "auto" defers to the policy's deployment and platform defaults.
 
     Backend names are case-insensitive and '-' equals '_'. A value may be a per-format

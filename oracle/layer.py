@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
+from .validation import Revalidating
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .formats import ActivationFormat, DType, MoEActivation, WeightFormat, is_quantized
@@ -37,7 +38,7 @@ class Signature:
         return f"Signature{self.values!r}"
 
 
-class _Layer(BaseModel):
+class _Layer(Revalidating):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = ""

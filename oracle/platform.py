@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from typing import Literal, Mapping
 
+from .validation import Revalidating
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InputError
@@ -27,7 +28,7 @@ Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 _SM_NAME = re.compile(r"^sm_?(\d{1,2}?)(\d)a?$")
 
 
-class Platform(BaseModel):
+class Platform(Revalidating):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     vendor: Vendor
@@ -39,7 +40,7 @@ class Platform(BaseModel):
     #: Read versions of packages not stated from this environment's distribution metadata.
     packages_from_environment: bool = True
     simulated: bool = False
-    preset_name: str | None = Field(default=None, alias="preset")
+    preset_name: str | None = None
     @cached_property
     def cache_hash(self) -> int:
         return hash((self.vendor, self.capability, self.device_name, self.sm_count, self.packages,
@@ -141,12 +142,12 @@ def _preset(name: str) -> Platform:
         capability = _parse_capability(str(cap), entry["_source"]) if cap is not None else None
         return Platform(vendor=entry["vendor"], capability=capability,
                         device_name=entry.get("device_name", entry["_name"]),
-                        sm_count=entry.get("sm_count"), simulated=True, preset=entry["_name"])
+                        sm_count=entry.get("sm_count"), simulated=True, preset_name=entry["_name"])
     match = _SM_NAME.match(name.replace("-", "_"))
     if match:
         major, minor = int(match.group(1)), int(match.group(2))
         return Platform(vendor="nvidia", capability=(major, minor),
-                        device_name=f"NVIDIA SM{major}{minor}", simulated=True, preset=name)
+                        device_name=f"NVIDIA SM{major}{minor}", simulated=True, preset_name=name)
     raise InputError(f"unknown device {name!r}; expected one of {', '.join(preset_names())} "
                      "or a capability such as sm120", field="--device")
 

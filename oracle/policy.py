@@ -22,6 +22,10 @@ from .sources import SourcedDict, SourcedList, display_path, load_yaml_file
 from .validation import validate
 
 BackendChoice = str | dict[str, str]
+#: A weight format, or `default` for the formats a table does not list.
+FormatKey = WeightFormat | Literal["default"]
+#: An activation format, or `checkpoint`: the format the checkpoint declares, when it declares one.
+ActivationChoice = ActivationFormat | Literal["checkpoint"]
 
 
 class _Strict(BaseModel):
@@ -67,13 +71,13 @@ class Policy(_Strict):
     """The effective selection policy. Every key is documented in docs/policy-reference.md."""
 
     version: Literal[1] = Field(1, description="policy schema version")
-    ordering: dict[Op, dict[str, list[str]]] = Field(
+    ordering: dict[Op, dict[FormatKey, list[str]]] = Field(
         default_factory=dict,
         description="per op, per weight format (or `default`): tiers or backends tried in order by auto selection")
     auto_select: dict[str, dict[Op, bool]] = Field(
         default_factory=dict,
         description="per backend, per op: may automatic selection pick it (overrides the kernel's own flag)")
-    activations: dict[Op, dict[str, list[str]]] = Field(
+    activations: dict[Op, dict[FormatKey, list[ActivationChoice]]] = Field(
         default_factory=dict,
         description="per op, per weight format (or `default`): activation formats to try, in order, when the "
                     "checkpoint declares none; `checkpoint` marks where a declared format is honoured")
@@ -89,31 +93,11 @@ class Policy(_Strict):
     disabled_kernels: list[str] = Field(default_factory=list,
                                         description="kernel names never selected (also env ORACLE_DISABLED_KERNELS)")
 
-    @field_validator("activations")
-    @classmethod
-    def _activation_names(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
-        from .formats import ACTIVATION_FORMATS, WEIGHT_FORMATS
-        for op, table in v.items():
-            for fmt, prefs in table.items():
-                if fmt != "default" and fmt not in WEIGHT_FORMATS:
-                    raise ValueError(f"{op}.{fmt}: unknown weight format; expected one of {', '.join(WEIGHT_FORMATS)}")
-                for p in prefs:
-                    if p != "checkpoint" and p not in ACTIVATION_FORMATS:
-                        raise ValueError(f"{op}.{fmt}: unknown activation format {p!r}; expected "
-                                         f"{', '.join(ACTIVATION_FORMATS)} or checkpoint")
-        return v
-
     @field_validator("ordering")
     @classmethod
-    def _ordering_formats(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
-        from .formats import WEIGHT_FORMATS
-        for op, table in v.items():
-            for fmt, tiers in table.items():
-                if fmt != "default" and fmt not in WEIGHT_FORMATS:
-                    raise ValueError(f"{op}.{fmt}: unknown weight format; expected default or one of "
-                                     f"{', '.join(WEIGHT_FORMATS)}")
-                table[fmt] = [normalize_backend(t) for t in tiers]
-        return v
+    def _ordering_names(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        return {op: {fmt: [normalize_backend(t) for t in tiers] for fmt, tiers in table.items()}
+                for op, table in v.items()}
 
     @field_validator("auto_select")
     @classmethod

@@ -123,6 +123,12 @@ class Registry:
         self.plugins.append(PluginInfo(name, distribution, version, tuple(declared)))
         self.generation = next(_generation)
 
+    def add_kernels(self, source: Any, plugin: str = "<direct>") -> list[str]:
+        """Declare kernels from a file or loaded mapping without a plugin object (tests, embedding)."""
+        added = self._add_kernel_source(source, plugin)
+        self.generation = next(_generation)
+        return added
+
     def _add_kernel_source(self, source: Any, plugin: str) -> list[str]:
         try:
             if isinstance(source, (str, Path)):

@@ -88,7 +88,13 @@ def load_yaml_text(text: str, source: str) -> Any:
         loader.dispose()
 
 
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:omap"}
+
+
 def _convert(node: yaml.Node, loader: yaml.SafeLoader, source: str) -> Any:
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
+        raise PolicyError(f"invalid YAML: tag {node.tag!r} is not allowed (plain data only)",
+                          source=f"{source}:{node.start_mark.line + 1}")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out = SourcedDict()

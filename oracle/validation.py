@@ -5,6 +5,19 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+
+class Revalidating(BaseModel):
+    """Frozen models with cached derived values: a copy is a new, validated instance.
+
+    pydantic's `model_copy` copies `__dict__`, cached_property values included, and skips
+    validation; a copy with changed fields would keep a stale cache key.
+    """
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(update or {})
+        return type(self).model_validate(data)
+
 from .errors import PolicyError
 from .sources import SourcedDict, SourcedList, where
 
@@ -29,18 +42,43 @@ def locate(data: Any, loc: tuple) -> str:
     return best
 
 
+def _data_path(data: Any, loc: tuple) -> tuple:
+    """The parts of a pydantic location that exist in the data (drops union-branch tags)."""
+    path: list = []
+    node = data
+    for part in loc:
+        if part == "[key]":
+            path.append(part)
+            break
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+    return tuple(path)
+
+
 def validate(model: type[M], data: Any, what: str) -> M:
     """`model.model_validate(data)`, turning the first error into a PolicyError at its line."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif err["type"] == "missing":
-            message = "required key is missing"
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise PolicyError(f"{what}: {field}: {message}{more}", source=locate(data, loc)) from None
+        errors = exc.errors()
+        err = errors[0]
+        path = _data_path(data, tuple(err["loc"]))
+        places = {_data_path(data, tuple(e["loc"])) for e in errors}
+        if path and path[-1] == "[key]":
+            path = path[:-1]
+            field = ".".join(str(p) for p in path[:-1])
+            message = f"{err['input']!r} is not a valid key here; {err['msg'].replace('Input should be', 'expected')}"
+        else:
+            field = ".".join(str(p) for p in path) or "(top level)"
+            message = err["msg"]
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif err["type"] == "missing":
+                field = ".".join(str(p) for p in (*path, err["loc"][-1]))
+                message = "required key is missing"
+        more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+        raise PolicyError(f"{what}: {field}: {message}{more}", source=locate(data, path)) from None
