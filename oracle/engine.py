@@ -42,12 +42,23 @@ class Engine:
         self.policy = policy
         self._decisions: dict[tuple, Decision] = {}
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
+        self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
+        self._requests: dict[tuple, tuple[str, str]] = {}
         self._lock = threading.Lock()
+        # os.environ.get decodes every value; the raw table of the process environment is read
+        # directly (keys pre-encoded) so a cached decision costs a few dict lookups.
+        raw = getattr(os.environ, "_data", None)
+        encode = getattr(os.environ, "encodekey", None)
+        self._raw_env = raw if isinstance(raw, dict) and encode is not None else None
+        self._raw_keys = tuple(encode(k) for k in policy.env_keys) if self._raw_env is not None else ()
 
     # ---- public -------------------------------------------------------------------------
     def select(self, layer: Any, platform: Platform, config: KernelConfig,
                env: Mapping[str, str]) -> Decision:
-        env_key = tuple(env.get(k) for k in self.policy.env_keys)
+        if env is os.environ and self._raw_env is not None:
+            env_key = tuple(map(self._raw_env.get, self._raw_keys))
+        else:
+            env_key = tuple(env.get(k) for k in self.policy.env_keys)
         key = (layer.signature, platform, config, env_key)
         decision = self._decisions.get(key)
         if decision is None:
@@ -198,6 +209,12 @@ class Engine:
         return names
 
     def _ordered_kernels(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
+        found = self._orderings.get((op, wf))
+        if found is None:
+            found = self._orderings[(op, wf)] = self._expand_ordering(op, wf)
+        return found
+
+    def _expand_ordering(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
         tiers, rule = self.policy.ordering_for(op, wf)
         seen: set[str] = set()
         out: list[KernelSpec] = []
@@ -210,6 +227,14 @@ class Engine:
 
     def _requested_backend(self, op: str, wf: str, config: KernelConfig,
                            platform: Platform) -> tuple[str, str]:
+        key = (op, wf, config, platform)
+        found = self._requests.get(key)
+        if found is None:
+            found = self._requests[key] = self._resolve_request(op, wf, config, platform)
+        return found
+
+    def _resolve_request(self, op: str, wf: str, config: KernelConfig,
+                         platform: Platform) -> tuple[str, str]:
         """Explicit user choice > deployment default > platform default > auto."""
         chosen = config.backend_for(op, wf)
         source = "KernelConfig"

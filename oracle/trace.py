@@ -11,8 +11,9 @@ Verdict = Literal["selected", "rejected"]
 Stage = Literal["platform", "constraint", "policy"]
 Status = Literal["selected", "unquantized", "no_kernel"]
 
+_stdlib_logger = logging.getLogger("oracle.decisions")
 _log = structlog.wrap_logger(
-    logging.getLogger("oracle.decisions"),
+    _stdlib_logger,
     processors=[
         structlog.stdlib.filter_by_level,
         structlog.processors.add_log_level,
@@ -20,7 +21,7 @@ _log = structlog.wrap_logger(
         structlog.processors.JSONRenderer(sort_keys=True),
     ],
     wrapper_class=structlog.stdlib.BoundLogger,
-)
+).bind()  # bind once: the lazy proxy would build a new logger on every call
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,7 @@ class Decision:
 
 def log_decision(decision: Decision) -> None:
     """One event per decision; each rejected candidate at debug level."""
-    if not _log.isEnabledFor(logging.DEBUG) and not _log.isEnabledFor(logging.INFO):
+    if not _stdlib_logger.isEnabledFor(logging.WARNING if decision.status == "no_kernel" else logging.DEBUG):
         return
     name = getattr(decision.layer, "name", "")
     for c in decision.rejected:

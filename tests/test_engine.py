@@ -325,3 +325,14 @@ def test_one_structlog_event_per_decision(select, caplog):
     caplog.clear()
     select(gpt_oss_experts(hidden_size=2880, name="other"))  # cached: no new event
     assert not [r for r in caplog.records if r.name == "oracle.decisions"]
+
+
+def test_process_environment_changes_are_seen(select, monkeypatch, toy_registry, toy_policy):
+    layer = gpt_oss_experts(hidden_size=3072)
+    plat = Platform.preset("h200")
+    monkeypatch.delenv("ORACLE_MOE_FP4_FORCE_A16", raising=False)
+    assert select_backend(layer, plat, policy=toy_policy, registry=toy_registry).mode == "w4a8"
+    monkeypatch.setenv("ORACLE_MOE_FP4_FORCE_A16", "1")
+    assert select_backend(layer, plat, policy=toy_policy, registry=toy_registry).mode == "w4a16"
+    monkeypatch.setenv("ORACLE_MOE_FP4_FORCE_A16", "0")
+    assert select_backend(layer, plat, policy=toy_policy, registry=toy_registry).mode == "w4a8"
