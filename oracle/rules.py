@@ -7,7 +7,8 @@ A rule, as written in YAML::
       require: {field: hidden_size, divisible_by: 256}
 
 Predicates: `{field: F, <op>: value, ...}` with ops `equals`, `in`, `not_in`,
-`divisible_by`, `range` (`min`, `max`, `min_exclusive`, `max_exclusive`); several ops
+`divisible_by`, `range` (`min`, `max`, `min_exclusive`, `max_exclusive`), `present`
+(true/false: whether an optional value such as `activation_params.limit` is given); several ops
 in one predicate must all hold. Combinators: `all`, `any`, `not`. A rule passes when
 its `when` is false or its `require` is true. Reasons may interpolate fields (`{dtype}`).
 Unknown fields, operators or placeholders are load-time errors that name file and line.
@@ -46,7 +47,7 @@ FIELDS: dict[str, dict[str, Any]] = {
 }
 #: Prefix of open-ended numeric fields (`activation_params.beta`, `activation_params.limit`).
 PARAM_PREFIX = "activation_params."
-_OPERATORS = ("equals", "in", "not_in", "divisible_by", "range")
+_OPERATORS = ("equals", "in", "not_in", "divisible_by", "range", "present")
 _RANGE_KEYS = ("min", "max", "min_exclusive", "max_exclusive")
 
 
@@ -196,6 +197,10 @@ def _check_value(name: str, kind: Any, value: Any, owner: str, loc: str) -> Any:
 
 
 def _operator(name: str, kind: Any, op: str, arg: Any, owner: str, loc: str) -> Callable[[Any], bool]:
+    if op == "present":
+        if not isinstance(arg, bool):
+            raise PolicyError(f"{owner}: 'present' on {name} takes true or false", source=loc)
+        return (lambda v: v is not None) if arg else (lambda v: v is None)
     if op == "equals":
         expected = _check_value(name, kind, arg, owner, loc)
         if isinstance(expected, bool):

@@ -113,3 +113,14 @@ def test_linear_fields_differ_from_moe_fields():
         rules("- reason: r\n  require: {field: hidden_size, equals: 1}\n", op="linear")
     (rule,) = rules("- reason: r\n  require: {field: K, divisible_by: 128}\n", op="linear")
     assert rule.check({"K": 256}) and not rule.check({"K": 100})
+
+
+def test_present_distinguishes_absent_from_nan():
+    (rule,) = rules("- reason: if given, the limit must be finite and positive\n"
+                    "  require: {any: [{field: activation_params.limit, present: false},\n"
+                    "                  {field: activation_params.limit, range: {min_exclusive: 0, max_exclusive: .inf}}]}\n")
+    assert rule.check(ctx())
+    assert rule.check(ctx(activation_params={"limit": 7.0}))
+    assert not rule.check(ctx(activation_params={"limit": math.nan}))
+    with pytest.raises(PolicyError, match="'present' on top_k takes true or false"):
+        rules("- reason: r\n  require: {field: top_k, present: 1}\n")

@@ -1,0 +1,82 @@
+"""How an oracle layer and mode translate into b12x's vocabulary. Pure Python, no torch.
+
+One place for the translation, so the kernels, the planner check and the
+conformance test all ask b12x the same question.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+#: oracle activation format of a MoE mode -> b12x ActivationMode value.
+ACTIVATION_MODE = {"bf16": "a16", "fp16": "a16", "mxfp8": "a8", "nvfp4": "a4"}
+
+#: oracle MoE activation -> b12x nonlinearity. b12x's "relu2" is the non-gated ReLU^2,
+#: which the oracle vocabulary calls relu2_no_mul (as vLLM does).
+_B12X_ACTIVATIONS = {
+    "silu": "silu",
+    "situ": "situ",
+    "swigluoai_uninterleave": "swigluoai_uninterleave",
+    "relu2_no_mul": "relu2",
+    "relu2": "relu2",
+}
+
+#: Activations whose FC1 has gate and up halves, in b12x's terms.
+B12X_GATED = frozenset({"silu", "situ", "swigluoai_uninterleave"})
+
+DTYPE_NAMES = {"bfloat16", "float16", "float32"}
+
+
+def b12x_activation(activation: str) -> str:
+    """b12x's name for an oracle activation; unknown names pass through for b12x to reject."""
+    return _B12X_ACTIVATIONS.get(activation, activation)
+
+
+def swiglu_args(activation: str, params: Mapping[str, float] | None) -> tuple[float | None, float | None, float | None]:
+    """(swiglu_limit, swiglu_alpha, swiglu_beta) as b12x takes them.
+
+    The layer's limit is always passed on (b12x rejects a limit on SiTU and non-gated
+    ReLU^2 rather than the plugin dropping it silently); alpha/beta mean the SwiGLU
+    alpha/beta only for swigluoai_uninterleave (for SiTU, `beta` is SiTU's own constant).
+    """
+    params = params or {}
+    limit = params.get("limit")
+    if activation == "swigluoai_uninterleave":
+        return limit, params.get("alpha"), params.get("beta")
+    return limit, None, None
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def dense_query_args(layer: Any, mode: Any, *, tokens: int, expected_m: int | None = None
+                     ) -> tuple[dict[str, Any], bool]:
+    """Keyword arguments of b12x's dense GEMM query for this layer and mode, and whether the
+    query is the fixed contract (FixedBlockscaledQuery) rather than the BF16 precision one."""
+    k, n = layer.in_features, layer.out_features
+    name = mode.name
+    fixed = {
+        "tensor_fp8": ("tensor_fp8", "packed", round_up(k, 128), "float8_e4m3fn"),
+        "block_fp8": ("block_fp8", "serialized", k, "float8_e4m3fn"),
+        "mxfp4_w4a4": ("mxfp4", "serialized", k, "uint8"),
+    }.get(name)
+    if fixed is not None:
+        recipe, call_kind, padded, input_dtype = fixed
+        return {"recipe": recipe, "call_kind": call_kind, "max_rows": tokens, "in_features": k,
+                "padded_in_features": padded, "out_features": n, "input_dtype": input_dtype,
+                "output_dtype": layer.dtype, "expected_m": expected_m}, True
+    if name.startswith("mxfp8"):
+        recipe, padded = "mxfp8", round_up(k, 128)        # pack_weight pads K to 128 with unit scales
+    elif name.startswith("nvfp4"):
+        recipe, padded = "nvfp4", k                       # NVFP4 packs unpadded (stored K % 16)
+    elif name in ("iq2_xs", "iq2_xxs", "q8_0"):
+        recipe, padded = name, k
+    else:
+        raise KeyError(f"no b12x dense query for mode {name!r}")
+    activation_mode = mode.params.get("activation_mode", "a16")
+    return {"recipe": recipe, "num_tokens": tokens, "in_features": k, "padded_in_features": padded,
+            "out_features": n, "activation_mode": activation_mode,
+            # NVFP4 W4A4 quantizes activations with the checkpoint's activation scale, if it has one.
+            "activation_scale_available": (recipe == "nvfp4" and activation_mode == "quantized"
+                                           and getattr(layer, "activation_format", None) == "nvfp4"),
+            "expected_m": expected_m}, False

@@ -1,0 +1,29 @@
+"""Helpers shared by the b12x plugin tests (a uniquely named module, not conftest)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+KERNELS_YAML = Path(__file__).resolve().parents[1] / "oracle_b12x" / "kernels.yaml"
+
+
+def load_specs() -> dict:
+    """The plugin's KernelSpecs, loaded the way the engine loads them."""
+    from oracle.catalog import load_kernel_file
+    from oracle.sources import load_yaml_file
+
+    specs = load_kernel_file(load_yaml_file(KERNELS_YAML), plugin="oracle-b12x", what=str(KERNELS_YAML))
+    return {s.name: s for s in specs}
+
+
+def rule_context(spec, mode, layer) -> dict:
+    """The fields the engine evaluates a candidate's constraints on (oracle/engine.py `_try`)."""
+    ctx = dict(layer.rule_fields())
+    ctx.update(activation_format=mode.activation, mode=mode.name, backend=spec.backend, kernel=spec.name)
+    return ctx
+
+
+def yaml_reasons(spec, mode, layer) -> list[str]:
+    from oracle.rules import failing
+
+    ctx = rule_context(spec, mode, layer)
+    return [r.render(ctx) for r in failing(spec.constraints, ctx)]
