@@ -1,0 +1,73 @@
+"""Matching checkpoint module names against the name lists of quantization configs.
+
+Checkpoints name modules in `ignore`, `modules_to_not_convert`, `exclude_modules`,
+`targets` and `quantized_layers`. One documented rule serves all of them. An entry
+matches a module name when
+
+- it equals the name;
+- it names an enclosing module, on a dot boundary ("model.layers.0.self_attn"
+  matches "model.layers.0.self_attn.q_proj", but "mlp.gate" never matches "mlp.gate_proj");
+- it is a dotted suffix of the name ("lm_head" matches "language_model.lm_head"),
+  because multimodal checkpoints prefix the text model's names;
+- it contains `*` or `?` and matches the name, or an enclosing module, as a glob;
+- it starts with `re:` and the rest matches the start of the name as a Python
+  regular expression (`re.match`), as compressed-tensors defines it.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Iterable
+
+from ..errors import InputError
+
+
+class NameMatcher:
+    """Compiled name list; `match(name)` returns the entry that matched, or None."""
+
+    def __init__(self, entries: Iterable[str], *, source: str = "", field: str = ""):
+        self.exact: dict[str, str] = {}
+        self.globs: list[tuple[re.Pattern, str]] = []
+        self.regexes: list[tuple[re.Pattern, str]] = []
+        for entry in entries:
+            if entry.startswith("re:"):
+                try:
+                    self.regexes.append((re.compile(entry[3:]), entry))
+                except re.error as exc:
+                    raise InputError(f"invalid regular expression {entry!r}: {exc}",
+                                     source=source or None, field=field or None) from None
+            elif "*" in entry or "?" in entry:
+                self.globs.append((re.compile(fnmatch.translate(entry)), entry))
+            else:
+                self.exact.setdefault(entry, entry)
+        self._cache: dict[str, str | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.exact or self.globs or self.regexes)
+
+    def match(self, name: str) -> str | None:
+        try:
+            return self._cache[name]
+        except KeyError:
+            found = self._cache[name] = self._match(name)
+            return found
+
+    def _match(self, name: str) -> str | None:
+        parts = name.split(".")
+        # the name and each enclosing module ("a.b.c", "a.b", "a")
+        prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+        for prefix in prefixes:
+            if prefix in self.exact:
+                return self.exact[prefix]
+        # dotted suffixes ("b.c", "c") of the name
+        for i in range(1, len(parts)):
+            suffix = ".".join(parts[i:])
+            if suffix in self.exact:
+                return self.exact[suffix]
+        for pattern, entry in self.globs:
+            if any(pattern.match(p) for p in prefixes):
+                return entry
+        for pattern, entry in self.regexes:
+            if pattern.match(name):
+                return entry
+        return None

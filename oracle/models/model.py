@@ -1,0 +1,81 @@
+"""What the model front end produces: modules of an architecture, and layers for the engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..layer import EmbeddingLayer, LinearLayer, MoELayer
+
+LayerSpecT = LinearLayer | MoELayer | EmbeddingLayer
+
+#: Roles whose weights no engine quantizes, whatever the checkpoint's lists say.
+ROUTER_ROLES = frozenset({"gate", "shared_expert_gate"})
+#: Roles quantized only when the checkpoint names them explicitly.
+EXPLICIT_ONLY_ROLES = frozenset({"embed_tokens", "lm_head"})
+
+
+@dataclass(frozen=True)
+class Module:
+    """One kernel call of an architecture, before quantization is applied.
+
+    `parts` are the checkpoint's own (unfused) module names: quantization lists are
+    matched against them, and a fused module (qkv_proj, gate_up_proj) is quantized
+    only when all its parts are, in the same format.
+    """
+
+    role: str
+    op: Literal["linear", "moe", "embedding"]
+    name: str                      # the module's name as this report shows it
+    parts: tuple[str, ...]         # checkpoint names matched against quantization lists
+    block: int | None = None       # decoder layer index; None for embed_tokens/lm_head
+    shape: dict = field(default_factory=dict, compare=False)   # layer fields (per rank)
+
+
+@dataclass(frozen=True)
+class Quant:
+    """The quantization a checkpoint declares for one module."""
+
+    weight_format: str
+    activation_format: str | None = None
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelLayer:
+    """A LayerSpec with where it sits in the model, so reports can group it."""
+
+    block: int | None
+    role: str
+    layer: LayerSpecT
+    parts: tuple[str, ...]
+    quant_note: str = ""           # why the layer is (un)quantized: the list entry that decided
+
+    @property
+    def name(self) -> str:
+        return self.layer.name
+
+    @property
+    def quantized(self) -> bool:
+        return self.layer.quantized
+
+
+@dataclass
+class Model:
+    """A model's layers on one rank, with the facts the report header shows."""
+
+    name: str
+    files: list[str]
+    architecture: str
+    model_type: str
+    dialect: str
+    dialect_detail: str
+    tp: int
+    ep: int
+    layers: list[ModelLayer]
+    notes: list[str] = field(default_factory=list)
+    generic: bool = False
+    example: bool = False
+
+    @property
+    def quantized_layers(self) -> list[ModelLayer]:
+        return [m for m in self.layers if m.quantized]

@@ -1,0 +1,434 @@
+"""Quantization dialects: what a checkpoint says each module's weight and activation formats are.
+
+Detection order (first hit wins, and the report says which file decided):
+  1. `quantization_config` in config.json (top level, else inside `text_config`);
+     `quant_method: modelopt` without `quant_algo` takes its details from a sibling
+     hf_quant_config.json;
+  2. a sibling hf_quant_config.json (ModelOpt);
+  3. a sibling quantize_config.json (GPTQ, or AWQ when it says so);
+  4. none: every layer is unquantized.
+
+Format mapping (weight format, activation format the checkpoint declares):
+  mxfp4 (gpt-oss)                          -> mxfp4, None
+  fp8 + weight_block_size [bn, bk]         -> fp8_block, fp8 (group_size bk)
+  fp8 without a block size                 -> fp8_tensor, fp8
+  compressed-tensors float 8-bit weights   -> strategy tensor/channel/block -> fp8_tensor/_channel/_block;
+                                              activation fp8 when input_activations are 8-bit float, else None
+  compressed-tensors nvfp4-pack-quantized  -> nvfp4; nvfp4 when input_activations are 4-bit float, else None
+  compressed-tensors mxfp4-pack-quantized  -> mxfp4; mxfp4/mxfp8 per input_activations, else None
+  compressed-tensors int 4-bit, GPTQ, AWQ  -> int4, None
+  ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8, nvfp4/nvfp4 (input scales: W4A4), mxfp8/mxfp8
+  ModelOpt IQ2_XS / IQ2_XXS / Q8_0 (ggml)  -> iq2_xs / iq2_xxs / q8_0, None
+Anything else (int8 W8A8, 3-bit GPTQ, FP8 e5m2, ...) is an InputError naming the file
+and key: the engine has no format for it, and guessing would mislead.
+
+Router gates are never quantized (engines build them without a quantization method);
+embeddings and lm_head only when the checkpoint names them explicitly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..errors import InputError
+from ..formats import CODEC_BLOCKS
+from .matching import NameMatcher
+from .model import EXPLICIT_ONLY_ROLES, ROUTER_ROLES, Module, Quant
+from .source import ConfigView, ModelFiles
+
+Resolution = tuple[Quant | None, str]
+
+KNOWN_METHODS = ("compressed-tensors", "fp8", "mxfp4", "modelopt", "gptq", "awq")
+_METHOD_ALIASES = {"modelopt_fp4": "modelopt", "modelopt_mixed": "modelopt", "compressed_tensors": "compressed-tensors"}
+
+
+class Scheme:
+    """A dialect's reading of one checkpoint. Subclasses implement `_part`."""
+
+    dialect = "none"
+
+    def __init__(self, view: ConfigView | None = None, detail: str = ""):
+        self.view = view
+        self.detail = detail
+
+    @property
+    def source(self) -> str:
+        return self.view.source if self.view is not None else ""
+
+    def resolve(self, module: Module) -> Resolution:
+        """(Quant, why) for a quantized module, (None, why) for an unquantized one."""
+        if module.role in ROUTER_ROLES:
+            return None, "router gates run unquantized in every engine"
+        results = [self._part(name, module) for name in module.parts]
+        quants = {q for q, _ in results}
+        if quants == {None}:
+            return None, results[0][1]
+        if len(quants) == 1:
+            return results[0]
+        shown = ", ".join(f"{n.rsplit('.', 1)[-1]}: {q.weight_format if q else 'unquantized'}"
+                          for n, (q, _) in zip(module.parts, results))
+        return None, f"fused parts disagree ({shown}); served unquantized"
+
+    def _part(self, name: str, module: Module) -> Resolution:
+        return None, "checkpoint is not quantized"
+
+
+def _explicit_only(module: Module) -> bool:
+    return module.role in EXPLICIT_ONLY_ROLES
+
+
+# ---------------------------------------------------------------- HF-style dialects
+class _SkipListScheme(Scheme):
+    """Dialects that quantize every decoder linear/MoE weight except a skip list."""
+
+    skip_keys = ("modules_to_not_convert",)
+
+    def __init__(self, view: ConfigView, quant: Quant, detail: str):
+        entries: list[str] = []
+        for key in self.skip_keys:
+            entries += view.str_list(key)
+        self.skip_key = next((k for k in self.skip_keys if k in view), self.skip_keys[0])
+        self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key))
+        self.quant = quant
+        super().__init__(view, detail + (f"; {len(entries)} {self.skip_key} entries" if entries else ""))
+
+    def _part(self, name: str, module: Module) -> Resolution:
+        hit = self.skip.match(name)
+        if hit is not None:
+            return None, f"{self.skip_key}: {hit}"
+        if _explicit_only(module):
+            return None, f"{self.dialect} checkpoints leave {module.role} unquantized"
+        return self.quant, ""
+
+
+class Mxfp4Scheme(_SkipListScheme):
+    dialect = "mxfp4"
+
+    def __init__(self, view: ConfigView):
+        super().__init__(view, Quant("mxfp4", None, 32), "quant_method mxfp4 (weight-only MXFP4)")
+
+
+class Fp8Scheme(_SkipListScheme):
+    dialect = "fp8"
+    skip_keys = ("modules_to_not_convert", "ignored_layers")
+
+    def __init__(self, view: ConfigView):
+        fmt = view.str("fmt", "e4m3")
+        if fmt != "e4m3":
+            raise view.error("fmt", f"unsupported FP8 element format {fmt!r}; expected 'e4m3'")
+        scheme = view.str("activation_scheme", "dynamic")
+        if scheme not in ("dynamic", "static"):
+            raise view.error("activation_scheme", f"expected 'dynamic' or 'static', got {scheme!r}")
+        block = view.list("weight_block_size", None)
+        if block is None:
+            quant, what = Quant("fp8_tensor", "fp8"), "per-tensor"
+        else:
+            if len(block) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
+                raise view.error("weight_block_size", f"expected two positive integers [N, K], got {block!r}")
+            quant, what = Quant("fp8_block", "fp8", block[1]), f"{block[0]}x{block[1]} blocks"
+        super().__init__(view, quant, f"quant_method fp8 ({what}, {scheme} activations)")
+
+
+class GptqAwqScheme(_SkipListScheme):
+    """GPTQ and AWQ: int4 weights, BF16/FP16 activations (W4A16)."""
+
+    def __init__(self, view: ConfigView, method: str):
+        self.dialect = method
+        bits = view.int("bits", None) or view.int("w_bit", None)
+        if bits is None:
+            raise view.error("bits", "required key is missing; expected 4")
+        if bits != 4:
+            raise view.error("bits", f"{bits}-bit {method.upper()} is not supported; expected 4 (int4)")
+        group = view.raw("group_size", view.raw("q_group_size", 128))
+        if not isinstance(group, int) or isinstance(group, bool) or (group < 1 and group != -1):
+            raise view.error("group_size", f"expected a positive integer or -1, got {group!r}")
+        group_size = None if group == -1 else group
+        extras = []
+        if method == "gptq":
+            extras.append(f"desc_act {view.bool('desc_act', False)}")
+            extras.append(f"sym {view.bool('sym', True)}")
+            self.lm_head = view.bool("lm_head", False)
+        else:
+            extras.append(f"zero_point {view.bool('zero_point', True)}")
+            self.lm_head = False
+        self.negative = NameMatcher([k[2:] if k.startswith("-:") else k
+                                     for k in (view.raw("dynamic") or {}) if k.startswith("-:")],
+                                    source=view.source, field=view.key("dynamic"))
+        if any(not k.startswith("-:") for k in (view.raw("dynamic") or {})):
+            raise view.error("dynamic", "per-module bit/group overrides are not supported; "
+                             "only '-:' (skip) entries are")
+        gs = "per-channel" if group_size is None else f"group {group_size}"
+        super().__init__(view, Quant("int4", None, group_size),
+                         f"quant_method {method} (int4 W4A16, {gs}, {', '.join(extras)})")
+
+    def _part(self, name: str, module: Module) -> Resolution:
+        if self.negative:
+            hit = self.negative.match(name)
+            if hit is not None:
+                return None, f"dynamic: -:{hit}"
+        if module.role == "lm_head" and self.lm_head:
+            return self.quant, ""
+        return super()._part(name, module)
+
+
+# ---------------------------------------------------------------- compressed-tensors
+_CT_FORMATS = ("float-quantized", "naive-quantized", "pack-quantized", "nvfp4-pack-quantized",
+               "mxfp4-pack-quantized", "int-quantized")
+_FP8_STRATEGIES = {"tensor": "fp8_tensor", "channel": "fp8_channel", "block": "fp8_block"}
+
+
+@dataclass
+class _CtGroup:
+    name: str
+    quant: Quant
+    class_targets: frozenset[str]
+    names: NameMatcher
+
+
+class CompressedTensorsScheme(Scheme):
+    dialect = "compressed-tensors"
+
+    def __init__(self, view: ConfigView):
+        self.format = view.str("format", "float-quantized")
+        groups_view = view.sub("config_groups", required=True)
+        self.groups: list[_CtGroup] = []
+        for gname in groups_view.data:
+            g = groups_view.sub(gname, required=True)
+            fmt = g.str("format", self.format)
+            if fmt not in _CT_FORMATS:
+                raise g.error("format", f"unknown compressed-tensors format {fmt!r}; expected one of "
+                              + ", ".join(_CT_FORMATS))
+            quant = _ct_quant(g, fmt)
+            targets = g.str_list("targets")
+            if not targets:
+                raise g.error("targets", "required key is missing; expected a list such as ['Linear']")
+            classes = frozenset(t for t in targets if not t.startswith("re:") and "." not in t
+                                and t[:1].isupper())
+            names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"))
+            self.groups.append(_CtGroup(gname, quant, classes, names))
+        self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"))
+        kinds = ", ".join(f"{g.name}: {_describe(g.quant)}" for g in self.groups)
+        n_ignore = len(view.str_list("ignore"))
+        super().__init__(view, f"compressed-tensors {self.format} ({kinds}); {n_ignore} ignore entries")
+
+    def _part(self, name: str, module: Module) -> Resolution:
+        hit = self.ignore.match(name)
+        if hit is not None:
+            return None, f"ignore: {hit}"
+        for group in self.groups:
+            if group.names and group.names.match(name) is not None:
+                return group.quant, ""        # a target naming the module beats a class target
+        wanted = "Embedding" if module.op == "embedding" else "Linear"
+        by_class = next((g for g in self.groups if wanted in g.class_targets), None)
+        if by_class is None:
+            return None, "no config_groups target matches"
+        if module.role == "lm_head":
+            return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
+        return by_class.quant, ""
+
+
+def _ct_quant(g: ConfigView, fmt: str) -> Quant:
+    w = g.sub("weights", required=True)
+    a = g.sub("input_activations")
+    wtype = w.str("type", "int")
+    bits = w.int("num_bits")
+    strategy = w.str("strategy", "tensor")
+    group = w.opt_int("group_size")
+    act_bits = a.int("num_bits") if a is not None else None
+    act_type = a.str("type", "int") if a is not None else None
+    if fmt == "nvfp4-pack-quantized" or (wtype == "float" and bits == 4 and group == 16):
+        _expect(w, "num_bits", bits, 4, "nvfp4")
+        act = "nvfp4" if (act_type, act_bits) == ("float", 4) else None
+        _check_act(a, act, ("float", 4), "NVFP4 W4A4")
+        return Quant("nvfp4", act, group or 16)
+    if fmt == "mxfp4-pack-quantized" or (wtype == "float" and bits == 4):
+        _expect(w, "num_bits", bits, 4, "mxfp4")
+        act = {("float", 4): "mxfp4", ("float", 8): "mxfp8"}.get((act_type, act_bits)) if a else None
+        if a is not None and act is None:
+            raise a.error("num_bits", f"MXFP4 weights with {act_type} {act_bits}-bit activations "
+                          "are not supported; expected 4- or 8-bit float, or no input_activations")
+        return Quant("mxfp4", act, group or 32)
+    if wtype == "float":
+        _expect(w, "num_bits", bits, 8, "float weights")
+        fmt_name = _FP8_STRATEGIES.get(strategy)
+        if fmt_name is None:
+            raise w.error("strategy", f"FP8 weights with strategy {strategy!r} are not supported; "
+                          "expected tensor, channel or block")
+        group_size = None
+        if fmt_name == "fp8_block":
+            blocks = w.list("block_structure")
+            if len(blocks) != 2 or not all(isinstance(b, int) and b > 0 for b in blocks):
+                raise w.error("block_structure", f"expected [N, K] block sizes, got {blocks!r}")
+            group_size = blocks[1]
+        act = None
+        if a is not None:
+            if (act_type, act_bits) != ("float", 8):
+                raise a.error("num_bits", f"FP8 weights with {act_type} {act_bits}-bit activations are "
+                              "not supported; expected 8-bit float activations or none")
+            act = "fp8"
+        return Quant(fmt_name, act, group_size)
+    if wtype == "int":
+        if bits != 4:
+            raise w.error("num_bits", f"int{bits} weights ({fmt}) are not supported; "
+                          "expected 4-bit int (W4A16) or a float format")
+        if a is not None:
+            raise a.error("num_bits", "int4 weights with quantized activations are not supported; "
+                          "expected input_activations: null (W4A16)")
+        if strategy not in ("group", "channel"):
+            raise w.error("strategy", f"int4 strategy {strategy!r} is not supported; expected group or channel")
+        return Quant("int4", None, group if strategy == "group" else None)
+    raise w.error("type", f"expected 'int' or 'float', got {wtype!r}")
+
+
+def _expect(view: ConfigView, key: str, got: int, want: int, what: str) -> None:
+    if got != want:
+        raise view.error(key, f"{what} needs {want}-bit weights, got {got}")
+
+
+def _check_act(a: ConfigView | None, act: str | None, want: tuple[str, int], what: str) -> None:
+    if a is not None and act is None:
+        raise a.error("num_bits", f"{what} expects {want[0]} {want[1]}-bit input_activations "
+                      f"(or none for weight-only), got {a.raw('type')} {a.raw('num_bits')}-bit")
+
+
+def _describe(q: Quant) -> str:
+    act = q.activation_format or "weight-only"
+    return f"{q.weight_format}/{act}"
+
+
+# ---------------------------------------------------------------- ModelOpt
+_MODELOPT_ALGOS = {
+    "FP8": Quant("fp8_tensor", "fp8"),
+    "FP8_PER_CHANNEL_PER_TOKEN": Quant("fp8_channel", "fp8"),
+    "NVFP4": Quant("nvfp4", "nvfp4", 16),
+    "MXFP8": Quant("mxfp8", "mxfp8", 32),
+}
+_CODECS = {"IQ2_XS": "iq2_xs", "IQ2_XXS": "iq2_xxs", "Q8_0": "q8_0"}
+_NORM_HINTS = ("norm", "layernorm")
+
+
+class ModelOptScheme(Scheme):
+    dialect = "modelopt"
+
+    def __init__(self, view: ConfigView):
+        algo = view.str("quant_algo")
+        self.algo = algo
+        self.exclude = NameMatcher(view.str_list("exclude_modules") + view.str_list("ignore"),
+                                   source=view.source, field=view.key("exclude_modules"))
+        self.layers: dict[str, Quant] = {}
+        self.layer_matcher: NameMatcher | None = None
+        kv = view.raw("kv_cache_quant_algo")
+        if algo == "MIXED_PRECISION":
+            per_layer = view.sub("quantized_layers", required=True)
+            for lname in per_layer.data:
+                _reject_vectors(per_layer, lname)
+                entry = per_layer.sub(lname, required=True)
+                self.layers[lname] = _modelopt_quant(entry, entry.str("quant_algo"))
+            self.layer_matcher = NameMatcher(self.layers, source=view.source, field=view.key("quantized_layers"))
+            self.quant = None
+            algos = sorted({_describe(q) for q in self.layers.values()})
+            what = f"MIXED_PRECISION, {len(self.layers)} quantized_layers ({', '.join(algos)})"
+        else:
+            self.quant = _modelopt_quant(view, algo)
+            what = f"{algo} ({_describe(self.quant)})"
+        kv_text = f", kv cache {kv}" if kv else ""
+        super().__init__(view, f"ModelOpt {what}{kv_text}")
+
+    def _part(self, name: str, module: Module) -> Resolution:
+        hit = self.exclude.match(name)
+        if hit is not None:
+            return None, f"exclude_modules: {hit}"
+        if self.layer_matcher is not None:
+            entry = self.layer_matcher.match(name)
+            if entry is None:
+                return None, "not listed in quantized_layers"
+            return self.layers[entry], ""
+        if _explicit_only(module):
+            return None, f"ModelOpt {self.algo} leaves {module.role} unquantized"
+        return self.quant, ""
+
+
+def _reject_vectors(per_layer: ConfigView, lname: str) -> None:
+    last = lname.rsplit(".", 1)[-1].lower()
+    if any(h in last for h in _NORM_HINTS) or last in ("bias", "e_score_correction_bias"):
+        raise per_layer.error(lname, "quantized normalization weights and other packed vectors are not "
+                              "supported; only linear and expert weights may be quantized")
+
+
+def _modelopt_quant(view: ConfigView, algo: str) -> Quant:
+    if algo in _CODECS:
+        fmt = _CODECS[algo]
+        block, payload = CODEC_BLOCKS[fmt]
+        packing = view.str("packing")
+        if packing != "ggml":
+            raise view.error("packing", f"{algo} needs packing 'ggml', got {packing!r}")
+        group = view.int("group_size")
+        got_payload = view.int("block_payload_bytes")
+        if (group, got_payload) != (block, payload):
+            raise view.error("block_payload_bytes" if group == block else "group_size",
+                             f"{algo} blocks are group_size {block} with block_payload_bytes {payload}, "
+                             f"got {group}/{got_payload}")
+        return Quant(fmt, None, block)
+    quant = _MODELOPT_ALGOS.get(algo)
+    if quant is None:
+        known = ", ".join([*_MODELOPT_ALGOS, *_CODECS, "MIXED_PRECISION"])
+        raise view.error("quant_algo", f"unsupported ModelOpt quant_algo {algo!r}; expected one of {known}")
+    group = view.opt_int("group_size")
+    if group is not None and quant.group_size is not None and group != quant.group_size:
+        raise view.error("group_size", f"{algo} uses group_size {quant.group_size}, got {group}")
+    return quant
+
+
+# ---------------------------------------------------------------- detection
+def detect_scheme(files: ModelFiles, text: ConfigView) -> Scheme:
+    """The dialect of a checkpoint (see the module docstring for the order)."""
+    qc = files.config.sub("quantization_config")
+    if qc is None and text is not files.config:
+        qc = text.sub("quantization_config")
+    if qc is not None:
+        return _from_quantization_config(qc, files)
+    if "hf_quant_config.json" in files.siblings:
+        return _modelopt_from_file(files.siblings["hf_quant_config.json"])
+    if "quantize_config.json" in files.siblings:
+        view = files.siblings["quantize_config.json"]
+        method = _method(view, default="gptq")
+        if method not in ("gptq", "awq"):
+            raise view.error("quant_method", f"expected 'gptq' or 'awq', got {method!r}")
+        return GptqAwqScheme(view, method)
+    return Scheme(None, "none (no quantization_config, hf_quant_config.json or quantize_config.json)")
+
+
+def _method(view: ConfigView, default: str | None = None) -> str:
+    method = view.str("quant_method", default)
+    return _METHOD_ALIASES.get(method.lower(), method.lower())
+
+
+def _from_quantization_config(qc: ConfigView, files: ModelFiles) -> Scheme:
+    method = _method(qc)
+    if method == "mxfp4":
+        return Mxfp4Scheme(qc)
+    if method == "fp8":
+        return Fp8Scheme(qc)
+    if method == "compressed-tensors":
+        return CompressedTensorsScheme(qc)
+    if method in ("gptq", "awq"):
+        return GptqAwqScheme(qc, method)
+    if method == "modelopt":
+        if "quant_algo" in qc:
+            return ModelOptScheme(qc)
+        nested = qc.sub("quantization")
+        if nested is not None:
+            return ModelOptScheme(nested)
+        if "hf_quant_config.json" in files.siblings:
+            return _modelopt_from_file(files.siblings["hf_quant_config.json"])
+        raise qc.error("quant_algo", "required key is missing (and no hf_quant_config.json beside it)")
+    raise qc.error("quant_method", f"unknown quant_method {method!r}; expected one of {', '.join(KNOWN_METHODS)}")
+
+
+def _modelopt_from_file(view: ConfigView) -> Scheme:
+    nested = view.sub("quantization")
+    return ModelOptScheme(nested if nested is not None else view)
+
+
+def describe_parts(names: Iterable[str]) -> str:
+    return ", ".join(n.rsplit(".", 1)[-1] for n in names)

@@ -1,0 +1,198 @@
+"""Finding and reading a model's configuration files, with errors that name file and key.
+
+`--model` may be a folder, a `config.json`, or the bare name of an example that ships
+with the package (`oracle/_data/examples/NAME`). Sibling quantization files
+(`hf_quant_config.json` from ModelOpt, `quantize_config.json` from GPTQ/AWQ tools)
+are read when present, because the quantization is often declared there, not in
+config.json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..resources import data_dir
+from ..sources import display_path
+
+SIBLING_QUANT_FILES = ("hf_quant_config.json", "quantize_config.json")
+_MISSING = object()
+
+
+class ConfigView:
+    """A JSON mapping that remembers its file and key path, so errors can name both."""
+
+    __slots__ = ("data", "source", "prefix")
+
+    def __init__(self, data: dict, source: str, prefix: str = ""):
+        self.data = data
+        self.source = source
+        self.prefix = prefix
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data
+
+    def raw(self, name: str, default: Any = None) -> Any:
+        return self.data.get(name, default)
+
+    def error(self, name: str, message: str) -> InputError:
+        return InputError(message, source=self.source, field=self.key(name))
+
+    def int(self, name: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        """A required (or defaulted) integer >= minimum; `null` counts as missing."""
+        value = self.data.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(name, "required key is missing; expected an integer")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(name, f"expected an integer, got {value!r}")
+        if value < minimum:
+            raise self.error(name, f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def opt_int(self, name: str, *, minimum: int = 1) -> int | None:
+        return self.int(name, None, minimum=minimum)
+
+    def str(self, name: str, default: Any = _MISSING) -> str:
+        value = self.data.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(name, "required key is missing; expected a string")
+            return default
+        if not isinstance(value, str):
+            raise self.error(name, f"expected a string, got {value!r}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(name, f"expected true or false, got {value!r}")
+        return value
+
+    def float(self, name: str, default: Any = _MISSING) -> float:
+        value = self.data.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(name, "required key is missing; expected a number")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(name, f"expected a number, got {value!r}")
+        return float(value)
+
+    def list(self, name: str, default: Any = _MISSING) -> list:
+        value = self.data.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(name, "required key is missing; expected a list")
+            return default
+        if not isinstance(value, list):
+            raise self.error(name, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def str_list(self, name: str) -> list[str]:
+        items = self.list(name, [])
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.error(f"{name}[{i}]", f"expected a string, got {item!r}")
+        return items
+
+    def sub(self, name: str, *, required: bool = False) -> "ConfigView | None":
+        """A nested mapping as its own view (None when absent or null, unless required)."""
+        value = self.data.get(name)
+        if value is None:
+            if required:
+                raise self.error(name, "required key is missing; expected a mapping")
+            return None
+        if not isinstance(value, dict):
+            raise self.error(name, f"expected a mapping, got {type(value).__name__}")
+        return ConfigView(value, self.source, f"{self.key(name)}.")
+
+
+@dataclass
+class ModelFiles:
+    """The files of one model: config.json and any sibling quantization file."""
+
+    name: str
+    config_path: Path
+    config: ConfigView
+    siblings: dict[str, ConfigView] = field(default_factory=dict)
+    example: bool = False
+
+    @property
+    def paths(self) -> list[str]:
+        """The files read, as reports show them (shipped examples as examples/NAME/FILE)."""
+        files = [self.config_path, *(self.config_path.with_name(n) for n in self.siblings)]
+        if self.example:
+            return [f"examples/{p.parent.name}/{p.name}" for p in files]
+        return [display_path(p) for p in files]
+
+
+def example_names() -> list[str]:
+    """The example models shipped with the package."""
+    root = data_dir("examples")
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+
+
+def resolve_config_path(model: str) -> tuple[Path, bool]:
+    """`model` as given on the command line -> (config.json path, is a shipped example)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise InputError("folder has no config.json", source=str(path), field="--model")
+        return config, False
+    if path.is_file():
+        return path, False
+    looks_like_path = any(sep in model for sep in ("/", "\\")) or model.endswith(".json")
+    if not looks_like_path:
+        candidate = data_dir("examples") / model / "config.json"
+        if candidate.is_file():
+            return candidate, True
+        shipped = ", ".join(example_names()) or "(none)"
+        raise InputError(f"no such file, folder or shipped example; shipped examples: {shipped}",
+                         source=model, field="--model")
+    raise InputError("file not found", source=str(path), field="--model")
+
+
+def read_json(path: Path) -> ConfigView:
+    """A JSON object file as a ConfigView; one clear error for every way it can be wrong."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", source=source) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+                         source=source) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object at the top level, got {type(data).__name__}",
+                         source=source)
+    return ConfigView(data, source)
+
+
+def load_model_files(model: str) -> ModelFiles:
+    config_path, example = resolve_config_path(model)
+    config = read_json(config_path)
+    siblings = {}
+    if config_path.name == "config.json":
+        for name in SIBLING_QUANT_FILES:
+            sibling = config_path.with_name(name)
+            if sibling.is_file():
+                siblings[name] = read_json(sibling)
+    name = config_path.parent.name if config_path.name == "config.json" else config_path.stem
+    return ModelFiles(name=name or str(config_path), config_path=config_path, config=config,
+                      siblings=siblings, example=example)
