@@ -12,6 +12,8 @@ Stage = Literal["platform", "constraint", "policy"]
 Status = Literal["selected", "unquantized", "no_kernel"]
 
 _stdlib_logger = logging.getLogger("oracle.decisions")
+# A library logs; the application decides where it goes (`oracle --log-decisions` does).
+logging.getLogger("oracle").addHandler(logging.NullHandler())
 _log = structlog.wrap_logger(
     _stdlib_logger,
     processors=[

@@ -1,0 +1,34 @@
+"""Entry point of oracle-emulation (group `oracle.kernels`): registers kernels.yaml.
+
+Imports neither torch nor the kernel modules; the engine imports an implementation
+only when a decision that names it is instantiated.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from oracle.hookspecs import hookimpl
+
+KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
+
+
+@hookimpl
+def register_kernels(register):
+    register(KERNELS_FILE)
+
+
+@hookimpl
+def can_implement(kernel, layer, mode):
+    """INT4 group size must divide K: the one fact the rule language cannot say (K % group_size)."""
+    if mode.weight != "int4" or not kernel.name.startswith("emulation."):
+        return None
+    group = getattr(layer, "group_size", None)
+    k = layer.in_features if layer.op == "linear" else None
+    if group is not None and k is not None and k % group:
+        return f"INT4 groups of {group} must tile K = {k} exactly"
+    if group is not None and layer.op == "moe":
+        for name, size in (("hidden_size", layer.hidden_size),
+                           ("per-rank intermediate size", layer.intermediate_size // layer.tp_size)):
+            if size % group:
+                return f"INT4 groups of {group} must tile the {name} ({size}) exactly"
+    return None

@@ -1,0 +1,86 @@
+"""Checkpoint tensors of any weight format -> one dequantized float32 matrix per weight.
+
+The packed shape each format must have is checked here first, against the layer's
+logical [N, K], so a wrong tensor is reported with the shape it should have had.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from oracle.formats import CODEC_BLOCKS
+
+from .errors import TensorError, check_dtype, check_finite, check_shape, require, shape_of
+from .formats import codec_for
+
+FLOAT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def packed_shape(fmt: str, lead: list[int], n: int, k: int) -> tuple[list[int], str]:
+    """The stored shape of a [.., N, K] weight in format `fmt`, and why."""
+    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8"):
+        return lead + [n, k], "E4M3, one byte per weight"
+    if fmt in ("nvfp4", "mxfp4"):
+        return lead + [n, k // 2], "two E2M1 codes per byte along K"
+    if fmt == "int4":
+        return lead + [k // 8, n], "GPTQ qweight: 8 nibbles per int32 along K, transposed"
+    if fmt in CODEC_BLOCKS:
+        block, nbytes = CODEC_BLOCKS[fmt]
+        return lead + [n, k // block, nbytes], f"GGML blocks of {block} weights in {nbytes} bytes"
+    raise TensorError("weight", "a quantized weight format", repr(fmt))
+
+
+def dequantize_weight(fmt: str, tensors: dict[str, Any], names: dict[str, str],
+                      lead: list[int], n: int, k: int) -> torch.Tensor:
+    """Validate and dequantize; `names` maps roles (weight, scale, global, zero) to tensor names."""
+    wname = names["weight"]
+    weight = require(wname, tensors.get("weight"), fmt)
+    shape, why = packed_shape(fmt, lead, n, k)
+    check_shape(wname, weight, shape, why)
+    scale = tensors.get("scale")
+    codec = codec_for(fmt)
+    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block"):
+        return codec.dequantize(weight, require(names["scale"], scale, fmt), fmt, (wname, names["scale"]))
+    if fmt in ("mxfp8", "mxfp4"):
+        return codec.dequantize(weight, require(names["scale"], scale, fmt), fmt, (wname, names["scale"]))
+    if fmt == "nvfp4":
+        return codec.dequantize(weight, require(names["scale"], scale, fmt), tensors.get("global"), fmt,
+                                (wname, names["scale"], names["global"]))
+    if fmt == "int4":
+        return codec.dequantize(weight, require(names["scale"], scale, fmt), tensors.get("zero"), fmt,
+                                (wname, names["scale"], names.get("zero", "weight_zero_point")))
+    return codec.dequantize(weight, fmt, wname)
+
+
+def check_vector(name: str, t: Any, expected: list[int], what: str) -> torch.Tensor:
+    check_dtype(name, t, (torch.float32, torch.bfloat16, torch.float16), what)
+    check_shape(name, t, expected, what)
+    check_finite(name, t)
+    return t
+
+
+def activation_scale(name: str, t: Any, experts: int | None = None) -> torch.Tensor | None:
+    """A per-tensor activation scale ([] or [1], or [E] for MoE, reduced with max:
+    activations are quantized once before dispatch, so one scale must serve all experts)."""
+    if t is None:
+        return None
+    check_dtype(name, t, (torch.float32,), "activation scales are fp32")
+    allowed = [[], [1]] + ([[experts]] if experts else [])
+    if shape_of(t) not in allowed:
+        raise TensorError(name, "shape " + " or ".join(str(a) for a in allowed) + " (one scale per tensor"
+                          + (" or per expert" if experts else "") + ")", str(shape_of(t)))
+    check_finite(name, t)
+    if bool((t <= 0).any()):
+        raise TensorError(name, "positive scales", str(t.flatten().tolist()[:4]))
+    return t.float().max().reshape(())
+
+
+def check_input(name: str, x: Any, last: int, weight: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TensorError(name, "a torch.Tensor", type(x).__name__)
+    check_dtype(name, x, (torch.bfloat16, torch.float16, torch.float32), "floating-point activations")
+    if x.dim() == 0 or x.shape[-1] != last:
+        raise TensorError(name, f"last dimension {last}", f"shape {shape_of(x)}")
+    if x.device != weight.device:
+        raise TensorError(name, f"a tensor on {weight.device} (where the processed weights are)", str(x.device))
