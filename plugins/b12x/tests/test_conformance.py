@@ -12,9 +12,17 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import os
+
 import pytest
 
-import b12x  # noqa: F401  -- the real package; conftest pinned TMPDIR before this import
+# The real package (conftest pinned TMPDIR before this import). Where b12x is absent (the lent
+# GPU machine) the module skips with the reason; CI runs with CI=true, so there a
+# missing b12x fails the run instead of passing it silently (so does ORACLE_REQUIRE_B12X=1).
+if os.environ.get("CI") == "true" or os.environ.get("ORACLE_REQUIRE_B12X") == "1":
+    import b12x  # noqa: F401
+else:
+    b12x = pytest.importorskip("b12x", reason="b12x is not installed; conformance needs the real package")
 from b12x_test_helpers import yaml_reasons
 from oracle.layer import EmbeddingLayer, LinearLayer, MoELayer
 from oracle_b12x.library import installed_version
