@@ -174,12 +174,12 @@ def main(argv=None) -> int:
           f"torch {torch.__version__}; platform: {platform.describe()}", flush=True)
     run = timer(device, iters, warmup)
     if device.type == "cuda":  # bring the clocks up before the first figure is taken
-        a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+        spin = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
         end = time.perf_counter() + 2.0
         while time.perf_counter() < end:
-            a @ a
+            spin @ spin
         torch.cuda.synchronize()
-        del a
+        del spin
     results: list[dict] = []
     torch.manual_seed(0)
     bench_linear(sizes, ms, device, run, results, platform)
