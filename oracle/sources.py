@@ -46,16 +46,24 @@ def where(value: Any, key: Any | None = None, default: str = "<memory>") -> str:
 
 
 def display_path(path: Path) -> str:
-    """A short, stable name for a file: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        pass
-    parts = path.resolve().parts
-    for anchor in ("site-packages", "plugins"):
-        if anchor in parts:
-            return "/".join(parts[parts.index(anchor) + 1:])
-    return str(path)
+    """A short name for a file that does not depend on the working directory.
+
+    Files of this checkout (policies, plugins) are named from its root; installed ones from
+    site-packages; other files relative to the working directory when inside it, else absolute.
+    """
+    resolved = path.resolve()
+    for base in (_checkout_root(), Path.cwd().resolve()):
+        if base is not None and resolved.is_relative_to(base):
+            return str(resolved.relative_to(base))
+    parts = resolved.parts
+    if "site-packages" in parts:
+        return "/".join(parts[parts.index("site-packages") + 1:])
+    return str(resolved)
+
+
+def _checkout_root() -> Path | None:
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "policies").is_dir() else None
 
 
 def load_yaml_file(path: str | Path) -> Any:
