@@ -62,7 +62,11 @@ def _e4m3(v):
 def _e2m1(v):
     """Nearest E2M1 value (saturating at 6), ties to even: spacing 0.5 / 1 / 2."""
     a = tl.minimum(tl.abs(v), 6.0)
-    q = tl.where(a < 2.0, _rne(a * 2.0) * 0.5, tl.where(a < 4.0, _rne(a), _rne(a * 0.5) * 2.0))
+    # the spacing of the binade (0.5, 1 or 2) first, so one rounding serves all three
+    # (tl.where evaluates both sides); scaling by a power of two is exact
+    step = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
+    inverse = tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))
+    q = _rne(a * inverse) * step
     return tl.where(v < 0, -q, q)
 
 
