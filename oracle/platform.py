@@ -12,9 +12,11 @@ import functools
 from functools import cached_property
 import importlib.metadata
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Literal, Mapping
 
 from .validation import Revalidating
@@ -159,8 +161,19 @@ def _parse_capability(text: str, source: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+#: Device nodes a CUDA or ROCm device needs on Linux (WSL: /dev/dxg).
+_GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def _no_gpu_possible() -> bool:
+    """On Linux, no GPU device node means no GPU: skip importing torch (seconds) to learn that."""
+    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in _GPU_DEVICE_NODES)
+
+
 @functools.lru_cache(maxsize=1)
 def _detect() -> Platform:
+    if _no_gpu_possible():
+        return Platform.cpu()
     try:
         if importlib.util.find_spec("torch") is not None:
             found = _detect_torch()

@@ -93,9 +93,20 @@ def test_packages_from_environment_or_stated():
     assert p != q and hash(p) != hash(q)
 
 
+def test_detect_without_device_nodes_skips_torch(monkeypatch):
+    import oracle.platform as plat
+    plat._detect.cache_clear()
+    monkeypatch.setattr(plat.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(plat.sys, "platform", "linux")
+    monkeypatch.setattr(plat.importlib.util, "find_spec", lambda name: pytest.fail("torch was looked up"))
+    assert Platform.detect() == Platform.cpu()
+    plat._detect.cache_clear()
+
+
 def test_detect_never_fails(monkeypatch):
     import oracle.platform as plat
     plat._detect.cache_clear()
+    monkeypatch.setattr(plat, "_no_gpu_possible", lambda: False)
     monkeypatch.setattr(plat.importlib.util, "find_spec", lambda name: (_ for _ in ()).throw(RuntimeError("x")))
     monkeypatch.setattr(plat.shutil, "which", lambda name: None)
     assert Platform.detect() == Platform.cpu()
@@ -108,6 +119,7 @@ def test_detect_reads_nvidia_smi(monkeypatch):
 
     class Done:
         stdout = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n"
+    monkeypatch.setattr(plat, "_no_gpu_possible", lambda: False)
     monkeypatch.setattr(plat.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(plat.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(plat.subprocess, "run", lambda *a, **k: Done())
