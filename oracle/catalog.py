@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import string
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -36,6 +37,30 @@ from .validation import validate
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 
 
+#: Placeholders a requirement's `reason` may use; each is always filled in.
+REQUIREMENT_PLACEHOLDERS = ("backend", "kernel", "device_name", "vendor", "sm", "capability", "required",
+                            "package", "installed", "install", "detail")
+
+
+def render_reason(template: str, values: dict[str, Any]) -> str:
+    """Fill a requirement reason; placeholders were checked at load time, so none is missing."""
+    return string.Formatter().vformat(template, (), {**dict.fromkeys(REQUIREMENT_PLACEHOLDERS, ""), **values})
+
+
+def _check_placeholders(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(reason) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"reason {reason!r} is not a valid template: {exc}") from None
+    unknown = sorted(n for n in names if n not in REQUIREMENT_PLACEHOLDERS)
+    if unknown:
+        raise ValueError(f"reason uses unknown placeholder(s) {', '.join('{%s}' % n for n in unknown)}; "
+                         f"available: {', '.join(REQUIREMENT_PLACEHOLDERS)}")
+    return reason
+
+
 def normalize_backend(name: str) -> str:
     """Backend names are case-insensitive and '-' equals '_'."""
     return name.strip().lower().replace("-", "_")
@@ -43,6 +68,15 @@ def normalize_backend(name: str) -> str:
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Reasoned(_Frozen):
+    """A requirement with an optional human `reason`, whose placeholders are checked on load."""
+
+    @field_validator("reason", check_fields=False)
+    @classmethod
+    def _reason_placeholders(cls, v: str | None) -> str | None:
+        return _check_placeholders(v)
 
 
 class Mode(_Frozen):
@@ -58,7 +92,7 @@ class Mode(_Frozen):
         return hash((self.weight, self.activation, self.name))
 
 
-class CapabilityReq(_Frozen):
+class CapabilityReq(_Reasoned):
     family: list[int] | None = Field(None, description="accepted major versions, e.g. [12] for SM12x")
     min: str | None = Field(None, description='at least this capability, "8.9"')
     max: str | None = Field(None, description='at most this capability, "9.0"')
@@ -98,7 +132,7 @@ class CapabilityReq(_Frozen):
         return ", ".join(parts) or "any"
 
 
-class PackageReq(_Frozen):
+class PackageReq(_Reasoned):
     version: str = Field("", description='a PEP 440 range such as ">=1.5.1,<1.6"; "" = any version')
     install: str | None = Field(None, description="the command that installs it, shown when missing")
     reason: str | None = Field(None, description="the trace's reason when unmet")
@@ -113,12 +147,12 @@ class PackageReq(_Frozen):
         return v
 
 
-class RuntimeReq(_Frozen):
+class RuntimeReq(_Reasoned):
     check: str = Field(description='"module:function"(spec, platform) -> (ok, detail)')
     reason: str | None = Field(None, description="the trace's reason when it fails ({detail} available)")
 
 
-class VendorReq(_Frozen):
+class VendorReq(_Reasoned):
     any_of: list[Literal["nvidia", "amd", "intel", "cpu"]] = Field(description="accepted vendors")
     reason: str | None = Field(None, description="the trace's reason when unmet")
 

@@ -13,7 +13,8 @@ import os
 import threading
 from typing import Any, Iterable, Mapping
 
-from .catalog import KernelSpec, Mode, _import_object, normalize_backend, version_satisfies
+from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
+                      render_reason, version_satisfies)
 from .config import KernelConfig, pick
 from .errors import InputError, NoKernelError, UnknownBackendError
 from .formats import UNQUANTIZED_FORMATS
@@ -297,15 +298,13 @@ def _with_notes(c: Candidate, notes: tuple[str, ...]) -> Candidate:
 
 def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
     req = spec.requires
-    facts = {"backend": spec.backend, "kernel": spec.name, "device_name": platform.device_name or platform.vendor,
-             "vendor": platform.vendor, "sm": platform.sm, "capability": platform.capability_str}
+    facts = dict.fromkeys(REQUIREMENT_PLACEHOLDERS, "")
+    facts.update(backend=spec.backend, kernel=spec.name, device_name=platform.device_name or platform.vendor,
+                 vendor=platform.vendor, sm=platform.sm, capability=platform.capability_str)
 
     def fail(template: str | None, default: str, rule_key: str, **more: Any) -> _PlatformVerdict:
-        text = (template or default)
-        try:
-            text = text.format(**facts, **more)
-        except (KeyError, IndexError, ValueError):
-            pass
+        values = {**facts, **more}
+        text = render_reason(template, values) if template else render_reason(default, values)
         return _PlatformVerdict(False, text, spec.lines.get(rule_key, spec.source))
 
     if req.vendor is not None and platform.vendor not in req.vendor.any_of:
@@ -319,9 +318,12 @@ def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdic
         install = package.install or f"pip install {name}"
         if installed is None:
             verdict = fail(None, "package {package} is not installed; install it with `{install}`",
-                           f"package:{name}", package=name, install=install)
+                           f"package:{name}", package=name, install=install, installed="none",
+                           required=package.version or "any version")
             if package.reason:
-                verdict.reason = f"{package.reason.format(package=name, install=install, **facts)} " \
+                values = {**facts, "package": name, "install": install, "installed": "none",
+                          "required": package.version or "any version"}
+                verdict.reason = f"{render_reason(package.reason, values)} " \
                                  f"(package {name} is not installed; `{install}`)"
             return verdict
         if not version_satisfies(installed, package.version):

@@ -125,3 +125,19 @@ def test_policy_files_from_plugins_are_layered(tmp_path):
     assert policy.auto_select_for("b12x", "moe")[0] is False  # default file still underneath
     top = load_policy([user], registry=reg)
     assert top.auto_select_for("toyfast", "moe") == (True, f"{user}:3")
+
+
+def test_requirement_reason_placeholders_checked_on_load_and_always_filled():
+    with pytest.raises(PolicyError, match=r"unknown placeholder\(s\) \{gpu\}") as err:
+        kernels(GOOD.replace("    modes:", "    requires: {vendor: {any_of: [nvidia], reason: \"needs {gpu}\"}}\n    modes:"))
+    assert "k.yaml:6" in str(err.value)
+    from oracle import LinearLayer, Platform, select_backend, KernelConfig
+    from oracle.policy import load_policy
+    reg = Registry()
+    reg.add_kernels(load_yaml_text(GOOD.replace("    modes:", "    requires:\n      packages:\n        fancy: "
+                                                "{version: \">=2\", reason: \"fancy {installed} < {required}\"}\n"
+                                                "    modes:"), "k.yaml"), plugin="p")
+    layer = LinearLayer(name="q", in_features=128, out_features=128, weight_format="fp8_block")
+    d = select_backend(layer, Platform.preset("h200"), KernelConfig(linear_backend="k"),
+                       policy=load_policy(registry=reg), registry=reg, env={})
+    assert d.candidates[0].reason.startswith("fancy none < >=2 (package fancy is not installed")

@@ -156,9 +156,11 @@ def test_text_groups_and_summary():
     text = render_text(rep)
     assert "layers 3-60 (x58)  experts: moe E=256 top-8 H=7168 I=2048 silu, fp8_block g128" in text
     assert "layers 0-2 (x3)  gate_up_proj: linear K=7168 N=36864" in text
-    # quantized: 61 x 5 MLA + 3 x 2 dense + 58 x (experts + 2 shared) = 485; unquantized: 58 gates + embed + lm_head
-    assert "summary: 545 layers: 485 emulation, 60 unquantized, 0 without a kernel" in text
-    assert text.count("WARNING: fallback to emulation") == len(rep.emulation) == 10
+    # quantized: 61 x 5 MLA + 3 x 2 dense + 58 x (experts + 2 shared) = 485; unquantized: 58 gates + embed + lm_head.
+    # torch (optimized tier) serves fp8_block linears with N and K multiples of 128: q_a, q_b, kv_b, o (4 x 61),
+    # dense gate_up/down (2 x 3), shared experts (2 x 58) = 366; emulation: kv_a_proj (N=576, 61) + experts (58) = 119
+    assert "summary: 545 layers: 119 emulation, 366 torch, 60 unquantized, 0 without a kernel" in text
+    assert text.count("WARNING: fallback to emulation") == len(rep.emulation) == 2
     groups = {g.role: g.count for g in rep.groups}
     assert groups["experts"] == 58 and groups["q_a_proj"] == 61
 

@@ -1,0 +1,33 @@
+"""Entry point of oracle-torch (group `oracle.kernels`): registers kernels.yaml.
+
+No torch here: the engine imports an implementation only when a decision naming it is
+instantiated, and the device probes in `runtime` run only on a detected device.
+`can_implement` adds the one per-layer fact YAML cannot know in advance: whether the
+probed device's blockwise scaling takes K-block counts that are not multiples of 4.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from oracle.hookspecs import hookimpl
+
+KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
+
+
+@hookimpl
+def register_kernels(register):
+    register(KERNELS_FILE)
+
+
+@hookimpl
+def can_implement(kernel, layer, mode):
+    if kernel.name != "torch.linear.fp8_block":
+        return None
+    runtime = sys.modules.get("oracle_torch.runtime")    # loaded only once a device was probed
+    if runtime is None or "l4-only" not in runtime.PROBED_BLOCK_LAYOUTS.values():
+        return None
+    if (layer.in_features // 128) % 4:
+        return ("torch blockwise FP8 on this device takes only K/128 divisible by 4 (runtime probe), "
+                f"got K={layer.in_features}")
+    return None

@@ -1,0 +1,166 @@
+"""The device-side requirement: does this torch build, on this GPU, run the kernel correctly?
+
+The engine calls `check(spec, platform)` only on a detected device (on a simulated preset
+it is assumed, and the trace says so). Each kernel is probed once per device (cached): a
+small product through the kernel class itself, compared with the same quantized operands
+dequantized and multiplied in float32. A refused call (the library's own error) or a
+wrong result rejects the kernel with that detail, so the layer falls to the next tier
+instead of crashing. Blockwise FP8 also learns here which weight-scale layout torch takes.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+#: Relative Frobenius error allowed in the probe: the GEMM output is bf16 (2**-9 relative
+#: rounding) on identical operands; a layout mistake gives errors of order 1.
+PROBE_TOLERANCE = 2e-2
+#: device -> the blockwise weight-scale layout found by `block_scale_layout` (read by plugin.can_implement).
+PROBED_BLOCK_LAYOUTS: dict[str, str] = {}
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def _torch_device() -> tuple[Any, str | None]:
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - report, never crash the engine
+        return None, f"torch cannot be imported ({type(exc).__name__}: {exc})"
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return None, f"torch {torch.__version__} has no usable CUDA device (a CPU-only build or no GPU)"
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return None, f"torch {torch.__version__} has no FP8 scaled matmul (torch._scaled_mm)"
+    return torch, None
+
+
+def check(spec: Any, platform: Any) -> tuple[bool, str | None]:
+    torch, why = _torch_device()
+    if torch is None:
+        return False, why
+    return _probe(spec.name, torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(kernel: str, device_index: int) -> tuple[bool, str | None]:
+    import torch
+
+    if kernel == "torch.linear.fp8_block":
+        layout = block_scale_layout(torch.device("cuda", device_index))
+        if layout == "unsupported":
+            return False, (f"torch {torch.__version__} refuses blockwise FP8 scaling (1x128 x 128x128) on "
+                           f"capability {'.'.join(map(str, torch.cuda.get_device_capability(device_index)))}; "
+                           "it needs cuBLASLt blockwise scaling (CUDA >= 12.9, SM90/SM10x)")
+        return True, None
+    fmt = {"torch.linear.fp8_tensor": "fp8_tensor", "torch.linear.fp8_channel": "fp8_channel",
+           "torch.linear.mxfp8": "mxfp8", "torch.linear.nvfp4": "nvfp4"}.get(kernel)
+    if fmt is None:
+        return False, f"no probe for kernel {kernel}"
+    if fmt in ("mxfp8", "nvfp4") and not hasattr(torch.nn.functional, "scaled_mm"):
+        return False, f"torch {torch.__version__} has no torch.nn.functional.scaled_mm (block-scaled FP8/FP4)"
+    return probe_product(fmt, 32, 256, 256, torch.device("cuda", device_index))
+
+
+def probe_product(fmt: str, m: int, n: int, k: int, device: Any) -> tuple[bool, str | None]:
+    """Run the kernel on random operands; (True, None) if it agrees with a float32 reference."""
+    import torch
+
+    try:
+        y, ref = _run(fmt, m, n, k, device)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001 - the library's refusal becomes the reason
+        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    err = float((y.float() - ref).norm() / ref.norm())
+    if not err < PROBE_TOLERANCE:
+        return False, f"a {m}x{n}x{k} probe disagrees with the float32 reference (relative error {err:.3g})"
+    return True, None
+
+
+def _layer_and_mode(fmt: str, m: int, n: int, k: int) -> tuple[Any, Any]:
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+
+    act = {"fp8_tensor": "fp8", "fp8_channel": "fp8", "fp8_block": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[fmt]
+    layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format=fmt, activation_format=act)
+    return layer, Mode(weight=fmt, activation=act, name="probe")
+
+
+def _run(fmt: str, m: int, n: int, k: int, device: Any, layout: str | None = None):
+    import torch
+
+    from . import linear, quantize
+
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    x = torch.randn(m, k, generator=gen).to(device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, k, generator=gen).to(device)
+    layer, mode = _layer_and_mode(fmt, m, n, k)
+    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8"):
+        wq = w.to(torch.float8_e4m3fn)
+        if fmt == "fp8_tensor":
+            ws = torch.tensor(0.5, device=device)
+            wf = wq.float() * ws
+            xq, xs = quantize.fp8_per_tensor(x)
+            xf = xq.float() * xs
+        elif fmt == "fp8_channel":
+            ws = torch.rand(n, generator=gen).to(device) + 0.5
+            wf = wq.float() * ws[:, None]
+            xq, xs = quantize.fp8_per_token(x)
+            xf = xq.float() * xs
+        elif fmt == "fp8_block":
+            ws = torch.rand(n // 128, k // 128, generator=gen).to(device) + 0.5
+            wf = wq.float() * ws.repeat_interleave(128, 0).repeat_interleave(128, 1)
+            xq, xs = quantize.fp8_per_group(x)
+            xf = xq.float() * xs.repeat_interleave(128, 1)
+        else:
+            ws = torch.randint(120, 134, (n, k // 32), generator=gen, dtype=torch.uint8).to(device)
+            wf = wq.float() * torch.exp2(ws.float() - 127).repeat_interleave(32, 1)
+            xq, xs = quantize.mxfp8(x)
+            xf = xq.float() * torch.exp2(xs.float() - 127).repeat_interleave(32, 1)
+        impl = (linear.TorchBlockFP8Linear if fmt == "fp8_block" else
+                {"fp8_tensor": linear.TorchTensorFP8Linear, "fp8_channel": linear.TorchChannelFP8Linear,
+                 "mxfp8": linear.TorchMXFP8Linear}[fmt])(layer, mode, None)
+        if layout is not None:
+            impl._layout_override = layout
+        impl.process_weights(weight=wq, weight_scale=ws)
+        return impl.apply(x), xf @ wf.t()
+    lut = torch.tensor(E2M1, device=device)
+    codes = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8).to(device)
+    ws = (torch.rand(n, k // 16, generator=gen) + 0.5).to(device).to(torch.float8_e4m3fn)
+    gw = torch.tensor(0.25, device=device)
+    w_vals = torch.stack((lut[(codes & 15).long()], lut[(codes >> 4).long()]), -1).flatten(-2)
+    wf = w_vals * ws.float().repeat_interleave(16, 1) * gw
+    packed, bs, ga = quantize.nvfp4(x)
+    x_vals = torch.stack((lut[(packed & 15).long()], lut[(packed >> 4).long()]), -1).flatten(-2)
+    xf = x_vals * bs.float().repeat_interleave(16, 1) * ga
+    impl = linear.TorchNVFP4Linear(layer, mode, None)
+    impl.process_weights(weight=codes, weight_scale=ws, weight_global_scale=gw)
+    return impl.apply(x), xf @ wf.t()
+
+
+@functools.lru_cache(maxsize=None)
+def block_scale_layout(device: Any) -> str:
+    """Which [K/128, N/128] weight-scale layout this torch's blockwise FP8 accepts on `device`.
+
+    "kblocks" or "l4" when K/128 = 3 works with that layout; "l4-only" when only K/128 = 4
+    works; "unsupported" when blockwise scaling is refused. Runs real products, once.
+    """
+    found = "unsupported"
+    for layout in ("kblocks", "l4"):
+        if _probe_block(device, layout, 384)[0]:
+            found = layout
+            break
+    else:
+        if _probe_block(device, "l4", 512)[0]:
+            found = "l4-only"
+    PROBED_BLOCK_LAYOUTS[str(device)] = found
+    return found
+
+
+def _probe_block(device: Any, layout: str, k: int) -> tuple[bool, str | None]:
+    import torch
+
+    try:
+        y, ref = _run("fp8_block", 16, 256, k, device, layout=layout)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001
+        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    err = float((y.float() - ref).norm() / ref.norm())
+    return err < PROBE_TOLERANCE, None
