@@ -67,12 +67,17 @@ def _record(name, **figures):
 
 @pytest.mark.skipif(_is_sm12x(), reason="an SM12x device serves these layers with b12x itself")
 @pytest.mark.parametrize("fmt, act", LINEAR_CASES)
-def test_b12x_rejected_on_this_device_and_next_candidate_matches_reference(fmt, act):
+def test_b12x_rejected_on_this_device_and_next_candidate_matches_reference(fmt, act, tmp_path):
     pytest.importorskip("oracle_emulation", reason="the emulation plugin (the next candidate) is not installed")
+    from oracle.policy import load_policy
     layer, tensors, x = _linear_case(fmt, act)
     platform = Platform.detect()
     assert not platform.simulated and platform.vendor == "nvidia"
-    d = select_backend(layer, platform)
+    # b12x requested first, so it is tried whatever the optimized tier holds; on_unsupported: fallback
+    # then hands the layer to automatic selection (torch's optimized kernel, else emulation)
+    fallback = tmp_path / "fallback.yaml"
+    fallback.write_text("on_unsupported: fallback\n")
+    d = select_backend(layer, platform, KernelConfig(linear_backend="b12x"), policy=load_policy([fallback]))
     b12x = [c for c in d.candidates if c.backend == "b12x"]
     assert b12x and all(c.verdict == "rejected" and c.stage == "platform" for c in b12x)
     assert b12x[0].reason == CAPABILITY_REASON
