@@ -111,7 +111,8 @@ LINEAR = LinearLayer(name="model.layers.0.mlp.down_proj", in_features=4096, out_
     (sm120(triton=None), "package triton is not installed"),
 ])
 def test_each_unmet_requirement_has_its_own_reason(platform, expected):
-    b12x = _b12x_candidates(select_backend(LINEAR, platform))
+    # explicitly b12x: on b200 the optimized tier (torch) would otherwise win before b12x is tried
+    b12x = _b12x_candidates(select_backend(LINEAR, platform, KernelConfig(linear_backend="b12x")))
     assert b12x and b12x[0].verdict == "rejected" and b12x[0].stage == "platform"
     assert expected in b12x[0].reason and "kernels.yaml" in b12x[0].rule
 
