@@ -23,6 +23,7 @@ import sys
 import time
 
 import torch
+from gpu_timing import time_cuda_ms, warm_clocks
 
 from oracle import KernelConfig, LinearLayer, MoELayer, Platform, select_backend
 from oracle_emulation.formats import codec_for
@@ -38,19 +39,10 @@ TARGET = 1.5
 
 def timer(device: torch.device, iters: int, warmup: int):
     def run(fn) -> float:
+        if device.type == "cuda":
+            return time_cuda_ms(fn, iters, warmup)
         for _ in range(warmup):
             fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(iters):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
         times = []
         for _ in range(iters):
             t = time.perf_counter()
@@ -174,12 +166,7 @@ def main(argv=None) -> int:
           f"torch {torch.__version__}; platform: {platform.describe()}", flush=True)
     run = timer(device, iters, warmup)
     if device.type == "cuda":  # bring the clocks up before the first figure is taken
-        spin = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-        end = time.perf_counter() + 2.0
-        while time.perf_counter() < end:
-            spin @ spin
-        torch.cuda.synchronize()
-        del spin
+        warm_clocks()
     results: list[dict] = []
     torch.manual_seed(0)
     bench_linear(sizes, ms, device, run, results, platform)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 
 import torch
+from gpu_timing import time_cuda_ms, warm_clocks
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
 from oracle_emulation.formats import codec_for
@@ -44,31 +44,7 @@ EMULATION = KernelConfig(linear_backend="emulation")
 
 
 def time_ms(fn, iters: int = 10, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def warm_clocks(seconds: float = 1.5) -> None:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    while True:
-        for _ in range(10):
-            a @ a
-        end.record()
-        end.synchronize()
-        if start.elapsed_time(end) > seconds * 1e3:
-            return
+    return time_cuda_ms(fn, iters, warmup)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     platform = Platform.detect()
     print(f"device {torch.cuda.get_device_name()} (capability {platform.capability_str}), torch {torch.__version__}")
     warm_clocks()
-    rows, best = [], {}
+    rows = []
     header = f"{'shape':34} {'N x K':>13} {'format':11} {'M':>5} {'torch ms':>9} {'emul ms':>9} {'bf16 ms':>9} " \
              f"{'bf16/torch':>10} {'emul/torch':>10}"
     print(header)

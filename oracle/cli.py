@@ -97,7 +97,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
                           "plugin_errors": failures}, indent=2))
         return 0
     print(f"platform: {platform.describe()}")
-    print(f"plugins:  " + (", ".join(f"{p['name']} ({p['distribution'] or 'in-process'} {p['version'] or ''})".replace(" )", ")")
+    print("plugins:  " + (", ".join(f"{p['name']} ({p['distribution'] or 'in-process'} {p['version'] or ''})".replace(" )", ")")
                                      for p in plugins) or "none installed"))
     print(f"backends: auto, {', '.join(registry.backends())}" if registry.kernels else "backends: (none)")
     for row in rows:

@@ -5,7 +5,7 @@ from functools import cached_property
 from typing import Any
 
 from .validation import Revalidating
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import ConfigDict, field_validator
 
 from .catalog import normalize_backend
 from .formats import ACTIVATION_FORMATS, WEIGHT_FORMATS

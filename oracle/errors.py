@@ -20,6 +20,18 @@ class InputError(OracleError, ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+class TensorError(InputError):
+    """A tensor handed to a kernel or quantizer that is not what its format prescribes.
+
+    Shared by every plugin (it needs no torch): the message names the tensor, what was
+    expected and what came, e.g. "w13_scale: expected shape [32, 5760, 90] ..., got [...]".
+    """
+
+    def __init__(self, tensor: str, expected: str, got: str):
+        self.tensor = tensor
+        super().__init__(f"{tensor}: expected {expected}, got {got}")
+
+
 class PolicyError(InputError):
     """A policy or kernel declaration file that does not validate."""
 

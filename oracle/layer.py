@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from .validation import Revalidating
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from .formats import ActivationFormat, DType, MoEActivation, WeightFormat, is_quantized
 

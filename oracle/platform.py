@@ -20,7 +20,7 @@ import sys
 from typing import Literal, Mapping
 
 from .validation import Revalidating
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict
 
 from .errors import InputError
 from .resources import policy_file

@@ -293,7 +293,7 @@ def _routed_with_shared(b: Builder, i: int, p: str, experts: int, act: str) -> N
     shared = c.int("n_shared_experts", 0, minimum=0)
     if shared:
         b.gated_mlp(i, f"{p}.shared_experts", shared * moe_size, "moe_intermediate_size", role="shared_experts.",
-                    what=f"shared expert size (n_shared_experts x moe_intermediate_size)")
+                    what="shared expert size (n_shared_experts x moe_intermediate_size)")
 
 
 def glm4_moe(b: Builder) -> None:

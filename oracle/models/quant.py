@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..errors import InputError
 from ..formats import CODEC_BLOCKS
 from .matching import NameMatcher
 from .model import EXPLICIT_ONLY_ROLES, ROUTER_ROLES, Module, Quant

@@ -6,15 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from oracle.errors import InputError
-
-
-class TensorError(InputError):
-    """A tensor handed to a quantizer or kernel that is not what the format prescribes."""
-
-    def __init__(self, tensor: str, expected: str, got: str):
-        self.tensor = tensor
-        super().__init__(f"{tensor}: expected {expected}, got {got}")
+from oracle.errors import TensorError  # noqa: F401  (re-exported: the plugin raises it)
 
 
 def shape_of(t: Any) -> list[int]:

@@ -1,0 +1,36 @@
+"""Timing shared by the GPU benchmarks: CUDA events around each call, median, clocks warmed first.
+
+Each call is timed on its own (event, call, event, sync), so the figure includes the host's
+launch overhead the way one forward pass pays it; the median damps stragglers.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def time_cuda_ms(fn, iters: int = 10, warmup: int = 3) -> float:
+    """Median milliseconds of `fn()` on the current CUDA device."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def warm_clocks(seconds: float = 2.0) -> None:
+    """Keep the GPU busy with BF16 products so the first figure is not taken at idle clocks."""
+    spin = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        spin @ spin
+    torch.cuda.synchronize()
