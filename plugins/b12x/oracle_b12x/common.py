@@ -6,7 +6,7 @@ torch is imported lazily inside functions, so importing this module stays cheap.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from oracle.errors import CaptureError, InputError
 from oracle.warmup import is_capturing
@@ -159,6 +159,43 @@ def refuse_during_capture(what: str) -> None:
     if is_capturing():
         raise CaptureError(f"{what} during CUDA-graph capture: prepare weights, plan and warm up "
                            "(oracle.warmup) before capturing")
+
+
+class PlanCache:
+    """b12x plans shared across layers by signature, and the signatures that have run once.
+
+    Planning allocates (scratch, workspaces) and may compile, so it must happen before
+    CUDA-graph capture; during capture only a plan that has already run may be used.
+    One instance per kernel family (linear, MoE, embedding).
+    """
+
+    def __init__(self) -> None:
+        self.plans: dict[Hashable, Any] = {}
+        self.warmed: set[Hashable] = set()
+
+    def get(self, key: Hashable, make: Callable[[], Any], *, owner: str, what: str, running: bool = False) -> Any:
+        """The plan for `key`, made by `make()` once; `running` marks it warmed after use."""
+        plan = self.plans.get(key)
+        if running and is_capturing() and (plan is None or key not in self.warmed):
+            raise CaptureError(f"{owner}: no warmed b12x plan for {what} during CUDA-graph capture; "
+                               "include this token count in oracle.warmup before capturing")
+        if plan is None:
+            refuse_during_capture(f"{owner}: planning b12x for {what}")
+            plan = self.plans[key] = make()
+        if running:
+            self.warmed.add(key)
+        return plan
+
+    def mark_warmed(self, key: Hashable) -> None:
+        self.warmed.add(key)
+
+    def forget_warmed(self, keep: Callable[[Hashable], bool]) -> None:
+        """Un-warm the signatures `keep` rejects (their launches may hold storage that moved)."""
+        self.warmed = {k for k in self.warmed if keep(k)}
+
+    def clear(self) -> None:
+        self.plans.clear()
+        self.warmed.clear()
 
 
 def release_sources(tensors: Iterable[Any]) -> int:

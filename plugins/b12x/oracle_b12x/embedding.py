@@ -8,12 +8,11 @@ from oracle.errors import CaptureError, InputError
 from oracle.kernel import Kernel
 from oracle.warmup import WarmupUnit, is_capturing
 
-from .common import capacities, capacity, check_tensor, refuse_during_capture, reuse_packed_storage
+from .common import PlanCache, capacities, capacity, check_tensor, refuse_during_capture, reuse_packed_storage
 from .library import attr, load
 
 _BLOCK, _BYTES = 32, 34
-_PLANS: dict[Hashable, Any] = {}
-_WARMED: set[Hashable] = set()
+_PLANS = PlanCache()
 
 
 class B12xQ8Embedding(Kernel):
@@ -59,22 +58,15 @@ class B12xQ8Embedding(Kernel):
         return (self.rows, self.dim, str(id_dtype), str(self.weight.device), cap)
 
     def _plan_for(self, cap: int, id_dtype: Any, *, running: bool = False) -> Any:
-        key = self._signature(cap, id_dtype)
-        plan = _PLANS.get(key)
-        if running and is_capturing() and (plan is None or key not in _WARMED):
-            raise CaptureError(f"{self.owner}: no warmed b12x embedding plan for {cap} ids during CUDA-graph "
-                               "capture; run oracle.warmup first")
-        if plan is None:
-            refuse_during_capture(f"{self.owner}: planning b12x embedding")
-            emb = load("sequence.embedding")
-            query = attr(emb, "EmbeddingQuery", "Q8_0 embedding")(max_rows=cap, table_rows=self.rows, width=self.dim,
-                                       row_stride=self.weight.stride(0), weight_dtype="uint8",
-                                       id_dtype=str(id_dtype).removeprefix("torch."))
-            plan = attr(emb, "plan", "Q8_0 embedding")(query, device=self.weight.device)
-            _PLANS[key] = plan
-        if running:
-            _WARMED.add(key)
-        return plan
+        return _PLANS.get(self._signature(cap, id_dtype), partial(self._make_plan, cap, id_dtype),
+                          owner=self.owner, what=f"{cap} ids", running=running)
+
+    def _make_plan(self, cap: int, id_dtype: Any) -> Any:
+        emb = load("sequence.embedding")
+        query = attr(emb, "EmbeddingQuery", "Q8_0 embedding")(max_rows=cap, table_rows=self.rows, width=self.dim,
+                                                              row_stride=self.weight.stride(0), weight_dtype="uint8",
+                                                              id_dtype=str(id_dtype).removeprefix("torch."))
+        return attr(emb, "plan", "Q8_0 embedding")(query, device=self.weight.device)
 
     def warmup_units(self, token_counts) -> list:
         import torch

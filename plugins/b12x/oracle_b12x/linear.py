@@ -10,26 +10,24 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Hashable
 
-from oracle.errors import CaptureError, InputError
+from oracle.errors import InputError
 from oracle.kernel import Kernel
-from oracle.warmup import WarmupUnit, is_capturing
+from oracle.warmup import WarmupUnit
 
 from . import mapping
-from .common import (canonicalize_fp4_zero_signs_, capacities, capacity, check_scalar, check_tensor,
+from .common import (PlanCache, canonicalize_fp4_zero_signs_, capacities, capacity, check_scalar, check_tensor,
                      refuse_during_capture, reuse_packed_storage, torch_dtype)
 from .library import B12xUnavailableError, attr, has, load
 
 E4M3_MAX = 448.0
 
-#: (kernel, signature) -> b12x plan, shared across layers; and the signatures already run once.
-_PLANS: dict[tuple[str, Hashable], Any] = {}
-_WARMED: set[tuple[str, Hashable]] = set()
+#: (kernel, signature) -> b12x plan, shared across layers.
+_PLANS = PlanCache()
 
 
 def clear_plans() -> None:
     """Forget every shared plan (tests, or a device change)."""
     _PLANS.clear()
-    _WARMED.clear()
 
 
 class B12xLinear(Kernel):
@@ -87,18 +85,8 @@ class B12xLinear(Kernel):
         return (*self._layer_key(), cap)
 
     def _plan_for(self, cap: int, *, running: bool = False) -> Any:
-        key = (self.spec.name, self._signature(cap))
-        plan = _PLANS.get(key)
-        if running and is_capturing() and (plan is None or key not in _WARMED):
-            raise CaptureError(f"{self.owner}: no warmed b12x plan for {cap} rows during CUDA-graph capture; "
-                               "include this token count in oracle.warmup before capturing")
-        if plan is None:
-            refuse_during_capture(f"{self.owner}: planning b12x GEMM for {cap} rows")
-            plan = self._make_plan(cap)
-            _PLANS[key] = plan
-        if running:
-            _WARMED.add(key)
-        return plan
+        return _PLANS.get((self.spec.name, self._signature(cap)), partial(self._make_plan, cap),
+                          owner=self.owner, what=f"{cap} rows", running=running)
 
     def _make_plan(self, cap: int) -> Any:
         query, fixed = mapping.dense_query_args(self.layer, self.mode, tokens=cap)
@@ -120,8 +108,7 @@ class B12xLinear(Kernel):
         import torch
 
         x = torch.zeros(cap, self.k, dtype=torch_dtype(self.dtype_name), device=self._device())
-        self._run(x, self._plan_for(cap))
-        _WARMED.add((self.spec.name, self._signature(cap)))
+        self._run(x, self._plan_for(cap, running=True))
 
     # ---- pieces subclasses provide ------------------------------------------------------
     def _pack(self, **tensors: Any) -> Any:
@@ -373,5 +360,4 @@ def _validate_now(plan: Any, device: Any) -> None:
 
 def _forget_plans(kernel: str, layer_key: Hashable) -> None:
     """Plans hold no weight storage, but warmed launches may; re-warm after storage moved."""
-    for key in [k for k in _WARMED if k[0] == kernel and k[1][:len(layer_key)] == layer_key]:
-        _WARMED.discard(key)
+    _PLANS.forget_warmed(lambda k: not (k[0] == kernel and k[1][:len(layer_key)] == layer_key))

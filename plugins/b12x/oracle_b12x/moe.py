@@ -22,7 +22,7 @@ from oracle.kernel import Kernel
 from oracle.warmup import WarmupUnit, is_capturing
 
 from . import mapping
-from .common import (canonicalize_fp4_zero_signs_, capacities, capacity, check_tensor, per_expert,
+from .common import (PlanCache, canonicalize_fp4_zero_signs_, capacities, capacity, check_tensor, per_expert,
                      refuse_during_capture, release_sources, reuse_packed_storage, swap_gate_up, torch_dtype)
 from .library import B12xUnavailableError, attr, enum_has, has, load
 
@@ -31,8 +31,7 @@ _CODECS = {"iq2_xs": (256, 74), "iq2_xxs": (256, 66), "q8_0": (32, 34)}
 
 #: signature -> (plan, scratch), shared by every layer of the same signature (one warmup
 #: unit per signature, as oracle.warmup de-duplicates); and the signatures already run once.
-_PLANS: dict[Hashable, tuple[Any, Any]] = {}
-_WARMED: set[Hashable] = set()
+_PLANS = PlanCache()     # signature -> (b12x plan, its uint8 scratch)
 
 
 def _fm(name: str) -> Any:
@@ -42,7 +41,6 @@ def _fm(name: str) -> Any:
 
 def clear_plans() -> None:
     _PLANS.clear()
-    _WARMED.clear()
 
 
 class B12xMoE(Kernel):
@@ -171,31 +169,23 @@ class B12xMoE(Kernel):
                 self.activation, self.layer.apply_router_weight_on_input, limit, alpha, beta, self.layer.dtype, cap)
 
     def _plan_for(self, cap: int, *, running: bool = False) -> tuple[Any, Any]:
-        key = self._signature(cap)
-        entry = _PLANS.get(key)
-        if running and is_capturing() and (entry is None or key not in _WARMED):
-            raise CaptureError(f"{self.owner}: b12x MoE plans must be created and warmed before CUDA-graph "
-                               f"capture (no warmed plan for {cap} tokens); run oracle.warmup first")
-        if entry is None:
-            refuse_during_capture(f"{self.owner}: planning b12x MoE for {cap} tokens")
-            import torch
-            limit, alpha, beta = self.swiglu
-            device = self.experts.w1_fp4.device
-            caps = self._call(_fm("Caps"), max_tokens=cap, num_topk=self.k, device=device,
-                              weight_plan=self.weight_plan, quant_mode=self.quant_mode,
-                              core_token_counts=(cap,), route_num_experts=0,
-                              apply_router_weight_on_input=self.layer.apply_router_weight_on_input,
-                              swiglu_limit=limit, swiglu_alpha=alpha, swiglu_beta=beta)
-            plan = _fm("plan")(caps)
-            specs = tuple(plan.scratch_specs())
-            if len(specs) != 1 or specs[0].dtype != torch.uint8:
-                raise B12xUnavailableError(f"expected one uint8 b12x MoE scratch buffer, got {specs}")
-            scratch = torch.empty(int(specs[0].nbytes), dtype=torch.uint8, device=device)
-            entry = (plan, scratch)
-            _PLANS[key] = entry
-        if running:
-            _WARMED.add(key)
-        return entry
+        return _PLANS.get(self._signature(cap), partial(self._make_plan, cap), owner=self.owner,
+                          what=f"{cap} tokens", running=running)
+
+    def _make_plan(self, cap: int) -> tuple[Any, Any]:
+        import torch
+        limit, alpha, beta = self.swiglu
+        device = self.experts.w1_fp4.device
+        caps = self._call(_fm("Caps"), max_tokens=cap, num_topk=self.k, device=device,
+                          weight_plan=self.weight_plan, quant_mode=self.quant_mode,
+                          core_token_counts=(cap,), route_num_experts=0,
+                          apply_router_weight_on_input=self.layer.apply_router_weight_on_input,
+                          swiglu_limit=limit, swiglu_alpha=alpha, swiglu_beta=beta)
+        plan = _fm("plan")(caps)
+        specs = tuple(plan.scratch_specs())
+        if len(specs) != 1 or specs[0].dtype != torch.uint8:
+            raise B12xUnavailableError(f"expected one uint8 b12x MoE scratch buffer, got {specs}")
+        return plan, torch.empty(int(specs[0].nbytes), dtype=torch.uint8, device=device)
 
     # ---- running ------------------------------------------------------------------------
     def apply(self, hidden_states: Any, topk_weights: Any, topk_ids: Any) -> Any:
@@ -244,4 +234,4 @@ class B12xMoE(Kernel):
         ids = (torch.arange(self.k, device=device, dtype=torch.int32) % self.e).expand(cap, self.k).contiguous()
         weights = torch.full((cap, self.k), 1.0 / self.k, dtype=torch.float32, device=device)
         self._run(x, weights, ids)
-        _WARMED.add(self._signature(cap))
+        _PLANS.mark_warmed(self._signature(cap))
