@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
                       render_reason, version_satisfies)
 from .config import KernelConfig, pick
-from .errors import InputError, NoKernelError, UnknownBackendError
+from .errors import InputError, NoKernelError
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
 from .policy import EffectivePolicy, default_policy
@@ -250,10 +250,8 @@ class Engine:
                         chosen = normalize_backend(value)
                         source = f"platform default at {self.policy.where('platforms', str(i))}"
                     break
-        if chosen != "auto" and not self.registry.is_backend(chosen):
-            raise UnknownBackendError(
-                f"unknown backend {chosen!r}; registered backends: auto, {', '.join(self.registry.backends())}",
-                field=f"{op}_backend", source=None if source == "KernelConfig" else source)
+        self.registry.require_backend(chosen, field=f"{op}_backend",
+                                      source=None if source == "KernelConfig" else source)
         return chosen, source
 
     def _activations(self, layer: Any, config: KernelConfig,

@@ -407,9 +407,7 @@ def _check_backend_names(config: Any) -> None:
         choice = getattr(config, f"{op}_backend")
         names = choice.values() if isinstance(choice, dict) else [choice]
         for name in names:
-            if name != "auto" and not registry.is_backend(name):
-                raise InputError(f"unknown backend {name!r}; registered backends: auto, "
-                                 f"{', '.join(registry.backends())}", field=f"--{op}-backend")
+            registry.require_backend(name, field=f"--{op}-backend")
 
 
 def _positive(value: Any, flag: str) -> int:

@@ -18,7 +18,7 @@ import pluggy
 
 from . import hookspecs
 from .catalog import KernelSpec, load_kernel_file, normalize_backend
-from .errors import OracleError
+from .errors import OracleError, UnknownBackendError
 from .sources import display_path, load_yaml_file
 
 ENTRY_POINT_GROUP = "oracle.kernels"
@@ -169,6 +169,15 @@ class Registry:
 
     def is_backend(self, name: str) -> bool:
         return normalize_backend(name) in {k.backend for k in self.kernels}
+
+    def require_backend(self, name: str, *, field: str, source: str | None = None) -> str:
+        """`name` normalised; "auto" or a registered backend, else an error listing the registered ones."""
+        normalized = normalize_backend(name)
+        if normalized != "auto" and not self.is_backend(normalized):
+            raise UnknownBackendError(
+                f"unknown backend {normalized!r}; registered backends: auto, {', '.join(self.backends())}",
+                field=field, source=source)
+        return normalized
 
 
 _lock = threading.Lock()
