@@ -43,16 +43,21 @@ class ConfigView:
     def error(self, name: str, message: str) -> InputError:
         return InputError(message, source=self.source, field=self.key(name))
 
-    def int(self, name: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
-        """A required (or defaulted) integer >= minimum; `null` counts as missing."""
+    def _get(self, name: str, default: Any, what: str, ok: Any, shown: Any = repr) -> Any:
+        """The value of `name` if `ok(value)`; `null` counts as missing (the default, else an error)."""
         value = self.data.get(name)
         if value is None:
             if default is _MISSING:
-                raise self.error(name, "required key is missing; expected an integer")
+                raise self.error(name, f"required key is missing; expected {what}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"expected an integer, got {value!r}")
-        if value < minimum:
+        if not ok(value):
+            raise self.error(name, f"expected {what}, got {shown(value)}")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        """A required (or defaulted) integer >= minimum; `null` counts as missing."""
+        value = self._get(name, default, "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+        if self.data.get(name) is not None and value < minimum:
             raise self.error(name, f"expected an integer >= {minimum}, got {value}")
         return value
 
@@ -60,42 +65,18 @@ class ConfigView:
         return self.int(name, None, minimum=minimum)
 
     def str(self, name: str, default: Any = _MISSING) -> str:
-        value = self.data.get(name)
-        if value is None:
-            if default is _MISSING:
-                raise self.error(name, "required key is missing; expected a string")
-            return default
-        if not isinstance(value, str):
-            raise self.error(name, f"expected a string, got {value!r}")
-        return value
+        return self._get(name, default, "a string", lambda v: isinstance(v, str))
 
     def bool(self, name: str, default: bool) -> bool:
-        value = self.data.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(name, f"expected true or false, got {value!r}")
-        return value
+        return self._get(name, default, "true or false", lambda v: isinstance(v, bool))
 
     def float(self, name: str, default: Any = _MISSING) -> float:
-        value = self.data.get(name)
-        if value is None:
-            if default is _MISSING:
-                raise self.error(name, "required key is missing; expected a number")
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(name, f"expected a number, got {value!r}")
-        return float(value)
+        value = self._get(name, default, "a number",
+                          lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+        return float(value) if self.data.get(name) is not None else value
 
     def list(self, name: str, default: Any = _MISSING) -> list:
-        value = self.data.get(name)
-        if value is None:
-            if default is _MISSING:
-                raise self.error(name, "required key is missing; expected a list")
-            return default
-        if not isinstance(value, list):
-            raise self.error(name, f"expected a list, got {type(value).__name__}")
-        return value
+        return self._get(name, default, "a list", lambda v: isinstance(v, list), lambda v: type(v).__name__)
 
     def str_list(self, name: str) -> list[str]:
         items = self.list(name, [])
