@@ -3,6 +3,7 @@
 Run on a GPU: python3 bench/profile_activation_qdq.py
 """
 import torch
+from gpu_timing import time_cuda_ms
 
 from oracle_emulation import activations as act
 from oracle_emulation import activations_triton as tk
@@ -36,13 +37,8 @@ def cpu_us(fn, iters=50):
 
 
 def synced_us(fn, iters=30):
-    """Per-call time with a sync after each call, as bench_emulation.py measures."""
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return sorted(times)[len(times) // 2]
+    """Per-call time with a sync after each call, as the benchmarks measure."""
+    return time_cuda_ms(fn, iters) * 1e3
 
 
 def main():

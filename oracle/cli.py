@@ -77,10 +77,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     engine = get_engine(policy, registry)
     rows = []
+    tiers = {t for table in policy.ordering.values() for names in table.values() for t in names}
     for spec in registry.kernels:
         verdict = engine._platform_check(spec, platform)
         auto, auto_rule = engine._auto_allowed(spec)
-        tiers = {t for table in policy.ordering.values() for tiers in table.values() for t in tiers}
         rows.append({
             "kernel": spec.name, "backend": spec.backend, "tier": spec.tier, "op": spec.op,
             "plugin": spec.plugin, "auto_select": auto, "auto_select_rule": auto_rule,

@@ -20,6 +20,7 @@ from .errors import InputError, NoKernelError
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
 from .policy import EffectivePolicy, default_policy
+from . import registry as _registry_module
 from .registry import Registry, get_registry
 from .rules import failing
 from .trace import Candidate, Decision, log_decision
@@ -383,7 +384,6 @@ def _default_platform() -> Platform:
 
 def _default_engine() -> Engine:
     """The engine for the process-wide registry and default policy (checked cheaply per call)."""
-    from . import registry as _registry_module
     reg = _registry_module._registry or get_registry()
     engine = _default[0]
     if engine is None or engine.registry is not reg:
