@@ -21,13 +21,13 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import string
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from . import templates
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
 from .rules import Rule, compile_rules
@@ -44,20 +44,20 @@ REQUIREMENT_PLACEHOLDERS = ("backend", "kernel", "device_name", "vendor", "sm", 
 
 def render_reason(template: str, values: dict[str, Any]) -> str:
     """Fill a requirement reason; placeholders were checked at load time, so none is missing."""
-    return string.Formatter().vformat(template, (), {**dict.fromkeys(REQUIREMENT_PLACEHOLDERS, ""), **values})
+    return templates.render(template, lambda name: values.get(name, ""))
 
 
 def _check_placeholders(reason: str | None) -> str | None:
+    """Every placeholder is one of REQUIREMENT_PLACEHOLDERS (all text) and its format spec fits text."""
     if reason is None:
         return None
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(reason) if name is not None}
-    except ValueError as exc:
-        raise ValueError(f"reason {reason!r} is not a valid template: {exc}") from None
-    unknown = sorted(n for n in names if n not in REQUIREMENT_PLACEHOLDERS)
-    if unknown:
-        raise ValueError(f"reason uses unknown placeholder(s) {', '.join('{%s}' % n for n in unknown)}; "
-                         f"available: {', '.join(REQUIREMENT_PLACEHOLDERS)}")
+
+    def sample(name: str) -> str:
+        if name not in REQUIREMENT_PLACEHOLDERS:
+            raise KeyError(name)
+        return "x"
+    templates.check(reason, sample, lambda name: f"reason uses unknown placeholder(s) {{{name}}}; available: "
+                                                 f"{', '.join(REQUIREMENT_PLACEHOLDERS)}")
     return reason
 
 
@@ -209,6 +209,9 @@ class _KernelFile(_Frozen):
     backend: str | None = Field(None, description="default backend of the kernels below")
     tier: str | None = Field(None, description="default ordering tier of the kernels below")
     requires: Requirements | None = Field(None, description="default platform requirements")
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, description="environment variables the plugin's hooks read (they key the "
+                                          "decision cache; hooks read them with oracle.envvars.decision_env())")
     kernels: list[Any] = Field(min_length=1, description="the kernel declarations")
 
 
@@ -228,6 +231,8 @@ class KernelSpec(_Frozen):
     constraints: tuple[Rule, ...] = ()
     source: str = "<memory>"
     plugin: str = "<memory>"
+    #: environment variables the plugin's hooks read for this kernel (the file's `env:`)
+    env: tuple[str, ...] = ()
     #: file:line of each requirement and of auto_select, for the trace.
     lines: dict[str, str] = Field(default_factory=dict)
 
@@ -241,17 +246,42 @@ class KernelSpec(_Frozen):
         return self.op == op and any(m.weight == weight_format for m in self.modes)
 
     def load_implementation(self) -> type:
-        """Import the implementation class; only `instantiate()` calls this."""
-        return _import_object(self.implementation, f"kernel {self.name}")
+        """Import the implementation class; only `instantiate()` and `check_implementation` call this."""
+        impl = _import_object(self.implementation, f"kernel {self.name}")
+        from .kernel import Kernel
+        if not (isinstance(impl, type) and issubclass(impl, Kernel)):
+            raise PolicyError(f"kernel {self.name}: implementation {self.implementation} is "
+                              f"{_kind(impl)}, not a subclass of oracle.kernel.Kernel", source=self.source)
+        return impl
+
+
+def check_implementation(spec: KernelSpec) -> str | None:
+    """Why `spec`'s implementation cannot be used (import fails, missing, not a Kernel), or None.
+
+    For `oracle verify`: selection never imports implementations, so without this a missing
+    class is found only by `Decision.instantiate()`.
+    """
+    try:
+        spec.load_implementation()
+    except PolicyError as exc:
+        return str(exc)
+    return None
+
+
+def _kind(obj: Any) -> str:
+    return f"the class {obj.__qualname__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
 
 
 def _import_object(dotted: str, owner: str) -> Any:
     module_name, _, attr = dotted.partition(":")
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, attr)
-    except Exception as exc:  # a plugin bug must surface as a clear error, not a crash
+    except (Exception, SystemExit) as exc:  # a plugin bug must surface as a clear error, not a crash
         raise PolicyError(f"{owner}: cannot import {dotted}: {type(exc).__name__}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise PolicyError(f"{owner}: cannot import {dotted}: module {module_name} has no {attr!r}") from None
 
 
 def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
@@ -285,7 +315,7 @@ def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
             implementation=entry.implementation, modes=tuple(entry.modes), auto_select=entry.auto_select,
             testing_only=entry.testing_only, note=entry.note, requires=requires,
             constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}"),
-            source=where(kernels, i), plugin=plugin, lines=lines,
+            source=where(kernels, i), plugin=plugin, lines=lines, env=tuple(head.env),
         ))
     return specs
 

@@ -16,7 +16,9 @@ from typing import Any, Iterable, Mapping
 from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
                       render_reason, version_satisfies)
 from .config import KernelConfig, pick
+from .envvars import DISABLED_KERNELS, deciding_with, flag, kernel_list
 from .errors import InputError, NoKernelError
+from .layer import not_a_layer
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
 from .policy import EffectivePolicy, default_policy
@@ -61,10 +63,14 @@ class Engine:
             env_key = tuple(map(self._raw_env.get, self._raw_keys))
         else:
             env_key = tuple(env.get(k) for k in self.policy.env_keys)
-        key = (layer.signature, platform, config, env_key)
+        try:
+            key = (layer.signature, platform, config, env_key)
+        except AttributeError:
+            raise not_a_layer(layer) from None
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decide(layer, platform, config, env)
+            with deciding_with(env):  # plugin hooks read the caller's env through decision_env()
+                decision = self._decide(layer, platform, config, env)
             with self._lock:
                 if len(self._decisions) > 65536:
                     self._decisions.clear()
@@ -205,9 +211,7 @@ class Engine:
 
     def _disabled(self, env: Mapping[str, str]) -> set[str]:
         names = set(self.policy.disabled_kernels)
-        extra = env.get("ORACLE_DISABLED_KERNELS")
-        if extra:
-            names.update(n.strip() for n in extra.split(",") if n.strip())
+        names.update(kernel_list(env, DISABLED_KERNELS, self.registry.by_name))
         return names
 
     def _ordered_kernels(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
@@ -274,7 +278,7 @@ class Engine:
             acts = [p for p in prefs if p != "checkpoint"]
         force = self.policy.force_bf16_activations
         if op in force.ops and wf in force.formats:
-            switch = next((k for k in force.env if env.get(k) == "1"), None)
+            switch = next((k for k in force.env if flag(env, k)), None)
             if switch is not None and acts != ["bf16"]:
                 notes.append(f"{switch}=1 forces BF16 activations for {wf} {op} layers "
                              f"({self.policy.where('force_bf16_activations', 'env')})")

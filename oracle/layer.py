@@ -7,15 +7,27 @@ Layers are frozen and hashable; `signature` (everything but the name) keys the c
 """
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from .validation import Revalidating
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
+from .errors import InputError
 from .formats import ActivationFormat, DType, MoEActivation, WeightFormat, is_quantized
 
-PositiveInt = Annotated[int, Field(gt=0)]
+#: Bounds on layer fields (docs/user-guide.md, "Limits"): far above any real model, low enough
+#: that a typo or hostile value is refused at construction instead of misleading a decision.
+MAX_DIM = 1 << 24          # features, hidden/intermediate sizes, vocabulary, group size
+MAX_EXPERTS = 1 << 16      # num_experts (and so top_k)
+MAX_PARALLEL = 1 << 12     # tp_size, ep_size
+
+#: Integers only: True, 1.0, "128" and b"128" are refused, not coerced (pydantic's lax mode would).
+PositiveInt = Annotated[StrictInt, Field(gt=0, le=MAX_DIM)]
+ExpertCount = Annotated[StrictInt, Field(gt=0, le=MAX_EXPERTS)]
+ParallelSize = Annotated[StrictInt, Field(gt=0, le=MAX_PARALLEL)]
+Flag = StrictBool
 
 
 class Signature:
@@ -39,9 +51,9 @@ class Signature:
 
 
 class _Layer(Revalidating):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    name: str = ""
+    name: StrictStr = ""
 
     @cached_property
     def signature(self) -> Signature:
@@ -75,9 +87,9 @@ class LinearLayer(_Layer):
     out_features: PositiveInt
     weight_format: WeightFormat
     activation_format: ActivationFormat | None = None
-    has_bias: bool = False
+    has_bias: Flag = False
     dtype: DType = "bfloat16"
-    tp_size: PositiveInt = 1
+    tp_size: ParallelSize = 1
     group_size: PositiveInt | None = None
 
     def _derived(self) -> dict[str, Any]:
@@ -88,24 +100,35 @@ class MoELayer(_Layer):
     """Routed experts of one block, as one fused-MoE call."""
 
     op: Literal["moe"] = "moe"
-    num_experts: PositiveInt
-    top_k: PositiveInt
+    num_experts: ExpertCount
+    top_k: ExpertCount
     hidden_size: PositiveInt
     intermediate_size: PositiveInt
     weight_format: WeightFormat
     activation_format: ActivationFormat | None = None
     activation: MoEActivation = "silu"
-    activation_params: dict[str, float] = Field(default_factory=dict)
-    has_bias: bool = False
+    #: Named parameters of the activation (alpha, limit, beta, ...): each finite and positive.
+    activation_params: dict[StrictStr, StrictFloat | StrictInt] = Field(default_factory=dict)
+    has_bias: Flag = False
     dtype: DType = "bfloat16"
-    tp_size: PositiveInt = 1
-    ep_size: PositiveInt = 1
-    use_all2all: bool = False
-    eplb: bool = False
-    expert_map: bool = False
-    lora: bool = False
-    apply_router_weight_on_input: bool = False
+    tp_size: ParallelSize = 1
+    ep_size: ParallelSize = 1
+    use_all2all: Flag = False
+    eplb: Flag = False
+    expert_map: Flag = False
+    lora: Flag = False
+    apply_router_weight_on_input: Flag = False
     group_size: PositiveInt | None = None
+
+    @field_validator("activation_params")
+    @classmethod
+    def _finite_positive(cls, params: dict[str, float]) -> dict[str, float]:
+        for key, value in params.items():
+            if not key.isidentifier():
+                raise ValueError(f"activation_params key {key!r} must be a name such as 'limit'")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"activation_params.{key} must be a finite number > 0, got {value!r}")
+        return {key: float(value) for key, value in params.items()}
 
     @model_validator(mode="after")
     def _check_geometry(self) -> "MoELayer":
@@ -135,7 +158,7 @@ class EmbeddingLayer(_Layer):
     embedding_dim: PositiveInt
     weight_format: WeightFormat
     dtype: DType = "bfloat16"
-    tp_size: PositiveInt = 1
+    tp_size: ParallelSize = 1
 
     @property
     def activation_format(self) -> None:
@@ -144,6 +167,12 @@ class EmbeddingLayer(_Layer):
 
 LayerSpec = Annotated[Union[LinearLayer, MoELayer, EmbeddingLayer], Field(discriminator="op")]
 LAYER_TYPES = {"linear": LinearLayer, "moe": MoELayer, "embedding": EmbeddingLayer}
+
+
+def not_a_layer(value: Any) -> InputError:
+    """The error for something passed as a layer that is not one (None, a name, a dict)."""
+    return InputError(f"expected a LinearLayer, MoELayer or EmbeddingLayer, got {type(value).__name__} "
+                      f"{value!r:.60}", field="layer")
 
 
 def _freeze(value: Any) -> Any:

@@ -84,7 +84,7 @@ class Platform(Revalidating):
     @classmethod
     def preset(cls, name: str, *, packages: Mapping[str, str | None] | None = None) -> "Platform":
         """A named GPU from policies/devices.yaml, or an `sm120`-style capability."""
-        platform = _preset(_norm(name))
+        platform = _preset(_norm(check_device_name(name)))
         return platform.with_packages(packages) if packages else platform
 
     @classmethod
@@ -95,6 +95,34 @@ class Platform(Revalidating):
     @classmethod
     def cpu(cls) -> "Platform":
         return cls(vendor="cpu", device_name="CPU")
+
+
+#: Longest device name accepted (names in devices.yaml are a few dozen characters).
+MAX_DEVICE_NAME = 64
+
+
+def check_device_name(name: object, field: str = "--device") -> str:
+    """`name` if it can name a device: a non-empty, printable string of sane length; else InputError.
+
+    An empty `--device ''` used to mean "detect" silently; a non-string raised AttributeError.
+    """
+    if not isinstance(name, str):
+        raise InputError(f"a device name must be a string such as 'rtx-pro-6000' or 'sm120', got "
+                         f"{type(name).__name__}", field=field)
+    if not name.strip():
+        raise InputError("empty device name; name a device (oracle kernels --list-devices) or a capability "
+                         "such as sm120, or use --detect", field=field)
+    if len(name) > MAX_DEVICE_NAME or not name.isprintable():
+        raise InputError(f"{name[:MAX_DEVICE_NAME]!r}... is not a device name (printable, at most "
+                         f"{MAX_DEVICE_NAME} characters)", field=field)
+    return name
+
+
+def is_device_name(value: object) -> bool:
+    """Whether a policy's `when: {device: ...}` value can equal a platform's preset name."""
+    if not isinstance(value, str):
+        return False
+    return value in preset_names() or bool(_SM_NAME.match(value.replace("-", "_")))
 
 
 def _norm(name: str) -> str:
@@ -150,8 +178,9 @@ def _preset(name: str) -> Platform:
         major, minor = int(match.group(1)), int(match.group(2))
         return Platform(vendor="nvidia", capability=(major, minor),
                         device_name=f"NVIDIA SM{major}{minor}", simulated=True, preset_name=name)
+    from .names import suggestion
     raise InputError(f"unknown device {name!r}; expected one of {', '.join(preset_names())} "
-                     "or a capability such as sm120", field="--device")
+                     f"or a capability such as sm120{suggestion(name, preset_names())}", field="--device")
 
 
 def _parse_capability(text: str, source: str) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .catalog import normalize_backend
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
+from .policy_checks import check_policy_names
 from .resources import policy_file
 from .sources import SourcedDict, SourcedList, display_path, load_yaml_file
 from .validation import validate
@@ -108,13 +109,16 @@ class Policy(_Strict):
 class EffectivePolicy:
     """A validated Policy plus where each value came from and a stable fingerprint."""
 
-    def __init__(self, policy: Policy, provenance: dict[str, str], files: list[str]):
+    def __init__(self, policy: Policy, provenance: dict[str, str], files: list[str],
+                 plugin_env: Iterable[str] = ()):
         self.policy = policy
         self.provenance = provenance
         self.files = files
         blob = json.dumps(policy.model_dump(mode="json"), sort_keys=True)
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
-        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS"}))
+        # every variable a decision may read keys the decision cache (plugins declare theirs: `env:`)
+        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS"}
+                                     | set(plugin_env)))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)
@@ -218,20 +222,36 @@ def load_policy(user_files: Iterable[str | Path] = (), *, registry: Any = None,
     provenance: dict[str, str] = {}
     files: list[str] = []
     for origin, path in layers:
-        data = load_yaml_file(path)
         label = display_path(path)
+        try:
+            data = _load_layer(path, label, origin, registry)
+        except PolicyError as exc:
+            if not origin.startswith("plugin "):
+                raise
+            registry.record_failure(origin[len("plugin "):], "policy file", str(exc))  # isolated: skipped
+            continue
         if data is None:
             continue
-        if not isinstance(data, dict):
-            raise PolicyError("a policy file must be a mapping of policy keys", source=label)
-        validate(Policy, data, f"policy ({origin})")  # errors point at this file's line
         found: dict[str, str] = {}
         _record(data, [], found)
         merged = _merge(merged, data, [], provenance)
         provenance.update(found)
         files.append(label)
     policy = validate(Policy, merged, "merged policy")
-    return EffectivePolicy(policy, provenance, files)
+    return EffectivePolicy(policy, provenance, files, getattr(registry, "env_keys", ()))
+
+
+def _load_layer(path: Path, label: str, origin: str, registry: Any) -> Any:
+    """One policy file, loaded, validated and its names checked; errors point at its lines."""
+    data = load_yaml_file(path)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise PolicyError("a policy file must be a mapping of policy keys", source=label)
+    validate(Policy, data, f"policy ({origin})")
+    builtin = origin == "default" or path.resolve() == policy_file("default.yaml").resolve()
+    check_policy_names(data, f"policy ({origin})", None if builtin else registry)
+    return data
 
 
 _default_cache: dict[tuple, EffectivePolicy] = {}

@@ -19,6 +19,7 @@ import pluggy
 from . import hookspecs
 from .catalog import KernelSpec, load_kernel_file, normalize_backend
 from .errors import OracleError, UnknownBackendError
+from .isolation import HOOK_TIMEOUT_S, IMPORT_TIMEOUT_S, PluginError, PluginTimeout, call_plugin, describe, timeout_for
 from .sources import display_path, load_yaml_file
 
 ENTRY_POINT_GROUP = "oracle.kernels"
@@ -73,9 +74,9 @@ class Registry:
             dist_name = getattr(dist, "name", None)
             version = getattr(dist, "version", None)
             try:
-                plugin = ep.load()
-            except Exception as exc:
-                registry.failures.append(PluginFailure(ep.name, "import", f"{type(exc).__name__}: {exc}"))
+                plugin = call_plugin(ep.load, timeout_for(IMPORT_TIMEOUT_S), f"import of plugin {ep.name}")
+            except Exception as exc:  # SystemExit/KeyboardInterrupt arrive as PluginError
+                registry.failures.append(PluginFailure(ep.name, "import", _failure(exc)))
                 continue
             registry.add_plugin(plugin, ep.name, distribution=dist_name, version=version)
         return registry
@@ -113,13 +114,20 @@ class Registry:
                 if impl.plugin is not plugin:
                     continue
                 try:
-                    impl.function(register=register)
+                    returned = call_plugin(impl.function, timeout_for(IMPORT_TIMEOUT_S), f"{name}.{hook}",
+                                           register=register)
                 except Exception as exc:
-                    self.failures.append(PluginFailure(name, hook, f"{type(exc).__name__}: {exc}"))
+                    self.failures.append(PluginFailure(name, hook, _failure(exc)))
+                    continue
+                if returned is not None:
+                    self.failures.append(PluginFailure(
+                        name, hook, f"returned {_short(returned)} instead of calling register(...) for each "
+                                    "file; nothing it returns is registered"))
         for impl in self.pm.hook.can_implement.get_hookimpls():
             if impl.plugin is plugin:
+                bounded = _BoundedHook(self, name, impl.function)
                 for kernel in declared:
-                    self._can_implement[kernel] = impl.function
+                    self._can_implement[kernel] = bounded
         self.plugins.append(PluginInfo(name, distribution, version, tuple(declared)))
         self.generation = next(_generation)
 
@@ -157,7 +165,18 @@ class Registry:
             added.append(spec.name)
         return added
 
+    def record_failure(self, plugin: str, stage: str, message: str) -> None:
+        """Record a failure once (policy files are loaded again for every policy)."""
+        failure = PluginFailure(plugin, stage, message)
+        if failure not in self.failures:
+            self.failures.append(failure)
+
     # ---- queries -----------------------------------------------------------------------
+    @property
+    def env_keys(self) -> tuple[str, ...]:
+        """Environment variables the plugins' hooks read (their kernels files' `env:`); they key the cache."""
+        return tuple(sorted({key for spec in self.kernels for key in spec.env}))
+
     def backends(self) -> list[str]:
         return sorted({k.backend for k in self.kernels})
 
@@ -178,6 +197,42 @@ class Registry:
                 f"unknown backend {normalized!r}; registered backends: auto, {', '.join(self.backends())}",
                 field=field, source=source)
         return normalized
+
+
+class _BoundedHook:
+    """A plugin's `can_implement`, isolated and time-bounded; its answer must be None/True/False/str.
+
+    After one time-out the hook is not called again (its worker may still be stuck): the
+    plugin's kernels are rejected with that reason, and `oracle kernels` lists the failure.
+    """
+
+    def __init__(self, registry: Registry, plugin: str, function: Callable[..., Any]):
+        self.registry, self.plugin, self.function = registry, plugin, function
+        self.broken: str | None = None
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.broken is not None:
+            raise PluginError(self.broken)
+        what = f"plugin {self.plugin} can_implement"
+        try:
+            result = call_plugin(self.function, timeout_for(HOOK_TIMEOUT_S), what, **kwargs)
+        except PluginTimeout as exc:
+            self.broken = f"{exc}; not called again"
+            self.registry.record_failure(self.plugin, "can_implement", self.broken)
+            raise
+        if result is None or isinstance(result, (bool, str)):
+            return result
+        raise PluginError(f"{what} returned {_short(result)}; expected None (accept), True/False or a reason "
+                          "string")
+
+
+def _failure(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, PluginError) else describe(exc)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
 
 
 _lock = threading.Lock()

@@ -17,10 +17,10 @@ Rules compile to closures once, so evaluation costs a few attribute reads.
 from __future__ import annotations
 
 import math
-import string
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import templates
 from .errors import PolicyError
 from .formats import ACTIVATION_FORMATS, DTYPES, MOE_ACTIVATIONS, OPS, WEIGHT_FORMATS
 from .sources import where
@@ -68,19 +68,13 @@ class Rule:
         return self.require(ctx)
 
     def render(self, ctx: Mapping[str, Any]) -> str:
-        try:
-            return self.reason.format_map(_Lookup(ctx))
-        except (ValueError, IndexError):  # pragma: no cover - format validated at load
-            return self.reason
-
-
-class _Lookup(dict):
-    def __init__(self, ctx: Mapping[str, Any]):
-        super().__init__()
-        self._ctx = ctx
-
-    def __missing__(self, key: str) -> Any:
-        return self._ctx.get(key, f"{{{key}}}")
+        """The reason with its fields filled in (checked at load; an unset value shows as {name})."""
+        def lookup(name: str) -> Any:
+            value = field_value(ctx, name)
+            if value is None:
+                raise KeyError(name)
+            return value
+        return templates.render(self.reason, lookup)
 
 
 def field_value(ctx: Mapping[str, Any], name: str) -> Any:
@@ -110,17 +104,34 @@ def _compile_rule(raw: Any, op: str, owner: str, loc: str) -> Rule:
         raise PolicyError(f"{owner}: every rule needs a non-empty 'reason' string", source=loc)
     if "require" not in raw:
         raise PolicyError(f"{owner}: rule {reason!r} has no 'require' predicate", source=loc)
-    fields = FIELDS[op]
-    for _, name, _, _ in string.Formatter().parse(reason):
-        if name and name not in fields and not name.startswith(PARAM_PREFIX):
-            raise PolicyError(f"{owner}: reason interpolates unknown field {{{name}}} for {op} layers; "
-                              f"known: {', '.join(sorted(fields))}", source=loc)
+    _check_reason(reason, op, owner, loc)
     used: set[str] = set()
     require = _compile(raw["require"], op, owner, where(raw, "require"), used)
     when = _compile(raw["when"], op, owner, where(raw, "when"), used) if "when" in raw else None
     rid = raw.get("id")
     return Rule(reason=reason, source=loc, require=require, when=when,
                 id=str(rid) if rid is not None else None, fields=tuple(sorted(used)))
+
+
+#: A value of each kind, to try a reason's format specs on at load time.
+_SAMPLES = {int: 1, float: 1.0, bool: True, str: "x"}
+
+
+def _check_reason(reason: str, op: str, owner: str, loc: str) -> None:
+    """The reason must be a template over this op's fields (see oracle.templates)."""
+    fields = FIELDS[op]
+
+    def sample(name: str) -> Any:
+        if name.startswith(PARAM_PREFIX) and op == "moe" and name[len(PARAM_PREFIX):].isidentifier():
+            return 1.0
+        kind = fields[name]
+        return kind[0] if isinstance(kind, tuple) else _SAMPLES[kind]
+    known = ", ".join(sorted(fields)) + (", activation_params.<name>" if op == "moe" else "")
+    try:
+        templates.check(reason, sample, lambda name: f"reason interpolates unknown field {{{name}}} for {op} "
+                                                     f"layers; known: {known}")
+    except ValueError as exc:
+        raise PolicyError(f"{owner}: {exc}", source=loc) from None
 
 
 def _compile(raw: Any, op: str, owner: str, loc: str, used: set[str]) -> Predicate:

@@ -66,63 +66,133 @@ def _checkout_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "policies").is_dir() else None
 
 
+#: Limits of one YAML document (stated in docs/user-guide.md, "Limits").
+MAX_YAML_BYTES = 1 << 20        # 1 MiB: policy and kernels files are a few KiB
+MAX_YAML_DEPTH = 64             # nesting of mappings and lists
+MAX_YAML_VALUES = 100_000       # values after aliases are counted out (a "billion laughs" is refused)
+
+
 def load_yaml_file(path: str | Path) -> Any:
     """Parse a YAML file safely; errors name the file and line."""
     p = Path(path)
     label = display_path(p)
     try:
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise PolicyError(f"file is larger than {MAX_YAML_BYTES} bytes; a policy or kernels file is a few KiB",
+                              source=label)
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PolicyError("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise PolicyError(f"cannot read: {exc}", source=str(path)) from None
     return load_yaml_text(text, label)
 
 
 def load_yaml_text(text: str, source: str) -> Any:
-    loader = yaml.SafeLoader(text)
+    """Parse YAML text into Sourced containers.
+
+    Aliases keep PyYAML's meaning (every `*a` is the same object as `&a`), are converted
+    once, and are counted out against `MAX_YAML_VALUES` without being expanded, so a
+    "billion laughs" document is refused in milliseconds. A self-referencing alias,
+    nesting deeper than `MAX_YAML_DEPTH` and characters YAML forbids (NUL) are errors.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise PolicyError(f"document is larger than {MAX_YAML_BYTES} characters", source=source)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # checks for unprintable characters such as NUL
         node = loader.get_single_node()
         if node is None:
             return None
-        return _convert(node, loader, source)
+        return _Converter(loader, source).convert(node, 0)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise PolicyError(f"invalid YAML: {exc.problem or exc}", source=f"{source}{line}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise PolicyError(f"invalid YAML: unacceptable character {exc.character!r} "
+                          f"(position {exc.position}); YAML allows printable characters only",
+                          source=f"{source}:{line}") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"invalid YAML: {exc}", source=source) from None
+    except RecursionError:
+        raise PolicyError(f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels", source=source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 _PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:omap"}
+_IN_PROGRESS = object()
 
 
-def _convert(node: yaml.Node, loader: yaml.SafeLoader, source: str) -> Any:
-    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
-        raise PolicyError(f"invalid YAML: tag {node.tag!r} is not allowed (plain data only)",
-                          source=f"{source}:{node.start_mark.line + 1}")
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
+class _Converter:
+    """Node tree -> Sourced containers, one conversion per node (aliases share the result)."""
+
+    def __init__(self, loader: yaml.SafeLoader, source: str):
+        self.loader = loader
+        self.source = source
+        self.done: dict[int, tuple[Any, int]] = {}   # id(node) -> (value, values it stands for)
+        self.total = 0
+
+    def at(self, node: yaml.Node) -> str:
+        return f"{self.source}:{node.start_mark.line + 1}"
+
+    def convert(self, node: yaml.Node, depth: int) -> Any:
+        return self._convert(node, depth)[0]
+
+    def _convert(self, node: yaml.Node, depth: int) -> tuple[Any, int]:
+        found = self.done.get(id(node))
+        if found is not None:
+            if found[0] is _IN_PROGRESS:
+                raise PolicyError("invalid YAML: an alias refers to a node that contains it (recursive data)",
+                                  source=self.at(node))
+            self._count(found[1], node)
+            return found
+        if depth > MAX_YAML_DEPTH:
+            raise PolicyError(f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels", source=self.at(node))
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            value = self.loader.construct_object(node, deep=True)
+            self._count(1, node)
+            return value, 1
+        if node.tag not in _PLAIN_TAGS:
+            raise PolicyError(f"invalid YAML: tag {node.tag!r} is not allowed (plain data only)", source=self.at(node))
+        self.done[id(node)] = (_IN_PROGRESS, 0)
+        before = self.total
+        if isinstance(node, yaml.MappingNode):
+            value = self._mapping(node, depth)
+        else:
+            value = self._sequence(node, depth)
+        result = (value, self.total - before + 1)
+        self._count(1, node)
+        self.done[id(node)] = result
+        return result
+
+    def _count(self, values: int, node: yaml.Node) -> None:
+        self.total += values
+        if self.total > MAX_YAML_VALUES:
+            raise PolicyError(f"invalid YAML: the document stands for more than {MAX_YAML_VALUES} values once "
+                              "aliases are counted out (an alias bomb?)", source=self.at(node))
+
+    def _mapping(self, node: yaml.MappingNode, depth: int) -> "SourcedDict":
+        self.loader.flatten_mapping(node)
         out = SourcedDict()
-        out.source, out.line, out.key_lines = source, node.start_mark.line + 1, {}
+        out.source, out.line, out.key_lines = self.source, node.start_mark.line + 1, {}
         for key_node, value_node in node.value:
-            key = _convert(key_node, loader, source)
+            key = self.convert(key_node, depth + 1)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise PolicyError("mapping keys must be plain scalars",
-                                  source=f"{source}:{key_node.start_mark.line + 1}")
+                raise PolicyError("mapping keys must be plain scalars", source=self.at(key_node))
             if key in out:
-                raise PolicyError(f"duplicate key {key!r}", source=f"{source}:{key_node.start_mark.line + 1}")
-            out[key] = _convert(value_node, loader, source)
+                raise PolicyError(f"duplicate key {key!r}", source=self.at(key_node))
+            out[key] = self.convert(value_node, depth + 1)
             out.key_lines[key] = key_node.start_mark.line + 1
         return out
-    if isinstance(node, yaml.SequenceNode):
-        out_list = SourcedList()
-        out_list.source, out_list.line = source, node.start_mark.line + 1
-        out_list.item_lines = []
+
+    def _sequence(self, node: yaml.SequenceNode, depth: int) -> "SourcedList":
+        out = SourcedList()
+        out.source, out.line, out.item_lines = self.source, node.start_mark.line + 1, []
         for item in node.value:
-            out_list.append(_convert(item, loader, source))
-            out_list.item_lines.append(item.start_mark.line + 1)
-        return out_list
-    return loader.construct_object(node, deep=True)
+            out.append(self.convert(item, depth + 1))
+            out.item_lines.append(item.start_mark.line + 1)
+        return out

@@ -16,9 +16,12 @@ def rules(text: str, op: str = "moe"):
 
 
 def ctx(**kw):
+    params = kw.pop("activation_params", None)  # set on the context: layers refuse non-finite values
     layer = MoELayer(name="e", num_experts=32, top_k=4, hidden_size=2880, intermediate_size=2880,
                      weight_format="mxfp4", **kw)
     c = layer.rule_fields()
+    if params is not None:
+        c["activation_params"] = params
     c.update(activation_format="mxfp8", mode="w4a8_mx")
     return c
 

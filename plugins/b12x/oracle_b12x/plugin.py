@@ -8,9 +8,9 @@ default the hook answers at once and selection stays in microseconds.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from oracle.envvars import decision_env, flag
 from oracle.hookspecs import hookimpl
 
 KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
@@ -24,7 +24,7 @@ def register_kernels(register):
 
 @hookimpl
 def can_implement(kernel, layer, mode):
-    if os.environ.get(PLANNER_CHECK_ENV) != "1" or kernel.backend != "b12x":
+    if kernel.backend != "b12x" or not flag(decision_env(), PLANNER_CHECK_ENV):  # the caller's env=
         return None
     from .planner_check import planner_reason  # lazy: imports b12x planners (and torch)
 
