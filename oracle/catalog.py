@@ -247,7 +247,10 @@ class KernelSpec(_Frozen):
 
     def load_implementation(self) -> type:
         """Import the implementation class; only `instantiate()` and `check_implementation` call this."""
-        impl = _import_object(self.implementation, f"kernel {self.name}")
+        try:
+            impl = _import_object(self.implementation, f"kernel {self.name}")
+        except PolicyError as exc:
+            raise PolicyError(str(exc), source=self.source) from None
         from .kernel import Kernel
         if not (isinstance(impl, type) and issubclass(impl, Kernel)):
             raise PolicyError(f"kernel {self.name}: implementation {self.implementation} is "

@@ -1,12 +1,12 @@
 """The `oracle` command: explain | kernels | policy show | schema | verify | bench.
 
 Every deliberate error (bad file, field, name) prints one `error: ...` block on stderr
-and exits 1; `explain` exits 2 when some quantized layer has no kernel.
+and exits 1; `explain` exits 2 when some quantized layer has no kernel; a usage error
+exits 64. The whole table is `oracle.exitcodes.TABLE`.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Sequence
@@ -14,6 +14,8 @@ from typing import Any, Sequence
 from pydantic import ValidationError
 
 from .errors import OracleError
+from .exitcodes import ArgumentParser, positive_int, run_command
+from .jsonsafe import dumps
 
 
 def add_platform_options(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +37,8 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
 
 def platform_from_args(args: argparse.Namespace) -> Any:
     from .platform import Platform
-    platform = Platform.preset(args.device) if getattr(args, "device", None) else Platform.detect()
+    device = getattr(args, "device", None)
+    platform = Platform.preset(device) if device is not None else Platform.detect()  # --device '' is refused
     stated: dict[str, str | None] = {}
     for item in getattr(args, "with_package", []) or []:
         name, _, version = item.partition("=")
@@ -93,8 +96,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     plugins = [{"name": p.name, "distribution": p.distribution, "version": p.version, "kernels": list(p.kernels)}
                for p in registry.plugins]
     if args.format == "json":
-        print(json.dumps({"platform": platform.describe(), "plugins": plugins, "kernels": rows,
-                          "plugin_errors": failures}, indent=2))
+        print(dumps({"platform": platform.describe(), "plugins": plugins, "kernels": rows,
+                     "plugin_errors": failures}, indent=2))
         return 0
     print(f"platform: {platform.describe()}")
     print("plugins:  " + (", ".join(f"{p['name']} ({p['distribution'] or 'in-process'} {p['version'] or ''})".replace(" )", ")")
@@ -131,14 +134,14 @@ def cmd_policy_show(args: argparse.Namespace) -> int:
                 applies = (i, entry)
                 break
     if args.format == "json":
-        print(json.dumps({"files": policy.files, "fingerprint": policy.fingerprint,
-                          "values": [{"key": k, "value": v, "source": s} for k, v, s in rows],
-                          "platform_default": applies[1].model_dump() if applies else None}, indent=2))
+        print(dumps({"files": policy.files, "fingerprint": policy.fingerprint,
+                     "values": [{"key": k, "value": v, "source": s} for k, v, s in rows],
+                     "platform_default": applies[1].model_dump() if applies else None}, indent=2))
         return 0
     print("effective policy, merged from: " + " < ".join(policy.files))
     width = max(len(k) for k, _, _ in rows)
     for key, value, source in rows:
-        shown = json.dumps(value) if not isinstance(value, str) else value
+        shown = dumps(value) if not isinstance(value, str) else value
         print(f"  {key:<{width}}  {shown:<40}  {source}")
     if args.device or args.detect:
         if applies:
@@ -156,7 +159,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         schema = policy_schema()
     else:
         schema = {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
-    print(json.dumps(schema, indent=2))
+    print(dumps(schema, indent=2))
     return 0
 
 
@@ -164,7 +167,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Validate policy and kernel files (and the installed plugins); non-zero on any problem."""
     from pathlib import Path
 
-    from .catalog import load_kernel_file
+    from .catalog import check_implementation, load_kernel_file
     from .policy import load_policy
     from .registry import get_registry
     from .sources import display_path, load_yaml_file
@@ -174,6 +177,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             data = load_yaml_file(file)
             if isinstance(data, dict) and "kernels" in data:
                 specs = load_kernel_file(data, plugin="verify", what=display_path(Path(file)))
+                broken = [p for p in map(check_implementation, specs) if p]
+                if broken:
+                    raise OracleError("; ".join(broken))
                 print(f"ok   {file}: {len(specs)} kernel(s)")
             else:
                 load_policy([file])
@@ -182,14 +188,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
             problems.append(str(exc))
             print(f"FAIL {exc}")
     registry = get_registry()
-    for failure in registry.failures:
-        problems.append(str(failure))
-        print(f"FAIL plugin {failure}")
     try:
-        load_policy(registry=registry)
+        load_policy(registry=registry)  # plugin policy files: a bad one is recorded as a plugin failure
     except OracleError as exc:
         problems.append(str(exc))
         print(f"FAIL {exc}")
+    for failure in registry.failures:
+        problems.append(str(failure))
+        print(f"FAIL plugin {failure}")
+    for spec in registry.kernels:  # selection never imports implementations; verify does
+        problem = check_implementation(spec)
+        if problem:
+            problems.append(problem)
+            print(f"FAIL {problem}")
     print(f"{len(registry.kernels)} kernel(s) from {len(registry.plugins)} plugin(s); "
           f"{len(problems)} problem(s)")
     return 1 if problems else 0
@@ -203,7 +214,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- entry point ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="oracle", description="Which kernel runs each quantized layer, and why.")
+    parser = ArgumentParser(prog="oracle", description="Which kernel runs each quantized layer, and why.")
     parser.add_argument("--log-decisions", action="store_true", help="log every decision as JSON on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -239,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("bench", help="time select_backend, cached and uncached")
-    p.add_argument("--repeats", type=int, default=200_000)
+    p.add_argument("--repeats", type=positive_int, default=200_000, help="calls per timing (1 to 10^8)")
     p.set_defaults(func=cmd_bench)
     return parser
 
@@ -250,18 +261,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_decisions:
         import logging
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except OracleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        print(f"error: {exc.title}: {where}: {first['msg']}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `oracle explain | head`
-        return 0
+    def command() -> int:
+        try:
+            return args.func(args)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise OracleError(f"{exc.title}: {where}: {first['msg']}") from None
+    return run_command(command)  # exit codes: oracle.exitcodes.TABLE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,8 +7,10 @@ its command line from a model that cannot be served. docs/user-guide.md prints t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import NoReturn
+import warnings
+from typing import Any, Callable, NoReturn
 
 OK = 0
 #: Bad input: a file, field, name or value that is not what was expected (one `error:` block).
@@ -38,3 +40,58 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(USAGE, f"{self.prog}: usage error: {message}\n")
+
+
+#: Largest `oracle bench --repeats` (a run of that many calls takes minutes already).
+MAX_REPEATS = 100_000_000
+
+
+def positive_int(text: str, *, maximum: int = MAX_REPEATS) -> int:
+    """An argparse `type` for counts: a whole number in 1..maximum, else a usage error."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if not 1 <= value <= maximum:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {maximum}, got {value}")
+    return value
+
+
+def run_command(func: Callable[[], int]) -> int:
+    """Run a parsed command and map what escapes it to the table above, never a traceback.
+
+    OracleError (bad input) -> INPUT with one `error:` block; Ctrl-C -> INTERRUPTED; any other
+    exception is a bug -> INTERNAL with one line (ORACLE_DEBUG=1 re-raises it). Environment
+    warnings print as `warning: ...` lines; output that cannot be encoded is escaped.
+    """
+    from .errors import OracleError
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a stream that cannot change
+                pass
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return int(func() or 0)
+        except OracleError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return INPUT
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return INTERRUPTED
+        except BrokenPipeError:  # `oracle explain | head`
+            return OK
+        except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
+            if os.environ.get("ORACLE_DEBUG") == "1":
+                raise
+            print(f"internal error: {type(exc).__name__}: {exc} (a bug; ORACLE_DEBUG=1 shows the traceback)",
+                  file=sys.stderr)
+            return INTERNAL
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                  line: Any = None) -> None:
+    print(f"warning: {message}", file=sys.stderr)

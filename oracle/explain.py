@@ -9,7 +9,6 @@ a kernel, 2 when some has none (everything is still printed), 1 on bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -300,7 +299,8 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report_dict(report), indent=1)
+    from .jsonsafe import dumps
+    return dumps(report_dict(report), indent=1)  # valid JSON: never a bare NaN/Infinity
 
 
 # ---------------------------------------------------------------- markdown
@@ -339,7 +339,8 @@ def add_parser(subparsers: Any) -> None:
         "explain", help="which kernel serves each layer of a model, and why not the others",
         description="List every layer of a Hugging Face model (folder, config.json or shipped example name), "
                     "the kernel that would serve it on the chosen GPU, and why every other candidate was "
-                    "rejected. Exit 0: every quantized layer has a kernel; 2: some has none; 1: bad input.")
+                    "rejected. Exit 0: every quantized layer has a kernel; 2: some has none; 1: bad input; "
+                    "64: usage error.")
     p.add_argument("--model", required=True, metavar="PATH|NAME",
                    help="a model folder, its config.json, or a shipped example name (e.g. gpt-oss-20b)")
     from .cli import add_platform_options  # --device | --detect, --with-package: as every subcommand has them

@@ -67,11 +67,14 @@ def test_schema(capsys):
 def test_verify_good_and_bad_files(global_toy_registry, capsys, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kernels:\n  - name: x\n    op: linear\n")
-    code, out, _ = run(["verify", "tests/fixtures/toy_kernels.yaml", "policies/default.yaml", str(bad)], capsys)
+    code, out, _ = run(["verify", "tests/fixtures/toy_fallback.yaml", "policies/default.yaml", str(bad)], capsys)
     assert code == 1
-    assert "ok   tests/fixtures/toy_kernels.yaml: 3 kernel(s)" in out
+    assert "ok   tests/fixtures/toy_fallback.yaml: 3 kernel(s)" in out
     assert "ok   policies/default.yaml: policy" in out
-    assert f"FAIL {bad}:" in out and "1 problem(s)" in out
+    assert f"FAIL {bad}:" in out
+    # verify imports every implementation: the toy plugin's toy_impl module does not exist
+    assert "FAIL tests/fixtures/toy_kernels.yaml:7: kernel toyfast.moe: cannot import toy_impl:ToyMoE" in out
+    assert "4 problem(s)" in out
 
 
 @pytest.mark.parametrize("args, message", [
