@@ -57,7 +57,7 @@ def _dtype(top: ConfigView, text: ConfigView) -> tuple[str, str]:
             value = view.raw(key)
             if value is None:
                 continue
-            if value not in _DTYPES:
+            if not isinstance(value, str) or value not in _DTYPES:
                 raise view.error(key, f"expected one of {', '.join(_DTYPES)}, got {value!r}")
             return _DTYPES[value]
     return _DTYPES["bfloat16"]

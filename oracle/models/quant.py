@@ -150,10 +150,11 @@ class GptqAwqScheme(_SkipListScheme):
         else:
             extras.append(f"zero_point {view.bool('zero_point', True)}")
             self.lm_head = False
-        self.negative = NameMatcher([k[2:] if k.startswith("-:") else k
-                                     for k in (view.raw("dynamic") or {}) if k.startswith("-:")],
+        dynamic = view.sub("dynamic")  # a mapping of module-name patterns (None when absent)
+        dynamic_keys = list(dynamic.data) if dynamic is not None else []
+        self.negative = NameMatcher([k[2:] for k in dynamic_keys if k.startswith("-:")],
                                     source=view.source, field=view.key("dynamic"))
-        if any(not k.startswith("-:") for k in (view.raw("dynamic") or {})):
+        if any(not k.startswith("-:") for k in dynamic_keys):
             raise view.error("dynamic", "per-module bit/group overrides are not supported; "
                              "only '-:' (skip) entries are")
         gs = "per-channel" if group_size is None else f"group {group_size}"

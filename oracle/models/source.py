@@ -9,6 +9,7 @@ config.json.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,14 @@ from ..sources import display_path
 
 SIBLING_QUANT_FILES = ("hf_quant_config.json", "quantize_config.json")
 _MISSING = object()
+
+#: Limits on config files (docs/user-guide.md, "Limits"): far above any real checkpoint.
+MAX_CONFIG_BYTES = 16 << 20         # config.json and siblings are KiB; tensor indexes are not read
+MAX_CONFIG_DEPTH = 64               # nesting of objects and arrays
+MAX_CONFIG_INT = 1 << 24            # any size or count read from a config
+#: Tighter bounds for counts that multiply the work (one entry per layer per rank).
+CONFIG_INT_BOUNDS = {"num_hidden_layers": 1024, "num_local_experts": 1 << 16, "num_experts": 1 << 16,
+                     "n_routed_experts": 1 << 16}
 
 
 class ConfigView:
@@ -55,10 +64,12 @@ class ConfigView:
         return value
 
     def int(self, name: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
-        """A required (or defaulted) integer >= minimum; `null` counts as missing."""
+        """A required (or defaulted) integer in minimum..bound; `null` counts as missing."""
         value = self._get(name, default, "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
-        if self.data.get(name) is not None and value < minimum:
-            raise self.error(name, f"expected an integer >= {minimum}, got {value}")
+        if self.data.get(name) is not None:
+            maximum = CONFIG_INT_BOUNDS.get(name, MAX_CONFIG_INT)
+            if not minimum <= value <= maximum:
+                raise self.error(name, f"expected an integer from {minimum} to {maximum}, got {value}")
         return value
 
     def opt_int(self, name: str, *, minimum: int = 1) -> int | None:
@@ -71,8 +82,9 @@ class ConfigView:
         return self._get(name, default, "true or false", lambda v: isinstance(v, bool))
 
     def float(self, name: str, default: Any = _MISSING) -> float:
-        value = self._get(name, default, "a number",
-                          lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+        """A finite number (NaN and Infinity are refused: no kernel can honour them)."""
+        value = self._get(name, default, "a finite number",
+                          lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
         return float(value) if self.data.get(name) is not None else value
 
     def list(self, name: str, default: Any = _MISSING) -> list:
@@ -149,20 +161,55 @@ def read_json(path: Path) -> ConfigView:
     """A JSON object file as a ConfigView; one clear error for every way it can be wrong."""
     source = str(path)
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"file is larger than {MAX_CONFIG_BYTES} bytes; a model config is a few KiB",
+                             source=source)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", source=source) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"cannot read: {exc}", source=source) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                          source=source) from None
+    except RecursionError:
+        raise InputError(f"JSON nested deeper than {MAX_CONFIG_DEPTH} levels", source=source) from None
     if not isinstance(data, dict):
         raise InputError(f"expected a JSON object at the top level, got {type(data).__name__}",
                          source=source)
+    _check_tree(data, source)
     return ConfigView(data, source)
+
+
+def _check_tree(data: Any, source: str) -> None:
+    """Refuse nesting deeper than MAX_CONFIG_DEPTH and text that is not Unicode (lone surrogates).
+
+    Iterative, so a deep document cannot exhaust the stack; the error names the key path.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise InputError(f"nested deeper than {MAX_CONFIG_DEPTH} levels", source=source, field=path[:120])
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key, source, f"{path}.{key}" if path else key)
+                stack.append((item, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _check_text(value, source, path)
+
+
+def _check_text(text: str, source: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise InputError("text contains a lone UTF-16 surrogate (\\ud800-\\udfff escape); expected valid "
+                         "Unicode", source=source, field=shown or "(top level)") from None
 
 
 def load_model_files(model: str) -> ModelFiles:
