@@ -1,0 +1,2 @@
+"""Raises KeyboardInterrupt while being imported."""
+raise KeyboardInterrupt("plugin pretends Ctrl-C")
