@@ -30,7 +30,7 @@ def check_policy_names(data: Any, what: str, registry: Any | None) -> None:
     for i, entry in enumerate(_items(data.get("platforms"))):
         if isinstance(entry, dict):
             _check_when(entry.get("when"), f"{what}: platforms[{i}].when")
-    for field, table in _backend_tables(data):
+    for field, _, table in _backend_tables(data):
         for fmt in table if isinstance(table, dict) else ():
             if fmt not in _FORMAT_KEYS:
                 raise PolicyError(f"{what}: {field}: {unknown('weight format', fmt, _FORMAT_KEYS)}",
@@ -48,12 +48,12 @@ def check_policy_names(data: Any, what: str, registry: Any | None) -> None:
         if name not in kernels:
             raise PolicyError(f"{what}: disabled_kernels[{i}]: {unknown('kernel', name, kernels)}",
                               source=where(listed, i))
-    for field, table in _backend_tables(data):
+    for field, (parent, op), table in _backend_tables(data):
         pairs = table.items() if isinstance(table, dict) else [(None, table)]
         for fmt, name in pairs:
             if isinstance(name, str) and normalize_backend(name) not in backends | {"auto"}:
                 raise PolicyError(f"{what}: {field}: {unknown('backend', name, backends | {'auto'})}",
-                                  source=where(table, fmt) if fmt is not None else where(data, "backends"))
+                                  source=where(table, fmt) if fmt is not None else where(parent, op))
 
 
 def _check_when(when: Any, field: str) -> None:
@@ -79,14 +79,14 @@ def _is_family(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 99
 
 
-def _backend_tables(data: dict) -> Iterable[tuple[str, Any]]:
-    """(field name, choice) for `backends.<op>` and `platforms[i].backends.<op>`."""
+def _backend_tables(data: dict) -> Iterable[tuple[str, tuple[Any, Any], Any]]:
+    """(field name, (its mapping, key), choice) for `backends.<op>` and `platforms[i].backends.<op>`."""
     tables = [("backends", data.get("backends"))]
     tables += [(f"platforms[{i}].backends", e.get("backends"))
                for i, e in enumerate(_items(data.get("platforms"))) if isinstance(e, dict)]
     for field, table in tables:
         for op in _keys(table):
-            yield f"{field}.{op}", table[op]
+            yield f"{field}.{op}", (table, op), table[op]
 
 
 def _keys(value: Any) -> list:

@@ -111,7 +111,8 @@ def load_yaml_text(text: str, source: str) -> Any:
         raise PolicyError(f"invalid YAML: {exc.problem or exc}", source=f"{source}{line}") from None
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
-        raise PolicyError(f"invalid YAML: unacceptable character {exc.character!r} "
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        raise PolicyError(f"invalid YAML: unacceptable character {char!r} "
                           f"(position {exc.position}); YAML allows printable characters only",
                           source=f"{source}:{line}") from None
     except yaml.YAMLError as exc:

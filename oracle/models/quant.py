@@ -399,7 +399,7 @@ def detect_scheme(files: ModelFiles, text: ConfigView) -> Scheme:
 
 
 def _method(view: ConfigView, default: str | None = None) -> str:
-    method = view.str("quant_method", default)
+    method = view.str("quant_method") if default is None else view.str("quant_method", default)  # required
     return _METHOD_ALIASES.get(method.lower(), method.lower())
 
 
