@@ -169,6 +169,20 @@ LayerSpec = Annotated[Union[LinearLayer, MoELayer, EmbeddingLayer], Field(discri
 LAYER_TYPES = {"linear": LinearLayer, "moe": MoELayer, "embedding": EmbeddingLayer}
 
 
+def field_errors(exc: Exception) -> str:
+    """A pydantic error on a layer as one line: 'out_features: Input should be <= 16777216 (got 16777280)'."""
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc)
+    parts = []
+    for err in errors():
+        where = ".".join(str(p) for p in err["loc"]) or "layer"
+        got = err.get("input")
+        shown = f" (got {got!r:.60})" if not isinstance(got, dict) else ""
+        parts.append(f"{where}: {err['msg']}{shown}")
+    return "; ".join(parts)
+
+
 def not_a_layer(value: Any) -> InputError:
     """The error for something passed as a layer that is not one (None, a name, a dict)."""
     return InputError(f"expected a LinearLayer, MoELayer or EmbeddingLayer, got {type(value).__name__} "

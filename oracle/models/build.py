@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from ..layer import EmbeddingLayer, LinearLayer, MoELayer
+from ..layer import EmbeddingLayer, LinearLayer, MoELayer, field_errors
 from .architectures import CLASS_NAMES, build_modules
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
@@ -26,7 +26,10 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
     modules, notes, generic = build_modules(text, model_type, tp, ep, prefix)
     if text is not top and isinstance(top.raw("vision_config"), dict):
         notes.append("vision tower not listed: only the text decoder's layers are")
-    layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
+    try:
+        layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
+    except InputError as exc:
+        raise InputError(str(exc), source=top.source) from None  # the config these shapes came from
     return Model(name=files.name, files=files.paths, architecture=arch_name, model_type=model_type,
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
                  layers=layers, notes=notes, generic=generic, example=files.example)
@@ -82,6 +85,6 @@ def _layer(module: Module, scheme: Scheme, dtype: str, unquantized: str) -> Mode
             shape = {k: v for k, v in shape.items()}
             spec = EmbeddingLayer(name=module.name, weight_format=fmt.weight_format, dtype=dtype, **shape)
     except ValueError as exc:  # pydantic: a shape the config implies but a layer cannot have
-        raise InputError(f"cannot describe {module.name}: {exc}") from None
+        raise InputError(f"cannot describe {module.name}: {field_errors(exc)}") from None
     return ModelLayer(block=module.block, role=module.role, layer=spec, parts=module.parts,
                       quant_note=why if quant is None else "")
