@@ -19,6 +19,7 @@ from .config import KernelConfig, pick
 from .envvars import DISABLED_KERNELS, deciding_with, flag, kernel_list
 from .errors import InputError, NoKernelError
 from .layer import not_a_layer
+from .validation import require_type
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
 from .policy import EffectivePolicy, default_policy
@@ -81,6 +82,8 @@ class Engine:
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
                 env: Mapping[str, str]) -> Decision:
+        require_type(platform, Platform, "platform", "use Platform.preset('h200') or Platform.detect()")
+        require_type(config, KernelConfig, "config", "use KernelConfig(moe_backend=...)")
         op, wf = layer.op, layer.weight_format
         base = {"op": op, "weight_format": wf, "layer": layer, "platform": platform}
         if wf in UNQUANTIZED_FORMATS:

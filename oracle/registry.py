@@ -19,6 +19,7 @@ import pluggy
 from . import hookspecs
 from .catalog import KernelSpec, load_kernel_file, normalize_backend
 from .errors import OracleError, UnknownBackendError
+from .names import suggestion
 from .isolation import HOOK_TIMEOUT_S, IMPORT_TIMEOUT_S, PluginError, PluginTimeout, call_plugin, describe, timeout_for
 from .sources import display_path, load_yaml_file
 
@@ -194,8 +195,8 @@ class Registry:
         normalized = normalize_backend(name)
         if normalized != "auto" and not self.is_backend(normalized):
             raise UnknownBackendError(
-                f"unknown backend {normalized!r}; registered backends: auto, {', '.join(self.backends())}",
-                field=field, source=source)
+                f"unknown backend {normalized!r}; registered backends: auto, {', '.join(self.backends())}"
+                + suggestion(normalized, self.backends()), field=field, source=source)
         return normalized
 
 

@@ -24,6 +24,14 @@ from .sources import SourcedDict, SourcedList, where
 M = TypeVar("M", bound=BaseModel)
 
 
+def require_type(value: Any, cls: type, field: str, hint: str) -> None:
+    """InputError (not AttributeError later) when an API argument is not a `cls`."""
+    if not isinstance(value, cls):
+        from .errors import InputError
+        raise InputError(f"expected a {cls.__name__}, got {type(value).__name__} {value!r:.60}; {hint}",
+                         field=field)
+
+
 def locate(data: Any, loc: tuple) -> str:
     """The file:line nearest to a pydantic error location inside loaded YAML."""
     best = where(data)

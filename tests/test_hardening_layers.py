@@ -64,6 +64,15 @@ def test_select_backend_refuses_non_layers_with_the_project_error(value):
         select_backend(value, Platform.preset("h200"), env={})
 
 
+@pytest.mark.parametrize("platform, config, field", [
+    ("h200", None, "platform"), (Platform.preset("h200"), "b12x", "config"),
+])
+def test_select_backend_refuses_wrong_argument_types(platform, config, field):
+    layer = LinearLayer(name="probe_types", **LINEAR)
+    with pytest.raises(InputError, match=f"^{field}: expected a"):
+        select_backend(layer, platform, config, env={})
+
+
 @pytest.mark.parametrize("name", ["", "   ", None, 12, "x" * 500, "sm\x00120"])
 def test_bad_device_names_are_input_errors(name):
     with pytest.raises(InputError, match="--device"):
