@@ -191,7 +191,7 @@ def qwen_moe(b: Builder) -> None:
     qwen2 = c.raw("model_type") == "qwen2_moe"
     experts, top_k = c.int("num_experts", 0, minimum=0), c.int("num_experts_per_tok")
     step = c.int("decoder_sparse_step", 1)
-    mlp_only = set(c.list("mlp_only_layers", []))
+    mlp_only = set(c.int_list("mlp_only_layers", []))
     bias = c.bool("attention_bias", False)
     act = b.moe_activation()
     for i in range(c.int("num_hidden_layers")):
@@ -335,7 +335,7 @@ def llama4(b: Builder) -> None:
     c = b.cfg
     layers = c.int("num_hidden_layers")
     if c.raw("moe_layers") is not None:
-        moe_layers = set(c.list("moe_layers"))
+        moe_layers = set(c.int_list("moe_layers"))
     else:
         step = c.int("interleave_moe_layer_step", 1)
         moe_layers = set(range(step - 1, layers, step))

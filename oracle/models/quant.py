@@ -257,7 +257,7 @@ def _ct_quant(g: ConfigView, fmt: str) -> Quant:
         group_size = None
         if fmt_name == "fp8_block":
             blocks = w.list("block_structure")
-            if len(blocks) != 2 or not all(isinstance(b, int) and b > 0 for b in blocks):
+            if len(blocks) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks):
                 raise w.error("block_structure", f"expected [N, K] block sizes, got {blocks!r}")
             group_size = blocks[1]
         act = None

@@ -97,6 +97,14 @@ class ConfigView:
                 raise self.error(f"{name}[{i}]", f"expected a string, got {item!r}")
         return items
 
+    def int_list(self, name: str, default: Any = _MISSING) -> list[int]:
+        """A list of integers (layer indices and the like); anything else names the bad item."""
+        items = self.list(name, default)
+        for i, item in enumerate(items or []):
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise self.error(f"{name}[{i}]", f"expected an integer, got {item!r:.60}")
+        return items
+
     def sub(self, name: str, *, required: bool = False) -> "ConfigView | None":
         """A nested mapping as its own view (None when absent or null, unless required)."""
         value = self.data.get(name)
