@@ -74,6 +74,8 @@ def run_command(func: Callable[[], int]) -> int:
                 pass
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
+        from .envvars import OracleEnvWarning
+        warnings.simplefilter("default", OracleEnvWarning)  # each distinct warning once per command
         try:
             return int(func() or 0)
         except OracleError as exc:
