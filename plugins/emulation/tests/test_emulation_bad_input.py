@@ -167,8 +167,15 @@ def test_unknown_activation_parameter():
     ("silu", {"limit": -1.0}, "activation_params.limit"),
 ])
 def test_bad_activation_parameter_values(activation, params, field):
-    kernel = _moe(weight_format="mxfp8", hidden_size=64, intermediate_size=32, activation=activation,
-                  activation_params=params)
+    with pytest.raises(ValueError, match=rf"{field} must be a finite number > 0"):  # refused by the layer now
+        MoELayer(num_experts=32, top_k=4, hidden_size=64, intermediate_size=32, weight_format="mxfp8",
+                 activation=activation, activation_params=params)
+    # the kernel still checks for itself (a layer built without validation, e.g. model_construct)
+    good = MoELayer(num_experts=32, top_k=4, hidden_size=64, intermediate_size=32, weight_format="mxfp8",
+                    activation=activation)
+    layer = MoELayer.model_construct(**{**{k: getattr(good, k) for k in MoELayer.model_fields},
+                                        "activation_params": params})
+    kernel = select_backend(good, CPU).instantiate(layer)
     q13, q2 = quantize(torch.randn(32, 64, 64), "mxfp8"), quantize(torch.randn(32, 64, 32), "mxfp8")
     with pytest.raises(TensorError, match=rf"^{field}: expected a (finite|positive) number"):
         kernel.process_weights(**moe_tensors(q13, q2))
