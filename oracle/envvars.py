@@ -50,8 +50,8 @@ def kernel_list(env: Mapping[str, str], name: str, known: Iterable[str]) -> set[
         if item in known:
             out.add(item)
         else:
-            warnings.warn(f"{name}: no registered kernel is named {item!r}{suggestion(item, known)}; "
-                          "it disables nothing", OracleEnvWarning, stacklevel=2)
+            warnings.warn(f"{name}: no registered kernel is named {item!r}, so it disables nothing"
+                          f"{suggestion(item, known)}", OracleEnvWarning, stacklevel=2)
     return out
 
 
