@@ -264,10 +264,13 @@ def check_implementation(spec: KernelSpec) -> str | None:
     For `oracle verify`: selection never imports implementations, so without this a missing
     class is found only by `Decision.instantiate()`.
     """
-    try:
-        spec.load_implementation()
+    from .isolation import IMPORT_TIMEOUT_S, call_plugin, describe, timeout_for
+    try:  # the import runs plugin code: bounded, and it may not end the process
+        call_plugin(spec.load_implementation, timeout_for(IMPORT_TIMEOUT_S), f"import of {spec.implementation}")
     except PolicyError as exc:
         return str(exc)
+    except Exception as exc:
+        return f"{spec.source}: kernel {spec.name}: cannot import {spec.implementation}: {describe(exc)}"
     return None
 
 

@@ -29,7 +29,7 @@ BOMB = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
                  + [f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")])
 
 
-def test_billion_laughs_is_refused_fast_by_verify_and_explain(tmp_path, capsys):
+def test_billion_laughs_is_refused_fast_by_verify_and_explain(global_toy_registry, tmp_path, capsys):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BOMB + "\non_unsupported: error\n")
     start = time.perf_counter()
@@ -139,3 +139,24 @@ def test_mutated_shipped_yaml_never_tracebacks(case):
 
 def test_report_yaml_case_counts():
     print(f"\nhardening yaml: {_CASES}")
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("brace.yaml", "backend: k\nkernels:\n  - name: k.x\n    op: linear\n    implementation: 'oracle.kernel:Kernel'\n"
+                   "    modes: [{weight: fp8_tensor, activation: fp8, name: m}]\n"
+                   "    constraints:\n      - reason: 'K { must be even'\n        require: {field: K, divisible_by: 2}\n",
+     "brace.yaml:8: kernel k.x: reason 'K { must be even' is not a valid template"),
+    ("nul.yaml", "on_unsupported: error\nbackends: {moe: \x00}\n", "nul.yaml:2: invalid YAML: unacceptable character"),
+    ("exit.yaml", "backend: k\nkernels:\n  - name: k.x\n    op: linear\n    implementation: 'zoo_exit_at_import:K'\n"
+                  "    modes: [{weight: fp8_tensor, activation: fp8, name: m}]\n",
+     "exit.yaml:3: kernel k.x: cannot import zoo_exit_at_import:K: SystemExit: 0"),
+])
+def test_verify_reports_each_bad_file_in_one_line(global_toy_registry, tmp_path, capsys, monkeypatch, name, text,
+                                                  message):
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "plugin_zoo"))
+    path = tmp_path / name
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["verify", name]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {message}" in out, out
