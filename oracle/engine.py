@@ -18,15 +18,15 @@ from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object
 from .config import KernelConfig, pick
 from .envvars import DISABLED_KERNELS, deciding_with, flag, kernel_list
 from .errors import InputError, NoKernelError
-from .layer import not_a_layer
-from .validation import require_type
 from .formats import UNQUANTIZED_FORMATS
+from .layer import not_a_layer
 from .platform import Platform
 from .policy import EffectivePolicy, default_policy
 from . import registry as _registry_module
 from .registry import Registry, get_registry
 from .rules import failing
 from .trace import Candidate, Decision, log_decision
+from .validation import require_type
 
 _DEFAULT_CONFIG = KernelConfig()
 _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
