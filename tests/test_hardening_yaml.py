@@ -138,10 +138,6 @@ def test_mutated_shipped_yaml_never_tracebacks(case):
         assert str(exc).startswith(path.name), str(exc)
 
 
-def test_report_yaml_case_counts():
-    print(f"\nhardening yaml: {_CASES}")
-
-
 @pytest.mark.parametrize("name, text, message", [
     ("brace.yaml", "backend: k\nkernels:\n  - name: k.x\n    op: linear\n    implementation: 'oracle.kernel:Kernel'\n"
                    "    modes: [{weight: fp8_tensor, activation: fp8, name: m}]\n"
@@ -161,3 +157,54 @@ def test_verify_reports_each_bad_file_in_one_line(global_toy_registry, tmp_path,
     assert main(["verify", name]) == 1
     out = capsys.readouterr().out
     assert f"FAIL {message}" in out, out
+
+
+# ---- property: structured mutations of shipped kernels files (any leaf, any value) ---------------
+KERNEL_FILES = [p for p in SHIPPED_YAML if p.name != "default.yaml"]
+leaf_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 1 << 40) | st.floats(allow_nan=True)
+    | st.sampled_from(["{", "{sm:d}", "{dtype:d}", "{activation_params.limit}", "{}", "B12X", "mxfp5", "moe",
+                       "oracle.kernel:Kernel", "nope:Nope", ">=1.5.1", "not a range", "12.0", "sm120", ""]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["field", "equals", "in", "range", "min", "all", "not", "reason", "require", "when",
+                         "weight", "activation", "name", "family", "version"]), inner, max_size=3),
+    max_leaves=6)
+
+
+def _kernel_leaves(value, path=()):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield path + (k,)
+            yield from _kernel_leaves(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield path + (i,)
+            yield from _kernel_leaves(v, path + (i,))
+
+
+_KERNEL_DATA = {p: yaml.safe_load(p.read_text()) for p in KERNEL_FILES}
+
+
+@settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(KERNEL_FILES), st.data())
+def test_structurally_mutated_kernel_files_never_traceback(path, data):
+    import copy
+    doc = copy.deepcopy(_KERNEL_DATA[path])
+    leaves = sorted(_kernel_leaves(doc), key=str)
+    where_ = data.draw(st.sampled_from(leaves))
+    node = doc
+    for key in where_[:-1]:
+        node = node[key]
+    node[where_[-1]] = data.draw(leaf_values)
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    _CASES["kernel_files"] = _CASES.get("kernel_files", 0) + 1
+    try:
+        with bounded():
+            load_kernel_file(load_yaml_text(text, path.name), plugin="fuzz", what=path.name)
+    except PolicyError as exc:
+        _CASES["kernel_files_refused"] = _CASES.get("kernel_files_refused", 0) + 1
+        assert str(exc).startswith(path.name) or f"{path.name}:" in str(exc), str(exc)
+
+
+def test_report_yaml_case_counts():
+    print(f"\nhardening yaml: {_CASES}")
