@@ -320,7 +320,8 @@ def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
             name=entry.name, backend=normalize_backend(backend), tier=normalize_backend(tier), op=entry.op,
             implementation=entry.implementation, modes=tuple(entry.modes), auto_select=entry.auto_select,
             testing_only=entry.testing_only, note=entry.note, requires=requires,
-            constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}"),
+            constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}",
+                                      where(raw, "constraints")),
             source=where(kernels, i), plugin=plugin, lines=lines, env=tuple(head.env),
         ))
     return specs

@@ -83,12 +83,13 @@ def field_value(ctx: Mapping[str, Any], name: str) -> Any:
     return ctx.get(name)
 
 
-def compile_rules(raw: Any, op: str, owner: str) -> tuple[Rule, ...]:
-    """Compile a YAML list of rules for kernels of `op`; `owner` names them in errors."""
+def compile_rules(raw: Any, op: str, owner: str, loc: str | None = None) -> tuple[Rule, ...]:
+    """Compile a YAML list of rules for kernels of `op`; `owner` names them in errors, `loc` is
+    the file:line of the `constraints` key (for a value that is not a list and so has no line)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise PolicyError(f"{owner}: constraints must be a list of rules", source=where(raw))
+        raise PolicyError(f"{owner}: constraints must be a list of rules", source=where(raw, default=loc or "<memory>"))
     return tuple(_compile_rule(item, op, owner, where(raw, i)) for i, item in enumerate(raw))
 
 
@@ -97,7 +98,8 @@ def _compile_rule(raw: Any, op: str, owner: str, loc: str) -> Rule:
         raise PolicyError(f"{owner}: a rule must be a mapping with 'reason' and 'require'", source=loc)
     unknown = set(raw) - {"reason", "require", "when", "id"}
     if unknown:
-        raise PolicyError(f"{owner}: unknown rule key(s) {sorted(unknown)}; expected reason, require, when, id",
+        raise PolicyError(f"{owner}: unknown rule key(s) {sorted(unknown, key=str)}; "
+                          "expected reason, require, when, id",
                           source=loc)
     reason = raw.get("reason")
     if not isinstance(reason, str) or not reason.strip():
@@ -156,7 +158,7 @@ def _compile(raw: Any, op: str, owner: str, loc: str, used: set[str]) -> Predica
         inner = _compile(raw["not"], op, owner, loc, used)
         return lambda ctx: not inner(ctx)
     if "field" not in raw:
-        raise PolicyError(f"{owner}: unknown predicate {sorted(keys)}; expected 'field' with one of "
+        raise PolicyError(f"{owner}: unknown predicate {sorted(keys, key=str)}; expected 'field' with one of "
                           f"{', '.join(_OPERATORS)}, or all/any/not", source=loc)
     name = raw["field"]
     kind = _field_kind(name, op, owner, loc)
