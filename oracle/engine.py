@@ -5,7 +5,10 @@ platform default > auto); expand the ordering's tiers into registered kernels; f
 each kernel and each preferred activation format run (1) the platform requirements,
 cached per platform, (2) the declarative constraints, (3) the plugin's optional
 `can_implement` hook. The first candidate that passes wins; every verdict is traced.
-Decisions are cached by (layer signature, platform, config, policy, relevant env).
+Decisions are cached by (layer signature, platform, config, relevant env) within one
+Engine (one registry and policy). A Decision names no layer, so the layers sharing a
+signature share it safely. This module holds no process-wide state: `oracle.session`
+builds engines and keeps them.
 """
 from __future__ import annotations
 
@@ -16,16 +19,14 @@ from typing import Any, Iterable, Mapping
 from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
                       render_reason, version_satisfies)
 from .config import KernelConfig, pick
-from .errors import InputError, NoKernelError
+from .errors import InputError
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
-from .policy import EffectivePolicy, default_policy
-from . import registry as _registry_module
-from .registry import Registry, get_registry
+from .policy import EffectivePolicy
+from .registry import Registry
 from .rules import failing
-from .trace import Candidate, Decision, log_decision
+from .trace import Candidate, Decision, SelectedBy, log_decision
 
-_DEFAULT_CONFIG = KernelConfig()
 _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
 
 
@@ -42,6 +43,7 @@ class Engine:
     def __init__(self, registry: Registry, policy: EffectivePolicy):
         self.registry = registry
         self.policy = policy
+        self.generation = registry.generation   # stale once plugins or kernels are added to the registry
         self._decisions: dict[tuple, Decision] = {}
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
@@ -69,14 +71,14 @@ class Engine:
                 if len(self._decisions) > 65536:
                     self._decisions.clear()
                 self._decisions[key] = decision
-            log_decision(decision)
+            log_decision(decision, layer)
         return decision
 
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
                 env: Mapping[str, str]) -> Decision:
         op, wf = layer.op, layer.weight_format
-        base = {"op": op, "weight_format": wf, "layer": layer, "platform": platform}
+        base = {"op": op, "weight_format": wf, "platform": platform}
         if wf in UNQUANTIZED_FORMATS:
             return Decision(status="unquantized", **base)
         requested, req_source = self._requested_backend(op, wf, config, platform)
@@ -94,7 +96,7 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
-                    return self._selected(found, candidates, notes, base)
+                    return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":
                     notes.append(f"explicit {op}_backend={requested} ({req_source}) cannot serve this layer and "
@@ -114,17 +116,17 @@ class Engine:
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
         found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
         if found is not None:
-            return self._selected(found, candidates, notes, base)
+            return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
 
     def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
-                  base: dict) -> Decision:
+                  base: dict, selected_by: SelectedBy) -> Decision:
         spec, mode = found
         if spec.testing_only:
             notes.append(_EMULATION_NOTE.format(note=spec.note or f"{spec.name} is the slow path meant for testing"))
         return Decision(status="selected", backend=spec.backend, kernel=spec.name, mode=mode.name,
                         activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
-                        spec=spec, mode_spec=mode, **base)
+                        spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
     def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
              out: list[Candidate], disabled: set[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
@@ -165,7 +167,7 @@ class Engine:
                     out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
                                          reasons[0], broken[0].source, reasons, tuple(r.source for r in broken)))
                     continue
-                hook_reason = self._hook(spec, layer, mode)
+                hook_reason = self._hook(spec, layer, mode, platform)
                 if hook_reason is not None:
                     out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
                                          hook_reason, f"{spec.plugin}: can_implement"))
@@ -189,12 +191,12 @@ class Engine:
             return spec.auto_select, spec.lines.get("auto_select", spec.source)
         return value, rule
 
-    def _hook(self, spec: KernelSpec, layer: Any, mode: Mode) -> str | None:
+    def _hook(self, spec: KernelSpec, layer: Any, mode: Mode, platform: Platform) -> str | None:
         hook = self.registry.can_implement_hook(spec.name)
         if hook is None:
             return None
         try:
-            result = hook(kernel=spec, layer=layer, mode=mode)
+            result = hook(kernel=spec, layer=layer, mode=mode, platform=platform)
         except Exception as exc:  # isolate the plugin
             return f"plugin {spec.plugin} can_implement raised {type(exc).__name__}: {exc}"
         if result is None or result is True:
@@ -345,74 +347,3 @@ def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdic
                 return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
                             "runtime", detail=detail or "unsupported")
     return _PlatformVerdict(True, notes=notes)
-
-
-# ---- module-level API ----------------------------------------------------------------------
-_engines: dict[tuple[int, str], Engine] = {}
-_engines_lock = threading.Lock()
-_detected: list[Platform] = []
-
-
-def get_engine(policy: EffectivePolicy | None = None, registry: Registry | None = None) -> Engine:
-    reg = registry or get_registry()
-    pol = policy or default_policy(reg)
-    key = (reg.generation, pol.fingerprint)
-    engine = _engines.get(key)
-    if engine is None or engine.registry is not reg:
-        with _engines_lock:
-            engine = Engine(reg, pol)
-            if len(_engines) > 32:
-                _engines.clear()
-            _engines[key] = engine
-    return engine
-
-
-def clear_cache() -> None:
-    """Forget every engine and decision (after plugins or policies change)."""
-    with _engines_lock:
-        _engines.clear()
-        _default[0] = None
-    from . import policy as _policy
-    _policy._default_cache.clear()
-
-
-def _default_platform() -> Platform:
-    if not _detected:
-        _detected.append(Platform.detect())
-    return _detected[0]
-
-
-def _default_engine() -> Engine:
-    """The engine for the process-wide registry and default policy (checked cheaply per call)."""
-    reg = _registry_module._registry or get_registry()
-    engine = _default[0]
-    if engine is None or engine.registry is not reg:
-        engine = get_engine(None, reg)
-        _default[0] = engine
-    return engine
-
-
-_default: list[Engine | None] = [None]
-
-
-def select_backend(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None, *,
-                   policy: EffectivePolicy | None = None, env: Mapping[str, str] | None = None,
-                   registry: Registry | None = None) -> Decision:
-    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel)."""
-    engine = _default_engine() if policy is None and registry is None else get_engine(policy, registry)
-    return engine.select(layer, platform or _default_platform(), config or _DEFAULT_CONFIG,
-                         os.environ if env is None else env)
-
-
-def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,
-                            **kwargs: Any) -> Decision:
-    """Like select_backend, but raise NoKernelError listing every candidate's reason."""
-    decision = select_backend(layer, platform, config, **kwargs)
-    if decision.status == "no_kernel":
-        plat = decision.platform.describe() if decision.platform is not None else "this platform"
-        lines = [f"no kernel can serve {decision.op} layer {getattr(layer, 'name', '') or '<unnamed>'!r} "
-                 f"({decision.weight_format} weights) on {plat}:"]
-        lines += [f"  - {c.line()}" for c in decision.candidates] or ["  (no candidates)"]
-        lines += [f"  note: {n}" for n in decision.notes]
-        raise NoKernelError("\n".join(lines), decision)
-    return decision

@@ -7,7 +7,8 @@ import pytest
 
 from oracle import hookimpl
 from oracle.policy import load_policy
-from oracle.registry import Registry, reset_registry, set_registry
+from oracle.registry import Registry
+from oracle.session import reset_registry, set_registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -18,7 +18,7 @@ def _kernel(fmt, k=256, n=256, **layer):
     lin = LinearLayer(name="l", in_features=k, out_features=n, weight_format=fmt, activation_format=act, **layer)
     d = select_backend(lin, Platform.preset("b200", packages={"torch": "2.11.0"}))
     assert d.backend == "torch", d.candidates
-    return d.instantiate()
+    return d.instantiate(lin)
 
 
 def _fp8(n, k):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
-from oracle.registry import get_registry
+from oracle.session import get_registry
 
 MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
 TORCH_OK = {"torch": "2.11.0"}
