@@ -171,10 +171,10 @@ class TorchBlockFP8Linear(_ScaledLinear):
                               f"a tensor of shape {shape_of(input_scale)}")
 
     def _prepare(self, weight_scale: Any, **_: Any) -> None:
-        from .runtime import block_scale_layout
+        from .block_layout import block_scale_layout
 
         kb = self.k // gemm.BLOCK
-        layout = getattr(self, "_layout_override", None) or block_scale_layout(self.device)
+        layout = block_scale_layout(self.device)
         if layout == "unsupported":
             raise TensorError("weight", "a device where torch runs blockwise FP8 scaling (SM90/SM10x, "
                               "CUDA >= 12.9)", f"torch {torch.__version__} refusing it on {self.device}")

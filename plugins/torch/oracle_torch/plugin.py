@@ -24,9 +24,9 @@ def register_kernels(register):
 def can_implement(kernel, layer, platform):
     if kernel.name != "torch.linear.fp8_block" or platform.simulated:
         return None
-    from . import runtime  # no torch at import; its requirement check (run before this hook) probed the device
+    from .block_layout import PROBED_BLOCK_LAYOUTS  # no torch at import; filled by the device probe
 
-    if "l4-only" not in runtime.PROBED_BLOCK_LAYOUTS.values():
+    if "l4-only" not in PROBED_BLOCK_LAYOUTS.values():
         return None
     if (layer.in_features // 128) % 4:
         return ("torch blockwise FP8 on this device takes only K/128 divisible by 4 (runtime probe), "
