@@ -44,9 +44,13 @@ class Engine:
         self.registry = registry
         self.policy = policy
         self.generation = registry.generation   # stale once plugins or kernels are added to the registry
-        self._decisions: dict[tuple, Decision] = {}
+        # decisions per (platform, config), then per (layer signature, env); the table of the last
+        # (platform, config) is found by identity, so a model's layers hash neither again
+        self._tables: dict[tuple[Platform, KernelConfig], dict[tuple, Decision]] = {}
+        self._last: tuple[Any, Any, dict[tuple, Decision]] = (None, None, {})
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
+        self._auto: dict[str, tuple[bool, str]] = {}
         self._requests: dict[tuple, tuple[str, str]] = {}
         self._lock = threading.Lock()
         # os.environ.get decodes every value; the raw table of the process environment is read
@@ -63,16 +67,29 @@ class Engine:
             env_key = tuple(map(self._raw_env.get, self._raw_keys))
         else:
             env_key = tuple(env.get(k) for k in self.policy.env_keys)
-        key = (layer.signature, platform, config, env_key)
-        decision = self._decisions.get(key)
+        last_platform, last_config, table = self._last
+        if platform is not last_platform or config is not last_config:
+            table = self._table(platform, config)
+        key = (layer.signature, env_key)
+        decision = table.get(key)
         if decision is None:
             decision = self._decide(layer, platform, config, env)
             with self._lock:
-                if len(self._decisions) > 65536:
-                    self._decisions.clear()
-                self._decisions[key] = decision
+                if len(table) > 65536:
+                    table.clear()
+                table[key] = decision
             log_decision(decision, layer)
         return decision
+
+    def _table(self, platform: Platform, config: KernelConfig) -> dict[tuple, Decision]:
+        with self._lock:
+            table = self._tables.get((platform, config))
+            if table is None:
+                if len(self._tables) > 256:
+                    self._tables.clear()
+                table = self._tables[(platform, config)] = {}
+            self._last = (platform, config, table)
+        return table
 
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
@@ -186,10 +203,13 @@ class Engine:
                          reason, rule, (reason,), (rule,))
 
     def _auto_allowed(self, spec: KernelSpec) -> tuple[bool, str]:
-        value, rule = self.policy.auto_select_for(spec.backend, spec.op)
-        if value is None:
-            return spec.auto_select, spec.lines.get("auto_select", spec.source)
-        return value, rule
+        """May automatic selection pick `spec` (policy over the kernel's own flag), and the rule that says so."""
+        found = self._auto.get(spec.name)
+        if found is None:
+            value, rule = self.policy.auto_select_for(spec.backend, spec.op)
+            found = (spec.auto_select, spec.lines.get("auto_select", spec.source)) if value is None else (value, rule)
+            self._auto[spec.name] = found
+        return found
 
     def _hook(self, spec: KernelSpec, layer: Any, mode: Mode, platform: Platform) -> str | None:
         hook = self.registry.can_implement_hook(spec.name)
