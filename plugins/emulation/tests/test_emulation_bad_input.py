@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from emulation_helpers import moe_tensors, quantize
+
 import torch
 
 from oracle import EmbeddingLayer, InputError, LinearLayer, MoELayer, Platform, select_backend
-from oracle_emulation.errors import TensorError
+from oracle.errors import TensorError
 
-from emulation_helpers import moe_tensors, quantize
 
 CPU = Platform.cpu()
 

@@ -12,12 +12,14 @@ All tests here are marked `gpu` and skip cleanly when no CUDA device is present.
 from __future__ import annotations
 
 import pytest
+from oracle_emulation.formats import codec_for
+from oracle_torch import runtime
+
 import torch
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
-from oracle_emulation.formats import codec_for
-from oracle_torch import runtime
-from oracle_torch.checks import TensorError
+from oracle.errors import TensorError
+
 
 pytestmark = pytest.mark.gpu
 TOLERANCE = 1e-2
