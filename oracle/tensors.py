@@ -35,6 +35,12 @@ def require(name: str, t: Any, why: str, *, owner: str | None = None) -> Any:
     return t
 
 
+def forbid(name: str, t: Any, why: str) -> None:
+    """`t` must not be given (None): e.g. a static scale for activations quantized dynamically."""
+    if t is not None:
+        raise TensorError(name, f"None ({why})", f"a tensor of shape {shape_of(t)}")
+
+
 def check_dtype(name: str, t: Any, allowed: Sequence[Any], why: str = "", *, owner: str | None = None) -> Any:
     if t.dtype not in tuple(allowed):
         raise TensorError(name, "dtype " + " or ".join(dtype_name(d) for d in allowed) + _why(why),

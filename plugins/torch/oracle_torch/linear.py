@@ -15,7 +15,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
-from oracle.tensors import check_device, check_scales, check_tensor, shape_of
+from oracle.tensors import check_device, check_scales, check_tensor, forbid, shape_of
 
 from . import gemm, quantize
 
@@ -70,9 +70,7 @@ class _ScaledLinear(Kernel):
         if n % 16 or k % (16 * self.packed_k_divisor):
             raise TensorError("weight", f"N divisible by 16 and K by {16 * self.packed_k_divisor} "
                               "(torch scaled-matmul operand alignment)", f"N={n}, K={k}")
-        if weight_zero_point is not None:
-            raise TensorError("weight_zero_point", f"None ({self.mode.weight} weights are symmetric)",
-                              f"a tensor of shape {shape_of(weight_zero_point)}")
+        forbid("weight_zero_point", weight_zero_point, f"{self.mode.weight} weights are symmetric")
         if weight_scale is None:
             raise TensorError("weight_scale", f"a tensor (required for {self.mode.weight} weights)", "None")
         if bias is not None:
@@ -146,9 +144,7 @@ class TorchChannelFP8Linear(_ScaledLinear):
         check_tensor("weight_scale", weight_scale, dtypes=(torch.float32,), shapes=[[self.n], [self.n, 1]],
                      why="one fp32 scale per output channel")
         check_scales("weight_scale", weight_scale)
-        if input_scale is not None:
-            raise TensorError("input_scale", "None (per-token activation scales are dynamic)",
-                              f"a tensor of shape {shape_of(input_scale)}")
+        forbid("input_scale", input_scale, "per-token activation scales are dynamic")
 
     def _prepare(self, weight_scale: Any, **_: Any) -> None:
         self.sw = weight_scale.to(self.device).reshape(1, self.n).contiguous()
@@ -168,9 +164,7 @@ class TorchBlockFP8Linear(_ScaledLinear):
         check_tensor("weight_scale", weight_scale, dtypes=(torch.float32,), shapes=[[nb, kb]],
                      why="one fp32 scale per 128x128 block, [ceil(N/128), ceil(K/128)]")
         check_scales("weight_scale", weight_scale)
-        if input_scale is not None:
-            raise TensorError("input_scale", "None (1x128 activation scales are dynamic)",
-                              f"a tensor of shape {shape_of(input_scale)}")
+        forbid("input_scale", input_scale, "1x128 activation scales are dynamic")
 
     def _prepare(self, weight_scale: Any, **_: Any) -> None:
         from .block_layout import block_scale_layout
