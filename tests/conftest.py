@@ -26,6 +26,12 @@ class ToyPlugin:
 
 
 @pytest.fixture
+def toy_plugin() -> ToyPlugin:
+    """A fresh toy plugin object, for tests that build registries with other plugins beside it."""
+    return ToyPlugin()
+
+
+@pytest.fixture
 def toy_registry() -> Registry:
     return Registry.from_plugins([("toy", ToyPlugin())])
 

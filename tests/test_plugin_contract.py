@@ -13,7 +13,6 @@ from oracle.cli import main
 from oracle.registry import Registry
 from oracle.session import load_policy, reset_registry, set_registry
 
-from conftest import FIXTURES, ToyPlugin
 
 H200 = Platform.preset("h200")
 
@@ -42,13 +41,13 @@ def linear(name="model.layers.0.mlp.down_proj", k=1024):
 
 
 # ---------------------------------------------------------------- hooks the way pluggy calls them
-def test_misspelt_hook_is_a_plugin_error_and_the_plugin_is_skipped():
+def test_misspelt_hook_is_a_plugin_error_and_the_plugin_is_skipped(toy_plugin):
     class Misspelt:
         @hookimpl
         def register_kernel(self, register):   # no such hook: register_kernels
-            register(FIXTURES / "toy_kernels.yaml")
+            register(kernels_file("typo", "typo.linear"))
 
-    reg = Registry.from_plugins([("typo", Misspelt()), ("toy", ToyPlugin())])
+    reg = Registry.from_plugins([("typo", Misspelt()), ("toy", toy_plugin)])
     failure = next(f for f in reg.failures if f.plugin == "typo")
     assert failure.stage == "register" and "register_kernel" in failure.message
     assert "register_kernels" in failure.message          # the message lists the real hook names
@@ -99,13 +98,13 @@ def test_hook_asking_for_an_undeclared_argument_is_refused_at_registration():
     assert "greedy.linear" not in reg.by_name
 
 
-def test_a_raising_hook_stays_with_its_plugin():
+def test_a_raising_hook_stays_with_its_plugin(toy_plugin):
     class Broken:
         @hookimpl
         def register_kernels(self, register):
             raise RuntimeError("kernels.yaml missing from the wheel")
 
-    reg = Registry.from_plugins([("broken", Broken()), ("toy", ToyPlugin())])
+    reg = Registry.from_plugins([("broken", Broken()), ("toy", toy_plugin)])
     assert [str(f) for f in reg.failures] == [
         "broken (register_kernels): RuntimeError: kernels.yaml missing from the wheel"]
     assert "toyfast.moe" in reg.by_name
@@ -142,8 +141,8 @@ class InsertsAfterOptimized(Declares):
         insert(self.backend, after="optimized", ops=["linear"])
 
 
-def test_two_plugins_insert_after_optimized_without_replacing_each_other(tmp_path):
-    reg = Registry.from_plugins([("toy", ToyPlugin()), ("alpha", InsertsAfterOptimized("alpha")),
+def test_two_plugins_insert_after_optimized_without_replacing_each_other(tmp_path, toy_plugin):
+    reg = Registry.from_plugins([("toy", toy_plugin), ("alpha", InsertsAfterOptimized("alpha")),
                                  ("beta", InsertsAfterOptimized("beta"))])
     assert reg.failures == []
     policy = load_policy(registry=reg)
