@@ -51,6 +51,8 @@ class Engine:
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
         self._auto: dict[str, tuple[bool, str]] = {}
+        self._disabled_by_env: dict[str | None, frozenset[str]] = {}
+        self._preferences: dict[tuple[str, str], tuple[list[str], str]] = {}
         self._requests: dict[tuple, tuple[str, str]] = {}
         self._lock = threading.Lock()
         # os.environ.get decodes every value; the raw table of the process environment is read
@@ -146,7 +148,7 @@ class Engine:
                         spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
     def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
-             out: list[Candidate], disabled: set[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
+             out: list[Candidate], disabled: frozenset[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
@@ -225,11 +227,15 @@ class Engine:
             return f"plugin {spec.plugin} can_implement rejected the layer"
         return str(result)
 
-    def _disabled(self, env: Mapping[str, str]) -> set[str]:
-        names = set(self.policy.disabled_kernels)
+    def _disabled(self, env: Mapping[str, str]) -> frozenset[str]:
+        """Disabled kernel names: the policy's plus ORACLE_DISABLED_KERNELS (cached per value)."""
         extra = env.get("ORACLE_DISABLED_KERNELS")
-        if extra:
-            names.update(n.strip() for n in extra.split(",") if n.strip())
+        names = self._disabled_by_env.get(extra)
+        if names is None:
+            found = set(self.policy.disabled_kernels)
+            if extra:
+                found.update(n.strip() for n in extra.split(",") if n.strip())
+            names = self._disabled_by_env[extra] = frozenset(found)
         return names
 
     def _ordered_kernels(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
@@ -283,7 +289,7 @@ class Engine:
         declared = getattr(layer, "activation_format", None)
         requested = config.activation_for(op, wf) if op != "embedding" else None
         notes: list[str] = []
-        prefs, rule = self.policy.activations_for(op, wf)
+        prefs, rule = self._preferences.get((op, wf)) or self._preference(op, wf)
         if requested is not None:
             if declared is not None and declared != requested:
                 raise InputError(f"requested {op}_activation={requested} contradicts the checkpoint, which "
@@ -302,6 +308,10 @@ class Engine:
                              f"({self.policy.where('force_bf16_activations', 'env')})")
                 acts = ["bf16"]
         return acts, notes, rule
+
+    def _preference(self, op: str, wf: str) -> tuple[list[str], str]:
+        found = self._preferences[(op, wf)] = self.policy.activations_for(op, wf)
+        return found
 
     def _platform_check(self, spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
         key = (spec.name, platform)
