@@ -108,7 +108,8 @@ class Decision:
         return {"status": self.status, "op": self.op, "weight_format": self.weight_format,
                 "backend": self.backend, "kernel": self.kernel, "mode": self.mode,
                 "activation_format": self.activation_format, "requested_backend": self.requested_backend,
-                "selected_by": self.selected_by, "candidates": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+                "selected_by": self.selected_by, "candidates": [c.to_dict() for c in self.candidates],
+                "notes": list(self.notes)}
 
     def explain(self, layer: Any = None) -> str:
         """The decision as text, headed by `layer`'s name (or "layer" when none is given)."""
