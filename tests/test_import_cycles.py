@@ -39,3 +39,19 @@ def test_the_check_sees_a_cycle(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("from .a import f\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert set(import_cycle("cyclic_pkg")) == {"cyclic_pkg.a", "cyclic_pkg.b"}
+
+
+def test_every_engine_module_imports_without_heavy_packages():
+    """Every oracle module imports (in a fresh interpreter, in name order) and none pulls in torch."""
+    import subprocess
+    import sys
+
+    graph = grimp.build_graph("oracle", exclude_type_checking_imports=True)
+    modules = sorted(m for m in graph.modules if not m.endswith("__main__"))
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(sorted(m for m in ('torch', 'b12x', 'triton', 'flashinfer') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert len(modules) > 40
