@@ -4,7 +4,7 @@
 first selection (or `oracle.registry.get_registry()`).
 """
 from .config import KernelConfig
-from .engine import select_backend, select_backend_or_raise
+from .engine import reload, select_backend, select_backend_or_raise
 from .errors import InputError, NoKernelError, OracleError, PolicyError, UnknownBackendError
 from .hookspecs import hookimpl
 from .layer import EmbeddingLayer, LinearLayer, MoELayer
@@ -14,6 +14,6 @@ from .trace import Candidate, Decision
 __version__ = "0.1.0"
 __all__ = [
     "Candidate", "Decision", "EmbeddingLayer", "InputError", "KernelConfig", "LinearLayer", "MoELayer",
-    "NoKernelError", "OracleError", "Platform", "PolicyError", "UnknownBackendError", "hookimpl",
+    "NoKernelError", "OracleError", "Platform", "PolicyError", "UnknownBackendError", "hookimpl", "reload",
     "select_backend", "select_backend_or_raise", "__version__",
 ]

@@ -56,15 +56,15 @@ class Engine:
 
     # ---- public -------------------------------------------------------------------------
     def select(self, layer: Any, platform: Platform, config: KernelConfig,
-               env: Mapping[str, str]) -> Decision:
+               env: Mapping[str, str], measurements: Any = None) -> Decision:
         if env is os.environ and self._raw_env is not None:
             env_key = tuple(map(self._raw_env.get, self._raw_keys))
         else:
             env_key = tuple(env.get(k) for k in self.policy.env_keys)
-        key = (layer.signature, platform, config, env_key)
+        key = (layer.signature, platform, config, env_key, measurements)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decide(layer, platform, config, env)
+            decision = self._decide(layer, platform, config, env, measurements)
             with self._lock:
                 if len(self._decisions) > 65536:
                     self._decisions.clear()
@@ -74,7 +74,7 @@ class Engine:
 
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
-                env: Mapping[str, str]) -> Decision:
+                env: Mapping[str, str], measurements: Any = None) -> Decision:
         op, wf = layer.op, layer.weight_format
         base = {"op": op, "weight_format": wf, "layer": layer, "platform": platform}
         if wf in UNQUANTIZED_FORMATS:
@@ -94,7 +94,7 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
-                    return self._selected(found, candidates, notes, base)
+                    return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":
                     notes.append(f"explicit {op}_backend={requested} ({req_source}) cannot serve this layer and "
@@ -112,22 +112,61 @@ class Engine:
             else:
                 notes.append(f"no registered kernel implements {op} layers with {wf} weights")
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+        table, mset = self._measured(layer, platform, env, measurements)
+        if table is not None:  # step 4: every passing candidate, ranked by measured time
+            passing: list[tuple[KernelSpec, Mode]] = []
+            self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False,
+                      collect=passing)
+            if passing:
+                from .tuning.choose import choose
+                index, trace, by_measurement = choose(passing, candidates, table, mset)
+                return self._selected(passing[index], trace, notes, base,
+                                      "measured" if by_measurement else "policy")
+            return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
         found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
         if found is not None:
-            return self._selected(found, candidates, notes, base)
+            return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
 
+    def _measured(self, layer: Any, platform: Platform, env: Mapping[str, str],
+                  explicit: Any) -> tuple[dict | None, Any]:
+        """This layer's figures from the measurement set in force (argument > env > policy), if any."""
+        mset = explicit
+        if mset is None:
+            from .tuning.measurements import ENV_VAR, cached_measurements, env_paths
+            paths = env_paths(env.get(ENV_VAR)) or tuple(self.policy.measurements.files)
+            if not paths:
+                return None, None
+            conf = self.policy.measurements
+            mset = cached_measurements(paths, conf.objective, conf.allow_testing_only)
+        from .tuning.schema import layer_key
+        table = mset.table(platform, self.registry).for_layer(layer_key(layer))
+        return table, mset
+
+    def viable(self, layer: Any, platform: Platform, config: KernelConfig | None = None,
+               env: Mapping[str, str] | None = None) -> list[tuple[KernelSpec, Mode]]:
+        """Every (kernel, mode) of every plugin and tier that passes its requirements and constraints
+        for `layer` on `platform`, at the activation formats selection would try (what `oracle tune` times)."""
+        env = os.environ if env is None else env
+        acts, _, act_rule = self._activations(layer, config or _DEFAULT_CONFIG, env)
+        found: list[tuple[KernelSpec, Mode]] = []
+        self._try(self.registry.kernels_for(layer.op, layer.weight_format), layer, platform, acts, act_rule, [],
+                  self._disabled(env), explicit=True, collect=found)
+        return found
+
     def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
-                  base: dict) -> Decision:
+                  base: dict, selected_by: str) -> Decision:
         spec, mode = found
         if spec.testing_only:
             notes.append(_EMULATION_NOTE.format(note=spec.note or f"{spec.name} is the slow path meant for testing"))
         return Decision(status="selected", backend=spec.backend, kernel=spec.name, mode=mode.name,
                         activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
-                        spec=spec, mode_spec=mode, **base)
+                        spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
     def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
-             out: list[Candidate], disabled: set[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
+             out: list[Candidate], disabled: set[str], *, explicit: bool,
+             collect: list | None = None) -> tuple[KernelSpec, Mode] | None:
+        """The first candidate that passes; with `collect`, every one, appended there (returns None)."""
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
@@ -174,7 +213,9 @@ class Engine:
                                      spec.note or "passes every requirement and constraint", spec.source))
                 if verdict.notes:
                     out[-1] = _with_notes(out[-1], verdict.notes)
-                return spec, mode
+                if collect is None:
+                    return spec, mode
+                collect.append((spec, mode))
         return None
 
     # ---- pieces ---------------------------------------------------------------------------
@@ -376,6 +417,23 @@ def clear_cache() -> None:
     _policy._default_cache.clear()
 
 
+def reload() -> None:
+    """Re-read tuning files (and policies) on the next decision: a new `oracle tune` result changes
+    decisions in a running process only when this is called (oracle.reload())."""
+    from .tuning.measurements import clear_cache as _clear_measurements
+    _clear_measurements()
+    clear_cache()
+
+
+def _measurement_arg(measurements: Any) -> Any:
+    """None, a MeasurementSet, or tuning file path(s) -> None or a MeasurementSet (cached)."""
+    if measurements is None or hasattr(measurements, "table"):
+        return measurements
+    from .tuning.measurements import cached_measurements
+    paths = (str(measurements),) if isinstance(measurements, (str, os.PathLike)) else tuple(map(str, measurements))
+    return cached_measurements(paths, "balanced", False) if paths else None
+
+
 def _default_platform() -> Platform:
     if not _detected:
         _detected.append(Platform.detect())
@@ -397,11 +455,15 @@ _default: list[Engine | None] = [None]
 
 def select_backend(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None, *,
                    policy: EffectivePolicy | None = None, env: Mapping[str, str] | None = None,
-                   registry: Registry | None = None) -> Decision:
-    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel)."""
+                   registry: Registry | None = None, measurements: Any = None) -> Decision:
+    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel).
+
+    `measurements`: a MeasurementSet (oracle.tuning.measurements.load_measurements) or tuning
+    file path(s); it replaces ORACLE_MEASUREMENTS and the policy's `measurements.files`."""
     engine = _default_engine() if policy is None and registry is None else get_engine(policy, registry)
     return engine.select(layer, platform or _default_platform(), config or _DEFAULT_CONFIG,
-                         os.environ if env is None else env)
+                         os.environ if env is None else env,
+                         None if measurements is None else _measurement_arg(measurements))
 
 
 def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,

@@ -8,7 +8,8 @@ from typing import Any, Literal
 import structlog
 
 Verdict = Literal["selected", "rejected"]
-Stage = Literal["platform", "constraint", "policy"]
+Stage = Literal["platform", "constraint", "policy", "measurement"]
+SelectedBy = Literal["explicit", "policy", "measured"]
 Status = Literal["selected", "unquantized", "no_kernel"]
 
 _stdlib_logger = logging.getLogger("oracle.decisions")
@@ -40,6 +41,8 @@ class Candidate:
     rule: str
     reasons: tuple[str, ...] = ()      # every failing reason (reason is the first)
     rules: tuple[str, ...] = ()
+    #: measured times from tuning files: (M, median ms, "graph" | "eager"), by M
+    timings: tuple[tuple[int, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {"backend": self.backend, "kernel": self.kernel, "mode": self.mode,
@@ -47,6 +50,8 @@ class Candidate:
                "stage": self.stage, "reason": self.reason, "rule": self.rule}
         if len(self.reasons) > 1:
             out["reasons"] = [{"reason": r, "rule": s} for r, s in zip(self.reasons, self.rules)]
+        if self.timings:
+            out["measured"] = [{"m": m, "ms": ms, "method": how} for m, ms, how in self.timings]
         return out
 
     def line(self) -> str:
@@ -71,6 +76,8 @@ class Decision:
     candidates: tuple[Candidate, ...] = ()
     notes: tuple[str, ...] = ()
     requested_backend: str = "auto"
+    #: how the kernel was chosen: an explicit backend request, the policy order, or measured time
+    selected_by: SelectedBy | None = None
     layer: Any = field(default=None, repr=False, compare=False)
     platform: Any = field(default=None, repr=False, compare=False)
     spec: Any = field(default=None, repr=False, compare=False)
@@ -101,7 +108,7 @@ class Decision:
         return {"status": self.status, "op": self.op, "weight_format": self.weight_format,
                 "backend": self.backend, "kernel": self.kernel, "mode": self.mode,
                 "activation_format": self.activation_format, "requested_backend": self.requested_backend,
-                "candidates": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+                "selected_by": self.selected_by, "candidates": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
 
     def explain(self) -> str:
         name = getattr(self.layer, "name", "") or "layer"
