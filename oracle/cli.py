@@ -154,6 +154,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from .policy import policy_schema
     if args.what == "policy":
         schema = policy_schema()
+    elif args.what == "tuning":
+        from .tuning.schema import tuning_schema
+        schema = tuning_schema()
     else:
         schema = {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
     print(json.dumps(schema, indent=2))
@@ -213,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         explain = None  # type: ignore[assignment]
     if explain is not None:
         explain.add_parser(sub)
+    from .tuning import command as tune_command
+    tune_command.add_parser(sub)
 
     p = sub.add_parser("kernels", help="registered backends and kernels, their availability, plugin errors")
     add_platform_options(p)
@@ -230,8 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--format", choices=["text", "json"], default="text")
     show.set_defaults(func=cmd_policy_show)
 
-    p = sub.add_parser("schema", help="JSON schema of policy or kernel files")
-    p.add_argument("what", choices=["policy", "kernels"], nargs="?", default="policy")
+    p = sub.add_parser("schema", help="JSON schema of policy, kernel or tuning files")
+    p.add_argument("what", choices=["policy", "kernels", "tuning"], nargs="?", default="policy")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("verify", help="validate policy/kernel files and the installed plugins")
@@ -247,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import warnings
+    warnings.showwarning = lambda message, *_a, **_k: print(f"warning: {message}", file=sys.stderr)
     if args.log_decisions:
         import logging
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
