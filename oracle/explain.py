@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import InputError, OracleError
+from .tuning.choose import measured_summary
 
 FORMATS = ("text", "json", "markdown")
 EMULATION = "emulation"
@@ -91,14 +92,15 @@ def _is_emulation(decision: Any) -> bool:
 
 
 def build_report(model: Any, platform: Any, config: Any = None, *, policy: Any = None,
-                 env: Mapping[str, str] | None = None) -> Report:
+                 env: Mapping[str, str] | None = None, measurements: Any = None) -> Report:
     """Decide every layer of `model` on `platform`; decisions are cached per layer signature."""
     from .config import KernelConfig
     from .engine import select_backend
     from .registry import get_registry
 
     config = config or KernelConfig()
-    decisions = [select_backend(m.layer, platform, config, policy=policy, env=env) for m in model.layers]
+    decisions = [select_backend(m.layer, platform, config, policy=policy, env=env, measurements=measurements)
+                 for m in model.layers]
     registry = get_registry()
     if policy is None:
         from .policy import default_policy
@@ -240,6 +242,9 @@ def render_text(report: Report) -> str:
         out.append("")
         out.append(f"{where}{g.role}: {describe_layer(g.first.layer)}")
         out.append(f"  -> {_verdict(g)}")
+        measured = measured_summary(g.decision)
+        if measured:
+            out.append(f"     measured: {measured}")
         for candidate, reasons in _rejections(g.decision):
             if len(reasons) == 1:
                 out.append(f"     - {candidate}: {reasons[0]}")
@@ -281,7 +286,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "activation_format": d.activation_format,
             "checkpoint_activation_format": getattr(layer, "activation_format", None),
             "status": d.status, "backend": d.backend, "kernel": d.kernel, "mode": d.mode,
-            "candidates": [c.to_dict() for c in d.candidates], "notes": list(d.notes),
+            "selected_by": d.selected_by, "candidates": [c.to_dict() for c in d.candidates], "notes": list(d.notes),
             "unquantized_reason": row.quant_note or None, "parts": list(row.parts),
             "shape": layer.model_dump(exclude={"name", "op", "weight_format", "activation_format"}),
         })
@@ -323,6 +328,8 @@ def render_markdown(report: Report) -> str:
     for g in report.groups:
         rejected = "<br>".join(_md(f"{c}: {'; '.join(r)}") for c, r in _rejections(g.decision)) or "-"
         notes = "".join(f"<br>note: {_md(n)}" for n in g.decision.notes)
+        measured = measured_summary(g.decision)
+        notes = (f"<br>measured: {_md(measured)}" if measured else "") + notes
         out.append(f"| {g.label or '-'} | {g.role} | {_md(describe_layer(g.first.layer))} | "
                    f"{_md(_verdict(g))}{notes} | {rejected} |")
     out += ["", *(_md(line) for line in _summary_lines(report))]
@@ -353,6 +360,11 @@ def add_parser(subparsers: Any) -> None:
                    help="policy files merged above the defaults (later wins)")
     p.add_argument("--env", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="environment switches for the decision, e.g. VLLM_B12X_MOE_FP4_FORCE_A16=1")
+    p.add_argument("--measurements", action="append", default=[], metavar="FILE",
+                   help="tuning files (oracle tune): rank viable kernels by measured time (repeatable; "
+                        "replaces ORACLE_MEASUREMENTS and the policy's measurements.files)")
+    p.add_argument("--objective", default=None, metavar="decode|prefill|balanced|M:W,...",
+                   help="objective for measured ranking (default: the policy's measurements.objective)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(func=run)
 
@@ -380,7 +392,23 @@ def report_from_args(args: argparse.Namespace) -> Report:
     platform = platform_from_args(args)
     policy = policy_from_args(args) if args.policy else None
     env = env_from_args(args)
-    return build_report(model, platform, config, policy=policy, env=env)
+    measurements = None
+    if getattr(args, "measurements", None):
+        from .policy import default_policy
+        from .tuning.measurements import load_measurements
+        conf = (policy or default_policy()).measurements
+        measurements = load_measurements(args.measurements, args.objective or conf.objective,
+                                         allow_testing_only=conf.allow_testing_only)
+    elif getattr(args, "objective", None):
+        raise InputError("needs --measurements FILE (the policy's objective applies to its own files)",
+                         field="--objective")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:  # stale tuning files: say so, every run
+        warnings.simplefilter("always")
+        report = build_report(model, platform, config, policy=policy, env=env, measurements=measurements)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return report
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
