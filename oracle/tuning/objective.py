@@ -74,6 +74,8 @@ def score(times: Mapping[int, float], weights: Mapping[int, float]) -> float | N
     """Weighted geometric mean of `times` over `weights`' Ms; None when one is missing."""
     if not weights or any(m not in times for m in weights):
         return None
+    if len(weights) == 1:  # one M: the time itself (exactly, not through exp(log))
+        return times[next(iter(weights))]
     total = sum(weights.values())
     return math.exp(sum(w * math.log(max(times[m], 1e-9)) for m, w in weights.items()) / total)
 
