@@ -137,3 +137,28 @@ def test_import_stays_light():
             "print([m for m in ('torch', 'triton', 'matplotlib', 'tqdm') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (scripts/dev-setup installs it)")
+    from types import SimpleNamespace
+
+    from oracle.tuning.plot import plot
+    from oracle.tuning.runner import LayerGroup, TuneResult
+    from oracle.tuning.schema import Reference
+    group = LayerGroup(SimpleNamespace(role="qkv_proj"), 2, "L")
+    result = TuneResult([group], [entry("a", 1, 0.1), entry("a", 16, 0.2), entry("b", 1, 0.3), entry("b", 16, 0.1)],
+                        [Reference(layer_key="L", m=1, bf16_ms=0.05, hbm_ms=0.01),
+                         Reference(layer_key="L", m=16, bf16_ms=0.06, hbm_ms=0.01)])
+    out = tmp_path / "p.png"
+    plot(result, parse_objective("decode"), str(out), "CPU")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_progress_bar_only_on_a_terminal():
+    from oracle.tuning.runner import progress_bar
+    assert progress_bar(10, enabled=False) is None
+    pytest.importorskip("tqdm", reason="the tune extra (scripts/dev-setup installs it)")
+    bar = progress_bar(10, enabled=True)
+    assert bar is not None and bar.total == 10
+    bar.close()
