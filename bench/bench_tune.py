@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{static[2][k][0]} {static[2][k][1]:.4g} ms"
                      for k in static[2] if measured[2][k][1] is not None and static[2][k][1] is not None
                      and measured[2][k][1] > static[2][k][1] * 1.0001]
-            speed = static[0] / measured[0] if measured[0] else float("nan")
+            speed = static[0] / measured[0] if measured[0] and static[0] else float("nan")
             speed_t = static[0] / testing[0] if testing[0] else float("nan")
             notes = []
             if static[1] or measured[1]:

@@ -177,8 +177,8 @@ class Runner:
         w = None
         try:
             if layer.op == "linear":
-                w = torch.randn(layer.out_features, layer.in_features, device=self.device,
-                                dtype=synthetic.DTYPES[layer.dtype])
+                w = synthetic.randn(layer.out_features, layer.in_features,
+                                     device=self.device).to(synthetic.DTYPES[layer.dtype])
             for m in ms:
                 bf16 = None
                 if w is not None:

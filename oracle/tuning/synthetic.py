@@ -17,6 +17,23 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 ACTIVATION_AMAX = 6.0
 
 
+_generators: dict[str, torch.Generator] = {}
+
+
+def _gen(device: torch.device) -> torch.Generator:
+    """A private, seeded generator per device: synthetic data never touches torch's default one
+    (which a failed graph capture inside a plugin's kernel could leave unusable)."""
+    key = str(device)
+    if key not in _generators:
+        _generators[key] = torch.Generator(device=device)
+        _generators[key].manual_seed(0)
+    return _generators[key]
+
+
+def randn(*shape: int, device: torch.device) -> torch.Tensor:
+    return torch.randn(*shape, device=device, generator=_gen(device))
+
+
 def _quantize(w: torch.Tensor, fmt: str, group_size: int | None) -> dict[str, torch.Tensor]:
     try:
         from oracle_emulation.formats import codec_for
@@ -36,12 +53,12 @@ def _input_global_scale(lead: list[int], device: torch.device) -> torch.Tensor:
 
 def linear_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
     n, k = layer.out_features, layer.in_features
-    w = torch.randn(n, k, device=device) * 0.02
+    w = randn(n, k, device=device) * 0.02
     q = {key: v for key, v in _quantize(w, layer.weight_format, layer.group_size).items() if v is not None}
     if layer.weight_format == "nvfp4":
         q["input_global_scale"] = _input_global_scale([], device).reshape(())
     if layer.has_bias:
-        q["bias"] = torch.randn(n, device=device).to(DTYPES[layer.dtype])
+        q["bias"] = randn(n, device=device).to(DTYPES[layer.dtype])
     return q
 
 
@@ -51,7 +68,7 @@ def moe_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
     rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
     out: dict[str, torch.Tensor] = {}
     for name, shape in (("w13", (e, rows, h)), ("w2", (e, h, i))):
-        q = _quantize(torch.randn(*shape, device=device) * 0.02, layer.weight_format, layer.group_size)
+        q = _quantize(randn(*shape, device=device) * 0.02, layer.weight_format, layer.group_size)
         out[name] = q["weight"]
         for role, suffix in (("weight_scale", "_scale"), ("weight_global_scale", "_global_scale"),
                              ("weight_zero_point", "_zero_point")):
@@ -61,13 +78,13 @@ def moe_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
             out[name + "_input_scale"] = _input_global_scale([e], device)
     if layer.has_bias:
         dtype = DTYPES[layer.dtype]
-        out["w13_bias"] = torch.randn(e, rows, device=device).to(dtype)
-        out["w2_bias"] = torch.randn(e, h, device=device).to(dtype)
+        out["w13_bias"] = randn(e, rows, device=device).to(dtype)
+        out["w2_bias"] = randn(e, h, device=device).to(dtype)
     return out
 
 
 def embedding_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
-    w = torch.randn(layer.num_embeddings, layer.embedding_dim, device=device) * 0.02
+    w = randn(layer.num_embeddings, layer.embedding_dim, device=device) * 0.02
     return {"weight": _quantize(w, layer.weight_format, None)["weight"]}
 
 
@@ -80,15 +97,15 @@ def weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
 def inputs(layer: Any, m: int, device: torch.device) -> tuple:
     """The positional arguments of `apply` for M tokens."""
     if layer.op == "linear":
-        return (torch.randn(m, layer.in_features, device=device).to(DTYPES[layer.dtype]),)
+        return (randn(m, layer.in_features, device=device).to(DTYPES[layer.dtype]),)
     if layer.op == "moe":
         e = layer.num_experts // layer.ep_size
-        x = torch.randn(m, layer.hidden_size, device=device).to(DTYPES[layer.dtype])
-        logits = torch.randn(m, e, device=device)
+        x = randn(m, layer.hidden_size, device=device).to(DTYPES[layer.dtype])
+        logits = randn(m, e, device=device)
         top = min(layer.top_k, e)
         weights_, ids = torch.softmax(logits, dim=-1).topk(top, dim=-1)
         return x, weights_.float().contiguous(), ids.to(torch.int32).contiguous()
-    return (torch.randint(0, layer.num_embeddings, (m,), device=device),)
+    return (torch.randint(0, layer.num_embeddings, (m,), device=device, generator=_gen(device)),)
 
 
 def expected_shape(layer: Any, m: int) -> tuple[int, ...]:

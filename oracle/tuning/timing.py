@@ -1,8 +1,9 @@
 """Timing one callable: CUDA-graph replay when capture works, eager otherwise; CPU eagerly.
 
 CUDA: warm-up calls, then capture one call in a graph and time each replay between
-CUDA events (how engines run decode). A kernel that cannot be captured (it syncs,
-allocates or plans inside apply) is timed by eager calls, and the result says so.
+CUDA events (how engines run decode). A kernel that cannot be captured (it synchronizes
+with the host -- found first with torch's sync debug mode -- or capture fails) is timed
+by eager calls, and the result says so.
 The median of the repeats is the figure; min, max and the interquartile range the spread.
 """
 from __future__ import annotations
@@ -64,13 +65,30 @@ def time_cuda(fn: Callable[[], Any], repeats: int, *, graphs: bool = True, warmu
     torch.cuda.synchronize()
     run: Callable[[], Any] = fn
     method = "eager"
-    if graphs:
+    if graphs and not _synchronizes(fn):
         graph = _capture(fn)
         if graph is not None:
             run, method = graph.replay, "graph"
     first = _event_ms(run)
     samples = [_event_ms(run) for _ in range(repeats_for(first, repeats))]
     return summarize(samples, method)
+
+
+def _synchronizes(fn: Callable[[], Any]) -> bool:
+    """Does `fn` synchronize with the host (.item(), .tolist(), nonzero)? Such a call cannot be captured,
+    and a capture that fails half-way can leave torch's CUDA generator unusable: do not try."""
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+        return False
+    except Exception:
+        return True
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.synchronize()
 
 
 def _capture(fn: Callable[[], Any]) -> Any:
