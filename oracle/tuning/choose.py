@@ -28,7 +28,7 @@ def measured_summary(decision: object) -> str | None:
     best = next((c for c in decision.candidates if c.verdict == "selected"), None)  # type: ignore[attr-defined]
     if best is None:
         return None
-    return f"{best.kernel} {timing_text(best.timings)} \u2014 {best.reason}"
+    return f"{best.kernel} {best.reason}"
 
 
 def attach_timings(candidates: list[Any], table: dict | None) -> list[Any]:
@@ -72,8 +72,9 @@ def choose(passing: Sequence[tuple[Any, Any]], trace: list[Any], table: dict[tup
     objective = f"objective {mset.objective}" + (f" over M={','.join(map(str, sorted(weights)))}"
                                                  if mset.objective.name in ("balanced", "custom") else "")
     best = trace[positions[index]]
+    shown = [t for t in best.timings if t[0] in weights]
     trace[positions[index]] = replace(
-        best, reason=f"fastest measured of {len(scored)} ({objective})",
+        best, reason=f"{timing_text(shown)} \u2014 fastest measured of {len(scored)} ({objective})",
         rule=", ".join(mset.names) or MEASUREMENTS_RULE)
     scores = dict(scored)
     for key, pos in zip(keys, positions):

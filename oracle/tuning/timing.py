@@ -79,16 +79,20 @@ def _synchronizes(fn: Callable[[], Any]) -> bool:
     and a capture that fails half-way can leave torch's CUDA generator unusable: do not try."""
     import torch
 
+    import warnings
+
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        fn()
-        return False
-    except Exception:
-        return True
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():  # torch warns that the mode is a prototype on every switch
+        warnings.simplefilter("ignore")
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+            return False
+        except Exception:
+            return True
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+            torch.cuda.synchronize()
 
 
 def _capture(fn: Callable[[], Any]) -> Any:
