@@ -138,5 +138,6 @@ def log_decision(decision: Decision) -> None:
     level = _log.warning if decision.status == "no_kernel" else _log.info
     level("decision", layer=name, op=decision.op, weight_format=decision.weight_format,
           status=decision.status, backend=decision.backend, kernel=decision.kernel, mode=decision.mode,
-          activation_format=decision.activation_format, rejected=len(decision.rejected),
+          activation_format=decision.activation_format, selected_by=decision.selected_by,
+          rejected=len(decision.rejected),
           notes=list(decision.notes))

@@ -33,6 +33,24 @@ def racer(tmp_path_factory):
     oracle.reload()
 
 
+@pytest.fixture(scope="module")
+def tuned(racer, tmp_path_factory) -> Path:
+    """One tuning file with racer.alpha slow, copied by tests that only read or damage it."""
+    out = tmp_path_factory.mktemp("tuned") / "alpha-slow.json"
+    os.environ["RACER_SLOW"] = "alpha"
+    try:
+        assert tune(racer, out) == 0
+    finally:
+        del os.environ["RACER_SLOW"]
+    return out
+
+
+def copy_of(tuned: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "t.json"
+    out.write_text(tuned.read_text())
+    return out
+
+
 def tune(racer, out: Path, *extra: str) -> int:
     return main(["tune", "--model", str(racer["model"]), "--out", str(out), "--m", "1,2", "--backend", "racer",
                  "--repeats", "3", "--progress", "off", *extra])
@@ -84,10 +102,8 @@ def test_faster_kernel_wins_by_measurement(racer, tmp_path, capsys, monkeypatch,
     assert (qkv(report)["kernel"], qkv(report)["selected_by"]) == ("racer.alpha", "policy")
 
 
-def test_explicit_backend_wins_and_engine_api_and_reload(racer, tmp_path, monkeypatch):
-    monkeypatch.setenv("RACER_SLOW", "alpha")
-    out = tmp_path / "t.json"
-    assert tune(racer, out) == 0
+def test_explicit_backend_wins_and_engine_api_and_reload(racer, tuned, tmp_path, monkeypatch):
+    out = copy_of(tuned, tmp_path)
     layer = LinearLayer(name="q", in_features=256, out_features=512, weight_format="fp8_block",
                         activation_format="fp8", group_size=128)
     cpu = Platform.detect()
@@ -107,10 +123,8 @@ def test_explicit_backend_wins_and_engine_api_and_reload(racer, tmp_path, monkey
     assert select_backend(layer, cpu, env=env).kernel == "racer.alpha"
 
 
-def test_stale_metadata_is_ignored_with_a_warning(racer, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("RACER_SLOW", "alpha")
-    out = tmp_path / "t.json"
-    assert tune(racer, out) == 0
+def test_stale_metadata_is_ignored_with_a_warning(racer, tuned, tmp_path, capsys):
+    out = copy_of(tuned, tmp_path)
     data = json.loads(out.read_text())
     data["metadata"]["torch"] = "1.0.0"
     out.write_text(json.dumps(data))
@@ -125,10 +139,8 @@ def test_stale_metadata_is_ignored_with_a_warning(racer, tmp_path, capsys, monke
     (lambda d: d.pop("metadata"), "metadata"),
     (lambda d: d.update(schema_version=7), "schema_version"),
 ])
-def test_corrupt_file_is_exit_1_naming_file_and_field(racer, tmp_path, capsys, monkeypatch, damage, field):
-    monkeypatch.setenv("RACER_SLOW", "alpha")
-    out = tmp_path / "t.json"
-    assert tune(racer, out) == 0
+def test_corrupt_file_is_exit_1_naming_file_and_field(racer, tuned, tmp_path, capsys, damage, field):
+    out = copy_of(tuned, tmp_path)
     data = json.loads(out.read_text())
     damage(data)
     out.write_text(json.dumps(data))
@@ -160,9 +172,8 @@ def test_misbehaving_kernel_is_a_recorded_failure(racer, tmp_path, monkeypatch, 
     assert others and all(e["status"] == "ok" for e in others)
 
 
-def test_interrupted_run_leaves_the_file_untouched(racer, tmp_path, monkeypatch, capsys):
-    out = tmp_path / "t.json"
-    assert tune(racer, out) == 0
+def test_interrupted_run_leaves_the_file_untouched(racer, tuned, tmp_path, monkeypatch, capsys):
+    out = copy_of(tuned, tmp_path)
     before = out.read_text()
     monkeypatch.setenv("RACER_GAMMA", "interrupt")
     assert tune(racer, out) == 130

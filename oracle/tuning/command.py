@@ -62,16 +62,6 @@ def parse_ms(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def _positive(value: Any, flag: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise InputError(f"expected a positive integer, got {value!r}", field=flag) from None
-    if number < 1:
-        raise InputError(f"expected a positive integer, got {number}", field=flag)
-    return number
-
-
 def check_device(requested: str | None, detected: Any) -> None:
     """--device may only name the detected device: tuning measures, it cannot simulate."""
     if not requested:
@@ -113,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import Runner, candidates_for, distinct_layers, progress_bar
     from .schema import TuningFile
 
+    from ..explain import _positive
     ms = parse_ms(args.m)
     tp, ep = _positive(args.tp, "--tp"), _positive(args.ep, "--ep")
     registry = get_registry()
