@@ -213,3 +213,15 @@ def test_testing_only_kernels_do_not_win_by_measurement_by_default(racer, tmp_pa
                  "--measurements", str(out)]) == 0
     layer = qkv(json.loads(capsys.readouterr().out))
     assert (layer["kernel"], layer["selected_by"]) == ("emulation.linear", "measured")
+
+
+def test_tuning_into_a_stale_file_drops_its_entries_with_a_warning(racer, tuned, tmp_path, capsys):
+    out = copy_of(tuned, tmp_path)
+    data = json.loads(out.read_text())
+    data["metadata"]["capability"] = "9.0"
+    data["entries"][0]["layer_key"] = "stale"
+    out.write_text(json.dumps(data))
+    assert tune(racer, out, "--m", "4") == 0
+    assert "existing entries dropped, measured elsewhere (capability: file 9.0, here none)" in capsys.readouterr().err
+    kept = json.loads(out.read_text())
+    assert {e["m"] for e in kept["entries"]} == {4} and kept["metadata"]["capability"] is None

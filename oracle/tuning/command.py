@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -146,16 +145,18 @@ def _run(args: argparse.Namespace) -> int:
     def keep(old: TuningFile) -> bool:
         stale = mismatches(old.metadata, platform, registry)
         if stale:
-            warnings.warn(f"{out}: existing entries dropped, measured elsewhere ({'; '.join(stale)})")
+            print(f"warning: {out}: existing entries dropped, measured elsewhere ({'; '.join(stale)})",
+                  file=sys.stderr)
         return not stale
 
     merged = store.merge_into(out, new, keep)
-    print(summary(result, objective), end="")
+    allow = policy.measurements.allow_testing_only
+    print(summary(result, objective, allow), end="")
     failed = sum(1 for e in result.entries if e.status == "failed")
     print(f"wrote {out}: {len(result.entries)} figures ({failed} failed) merged into {len(merged.entries)} entries")
     if args.plot:
         from .plot import plot
-        plot(result, objective, args.plot, platform.describe())
+        plot(result, objective, args.plot, platform.describe(), allow)
         print(f"plot: {args.plot}")
     return 0
 
@@ -166,34 +167,22 @@ def _require_matplotlib() -> None:
         raise InputError("needs matplotlib: pip install 'kernel-oracle[plot]'", field="--plot")
 
 
-def summary(result: Any, objective: Any) -> str:
-    """Per distinct layer: every candidate's figures, ranked at the objective, the fastest marked."""
+def summary(result: Any, objective: Any, allow_testing_only: bool = False) -> str:
+    """Per distinct layer: every candidate's figures, ranked at the objective, the engine's pick starred."""
     from ..explain import describe_layer
     from .choose import timing_text
-    from .objective import rank
+    from .runner import ranking
     lines = []
     for g in result.groups:
-        mine = [e for e in result.entries if e.layer_key == g.key]
-        keys: list[tuple] = []
-        for e in mine:
-            k = (e.kernel, e.mode, e.activation_format)
-            if k not in keys:
-                keys.append(k)
-        times = {k: {e.m: e.median_ms for e in mine if (e.kernel, e.mode, e.activation_format) == k
-                     and e.status == "ok"} for k in keys}
-        failed = [k for k in keys if any(e.status == "failed" for e in mine
-                                        if (e.kernel, e.mode, e.activation_format) == k)]
-        weights = objective.weights_for({m for t in times.values() for m in t})
         lines.append(f"{g.row.role} (x{g.count}): {describe_layer(g.layer)}")
-        if not keys:
+        ranked = ranking(result, g, objective, allow_testing_only)
+        if not ranked:
             lines.append("   no viable candidate on this device")
-        for i, (k, s) in enumerate(rank(keys, times, failed, weights)):
-            mark = "*" if i == 0 and s is not None else " "
-            rows = [(e.m, e.median_ms, e.method) for e in mine if (e.kernel, e.mode, e.activation_format) == k
-                    and e.status == "ok"]
-            err = next((e.error for e in mine if (e.kernel, e.mode, e.activation_format) == k and e.error), None)
-            text = timing_text(rows) if rows else ""
-            if err:
-                text += ("; " if text else "") + f"FAILED: {err}"
-            lines.append(f" {mark} {k[0]} [{k[1]}] A={k[2]}: {text}")
+        for i, r in enumerate(ranked):
+            mark = "*" if i == 0 and r.score is not None else " "
+            text = timing_text(r.points)
+            if r.error:
+                text += ("; " if text else "") + f"FAILED: {r.error}"
+            tag = " [testing only]" if r.testing_only else ""
+            lines.append(f" {mark} {r.key[0]} [{r.key[1]}] A={r.key[2]}{tag}: {text}")
     return "\n".join(lines) + "\n"

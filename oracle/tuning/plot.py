@@ -6,31 +6,29 @@ import math
 from typing import Any
 
 
-def plot(result: Any, objective: Any, path: str, title: str) -> None:
+def plot(result: Any, objective: Any, path: str, title: str, allow_testing_only: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .objective import rank
+    from ..explain import describe_layer
+    from .runner import ranking
 
     groups = result.groups
     cols = min(3, max(1, len(groups)))
     rows = max(1, math.ceil(len(groups) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
     for ax, g in zip(axes.flat, groups):
-        mine = [e for e in result.entries if e.layer_key == g.key and e.status == "ok"]
-        series: dict[tuple, list[tuple[int, float]]] = {}
-        for e in mine:
-            series.setdefault((e.kernel, e.mode, e.activation_format), []).append((e.m, e.median_ms))
-        weights = objective.weights_for({m for pts in series.values() for m, _ in pts})
-        ranked = rank(list(series), {k: dict(v) for k, v in series.items()}, [], weights)
-        best = ranked[0][0] if ranked and ranked[0][1] is not None else None
-        for key, pts in series.items():
-            pts.sort()
-            xs, ys = zip(*pts)
-            chosen = key == best
-            ax.plot(xs, ys, marker="*" if chosen else "o", linewidth=2.6 if chosen else 1.2,
-                    label=f"{key[0]} [{key[2]}]" + (" (selected)" if chosen else ""))
+        ranked = ranking(result, g, objective, allow_testing_only)
+        best = ranked[0].key if ranked and ranked[0].score is not None else None
+        for r in ranked:
+            if not r.points:
+                continue
+            xs, ys = [p[0] for p in r.points], [p[1] for p in r.points]
+            chosen = r.key == best
+            label = f"{r.key[0]} [{r.key[2]}]" + (" (selected)" if chosen else "") + \
+                (" (testing only)" if r.testing_only else "")
+            ax.plot(xs, ys, marker="*" if chosen else "o", linewidth=2.6 if chosen else 1.2, label=label)
         refs = sorted((r for r in result.references if r.layer_key == g.key), key=lambda r: r.m)
         bf16 = [(r.m, r.bf16_ms) for r in refs if r.bf16_ms]
         if bf16:
@@ -42,7 +40,8 @@ def plot(result: Any, objective: Any, path: str, title: str) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("M (tokens)")
         ax.set_ylabel("ms")
-        ax.set_title(f"{g.row.role} x{g.count}", fontsize=9)
+        shape = describe_layer(g.layer).split(",")[0] if hasattr(g.row, "layer") else ""
+        ax.set_title(f"{g.row.role} x{g.count}  {shape}", fontsize=8)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(groups):]:
         ax.axis("off")

@@ -41,6 +41,41 @@ class TuneResult:
     candidates: dict[str, int] = field(default_factory=dict)   # layer key -> candidates timed
 
 
+@dataclass
+class Ranked:
+    """One candidate of one layer as the summary and the plot show it."""
+
+    key: tuple[str, str, str]        # kernel, mode, activation format
+    score: float | None              # None: not ranked by measurement (failed, testing-only, unmeasured)
+    points: list[tuple[int, float, str]]   # (M, median ms, method), by M
+    error: str | None
+    testing_only: bool
+
+
+def ranking(result: TuneResult, group: LayerGroup, objective: Any, allow_testing_only: bool = False) -> list[Ranked]:
+    """The group's candidates ranked at `objective` as the engine would rank them (pure; no torch)."""
+    from .objective import rank
+    mine = [e for e in result.entries if e.layer_key == group.key]
+    info: dict[tuple, Ranked] = {}
+    for e in mine:
+        r = info.setdefault((e.kernel, e.mode, e.activation_format),
+                            Ranked((e.kernel, e.mode, e.activation_format), None, [], None, e.testing_only))
+        if e.status == "ok" and e.median_ms is not None:
+            r.points.append((e.m, e.median_ms, e.method or "eager"))
+        elif r.error is None:
+            r.error = e.error
+    for r in info.values():
+        r.points.sort()
+    eligible = {k: {m: ms for m, ms, _ in r.points} for k, r in info.items()
+                if allow_testing_only or not r.testing_only}
+    weights = objective.weights_for({m for t in eligible.values() for m in t})
+    out = []
+    for key, s in rank(list(info), eligible, [k for k, r in info.items() if r.error], weights):
+        info[key].score = s
+        out.append(info[key])
+    return out
+
+
 def distinct_layers(model: Any) -> list[LayerGroup]:
     """Quantized layers of `model`, one per signature, in order of first appearance."""
     groups: dict[Any, LayerGroup] = {}
