@@ -94,6 +94,10 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
+                    table, _ = self._measured(layer, platform, env, measurements)
+                    if table is not None:  # an explicit request wins; its figures are still shown
+                        from .tuning.choose import attach_timings
+                        candidates = attach_timings(candidates, table)
                     return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":

@@ -113,6 +113,10 @@ def test_explicit_backend_wins_and_engine_api_and_reload(racer, tuned, tmp_path,
     explicit = select_backend(layer, cpu, oracle.KernelConfig(linear_backend="emulation"), env={},
                               measurements=str(out))
     assert (explicit.kernel, explicit.selected_by) == ("emulation.linear", "explicit")
+    # the explicitly requested backend's first kernel wins though it is the slower one, figures shown
+    slow = select_backend(layer, cpu, oracle.KernelConfig(linear_backend="racer"), env={}, measurements=str(out))
+    assert (slow.kernel, slow.selected_by) == ("racer.alpha", "explicit")
+    assert [m for m, _, _ in slow.candidates[-1].timings] == [1, 2]
     # the environment variable; a re-tuned file is read only after oracle.reload()
     env = {"ORACLE_MEASUREMENTS": str(out)}
     assert select_backend(layer, cpu, env=env).kernel == "racer.beta"
