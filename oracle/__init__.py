@@ -9,12 +9,12 @@ from .errors import InputError, NoKernelError, OracleError, PolicyError, Unknown
 from .hookspecs import hookimpl
 from .layer import EmbeddingLayer, LinearLayer, MoELayer
 from .platform import Platform
-from .session import select_backend, select_backend_or_raise
+from .session import reload, select_backend, select_backend_or_raise
 from .trace import Candidate, Decision
 
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = [
     "Candidate", "Decision", "EmbeddingLayer", "InputError", "KernelConfig", "LinearLayer", "MoELayer",
-    "NoKernelError", "OracleError", "Platform", "PolicyError", "UnknownBackendError", "hookimpl",
+    "NoKernelError", "OracleError", "Platform", "PolicyError", "UnknownBackendError", "hookimpl", "reload",
     "select_backend", "select_backend_or_raise", "__version__",
 ]

@@ -27,6 +27,8 @@ from .registry import Registry
 from .rules import failing
 from .trace import Candidate, Decision, SelectedBy, log_decision
 
+_DEFAULT_CONFIG = KernelConfig()
+
 _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
 
 
@@ -64,7 +66,7 @@ class Engine:
 
     # ---- public -------------------------------------------------------------------------
     def select(self, layer: Any, platform: Platform, config: KernelConfig,
-               env: Mapping[str, str]) -> Decision:
+               env: Mapping[str, str], measurements: Any = None) -> Decision:
         if env is os.environ and self._raw_env is not None:
             env_key = tuple(map(self._raw_env.get, self._raw_keys))
         else:
@@ -72,10 +74,10 @@ class Engine:
         last_platform, last_config, table = self._last
         if platform is not last_platform or config is not last_config:
             table = self._table(platform, config)
-        key = (layer.signature, env_key)
+        key = (layer.signature, env_key, measurements)
         decision = table.get(key)
         if decision is None:
-            decision = self._decide(layer, platform, config, env)
+            decision = self._decide(layer, platform, config, env, measurements)
             with self._lock:
                 if len(table) > 65536:
                     table.clear()
@@ -95,7 +97,7 @@ class Engine:
 
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
-                env: Mapping[str, str]) -> Decision:
+                env: Mapping[str, str], measurements: Any = None) -> Decision:
         op, wf = layer.op, layer.weight_format
         base = {"op": op, "weight_format": wf, "platform": platform}
         if wf in UNQUANTIZED_FORMATS:
@@ -115,6 +117,10 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
+                    table, _ = self._measured(layer, platform, env, measurements)
+                    if table is not None:  # an explicit request wins; its figures are still shown
+                        from .tuning.choose import attach_timings
+                        candidates = attach_timings(candidates, table)
                     return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":
@@ -133,10 +139,47 @@ class Engine:
             else:
                 notes.append(f"no registered kernel implements {op} layers with {wf} weights")
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+        table, mset = self._measured(layer, platform, env, measurements)
+        if table is not None:  # step 4: every passing candidate, ranked by measured time
+            passing: list[tuple[KernelSpec, Mode]] = []
+            self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False,
+                      collect=passing)
+            if passing:
+                from .tuning.choose import choose
+                index, trace, by_measurement = choose(passing, candidates, table, mset)
+                return self._selected(passing[index], trace, notes, base,
+                                      "measured" if by_measurement else "policy")
+            return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
         found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
         if found is not None:
             return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+
+    def _measured(self, layer: Any, platform: Platform, env: Mapping[str, str],
+                  explicit: Any) -> tuple[dict | None, Any]:
+        """This layer's figures from the measurement set in force (argument > env > policy), if any."""
+        mset = explicit
+        if mset is None:
+            from .tuning.measurements import ENV_VAR, cached_measurements, env_paths
+            paths = env_paths(env.get(ENV_VAR)) or tuple(self.policy.measurements.files)
+            if not paths:
+                return None, None
+            conf = self.policy.measurements
+            mset = cached_measurements(paths, conf.objective, conf.allow_testing_only)
+        from .tuning.schema import layer_key
+        table = mset.table(platform, self.registry).for_layer(layer_key(layer))
+        return table, mset
+
+    def viable(self, layer: Any, platform: Platform, config: KernelConfig | None = None,
+               env: Mapping[str, str] | None = None) -> list[tuple[KernelSpec, Mode]]:
+        """Every (kernel, mode) of every plugin and tier that passes its requirements and constraints
+        for `layer` on `platform`, at the activation formats selection would try (what `oracle tune` times)."""
+        env = os.environ if env is None else env
+        acts, _, act_rule = self._activations(layer, config or _DEFAULT_CONFIG, env)
+        found: list[tuple[KernelSpec, Mode]] = []
+        self._try(self.registry.kernels_for(layer.op, layer.weight_format), layer, platform, acts, act_rule, [],
+                  self._disabled(env), explicit=True, collect=found)
+        return found
 
     def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
                   base: dict, selected_by: SelectedBy) -> Decision:
@@ -148,7 +191,9 @@ class Engine:
                         spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
     def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
-             out: list[Candidate], disabled: frozenset[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
+             out: list[Candidate], disabled: frozenset[str], *, explicit: bool,
+             collect: list | None = None) -> tuple[KernelSpec, Mode] | None:
+        """The first candidate that passes; with `collect`, every one, appended there (returns None)."""
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
@@ -195,7 +240,9 @@ class Engine:
                                      spec.note or "passes every requirement and constraint", spec.source))
                 if verdict.notes:
                     out[-1] = _with_notes(out[-1], verdict.notes)
-                return spec, mode
+                if collect is None:
+                    return spec, mode
+                collect.append((spec, mode))
         return None
 
     # ---- pieces ---------------------------------------------------------------------------

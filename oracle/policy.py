@@ -68,6 +68,29 @@ class PlatformDefault(_Strict):
         return True
 
 
+class Measurements(_Strict):
+    """Tuning files (`oracle tune`) that rank the candidates passing their constraints by measured time."""
+
+    files: list[str] = Field(default_factory=list,
+                             description="tuning files (relative paths: from the current directory); also "
+                                         "env ORACLE_MEASUREMENTS and `--measurements` (which replace these)")
+    objective: str = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
+                                                   "(every measured M alike) or M:weight,... e.g. 1:0.7,4096:0.3")
+    allow_testing_only: bool = Field(
+        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement; by default "
+                           "they keep their policy place after every measured kernel")
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, v: str) -> str:
+        from .tuning.objective import parse_objective
+        try:
+            parse_objective(v, field="objective")
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+
 class Policy(_Strict):
     """The effective selection policy. Every key is documented in docs/policy-reference.md."""
 
@@ -93,6 +116,8 @@ class Policy(_Strict):
                                              description="platform default backends, matched in order")
     disabled_kernels: list[str] = Field(default_factory=list,
                                         description="kernel names never selected (also env ORACLE_DISABLED_KERNELS)")
+    measurements: Measurements = Field(default_factory=Measurements,
+                                       description="rank viable candidates by measured time (oracle tune)")
 
     @field_validator("ordering")
     @classmethod
@@ -115,7 +140,7 @@ class EffectivePolicy:
         self.files = files
         blob = json.dumps(policy.model_dump(mode="json"), sort_keys=True)
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
-        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS"}))
+        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS", "ORACLE_MEASUREMENTS"}))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)

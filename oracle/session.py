@@ -147,10 +147,30 @@ def clear_cache() -> None:
     _current.clear()
 
 
+def reload() -> None:
+    """Re-read tuning files and policies on the next decision: a new `oracle tune` result changes
+    decisions in a running process only when this is called (`oracle.reload()`)."""
+    from .tuning.measurements import clear_cache as _clear_measurements
+    _clear_measurements()
+    clear_cache()
+
+
+def _measurement_arg(measurements: Any) -> Any:
+    """None, a MeasurementSet, or tuning file path(s) -> None or a MeasurementSet (cached)."""
+    if measurements is None or hasattr(measurements, "table"):
+        return measurements
+    from .tuning.measurements import cached_measurements
+    paths = (str(measurements),) if isinstance(measurements, (str, os.PathLike)) else tuple(map(str, measurements))
+    return cached_measurements(paths, "balanced", False) if paths else None
+
+
 def select_backend(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None, *,
                    policy: EffectivePolicy | None = None, env: Mapping[str, str] | None = None,
-                   registry: Registry | None = None) -> Decision:
-    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel)."""
+                   registry: Registry | None = None, measurements: Any = None) -> Decision:
+    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel).
+
+    `measurements`: a MeasurementSet (oracle.tuning.measurements.load_measurements) or tuning
+    file path(s); it replaces ORACLE_MEASUREMENTS and the policy's `measurements.files`."""
     if policy is None and registry is None:
         engine = _current.default_engine
         if engine is None or engine.generation != engine.registry.generation:
@@ -158,7 +178,8 @@ def select_backend(layer: Any, platform: Platform | None = None, config: KernelC
     else:
         engine = session_for(registry).engine(policy)
     return engine.select(layer, platform or _current.platform(), config or _DEFAULT_CONFIG,
-                         os.environ if env is None else env)
+                         os.environ if env is None else env,
+                         None if measurements is None else _measurement_arg(measurements))
 
 
 def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,

@@ -10,10 +10,11 @@ import structlog
 from .errors import NoKernelError
 
 Verdict = Literal["selected", "rejected"]
-Stage = Literal["platform", "constraint", "policy"]
+Stage = Literal["platform", "constraint", "policy", "measurement"]
 Status = Literal["selected", "unquantized", "no_kernel"]
-#: How the kernel was chosen: the caller named its backend, or the policy's ordering reached it.
-SelectedBy = Literal["explicit", "policy"]
+#: How the kernel was chosen: the caller named its backend, measured time ranked it first, or the
+#: policy's ordering reached it.
+SelectedBy = Literal["explicit", "measured", "policy"]
 
 _stdlib_logger = logging.getLogger("oracle.decisions")
 # A library logs; the application decides where it goes (`oracle --log-decisions` does).
@@ -44,6 +45,8 @@ class Candidate:
     rule: str
     reasons: tuple[str, ...] = ()      # every failing reason (reason is the first)
     rules: tuple[str, ...] = ()
+    #: measured times from tuning files: (M, median ms, "graph" | "eager"), by M
+    timings: tuple[tuple[int, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {"backend": self.backend, "kernel": self.kernel, "mode": self.mode,
@@ -51,6 +54,8 @@ class Candidate:
                "stage": self.stage, "reason": self.reason, "rule": self.rule}
         if len(self.reasons) > 1:
             out["reasons"] = [{"reason": r, "rule": s} for r, s in zip(self.reasons, self.rules)]
+        if self.timings:
+            out["measured"] = [{"m": m, "ms": ms, "method": how} for m, ms, how in self.timings]
         return out
 
     def line(self) -> str:
@@ -79,6 +84,7 @@ class Decision:
     candidates: tuple[Candidate, ...] = ()
     notes: tuple[str, ...] = ()
     requested_backend: str = "auto"
+    #: how the kernel was chosen: an explicit backend request, the policy order, or measured time
     selected_by: SelectedBy | None = None   # None unless status is "selected"
     platform: Any = field(default=None, repr=False, compare=False)
     spec: Any = field(default=None, repr=False, compare=False)
@@ -141,5 +147,6 @@ def log_decision(decision: Decision, layer: Any) -> None:
     level = _log.warning if decision.status == "no_kernel" else _log.info
     level("decision", layer=name, op=decision.op, weight_format=decision.weight_format,
           status=decision.status, backend=decision.backend, kernel=decision.kernel, mode=decision.mode,
-          activation_format=decision.activation_format, rejected=len(decision.rejected),
+          activation_format=decision.activation_format, selected_by=decision.selected_by,
+          rejected=len(decision.rejected),
           notes=list(decision.notes))

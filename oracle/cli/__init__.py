@@ -16,10 +16,11 @@ from pydantic import ValidationError
 
 from ..errors import OracleError
 from ..registry import PluginFailure
+from ..tuning import command as tune
 from . import bench, explain, kernels, policy, schema, verify
 from .options import add_platform_options, add_policy_options, env_from_args, platform_from_args, policy_from_args
 
-BUILTIN = (explain, kernels, policy, schema, verify, bench)
+BUILTIN = (explain, kernels, policy, schema, verify, bench, tune)
 
 
 def build_parser(registry: Any = None) -> argparse.ArgumentParser:
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..session import get_registry
     parser = build_parser(get_registry())
     args = parser.parse_args(argv)
+    import warnings
+    warnings.showwarning = lambda message, *_a, **_k: print(f"warning: {message}", file=sys.stderr)
     if args.log_decisions:
         import logging
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")

@@ -5,12 +5,13 @@ Exit codes: 0 every quantized layer has a kernel, 2 some has none (all is still 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..errors import InputError
 from ..explain import FORMATS, RENDERERS, Report
 from ..session import get_engine, get_registry
-from .options import add_platform_options, env_from_args, platform_from_args, policy_from_args
+from .options import add_platform_options, positive_int, env_from_args, platform_from_args, policy_from_args
 
 NAME = "explain"
 
@@ -34,6 +35,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="policy files merged above the defaults (later wins)")
     p.add_argument("--env", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="environment switches for the decision, e.g. VLLM_B12X_MOE_FP4_FORCE_A16=1")
+    p.add_argument("--measurements", action="append", default=[], metavar="FILE",
+                   help="tuning files (oracle tune): rank viable kernels by measured time (repeatable; "
+                        "replaces ORACLE_MEASUREMENTS and the policy's measurements.files)")
+    p.add_argument("--objective", default=None, metavar="decode|prefill|balanced|M:W,...",
+                   help="objective for measured ranking (default: the policy's measurements.objective)")
     p.add_argument("--format", choices=FORMATS, default="text")
     return p
 
@@ -48,13 +54,28 @@ def run(args: argparse.Namespace) -> int:
 def report_from_args(args: argparse.Namespace) -> Report:
     from ..models import load_model
 
-    tp = _positive(args.tp, "--tp")
-    ep = _positive(args.ep, "--ep")
+    tp = positive_int(args.tp, "--tp")
+    ep = positive_int(args.ep, "--ep")
     model = load_model(args.model, tp=tp, ep=ep)
     config = config_from_args(args)
     platform = platform_from_args(args)
     engine = get_engine(policy_from_args(args))
-    return Report.build(model, engine, platform, config, env_from_args(args))
+    measurements = None
+    if args.measurements:
+        from ..tuning.measurements import load_measurements
+        conf = engine.policy.measurements
+        measurements = load_measurements(args.measurements, args.objective or conf.objective,
+                                         allow_testing_only=conf.allow_testing_only)
+    elif args.objective:
+        raise InputError("needs --measurements FILE (the policy's objective applies to its own files)",
+                         field="--objective")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:  # stale tuning files: say so, every run
+        warnings.simplefilter("always")
+        report = Report.build(model, engine, platform, config, env_from_args(args), measurements)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return report
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -81,13 +102,3 @@ def _check_backend_names(config: Any) -> None:
         names = choice.values() if isinstance(choice, dict) else [choice]
         for name in names:
             registry.require_backend(name, field=f"--{op}-backend")
-
-
-def _positive(value: Any, flag: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise InputError(f"expected a positive integer, got {value!r}", field=flag) from None
-    if number < 1:
-        raise InputError(f"expected a positive integer, got {number}", field=flag)
-    return number

@@ -5,7 +5,7 @@ import argparse
 import os
 from typing import Any
 
-from ..errors import OracleError
+from ..errors import InputError, OracleError
 
 
 def add_platform_options(parser: argparse.ArgumentParser) -> None:
@@ -52,3 +52,14 @@ def policy_from_args(args: argparse.Namespace) -> Any:
     """The session's policy with the --policy files on top (the cached default when there are none)."""
     from ..session import load_policy
     return load_policy(getattr(args, "policy", []) or [])
+
+
+def positive_int(value: Any, flag: str) -> int:
+    """A count option (--tp, --ep, --repeats...) as a positive integer, or an InputError naming the flag."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise InputError(f"expected a positive integer, got {value!r}", field=flag) from None
+    if number < 1:
+        raise InputError(f"expected a positive integer, got {number}", field=flag)
+    return number

@@ -8,8 +8,8 @@ NAME = "schema"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(NAME, help="JSON schema of policy or kernel files")
-    p.add_argument("what", choices=["policy", "kernels"], nargs="?", default="policy")
+    p = subparsers.add_parser(NAME, help="JSON schema of policy, kernel or tuning files")
+    p.add_argument("what", choices=["policy", "kernels", "tuning"], nargs="?", default="policy")
     return p
 
 
@@ -18,6 +18,9 @@ def run(args: argparse.Namespace) -> int:
     from ..policy import policy_schema
     if args.what == "policy":
         schema = policy_schema()
+    elif args.what == "tuning":
+        from ..tuning.schema import tuning_schema
+        schema = tuning_schema()
     else:
         schema = {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
     print(json.dumps(schema, indent=2))

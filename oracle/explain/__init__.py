@@ -19,14 +19,16 @@ RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdo
 
 
 def build_report(model: Any, platform: Any, config: Any = None, *, policy: Any = None,
-                 env: Mapping[str, str] | None = None, registry: Any = None) -> Report:
+                 env: Mapping[str, str] | None = None, registry: Any = None, measurements: Any = None) -> Report:
     """Decide every layer of `model` on `platform` with the session's engine for `policy` and `registry`."""
     import os
 
     from ..config import KernelConfig
     from ..session import session_for
     engine = session_for(registry).engine(policy)
-    return Report.build(model, engine, platform, config or KernelConfig(), os.environ if env is None else env)
+    from ..session import _measurement_arg
+    return Report.build(model, engine, platform, config or KernelConfig(), os.environ if env is None else env,
+                        _measurement_arg(measurements))
 
 
 __all__ = ["FORMATS", "RENDERERS", "Group", "Report", "block_label", "build_report", "generic_note",

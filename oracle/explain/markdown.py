@@ -6,6 +6,7 @@ from typing import Any
 from .describe import describe_config, describe_layer, describe_platform, rejections, verdict
 from .report import Report
 from .text import summary_lines
+from ..tuning.choose import measured_summary
 
 
 def _md(text: Any) -> str:
@@ -27,6 +28,8 @@ def render_markdown(report: Report) -> str:
     for g in report.groups:
         rejected = "<br>".join(_md(f"{c}: {'; '.join(r)}") for c, r in rejections(g.decision)) or "-"
         notes = "".join(f"<br>note: {_md(n)}" for n in g.decision.notes)
+        measured = measured_summary(g.decision)
+        notes = (f"<br>measured: {_md(measured)}" if measured else "") + notes
         out.append(f"| {g.label or '-'} | {g.role} | {_md(describe_layer(g.first.layer))} | "
                    f"{_md(verdict(g))}{notes} | {rejected} |")
     out += ["", *(_md(line) for line in summary_lines(report))]

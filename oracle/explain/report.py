@@ -57,9 +57,10 @@ class Report:
 
 
     @classmethod
-    def build(cls, model: Any, engine: Any, platform: Any, config: Any, env: Mapping[str, str]) -> "Report":
+    def build(cls, model: Any, engine: Any, platform: Any, config: Any, env: Mapping[str, str],
+              measurements: Any = None) -> "Report":
         """Decide every layer of `model` with `engine`; layers sharing a signature share one decision."""
-        decisions = [engine.select(row.layer, platform, config, env) for row in model.layers]
+        decisions = [engine.select(row.layer, platform, config, env, measurements) for row in model.layers]
         report = cls(model=model, platform=platform, config=config, policy_files=list(engine.policy.files),
                      decisions=decisions, plugin_errors=[str(f) for f in engine.registry.failures])
         report.groups = group_layers(model.layers, decisions)

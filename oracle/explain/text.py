@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .describe import describe_config, describe_layer, describe_platform, rejections, verdict
 from .report import Report
+from ..tuning.choose import measured_summary
 
 
 def render_text(report: Report) -> str:
@@ -23,6 +24,9 @@ def render_text(report: Report) -> str:
         out.append("")
         out.append(f"{where}{g.role}: {describe_layer(g.first.layer)}")
         out.append(f"  -> {verdict(g)}")
+        measured = measured_summary(g.decision)
+        if measured:
+            out.append(f"     measured: {measured}")
         for candidate, reasons in rejections(g.decision):
             if len(reasons) == 1:
                 out.append(f"     - {candidate}: {reasons[0]}")
