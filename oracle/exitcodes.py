@@ -46,7 +46,7 @@ class ArgumentParser(argparse.ArgumentParser):
 MAX_REPEATS = 100_000_000
 
 
-def positive_int(text: str, *, maximum: int = MAX_REPEATS) -> int:
+def bounded_count(text: str, *, maximum: int = MAX_REPEATS) -> int:
     """An argparse `type` for counts: a whole number in 1..maximum, else a usage error."""
     try:
         value = int(text, 10)

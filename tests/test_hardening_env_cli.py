@@ -80,7 +80,7 @@ def test_cli_prints_env_warnings_as_one_line(global_toy_registry, capsys):
 
 
 def test_planner_check_env_is_read_from_the_callers_env_and_keys_the_cache(monkeypatch):
-    from oracle.registry import get_registry
+    from oracle.session import get_registry
     seen = []
     import oracle_b12x.planner_check as pc  # the real planners import b12x; record the call instead
     monkeypatch.setattr(pc, "planner_reason", lambda layer, mode: seen.append(mode.name) or None)
@@ -132,8 +132,8 @@ def test_bad_values_exit_1_with_one_error(argv, message, capsys):
 
 
 def test_unexpected_exception_is_one_line_exit_70(monkeypatch, capsys):
-    import oracle.cli as cli
-    monkeypatch.setattr(cli, "cmd_schema", lambda args: 1 / 0)
+    from oracle.cli import schema
+    monkeypatch.setattr(schema, "run", lambda args: 1 / 0)
     monkeypatch.delenv("ORACLE_DEBUG", raising=False)
     code, out, err = run(["schema"], capsys)
     assert code == INTERNAL and err.startswith("internal error: ZeroDivisionError") and "Traceback" not in err

@@ -18,7 +18,7 @@ from oracle.errors import InputError
 from oracle.formats import DTYPES, MOE_ACTIVATIONS, WEIGHT_FORMATS
 from oracle.layer import MAX_DIM, MAX_EXPERTS
 from oracle.platform import preset_names
-from oracle.registry import get_registry
+from oracle.session import get_registry
 
 LINEAR = dict(in_features=128, out_features=128, weight_format="fp8_tensor")
 MOE = dict(num_experts=8, top_k=2, hidden_size=256, intermediate_size=256, weight_format="mxfp4")

@@ -17,7 +17,8 @@ import pytest
 from oracle import LinearLayer, Platform, select_backend
 from oracle.cli import main
 from oracle.policy import load_policy
-from oracle.registry import Registry, reset_registry, set_registry
+from oracle.registry import Registry
+from oracle.session import reset_registry, set_registry
 
 ZOO = Path(__file__).parent / "plugin_zoo"
 BOUND_S = 5.0  # every zoo case, including the 0.5 s plugin bound it waits out
@@ -64,7 +65,7 @@ def test_raising_and_garbage_hooks_are_reported(monkeypatch):
     assert found[("zoo_raising", "register_kernels")] == "RuntimeError: register_kernels exploded"
     assert found[("zoo_raising", "register_policies")] == "ValueError: register_policies exploded"
     assert "returned list" in found[("zoo_garbage", "register_kernels")]
-    assert "instead of calling register" in found[("zoo_garbage", "register_kernels")]
+    assert "instead of calling its argument (register/insert)" in found[("zoo_garbage", "register_kernels")]
     # the garbage plugin's policy file has a wrong type: that plugin layer is skipped, not fatal
     policy = load_policy(registry=reg)
     assert policy.on_unsupported == "error"
