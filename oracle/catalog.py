@@ -212,6 +212,10 @@ class _KernelFile(_Frozen):
     env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list, description="environment variables the plugin's hooks read (they key the "
                                           "decision cache; hooks read them with oracle.envvars.decision_env())")
+    hook_switch: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="an environment switch that turns the plugin's can_implement on for these kernels: while it "
+                    "is not 1 the hook is not called (no cost); list it in `env` too")
     kernels: list[Any] = Field(min_length=1, description="the kernel declarations")
 
 
@@ -233,6 +237,8 @@ class KernelSpec(_Frozen):
     plugin: str = "<memory>"
     #: environment variables the plugin's hooks read for this kernel (the file's `env:`)
     env: tuple[str, ...] = ()
+    #: the file's `hook_switch`: can_implement is called only while this switch is 1
+    hook_switch: str | None = None
     #: file:line of each requirement and of auto_select, for the trace.
     lines: dict[str, str] = Field(default_factory=dict)
 
@@ -323,6 +329,7 @@ def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
             constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}",
                                       where(raw, "constraints")),
             source=where(kernels, i), plugin=plugin, lines=lines, env=tuple(head.env),
+            hook_switch=head.hook_switch,
         ))
     return specs
 

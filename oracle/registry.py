@@ -22,6 +22,7 @@ import pluggy
 
 from . import hookspecs
 from .catalog import KernelSpec, load_kernel_file, normalize_backend
+from .envvars import decision_env, flag
 from .errors import OracleError, UnknownBackendError
 from .isolation import (HOOK_TIMEOUT_S, IMPORT_TIMEOUT_S, PluginError, PluginTimeout, call_plugin, describe,
                         timeout_for)
@@ -319,6 +320,9 @@ class _BoundedHook:
         self.broken: str | None = None
 
     def __call__(self, **kwargs: Any) -> Any:
+        switch = getattr(kwargs.get("kernel"), "hook_switch", None)
+        if switch is not None and not flag(decision_env(), switch):
+            return None  # the plugin declared its hook off unless this switch is 1: no call, no thread
         if self.broken is not None:
             raise PluginError(self.broken)
         what = f"plugin {self.plugin} can_implement"

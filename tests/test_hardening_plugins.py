@@ -137,3 +137,13 @@ def test_cli_survives_a_plugin_that_exits_at_import(module):
     assert out.returncode == 0, out.stderr
     assert "plugin errors" in out.stdout and f"{module} (import)" in out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_inline_mode_still_contains_exits(monkeypatch):
+    """ORACLE_PLUGIN_TIMEOUT_S=0: plugin code runs inline (no thread hand-off), SystemExit still contained."""
+    monkeypatch.setenv("ORACLE_PLUGIN_TIMEOUT_S", "0")
+    reg = zoo_registry(monkeypatch, "zoo_exit_at_import", "zoo_exit_in_hook")
+    assert "SystemExit" in failures(reg)[("zoo_exit_at_import", "import")]
+    d = select_backend(FP8, Platform.preset("h200"), policy=load_policy(registry=reg), registry=reg, env={})
+    zoo = [c for c in d.candidates if c.kernel == "zoo.fp8"][0]
+    assert zoo.verdict == "rejected" and "KeyboardInterrupt" in zoo.reason
