@@ -29,8 +29,81 @@ from ..errors import InputError
 from .model import Module
 from .source import ConfigView
 
-_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
-                "gelu_new": "gelu", "relu2": "relu2"}
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
+                "gelu_new": "gelu", "relu2": "relu2", "situ": "situ"}
+#: Every spelling transformers (and model repos) write for the keys the front end reads.
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_k", "moe_topk")
+#: (`top_k` is a generation setting in transformers configs, default 50: never read as an expert count)
+SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function")
+#: SiTU's parameters as configs spell them -> the engine's activation_params names.
+_SITU_PARAMS = {"activation_situ_beta": "beta", "activation_situ_linear_beta": "linear_beta"}
+#: Expert-related keys that do not change the layers (routing, losses, training knobs).
+_HARMLESS_MOE_KEYS = frozenset({
+    "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "router_jitter_noise", "moe_aux_loss_coeff",
+    "aux_loss_alpha", "seq_aux", "topk_method", "n_group", "topk_group", "routed_scaling_factor", "scoring_func",
+    "moe_router_activation_func", "num_expert_group", "router_z_loss_coef", "moe_layer_freq",
+    "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "moe_gate", "moe_use_aux_free",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "moe_layer_start_index", "moe_layer_end_index",
+    "moe_layer_interval", "use_routing_bias", "expert_dtype", "moe_renormalize", "router_bias",
+    "num_max_dispatch_tokens_per_rank", "moe_capacity", "ep_size", *EXPERT_KEYS, *TOP_K_KEYS, *SHARED_COUNT_KEYS,
+})
+_MOE_LOOKING = ("expert", "moe")
+
+
+def first_key(cfg: ConfigView, keys: tuple[str, ...]) -> str | None:
+    """The one spelling of a key that the config uses; two spellings that disagree are an error."""
+    present = [k for k in keys if cfg.raw(k) is not None]
+    values = {k: cfg.raw(k) for k in present}
+    if len({repr(v) for v in values.values()}) > 1:
+        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise cfg.error(present[1], f"contradictory values for the same quantity ({shown}); expected one value")
+    return present[0] if present else None
+
+
+def expert_count(cfg: ConfigView) -> tuple[int, str]:
+    """(routed experts, key) in any spelling; (0, key) when the config has none."""
+    key = first_key(cfg, EXPERT_KEYS)
+    if key is None:
+        return 0, EXPERT_KEYS[0]
+    value = cfg.raw(key)
+    if isinstance(value, list):   # per-layer lists (Hunyuan): one value for every layer is supported
+        if not value or len(set(map(repr, value))) != 1:
+            raise cfg.error(key, f"per-layer expert counts that differ are not supported, got {value!r}")
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise cfg.error(key, f"expected a non-negative integer, got {value!r}")
+    return value, key
+
+
+def top_k(cfg: ConfigView) -> int:
+    key = first_key(cfg, TOP_K_KEYS)
+    if key is None:
+        raise cfg.error(TOP_K_KEYS[0], "required key is missing; expected the experts per token (top-k)")
+    value = cfg.raw(key)
+    if isinstance(value, list) and value and len(set(map(repr, value))) == 1:
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise cfg.error(key, f"expected a positive integer, got {value!r}")
+    return value
+
+
+def shared_count(cfg: ConfigView) -> int:
+    key = first_key(cfg, SHARED_COUNT_KEYS)
+    return cfg.int(key, 0, minimum=0) if key else 0
+
+
+def reject_unknown_moe_keys(cfg: ConfigView, what: str) -> None:
+    """A key that looks like it describes experts, with a value, that no reading here understands."""
+    for key, value in cfg.data.items():
+        if key in _HARMLESS_MOE_KEYS or not any(w in key.lower() for w in _MOE_LOOKING):
+            continue
+        if value in (None, False, 0, [], {}, ""):
+            continue
+        raise cfg.error(key, f"this expert/MoE key is not understood for {what}; expected one of "
+                        f"{', '.join(EXPERT_KEYS)} (experts) and {', '.join(TOP_K_KEYS)} (top-k): "
+                        "reading the model as dense would be a guess")
 
 
 class Builder:
@@ -93,16 +166,16 @@ class Builder:
             "apply_router_weight_on_input": router_weight_on_input}))
 
     # ---- building blocks --------------------------------------------------------------
-    def embeddings(self) -> None:
+    def embeddings(self, name: str = "") -> None:
         vocab = self.cfg.int("vocab_size")
-        self.modules.append(Module("embed_tokens", "embedding", f"{self.prefix}model.embed_tokens",
-                                   (f"{self.prefix}model.embed_tokens",), None,
+        name = name or f"{self.prefix}model.embed_tokens"
+        self.modules.append(Module("embed_tokens", "embedding", name, (name,), None,
                                    {"num_embeddings": -(-vocab // self.tp), "embedding_dim": self.hidden,
                                     "tp_size": self.tp}))
 
-    def lm_head(self) -> None:
+    def lm_head(self, name: str = "") -> None:
         vocab = self.cfg.int("vocab_size")
-        name = f"{self.prefix}lm_head"
+        name = name or f"{self.prefix}lm_head"
         self.linear("lm_head", None, name, [name], self.hidden, -(-vocab // self.tp))
         if self.cfg.bool("tie_word_embeddings", False):
             self.notes.append("lm_head is tied to embed_tokens (tie_word_embeddings); it is still its own GEMM")
@@ -152,12 +225,24 @@ class Builder:
     def router(self, i: int, name: str, experts: int, *, bias: bool = False, role: str = "gate") -> None:
         self.linear(role, i, name, [name], self.hidden, experts, bias=bias, sharded=False)
 
-    def moe_activation(self) -> str:
-        act = self.cfg.str("hidden_act", "silu")
+    def moe_activation(self) -> tuple[str, dict]:
+        """(engine activation, activation_params) from hidden_act (any spelling) and its parameters."""
+        c = self.cfg
+        key = first_key(c, ACTIVATION_KEYS) or "hidden_act"
+        act = c.str(key, "silu")
         if act not in _ACTIVATIONS:
-            raise self.cfg.error("hidden_act", f"MoE activation {act!r} is not supported; expected one of "
-                                 + ", ".join(sorted(_ACTIVATIONS)))
-        return _ACTIVATIONS[act]
+            raise c.error(key, f"MoE activation {act!r} is not supported; expected one of "
+                          + ", ".join(sorted(_ACTIVATIONS)))
+        params = {}
+        for cfg_key, name in _SITU_PARAMS.items():
+            if c.raw(cfg_key) is not None:
+                if act != "situ":
+                    raise c.error(cfg_key, f"a SiTU parameter with {key} {act!r}; expected {key} 'situ'")
+                value = c.float(cfg_key)
+                if value <= 0:
+                    raise c.error(cfg_key, f"expected a positive number, got {value}")
+                params[name] = value
+        return _ACTIVATIONS[act], params
 
     def mtp_note(self) -> None:
         n = self.cfg.int("num_nextn_predict_layers", 0, minimum=0)
@@ -177,6 +262,11 @@ def _experts(b: Builder, i: int, base: str, *, experts: int, top_k: int, interme
 def dense(b: Builder) -> None:
     """llama, mistral, qwen2, qwen3: GQA attention + gated MLP on every layer."""
     c = b.cfg
+    experts, key = expert_count(c)
+    if experts:
+        raise c.error(key, f"{experts} routed experts in a config of the dense architecture "
+                      f"{c.raw('model_type')!r}; expected no experts (or a MoE model_type)")
+    reject_unknown_moe_keys(c, f"the dense architecture {c.raw('model_type')!r}")
     qwen2 = c.raw("model_type") == "qwen2"
     bias = c.bool("attention_bias", False)
     for i in range(c.int("num_hidden_layers")):
@@ -189,19 +279,20 @@ def qwen_moe(b: Builder) -> None:
     """qwen2_moe / qwen3_moe: experts where (i+1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
     c = b.cfg
     qwen2 = c.raw("model_type") == "qwen2_moe"
-    experts, top_k = c.int("num_experts", 0, minimum=0), c.int("num_experts_per_tok")
+    experts, expert_key = expert_count(c)
+    k = top_k(c) if experts else 0
     step = c.int("decoder_sparse_step", 1)
     mlp_only = set(c.list("mlp_only_layers", []))
     bias = c.bool("attention_bias", False)
-    act = b.moe_activation()
+    act, params = b.moe_activation()
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.gqa_attention(i, bias_qkv=qwen2 or bias, bias_o=bias and not qwen2)
         if experts and i not in mlp_only and (i + 1) % step == 0:
             b.router(i, f"{p}.gate", experts)
-            _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k,
-                     intermediate=c.int("moe_intermediate_size"), keys=("num_experts", "moe_intermediate_size"),
-                     activation=act)
+            _experts(b, i, f"{p}.experts", experts=experts, top_k=k,
+                     intermediate=c.int("moe_intermediate_size"), keys=(expert_key, "moe_intermediate_size"),
+                     activation=act, params=params)
             shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
             if shared:
                 b.gated_mlp(i, f"{p}.shared_expert", shared, "shared_expert_intermediate_size",
@@ -223,11 +314,15 @@ def mixtral(b: Builder) -> None:
 def _mixtral_moe(b: Builder, i: int) -> None:
     c = b.cfg
     p = f"{b.layer_prefix(i)}.block_sparse_moe"
-    experts = c.int("num_local_experts")
+    experts, key = expert_count(c)
+    if not experts:
+        raise c.error(key, "required key is missing; expected the routed expert count")
+    size_key = "moe_intermediate_size" if c.raw("moe_intermediate_size") is not None else "intermediate_size"
+    act, params = b.moe_activation()
     b.router(i, f"{p}.gate", experts)
-    _experts(b, i, f"{p}.experts", experts=experts, top_k=c.int("num_experts_per_tok"),
-             intermediate=c.int("intermediate_size"), keys=("num_local_experts", "intermediate_size"),
-             parts=("w1", "w3", "w2"), activation=b.moe_activation())
+    _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k(c),
+             intermediate=c.int(size_key), keys=(key, size_key),
+             parts=("w1", "w3", "w2"), activation=act, params=params)
 
 
 def minimax(b: Builder) -> None:
@@ -270,27 +365,28 @@ def _minimax_attention_kinds(c: ConfigView, layers: int) -> list[str]:
 def deepseek(b: Builder) -> None:
     """deepseek_v2/v3, kimi_k2: MLA attention; dense MLP before first_k_dense_replace; shared experts."""
     c = b.cfg
-    experts = c.opt_int("n_routed_experts")
+    experts, _ = expert_count(c)
     first_dense = c.int("first_k_dense_replace", 0, minimum=0)
     freq = c.int("moe_layer_freq", 1)
-    act = b.moe_activation()
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.mla_attention(i)
         if experts and i >= first_dense and i % freq == 0:
-            _routed_with_shared(b, i, p, experts, act)
+            _routed_with_shared(b, i, p)
         else:
             b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
     b.mtp_note()
 
 
-def _routed_with_shared(b: Builder, i: int, p: str, experts: int, act: str) -> None:
+def _routed_with_shared(b: Builder, i: int, p: str) -> None:
     c = b.cfg
+    experts, key = expert_count(c)
+    act, params = b.moe_activation()
     moe_size = c.int("moe_intermediate_size")
     b.router(i, f"{p}.gate", experts)
-    _experts(b, i, f"{p}.experts", experts=experts, top_k=c.int("num_experts_per_tok"),
-             intermediate=moe_size, keys=("n_routed_experts", "moe_intermediate_size"), activation=act)
-    shared = c.int("n_shared_experts", 0, minimum=0)
+    _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k(c),
+             intermediate=moe_size, keys=(key, "moe_intermediate_size"), activation=act, params=params)
+    shared = shared_count(c)
     if shared:
         b.gated_mlp(i, f"{p}.shared_experts", shared * moe_size, "moe_intermediate_size", role="shared_experts.",
                     what="shared expert size (n_shared_experts x moe_intermediate_size)")
@@ -299,33 +395,86 @@ def _routed_with_shared(b: Builder, i: int, p: str, experts: int, act: str) -> N
 def glm4_moe(b: Builder) -> None:
     """glm4_moe: GQA attention (q/k/v bias), DeepSeek-style routed + shared experts."""
     c = b.cfg
-    experts = c.int("n_routed_experts")
+    experts, key = expert_count(c)
+    if not experts:
+        raise c.error(key, "required key is missing; expected the routed expert count")
     first_dense = c.int("first_k_dense_replace", 0, minimum=0)
-    act = b.moe_activation()
     bias = c.bool("attention_bias", False)
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.gqa_attention(i, bias_qkv=bias, bias_o=False)
         if i >= first_dense:
-            _routed_with_shared(b, i, p, experts, act)
+            _routed_with_shared(b, i, p)
         else:
             b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
+    b.mtp_note()
+
+
+def deepseek_v4(b: Builder) -> None:
+    """deepseek_v4: DeepSeek's own checkpoint names (layers.N.attn / layers.N.ffn, embed, head).
+
+    Attention: q low-rank (wq_a replicated, wq_b column-parallel over heads), one shared
+    KV head (wkv, replicated), grouped low-rank output (wo_a: o_groups GEMMs of
+    heads*head_dim/o_groups -> o_lora_rank, groups split over --tp; wo_b row-parallel).
+    FFN: routed experts (w1 gate, w3 up, w2 down) with SwiGLU clamped at swiglu_limit,
+    a shared expert, and a learned router except on the first num_hash_layers layers,
+    which route by token id (no gate GEMM).
+    """
+    c = b.cfg
+    b.prefix = ""
+    heads, head_dim = c.int("num_attention_heads"), c.int("head_dim")
+    q_rank, o_rank, groups = c.int("q_lora_rank"), c.int("o_lora_rank"), c.int("o_groups")
+    if heads % groups:
+        raise c.error("o_groups", f"{groups} output groups do not divide {heads} attention heads")
+    if c.int("num_key_value_heads", 1) != 1:
+        raise c.error("num_key_value_heads", "DeepSeek-V4 attention has one shared KV head; expected 1")
+    groups_rank = b.split(groups, "o_groups", "o_groups")
+    experts, key = expert_count(c)
+    act, params = b.moe_activation()
+    limit = c.float("swiglu_limit", None)
+    if limit is not None:
+        params = {**params, "limit": limit}
+    hash_layers = c.int("num_hash_layers", 0, minimum=0)
+    moe_size = c.int("moe_intermediate_size")
+    layers = c.int("num_hidden_layers")
+    ratios = c.list("compress_ratios", [])
+    for i in range(layers):
+        a, f = f"layers.{i}.attn", f"layers.{i}.ffn"
+        b.linear("wq_a", i, f"{a}.wq_a", [f"{a}.wq_a"], b.hidden, q_rank, sharded=False)
+        b.linear("wq_b", i, f"{a}.wq_b", [f"{a}.wq_b"], q_rank, b.q_heads() * head_dim)
+        b.linear("wkv", i, f"{a}.wkv", [f"{a}.wkv"], b.hidden, head_dim, sharded=False)
+        b.linear("wo_a", i, f"{a}.wo_a", [f"{a}.wo_a"], heads * head_dim // groups, groups_rank * o_rank)
+        b.linear("wo_b", i, f"{a}.wo_b", [f"{a}.wo_b"], groups_rank * o_rank, b.hidden)
+        if i >= hash_layers:
+            b.router(i, f"{f}.gate", experts)
+        _experts(b, i, f"{f}.experts", experts=experts, top_k=top_k(c), intermediate=moe_size,
+                 keys=(key, "moe_intermediate_size"), parts=("w1", "w3", "w2"), activation=act, params=params)
+        shared = shared_count(c)
+        if shared:
+            b.gated_mlp(i, f"{f}.shared_experts", shared * moe_size, "moe_intermediate_size",
+                        role="shared_experts.", names=("w1", "w3", "w2"))
+    compressed = sum(1 for r in ratios[:layers] if r)
+    b.notes.append(f"deepseek_v4: the first {hash_layers} layers route by token hash (no router GEMM); "
+                   f"the compressor/indexer projections of the {compressed} compressed-attention layers and "
+                   "the hyper-connection mixers are small BF16 GEMMs and are not listed")
     b.mtp_note()
 
 
 def gpt_oss(b: Builder) -> None:
     """gpt-oss: biased attention, biased router, biased experts with the clamped SwiGLU (swigluoai)."""
     c = b.cfg
-    experts = c.int("num_local_experts")
-    top_k = c.int("num_experts_per_tok", None) or c.int("experts_per_token")
+    experts, key = expert_count(c)
+    if not experts:
+        raise c.error(key, "required key is missing; expected the routed expert count")
+    k = top_k(c)
     limit = c.float("swiglu_limit")
     bias = c.bool("attention_bias", True)
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.gqa_attention(i, bias_qkv=bias, bias_o=bias)
         b.router(i, f"{p}.router", experts, bias=True)
-        _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k, intermediate=c.int("intermediate_size"),
-                 keys=("num_local_experts", "intermediate_size"), parts=("gate_up_proj", "down_proj"),
+        _experts(b, i, f"{p}.experts", experts=experts, top_k=k, intermediate=c.int("intermediate_size"),
+                 keys=(key, "intermediate_size"), parts=("gate_up_proj", "down_proj"),
                  per_expert=False, activation="swigluoai",
                  params={"limit": limit, "alpha": 1.702, "beta": 1.0}, bias=True)
 
@@ -339,17 +488,17 @@ def llama4(b: Builder) -> None:
     else:
         step = c.int("interleave_moe_layer_step", 1)
         moe_layers = set(range(step - 1, layers, step))
-    experts = c.int("num_local_experts")
-    act = b.moe_activation()
+    experts, key = expert_count(c)
+    act, params = b.moe_activation()
     bias = c.bool("attention_bias", False)
     for i in range(layers):
         p = f"{b.layer_prefix(i)}.feed_forward"
         b.gqa_attention(i, bias_qkv=bias, bias_o=bias)
         if i in moe_layers:
             b.router(i, f"{p}.router", experts)
-            _experts(b, i, f"{p}.experts", experts=experts, top_k=c.int("num_experts_per_tok"),
-                     intermediate=c.int("intermediate_size"), keys=("num_local_experts", "intermediate_size"),
-                     activation=act, router_weight_on_input=True)
+            _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k(c),
+                     intermediate=c.int("intermediate_size"), keys=(key, "intermediate_size"),
+                     activation=act, params=params, router_weight_on_input=True)
             b.gated_mlp(i, f"{p}.shared_expert", c.int("intermediate_size"), "intermediate_size",
                         role="shared_experts.")
         else:
@@ -360,18 +509,18 @@ def generic(b: Builder) -> None:
     """Unknown architectures: GQA attention; routed experts on every layer if an expert count is given."""
     c = b.cfg
     bias = c.bool("attention_bias", False)
-    expert_key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts")
-                       if c.raw(k)), None)
-    act = b.moe_activation() if expert_key else "silu"
+    experts, expert_key = expert_count(c)
+    if not experts:
+        reject_unknown_moe_keys(c, f"the generic reading of {c.raw('model_type')!r}")
+    act, params = b.moe_activation() if experts else ("silu", {})
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.gqa_attention(i, bias_qkv=bias, bias_o=bias)
-        if expert_key:
-            experts = c.int(expert_key)
+        if experts:
             size_key = "moe_intermediate_size" if "moe_intermediate_size" in c else "intermediate_size"
             b.router(i, f"{p}.gate", experts)
-            _experts(b, i, f"{p}.experts", experts=experts, top_k=c.int("num_experts_per_tok"),
-                     intermediate=c.int(size_key), keys=(expert_key, size_key), activation=act)
+            _experts(b, i, f"{p}.experts", experts=experts, top_k=top_k(c),
+                     intermediate=c.int(size_key), keys=(expert_key, size_key), activation=act, params=params)
         else:
             b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
 
@@ -382,7 +531,10 @@ ARCHITECTURES: dict[str, Callable[[Builder], None]] = {
     "mixtral": mixtral, "minimax_m2": mixtral, "minimax": minimax, "minimax_text_01": minimax,
     "deepseek_v2": deepseek, "deepseek_v3": deepseek, "kimi_k2": deepseek,
     "glm4_moe": glm4_moe, "gpt_oss": gpt_oss, "llama4_text": llama4, "llama4": llama4,
+    "deepseek_v4": deepseek_v4,
 }
+#: Architectures whose checkpoints use their own top-level names for the embedding and head.
+_NATIVE_NAMES = {"deepseek_v4": ("embed", "head")}
 #: `architectures[0]` -> model_type, for configs that omit model_type.
 CLASS_NAMES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
@@ -392,6 +544,7 @@ CLASS_NAMES = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe", "GptOssForCausalLM": "gpt_oss",
     "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
 }
 
 
@@ -401,10 +554,11 @@ def build_modules(cfg: ConfigView, model_type: str, tp: int, ep: int, prefix: st
         raise InputError(f"expected positive --tp and --ep, got {tp} and {ep}", field="--tp/--ep")
     arch = ARCHITECTURES.get(model_type)
     b = Builder(cfg, tp, ep, prefix)
-    b.embeddings()
+    embed, head = _NATIVE_NAMES.get(model_type, ("", ""))
+    b.embeddings(embed)
     if arch is None:
         b.notes.append(f"architecture {model_type!r} is not known: layers were derived from the standard "
                        "keys (generic fallback: GQA attention, gated MLP or routed experts on every layer)")
     (arch or generic)(b)
-    b.lm_head()
+    b.lm_head(head)
     return b.modules, b.notes, arch is None

@@ -52,6 +52,36 @@ class NameMatcher:
             found = self._cache[name] = self._match(name)
             return found
 
+    def entries(self) -> list[str]:
+        """Every entry, in the order given."""
+        return [*self.exact, *(e for _, e in self.globs), *(e for _, e in self.regexes)]
+
+    def matched_entries(self, names: Iterable[str]) -> set[str]:
+        """The entries that match at least one of `names` (not only the first hit per name)."""
+        found: set[str] = set()
+        pending_globs = list(self.globs)
+        pending_regexes = list(self.regexes)
+        for name in names:
+            parts = name.split(".")
+            for i in range(len(parts), 0, -1):            # the name and its enclosing modules
+                hit = self.exact.get(".".join(parts[:i]))
+                if hit is not None:
+                    found.add(hit)
+            for i in range(1, len(parts)):                 # its dotted suffixes
+                hit = self.exact.get(".".join(parts[i:]))
+                if hit is not None:
+                    found.add(hit)
+            if pending_globs:
+                prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+                hits = {e for pat, e in pending_globs if any(pat.match(p) for p in prefixes)}
+                found |= hits
+                pending_globs = [(pat, e) for pat, e in pending_globs if e not in hits]
+            if pending_regexes:
+                hits = {e for pat, e in pending_regexes if pat.match(name)}
+                found |= hits
+                pending_regexes = [(pat, e) for pat, e in pending_regexes if e not in hits]
+        return found
+
     def _match(self, name: str) -> str | None:
         parts = name.split(".")
         # the name and each enclosing module ("a.b.c", "a.b", "a")
