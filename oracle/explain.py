@@ -4,7 +4,8 @@
 the renderers print it as text (for a person), json (one object) or markdown. Layers
 with the same role and the same decision are grouped ("layers 3-60 (x58)"), so a
 61-layer model reads as a dozen groups. Exit codes: 0 when every quantized layer has
-a kernel, 2 when some has none (everything is still printed), 1 on bad input.
+a kernel, 2 when some has none (everything is still printed), 1 on bad input or when
+the checkpoint declares quantization but no derived layer is quantized (printed too).
 """
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        if _coverage_error(self.model):
+            return 1
         return 2 if self.no_kernel else 0
 
     def summary(self) -> dict[str, Any]:
@@ -82,8 +85,14 @@ class Report:
             "emulation_fallbacks": [{"role": g.role, "layers": g.label, "count": g.count, "kernel": g.decision.kernel}
                                     for g in self.emulation],
             "without_kernel": [{"role": g.role, "layers": g.label, "count": g.count} for g in self.no_kernel],
+            "coverage": self.model.coverage.to_dict() if getattr(self.model, "coverage", None) else None,
             "exit_code": self.exit_code,
         }
+
+
+def _coverage_error(model: Any) -> str | None:
+    coverage = getattr(model, "coverage", None)
+    return coverage.error if coverage is not None else None
 
 
 def _is_emulation(decision: Any) -> bool:
@@ -266,6 +275,10 @@ def _summary_lines(report: Report) -> list[str]:
     for g in report.no_kernel:
         where = f" {g.label}" if g.label else ""
         lines.append(f"ERROR: no kernel for {g.role}{where} ({g.decision.op}, {g.decision.weight_format})")
+    coverage = getattr(report.model, "coverage", None)
+    if coverage is not None:
+        lines += [f"WARNING: {w}" for w in coverage.warnings]
+        lines += [f"ERROR: {coverage.error}"] if coverage.error else []
     return lines
 
 
@@ -288,7 +301,8 @@ def report_dict(report: Report) -> dict[str, Any]:
     return {
         "model": {"name": m.name, "files": m.files, "architecture": m.architecture, "model_type": m.model_type,
                   "dialect": m.dialect, "quantization": m.dialect_detail, "generic_fallback": m.generic,
-                  "example": m.example, "tp": m.tp, "ep": m.ep, "notes": m.notes},
+                  "example": m.example, "tp": m.tp, "ep": m.ep, "notes": m.notes,
+                  "derivation": getattr(m, "derivation", None)},
         "platform": {"description": p.describe(), "vendor": p.vendor, "device_name": p.device_name,
                      "capability": list(p.capability) if p.capability else None, "simulated": p.simulated,
                      "preset": p.preset_name},
