@@ -1,0 +1,226 @@
+"""Coverage of quantization names, config spellings, SiTU, DeepSeek-V4 and bad input (issue 12).
+
+Expected numbers are worked out by hand from the config keys, written next to each assert.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from oracle.errors import InputError
+from oracle.models import load_model
+
+REPO = Path(__file__).resolve().parents[1]
+DSV4 = REPO / "examples" / "nvidia-deepseek-v4-flash-nvfp4"
+
+
+def write(folder: Path, config, **siblings) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    for name, data in siblings.items():
+        (folder / name.replace("__", ".")).write_text(json.dumps(data))
+    return folder
+
+
+def explain(*argv):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "ORACLE_"))}
+    return subprocess.run([sys.executable, "-m", "oracle.cli", "explain", "--device", "sm120",
+                           "--with-package", "b12x=1.5.1", "--with-package", "triton=3.6.0", *argv],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+
+
+def small_moe(**extra) -> dict:
+    """A qwen3_moe text config: 2 layers, hidden 64, 8 experts of 32, 4 q / 2 kv heads of 16."""
+    return {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+            "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
+            "num_experts_per_tok": 2, "vocab_size": 128, "hidden_act": "silu", **extra}
+
+
+def ct(targets, ignore=(), num_bits=8) -> dict:
+    weights = {"num_bits": num_bits, "type": "float", "strategy": "channel", "symmetric": True}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": list(ignore),
+            "config_groups": {"group_0": {"targets": list(targets), "weights": weights,
+                                          "input_activations": {"num_bits": 8, "type": "float",
+                                                                "strategy": "token", "dynamic": True}}}}
+
+
+# ---------------------------------------------------------------- DeepSeek-V4 (real config)
+def test_deepseek_v4_flash_nvfp4_layers_by_hand():
+    m = load_model(str(DSV4))
+    assert (m.model_type, m.dialect, m.derivation) == ("deepseek_v4", "modelopt", "architecture table")
+    c = Counter(r.role for r in m.layers)
+    # 43 layers x (wq_a, wq_b, wkv, wo_a, wo_b, experts, shared gate_up, shared down) = 344,
+    # + routers on layers 3..42 (num_hash_layers 3 route by hash) = 40, + embed + head = 386
+    assert c["gate"] == 40 and c["experts"] == 43 and len(m.layers) == 43 * 8 + 40 + 2 == 386
+    by = {(r.block, r.role): r.layer for r in m.layers}
+    # wq_b: q_lora_rank 1024 -> 64 heads x head_dim 512 = 32768
+    assert (by[5, "wq_b"].in_features, by[5, "wq_b"].out_features) == (1024, 32768)
+    # wo_a: one of 8 groups reads 64 x 512 / 8 = 4096 and writes 8 x o_lora_rank 1024 = 8192
+    assert (by[5, "wo_a"].in_features, by[5, "wo_a"].out_features) == (4096, 8192)
+    e = by[5, "experts"]
+    assert (e.num_experts, e.top_k, e.hidden_size, e.intermediate_size) == (256, 6, 4096, 2048)
+    assert (e.weight_format, e.activation_format, e.activation, e.activation_params) == (
+        "nvfp4", "nvfp4", "silu", {"limit": 10.0})
+    # shared expert: 1 x 2048 -> gate_up 4096 wide, excluded by *.ffn.shared_experts.* -> bf16
+    assert (by[5, "shared_experts.gate_up_proj"].out_features, by[5, "shared_experts.gate_up_proj"].weight_format) \
+        == (4096, "bf16")
+    assert by[0, "wq_a"].weight_format == "bf16" and (0, "gate") not in by and (3, "gate") in by
+    assert m.coverage.status == "complete" and [u.entry for u in m.coverage.outside] == ["mtp.*"]
+
+
+def test_deepseek_v4_per_rank_shapes_by_hand():
+    m = load_model(str(DSV4), tp=8)
+    by = {(r.block, r.role): r.layer for r in m.layers}
+    assert by[7, "wq_b"].out_features == 32768 // 8 == 4096
+    assert by[7, "wq_a"].out_features == 1024 and by[7, "wq_a"].tp_size == 1      # replicated
+    assert by[7, "wkv"].out_features == 512 and by[7, "wkv"].tp_size == 1
+    assert (by[7, "wo_a"].in_features, by[7, "wo_a"].out_features) == (4096, 8192 // 8)   # 1 group per rank
+    assert (by[7, "wo_b"].in_features, by[7, "wo_b"].out_features) == (1024, 4096)
+    assert by[7, "experts"].tp_size == 8 and by[7, "experts"].intermediate_size == 2048
+    assert by[7, "shared_experts.down_proj"].in_features == 2048 // 8 == 256
+    assert by[None, "embed_tokens"].num_embeddings == 129280 // 8 == 16160
+    ep = {(r.block, r.role): r.layer for r in load_model(str(DSV4), ep=8).layers}
+    assert (ep[7, "experts"].ep_size, ep[7, "experts"].tp_size) == (8, 1)
+
+
+# ---------------------------------------------------------------- coverage
+def test_checkpoint_names_under_other_module_names_is_an_error_exit_1(tmp_path):
+    """DeepSeek-V4's quantized_layers (layers.N.ffn.experts) read against deepseek_v3 names."""
+    config = json.loads((DSV4 / "config.json").read_text())
+    mla = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "v_head_dim": 128, "intermediate_size": 4096, "num_key_value_heads": 64}
+    quant = json.loads((DSV4 / "hf_quant_config.json").read_text())
+    folder = write(tmp_path / "m", {**config, **mla}, hf_quant_config__json=quant)
+    m = load_model(str(folder))
+    cov = m.coverage
+    assert cov.status == "none" and cov.quantized_layers == 0
+    entries = {u.entry: u for u in cov.unmatched}
+    assert "layers.0.ffn.experts" in entries and "head" in entries
+    assert "model.layers.0.mlp.experts" in entries["layers.0.ffn.experts"].nearest
+    assert "no derived layer is quantized" in cov.error and "layers.0.ffn.experts" in cov.error
+    done = explain("--model", str(folder))
+    assert done.returncode == 1, done.stderr
+    assert "ERROR: the checkpoint declares quantization" in done.stdout
+    assert "nearest derived names: " in done.stdout
+
+
+def test_partial_coverage_warns_in_text_json_and_markdown(tmp_path):
+    q = ct(["re:.*mlp\\.experts.*", "re:.*self_attn\\.qkv_typo$"], ignore=["lm_head", "re:.*mlp\\.gate$"])
+    folder = write(tmp_path / "m", small_moe(quantization_config=q))
+    cov = load_model(str(folder)).coverage
+    assert cov.status == "partial" and cov.quantized_layers == 2          # the two expert layers
+    assert [u.entry for u in cov.unmatched] == ["re:.*self_attn\\.qkv_typo$"]
+    text = explain("--model", str(folder))
+    assert text.returncode == 0 and "WARNING: partial quantization coverage: 1 entry" in text.stdout
+    assert "qkv_typo" in text.stdout
+    js = explain("--model", str(folder), "--format", "json")
+    summary = json.loads(js.stdout)["summary"]
+    assert summary["coverage"]["status"] == "partial" and summary["coverage"]["warnings"]
+    assert summary["coverage"]["unmatched"][0]["key"] == "quantization_config.config_groups.group_0.targets"
+    md = explain("--model", str(folder), "--format", "markdown")
+    assert "WARNING: partial quantization coverage" in md.stdout
+
+
+def test_unused_config_group_and_unknown_class_target_are_listed(tmp_path):
+    q = ct(["Linear"], ignore=["re:.*"])
+    q["config_groups"]["group_1"] = {**copy.deepcopy(q["config_groups"]["group_0"]), "targets": ["Qwen3MoeMLP"]}
+    m = load_model(str(write(tmp_path / "m", small_moe(quantization_config=q))))
+    kinds = Counter(u.kind for u in m.coverage.unmatched)
+    assert m.coverage.status == "none"
+    assert kinds == {"config_group": 2, "class_target": 1}
+
+
+def test_ignore_entries_of_norms_and_past_the_decoder_are_expected(tmp_path):
+    q = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+         "modules_to_not_convert": ["lm_head", "model.layers.0.input_layernorm", "model.layers.2.mlp",
+                                    "model.layers.0.self_atn"]}
+    cov = load_model(str(write(tmp_path / "m", small_moe(quantization_config=q)))).coverage
+    assert sorted(u.entry for u in cov.outside) == ["model.layers.0.input_layernorm", "model.layers.2.mlp"]
+    assert [u.entry for u in cov.unmatched] == ["model.layers.0.self_atn"]
+    assert len(cov.unmatched[0].nearest) == 3
+    assert all(n.startswith("model.layers.0.self_attn.") for n in cov.unmatched[0].nearest)
+
+
+def test_shipped_examples_are_fully_covered():
+    from oracle.models import example_names
+    for name in example_names():
+        cov = load_model(name).coverage
+        assert cov.status in ("complete", "unquantized"), (name, cov.warnings, cov.error)
+
+
+# ---------------------------------------------------------------- spellings, SiTU
+def test_num_local_experts_spelling_is_read_as_experts(tmp_path):
+    cfg = small_moe()
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    m = load_model(str(write(tmp_path / "m", cfg)))
+    assert [r.layer.num_experts for r in m.layers if r.role == "experts"] == [8, 8]
+
+
+def test_contradictory_spellings_are_an_error(tmp_path):
+    with pytest.raises(InputError, match=r"num_local_experts: contradictory values .*num_experts=8"):
+        load_model(str(write(tmp_path / "m", small_moe(num_local_experts=16))))
+
+
+def test_moe_key_not_understood_is_an_error_not_a_dense_guess(tmp_path):
+    dense = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+             "num_attention_heads": 4, "vocab_size": 128}
+    with pytest.raises(InputError, match="n_experts_total: this expert/MoE key is not understood"):
+        load_model(str(write(tmp_path / "a", {**dense, "n_experts_total": 16})))
+    with pytest.raises(InputError, match="num_experts: 8 routed experts in a config of the dense"):
+        load_model(str(write(tmp_path / "b", {**dense, "num_experts": 8})))
+
+
+def test_situ_activation_with_its_parameters(tmp_path):
+    cfg = small_moe(hidden_act="situ", activation_situ_beta=4.0, activation_situ_linear_beta=25.0)
+    experts = [r.layer for r in load_model(str(write(tmp_path / "m", cfg))).layers if r.role == "experts"]
+    assert {(e.activation, tuple(sorted(e.activation_params.items()))) for e in experts} == {
+        ("situ", (("beta", 4.0), ("linear_beta", 25.0)))}
+    with pytest.raises(InputError, match="activation_situ_beta: a SiTU parameter with hidden_act 'silu'"):
+        load_model(str(write(tmp_path / "n", small_moe(activation_situ_beta=4.0))))
+
+
+def test_text_config_without_model_type_is_resolved_from_architectures(tmp_path):
+    text = small_moe()
+    del text["model_type"], text["architectures"]
+    top = {"architectures": ["Qwen3MoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+           "text_config": text, "vision_config": {"depth": 2}}
+    m = load_model(str(write(tmp_path / "m", top)))
+    assert m.model_type == "qwen3_moe" and m.layers[1].name.startswith("language_model.model.layers.0")
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("config, message", [
+    ("[1, 2]", "expected a JSON object at the top level, got list"),
+    (json.dumps({"model_type": "qwen3_moe", "hidden_size": 64}), "vocab_size: required key is missing"),
+    (json.dumps(small_moe(moe_intermediate_size=33, num_experts=8)), None),
+])
+def test_bad_configs_exit_1_naming_file_and_key(tmp_path, config, message):
+    folder = write(tmp_path / "m", config)
+    done = explain("--model", str(folder), "--tp", "2")
+    assert done.returncode == 1 and str(folder / "config.json") in done.stderr and "Traceback" not in done.stderr
+    assert (message or "moe_intermediate_size 33 is not divisible by --tp 2") in done.stderr
+
+
+def test_regex_target_that_does_not_compile(tmp_path):
+    with pytest.raises(InputError, match=r"group_0\.targets.*invalid regular expression 're:\(unclosed'"):
+        load_model(str(write(tmp_path / "m", small_moe(quantization_config=ct(["re:(unclosed"])))))
+
+
+def test_index_naming_missing_shards(tmp_path):
+    folder = write(tmp_path / "m", small_moe())
+    index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                                            "lm_head.weight": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert "model.safetensors.index.json" in load_model(str(folder)).files[-1]   # no shards at all: fine
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"")
+    with pytest.raises(InputError, match=r"weight_map\.lm_head\.weight: shard 'model-00002-of-00002.safetensors' "
+                                         r"does not exist"):
+        load_model(str(folder))
