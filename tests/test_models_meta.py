@@ -93,3 +93,24 @@ def test_import_oracle_models_does_not_import_transformers():
     code = ("import sys, oracle.models; oracle.models.load_model('qwen3-8b'); "
             "assert 'transformers' not in sys.modules and 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_mixed_precision_targets_on_the_checkpoints_own_names(tmp_path):
+    """The issue's case: a model type outside the tables, compressed-tensors mixed-precision, regex targets
+    on attention and FFN projection names -> FP8 attention, NVFP4 experts (not 'unquantized')."""
+    from transformers import Ernie4_5_MoeConfig
+    cfg = Ernie4_5_MoeConfig(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, moe_num_experts=8, moe_k=2,
+                             moe_layer_start_index=0, vocab_size=128).to_dict()
+    fp8 = {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+           "input_activations": {"num_bits": 8, "type": "float", "strategy": "token"}}
+    fp4 = {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+           "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}
+    q = {"quant_method": "compressed-tensors", "format": "mixed-precision", "ignore": ["lm_head"],
+         "config_groups": {"attn": {**fp8, "targets": ["re:.*self_attn\\.(q|k|v|o)_proj$"]},
+                           "ffn": {**fp4, "targets": ["re:.*mlp\\.experts\\.\\d+\\.(gate|up|down)_proj$"]}}}
+    m = load_model(str(write(tmp_path / "m", {**cfg, "quantization_config": q})))
+    by = {(r.block, r.role): r.layer for r in m.layers}
+    assert (by[0, "qkv_proj"].weight_format, by[0, "o_proj"].weight_format) == ("fp8_channel", "fp8_channel")
+    assert (by[1, "experts"].weight_format, by[1, "experts"].activation_format) == ("nvfp4", "nvfp4")
+    assert m.coverage.status == "complete" and m.coverage.quantized_layers == 2 * 3

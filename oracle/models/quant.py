@@ -219,6 +219,8 @@ class CompressedTensorsScheme(Scheme):
         for gname in groups_view.data:
             g = groups_view.sub(gname, required=True)
             fmt = g.str("format", self.format)
+            if fmt == "mixed-precision":      # groups of a mixed-precision config: the weights say which
+                fmt = "float-quantized" if (g.sub("weights", required=True).raw("type") == "float") else "pack-quantized"
             if fmt not in _CT_FORMATS:
                 raise g.error("format", f"unknown compressed-tensors format {fmt!r}; expected one of "
                               + ", ".join(_CT_FORMATS))
