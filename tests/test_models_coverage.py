@@ -224,3 +224,63 @@ def test_index_naming_missing_shards(tmp_path):
     with pytest.raises(InputError, match=r"weight_map\.lm_head\.weight: shard 'model-00002-of-00002.safetensors' "
                                          r"does not exist"):
         load_model(str(folder))
+
+
+# ---------------------------------------------------------------- MiniMax-M2.5, Qwen3.5 (real configs)
+def test_minimax_m25_nvfp4_layers_by_hand():
+    m = load_model("nvidia-minimax-m2.5-nvfp4")
+    assert (m.model_type, m.dialect) == ("minimax_m2", "modelopt")
+    # 62 layers x (qkv, o, router, experts) + embed + lm_head
+    assert len(m.layers) == 62 * 4 + 2 == 250
+    by = {(r.block, r.role): r.layer for r in m.layers}
+    qkv = by[10, "qkv_proj"]
+    # q 48 x 128 = 6144, k and v 8 x 128 = 1024 each
+    assert (qkv.in_features, qkv.out_features, qkv.weight_format) == (3072, 6144 + 2 * 1024, "bf16")
+    e = by[10, "experts"]
+    assert (e.num_experts, e.top_k, e.intermediate_size, e.weight_format, e.activation_format) == (
+        256, 8, 1536, "nvfp4", "nvfp4")
+    assert by[10, "gate"].weight_format == "bf16" and by[None, "lm_head"].weight_format == "bf16"
+    assert m.coverage.status == "complete" and not m.coverage.outside
+    assert any("3 multi-token-prediction layer(s) (num_mtp_modules)" in n for n in m.notes)
+    t8 = {(r.block, r.role): r.layer for r in load_model("nvidia-minimax-m2.5-nvfp4", tp=8).layers}
+    # q 6144 / 8 = 768; 8 KV heads / 8 = 1 each: 128 + 128
+    assert (t8[3, "qkv_proj"].out_features, t8[3, "o_proj"].in_features) == (768 + 256, 768)
+    assert t8[None, "embed_tokens"].num_embeddings == 200064 // 8 == 25008
+
+
+def test_qwen35_122b_nvfp4_layers_by_hand():
+    m = load_model("nvidia-qwen3.5-122b-a10b-nvfp4")
+    assert (m.model_type, m.architecture) == ("qwen3_5_moe_text", "Qwen3_5MoeForConditionalGeneration")
+    c = Counter(r.role for r in m.layers)
+    # 36 DeltaNet layers x 3 GEMMs + 12 attention layers x 2 + 48 x (router, experts, shared gate_up, shared down,
+    # shared gate) + embed + head = 108 + 24 + 240 + 2 = 374
+    assert (c["linear_attn.in_proj_qkvz"], c["qkv_proj"], c["experts"], len(m.layers)) == (36, 12, 48, 374)
+    by = {(r.block, r.role): r for r in m.layers}
+    # the checkpoint's transformers-5 names, as its ignore list spells them
+    assert by[0, "experts"].name == "model.language_model.layers.0.mlp.experts"
+    qkvz = by[0, "linear_attn.in_proj_qkvz"].layer
+    # q, k: 16 key heads x 128 each = 4096; v, z: 64 value heads x 128 each = 16384 -> 20480
+    assert (qkvz.in_features, qkvz.out_features, qkvz.weight_format) == (3072, 2 * 2048 + 2 * 8192, "bf16")
+    assert by[0, "linear_attn.in_proj_ba"].layer.out_features == 2 * 64
+    assert by[0, "linear_attn.out_proj"].layer.in_features == 64 * 128
+    # layer 3 is full attention: q with its output gate 2 x 32 x 256, k and v 2 x 256 each
+    assert by[3, "qkv_proj"].layer.out_features == 2 * 32 * 256 + 2 * 2 * 256 == 17408
+    e = by[3, "experts"].layer
+    assert (e.num_experts, e.top_k, e.intermediate_size, e.weight_format) == (256, 8, 1024, "nvfp4")
+    assert by[3, "shared_experts.gate_up_proj"].layer.weight_format == "bf16"
+    assert m.coverage.status == "complete"
+    assert sorted(u.entry for u in m.coverage.outside) == ["model.visual*", "mtp*", "mtp.layers.0*"]
+    t4 = {(r.block, r.role): r.layer for r in load_model("nvidia-qwen3.5-122b-a10b-nvfp4", tp=4).layers}
+    assert t4[0, "linear_attn.in_proj_qkvz"].out_features == 20480 // 4
+    assert t4[0, "linear_attn.out_proj"].in_features == 8192 // 4
+    # 2 KV heads under --tp 4: one replicated KV head per rank -> q 2 x 8 x 256 + k, v 256 each
+    assert t4[3, "qkv_proj"].out_features == 2 * 8 * 256 + 2 * 256
+
+
+def test_nested_layout_follows_the_checkpoints_names(tmp_path):
+    """The same text model under the transformers-4 layout when its ignore list says so."""
+    config = json.loads((REPO / "examples" / "nvidia-qwen3.5-122b-a10b-nvfp4" / "config.json").read_text())
+    q = config["quantization_config"]
+    q["ignore"] = [e.replace("model.language_model.", "language_model.model.") for e in q["ignore"]]
+    m = load_model(str(write(tmp_path / "m", config)))
+    assert m.layers[1].name.startswith("language_model.model.layers.0.") and m.coverage.status == "complete"

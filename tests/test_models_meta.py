@@ -114,3 +114,24 @@ def test_mixed_precision_targets_on_the_checkpoints_own_names(tmp_path):
     assert (by[0, "qkv_proj"].weight_format, by[0, "o_proj"].weight_format) == ("fp8_channel", "fp8_channel")
     assert (by[1, "experts"].weight_format, by[1, "experts"].activation_format) == ("nvfp4", "nvfp4")
     assert m.coverage.status == "complete" and m.coverage.quantized_layers == 2 * 3
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe_text"])
+def test_table_agrees_with_transformers_own_modules(tmp_path, model_type, monkeypatch):
+    """The qwen3_next table derives the same parts and per-rank shapes as transformers' class (meta path)."""
+    from transformers import AutoConfig
+
+    import oracle.models.build as build
+    cfg = AutoConfig.for_model(model_type, hidden_size=64, num_hidden_layers=4, vocab_size=128, num_experts=8,
+                               num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                               linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12).to_dict()
+    folder = write(tmp_path / "m", cfg)
+    table = load_model(str(folder), tp=2)
+    monkeypatch.setattr(build, "ARCHITECTURES", {k: v for k, v in ARCHITECTURES.items() if k != model_type})
+    meta = load_model(str(folder), tp=2)
+    assert (table.derivation, meta.derivation) == ("architecture table", "transformers meta-device model")
+
+    def signature(model):
+        return sorted((m.parts, m.layer.model_dump_json(exclude={"name"})) for m in model.layers)
+    assert len(table.layers) == 33 and signature(table) == signature(meta)

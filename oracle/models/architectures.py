@@ -23,6 +23,7 @@ Choices, applied the same way for every architecture:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InputError
@@ -37,6 +38,7 @@ TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token
 #: (`top_k` is a generation setting in transformers configs, default 50: never read as an expert count)
 SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function")
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 #: SiTU's parameters as configs spell them -> the engine's activation_params names.
 _SITU_PARAMS = {"activation_situ_beta": "beta", "activation_situ_linear_beta": "linear_beta"}
 #: Expert-related keys that do not change the layers (routing, losses, training knobs).
@@ -106,14 +108,39 @@ def reject_unknown_moe_keys(cfg: ConfigView, what: str) -> None:
                         "reading the model as dense would be a guess")
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a checkpoint keeps the decoder: `<base>.layers.N`, `<base>.embed_tokens` and `<head>`.
+
+    Text-only checkpoints use model / lm_head. Multimodal ones nest the language model,
+    and the nesting changed with transformers 5 (language_model.model.* / language_model.lm_head
+    before, model.language_model.* / lm_head since): `oracle.models.build` picks the one
+    the checkpoint's own names use.
+    """
+
+    base: str = "model"
+    head: str = "lm_head"
+
+    def rename(self, name: str) -> str:
+        """A transformers causal-LM module name ('model.layers.0...', 'lm_head') in this layout."""
+        if name == "lm_head":
+            return self.head
+        return f"{self.base}.{name[6:]}" if name.startswith("model.") else name
+
+
+TEXT_ONLY = Layout()
+#: Multimodal layouts, the transformers 4 one first.
+NESTED_LAYOUTS = (Layout("language_model.model", "language_model.lm_head"), Layout("model.language_model", "lm_head"))
+
+
 class Builder:
     """Collects modules for one rank; knows --tp/--ep and how each layer kind is split."""
 
-    def __init__(self, cfg: ConfigView, tp: int, ep: int, prefix: str):
+    def __init__(self, cfg: ConfigView, tp: int, ep: int, layout: Layout = TEXT_ONLY):
         self.cfg = cfg
         self.tp = tp
         self.ep = ep
-        self.prefix = prefix
+        self.layout = layout
         self.modules: list[Module] = []
         self.notes: list[str] = []
         self.hidden = cfg.int("hidden_size")
@@ -141,7 +168,7 @@ class Builder:
 
     # ---- names --------------------------------------------------------------------
     def layer_prefix(self, i: int) -> str:
-        return f"{self.prefix}model.layers.{i}"
+        return f"{self.layout.base}.layers.{i}"
 
     # ---- module kinds ---------------------------------------------------------------
     def linear(self, role: str, block: int | None, name: str, parts: list[str], k: int, n: int,
@@ -168,19 +195,20 @@ class Builder:
     # ---- building blocks --------------------------------------------------------------
     def embeddings(self, name: str = "") -> None:
         vocab = self.cfg.int("vocab_size")
-        name = name or f"{self.prefix}model.embed_tokens"
+        name = name or f"{self.layout.base}.embed_tokens"
         self.modules.append(Module("embed_tokens", "embedding", name, (name,), None,
                                    {"num_embeddings": -(-vocab // self.tp), "embedding_dim": self.hidden,
                                     "tp_size": self.tp}))
 
     def lm_head(self, name: str = "") -> None:
         vocab = self.cfg.int("vocab_size")
-        name = name or f"{self.prefix}lm_head"
+        name = name or self.layout.head
         self.linear("lm_head", None, name, [name], self.hidden, -(-vocab // self.tp))
         if self.cfg.bool("tie_word_embeddings", False):
             self.notes.append("lm_head is tied to embed_tokens (tie_word_embeddings); it is still its own GEMM")
 
-    def gqa_attention(self, i: int, *, bias_qkv: bool, bias_o: bool) -> None:
+    def gqa_attention(self, i: int, *, bias_qkv: bool, bias_o: bool, gated: bool = False) -> None:
+        """q/k/v fused, o_proj; `gated`: q_proj also writes the output gate (2 x heads x head_dim)."""
         c = self.cfg
         heads = c.int("num_attention_heads")
         head_dim = c.int("head_dim", None) or self._implicit_head_dim(heads)
@@ -188,7 +216,7 @@ class Builder:
         kv = self.kv_heads(c.int("num_key_value_heads", heads)) * head_dim
         p = f"{self.layer_prefix(i)}.self_attn"
         self.linear("qkv_proj", i, f"{p}.qkv_proj", [f"{p}.q_proj", f"{p}.k_proj", f"{p}.v_proj"],
-                    self.hidden, q + 2 * kv, bias=bias_qkv)
+                    self.hidden, q * (2 if gated else 1) + 2 * kv, bias=bias_qkv)
         self.linear("o_proj", i, f"{p}.o_proj", [f"{p}.o_proj"], q, self.hidden, bias=bias_o)
 
     def _implicit_head_dim(self, heads: int) -> int:
@@ -245,9 +273,10 @@ class Builder:
         return _ACTIVATIONS[act], params
 
     def mtp_note(self) -> None:
-        n = self.cfg.int("num_nextn_predict_layers", 0, minimum=0)
+        key = first_key(self.cfg, MTP_KEYS)
+        n = self.cfg.int(key, 0, minimum=0) if key else 0
         if n:
-            self.notes.append(f"{n} multi-token-prediction layer(s) (num_nextn_predict_layers) not listed: "
+            self.notes.append(f"{n} multi-token-prediction layer(s) ({key}) not listed: "
                               "they serve speculative decoding only")
 
 
@@ -286,20 +315,75 @@ def qwen_moe(b: Builder) -> None:
     bias = c.bool("attention_bias", False)
     act, params = b.moe_activation()
     for i in range(c.int("num_hidden_layers")):
-        p = f"{b.layer_prefix(i)}.mlp"
         b.gqa_attention(i, bias_qkv=qwen2 or bias, bias_o=bias and not qwen2)
-        if experts and i not in mlp_only and (i + 1) % step == 0:
-            b.router(i, f"{p}.gate", experts)
-            _experts(b, i, f"{p}.experts", experts=experts, top_k=k,
-                     intermediate=c.int("moe_intermediate_size"), keys=(expert_key, "moe_intermediate_size"),
-                     activation=act, params=params)
-            shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
-            if shared:
-                b.gated_mlp(i, f"{p}.shared_expert", shared, "shared_expert_intermediate_size",
-                            role="shared_experts.")
-                b.router(i, f"{p}.shared_expert_gate", 1, role="shared_expert_gate")
+        _qwen_mlp(b, i, moe=bool(experts) and i not in mlp_only and (i + 1) % step == 0,
+                  experts=experts, expert_key=expert_key, k=k, act=(act, params))
+
+
+def _qwen_mlp(b: Builder, i: int, *, moe: bool, experts: int, expert_key: str, k: int,
+              act: tuple[str, dict]) -> None:
+    """Qwen MoE block: router, routed experts, optional shared expert with its sigmoid gate; else a dense MLP."""
+    c = b.cfg
+    p = f"{b.layer_prefix(i)}.mlp"
+    if not moe:
+        b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
+        return
+    b.router(i, f"{p}.gate", experts)
+    _experts(b, i, f"{p}.experts", experts=experts, top_k=k, intermediate=c.int("moe_intermediate_size"),
+             keys=(expert_key, "moe_intermediate_size"), activation=act[0], params=act[1])
+    shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
+    if shared:
+        b.gated_mlp(i, f"{p}.shared_expert", shared, "shared_expert_intermediate_size", role="shared_experts.")
+        b.router(i, f"{p}.shared_expert_gate", 1, role="shared_expert_gate")
+
+
+def qwen3_next(b: Builder) -> None:
+    """qwen3_next / qwen3_5_moe: Gated DeltaNet layers with a gated full-attention layer every
+    full_attention_interval (or as layer_types says), and a Qwen MoE block on every layer.
+
+    DeltaNet projections are fused as vLLM loads them: in_proj_qkvz (q, k: key heads x key dim;
+    v, z: value heads x value dim) and in_proj_ba (one b and one a per value head), both split
+    over --tp by heads; out_proj row-parallel. Qwen3.5 checkpoints store the halves apart
+    (in_proj_qkv + in_proj_z, in_proj_b + in_proj_a); Qwen3-Next stores them fused.
+    """
+    c = b.cfg
+    layers = c.int("num_hidden_layers")
+    kinds = _layer_kinds(c, layers)
+    split_parts = str(c.raw("model_type", "")).startswith("qwen3_5")
+    kh, vh = b.split(c.int("linear_num_key_heads"), "linear_num_key_heads"), \
+        b.split(c.int("linear_num_value_heads"), "linear_num_value_heads")
+    kd, vd = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
+    experts, expert_key = expert_count(c)
+    k = top_k(c) if experts else 0
+    mlp_only = set(c.list("mlp_only_layers", []))
+    step = c.int("decoder_sparse_step", 1)
+    act = b.moe_activation()
+    gated = c.bool("attn_output_gate", True)
+    for i in range(layers):
+        if kinds[i] == "linear":
+            a = f"{b.layer_prefix(i)}.linear_attn"
+            qkvz = [f"{a}.in_proj_qkv", f"{a}.in_proj_z"] if split_parts else [f"{a}.in_proj_qkvz"]
+            ba = [f"{a}.in_proj_b", f"{a}.in_proj_a"] if split_parts else [f"{a}.in_proj_ba"]
+            b.linear("linear_attn.in_proj_qkvz", i, f"{a}.in_proj_qkvz", qkvz, b.hidden, 2 * kh * kd + 2 * vh * vd)
+            b.linear("linear_attn.in_proj_ba", i, f"{a}.in_proj_ba", ba, b.hidden, 2 * vh)
+            b.linear("linear_attn.out_proj", i, f"{a}.out_proj", [f"{a}.out_proj"], vh * vd, b.hidden)
         else:
-            b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
+            b.gqa_attention(i, bias_qkv=c.bool("attention_bias", False), bias_o=False, gated=gated)
+        _qwen_mlp(b, i, moe=bool(experts) and i not in mlp_only and (i + 1) % step == 0,
+                  experts=experts, expert_key=expert_key, k=k, act=act)
+    b.mtp_note()
+
+
+def _layer_kinds(c: ConfigView, layers: int) -> list[str]:
+    """'linear' / 'full' per layer from layer_types, else from full_attention_interval."""
+    if c.raw("layer_types") is not None:
+        raw = c.list("layer_types")
+        kinds = [{"linear_attention": "linear", "full_attention": "full"}.get(v) for v in raw]
+        if len(kinds) != layers or None in kinds:
+            raise c.error("layer_types", f"expected {layers} entries of linear_attention/full_attention, got {raw!r}")
+        return kinds  # type: ignore[return-value]
+    every = c.int("full_attention_interval")
+    return ["full" if (i + 1) % every == 0 else "linear" for i in range(layers)]
 
 
 def mixtral(b: Builder) -> None:
@@ -309,6 +393,7 @@ def mixtral(b: Builder) -> None:
     for i in range(c.int("num_hidden_layers")):
         b.gqa_attention(i, bias_qkv=bias, bias_o=bias)
         _mixtral_moe(b, i)
+    b.mtp_note()
 
 
 def _mixtral_moe(b: Builder, i: int) -> None:
@@ -421,7 +506,6 @@ def deepseek_v4(b: Builder) -> None:
     which route by token id (no gate GEMM).
     """
     c = b.cfg
-    b.prefix = ""
     heads, head_dim = c.int("num_attention_heads"), c.int("head_dim")
     q_rank, o_rank, groups = c.int("q_lora_rank"), c.int("o_lora_rank"), c.int("o_groups")
     if heads % groups:
@@ -532,6 +616,7 @@ ARCHITECTURES: dict[str, Callable[[Builder], None]] = {
     "deepseek_v2": deepseek, "deepseek_v3": deepseek, "kimi_k2": deepseek,
     "glm4_moe": glm4_moe, "gpt_oss": gpt_oss, "llama4_text": llama4, "llama4": llama4,
     "deepseek_v4": deepseek_v4,
+    "qwen3_next": qwen3_next, "qwen3_5_moe_text": qwen3_next, "qwen3_5_moe": qwen3_next,
 }
 #: Architectures whose checkpoints use their own top-level names for the embedding and head.
 _NATIVE_NAMES = {"deepseek_v4": ("embed", "head")}
@@ -545,15 +630,17 @@ CLASS_NAMES = {
     "Glm4MoeForCausalLM": "glm4_moe", "GptOssForCausalLM": "gpt_oss",
     "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
     "DeepseekV4ForCausalLM": "deepseek_v4",
+    "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
 }
 
 
-def build_modules(cfg: ConfigView, model_type: str, tp: int, ep: int, prefix: str) -> tuple[list[Module], list[str], bool]:
+def build_modules(cfg: ConfigView, model_type: str, tp: int, ep: int,
+                  layout: Layout = TEXT_ONLY) -> tuple[list[Module], list[str], bool]:
     """All modules of one rank, in forward order: (modules, notes, generic fallback used)."""
     if tp < 1 or ep < 1:
         raise InputError(f"expected positive --tp and --ep, got {tp} and {ep}", field="--tp/--ep")
     arch = ARCHITECTURES.get(model_type)
-    b = Builder(cfg, tp, ep, prefix)
+    b = Builder(cfg, tp, ep, layout)
     embed, head = _NATIVE_NAMES.get(model_type, ("", ""))
     b.embeddings(embed)
     if arch is None:

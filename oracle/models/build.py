@@ -4,8 +4,9 @@ from __future__ import annotations
 from ..errors import InputError
 from ..layer import EmbeddingLayer, LinearLayer, MoELayer
 import re
+from dataclasses import replace
 
-from .architectures import ARCHITECTURES, CLASS_NAMES, build_modules
+from .architectures import ARCHITECTURES, CLASS_NAMES, NESTED_LAYOUTS, TEXT_ONLY, Layout, build_modules
 from .coverage import check_coverage
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
@@ -22,23 +23,28 @@ def load_model(model: str, *, tp: int = 1, ep: int = 1) -> Model:
 
 def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
     top = files.config
-    text, prefix = _text_config(top)
+    text = _text_config(top)
     model_type, arch_name = _model_type(top, text)
     scheme = detect_scheme(files, text)
     dtype, unquantized = _dtype(top, text)
     derivation = "architecture table"
     if model_type not in ARCHITECTURES and _transformers_knows(model_type):
         from .meta import meta_modules   # imports transformers and torch: only on this path
-        modules, notes = meta_modules(top, text, model_type, tp, ep, prefix)
+        modules, notes = meta_modules(top, text, model_type, tp, ep, TEXT_ONLY)
         generic, derivation = False, "transformers meta-device model"
     else:
-        modules, notes, generic = build_modules(text, model_type, tp, ep, prefix)
+        modules, notes, generic = build_modules(text, model_type, tp, ep, TEXT_ONLY)
         if generic:
             derivation = "generic fallback"
-    if text is not top and isinstance(top.raw("vision_config"), dict):
-        notes.append("vision tower not listed: only the text decoder's layers are")
-    layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
     checkpoint = files.tensor_modules()
+    if text is not top:
+        layout = _nested_layout(top, modules, scheme, checkpoint)
+        modules = [_relayout(m, layout) for m in modules]
+        notes.append(f"multimodal checkpoint: decoder layers named {layout.base}.layers.N, head {layout.head} "
+                     "(the layout the checkpoint's own names use)")
+        if isinstance(top.raw("vision_config"), dict):
+            notes.append("vision tower not listed: only the text decoder's layers are")
+    layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
     names_from = derivation + (" + model.safetensors.index.json" if checkpoint else "")
     if checkpoint:
         notes += _index_notes(modules, checkpoint)
@@ -49,6 +55,30 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
                  layers=layers, notes=notes, generic=generic, example=files.example, derivation=derivation,
                  coverage=coverage)
+
+
+def _relayout(m: Module, layout: Layout) -> Module:
+    """A module derived with text-only names, renamed into `layout`."""
+    return replace(m, name=layout.rename(m.name), parts=tuple(layout.rename(p) for p in m.parts))
+
+
+def _nested_layout(top: ConfigView, modules: list[Module], scheme: Scheme, checkpoint: list[str]) -> Layout:
+    """The multimodal layout whose names the checkpoint uses: its index first, then its quantization lists.
+
+    Without either to go by, the transformers version that wrote the config decides (5 and later
+    nest the language model under model.language_model).
+    """
+    major = re.match(r"\d+", str(top.raw("transformers_version") or ""))
+    default = NESTED_LAYOUTS[1] if major and int(major.group()) >= 5 else NESTED_LAYOUTS[0]
+    known = set(checkpoint)
+    lists = scheme.name_lists()
+
+    def score(layout: Layout) -> tuple[int, int, bool]:
+        names = [layout.rename(n) for m in modules for n in (m.name, *m.parts)]
+        in_index = sum(1 for n in names if n in known)
+        matched = sum(len(lst.matcher.matched_entries(names)) for lst in lists)
+        return in_index, matched, layout == default
+    return max(NESTED_LAYOUTS, key=score)
 
 
 def _transformers_knows(model_type: str) -> bool:
@@ -72,12 +102,12 @@ def _index_notes(modules: list[Module], checkpoint: list[str]) -> list[str]:
             "so entries naming the checkpoint's own names may not apply"]
 
 
-def _text_config(top: ConfigView) -> tuple[ConfigView, str]:
-    """Multimodal configs nest the language model under text_config; its modules get 'language_model.'."""
+def _text_config(top: ConfigView) -> ConfigView:
+    """Multimodal configs nest the language model under text_config (named as `_nested_layout` finds)."""
     text = top.sub("text_config")
     if text is not None and "hidden_size" in text:
-        return text, "language_model."
-    return top, ""
+        return text
+    return top
 
 
 def _model_type(top: ConfigView, text: ConfigView) -> tuple[str, str]:

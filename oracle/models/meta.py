@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from ..errors import InputError
-from .architectures import Builder, expert_count, top_k
+from .architectures import Builder, Layout, expert_count, top_k
 from .model import Module
 from .source import ConfigView
 
@@ -29,7 +29,8 @@ _ROW_PARALLEL = frozenset({"o_proj", "down_proj", "out_proj", "dense", "wo", "wo
                            "dense_4h_to_h"})
 _REPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj", "wq_a", "wkv"})
 _ROUTER_NAMES = frozenset({"gate", "router", "wg"})
-_FUSE = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj"), "gate_up_proj"))
+_FUSE = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj"), "gate_up_proj"),
+         (("in_proj_qkv", "in_proj_z"), "in_proj_qkvz"), (("in_proj_b", "in_proj_a"), "in_proj_ba"))
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 _DROP_KEYS = ("model_type", "quantization_config", "architectures", "auto_map", "transformers_version")
 
@@ -47,9 +48,9 @@ def text_model_type(model_type: str) -> str:
 
 
 def meta_modules(top: ConfigView, text: ConfigView, model_type: str, tp: int, ep: int,
-                 prefix: str) -> tuple[list[Module], list[str]]:
+                 layout: Layout) -> tuple[list[Module], list[str]]:
     model = _build(text, model_type)
-    b = Builder(text, tp, ep, prefix)
+    b = Builder(text, tp, ep, layout)
     walker = _Walker(b, model)
     walker.walk()
     import transformers
@@ -98,6 +99,8 @@ class _Walker:
             elif isinstance(mod, nn.Linear):
                 if leaf in _ROUTER_NAMES and self.experts and mod.out_features == self.experts:
                     self._router(name, mod.in_features, mod.out_features)
+                elif leaf == "shared_expert_gate":          # one sigmoid gate per token, replicated
+                    self._router(name, mod.in_features, mod.out_features, role="shared_expert_gate")
                 else:
                     parent = name.rsplit(".", 1)[0] if "." in name else ""
                     pending.setdefault(parent, {})[leaf] = (name, mod)
@@ -106,7 +109,7 @@ class _Walker:
                 self._other(name, mod)
         for parent, group in pending.items():
             self._flush(parent, group, final=True)
-        self.b.modules.sort(key=_order(self.model, self.b.prefix))
+        self.b.modules.sort(key=_order(self.model, self.b.layout))
 
     # ---- module kinds ---------------------------------------------------------------
     def _block(self, name: str) -> int | None:
@@ -114,14 +117,14 @@ class _Walker:
         return int(m.group(1)) if m else None
 
     def _embedding(self, name: str, mod: Any) -> None:
-        full = self.b.prefix + name
+        full = self.b.layout.rename(name)
         self.b.modules.append(Module("embed_tokens", "embedding", full, (full,), None, {
             "num_embeddings": -(-mod.num_embeddings // self.b.tp), "embedding_dim": mod.embedding_dim,
             "tp_size": self.b.tp}))
 
-    def _router(self, name: str, k: int, n: int) -> None:
-        full = self.b.prefix + name
-        self.b.linear("gate", self._block(name), full, [full], k, n, sharded=False)
+    def _router(self, name: str, k: int, n: int, role: str = "gate") -> None:
+        full = self.b.layout.rename(name)
+        self.b.linear(role, self._block(name), full, [full], k, n, sharded=False)
 
     def _flush(self, parent: str, group: dict[str, tuple[str, Any]], *, final: bool) -> None:
         for parts, fused in _FUSE:
@@ -138,14 +141,14 @@ class _Walker:
         k = mods[0][1].in_features
         bias = any(m.bias is not None for _, m in mods)
         outs = [m.out_features for _, m in mods]
-        parts = [b.prefix + n for n, _ in mods]
+        parts = [b.layout.rename(n) for n, _ in mods]
         block = self._block(name)
         if role in _ROW_PARALLEL:
             k = self._split(k, name, "in_features")
         elif role not in _REPLICATED:
             outs = [self._split(o, n, "out_features") for (n, _), o in zip(mods, outs)]
         sharded = role not in _REPLICATED
-        b.linear(role, block, b.prefix + name, parts, k, sum(outs), bias=bias, sharded=sharded)
+        b.linear(role, block, b.layout.rename(name), parts, k, sum(outs), bias=bias, sharded=sharded)
 
     def _split(self, size: int, name: str, what: str) -> int:
         if size % self.b.tp:
@@ -175,7 +178,7 @@ class _Walker:
             raise InputError(f"{name}: expert weights gate_up_proj {shapes['gate_up_proj']} and down_proj "
                              f"{shapes['down_proj']} do not describe a gated MLP; expected [E, 2I, H] and [E, H, I]",
                              source=self.b.cfg.source)
-        full = self.b.prefix + name
+        full = self.b.layout.rename(name)
         parts = [f"{full}.0.gate_proj", f"{full}.0.up_proj", f"{full}.0.down_proj"]
         self._moe(name, parts, e, inter, bias)
 
@@ -187,14 +190,14 @@ class _Walker:
         if down is None:
             raise InputError(f"{name}: per-expert MLP without a down projection ({', '.join(linears)})",
                              source=self.b.cfg.source)
-        full = self.b.prefix + name
+        full = self.b.layout.rename(name)
         parts = [f"{full}.0.{n}" for n in linears]
         self._moe(name, parts, len(experts), down.in_features, down.bias is not None)
 
     def _moe(self, name: str, parts: list[str], experts: int, inter: int, bias: bool) -> None:
         b = self.b
         act, params = b.moe_activation()
-        b.moe(self._block(name) or 0, b.prefix + name, parts, experts=experts, top_k=top_k(b.cfg),
+        b.moe(self._block(name) or 0, b.layout.rename(name), parts, experts=experts, top_k=top_k(b.cfg),
               intermediate=inter, keys=(self.expert_key, "moe_intermediate_size"), activation=act,
               params=params, bias=bias)
 
@@ -202,11 +205,11 @@ class _Walker:
         return ", ".join(f"{n} x{c}" for n, c in sorted(self.skipped.items()))
 
 
-def _order(model: Any, prefix: str):
+def _order(model: Any, layout: Layout):
     """Sort key: modules in the order transformers defines them (a fused module takes its first part's place)."""
-    index = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    index = {layout.rename(name): i for i, (name, _) in enumerate(model.named_modules())}
 
     def key(m: Module) -> int:
-        part = m.parts[0][len(prefix):]
+        part = m.parts[0]
         return index.get(part, index.get(part.rsplit(".0.", 1)[0], len(index)))
     return key
