@@ -144,6 +144,7 @@ class Builder:
         self.modules: list[Module] = []
         self.notes: list[str] = []
         self.hidden = cfg.int("hidden_size")
+        self._activation: tuple[str, dict] | None = None
 
     # ---- splitting ----------------------------------------------------------------
     def split(self, n: int, key: str, what: str = "") -> int:
@@ -255,6 +256,11 @@ class Builder:
 
     def moe_activation(self) -> tuple[str, dict]:
         """(engine activation, activation_params) from hidden_act (any spelling) and its parameters."""
+        if self._activation is None:
+            self._activation = self._read_activation()
+        return self._activation[0], dict(self._activation[1])
+
+    def _read_activation(self) -> tuple[str, dict]:
         c = self.cfg
         key = first_key(c, ACTIVATION_KEYS) or "hidden_act"
         act = c.str(key, "silu")

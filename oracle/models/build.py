@@ -73,8 +73,11 @@ def _nested_layout(top: ConfigView, modules: list[Module], scheme: Scheme, check
     known = set(checkpoint)
     lists = scheme.name_lists()
 
+    first = min((m.block for m in modules if m.block is not None), default=None)
+    sample = [m for m in modules if m.block is None or m.block - first < 4]   # enough to tell the layouts apart
+
     def score(layout: Layout) -> tuple[int, int, bool]:
-        names = [layout.rename(n) for m in modules for n in (m.name, *m.parts)]
+        names = [layout.rename(n) for m in sample for n in (m.name, *m.parts)]
         in_index = sum(1 for n in names if n in known)
         matched = sum(len(lst.matcher.matched_entries(names)) for lst in lists)
         return in_index, matched, layout == default
