@@ -284,3 +284,30 @@ def test_nested_layout_follows_the_checkpoints_names(tmp_path):
     q["ignore"] = [e.replace("model.language_model.", "language_model.model.") for e in q["ignore"]]
     m = load_model(str(write(tmp_path / "m", config)))
     assert m.layers[1].name.startswith("language_model.model.layers.0.") and m.coverage.status == "complete"
+
+
+def test_glm5_fp8_layers_by_hand():
+    m = load_model("zai-glm-5-fp8")
+    assert (m.model_type, m.dialect) == ("glm_moe_dsa", "fp8")
+    c = Counter(r.role for r in m.layers)
+    # 78 layers x (5 MLA + 3 indexer GEMMs) = 624; layers 0-2 dense (gate_up, down) = 6;
+    # layers 3-77 MoE x (router, experts, shared gate_up, shared down) = 300; + embed + head = 932
+    assert (c["experts"], c["gate_up_proj"], len(m.layers)) == (75, 3, 624 + 6 + 300 + 2)
+    by = {(r.block, r.role): r for r in m.layers}
+    q_b, kv_b, o = (by[5, role].layer for role in ("q_b_proj", "kv_b_proj", "o_proj"))
+    # q_b: 2048 -> 64 x (192 + 64) = 16384; kv_b: 512 -> 64 x (192 + 256) = 28672; o: 64 x 256 -> 6144
+    assert (q_b.in_features, q_b.out_features, kv_b.out_features, o.in_features) == (2048, 16384, 28672, 16384)
+    assert (q_b.weight_format, q_b.group_size) == ("fp8_block", 128)
+    # the checkpoint's own name for the indexer's weights projection is excluded; wq_b (2048 -> 32 x 128) is FP8
+    assert by[5, "indexer.weights_proj"].name == "model.layers.5.self_attn.indexers_proj"
+    assert by[5, "indexer.weights_proj"].layer.weight_format == "bf16"
+    assert (by[5, "indexer.wq_b"].layer.out_features, by[5, "indexer.wq_b"].layer.weight_format) == (4096, "fp8_block")
+    e = by[5, "experts"].layer
+    assert (e.num_experts, e.top_k, e.intermediate_size, e.weight_format) == (256, 8, 2048, "fp8_block")
+    assert by[0, "gate_up_proj"].layer.out_features == 2 * 12288 and (0, "experts") not in by
+    assert m.coverage.status == "complete"
+    assert "model.layers.78.eh_proj" in {u.entry for u in m.coverage.outside}     # the MTP layer
+    t8 = {(r.block, r.role): r.layer for r in load_model("zai-glm-5-fp8", tp=8).layers}
+    assert (t8[5, "q_b_proj"].out_features, t8[5, "kv_b_proj"].out_features, t8[5, "o_proj"].in_features) == (
+        16384 // 8, 28672 // 8, 16384 // 8)
+    assert t8[5, "indexer.wq_b"].out_features == 4096 and t8[5, "q_a_proj"].tp_size == 1    # replicated

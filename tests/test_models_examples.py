@@ -36,7 +36,7 @@ def roles(model) -> Counter:
 def test_every_shared_config_is_shipped_byte_for_byte():
     names = sorted(p.name for p in SHARED.iterdir() if p.is_dir()) if SHARED.is_dir() else []
     shipped = example_names()
-    assert shipped == sorted(shipped) and len(shipped) == 11
+    assert shipped == sorted(shipped) and len(shipped) == 12
     sources = (REPO / "examples" / "SOURCES.md").read_text(encoding="utf-8")
     for name in shipped:       # every shipped example has its provenance written down
         assert f"### {name}/" in sources, name

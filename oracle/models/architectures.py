@@ -454,19 +454,40 @@ def _minimax_attention_kinds(c: ConfigView, layers: int) -> list[str]:
 
 
 def deepseek(b: Builder) -> None:
-    """deepseek_v2/v3, kimi_k2: MLA attention; dense MLP before first_k_dense_replace; shared experts."""
+    """deepseek_v2/v3/v32, kimi_k2, glm_moe_dsa (GLM-5): MLA attention (+ the sparse-attention
+    indexer when index_n_heads is set); dense MLP before first_k_dense_replace; shared experts."""
     c = b.cfg
     experts, _ = expert_count(c)
     first_dense = c.int("first_k_dense_replace", 0, minimum=0)
     freq = c.int("moe_layer_freq", 1)
+    indexer = c.raw("index_n_heads") is not None
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
         b.mla_attention(i)
+        if indexer:
+            _sparse_attention_indexer(b, i)
         if experts and i >= first_dense and i % freq == 0:
             _routed_with_shared(b, i, p)
         else:
             b.gated_mlp(i, p, c.int("intermediate_size"), "intermediate_size")
     b.mtp_note()
+
+
+def _sparse_attention_indexer(b: Builder, i: int) -> None:
+    """DeepSeek-V3.2 / GLM-5 sparse-attention indexer: small replicated GEMMs next to MLA.
+
+    wq_b (q_lora_rank -> index heads x index dim), wk (hidden -> index dim) and the per-head
+    weights projection, which GLM-5 checkpoints name `indexers_proj` (transformers:
+    indexer.weights_proj).
+    """
+    c = b.cfg
+    heads, dim = c.int("index_n_heads"), c.int("index_head_dim")
+    a = f"{b.layer_prefix(i)}.self_attn"
+    weights = f"{a}.indexers_proj" if c.raw("model_type") == "glm_moe_dsa" else f"{a}.indexer.weights_proj"
+    b.linear("indexer.wq_b", i, f"{a}.indexer.wq_b", [f"{a}.indexer.wq_b"], c.int("q_lora_rank"), heads * dim,
+             sharded=False)
+    b.linear("indexer.wk", i, f"{a}.indexer.wk", [f"{a}.indexer.wk"], b.hidden, dim, sharded=False)
+    b.linear("indexer.weights_proj", i, weights, [weights], b.hidden, heads, sharded=False)
 
 
 def _routed_with_shared(b: Builder, i: int, p: str) -> None:
@@ -619,7 +640,8 @@ ARCHITECTURES: dict[str, Callable[[Builder], None]] = {
     "llama": dense, "mistral": dense, "qwen2": dense, "qwen3": dense,
     "qwen2_moe": qwen_moe, "qwen3_moe": qwen_moe,
     "mixtral": mixtral, "minimax_m2": mixtral, "minimax": minimax, "minimax_text_01": minimax,
-    "deepseek_v2": deepseek, "deepseek_v3": deepseek, "kimi_k2": deepseek,
+    "deepseek_v2": deepseek, "deepseek_v3": deepseek, "kimi_k2": deepseek, "deepseek_v32": deepseek,
+    "glm_moe_dsa": deepseek,
     "glm4_moe": glm4_moe, "gpt_oss": gpt_oss, "llama4_text": llama4, "llama4": llama4,
     "deepseek_v4": deepseek_v4,
     "qwen3_next": qwen3_next, "qwen3_5_moe_text": qwen3_next, "qwen3_5_moe": qwen3_next,
@@ -635,7 +657,7 @@ CLASS_NAMES = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe", "GptOssForCausalLM": "gpt_oss",
     "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
-    "DeepseekV4ForCausalLM": "deepseek_v4",
+    "DeepseekV4ForCausalLM": "deepseek_v4", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
 }
 
