@@ -108,8 +108,8 @@ def test_checkpoint_names_under_other_module_names_is_an_error_exit_1(tmp_path):
     assert "no derived layer is quantized" in cov.error and "layers.0.ffn.experts" in cov.error
     done = explain("--model", str(folder))
     assert done.returncode == 1, done.stderr
-    assert "ERROR: the checkpoint declares quantization" in done.stdout
-    assert "nearest derived names: " in done.stdout
+    assert f"ERROR: {folder / 'hf_quant_config.json'}: the checkpoint declares quantization" in done.stdout
+    assert "'layers.10.ffn.experts' (nearest derived names: model.layers.10.mlp.experts," in done.stdout
 
 
 def test_partial_coverage_warns_in_text_json_and_markdown(tmp_path):

@@ -74,7 +74,8 @@ class Coverage:
             return None
         listed = "; ".join(u.describe() for u in self.unmatched[:_MAX_LISTED]) or "none"
         more = f" (and {len(self.unmatched) - _MAX_LISTED} more)" if len(self.unmatched) > _MAX_LISTED else ""
-        return (f"the checkpoint declares quantization, but no derived layer is quantized (names from "
+        files = ", ".join(dict.fromkeys(u.source for u in self.unmatched)) or "the quantization config"
+        return (f"{files}: the checkpoint declares quantization, but no derived layer is quantized (names from "
                 f"{self.names_from}); entries that matched no derived module: {listed}{more}")
 
     @property
@@ -106,6 +107,7 @@ def check_coverage(scheme: Any, modules: list[Module], quantized: int, *, names_
     if not cov.declared:
         return cov
     names = sorted({n for m in modules for n in (m.name, *m.parts)})
+    name_set = set(names)
     candidates = _representatives(names)
     for lst in scheme.name_lists():
         entries = lst.matcher.entries()
@@ -116,7 +118,7 @@ def check_coverage(scheme: Any, modules: list[Module], quantized: int, *, names_
             if entry in hit:
                 continue
             outside = _is_outside(entry, blocks)
-            u = Unmatched(lst.source, lst.key, lst.kind, entry, () if outside else _nearest(entry, candidates))
+            u = Unmatched(lst.source, lst.key, lst.kind, entry, () if outside else _nearest(entry, candidates, name_set))
             (cov.outside if outside else cov.unmatched).append(u)
     ops = {m.op for m in modules}
     for key, cls in getattr(scheme, "class_targets", lambda: [])():
@@ -137,9 +139,14 @@ def _representatives(names: list[str]) -> list[str]:
     return sorted(seen.values())
 
 
-def _nearest(entry: str, candidates: list[str]) -> tuple[str, ...]:
+def _nearest(entry: str, candidates: list[str], names: set[str]) -> tuple[str, ...]:
+    """The derived names closest to `entry`, shown at the entry's own layer index when it has one."""
     text = entry[3:] if entry.startswith("re:") else entry
     text = re.sub(r"[\\^$()|?+*\[\]{}]", "", text).lstrip(".")
+    layer = _LAYER_INDEX.search(text)
+    if layer:
+        at_layer = (_LAYER_INDEX.sub(f"layers.{layer.group(1)}.", c, count=1) for c in candidates)
+        candidates = sorted({c for c in at_layer if c in names}) or candidates
     return tuple(difflib.get_close_matches(text, candidates, n=3, cutoff=0.3))
 
 
