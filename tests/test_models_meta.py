@@ -135,3 +135,22 @@ def test_table_agrees_with_transformers_own_modules(tmp_path, model_type, monkey
     def signature(model):
         return sorted((m.parts, m.layer.model_dump_json(exclude={"name"})) for m in model.layers)
     assert len(table.layers) == 33 and signature(table) == signature(meta)
+
+
+def test_unmatched_entry_names_the_checkpoint_module_from_the_index(tmp_path):
+    """A target written against the checkpoint's own names (index) but absent from the derived names."""
+    from transformers import Ernie4_5_MoeConfig
+    cfg = Ernie4_5_MoeConfig(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, moe_num_experts=4, moe_k=2,
+                             moe_layer_start_index=0, vocab_size=128).to_dict()
+    q = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+         "modules_to_not_convert": ["model.layers.0.attention.wqkv"]}
+    folder = write(tmp_path / "m", {**cfg, "quantization_config": q})
+    index = {"weight_map": {"model.layers.0.attention.wqkv.weight": "a.safetensors",
+                            "model.layers.0.self_attn.o_proj.weight": "a.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    cov = load_model(str(folder)).coverage
+    assert cov.status == "partial"
+    [u] = cov.unmatched
+    assert u.in_checkpoint == "model.layers.0.attention.wqkv"
+    assert "[names checkpoint module model.layers.0.attention.wqkv]" in cov.warnings[0]

@@ -50,7 +50,7 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
         notes += _index_notes(modules, checkpoint)
     blocks = {m.block for m in modules if m.block is not None}
     coverage = check_coverage(scheme, modules, sum(1 for m in layers if m.quantized), names_from=names_from,
-                              blocks=max(blocks) + 1 if blocks else None)
+                              checkpoint=checkpoint, blocks=max(blocks) + 1 if blocks else None)
     return Model(name=files.name, files=files.paths, architecture=arch_name, model_type=model_type,
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
                  layers=layers, notes=notes, generic=generic, example=files.example, derivation=derivation,

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .matching import NameMatcher
 from .model import Module
 
 #: Entries naming these are outside the layers the report lists (matching nothing is expected).
@@ -39,14 +40,16 @@ class Unmatched:
     kind: str                     # target | ignore | quantized_layers | config_group | class_target
     entry: str
     nearest: tuple[str, ...] = ()
+    in_checkpoint: str | None = None   # a checkpoint module (safetensors index) it does name
 
     def describe(self) -> str:
         near = f" (nearest derived names: {', '.join(self.nearest)})" if self.nearest else ""
-        return f"{self.key}: {self.entry!r}{near}"
+        ckpt = f" [names checkpoint module {self.in_checkpoint}]" if self.in_checkpoint else ""
+        return f"{self.key}: {self.entry!r}{near}{ckpt}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "key": self.key, "kind": self.kind, "entry": self.entry,
-                "nearest": list(self.nearest)}
+                "nearest": list(self.nearest), "in_checkpoint": self.in_checkpoint}
 
 
 @dataclass
@@ -96,12 +99,12 @@ class Coverage:
 
 
 def check_coverage(scheme: Any, modules: list[Module], quantized: int, *, names_from: str,
-                   extra_names: Iterable[str] = (), blocks: int | None = None) -> Coverage:
+                   checkpoint: Iterable[str] = (), blocks: int | None = None) -> Coverage:
     """Match every entry of `scheme`'s name lists against the derived modules' names.
 
-    `extra_names` are further real names (a safetensors index's modules): an entry that
-    matches only those is still unmatched (no derived layer carries it) but is not
-    counted as a typo; its nearest derived names are shown all the same.
+    `checkpoint` are the checkpoint's own module names (a safetensors index): an entry that
+    matches only those is still unmatched (no derived layer carries it), and the report shows
+    the checkpoint module it names beside the nearest derived names.
     """
     cov = Coverage(declared=scheme.dialect != "none", quantized_layers=quantized, names_from=names_from)
     if not cov.declared:
@@ -117,9 +120,11 @@ def check_coverage(scheme: Any, modules: list[Module], quantized: int, *, names_
         for entry in entries:
             if entry in hit:
                 continue
-            outside = _is_outside(entry, blocks)
-            u = Unmatched(lst.source, lst.key, lst.kind, entry, () if outside else _nearest(entry, candidates, name_set))
-            (cov.outside if outside else cov.unmatched).append(u)
+            if _is_outside(entry, blocks):
+                cov.outside.append(Unmatched(lst.source, lst.key, lst.kind, entry))
+                continue
+            cov.unmatched.append(Unmatched(lst.source, lst.key, lst.kind, entry,
+                                           _nearest(entry, candidates, name_set), _in_checkpoint(entry, checkpoint)))
     ops = {m.op for m in modules}
     for key, cls in getattr(scheme, "class_targets", lambda: [])():
         wanted = {"Linear": {"linear", "moe"}, "Embedding": {"embedding"}}.get(cls, set())
@@ -129,6 +134,11 @@ def check_coverage(scheme: Any, modules: list[Module], quantized: int, *, names_
     for key, what in scheme.unused_groups():
         cov.unmatched.append(Unmatched(scheme.source, key, "config_group", f"{what} quantizes no derived layer"))
     return cov
+
+
+def _in_checkpoint(entry: str, checkpoint: Iterable[str]) -> str | None:
+    one = NameMatcher([entry])
+    return next((n for n in checkpoint if one.match(n) is not None), None)
 
 
 def _representatives(names: list[str]) -> list[str]:
