@@ -311,3 +311,10 @@ def test_glm5_fp8_layers_by_hand():
     assert (t8[5, "q_b_proj"].out_features, t8[5, "kv_b_proj"].out_features, t8[5, "o_proj"].in_features) == (
         16384 // 8, 28672 // 8, 16384 // 8)
     assert t8[5, "indexer.wq_b"].out_features == 4096 and t8[5, "q_a_proj"].tp_size == 1    # replicated
+
+
+def test_top_k_without_an_expert_count_is_not_read_as_dense(tmp_path):
+    cfg = {"model_type": "no_such_arch", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 128, "moe_topk": 2}
+    with pytest.raises(InputError, match="moe_topk: experts per token given without an expert count"):
+        load_model(str(write(tmp_path / "m", cfg)))

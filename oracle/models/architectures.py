@@ -623,6 +623,10 @@ def generic(b: Builder) -> None:
     experts, expert_key = expert_count(c)
     if not experts:
         reject_unknown_moe_keys(c, f"the generic reading of {c.raw('model_type')!r}")
+        k_key = first_key(c, TOP_K_KEYS)
+        if k_key and c.raw(k_key):
+            raise c.error(k_key, f"experts per token given without an expert count; expected one of "
+                          f"{', '.join(EXPERT_KEYS)}: reading the model as dense would be a guess")
     act, params = b.moe_activation() if experts else ("silu", {})
     for i in range(c.int("num_hidden_layers")):
         p = f"{b.layer_prefix(i)}.mlp"
