@@ -318,3 +318,9 @@ def test_top_k_without_an_expert_count_is_not_read_as_dense(tmp_path):
            "intermediate_size": 128, "vocab_size": 128, "moe_topk": 2}
     with pytest.raises(InputError, match="moe_topk: experts per token given without an expert count"):
         load_model(str(write(tmp_path / "m", cfg)))
+
+
+def test_swigluoai_named_in_the_config_with_its_parameters(tmp_path):
+    cfg = small_moe(hidden_act="swigluoai", swiglu_alpha=1.5, swiglu_limit=9.0)
+    e = next(r.layer for r in load_model(str(write(tmp_path / "m", cfg))).layers if r.role == "experts")
+    assert (e.activation, e.activation_params) == ("swigluoai", {"limit": 9.0, "alpha": 1.5, "beta": 1.0})

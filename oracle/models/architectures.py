@@ -31,7 +31,8 @@ from .model import Module
 from .source import ConfigView
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
-                "gelu_new": "gelu", "relu2": "relu2", "situ": "situ"}
+                "gelu_new": "gelu", "relu2": "relu2", "situ": "situ",
+                "swigluoai": "swigluoai"}
 #: Every spelling transformers (and model repos) write for the keys the front end reads.
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_k", "moe_topk")
@@ -276,6 +277,8 @@ class Builder:
                 if value <= 0:
                     raise c.error(cfg_key, f"expected a positive number, got {value}")
                 params[name] = value
+        if act == "swigluoai":   # gpt-oss's clamped SwiGLU, named in the config (MiniMax-M3 style)
+            params = {"limit": c.float("swiglu_limit", 7.0), "alpha": c.float("swiglu_alpha", 1.702), "beta": 1.0}
         return _ACTIVATIONS[act], params
 
     def mtp_note(self) -> None:
