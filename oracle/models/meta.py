@@ -21,9 +21,10 @@ import re
 from typing import Any
 
 from ..errors import InputError
-from .architectures import Builder, Layout, expert_count, top_k
+from .architectures import Builder, Layout
 from .model import Module
 from .source import ConfigView
+from .spellings import expert_count, top_k
 
 _ROW_PARALLEL = frozenset({"o_proj", "down_proj", "out_proj", "dense", "wo", "wo_b", "w2", "fc2", "c_proj",
                            "dense_4h_to_h"})
