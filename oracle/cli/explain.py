@@ -1,6 +1,7 @@
 """`oracle explain`: which kernel serves each layer of a model, and why not the others.
 
-Exit codes: 0 every quantized layer has a kernel, 2 some has none (all is still printed), 1 bad input,
+Exit codes: 0 every quantized layer has a kernel, 2 some has none (all is still printed), 1 bad input or
+a checkpoint that declares quantization but has no quantized layer (the report is still printed),
 64 usage error (oracle.exitcodes.TABLE).
 """
 from __future__ import annotations

@@ -26,7 +26,8 @@ def report_dict(report: Report) -> dict[str, Any]:
     return {
         "model": {"name": m.name, "files": m.files, "architecture": m.architecture, "model_type": m.model_type,
                   "dialect": m.dialect, "quantization": m.dialect_detail, "generic_fallback": m.generic,
-                  "example": m.example, "tp": m.tp, "ep": m.ep, "notes": m.notes},
+                  "example": m.example, "tp": m.tp, "ep": m.ep, "notes": m.notes,
+                  "derivation": getattr(m, "derivation", None)},
         "platform": {"description": p.describe(), "vendor": p.vendor, "device_name": p.device_name,
                      "capability": list(p.capability) if p.capability else None, "simulated": p.simulated,
                      "preset": p.preset_name},

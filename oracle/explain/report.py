@@ -2,7 +2,8 @@
 
 A pure function of what it is given (model, engine, platform, config, environment);
 `oracle.explain.build_report` is the convenience that takes the engine from the session.
-Exit codes: 0 when every quantized layer has a kernel, 2 when some has none.
+Exit codes: 0 when every quantized layer has a kernel, 2 when some has none, 1 when the
+checkpoint declares quantization but no derived layer is quantized (printed too).
 """
 from __future__ import annotations
 
@@ -33,7 +34,15 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        if self.coverage_error:
+            return 1
         return 2 if self.no_kernel else 0
+
+    @property
+    def coverage_error(self) -> str | None:
+        """The model declares quantization but no derived layer is quantized (models.coverage)."""
+        coverage = getattr(self.model, "coverage", None)
+        return coverage.error if coverage is not None else None
 
     def summary(self) -> dict[str, Any]:
         by_backend: dict[str, int] = {}
@@ -52,6 +61,7 @@ class Report:
             "emulation_fallbacks": [{"role": g.role, "layers": g.label, "count": g.count, "kernel": g.decision.kernel}
                                     for g in self.emulation],
             "without_kernel": [{"role": g.role, "layers": g.label, "count": g.count} for g in self.no_kernel],
+            "coverage": self.model.coverage.to_dict() if getattr(self.model, "coverage", None) else None,
             "exit_code": self.exit_code,
         }
 

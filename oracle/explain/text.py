@@ -53,4 +53,8 @@ def summary_lines(report: Report) -> list[str]:
     for g in report.no_kernel:
         where = f" {g.label}" if g.label else ""
         lines.append(f"ERROR: no kernel for {g.role}{where} ({g.decision.op}, {g.decision.weight_format})")
+    coverage = getattr(report.model, "coverage", None)
+    if coverage is not None:
+        lines += [f"WARNING: {w}" for w in coverage.warnings]
+        lines += [f"ERROR: {coverage.error}"] if coverage.error else []
     return lines
