@@ -122,7 +122,9 @@ def test_mutated_example_configs(case, device, fmt):
     _CASES[f"exit_{code}"] = _CASES.get(f"exit_{code}", 0) + 1
     assert code in (OK, INPUT, NO_KERNEL), err
     assert "Traceback" not in err and "internal error" not in err
-    if code == INPUT:
+    if code == INPUT and not err:  # declared quantization, no quantized layer: the report says so, exit 1
+        assert ("ERROR: " in out) if fmt == "text" else _strict(out)["summary"]["exit_code"] == INPUT, out[-500:]
+    elif code == INPUT:
         assert err.startswith("error: ") and ".json" in err, err
     elif fmt == "json":
         _strict(out)
