@@ -119,7 +119,7 @@ def _text_config(top: ConfigView) -> ConfigView:
 def _model_type(top: ConfigView, text: ConfigView) -> tuple[str, str]:
     """model_type of the text model; a nested text_config without one is resolved from `architectures`."""
     classes = [a for view in (text, top) if text is not top or view is top
-               for a in (view.raw("architectures") or []) if isinstance(a, str)]
+               for a in view.list("architectures", []) if isinstance(a, str)]
     arch_name = next(iter(classes), "")
     model_type = text.raw("model_type")
     if isinstance(model_type, str) and model_type:
