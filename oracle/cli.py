@@ -93,13 +93,15 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     plugins = [{"name": p.name, "distribution": p.distribution, "version": p.version, "kernels": list(p.kernels)}
                for p in registry.plugins]
     if args.format == "json":
-        print(json.dumps({"platform": platform.describe(), "plugins": plugins, "kernels": rows,
-                          "plugin_errors": failures}, indent=2))
+        print(json.dumps({"platform": platform.describe(), "environment": engine.environment(platform),
+                          "plugins": plugins, "kernels": rows, "plugin_errors": failures}, indent=2))
         return 0
     print(f"platform: {platform.describe()}")
     print("plugins:  " + (", ".join(f"{p['name']} ({p['distribution'] or 'in-process'} {p['version'] or ''})".replace(" )", ")")
                                      for p in plugins) or "none installed"))
     print(f"backends: auto, {', '.join(registry.backends())}" if registry.kernels else "backends: (none)")
+    for line in engine.environment(platform):
+        print(f"environment: {line}")
     for row in rows:
         state = "available" if row["available"] else "unavailable"
         auto = "auto" if row["auto_select"] else "explicit only"

@@ -52,6 +52,7 @@ class Report:
     decisions: list[Any]                 # one Decision per model.layers entry
     groups: list[Group] = field(default_factory=list)
     plugin_errors: list[str] = field(default_factory=list)
+    environment: list[str] = field(default_factory=list)   # what kernels' environment checks found
 
     @property
     def no_kernel(self) -> list[Group]:
@@ -94,7 +95,7 @@ def build_report(model: Any, platform: Any, config: Any = None, *, policy: Any =
                  env: Mapping[str, str] | None = None) -> Report:
     """Decide every layer of `model` on `platform`; decisions are cached per layer signature."""
     from .config import KernelConfig
-    from .engine import select_backend
+    from .engine import get_engine, select_backend
     from .registry import get_registry
 
     config = config or KernelConfig()
@@ -104,7 +105,8 @@ def build_report(model: Any, platform: Any, config: Any = None, *, policy: Any =
         from .policy import default_policy
         policy = default_policy(registry)
     report = Report(model=model, platform=platform, config=config, policy_files=list(policy.files),
-                    decisions=decisions, plugin_errors=[str(f) for f in registry.failures])
+                    decisions=decisions, plugin_errors=[str(f) for f in registry.failures],
+                    environment=get_engine(policy, registry).environment(platform))
     report.groups = group_layers(model.layers, decisions)
     return report
 
@@ -186,8 +188,9 @@ def describe_layer(layer: Any) -> str:
     return text
 
 
-def describe_platform(platform: Any) -> str:
-    return platform.describe()
+def describe_platform(platform: Any, environment: list[str] | None = None) -> str:
+    """The platform, plus what plugins found in this environment (e.g. which b12x implementation runs)."""
+    return "; ".join([platform.describe(), *(environment or [])])
 
 
 def describe_config(config: Any, model: Any) -> str:
@@ -229,7 +232,7 @@ def render_text(report: Report) -> str:
         + ("  [shipped example]" if m.example else ""),
         f"files     {', '.join(m.files)}",
         f"quant     {m.dialect}: {m.dialect_detail}",
-        f"platform  {describe_platform(report.platform)}",
+        f"platform  {describe_platform(report.platform, report.environment)}",
         f"config    {describe_config(report.config, m)}",
         f"policy    {' < '.join(report.policy_files)}",
     ]
@@ -291,7 +294,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                   "example": m.example, "tp": m.tp, "ep": m.ep, "notes": m.notes},
         "platform": {"description": p.describe(), "vendor": p.vendor, "device_name": p.device_name,
                      "capability": list(p.capability) if p.capability else None, "simulated": p.simulated,
-                     "preset": p.preset_name},
+                     "preset": p.preset_name, "environment": report.environment},
         "config": {**report.config.describe(), "tp": m.tp, "ep": m.ep, "policy_files": report.policy_files},
         "plugin_errors": report.plugin_errors,
         "layers": layers,
@@ -314,7 +317,7 @@ def render_markdown(report: Report) -> str:
            f"- **model**: {m.architecture} (model_type `{m.model_type}`), {len(m.layers)} layers per rank",
            f"- **files**: {', '.join(f'`{f}`' for f in m.files)}",
            f"- **quantization**: {m.dialect}: {_md(m.dialect_detail)}",
-           f"- **platform**: {_md(describe_platform(report.platform))}",
+           f"- **platform**: {_md(describe_platform(report.platform, report.environment))}",
            f"- **config**: {_md(describe_config(report.config, m))}",
            f"- **policy**: {' < '.join(f'`{f}`' for f in report.policy_files)}"]
     out += [f"- **note**: {_md(n)}" for n in m.notes]

@@ -1,9 +1,11 @@
 """Lazy, checked access to the b12x package, and feature detection across its versions.
 
-Every kernel class reaches b12x through `load()`: a b12x that is missing, outside
-the supported version range, or that fails at import (b12x imports triton and
-cutlass without declaring triton) becomes one `B12xUnavailableError` that says
-which, and how to fix it, instead of a traceback from deep inside b12x.
+Every kernel class reaches b12x through `load()`: a b12x that is missing, whose
+provider (standalone b12x, or the copy embedded in flashinfer-python; see
+`provider`) is outside its supported version range, or that fails at import (b12x
+imports triton and cutlass without declaring triton) becomes one
+`B12xUnavailableError` that says which, and how to fix it, instead of a traceback
+from deep inside b12x.
 """
 from __future__ import annotations
 
@@ -15,15 +17,14 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from oracle.errors import OracleError
+from .errors import B12xUnavailableError
+from .provider import INSTALL as _INSTALL, STANDALONE, SUPPORTED as _SUPPORTED, active_provider
+
+__all__ = ["B12xUnavailableError", "SUPPORTED", "attr", "check_version", "has", "installed_version", "load"]
 
 #: Keep in step with `packages.b12x.version` in kernels.yaml.
-SUPPORTED = ">=1.5.1,<1.6"
-INSTALL = "pip install oracle-b12x (pulls b12x==1.5.1 and triton)"
-
-
-class B12xUnavailableError(OracleError, ImportError):
-    """b12x (or one of its modules) cannot be used in this environment."""
+SUPPORTED = _SUPPORTED[STANDALONE]
+INSTALL = _INSTALL[STANDALONE]
 
 
 def installed_version() -> str | None:
@@ -34,7 +35,8 @@ def installed_version() -> str | None:
 
 
 def check_version(version: str | None) -> None:
-    """Raise the clear error for a missing or unsupported b12x version."""
+    """Raise the clear error for a missing or unsupported b12x distribution version (metadata only;
+    `load` checks the active provider, which is what runs)."""
     if version is None:
         raise B12xUnavailableError(f"package b12x is not installed; install it with `{INSTALL}`")
     try:
@@ -47,8 +49,8 @@ def check_version(version: str | None) -> None:
 
 
 def load(module: str) -> ModuleType:
-    """Import `b12x.<module>` after the version check; import failures name the module and cause."""
-    check_version(installed_version())
+    """Import `b12x.<module>` after the provider check; import failures name the module and cause."""
+    active_provider()
     return _import(f"b12x.{module}")
 
 
@@ -70,8 +72,9 @@ def attr(module: ModuleType, name: str, purpose: str):
         return getattr(module, name)
     except AttributeError:
         raise B12xUnavailableError(
-            f"{module.__name__}.{name} is missing from b12x {installed_version()}; it is needed for {purpose} "
-            f"(oracle-b12x is tested with b12x{SUPPORTED})") from None
+            f"{module.__name__}.{name} is missing from {active_provider().describe()}; it is needed for {purpose} "
+            f"(oracle-b12x is tested with b12x{SUPPORTED} and flashinfer-python{_SUPPORTED['flashinfer-python']})"
+        ) from None
     except Exception as exc:  # lazy attributes import submodules, which may fail
         raise B12xUnavailableError(f"{module.__name__}.{name} failed to load: {type(exc).__name__}: {exc}") from None
 

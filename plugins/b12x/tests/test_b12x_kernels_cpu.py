@@ -242,14 +242,23 @@ def test_activation_names_and_swiglu_arguments():
 def test_dense_query_arguments(b12x_specs):
     layer = LinearLayer(in_features=1000, out_features=64, weight_format="mxfp8")
     query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.mxfp8", "mxfp8_w8a8"), tokens=16)
-    assert not fixed and query["padded_in_features"] == 1024 and query["activation_mode"] == "quantized"
+    assert not fixed and query["padded_in_features"] == 1024 and query["activation_mode"] == "auto"
+    # fp16 MXFP8 and fp16 NVFP4 W4A4 go through b12x's fixed contract (packed MXFP8 / serialized NVFP4).
+    layer = LinearLayer(in_features=1000, out_features=64, weight_format="mxfp8", dtype="float16")
+    query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.mxfp8", "mxfp8_w8a8"), tokens=16)
+    assert fixed and (query["recipe"], query["call_kind"], query["padded_in_features"]) == ("mxfp8", "packed", 1024)
+    assert query["input_dtype"] == query["output_dtype"] == "float16"
+    layer = LinearLayer(in_features=4096, out_features=64, weight_format="nvfp4", activation_format="nvfp4",
+                        dtype="float16")
+    query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.nvfp4", "nvfp4_w4a4"), tokens=16)
+    assert fixed and (query["recipe"], query["call_kind"], query["input_dtype"]) == ("nvfp4", "serialized", "uint8")
     layer = LinearLayer(in_features=512, out_features=256, weight_format="fp8_block")
     query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.fp8_block"), tokens=8)
     assert fixed and query["recipe"] == "block_fp8" and query["call_kind"] == "serialized"
 
 
 # ---- the library guard and the runtime check ---------------------------------------------------
-def test_missing_and_too_old_b12x_are_clear_errors():
+def test_missing_and_too_old_b12x_distribution_are_clear_errors():
     with pytest.raises(library.B12xUnavailableError, match="not installed.*pip install oracle-b12x"):
         library.check_version(None)
     with pytest.raises(library.B12xUnavailableError, match=r"b12x 1\.4\.0 is installed.*>=1\.5\.1,<1\.6"):
