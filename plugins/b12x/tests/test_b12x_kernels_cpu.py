@@ -351,3 +351,23 @@ def test_moe_plan_and_scratch_come_from_b12x(b12x_specs):
     assert scratch.dtype == torch.uint8 and scratch.numel() == sum(s.nbytes for s in plan.scratch_specs()) > 0
     assert kernel._plan_for(common.capacity(5)) is kernel._plan_for(8)   # one plan per power-of-two capacity
     moe.clear_plans()
+
+
+# ---- fp16 NVFP4 W4A4: activations quantized with b12x's own pure-torch quantizer --------------------
+def test_fp16_nvfp4_activation_quantizer_matches_hand_computed_e2m1():
+    import torch
+
+    from oracle_b12x.linear import quantize_nvfp4_activations
+
+    row = [0, .24, .26, .74, .76, 1.3, 1.8, 2.6, 3.6, 5.1, 6.0, -.5, -6, -2.4, 0, 0]     # block max 6 -> scale 1
+    expected = [0, 0, .5, .5, 1, 1.5, 2, 3, 4, 6, 6, -.5, -6, -2, 0, 0]                 # E2M1, ties as b12x
+    x = torch.tensor([row * 8] * 3, dtype=torch.float16)                                  # M=3, K=128
+    packed, scales = quantize_nvfp4_activations(x, torch.tensor(1.0))
+    assert packed.shape == (3, 64) and packed.dtype == torch.uint8
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6])
+    low, high = packed & 0x7, (packed >> 4) & 0x7
+    signs_low, signs_high = torch.where(packed & 0x8 > 0, -1.0, 1.0), torch.where(packed & 0x80 > 0, -1.0, 1.0)
+    decoded = torch.stack([lut[low.long()] * signs_low, lut[high.long()] * signs_high], dim=-1).view(3, 128)
+    assert decoded[0, :16].tolist() == expected                                            # low nibble = even k
+    assert torch.equal(decoded, decoded[0].expand(3, 128))
+    assert (scales.view(torch.uint8) == 0x38).sum() == 3 * 8                               # E4M3 1.0, one per 16
