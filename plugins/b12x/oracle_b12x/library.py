@@ -14,17 +14,13 @@ import importlib.metadata
 from functools import lru_cache
 from types import ModuleType
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from .errors import B12xUnavailableError
-from .provider import INSTALL as _INSTALL, STANDALONE, SUPPORTED as _SUPPORTED, active_provider
+from .provider import STANDALONE, SUPPORTED as _SUPPORTED, active_provider
 
-__all__ = ["B12xUnavailableError", "SUPPORTED", "attr", "check_version", "has", "installed_version", "load"]
+__all__ = ["B12xUnavailableError", "SUPPORTED", "attr", "has", "installed_version", "load"]
 
 #: Keep in step with `packages.b12x.version` in kernels.yaml.
 SUPPORTED = _SUPPORTED[STANDALONE]
-INSTALL = _INSTALL[STANDALONE]
 
 
 def installed_version() -> str | None:
@@ -32,20 +28,6 @@ def installed_version() -> str | None:
         return importlib.metadata.version("b12x")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def check_version(version: str | None) -> None:
-    """Raise the clear error for a missing or unsupported b12x distribution version (metadata only;
-    `load` checks the active provider, which is what runs)."""
-    if version is None:
-        raise B12xUnavailableError(f"package b12x is not installed; install it with `{INSTALL}`")
-    try:
-        ok = Version(version) in SpecifierSet(SUPPORTED, prereleases=True)
-    except InvalidVersion:
-        ok = False
-    if not ok:
-        raise B12xUnavailableError(
-            f"b12x {version} is installed but oracle-b12x needs b12x{SUPPORTED}; `{INSTALL}`")
 
 
 def load(module: str) -> ModuleType:

@@ -257,7 +257,7 @@ class B12xNVFP4Linear(B12xLinear):
     @property
     def serialized(self) -> bool:
         """fp16 W4A4 runs b12x's serialized NVFP4 GEMM (its BF16 precision contract has no fp16 path)."""
-        return self.dtype_name == "float16" and self.mode.params.get("activation_mode") == "quantized"
+        return mapping.is_fixed_contract(self.layer, self.mode)
 
     def _run(self, x2, plan):
         import torch

@@ -258,12 +258,14 @@ def test_dense_query_arguments(b12x_specs):
 
 
 # ---- the library guard and the runtime check ---------------------------------------------------
-def test_missing_and_too_old_b12x_distribution_are_clear_errors():
-    with pytest.raises(library.B12xUnavailableError, match="not installed.*pip install oracle-b12x"):
-        library.check_version(None)
-    with pytest.raises(library.B12xUnavailableError, match=r"b12x 1\.4\.0 is installed.*>=1\.5\.1,<1\.6"):
-        library.check_version("1.4.0")
-    library.check_version("1.5.1")
+def test_missing_and_too_old_b12x_are_clear_errors():
+    from oracle_b12x.provider import STANDALONE, Provider, check_provider_version
+
+    with pytest.raises(library.B12xUnavailableError, match="version is unknown.*pip install oracle-b12x"):
+        check_provider_version(Provider(STANDALONE, None, "/x/b12x"))
+    with pytest.raises(library.B12xUnavailableError, match=r"standalone b12x 1\.4\.0 .*b12x>=1\.5\.1,<1\.6"):
+        check_provider_version(Provider(STANDALONE, "1.4.0", "/x/b12x"))
+    check_provider_version(Provider(STANDALONE, "1.5.1", "/x/b12x"))
 
 
 def test_b12x_import_failure_is_one_clear_error(monkeypatch):
