@@ -179,12 +179,17 @@ def describe_layer(layer: Any) -> str:
     else:
         text = f"embedding {layer.num_embeddings}x{layer.embedding_dim}"
     text += f", {layer.weight_format}"
+    block = getattr(layer, "weight_block", None)
     group = getattr(layer, "group_size", None)
     if group and layer.quantized:
         text += f" g{group}"
+    if block:
+        text += f" ({block[0]}x{block[1]} blocks)"
     declared = getattr(layer, "activation_format", None)
     if layer.quantized and layer.op != "embedding":
         text += f", checkpoint activations {declared or 'none declared'}"
+        if declared == "fp8":
+            text += f" ({(layer.activation_scale or 'unknown').replace('_', ' ')} scales)"
     return text
 
 
