@@ -76,8 +76,7 @@ INTENTIONAL = [
      and (l.weight_block or (128, 128)) != (128, 128),
      "b12x's serialized block-FP8 contract is 128x128 by construction (sf_vec_size=128) and the plugin packs "
      "[N/128, K/128] scales; the query has no field for another block shape"),
-    ("fp8-static-scale", lambda l, m: l.op == "linear" and m.name in ("tensor_fp8", "block_fp8")
-     and l.activation_scale != ("static_tensor" if m.name == "tensor_fp8" else l.activation_scale)
+    ("fp8-static-scale", lambda l, m: (m.name == "tensor_fp8" and l.activation_scale != "static_tensor")
      or (m.name == "block_fp8" and l.activation_scale == "static_tensor"),
      "b12x tensor FP8 packs input_scale * weight_scale into one output scale at weight preparation, so it "
      "needs a static per-tensor activation scale (block FP8 quantizes per 1x128 group at run time); the "
