@@ -12,7 +12,7 @@ import os
 
 from oracle.hookspecs import hookimpl
 
-from .library import KERNELS_FILE
+from .provider import KERNELS_FILE
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 
 

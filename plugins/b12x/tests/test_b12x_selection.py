@@ -70,7 +70,9 @@ def test_spec_moe_reasons_are_exact_and_in_spec_order(b12x_specs):
     ({"expert_map": True}, "w4a16", "b12x TP MoE does not support expert maps"),
     ({"lora": True}, "w4a16", "LoRA is not supported"),
     ({"apply_router_weight_on_input": True}, "w4a8_mx", "apply_router_weight_on_input only with W4A16"),
-    ({"num_experts": 2048}, "w4a16", "at most 1024 experts"),
+    ({"activation": "situ"}, "w4a16", "kernel supports only SiTU beta=4 and linear_beta=25"),  # absent: unknown
+    ({"weight_format": "q8_0", "activation_params": {"limit": 7.0}, "hidden_size": 4096,
+      "intermediate_size": 1024}, "w4a16", "apply no SwiGLU limit"),
     ({"activation_params": {"limit": -1.0}}, "w4a16", "finite, positive SwiGLU limit"),
     ({"activation_params": {"limit": float("inf")}}, "w4a16", "finite, positive SwiGLU limit"),
 ])
