@@ -53,6 +53,24 @@ def _ranges(w: torch.Tensor, args) -> tuple[torch.Tensor, torch.Tensor]:
     raise ValueError(strategy)
 
 
+def _fusion_key(name: str) -> str:
+    """q/k/v and gate/up share one NVFP4 global scale, as llm-compressor exports them (vLLM fuses them)."""
+    parent, _, leaf = name.rpartition(".")
+    return f"{parent}.{ {'q_proj': 'qkv', 'k_proj': 'qkv', 'v_proj': 'qkv', 'gate_proj': 'gate_up', 'up_proj': 'gate_up'}.get(leaf, leaf)}"
+
+
+def _fused_ranges(model) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            key = _fusion_key(name)
+            lo, hi = m.weight.float().amin(), m.weight.float().amax()
+            if key in out:
+                lo, hi = torch.minimum(lo, out[key][0]), torch.maximum(hi, out[key][1])
+            out[key] = (lo, hi)
+    return out
+
+
 def write_checkpoint(directory: Path, scheme: str, seed: int = 0) -> Path:
     """Quantize a tiny Qwen3 with compressed-tensors preset `scheme` and save it in `directory`."""
     from compressed_tensors.compressors import ModelCompressor
@@ -63,14 +81,15 @@ def write_checkpoint(directory: Path, scheme: str, seed: int = 0) -> Path:
     model = tiny_qwen3(seed)
     qc = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])}, ignore=["lm_head"])
     apply_quantization_config(model, qc, show_progress=False)
+    fused = _fused_ranges(model)
     with torch.no_grad():
-        for _, m in model.named_modules():
+        for name, m in model.named_modules():
             s = getattr(m, "quantization_scheme", None)
             if s is None:
                 continue
             gscale = None
             if hasattr(m, "weight_global_scale"):
-                gscale = generate_gparam(m.weight.float().amin(), m.weight.float().amax())
+                gscale = generate_gparam(*fused[_fusion_key(name)])
                 m.weight_global_scale.data.copy_(gscale.reshape(m.weight_global_scale.shape))
             lo, hi = _ranges(m.weight, s.weights)
             scale, zp = calculate_qparams(lo, hi, s.weights, global_scale=gscale)
