@@ -1,4 +1,4 @@
-"""The `oracle` command: explain | kernels | policy show | schema | verify | bench.
+"""The `oracle` command: explain | run | kernels | policy show | schema | verify | bench.
 
 Every deliberate error (bad file, field, name) prints one `error: ...` block on stderr
 and exits 1; `explain` exits 2 when some quantized layer has no kernel.
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         explain = None  # type: ignore[assignment]
     if explain is not None:
         explain.add_parser(sub)
+    from .hf import command as run_command   # imports no torch/transformers until `oracle run` runs
+    run_command.add_parser(sub)
 
     p = sub.add_parser("kernels", help="registered backends and kernels, their availability, plugin errors")
     add_platform_options(p)

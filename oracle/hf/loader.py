@@ -15,6 +15,7 @@ model is returned: nothing half-loaded escapes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,13 @@ from ..checkpoints import Adapter, CheckpointError, TensorSource
 from ..errors import InputError, NoKernelError
 from .modules import FusedRunner, KernelExperts, KernelLinear
 
-_log = structlog.get_logger("oracle.hf")
+# Like the decision log (oracle.trace): JSON events on the stdlib logger "oracle.hf", silent
+# unless the application configures logging (`oracle --log-decisions run ...` does).
+_log = structlog.wrap_logger(
+    logging.getLogger("oracle.hf"),
+    processors=[structlog.stdlib.filter_by_level, structlog.processors.add_log_level,
+                structlog.processors.JSONRenderer(sort_keys=True)],
+    wrapper_class=structlog.stdlib.BoundLogger).bind()
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
            "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 #: checkpoint tensors that are derived state, not weights (older exports saved them)
