@@ -26,7 +26,7 @@ class Adapter:
     """Reads one dialect; `options` carries facts from the quantization config (group size, ...)."""
 
     def __init__(self, dialect: str, **options: Any):
-        if dialect not in DIALECTS:
+        if dialect not in DIALECTS and dialect != "none":      # "none": an unquantized checkpoint
             raise CheckpointError(f"no checkpoint adapter for dialect {dialect!r}; known: {', '.join(DIALECTS)}")
         self.dialect = dialect
         self.options = options
