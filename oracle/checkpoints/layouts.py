@@ -118,3 +118,7 @@ def render_markdown() -> str:
     out.append("")
     out += [f"- **{k}**: {v}" for k, v in FUSION.items()]
     return "\n".join(out)
+
+
+if __name__ == "__main__":    # python -m oracle.checkpoints.layouts > the table in docs/user-guide.md
+    print(render_markdown())
