@@ -58,3 +58,18 @@ def test_logits_match_and_greedy_generation_runs(loaded):
     assert out.shape == (1, len(IDS[0]) + 16)
     report = model.oracle.report.summary()
     assert report["no_kernel"] == 0 and report["quantized"] >= 2
+
+
+def test_decoding_step_by_step_matches_one_forward_over_the_sequence(loaded):
+    """Each decode step (KV cache, fused q/k/v runner fed a new tensor every step) gives the logits a
+    single forward over the whole generated sequence gives at that position."""
+    case, fmt, model, _ = loaded
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        gen = model.generate(ids, max_new_tokens=6, do_sample=False, return_dict_in_generate=True,
+                             output_logits=True)
+        full = model(gen.sequences).logits.float()
+    for step, logits in enumerate(gen.logits):
+        want = full[0, len(IDS[0]) - 1 + step]
+        err = float((logits[0].float() - want).norm() / want.norm())
+        assert err < 0.05, f"{case}: step {step} differs from the full forward by {err:.3f}"

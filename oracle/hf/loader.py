@@ -138,8 +138,12 @@ def _build(root: Path, desc: Any) -> nn.Module:
 
 
 def _adapter_options(root: Path) -> dict[str, Any]:
+    """GPTQ's checkpoint_format (gptq: zeros stored minus one; gptq_v2: as is), wherever the config says it."""
     import json
     qc = json.loads((root / "config.json").read_text()).get("quantization_config") or {}
+    side = root / "quantize_config.json"
+    if "checkpoint_format" not in qc and side.is_file():
+        qc = json.loads(side.read_text())
     return {"checkpoint_format": qc.get("checkpoint_format", "gptq")}
 
 
