@@ -71,15 +71,14 @@ def _fused_ranges(model) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def write_checkpoint(directory: Path, scheme: str, seed: int = 0) -> Path:
-    """Quantize a tiny Qwen3 with compressed-tensors preset `scheme` and save it in `directory`."""
+def _calibrate(model, scheme: str):
+    """apply_quantization_config + qparams from min/max (the observer's job) -> a compressor, then compress."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
     from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
-    from safetensors.torch import save_file
 
-    model = tiny_qwen3(seed)
-    qc = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])}, ignore=["lm_head"])
+    qc = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])},
+                            ignore=["lm_head", "re:.*mlp.gate$"])
     apply_quantization_config(model, qc, show_progress=False)
     fused = _fused_ranges(model)
     with torch.no_grad():
@@ -104,48 +103,122 @@ def write_checkpoint(directory: Path, scheme: str, seed: int = 0) -> Path:
                 m.input_scale.data = a.to(m.input_scale.dtype).reshape(m.input_scale.shape)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
+    return compressor
+
+
+def _put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
+    *path, leaf = dotted.split(".")
+    for part in path:
+        if not hasattr(root, part):
+            root.add_module(part, torch.nn.Module())
+        root = getattr(root, part)
+    root.add_module(leaf, module)
+
+
+def _expert_view(model) -> torch.nn.Module:
+    """Per-expert nn.Linear modules (`...experts.<e>.gate_proj` ...) over transformers 5's fused experts:
+    the names and modules compressed-tensors targets in real MoE checkpoints."""
+    view = torch.nn.Module()
+    for name, p in model.named_parameters():
+        if not name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            continue
+        base = name.rsplit(".", 1)[0]
+        for e in range(p.shape[0]):
+            parts = {"down_proj": p[e]} if name.endswith("down_proj") else dict(zip(("gate_proj", "up_proj"), p[e].chunk(2)))
+            for proj, w in parts.items():
+                lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
+                lin.weight.data = w.detach().clone()
+                _put(view, f"{base}.{e}.{proj}", lin)
+    return view
+
+
+def write_checkpoint(directory: Path, scheme: str, seed: int = 0, moe: bool = False) -> Path:
+    """Quantize a tiny Qwen3 (or, with `moe`, Qwen3-MoE) with compressed-tensors preset `scheme`; save it."""
+    from safetensors.torch import save_file
+
+    model = tiny_qwen3_moe(seed) if moe else tiny_qwen3(seed)
+    state = {}
+    if moe:
+        experts = _expert_view(model)
+        _calibrate(experts, scheme)
+        state.update(experts.state_dict())
+    compressor = _calibrate(model, scheme)
+    state.update({k: v for k, v in model.state_dict().items() if not k.endswith(("experts.gate_up_proj",
+                                                                                 "experts.down_proj"))})
     directory.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(directory)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"),
+              metadata={"format": "pt"})
     compressor.update_config(str(directory))
+    if moe:        # transformers 5 writes num_local_experts; Qwen's files (and the front end) say num_experts
+        cfg = json.loads((directory / "config.json").read_text())
+        cfg["num_experts"] = cfg["num_local_experts"]
+        (directory / "config.json").write_text(json.dumps(cfg, indent=1))
     return directory
+
+
+def tiny_qwen3_moe(seed: int = 0):
+    from tf_checkpoints import FP8_TINY
+    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(Qwen3MoeConfig(**FP8_TINY)).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.08)
+    return model.eval()
+
+
+def _decompress(model, qc, state: dict, activations: bool) -> None:
+    """Load compressed tensors into the modules compressed-tensors prepared, then decompress each."""
+    from compressed_tensors.compressors.base import decompress_module
+    from compressed_tensors.config import CompressionFormat
+    from compressed_tensors.quantization import apply_quantization_config
+
+    apply_quantization_config(model, qc, show_progress=False)
+    for name, m in model.named_modules():
+        quantized = getattr(m, "quantization_scheme", None) is not None
+        for pname in list(m._parameters):
+            if quantized and f"{name}.{pname}" not in state and m._parameters[pname] is not None:
+                del m._parameters[pname]       # e.g. the float weight, replaced by weight_packed
+        for key, t in state.items():
+            mod, _, leaf = key.rpartition(".")
+            if mod == name:
+                m._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False)
+    for _, m in model.named_modules():
+        if getattr(m, "quantization_scheme", None) is not None:
+            decompress_module(m, CompressionFormat(qc.format), leave_decompressed=activations)
 
 
 def reference_model(directory: Path, *, activations: bool = False):
     """compressed-tensors' own decompression of the checkpoint into a BF16 transformers model.
 
     Every quantized module's saved tensors go through the library's compressor for the
-    checkpoint's format (`decompress`, the code its loaders run); the weights land in a
-    plain BF16 Qwen3. With `activations`, the library's quantization forward wrappers are
-    kept, so activations are quantized-dequantized as the scheme declares (W8A8, W4A4).
+    checkpoint's format (`decompress_module`, the code its loaders run); the weights land in
+    a plain BF16 model (per-expert weights stacked into transformers' fused experts). With
+    `activations`, the library's quantization forward wrappers are kept, so activations are
+    quantized-dequantized as the scheme declares (W8A8, W4A4).
     """
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.config import CompressionFormat
-    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, apply_quantization_config
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = json.loads((directory / "config.json").read_text())
-    qc = QuantizationConfig.model_validate(config["quantization_config"])
+    qc = QuantizationConfig.model_validate(json.loads((directory / "config.json").read_text())["quantization_config"])
     qc.quantization_status = QuantizationStatus.COMPRESSED
     cfg = AutoConfig.from_pretrained(str(directory))
     del cfg.quantization_config
     model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
-    apply_quantization_config(model, qc, show_progress=False)
     state = load_file(str(directory / "model.safetensors"))
-    ModelCompressor.from_compression_config  # noqa: B018 (the registry lives on the compressors module)
-    from compressed_tensors.compressors.base import decompress_module
-    for name, m in model.named_modules():
-        for pname in list(m._parameters):
-            key = f"{name}.{pname}"
-            if key not in state and m._parameters[pname] is not None:
-                del m._parameters[pname]
-        for key, t in state.items():
-            mod, _, leaf = key.rpartition(".")
-            if mod == name:
-                m._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False)
-    for name, m in model.named_modules():
-        if getattr(m, "quantization_scheme", None) is not None:
-            decompress_module(m, CompressionFormat(qc.format), leave_decompressed=activations)
+    if any(".experts.0." in k for k in state):
+        experts = _expert_view(model)
+        _decompress(experts, qc, {k: v for k, v in state.items() if ".experts." in k}, activations=False)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                    base = name.rsplit(".", 1)[0]
+                    parts = ("down_proj",) if name.endswith("down_proj") else ("gate_proj", "up_proj")
+                    for e in range(p.shape[0]):
+                        p[e].copy_(torch.cat([experts.get_submodule(f"{base}.{e}.{q}").weight for q in parts]))
+        state = {k: v for k, v in state.items() if ".experts." not in k}
+    _decompress(model, qc, state, activations)
     return model.to(torch.bfloat16).eval()

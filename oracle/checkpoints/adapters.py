@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .fuse import as_moe_args, join_rows, stack_experts
+from .fuse import join_rows, stack_experts
 from .layouts import rows
 from .packing import pack_nibbles, unpack_nibbles
 from .source import CheckpointError, TensorSource
@@ -215,7 +215,3 @@ CONVERTERS: dict[tuple[str, str], Converter] = {
     ("gptq", "int4"): _gptq,
     ("awq", "int4"): _awq,
 }
-
-
-def moe_from_linear(tensors: dict[str, Any], which: str) -> dict[str, Any]:
-    return as_moe_args(tensors, which)

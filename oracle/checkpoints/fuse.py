@@ -102,7 +102,3 @@ def stack_experts(fmt: str, experts: list[dict[str, Any]], which: str) -> dict[s
     for key in experts[0]:
         out[MOE_ARGS[key].format(w=which)] = torch.stack([e[key] for e in experts])
     return out
-
-
-def as_moe_args(tensors: dict[str, Any], which: str) -> dict[str, Any]:
-    return {MOE_ARGS[k].format(w=which): v for k, v in tensors.items()}
