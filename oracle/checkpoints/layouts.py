@@ -55,7 +55,7 @@ LAYOUTS: tuple[TensorLayout, ...] = (
     _T("compressed-tensors", "mxfp4", "weight_scale", "weight_scale", (U8,), "(N, K // 32)", "E8M0 exponent bytes"),
     _T("compressed-tensors", "int4", "weight_packed", "weight", (I32,), "(N, K // 8)", "nibbles stored as q + 8 along K; unpacked, transposed and repacked to GPTQ [K/8, N]"),
     _T("compressed-tensors", "int4", "weight_scale", "weight_scale", SCALE_FLOATS, "(N, K // g)", "transposed to [K/g, N], fp16"),
-    _T("compressed-tensors", "int4", "weight_zero_point", "weight_zero_point", (I32, "int8"), "(N // 8, K // g)", "signed zero points packed along N (or int8 [N, K/g]); + 8, repacked to GPTQ qzeros [K/g, N/8]; absent = symmetric", required=False, alt=("(N, K // g)",)),
+    _T("compressed-tensors", "int4", "weight_zero_point", "weight_zero_point", (I32, "int8"), "(N // 8, K // g)", "zero points + 8 packed along N (int8 [N, K/g]: + 8 added here); transposed and repacked to GPTQ qzeros [K/g, N/8]; absent = symmetric (zero 8)", required=False, alt=("(N, K // g)",)),
     _T("compressed-tensors", "int4", "weight_shape", "-", ("int64", I32), "(2,)", "checked against [N, K]", required=False),
     # ---- transformers fine-grained FP8 (quant_method fp8, weight_block_size [128, 128])
     _T("fp8", "fp8_block", "weight", "weight", (E4M3,), "(N, K)"),

@@ -163,7 +163,7 @@ def _install(model: nn.Module, adapter: Adapter, src: TensorSource, row: Any, de
         runner = FusedRunner(kernel, layer.in_features, layer.out_features)
         start = 0
         for name, module in zip(row.parts, modules):
-            _replace(model, name, KernelLinear(runner, start, start + module.out_features, decision))
+            _replace(model, name, KernelLinear(runner, start, start + module.out_features, decision, layer.name))
             start += module.out_features
     else:
         _submodule(model, layer.name, src)

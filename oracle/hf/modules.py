@@ -33,11 +33,11 @@ class FusedRunner:
 class KernelLinear(nn.Module):
     """Rows [start, stop) of a (possibly fused) linear kernel's output; replaces one nn.Linear."""
 
-    def __init__(self, runner: FusedRunner, start: int, stop: int, decision: Any):
+    def __init__(self, runner: FusedRunner, start: int, stop: int, decision: Any, layer_name: str = ""):
         super().__init__()
         self.runner, self.start, self.stop = runner, start, stop
         self.in_features, self.out_features = runner.in_features, stop - start
-        self.decision = decision
+        self.decision, self.layer_name = decision, layer_name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.runner(x)
@@ -46,8 +46,7 @@ class KernelLinear(nn.Module):
         return y[..., self.start:self.stop]
 
     def extra_repr(self) -> str:
-        d = self.decision
-        return f"rows {self.start}:{self.stop} of {d.layer.name if d.layer is not None else ''}, {d.kernel} [{d.mode}]"
+        return f"rows {self.start}:{self.stop} of {self.layer_name}, {self.decision.kernel} [{self.decision.mode}]"
 
 
 class KernelExperts(nn.Module):
