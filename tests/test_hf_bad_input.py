@@ -121,3 +121,22 @@ def test_oracle_run_generates_and_reports(good, capsys):
 def test_oracle_run_rejects_bad_prompt_ids(good, capsys):
     assert main(["run", "--model", str(good), "--prompt-ids", "1,x"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err
+
+
+def test_oracle_run_with_a_tokenizer_takes_text_and_prints_text(ckpt, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {f"w{i}": i for i in range(256)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(str(ckpt))
+    assert main(["run", "--model", str(ckpt), "--prompt", "w5 w9 w33", "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt    [5, 9, 33]" in out
+    text = next(line for line in out.splitlines() if line.startswith("text"))
+    assert text.count("w") == 3
+
+
+def test_oracle_run_prompt_without_a_tokenizer_is_refused(good, capsys):
+    assert main(["run", "--model", str(good), "--prompt", "hello"]) == 1
+    assert "tokenizer" in capsys.readouterr().err
