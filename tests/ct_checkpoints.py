@@ -149,11 +149,7 @@ def write_checkpoint(directory: Path, scheme: str, seed: int = 0, moe: bool = Fa
     model.config.save_pretrained(directory)
     save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"),
               metadata={"format": "pt"})
-    compressor.update_config(str(directory))
-    if moe:        # transformers 5 writes num_local_experts; Qwen's files (and the front end) say num_experts
-        cfg = json.loads((directory / "config.json").read_text())
-        cfg["num_experts"] = cfg["num_local_experts"]
-        (directory / "config.json").write_text(json.dumps(cfg, indent=1))
+    compressor.update_config(str(directory))     # (transformers 5 writes the expert count as num_local_experts)
     return directory
 
 

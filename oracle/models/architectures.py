@@ -189,7 +189,9 @@ def qwen_moe(b: Builder) -> None:
     """qwen2_moe / qwen3_moe: experts where (i+1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
     c = b.cfg
     qwen2 = c.raw("model_type") == "qwen2_moe"
-    experts, top_k = c.int("num_experts", 0, minimum=0), c.int("num_experts_per_tok")
+    # transformers 5 saves qwen3_moe's expert count as num_local_experts
+    experts = c.int("num_experts", c.int("num_local_experts", 0, minimum=0), minimum=0)
+    top_k = c.int("num_experts_per_tok")
     step = c.int("decoder_sparse_step", 1)
     mlp_only = set(c.list("mlp_only_layers", []))
     bias = c.bool("attention_bias", False)
