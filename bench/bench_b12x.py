@@ -12,7 +12,7 @@ import importlib.util
 import time
 
 from oracle import EmbeddingLayer, KernelConfig, LinearLayer, MoELayer, Platform, select_backend
-from oracle.engine import clear_cache
+from oracle.session import clear_cache
 from oracle.rules import failing
 
 LAYERS = [

@@ -70,7 +70,7 @@ def bench_linear(sizes, ms, device, run, results, platform):
         for fmt, act in LINEAR_MODES:
             layer = LinearLayer(in_features=size, out_features=size, weight_format=fmt, activation_format=act)
             decision = select_backend(layer, platform, KernelConfig(linear_backend="emulation"))
-            kernel = decision.instantiate()
+            kernel = decision.instantiate(layer)
             t0 = time.perf_counter()
             kernel.process_weights(**quantized(w, fmt))
             prep = time.perf_counter() - t0
@@ -104,7 +104,7 @@ def bench_moe(ms, device, run, results, platform, hidden, inter, experts, top_k)
         layer = MoELayer(num_experts=experts, top_k=top_k, hidden_size=hidden, intermediate_size=inter,
                          weight_format="mxfp4", activation_format=act, activation="swigluoai", has_bias=True)
         decision = select_backend(layer, platform, KernelConfig(moe_backend="emulation"))
-        kernel = decision.instantiate()
+        kernel = decision.instantiate(layer)
         kernel.process_weights(**tensors)
         for m in ms:
             x = torch.randn(m, hidden, device=device, dtype=torch.bfloat16)

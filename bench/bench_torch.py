@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:34} {n:>6} x {k:<6} {fmt:11} -- not torch ({d.kernel}): {reason}")
                 continue
             tensors = {key: v for key, v in codec_for(fmt).quantize(w, fmt).items() if v is not None}
-            kernel = d.instantiate()
+            kernel = d.instantiate(layer)
             kernel.process_weights(**tensors)
-            emul = select_backend(layer, platform, EMULATION).instantiate()
+            emul = select_backend(layer, platform, EMULATION).instantiate(layer)
             emul.process_weights(**tensors)
             for m in args.m:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -61,7 +61,7 @@ def main():
     wf = torch.randn(4096, 4096, device="cuda") * 0.02
     for fmt, a in (("fp8_tensor", "fp8"), ("fp8_channel", "fp8"), ("nvfp4", "nvfp4"), ("mxfp4", "mxfp8")):
         layer = LinearLayer(in_features=4096, out_features=4096, weight_format=fmt, activation_format=a)
-        k = select_backend(layer, Platform.detect(), KernelConfig(linear_backend="emulation")).instantiate()
+        k = select_backend(layer, Platform.detect(), KernelConfig(linear_backend="emulation")).instantiate(layer)
         q = codec_for(fmt).quantize(wf, fmt)
         k.process_weights(**{n: v for n, v in q.items() if v is not None})
         rows[f"apply {fmt}/{a}"] = lambda k=k: k.apply(x)

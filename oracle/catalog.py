@@ -180,7 +180,7 @@ class Requirements(_Frozen):
 class _KernelEntry(_Frozen):
     name: str = Field(description="unique across all plugins, e.g. b12x.moe")
     op: Op = Field(description="the layer op it serves")
-    implementation: str = Field(description='"package.module:Class", imported only by Decision.instantiate()')
+    implementation: str = Field(description='"package.module:Class", imported only by Decision.instantiate(layer)')
     modes: list[Mode] = Field(min_length=1, description="(weight, activation) combinations it serves")
     backend: str | None = Field(None, description="backend name (defaults to the file's)")
     tier: str | None = Field(None, description="ordering tier it joins (defaults to the file's, then the backend)")

@@ -5,7 +5,10 @@ platform default > auto); expand the ordering's tiers into registered kernels; f
 each kernel and each preferred activation format run (1) the platform requirements,
 cached per platform, (2) the declarative constraints, (3) the plugin's optional
 `can_implement` hook. The first candidate that passes wins; every verdict is traced.
-Decisions are cached by (layer signature, platform, config, policy, relevant env).
+Decisions are cached by (layer signature, platform, config, relevant env) within one
+Engine (one registry and policy). A Decision names no layer, so the layers sharing a
+signature share it safely. This module holds no process-wide state: `oracle.session`
+builds engines and keeps them.
 """
 from __future__ import annotations
 
@@ -16,16 +19,16 @@ from typing import Any, Iterable, Mapping
 from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
                       render_reason, version_satisfies)
 from .config import KernelConfig, pick
-from .errors import InputError, NoKernelError
+from .errors import InputError
 from .formats import UNQUANTIZED_FORMATS
 from .platform import Platform
-from .policy import EffectivePolicy, default_policy
-from . import registry as _registry_module
-from .registry import Registry, get_registry
+from .policy import EffectivePolicy
+from .registry import Registry
 from .rules import failing
-from .trace import Candidate, Decision, log_decision
+from .trace import Candidate, Decision, SelectedBy, log_decision
 
 _DEFAULT_CONFIG = KernelConfig()
+
 _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
 
 
@@ -42,9 +45,16 @@ class Engine:
     def __init__(self, registry: Registry, policy: EffectivePolicy):
         self.registry = registry
         self.policy = policy
-        self._decisions: dict[tuple, Decision] = {}
+        self.generation = registry.generation   # stale once plugins or kernels are added to the registry
+        # decisions per (platform, config), then per (layer signature, env); the table of the last
+        # (platform, config) is found by identity, so a model's layers hash neither again
+        self._tables: dict[tuple[Platform, KernelConfig], dict[tuple, Decision]] = {}
+        self._last: tuple[Any, Any, dict[tuple, Decision]] = (None, None, {})
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
+        self._auto: dict[str, tuple[bool, str]] = {}
+        self._disabled_by_env: dict[str | None, frozenset[str]] = {}
+        self._preferences: dict[tuple[str, str], tuple[list[str], str]] = {}
         self._requests: dict[tuple, tuple[str, str]] = {}
         self._lock = threading.Lock()
         # os.environ.get decodes every value; the raw table of the process environment is read
@@ -56,27 +66,40 @@ class Engine:
 
     # ---- public -------------------------------------------------------------------------
     def select(self, layer: Any, platform: Platform, config: KernelConfig,
-               env: Mapping[str, str]) -> Decision:
+               env: Mapping[str, str], measurements: Any = None) -> Decision:
         if env is os.environ and self._raw_env is not None:
             env_key = tuple(map(self._raw_env.get, self._raw_keys))
         else:
             env_key = tuple(env.get(k) for k in self.policy.env_keys)
-        key = (layer.signature, platform, config, env_key)
-        decision = self._decisions.get(key)
+        last_platform, last_config, table = self._last
+        if platform is not last_platform or config is not last_config:
+            table = self._table(platform, config)
+        key = (layer.signature, env_key, measurements)
+        decision = table.get(key)
         if decision is None:
-            decision = self._decide(layer, platform, config, env)
+            decision = self._decide(layer, platform, config, env, measurements)
             with self._lock:
-                if len(self._decisions) > 65536:
-                    self._decisions.clear()
-                self._decisions[key] = decision
-            log_decision(decision)
+                if len(table) > 65536:
+                    table.clear()
+                table[key] = decision
+            log_decision(decision, layer)
         return decision
+
+    def _table(self, platform: Platform, config: KernelConfig) -> dict[tuple, Decision]:
+        with self._lock:
+            table = self._tables.get((platform, config))
+            if table is None:
+                if len(self._tables) > 256:
+                    self._tables.clear()
+                table = self._tables[(platform, config)] = {}
+            self._last = (platform, config, table)
+        return table
 
     # ---- the flow -------------------------------------------------------------------------
     def _decide(self, layer: Any, platform: Platform, config: KernelConfig,
-                env: Mapping[str, str]) -> Decision:
+                env: Mapping[str, str], measurements: Any = None) -> Decision:
         op, wf = layer.op, layer.weight_format
-        base = {"op": op, "weight_format": wf, "layer": layer, "platform": platform}
+        base = {"op": op, "weight_format": wf, "platform": platform}
         if wf in UNQUANTIZED_FORMATS:
             return Decision(status="unquantized", **base)
         requested, req_source = self._requested_backend(op, wf, config, platform)
@@ -94,7 +117,11 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
-                    return self._selected(found, candidates, notes, base)
+                    table, _ = self._measured(layer, platform, env, measurements)
+                    if table is not None:  # an explicit request wins; its figures are still shown
+                        from .tuning.choose import attach_timings
+                        candidates = attach_timings(candidates, table)
+                    return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":
                     notes.append(f"explicit {op}_backend={requested} ({req_source}) cannot serve this layer and "
@@ -112,22 +139,61 @@ class Engine:
             else:
                 notes.append(f"no registered kernel implements {op} layers with {wf} weights")
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+        table, mset = self._measured(layer, platform, env, measurements)
+        if table is not None:  # step 4: every passing candidate, ranked by measured time
+            passing: list[tuple[KernelSpec, Mode]] = []
+            self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False,
+                      collect=passing)
+            if passing:
+                from .tuning.choose import choose
+                index, trace, by_measurement = choose(passing, candidates, table, mset)
+                return self._selected(passing[index], trace, notes, base,
+                                      "measured" if by_measurement else "policy")
+            return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
         found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
         if found is not None:
-            return self._selected(found, candidates, notes, base)
+            return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
 
+    def _measured(self, layer: Any, platform: Platform, env: Mapping[str, str],
+                  explicit: Any) -> tuple[dict | None, Any]:
+        """This layer's figures from the measurement set in force (argument > env > policy), if any."""
+        mset = explicit
+        if mset is None:
+            from .tuning.measurements import ENV_VAR, cached_measurements, env_paths
+            paths = env_paths(env.get(ENV_VAR)) or tuple(self.policy.measurements.files)
+            if not paths:
+                return None, None
+            conf = self.policy.measurements
+            mset = cached_measurements(paths, conf.objective, conf.allow_testing_only)
+        from .tuning.schema import layer_key
+        table = mset.table(platform, self.registry).for_layer(layer_key(layer))
+        return table, mset
+
+    def viable(self, layer: Any, platform: Platform, config: KernelConfig | None = None,
+               env: Mapping[str, str] | None = None) -> list[tuple[KernelSpec, Mode]]:
+        """Every (kernel, mode) of every plugin and tier that passes its requirements and constraints
+        for `layer` on `platform`, at the activation formats selection would try (what `oracle tune` times)."""
+        env = os.environ if env is None else env
+        acts, _, act_rule = self._activations(layer, config or _DEFAULT_CONFIG, env)
+        found: list[tuple[KernelSpec, Mode]] = []
+        self._try(self.registry.kernels_for(layer.op, layer.weight_format), layer, platform, acts, act_rule, [],
+                  self._disabled(env), explicit=True, collect=found)
+        return found
+
     def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
-                  base: dict) -> Decision:
+                  base: dict, selected_by: SelectedBy) -> Decision:
         spec, mode = found
         if spec.testing_only:
             notes.append(_EMULATION_NOTE.format(note=spec.note or f"{spec.name} is the slow path meant for testing"))
         return Decision(status="selected", backend=spec.backend, kernel=spec.name, mode=mode.name,
                         activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
-                        spec=spec, mode_spec=mode, **base)
+                        spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
     def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
-             out: list[Candidate], disabled: set[str], *, explicit: bool) -> tuple[KernelSpec, Mode] | None:
+             out: list[Candidate], disabled: frozenset[str], *, explicit: bool,
+             collect: list | None = None) -> tuple[KernelSpec, Mode] | None:
+        """The first candidate that passes; with `collect`, every one, appended there (returns None)."""
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
@@ -165,7 +231,7 @@ class Engine:
                     out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
                                          reasons[0], broken[0].source, reasons, tuple(r.source for r in broken)))
                     continue
-                hook_reason = self._hook(spec, layer, mode)
+                hook_reason = self._hook(spec, layer, mode, platform)
                 if hook_reason is not None:
                     out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
                                          hook_reason, f"{spec.plugin}: can_implement"))
@@ -174,7 +240,9 @@ class Engine:
                                      spec.note or "passes every requirement and constraint", spec.source))
                 if verdict.notes:
                     out[-1] = _with_notes(out[-1], verdict.notes)
-                return spec, mode
+                if collect is None:
+                    return spec, mode
+                collect.append((spec, mode))
         return None
 
     # ---- pieces ---------------------------------------------------------------------------
@@ -184,17 +252,20 @@ class Engine:
                          reason, rule, (reason,), (rule,))
 
     def _auto_allowed(self, spec: KernelSpec) -> tuple[bool, str]:
-        value, rule = self.policy.auto_select_for(spec.backend, spec.op)
-        if value is None:
-            return spec.auto_select, spec.lines.get("auto_select", spec.source)
-        return value, rule
+        """May automatic selection pick `spec` (policy over the kernel's own flag), and the rule that says so."""
+        found = self._auto.get(spec.name)
+        if found is None:
+            value, rule = self.policy.auto_select_for(spec.backend, spec.op)
+            found = (spec.auto_select, spec.lines.get("auto_select", spec.source)) if value is None else (value, rule)
+            self._auto[spec.name] = found
+        return found
 
-    def _hook(self, spec: KernelSpec, layer: Any, mode: Mode) -> str | None:
+    def _hook(self, spec: KernelSpec, layer: Any, mode: Mode, platform: Platform) -> str | None:
         hook = self.registry.can_implement_hook(spec.name)
         if hook is None:
             return None
         try:
-            result = hook(kernel=spec, layer=layer, mode=mode)
+            result = hook(kernel=spec, layer=layer, mode=mode, platform=platform)
         except Exception as exc:  # isolate the plugin
             return f"plugin {spec.plugin} can_implement raised {type(exc).__name__}: {exc}"
         if result is None or result is True:
@@ -203,11 +274,15 @@ class Engine:
             return f"plugin {spec.plugin} can_implement rejected the layer"
         return str(result)
 
-    def _disabled(self, env: Mapping[str, str]) -> set[str]:
-        names = set(self.policy.disabled_kernels)
+    def _disabled(self, env: Mapping[str, str]) -> frozenset[str]:
+        """Disabled kernel names: the policy's plus ORACLE_DISABLED_KERNELS (cached per value)."""
         extra = env.get("ORACLE_DISABLED_KERNELS")
-        if extra:
-            names.update(n.strip() for n in extra.split(",") if n.strip())
+        names = self._disabled_by_env.get(extra)
+        if names is None:
+            found = set(self.policy.disabled_kernels)
+            if extra:
+                found.update(n.strip() for n in extra.split(",") if n.strip())
+            names = self._disabled_by_env[extra] = frozenset(found)
         return names
 
     def _ordered_kernels(self, op: str, wf: str) -> tuple[list[KernelSpec], str]:
@@ -261,7 +336,7 @@ class Engine:
         declared = getattr(layer, "activation_format", None)
         requested = config.activation_for(op, wf) if op != "embedding" else None
         notes: list[str] = []
-        prefs, rule = self.policy.activations_for(op, wf)
+        prefs, rule = self._preferences.get((op, wf)) or self._preference(op, wf)
         if requested is not None:
             if declared is not None and declared != requested:
                 raise InputError(f"requested {op}_activation={requested} contradicts the checkpoint, which "
@@ -280,6 +355,10 @@ class Engine:
                              f"({self.policy.where('force_bf16_activations', 'env')})")
                 acts = ["bf16"]
         return acts, notes, rule
+
+    def _preference(self, op: str, wf: str) -> tuple[list[str], str]:
+        found = self._preferences[(op, wf)] = self.policy.activations_for(op, wf)
+        return found
 
     def _platform_check(self, spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
         key = (spec.name, platform)
@@ -345,74 +424,3 @@ def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdic
                 return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
                             "runtime", detail=detail or "unsupported")
     return _PlatformVerdict(True, notes=notes)
-
-
-# ---- module-level API ----------------------------------------------------------------------
-_engines: dict[tuple[int, str], Engine] = {}
-_engines_lock = threading.Lock()
-_detected: list[Platform] = []
-
-
-def get_engine(policy: EffectivePolicy | None = None, registry: Registry | None = None) -> Engine:
-    reg = registry or get_registry()
-    pol = policy or default_policy(reg)
-    key = (reg.generation, pol.fingerprint)
-    engine = _engines.get(key)
-    if engine is None or engine.registry is not reg:
-        with _engines_lock:
-            engine = Engine(reg, pol)
-            if len(_engines) > 32:
-                _engines.clear()
-            _engines[key] = engine
-    return engine
-
-
-def clear_cache() -> None:
-    """Forget every engine and decision (after plugins or policies change)."""
-    with _engines_lock:
-        _engines.clear()
-        _default[0] = None
-    from . import policy as _policy
-    _policy._default_cache.clear()
-
-
-def _default_platform() -> Platform:
-    if not _detected:
-        _detected.append(Platform.detect())
-    return _detected[0]
-
-
-def _default_engine() -> Engine:
-    """The engine for the process-wide registry and default policy (checked cheaply per call)."""
-    reg = _registry_module._registry or get_registry()
-    engine = _default[0]
-    if engine is None or engine.registry is not reg:
-        engine = get_engine(None, reg)
-        _default[0] = engine
-    return engine
-
-
-_default: list[Engine | None] = [None]
-
-
-def select_backend(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None, *,
-                   policy: EffectivePolicy | None = None, env: Mapping[str, str] | None = None,
-                   registry: Registry | None = None) -> Decision:
-    """Choose the kernel for `layer`; never raises for an unservable layer (status no_kernel)."""
-    engine = _default_engine() if policy is None and registry is None else get_engine(policy, registry)
-    return engine.select(layer, platform or _default_platform(), config or _DEFAULT_CONFIG,
-                         os.environ if env is None else env)
-
-
-def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,
-                            **kwargs: Any) -> Decision:
-    """Like select_backend, but raise NoKernelError listing every candidate's reason."""
-    decision = select_backend(layer, platform, config, **kwargs)
-    if decision.status == "no_kernel":
-        plat = decision.platform.describe() if decision.platform is not None else "this platform"
-        lines = [f"no kernel can serve {decision.op} layer {getattr(layer, 'name', '') or '<unnamed>'!r} "
-                 f"({decision.weight_format} weights) on {plat}:"]
-        lines += [f"  - {c.line()}" for c in decision.candidates] or ["  (no candidates)"]
-        lines += [f"  note: {n}" for n in decision.notes]
-        raise NoKernelError("\n".join(lines), decision)
-    return decision

@@ -23,13 +23,14 @@ class InputError(OracleError, ValueError):
 class TensorError(InputError):
     """A tensor handed to a kernel or quantizer that is not what its format prescribes.
 
-    Shared by every plugin (it needs no torch): the message names the tensor, what was
-    expected and what came, e.g. "w13_scale: expected shape [32, 5760, 90] ..., got [...]".
+    Shared by every plugin (it needs no torch; `oracle.tensors` has the checks that raise it):
+    the message names the kernel (`owner`, when given), the tensor, what was expected and what
+    came, e.g. "w13_scale: expected shape [32, 5760, 90] ..., got [...]".
     """
 
-    def __init__(self, tensor: str, expected: str, got: str):
+    def __init__(self, tensor: str, expected: str, got: str, *, owner: str | None = None):
         self.tensor = tensor
-        super().__init__(f"{tensor}: expected {expected}, got {got}")
+        super().__init__(f"{tensor}: expected {expected}, got {got}", source=owner)
 
 
 class PolicyError(InputError):

@@ -1,7 +1,8 @@
 """The vocabulary of formats, ops and MoE activations, with the facts of each format.
 
-Every other module takes its strings from here, so a typo in a policy, a kernel
-declaration or a layer is caught against one list.
+Every other module -- the engine and every plugin -- takes its strings and numbers from
+here (a typo in a policy, a kernel declaration or a layer is caught against one list, and
+a block size or float limit is written once). No torch: `torch_dtype` imports it lazily.
 """
 from __future__ import annotations
 
@@ -35,6 +36,27 @@ UNQUANTIZED_ACTIVATIONS = frozenset({"bf16", "fp16"})
 GATED_ACTIVATIONS = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
 
 
+#: Largest finite magnitude of FP8 E4M3 (the "fn" variant, no infinities): 1.75 * 2**8.
+E4M3_MAX = 448.0
+#: Largest magnitude of FP4 E2M1: 1.5 * 2**2.
+E2M1_MAX = 6.0
+#: Elements along K that share one scale.
+MX_BLOCK = 32       # OCP MX (mxfp8, mxfp4): one E8M0 scale per 32
+NV_BLOCK = 16       # NVFP4: one E4M3 scale per 16 (plus an fp32 global scale)
+FP8_BLOCK = 128     # fp8_block: 128x128 weight blocks; activations in 1x128 groups
+#: GGML block codecs: (weights per block, encoded bytes per block).
+CODEC_BLOCKS: dict[str, tuple[int, int]] = {"q8_0": (32, 34), "iq2_xs": (256, 74), "iq2_xxs": (256, 66)}
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a layer dtype name ("bfloat16" -> torch.bfloat16); imports torch."""
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}")
+    import torch
+
+    return getattr(torch, name)
+
+
 @dataclass(frozen=True)
 class FormatFacts:
     """What a weight format is, as the checkpoint stores it."""
@@ -60,23 +82,20 @@ FORMAT_FACTS: dict[str, FormatFacts] = {f.name: f for f in (
                 note="plus an activation scale when static"),
     FormatFacts("fp8_channel", "e4m3", 8, "fp32 per output channel", (1, 0),
                 note="activations per token (compressed-tensors)"),
-    FormatFacts("fp8_block", "e4m3", 8, "fp32 or ue8m0 per 128x128 block", (128, 128),
-                note="activations quantized per 1x128 group"),
-    FormatFacts("mxfp8", "e4m3", 8, "e8m0 per 32 along K", (1, 32), note="OCP MX"),
-    FormatFacts("nvfp4", "e2m1", 4, "e4m3 per 16 along K + fp32 global", (1, 16),
+    FormatFacts("fp8_block", "e4m3", 8, f"fp32 or ue8m0 per {FP8_BLOCK}x{FP8_BLOCK} block", (FP8_BLOCK, FP8_BLOCK),
+                note=f"activations quantized per 1x{FP8_BLOCK} group"),
+    FormatFacts("mxfp8", "e4m3", 8, f"e8m0 per {MX_BLOCK} along K", (1, MX_BLOCK), note="OCP MX"),
+    FormatFacts("nvfp4", "e2m1", 4, f"e4m3 per {NV_BLOCK} along K + fp32 global", (1, NV_BLOCK),
                 note="two elements per byte, low nibble first"),
-    FormatFacts("mxfp4", "e2m1", 4, "e8m0 per 32 along K", (1, 32), note="OCP MX"),
+    FormatFacts("mxfp4", "e2m1", 4, f"e8m0 per {MX_BLOCK} along K", (1, MX_BLOCK), note="OCP MX"),
     FormatFacts("int4", "int4", 4, "fp16 per group (+ zero point)", (1, 128),
                 note="GPTQ/AWQ/compressed-tensors pack-quantized; group 32/64/128"),
-    FormatFacts("q8_0", "int8", 8, "fp16 per 32", (1, 32), block_bytes=34, note="GGML block codec"),
-    FormatFacts("iq2_xs", "2-bit codebook", 2, "per 256", (1, 256), block_bytes=74,
-                note="GGML block codec"),
-    FormatFacts("iq2_xxs", "2-bit codebook", 2, "per 256", (1, 256), block_bytes=66,
-                note="GGML block codec"),
+    *(FormatFacts(name, element, bits, f"{scale} per {weights}", (1, weights), block_bytes=size,
+                  note="GGML block codec")
+      for name, element, bits, scale in (("q8_0", "int8", 8, "fp16"), ("iq2_xs", "2-bit codebook", 2, "fp16"),
+                                         ("iq2_xxs", "2-bit codebook", 2, "fp16"))
+      for weights, size in [CODEC_BLOCKS[name]]),
 )}
-
-#: GGML block codecs: (block size in weights, encoded block bytes).
-CODEC_BLOCKS: dict[str, tuple[int, int]] = {"q8_0": (32, 34), "iq2_xs": (256, 74), "iq2_xxs": (256, 66)}
 
 
 def is_quantized(weight_format: str) -> bool:

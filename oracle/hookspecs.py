@@ -10,8 +10,13 @@ In the style of simonw/llm, registration hooks receive a `register` callable::
     def register_kernels(register):
         register(Path(__file__).with_name("kernels.yaml"))
 
-A plugin whose import fails or whose hook raises is recorded (`oracle kernels`
-lists it) and skipped; the engine keeps working with the others.
+The contract is pluggy's: an implementation may declare any subset of a hook's
+arguments (it receives only those), a hook name no spec declares is reported as a
+plugin error when the plugin registers (`check_pending`), and an implementation that
+asks for an argument the spec lacks is refused at registration. The registration hooks
+are called once per plugin, in load order (entry-point name), each in isolation: a
+plugin whose import fails or whose hook raises is recorded (`oracle kernels` lists it)
+and skipped; the engine keeps working with the others.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ def register_kernels(register):
     """Declare kernels: call `register(source)` once per kernels file.
 
     `source` is a path to a YAML file (see `oracle.catalog`) or an already-loaded
-    mapping of the same shape. Kernel names must be unique across all plugins.
+    mapping of the same shape. A backend belongs to the first plugin that declares it;
+    a kernel for another plugin's backend, or a kernel name already taken, is this
+    plugin's error and is skipped.
     """
 
 
@@ -36,15 +43,39 @@ def register_policies(register):
     """Contribute policy files: call `register(path)` for each.
 
     Plugin policy files are merged above the built-in default and below the
-    user's own files (`--policy`), in plugin load order.
+    user's own files (`--policy`), in plugin load order. Lists replace lists: to add
+    a tier to the ordering beside other plugins', use `register_tiers` instead.
     """
 
 
 @hookspec
-def can_implement(kernel, layer, mode):
+def register_tiers(insert):
+    """Place a tier or backend in the automatic ordering without replacing anyone's list.
+
+    `insert(name, after="optimized")` (or `before=`; optional `ops=[...]`,
+    `formats=[...]` restrict it) adds `name` next to the anchor in every ordering list
+    that holds the anchor and not yet `name`. Insertions apply above the default and
+    plugin policy files and below the user's files; two plugins inserting after the
+    same anchor keep load order. `oracle policy show` cites the insert() call's file:line.
+    """
+
+
+@hookspec
+def register_commands(register):
+    """Add `oracle` subcommands: call `register(command)` for each.
+
+    `command` is any object (a module works) with `NAME` (str), `add_parser(subparsers)`
+    returning the argparse parser it added, and `run(args) -> int` (the exit code). A
+    name that a built-in or another plugin's command already has is this plugin's error.
+    """
+
+
+@hookspec(firstresult=True)
+def can_implement(kernel, layer, mode, platform):
     """A code check for what YAML cannot say, called only for this plugin's own kernels.
 
     Runs after the kernel's platform requirements and declarative constraints have
     passed. Return None to accept, or a human reason (str) to reject the candidate.
     Must be cheap and must not import heavy libraries for layers it cannot serve.
+    `platform` is the `oracle.Platform` being decided for (simulated or detected).
     """

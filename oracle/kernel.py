@@ -1,6 +1,6 @@
 """The base class of kernel implementations, and the tensor names they exchange.
 
-The engine never imports an implementation until `Decision.instantiate()`; the class
+The engine never imports an implementation until `Decision.instantiate(layer)`; the class
 named by a kernel's `implementation` is then built as `Impl(layer, mode, spec)`.
 
 Lifecycle, as in an inference engine:

@@ -1,8 +1,9 @@
 """Policy files -> one validated `Policy`, merged in layers, each value keeping its file:line.
 
 Layers, lowest first: the built-in `policies/default.yaml`, files contributed by
-plugins (`register_policies`), the user's files (`--policy`, in the order given).
-Mappings merge key by key; lists and scalars replace. The explicit `KernelConfig`
+plugins (`register_policies`), then plugins' tier insertions (`register_tiers`), then the
+user's files (`--policy`, in the order given). Mappings merge key by key; lists and
+scalars replace. The explicit `KernelConfig`
 of a call sits above all of them (see engine.py).
 """
 from __future__ import annotations
@@ -67,6 +68,29 @@ class PlatformDefault(_Strict):
         return True
 
 
+class Measurements(_Strict):
+    """Tuning files (`oracle tune`) that rank the candidates passing their constraints by measured time."""
+
+    files: list[str] = Field(default_factory=list,
+                             description="tuning files (relative paths: from the current directory); also "
+                                         "env ORACLE_MEASUREMENTS and `--measurements` (which replace these)")
+    objective: str = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
+                                                   "(every measured M alike) or M:weight,... e.g. 1:0.7,4096:0.3")
+    allow_testing_only: bool = Field(
+        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement; by default "
+                           "they keep their policy place after every measured kernel")
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, v: str) -> str:
+        from .tuning.objective import parse_objective
+        try:
+            parse_objective(v, field="objective")
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+
 class Policy(_Strict):
     """The effective selection policy. Every key is documented in docs/policy-reference.md."""
 
@@ -92,6 +116,8 @@ class Policy(_Strict):
                                              description="platform default backends, matched in order")
     disabled_kernels: list[str] = Field(default_factory=list,
                                         description="kernel names never selected (also env ORACLE_DISABLED_KERNELS)")
+    measurements: Measurements = Field(default_factory=Measurements,
+                                       description="rank viable candidates by measured time (oracle tune)")
 
     @field_validator("ordering")
     @classmethod
@@ -114,7 +140,7 @@ class EffectivePolicy:
         self.files = files
         blob = json.dumps(policy.model_dump(mode="json"), sort_keys=True)
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
-        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS"}))
+        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS", "ORACLE_MEASUREMENTS"}))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)
@@ -204,20 +230,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_policy(user_files: Iterable[str | Path] = (), *, registry: Any = None,
-                include_plugins: bool = True) -> EffectivePolicy:
-    """Merge the built-in default, plugin policy files and the user's files."""
+def load_policy(user_files: Iterable[str | Path] = (), *, registry: Any = None) -> EffectivePolicy:
+    """Merge the built-in default, the registry's plugin policy files and tier insertions, and the user's files.
+
+    A pure function of its arguments: with no `registry`, no plugin contributes
+    (`oracle.session.load_policy` passes the process's registry).
+    """
     layers: list[tuple[str, Path]] = [("default", policy_file("default.yaml"))]
-    if include_plugins:
-        if registry is None:
-            from .registry import get_registry
-            registry = get_registry()
+    if registry is not None:
         layers += [(f"plugin {name}", path) for name, path in registry.policy_files]
-    layers += [("user", Path(p)) for p in user_files]
+    insertions = list(getattr(registry, "insertions", ()))
     merged: dict = {}
     provenance: dict[str, str] = {}
     files: list[str] = []
-    for origin, path in layers:
+    for origin, path in [*layers, *(("user", Path(p)) for p in user_files)]:
+        if origin == "user" and insertions:
+            merged = _insert_tiers(merged, insertions, provenance)
+            insertions = []
         data = load_yaml_file(path)
         label = display_path(path)
         if data is None:
@@ -230,25 +259,38 @@ def load_policy(user_files: Iterable[str | Path] = (), *, registry: Any = None,
         merged = _merge(merged, data, [], provenance)
         provenance.update(found)
         files.append(label)
+    if insertions:
+        merged = _insert_tiers(merged, insertions, provenance)
     policy = validate(Policy, merged, "merged policy")
     return EffectivePolicy(policy, provenance, files)
 
 
-_default_cache: dict[tuple, EffectivePolicy] = {}
+def _insert_tiers(merged: dict, insertions: Iterable[Any], provenance: dict[str, str]) -> dict:
+    """Apply plugins' `register_tiers` insertions to every ordering list that holds the anchor.
 
-
-def default_policy(registry: Any = None) -> EffectivePolicy:
-    """The effective policy with no user files, cached per registry generation."""
-    if registry is None:
-        from .registry import get_registry
-        registry = get_registry()
-    key = (registry.generation,)
-    policy = _default_cache.get(key)
-    if policy is None:
-        policy = load_policy(registry=registry)
-        _default_cache.clear()
-        _default_cache[key] = policy
-    return policy
+    Several insertions after one anchor keep their order (each goes after the previous
+    one's name); provenance of a changed list keeps its file:line and adds the insert() call's.
+    """
+    ordering = {op: {fmt: list(tiers) for fmt, tiers in table.items()}
+                for op, table in merged.get("ordering", {}).items()}
+    last_after: dict[tuple[str, str, str], str] = {}
+    for ins in insertions:
+        for op, table in ordering.items():
+            if ins.ops and op not in ins.ops:
+                continue
+            for fmt, tiers in table.items():
+                if (ins.formats and fmt not in ins.formats) or ins.name in tiers or ins.anchor not in tiers:
+                    continue
+                at = tiers.index(ins.anchor)
+                if ins.after:
+                    previous = last_after.get((op, fmt, ins.anchor))
+                    at = (tiers.index(previous) if previous in tiers else at) + 1
+                    last_after[(op, fmt, ins.anchor)] = ins.name
+                tiers.insert(at, ins.name)
+                key = f"ordering.{op}.{fmt}"
+                provenance[key] = f"{provenance.get(key, '<default>')} + {ins.name} by plugin {ins.plugin} " \
+                                  f"({ins.source})"
+    return {**merged, "ordering": ordering} if ordering else merged
 
 
 def policy_schema() -> dict:

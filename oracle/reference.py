@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .catalog import CapabilityReq, Mode, PackageReq, Requirements, RuntimeReq, VendorReq, _KernelEntry, _KernelFile
-from .policy import ForceBF16, PlatformDefault, Policy
+from .policy import ForceBF16, Measurements, PlatformDefault, Policy
 from .rules import FIELDS, PARAM_PREFIX
 
 
@@ -70,6 +70,20 @@ def render() -> str:
         "",
         *_table(ForceBF16),
         "",
+        "### `measurements`",
+        "",
+        *_table(Measurements),
+        "",
+        "Step 4 of selection. Among the candidates that pass their requirements and constraints, the one",
+        "with the lowest measured time at the objective wins (weighted geometric mean of median times over",
+        "the objective's token counts M); candidates without figures keep the policy order after the measured",
+        "ones; candidates that failed while tuned come last and are never chosen by measurement; an explicit",
+        "backend request always wins. Sources, highest first: the engine API's `measurements=` argument or",
+        "`oracle explain --measurements FILE`, the `ORACLE_MEASUREMENTS` environment variable (files joined",
+        "by `:`), then `files` here. A file measured on another device or with other torch, triton, oracle or",
+        "plugin versions is ignored with a warning naming each difference; a corrupt file is an error.",
+        "Files are read once per process: call `oracle.reload()` to pick up a new tuning file.",
+        "",
         "### `platforms` entries",
         "",
         *_table(PlatformDefault),
@@ -112,8 +126,10 @@ def render() -> str:
         "Predicates: `{field: F, equals: V}`, `in: [..]`, `not_in: [..]`, `divisible_by: N`,",
         "`range: {min, max, min_exclusive, max_exclusive}`, `present: true|false` (whether an optional value",
         "such as `activation_params.limit` is given; several operators on one field must all hold);",
-        "combinators `{all: [..]}`, `{any: [..]}`, `{not: P}`. A missing value fails every operator",
-        "except `equals: null`. NaN fails every range.",
+        "combinators `{all: [..]}`, `{any: [..]}`, `{not: P}`. A missing value (an optional field that is",
+        "not given, such as `activation_params.limit`) fails `equals`, `in`, `divisible_by` and `range` and",
+        "passes `not_in`; test for it with `present: false` (or `equals: null` on a field of named values).",
+        "NaN fails every range.",
         "",
         "Fields, per op (`activation_format` and `mode` are the candidate's; the checkpoint's declaration",
         "is `checkpoint_activation_format`):",

@@ -1,16 +1,20 @@
-"""Plugin discovery and the kernel catalog they declare.
+"""Plugins and what they declare: kernels, policy files, tier insertions, commands.
 
 Plugins come from the `oracle.kernels` entry-point group (or are added directly, for
-tests and embedding). Every failure -- an import error, a hook that raises, a kernels
-file that does not validate, a duplicate kernel name -- is recorded as a
-`PluginFailure` and that piece is skipped; the engine keeps the rest.
+tests and embedding). Every hook is called the way pluggy calls it -- an implementation
+receives only the arguments it declares -- one plugin at a time, so a failure stays with
+its plugin. Every failure -- an import error, a hook name no spec declares, a hook that
+raises, a kernels file that does not validate, a kernel or backend name another plugin
+owns -- is recorded as a `PluginFailure` and that piece is skipped; the rest keep working.
+
+This module keeps no process-wide state: `oracle.session` owns the registry of a process.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import itertools
-import threading
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -30,7 +34,7 @@ class PluginFailure:
     """A plugin (or one of its files) that was skipped, and why."""
 
     plugin: str
-    stage: str          # import | register_kernels | register_policies | kernels file | can_implement
+    stage: str          # import | register | a hook name | kernels file | command
     message: str
 
     def __str__(self) -> str:
@@ -45,23 +49,74 @@ class PluginInfo:
     kernels: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class TierInsertion:
+    """A plugin's request to place a tier (or backend) beside an existing one in every ordering list."""
+
+    plugin: str
+    name: str
+    after: str | None
+    before: str | None
+    ops: tuple[str, ...]
+    formats: tuple[str, ...]
+    source: str         # file:line of the insert() call
+
+    @property
+    def anchor(self) -> str:
+        return self.after or self.before or ""
+
+
+@dataclass(frozen=True)
+class PluginCommand:
+    """A CLI command contributed by a plugin: `add_parser(subparsers)` and `run(args) -> int`."""
+
+    plugin: str
+    name: str
+    command: Any = field(repr=False)
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """One plugin's implementation of a hook, called with just the arguments it declares."""
+
+    plugin: str
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.function(*[kwargs[name] for name in self.argnames])
+
+
+def load_allow_list(value: str | None) -> frozenset[str] | None:
+    """ORACLE_LOAD_PLUGINS: None (unset) loads every plugin; "" none; "a,b" only those entry points."""
+    if value is None:
+        return None
+    return frozenset(n.strip() for n in value.split(",") if n.strip())
+
+
 class Registry:
-    """Registered kernels, in plugin load order, with the policy files plugins contribute."""
+    """Registered kernels, in plugin load order, with what else plugins contribute."""
 
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.kernels: list[KernelSpec] = []
         self.by_name: dict[str, KernelSpec] = {}
+        self.backend_owner: dict[str, str] = {}
         self.failures: list[PluginFailure] = []
         self.policy_files: list[tuple[str, Path]] = []
+        self.insertions: list[TierInsertion] = []
+        self.commands: dict[str, PluginCommand] = {}
         self.plugins: list[PluginInfo] = []
-        self._can_implement: dict[str, Callable[..., Any]] = {}
+        self.skipped: list[str] = []            # entry points left out by the allow-list
+        self._can_implement: dict[str, HookCall] = {}
         self.generation = next(_generation)
 
     # ---- loading ---------------------------------------------------------------------
     @classmethod
-    def from_entry_points(cls, group: str = ENTRY_POINT_GROUP) -> "Registry":
+    def from_entry_points(cls, group: str = ENTRY_POINT_GROUP, *,
+                          allow: frozenset[str] | None = None) -> "Registry":
+        """Every plugin of the entry-point group, or only those named in `allow` (the rest are not imported)."""
         registry = cls()
         try:
             found = sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
@@ -69,15 +124,17 @@ class Registry:
             registry.failures.append(PluginFailure("<entry points>", "import", str(exc)))
             found = []
         for ep in found:
+            if allow is not None and ep.name not in allow:
+                registry.skipped.append(ep.name)
+                continue
             dist = getattr(ep, "dist", None)
-            dist_name = getattr(dist, "name", None)
-            version = getattr(dist, "version", None)
             try:
                 plugin = ep.load()
             except Exception as exc:
                 registry.failures.append(PluginFailure(ep.name, "import", f"{type(exc).__name__}: {exc}"))
                 continue
-            registry.add_plugin(plugin, ep.name, distribution=dist_name, version=version)
+            registry.add_plugin(plugin, ep.name, distribution=getattr(dist, "name", None),
+                                version=getattr(dist, "version", None))
         return registry
 
     @classmethod
@@ -90,11 +147,8 @@ class Registry:
 
     def add_plugin(self, plugin: Any, name: str, *, distribution: str | None = None,
                    version: str | None = None) -> None:
-        """Register one plugin object and collect its kernels and policy files."""
-        try:
-            self.pm.register(plugin, name=name)
-        except Exception as exc:
-            self.failures.append(PluginFailure(name, "import", f"{type(exc).__name__}: {exc}"))
+        """Register one plugin object and collect what its hooks declare."""
+        if not self._register(plugin, name):
             return
         declared: list[str] = []
 
@@ -108,20 +162,53 @@ class Registry:
                 return
             self.policy_files.append((name, p))
 
-        for hook, register in (("register_kernels", register_kernels), ("register_policies", register_policy)):
-            for impl in getattr(self.pm.hook, hook).get_hookimpls():
-                if impl.plugin is not plugin:
-                    continue
+        def insert(tier: str, *, after: str | None = None, before: str | None = None,
+                   ops: Iterable[str] = (), formats: Iterable[str] = ()) -> None:
+            if (after is None) == (before is None):
+                raise OracleError(f"insert({tier!r}): give exactly one of after= or before=")
+            caller = sys._getframe(1)
+            self.insertions.append(TierInsertion(
+                name, normalize_backend(tier), after and normalize_backend(after),
+                before and normalize_backend(before), tuple(ops), tuple(formats),
+                f"{display_path(Path(caller.f_code.co_filename))}:{caller.f_lineno}"))
+
+        def register_command(command: Any) -> None:
+            self._add_command(command, name)
+
+        for hook, kwargs in (("register_kernels", {"register": register_kernels}),
+                             ("register_policies", {"register": register_policy}),
+                             ("register_tiers", {"insert": insert}),
+                             ("register_commands", {"register": register_command})):
+            for call in self._own_calls(plugin, name, hook):
                 try:
-                    impl.function(register=register)
+                    call(**kwargs)
                 except Exception as exc:
                     self.failures.append(PluginFailure(name, hook, f"{type(exc).__name__}: {exc}"))
-        for impl in self.pm.hook.can_implement.get_hookimpls():
-            if impl.plugin is plugin:
-                for kernel in declared:
-                    self._can_implement[kernel] = impl.function
+        for call in self._own_calls(plugin, name, "can_implement"):
+            for kernel in declared:
+                self._can_implement[kernel] = call
         self.plugins.append(PluginInfo(name, distribution, version, tuple(declared)))
         self.generation = next(_generation)
+
+    def _register(self, plugin: Any, name: str) -> bool:
+        """pluggy's registration and `check_pending`: a hook no spec declares is this plugin's error."""
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:  # e.g. an implementation asking for an argument the spec lacks
+            self.failures.append(PluginFailure(name, "register", f"{type(exc).__name__}: {exc}"))
+            return False
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self.pm.unregister(plugin)
+            known = ", ".join(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "oracle_spec")))
+            self.failures.append(PluginFailure(name, "register", f"{exc}; the hooks are: {known}"))
+            return False
+        return True
+
+    def _own_calls(self, plugin: Any, name: str, hook: str) -> list[HookCall]:
+        return [HookCall(name, impl.function, tuple(impl.argnames))
+                for impl in getattr(self.pm.hook, hook).get_hookimpls() if impl.plugin is plugin]
 
     def add_kernels(self, source: Any, plugin: str = "<direct>") -> list[str]:
         """Declare kernels from a file or loaded mapping without a plugin object (tests, embedding)."""
@@ -145,17 +232,37 @@ class Registry:
             return []
         added = []
         for spec in specs:
-            other = self.by_name.get(spec.name)
-            if other is not None:
-                self.failures.append(PluginFailure(
-                    plugin, "kernels file",
-                    f"duplicate kernel name {spec.name!r} at {spec.source}; already declared by plugin "
-                    f"{other.plugin} at {other.source}; the second declaration is skipped"))
+            problem = self._ownership_problem(spec, plugin)
+            if problem:
+                self.failures.append(PluginFailure(plugin, "kernels file", f"{problem}; {spec.name} is skipped"))
                 continue
+            self.backend_owner.setdefault(spec.backend, plugin)
             self.kernels.append(spec)
             self.by_name[spec.name] = spec
             added.append(spec.name)
         return added
+
+    def _ownership_problem(self, spec: KernelSpec, plugin: str) -> str | None:
+        """A backend belongs to the first plugin that declares it; a kernel name to one declaration."""
+        other = self.by_name.get(spec.name)
+        if other is not None:
+            return (f"duplicate kernel name {spec.name!r} at {spec.source}; already declared by plugin "
+                    f"{other.plugin} at {other.source}")
+        owner = self.backend_owner.get(spec.backend)
+        if owner is not None and owner != plugin:
+            return (f"backend {spec.backend!r} (kernel {spec.name} at {spec.source}) belongs to plugin {owner}; "
+                    "a plugin may declare kernels only for its own backends")
+        return None
+
+    def _add_command(self, command: Any, plugin: str) -> None:
+        name = getattr(command, "NAME", None)
+        if not isinstance(name, str) or not callable(getattr(command, "add_parser", None)) \
+                or not callable(getattr(command, "run", None)):
+            raise OracleError("a command needs NAME (str), add_parser(subparsers) and run(args) -> int")
+        other = self.commands.get(name)
+        if other is not None:
+            raise OracleError(f"command {name!r} is already added by plugin {other.plugin}")
+        self.commands[name] = PluginCommand(plugin, name, command)
 
     # ---- queries -----------------------------------------------------------------------
     def backends(self) -> list[str]:
@@ -164,11 +271,11 @@ class Registry:
     def kernels_for(self, op: str, weight_format: str) -> list[KernelSpec]:
         return [k for k in self.kernels if k.serves(op, weight_format)]
 
-    def can_implement_hook(self, kernel_name: str) -> Callable[..., Any] | None:
+    def can_implement_hook(self, kernel_name: str) -> HookCall | None:
         return self._can_implement.get(kernel_name)
 
     def is_backend(self, name: str) -> bool:
-        return normalize_backend(name) in {k.backend for k in self.kernels}
+        return normalize_backend(name) in self.backend_owner
 
     def require_backend(self, name: str, *, field: str, source: str | None = None) -> str:
         """`name` normalised; "auto" or a registered backend, else an error listing the registered ones."""
@@ -178,30 +285,3 @@ class Registry:
                 f"unknown backend {normalized!r}; registered backends: auto, {', '.join(self.backends())}",
                 field=field, source=source)
         return normalized
-
-
-_lock = threading.Lock()
-_registry: Registry | None = None
-
-
-def get_registry() -> Registry:
-    """The process-wide registry, loaded from entry points on first use."""
-    global _registry
-    if _registry is None:
-        with _lock:
-            if _registry is None:
-                _registry = Registry.from_entry_points()
-    return _registry
-
-
-def set_registry(registry: Registry | None) -> None:
-    """Replace the process-wide registry (None: reload from entry points on next use)."""
-    global _registry
-    with _lock:
-        _registry = registry
-    from . import engine  # local: engine imports registry
-    engine.clear_cache()
-
-
-def reset_registry() -> None:
-    set_registry(None)

@@ -7,9 +7,14 @@ from typing import Any, Literal
 
 import structlog
 
+from .errors import NoKernelError
+
 Verdict = Literal["selected", "rejected"]
-Stage = Literal["platform", "constraint", "policy"]
+Stage = Literal["platform", "constraint", "policy", "measurement"]
 Status = Literal["selected", "unquantized", "no_kernel"]
+#: How the kernel was chosen: the caller named its backend, measured time ranked it first, or the
+#: policy's ordering reached it.
+SelectedBy = Literal["explicit", "measured", "policy"]
 
 _stdlib_logger = logging.getLogger("oracle.decisions")
 # A library logs; the application decides where it goes (`oracle --log-decisions` does).
@@ -40,6 +45,8 @@ class Candidate:
     rule: str
     reasons: tuple[str, ...] = ()      # every failing reason (reason is the first)
     rules: tuple[str, ...] = ()
+    #: measured times from tuning files: (M, median ms, "graph" | "eager"), by M
+    timings: tuple[tuple[int, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {"backend": self.backend, "kernel": self.kernel, "mode": self.mode,
@@ -47,6 +54,8 @@ class Candidate:
                "stage": self.stage, "reason": self.reason, "rule": self.rule}
         if len(self.reasons) > 1:
             out["reasons"] = [{"reason": r, "rule": s} for r, s in zip(self.reasons, self.rules)]
+        if self.timings:
+            out["measured"] = [{"m": m, "ms": ms, "method": how} for m, ms, how in self.timings]
         return out
 
     def line(self) -> str:
@@ -59,7 +68,11 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
-    """The engine's answer for one layer; pure data, cached by layer signature."""
+    """The engine's answer for one layer signature; pure data, shared by every layer with that signature.
+
+    It deliberately holds no layer: one cached Decision serves all layers of a signature, so
+    anything that names a layer (`explain`, `instantiate`) takes the layer from the caller.
+    """
 
     status: Status
     op: str
@@ -71,7 +84,8 @@ class Decision:
     candidates: tuple[Candidate, ...] = ()
     notes: tuple[str, ...] = ()
     requested_backend: str = "auto"
-    layer: Any = field(default=None, repr=False, compare=False)
+    #: how the kernel was chosen: an explicit backend request, the policy order, or measured time
+    selected_by: SelectedBy | None = None   # None unless status is "selected"
     platform: Any = field(default=None, repr=False, compare=False)
     spec: Any = field(default=None, repr=False, compare=False)
     mode_spec: Any = field(default=None, repr=False, compare=False)
@@ -88,23 +102,24 @@ class Decision:
     def testing_only(self) -> bool:
         return bool(self.spec is not None and self.spec.testing_only)
 
-    def instantiate(self, layer: Any = None) -> Any:
-        """Import the chosen kernel's implementation and build it for `layer` (default: this one)."""
-        from .errors import NoKernelError
+    def instantiate(self, layer: Any) -> Any:
+        """Import the chosen kernel's implementation and build it for `layer` (the one asked about)."""
         if self.status != "selected":
-            raise NoKernelError(f"cannot instantiate a decision with status {self.status!r}:\n{self.explain()}",
-                                self)
+            raise NoKernelError(f"cannot instantiate a decision with status {self.status!r}:\n"
+                                f"{self.explain(layer)}", self)
         cls = self.spec.load_implementation()
-        return cls(layer if layer is not None else self.layer, self.mode_spec, self.spec)
+        return cls(layer, self.mode_spec, self.spec)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "op": self.op, "weight_format": self.weight_format,
                 "backend": self.backend, "kernel": self.kernel, "mode": self.mode,
                 "activation_format": self.activation_format, "requested_backend": self.requested_backend,
-                "candidates": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+                "selected_by": self.selected_by, "candidates": [c.to_dict() for c in self.candidates],
+                "notes": list(self.notes)}
 
-    def explain(self) -> str:
-        name = getattr(self.layer, "name", "") or "layer"
+    def explain(self, layer: Any = None) -> str:
+        """The decision as text, headed by `layer`'s name (or "layer" when none is given)."""
+        name = getattr(layer, "name", "") or "layer"
         head = f"{name} ({self.op}, {self.weight_format} weights): "
         if self.status == "selected":
             head += f"{self.kernel} [{self.mode}] activations {self.activation_format}"
@@ -117,19 +132,21 @@ class Decision:
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-    __str__ = explain
+    def __str__(self) -> str:
+        return self.explain()
 
 
-def log_decision(decision: Decision) -> None:
-    """One event per decision; each rejected candidate at debug level."""
+def log_decision(decision: Decision, layer: Any) -> None:
+    """One event per decision (named after the layer that caused it); each rejected candidate at debug level."""
     if not _stdlib_logger.isEnabledFor(logging.WARNING if decision.status == "no_kernel" else logging.DEBUG):
         return
-    name = getattr(decision.layer, "name", "")
+    name = getattr(layer, "name", "")
     for c in decision.rejected:
         _log.debug("candidate_rejected", layer=name, kernel=c.kernel, mode=c.mode, stage=c.stage,
                    reason=c.reason, rule=c.rule)
     level = _log.warning if decision.status == "no_kernel" else _log.info
     level("decision", layer=name, op=decision.op, weight_format=decision.weight_format,
           status=decision.status, backend=decision.backend, kernel=decision.kernel, mode=decision.mode,
-          activation_format=decision.activation_format, rejected=len(decision.rejected),
+          activation_format=decision.activation_format, selected_by=decision.selected_by,
+          rejected=len(decision.rejected),
           notes=list(decision.notes))

@@ -7,7 +7,8 @@ import pytest
 
 from oracle import hookimpl
 from oracle.policy import load_policy
-from oracle.registry import Registry, reset_registry, set_registry
+from oracle.registry import Registry
+from oracle.session import reset_registry, set_registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -22,6 +23,12 @@ class ToyPlugin:
     def register_kernels(self, register):
         for name in self.files:
             register(FIXTURES / name)
+
+
+@pytest.fixture
+def toy_plugin() -> ToyPlugin:
+    """A fresh toy plugin object, for tests that build registries with other plugins beside it."""
+    return ToyPlugin()
 
 
 @pytest.fixture

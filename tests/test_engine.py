@@ -298,13 +298,13 @@ kernels:
 
 
 def test_decision_instantiate_imports_implementation_lazily(select):
-    d = select(EmbeddingLayer(name="embed", num_embeddings=1000, embedding_dim=64, weight_format="q8_0"))
-    kernel = d.instantiate()
+    embed = EmbeddingLayer(name="embed", num_embeddings=1000, embedding_dim=64, weight_format="q8_0")
+    kernel = select(embed).instantiate(embed)
     assert type(kernel).__name__ == "Kernel" and kernel.layer.name == "embed" and kernel.mode.name == "q8_0_lookup"
-    d2 = select(gpt_oss_experts(hidden_size=3072))
+    experts = gpt_oss_experts(hidden_size=3072)
     from oracle.errors import PolicyError
     with pytest.raises(PolicyError, match="cannot import toy_impl:ToyMoE"):
-        d2.instantiate()
+        select(experts).instantiate(experts)
 
 
 def test_decision_to_dict_shape(select):

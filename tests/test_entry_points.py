@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
-from oracle.registry import Registry, reset_registry
+from oracle.registry import Registry
+from oracle.session import reset_registry
 
 PLUGIN_YAML = """\
 backend: thirdparty
@@ -91,7 +92,7 @@ def test_entry_point_plugin_is_discovered_and_selected(installed):
     layer = LinearLayer(name="o_proj", in_features=4096, out_features=4096, weight_format="fp8_tensor")
     d = select_backend(layer, Platform.preset("h200"), KernelConfig(linear_backend="ThirdParty"), env={})
     assert (d.status, d.kernel, d.mode) == ("selected", "thirdparty.fp8", "w8a8")
-    assert d.instantiate().apply(1) == ("third party", 1)
+    assert d.instantiate(layer).apply(1) == ("third party", 1)
     # opt-in: automatic selection does not pick it, and says why
     auto = select_backend(layer, Platform.preset("h200"), env={})
     assert any(c.kernel == "thirdparty.fp8" and c.stage == "policy" for c in auto.candidates)

@@ -18,7 +18,7 @@ import pytest
 from oracle import KernelConfig, Platform
 from oracle.explain import block_label, build_report, render_markdown, render_text
 from oracle.models import example_names, load_model
-from oracle.registry import get_registry, reset_registry
+from oracle.session import get_registry, reset_registry
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICES = {"SM120": "rtx-pro-6000", "SM100": "b200", "SM90": "h200"}
@@ -69,7 +69,7 @@ def test_every_example_has_a_kernel_for_every_quantized_layer(name, device):
     assert rep.exit_code == 0
     for row, d in zip(rep.model.layers, rep.decisions):
         if row.quantized:
-            assert d.status == "selected", (row.name, d.explain())
+            assert d.status == "selected", (row.name, d.explain(row.layer))
         else:
             assert d.status == "unquantized"
     if device != "SM120":  # b12x needs SM12x: every b12x candidate is rejected at the platform stage
@@ -139,7 +139,7 @@ def test_gpt_oss_explicit_b12x_moe_lists_every_reason():
 def test_per_format_backends_and_tp(tmp_path):
     rep = report("qwen3-30b-a3b-fp8", "SM120", tp=2, linear_backend={"fp8_block": "emulation", "default": "auto"})
     assert decision(rep, "qkv_proj").backend == "emulation"
-    assert decision(rep, "qkv_proj").layer.out_features == 5120 // 2
+    assert next(m.layer for m in rep.model.layers if m.role == "qkv_proj").out_features == 5120 // 2
 
 
 # ---------------------------------------------------------------- rendering

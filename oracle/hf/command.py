@@ -14,10 +14,12 @@ from typing import Any
 
 from ..errors import InputError, NoKernelError
 
+NAME = "run"
 
-def add_parser(subparsers: Any) -> None:
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "run", help="load a quantized checkpoint onto the selected kernels and generate tokens",
+        NAME, help="load a quantized checkpoint onto the selected kernels and generate tokens",
         description="Load a quantized Hugging Face checkpoint directory (config.json + safetensors) into a "
                     "transformers model whose quantized layers run the kernels oracle selects for this machine, "
                     "generate greedily, and print tokens, decisions, load time, peak memory and tokens/s. "
@@ -30,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
     prompt.add_argument("--prompt", metavar="TEXT", help="text prompt (needs a tokenizer in DIR)")
     prompt.add_argument("--prompt-ids", metavar="1,2,3", help="token ids of the prompt (default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=16, metavar="N")
-    p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:

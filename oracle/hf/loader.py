@@ -82,7 +82,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
     report = build_report(desc, platform, config, policy=policy, env=env)
     if report.no_kernel:
         raise NoKernelError("no kernel can serve some quantized layers of this checkpoint on "
-                            f"{platform.describe()}:\n" + "\n".join(g.decision.explain() for g in report.no_kernel))
+                            f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
     src = TensorSource.from_dir(root)
     try:
         model = _build(root, desc)

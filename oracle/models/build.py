@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..layer import EmbeddingLayer, LinearLayer, MoELayer
-from .architectures import CLASS_NAMES, build_modules
+import re
+from dataclasses import replace
+
+from .architectures import ARCHITECTURES, CLASS_NAMES, NESTED_LAYOUTS, TEXT_ONLY, Layout, build_modules
+from .coverage import check_coverage
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
 from .source import ConfigView, ModelFiles, load_model_files
@@ -19,36 +23,122 @@ def load_model(model: str, *, tp: int = 1, ep: int = 1) -> Model:
 
 def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
     top = files.config
-    text, prefix = _text_config(top)
+    text = _text_config(top)
     model_type, arch_name = _model_type(top, text)
     scheme = detect_scheme(files, text)
     dtype, unquantized = _dtype(top, text)
-    modules, notes, generic = build_modules(text, model_type, tp, ep, prefix)
-    if text is not top and isinstance(top.raw("vision_config"), dict):
-        notes.append("vision tower not listed: only the text decoder's layers are")
+    derivation = "architecture table"
+    if model_type not in ARCHITECTURES and _transformers_knows(model_type):
+        from .meta import meta_modules   # imports transformers and torch: only on this path
+        modules, notes = meta_modules(top, text, model_type, tp, ep, TEXT_ONLY)
+        generic, derivation = False, "transformers meta-device model"
+    else:
+        modules, notes, generic = build_modules(text, model_type, tp, ep, TEXT_ONLY)
+        if generic:
+            derivation = "generic fallback"
+    checkpoint = files.tensor_modules()
+    if text is not top:
+        layout = _nested_layout(top, modules, scheme, checkpoint)
+        modules = [_relayout(m, layout) for m in modules]
+        notes.append(f"multimodal checkpoint: decoder layers named {layout.base}.layers.N, head {layout.head} "
+                     "(the layout the checkpoint's own names use)")
+        if isinstance(top.raw("vision_config"), dict):
+            notes.append("vision tower not listed: only the text decoder's layers are")
     layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
+    names_from = derivation + (" + model.safetensors.index.json" if checkpoint else "")
+    if checkpoint:
+        notes += _index_notes(modules, checkpoint)
+    blocks = {m.block for m in modules if m.block is not None}
+    coverage = check_coverage(scheme, modules, sum(1 for m in layers if m.quantized), names_from=names_from,
+                              checkpoint=checkpoint, blocks=max(blocks) + 1 if blocks else None)
     return Model(name=files.name, files=files.paths, architecture=arch_name, model_type=model_type,
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
-                 layers=layers, notes=notes, generic=generic, example=files.example)
+                 layers=layers, notes=notes, generic=generic, example=files.example, derivation=derivation,
+                 coverage=coverage)
 
 
-def _text_config(top: ConfigView) -> tuple[ConfigView, str]:
-    """Multimodal configs nest the language model under text_config; its modules get 'language_model.'."""
+def _relayout(m: Module, layout: Layout) -> Module:
+    """A module derived with text-only names, renamed into `layout`."""
+    return replace(m, name=layout.rename(m.name), parts=tuple(layout.rename(p) for p in m.parts))
+
+
+def _nested_layout(top: ConfigView, modules: list[Module], scheme: Scheme, checkpoint: list[str]) -> Layout:
+    """The multimodal layout whose names the checkpoint uses: its index first, then its quantization lists.
+
+    Without either to go by, the transformers version that wrote the config decides (5 and later
+    nest the language model under model.language_model).
+    """
+    major = re.match(r"\d+", str(top.raw("transformers_version") or ""))
+    default = NESTED_LAYOUTS[1] if major and int(major.group()) >= 5 else NESTED_LAYOUTS[0]
+    known = set(checkpoint)
+    lists = scheme.name_lists()
+
+    first = min((m.block for m in modules if m.block is not None), default=None)
+    sample = [m for m in modules if m.block is None or m.block - first < 4]   # enough to tell the layouts apart
+
+    def score(layout: Layout) -> tuple[int, int, bool]:
+        names = [layout.rename(n) for m in sample for n in (m.name, *m.parts)]
+        in_index = sum(1 for n in names if n in known)
+        matched = sum(len(lst.matcher.matched_entries(names)) for lst in lists)
+        return in_index, matched, layout == default
+    return max(NESTED_LAYOUTS, key=score)
+
+
+def _transformers_knows(model_type: str) -> bool:
+    """Whether transformers (when installed) has a config class for `model_type`; never imports torch."""
+    from importlib.util import find_spec
+    if find_spec("transformers") is None or find_spec("torch") is None:
+        return False
+    from .meta import knows_model_type
+    return knows_model_type(model_type)
+
+
+def _index_notes(modules: list[Module], checkpoint: list[str]) -> list[str]:
+    """Derived part names the checkpoint does not have: the report's names differ from the weights'."""
+    known = set(checkpoint)
+    parents = {n.rsplit(".", 1)[0] for n in known}
+    missing = [p for m in modules for p in m.parts if p not in known and p not in parents]
+    if not missing:
+        return ["module names checked against model.safetensors.index.json: every derived part is in the checkpoint"]
+    return [f"{len(missing)} derived module names are not in model.safetensors.index.json "
+            f"(e.g. {', '.join(missing[:3])}): quantization lists are matched against derived names, "
+            "so entries naming the checkpoint's own names may not apply"]
+
+
+def _text_config(top: ConfigView) -> ConfigView:
+    """Multimodal configs nest the language model under text_config (named as `_nested_layout` finds)."""
     text = top.sub("text_config")
     if text is not None and "hidden_size" in text:
-        return text, "language_model."
-    return top, ""
+        return text
+    return top
 
 
 def _model_type(top: ConfigView, text: ConfigView) -> tuple[str, str]:
-    archs = top.raw("architectures") or text.raw("architectures") or []
-    arch_name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    """model_type of the text model; a nested text_config without one is resolved from `architectures`."""
+    classes = [a for view in (text, top) if text is not top or view is top
+               for a in (view.raw("architectures") or []) if isinstance(a, str)]
+    arch_name = next(iter(classes), "")
     model_type = text.raw("model_type")
-    if not isinstance(model_type, str) or not model_type:
-        model_type = CLASS_NAMES.get(arch_name, "")
-    if not model_type:
-        raise text.error("model_type", "required key is missing (and architectures names no known class)")
-    return model_type, arch_name or model_type
+    if isinstance(model_type, str) and model_type:
+        return model_type, arch_name or model_type
+    top_type = top.raw("model_type") if text is not top else None
+    candidates = [CLASS_NAMES.get(c, "") for c in classes] + [_snake(c) for c in classes]
+    if isinstance(top_type, str) and top_type:
+        candidates += [f"{top_type}_text", top_type]
+    found = next((c for c in candidates if c in ARCHITECTURES), "")
+    if not found and isinstance(top_type, str) and _transformers_knows(top_type):
+        from .meta import text_model_type
+        found = text_model_type(top_type) if text is not top else top_type
+    if not found:
+        raise text.error("model_type", "required key is missing, and neither architectures "
+                         f"({', '.join(classes) or 'none'}) nor the top-level model_type names a known model")
+    return found, arch_name or found
+
+
+def _snake(class_name: str) -> str:
+    """'Qwen3MoeForConditionalGeneration' -> 'qwen3_moe', transformers' naming of model types."""
+    stem = re.sub(r"(For\w+|Model)$", "", class_name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", stem).lower()
 
 
 def _dtype(top: ConfigView, text: ConfigView) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..layer import EmbeddingLayer, LinearLayer, MoELayer
 
@@ -75,6 +75,10 @@ class Model:
     notes: list[str] = field(default_factory=list)
     generic: bool = False
     example: bool = False
+    #: how the modules were derived: "architecture table", "transformers meta-device model" or
+    #: "generic fallback"; module names come from there (and the safetensors index, when present)
+    derivation: str = "architecture table"
+    coverage: Any = None            # oracle.models.coverage.Coverage
 
     @property
     def quantized_layers(self) -> list[ModelLayer]:

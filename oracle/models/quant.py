@@ -37,6 +37,16 @@ from .source import ConfigView, ModelFiles
 
 Resolution = tuple[Quant | None, str]
 
+
+@dataclass(frozen=True)
+class NameList:
+    """One name list of a quantization config, for the coverage check (`oracle.models.coverage`)."""
+
+    source: str
+    key: str
+    kind: str                    # "target", "ignore" or "quantized_layers"
+    matcher: NameMatcher
+
 KNOWN_METHODS = ("compressed-tensors", "fp8", "mxfp4", "modelopt", "gptq", "awq")
 _METHOD_ALIASES = {"modelopt_fp4": "modelopt", "modelopt_mixed": "modelopt", "compressed_tensors": "compressed-tensors"}
 
@@ -71,6 +81,14 @@ class Scheme:
     def _part(self, name: str, module: Module) -> Resolution:
         return None, "checkpoint is not quantized"
 
+    # ---- coverage (what the config names, for oracle.models.coverage) ----------------
+    def name_lists(self) -> list[NameList]:
+        return []
+
+    def unused_groups(self) -> list[tuple[str, str]]:
+        """(key, description) of declared groups that quantized no part (after `resolve` ran)."""
+        return []
+
 
 def _explicit_only(module: Module) -> bool:
     return module.role in EXPLICIT_ONLY_ROLES
@@ -90,6 +108,9 @@ class _SkipListScheme(Scheme):
         self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key))
         self.quant = quant
         super().__init__(view, detail + (f"; {len(entries)} {self.skip_key} entries" if entries else ""))
+
+    def name_lists(self) -> list[NameList]:
+        return [NameList(self.source, self.view.key(self.skip_key), "ignore", self.skip)]
 
     def _part(self, name: str, module: Module) -> Resolution:
         hit = self.skip.match(name)
@@ -160,6 +181,9 @@ class GptqAwqScheme(_SkipListScheme):
         super().__init__(view, Quant("int4", None, group_size),
                          f"quant_method {method} (int4 W4A16, {gs}, {', '.join(extras)})")
 
+    def name_lists(self) -> list[NameList]:
+        return [*super().name_lists(), NameList(self.source, self.view.key("dynamic"), "ignore", self.negative)]
+
     def _part(self, name: str, module: Module) -> Resolution:
         if self.negative:
             hit = self.negative.match(name)
@@ -182,6 +206,7 @@ class _CtGroup:
     quant: Quant
     class_targets: frozenset[str]
     names: NameMatcher
+    key: str = ""
 
 
 class CompressedTensorsScheme(Scheme):
@@ -194,6 +219,8 @@ class CompressedTensorsScheme(Scheme):
         for gname in groups_view.data:
             g = groups_view.sub(gname, required=True)
             fmt = g.str("format", self.format)
+            if fmt == "mixed-precision":      # groups of a mixed-precision config: the weights say which
+                fmt = "float-quantized" if (g.sub("weights", required=True).raw("type") == "float") else "pack-quantized"
             if fmt not in _CT_FORMATS:
                 raise g.error("format", f"unknown compressed-tensors format {fmt!r}; expected one of "
                               + ", ".join(_CT_FORMATS))
@@ -204,11 +231,24 @@ class CompressedTensorsScheme(Scheme):
             classes = frozenset(t for t in targets if not t.startswith("re:") and "." not in t
                                 and t[:1].isupper())
             names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"))
-            self.groups.append(_CtGroup(gname, quant, classes, names))
+            self.groups.append(_CtGroup(gname, quant, classes, names, g.key("targets")))
         self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"))
         kinds = ", ".join(f"{g.name}: {_describe(g.quant)}" for g in self.groups)
         n_ignore = len(view.str_list("ignore"))
+        self.used_groups: set[str] = set()
         super().__init__(view, f"compressed-tensors {self.format} ({kinds}); {n_ignore} ignore entries")
+
+    def name_lists(self) -> list[NameList]:
+        lists = [NameList(self.source, g.key, "target", g.names) for g in self.groups]
+        return [*lists, NameList(self.source, self.view.key("ignore"), "ignore", self.ignore)]
+
+    def class_targets(self) -> list[tuple[str, str]]:
+        """(key, class name) of every class target ('Linear', 'Embedding', ...)."""
+        return [(g.key, c) for g in self.groups for c in sorted(g.class_targets)]
+
+    def unused_groups(self) -> list[tuple[str, str]]:
+        return [(g.key.rsplit(".", 1)[0], f"config group {g.name!r} ({_describe(g.quant)})")
+                for g in self.groups if g.name not in self.used_groups]
 
     def _part(self, name: str, module: Module) -> Resolution:
         hit = self.ignore.match(name)
@@ -216,6 +256,7 @@ class CompressedTensorsScheme(Scheme):
             return None, f"ignore: {hit}"
         for group in self.groups:
             if group.names and group.names.match(name) is not None:
+                self.used_groups.add(group.name)
                 return group.quant, ""        # a target naming the module beats a class target
         wanted = "Embedding" if module.op == "embedding" else "Linear"
         by_class = next((g for g in self.groups if wanted in g.class_targets), None)
@@ -223,6 +264,7 @@ class CompressedTensorsScheme(Scheme):
             return None, "no config_groups target matches"
         if module.role == "lm_head":
             return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
+        self.used_groups.add(by_class.name)
         return by_class.quant, ""
 
 
@@ -332,6 +374,13 @@ class ModelOptScheme(Scheme):
             what = f"{algo} ({_describe(self.quant)})"
         kv_text = f", kv cache {kv}" if kv else ""
         super().__init__(view, f"ModelOpt {what}{kv_text}")
+
+    def name_lists(self) -> list[NameList]:
+        lists = [NameList(self.source, self.view.key("exclude_modules"), "ignore", self.exclude)]
+        if self.layer_matcher is not None:
+            lists.append(NameList(self.source, self.view.key("quantized_layers"), "quantized_layers",
+                                  self.layer_matcher))
+        return lists
 
     def _part(self, name: str, module: Module) -> Resolution:
         hit = self.exclude.match(name)

@@ -18,6 +18,7 @@ from ..resources import data_dir
 from ..sources import display_path
 
 SIBLING_QUANT_FILES = ("hf_quant_config.json", "quantize_config.json")
+INDEX_FILE = "model.safetensors.index.json"
 _MISSING = object()
 
 
@@ -106,11 +107,20 @@ class ModelFiles:
     config: ConfigView
     siblings: dict[str, ConfigView] = field(default_factory=dict)
     example: bool = False
+    index: ConfigView | None = None        # model.safetensors.index.json beside config.json
+
+    def tensor_modules(self) -> list[str]:
+        """The checkpoint's module names from the safetensors index (tensor names less the last part)."""
+        if self.index is None:
+            return []
+        return sorted({t.rsplit(".", 1)[0] for t in self.index.data["weight_map"]})
 
     @property
     def paths(self) -> list[str]:
         """The files read, as reports show them (shipped examples as examples/NAME/FILE)."""
         files = [self.config_path, *(self.config_path.with_name(n) for n in self.siblings)]
+        if self.index is not None:
+            files.append(self.config_path.with_name(INDEX_FILE))
         if self.example:
             return [f"examples/{p.parent.name}/{p.name}" for p in files]
         return [display_path(p) for p in files]
@@ -174,6 +184,34 @@ def load_model_files(model: str) -> ModelFiles:
             sibling = config_path.with_name(name)
             if sibling.is_file():
                 siblings[name] = read_json(sibling)
+    index = None
+    if config_path.name == "config.json" and config_path.with_name(INDEX_FILE).is_file():
+        index = read_index(config_path.with_name(INDEX_FILE))
     name = config_path.parent.name if config_path.name == "config.json" else config_path.stem
     return ModelFiles(name=name or str(config_path), config_path=config_path, config=config,
-                      siblings=siblings, example=example)
+                      siblings=siblings, example=example, index=index)
+
+
+def read_index(path: Path) -> ConfigView:
+    """A safetensors index: weight_map must map tensor names to shard files in the same folder.
+
+    A folder with none of the shards (config and index only, as fetched to inspect a model
+    before downloading it) is fine; a folder with some shards but not all is an incomplete
+    download, and an error naming the first missing shard.
+    """
+    view = read_json(path)
+    weight_map = view.sub("weight_map", required=True)
+    if not weight_map.data:
+        raise view.error("weight_map", "expected at least one tensor name")
+    shards = set()
+    for tensor, shard in weight_map.data.items():
+        if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard:
+            raise weight_map.error(tensor, f"expected a shard file name in the same folder, got {shard!r}")
+        shards.add(shard)
+    present = {s for s in shards if (path.parent / s).is_file()}
+    if present and present != shards:
+        missing = sorted(shards - present)
+        tensor = next(t for t, s in weight_map.data.items() if s == missing[0])
+        raise weight_map.error(tensor, f"shard {missing[0]!r} does not exist beside the index "
+                               f"({len(missing)} of {len(shards)} shards missing)")
+    return view

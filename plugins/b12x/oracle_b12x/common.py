@@ -8,34 +8,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
-from oracle.errors import CaptureError, InputError
+from oracle import tensors
+from oracle.errors import CaptureError, TensorError
 from oracle.warmup import is_capturing
-
-FLOAT_DTYPES = ("bfloat16", "float16", "float32")
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
 
 
 def check_tensor(owner: str, name: str, value: Any, *, dtypes: Sequence[Any], shape: Sequence[int] | None,
                  what: str) -> Any:
-    """`value` must be a tensor of one of `dtypes` and exactly `shape`; else one clear InputError."""
-    import torch
-
-    if value is None:
-        raise InputError(f"is required: {what}", source=owner, field=name)
-    if not isinstance(value, torch.Tensor):
-        raise InputError(f"expected a torch tensor ({what}), got {type(value).__name__}", source=owner, field=name)
-    if value.dtype not in tuple(dtypes):
-        wanted = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise InputError(f"expected dtype {wanted} ({what}), got {str(value.dtype).removeprefix('torch.')}",
-                         source=owner, field=name)
-    if shape is not None and tuple(value.shape) != tuple(shape):
-        raise InputError(f"expected shape {list(shape)} ({what}), got {list(value.shape)}", source=owner, field=name)
-    return value
+    """`value` must be a tensor of one of `dtypes` and exactly `shape`; else one TensorError naming `owner`."""
+    return tensors.check_tensor(name, value, dtypes=dtypes, shapes=None if shape is None else [shape], why=what,
+                                owner=owner)
 
 
 def check_scalar(owner: str, name: str, value: Any, what: str, *, positive: bool = True) -> Any:
@@ -44,15 +26,14 @@ def check_scalar(owner: str, name: str, value: Any, what: str, *, positive: bool
 
     import torch
 
-    if value is None:
-        raise InputError(f"is required: {what}", source=owner, field=name)
+    tensors.require(name, value, f"for {what}", owner=owner)
     tensor = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
     if tensor.numel() != 1:
-        raise InputError(f"expected one value ({what}), got shape {list(tensor.shape)}", source=owner, field=name)
+        raise TensorError(name, f"one value ({what})", f"shape {list(tensor.shape)}", owner=owner)
     number = float(tensor.detach().float().cpu().reshape(()))
     if not math.isfinite(number) or (positive and number <= 0) or number < 0:
-        raise InputError(f"expected a finite {'positive' if positive else 'non-negative'} value ({what}), got {number}",
-                         source=owner, field=name)
+        raise TensorError(name, f"a finite {'positive' if positive else 'non-negative'} value ({what})", str(number),
+                          owner=owner)
     return tensor.detach().to(torch.float32).reshape(())
 
 
@@ -60,17 +41,16 @@ def per_expert(owner: str, name: str, value: Any, experts: int, what: str):
     """A scalar or [E] fp32 scale -> [E] fp32 (b12x takes one value per expert)."""
     import torch
 
-    if value is None:
-        raise InputError(f"is required: {what}", source=owner, field=name)
+    tensors.require(name, value, f"for {what}", owner=owner)
     tensor = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
     tensor = tensor.detach().to(torch.float32)
     if tensor.numel() == 1:
         return tensor.reshape(1).expand(experts).contiguous()
     if tuple(tensor.shape) != (experts,):
-        raise InputError(f"expected one value or [{experts}] ({what}), got shape {list(tensor.shape)}",
-                         source=owner, field=name)
+        raise TensorError(name, f"one value or [{experts}] ({what})", f"shape {list(tensor.shape)}", owner=owner)
     if not bool(torch.isfinite(tensor).all()) or bool((tensor <= 0).any()):
-        raise InputError(f"expected finite positive values ({what})", source=owner, field=name)
+        raise TensorError(name, f"finite positive values ({what})", "a NaN, infinite or non-positive value",
+                          owner=owner)
     return tensor.contiguous()
 
 

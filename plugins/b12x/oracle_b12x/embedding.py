@@ -5,13 +5,15 @@ from functools import partial
 from typing import Any, Hashable
 
 from oracle.errors import CaptureError, InputError
+from oracle.formats import CODEC_BLOCKS
 from oracle.kernel import Kernel
 from oracle.warmup import WarmupUnit, is_capturing
 
 from .common import PlanCache, capacities, capacity, check_tensor, refuse_during_capture, reuse_packed_storage
 from .library import attr, load
 
-_BLOCK, _BYTES = 32, 34
+
+_BLOCK, _BYTES = CODEC_BLOCKS["q8_0"]
 _PLANS = PlanCache()
 
 

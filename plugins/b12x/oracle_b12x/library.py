@@ -10,16 +10,25 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from oracle.errors import OracleError
+from oracle.sources import load_yaml_file
 
-#: Keep in step with `packages.b12x.version` in kernels.yaml.
-SUPPORTED = ">=1.5.1,<1.6"
-INSTALL = "pip install oracle-b12x (pulls b12x==1.5.1 and triton)"
+#: The plugin's declarations; also the one home of the supported b12x range (`packages.b12x`).
+KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
+
+
+
+@lru_cache(maxsize=None)
+def declared() -> tuple[str, str]:
+    """(supported b12x range, install hint), read once from kernels.yaml's `packages.b12x` requirement."""
+    requirement = load_yaml_file(KERNELS_FILE)["requires"]["packages"]["b12x"]
+    return str(requirement["version"]), str(requirement["install"])
 
 
 class B12xUnavailableError(OracleError, ImportError):
@@ -35,15 +44,16 @@ def installed_version() -> str | None:
 
 def check_version(version: str | None) -> None:
     """Raise the clear error for a missing or unsupported b12x version."""
+    supported, install = declared()
     if version is None:
-        raise B12xUnavailableError(f"package b12x is not installed; install it with `{INSTALL}`")
+        raise B12xUnavailableError(f"package b12x is not installed; install it with `{install}`")
     try:
-        ok = Version(version) in SpecifierSet(SUPPORTED, prereleases=True)
+        ok = Version(version) in SpecifierSet(supported, prereleases=True)
     except InvalidVersion:
         ok = False
     if not ok:
         raise B12xUnavailableError(
-            f"b12x {version} is installed but oracle-b12x needs b12x{SUPPORTED}; `{INSTALL}`")
+            f"b12x {version} is installed but oracle-b12x needs b12x{supported}; `{install}`")
 
 
 def load(module: str) -> ModuleType:
@@ -71,7 +81,7 @@ def attr(module: ModuleType, name: str, purpose: str):
     except AttributeError:
         raise B12xUnavailableError(
             f"{module.__name__}.{name} is missing from b12x {installed_version()}; it is needed for {purpose} "
-            f"(oracle-b12x is tested with b12x{SUPPORTED})") from None
+            f"(oracle-b12x is tested with b12x{declared()[0]})") from None
     except Exception as exc:  # lazy attributes import submodules, which may fail
         raise B12xUnavailableError(f"{module.__name__}.{name} failed to load: {type(exc).__name__}: {exc}") from None
 

@@ -11,15 +11,15 @@ from functools import partial
 from typing import Any, Hashable
 
 from oracle.errors import InputError
+from oracle.formats import E4M3_MAX, torch_dtype
 from oracle.kernel import Kernel
 from oracle.warmup import WarmupUnit
 
 from . import mapping
 from .common import (PlanCache, canonicalize_fp4_zero_signs_, capacities, capacity, check_scalar, check_tensor,
-                     refuse_during_capture, reuse_packed_storage, torch_dtype)
+                     refuse_during_capture, reuse_packed_storage)
 from .library import B12xUnavailableError, attr, has, load
 
-E4M3_MAX = 448.0
 
 #: (kernel, signature) -> b12x plan, shared across layers.
 _PLANS = PlanCache()

@@ -18,16 +18,18 @@ from functools import partial
 from typing import Any, Hashable
 
 from oracle.errors import CaptureError, InputError
+from oracle.formats import CODEC_BLOCKS, MX_BLOCK, NV_BLOCK, torch_dtype
 from oracle.kernel import Kernel
 from oracle.warmup import WarmupUnit, is_capturing
 
 from . import mapping
 from .common import (PlanCache, canonicalize_fp4_zero_signs_, capacities, capacity, check_tensor, per_expert,
-                     refuse_during_capture, release_sources, reuse_packed_storage, swap_gate_up, torch_dtype)
+                     refuse_during_capture, release_sources, reuse_packed_storage, swap_gate_up)
 from .library import B12xUnavailableError, attr, enum_has, has, load
 
-_FP4_SCALE_GROUP = {"modelopt_nvfp4": 16, "fp4_e8m0_k32": 32}
-_CODECS = {"iq2_xs": (256, 74), "iq2_xxs": (256, 66), "q8_0": (32, 34)}
+
+_FP4_SCALE_GROUP = {"modelopt_nvfp4": NV_BLOCK, "fp4_e8m0_k32": MX_BLOCK}
+_CODECS = CODEC_BLOCKS
 
 #: signature -> (plan, scratch), shared by every layer of the same signature (one warmup
 #: unit per signature, as oracle.warmup de-duplicates); and the signatures already run once.

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from oracle.formats import CODEC_BLOCKS
+
 from . import mapping
 from .library import load
+
 
 #: A made-up SM120 identity: the planners' device-dependent rules (A16 needs SM12x) need one.
 SM120 = {"vendor": "nvidia", "compute_capability": (12, 0), "sm_count": 188,
@@ -95,5 +98,6 @@ def _embedding(layer: Any, mode: Any) -> None:
         raise ValueError("b12x decodes Q8_0 embedding rows to BF16 only")
     tuning = load("sequence.embedding._tuning")
     width = layer.embedding_dim
+    block, nbytes = CODEC_BLOCKS["q8_0"]
     tuning.EmbeddingQuery(max_rows=_PLANNED_TOKENS, table_rows=layer.num_embeddings, width=width,
-                          row_stride=-(-width // 32) * 34, weight_dtype="uint8", id_dtype="int64")
+                          row_stride=-(-width // block) * nbytes, weight_dtype="uint8", id_dtype="int64")

@@ -9,11 +9,10 @@ default the hook answers at once and selection stays in microseconds.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from oracle.hookspecs import hookimpl
 
-KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
+from .library import KERNELS_FILE
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 
 

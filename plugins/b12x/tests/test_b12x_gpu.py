@@ -69,7 +69,7 @@ def _record(name, **figures):
 @pytest.mark.parametrize("fmt, act", LINEAR_CASES)
 def test_b12x_rejected_on_this_device_and_next_candidate_matches_reference(fmt, act, tmp_path):
     pytest.importorskip("oracle_emulation", reason="the emulation plugin (the next candidate) is not installed")
-    from oracle.policy import load_policy
+    from oracle.session import load_policy
     layer, tensors, x = _linear_case(fmt, act)
     platform = Platform.detect()
     assert not platform.simulated and platform.vendor == "nvidia"
@@ -82,10 +82,10 @@ def test_b12x_rejected_on_this_device_and_next_candidate_matches_reference(fmt, 
     assert b12x and all(c.verdict == "rejected" and c.stage == "platform" for c in b12x)
     assert b12x[0].reason == CAPABILITY_REASON
     assert d.status == "selected" and d.backend != "b12x"
-    kernel = d.instantiate()
+    kernel = d.instantiate(layer)
     kernel.process_weights(**_to(tensors, "cuda"))
     out = kernel.apply(x.cuda())
-    reference = select_backend(layer, Platform.preset("cpu")).instantiate()   # emulation, on the CPU
+    reference = select_backend(layer, Platform.preset("cpu")).instantiate(layer)   # emulation, on the CPU
     reference.process_weights(**tensors)
     expected = reference.apply(x)
     err = _rel_err(out, expected)
@@ -111,10 +111,10 @@ def test_b12x_moe_and_embedding_rejected_on_this_device_with_the_device_reason()
     assert d.status == "selected" and d.backend != "b12x"
     table = torch.randn(1000, 256) * 0.1
     tensors = _codec("q8_0").quantize(table, "q8_0")
-    kernel = d.instantiate()
+    kernel = d.instantiate(emb)
     kernel.process_weights(weight=tensors["weight"].cuda())
     ids = torch.tensor([[0, 5, 999], [7, 7, 1]])
-    reference = select_backend(emb, Platform.preset("cpu")).instantiate()
+    reference = select_backend(emb, Platform.preset("cpu")).instantiate(emb)
     reference.process_weights(weight=tensors["weight"])
     assert torch.equal(kernel.apply(ids.cuda()).cpu(), reference.apply(ids))
     _record("moe+embedding", explicit_status=explicit.status, auto_served_by=auto.kernel, embedding_served_by=d.kernel)
@@ -132,11 +132,11 @@ def test_b12x_linear_matches_emulation_on_sm12x(fmt, act):
     d = select_backend(layer, Platform.detect(), KernelConfig(linear_backend="b12x"))
     if d.status != "selected":
         pytest.skip(f"b12x cannot serve {fmt}/{act} here: {d.candidates[-1].reason}")
-    kernel = d.instantiate()
+    kernel = d.instantiate(layer)
     kernel.process_weights(**_to(tensors, "cuda"))
     run_warmup(plan_warmup([kernel], [1, 7, 8]))
     out = kernel.apply(x.cuda())
-    reference = select_backend(layer, Platform.preset("cpu")).instantiate()
+    reference = select_backend(layer, Platform.preset("cpu")).instantiate(layer)
     reference.process_weights(**tensors)
     assert _rel_err(out, reference.apply(x)) < 5e-2   # b12x may round activations differently at ties
 
@@ -147,7 +147,7 @@ def test_b12x_reload_keeps_packed_storage_on_sm12x():
     pytest.importorskip("b12x", reason="b12x is not installed")
     layer, tensors, _ = _linear_case("mxfp8", "mxfp8")
     d = select_backend(layer, Platform.detect(), KernelConfig(linear_backend="b12x"))
-    kernel = d.instantiate()
+    kernel = d.instantiate(layer)
     kernel.process_weights(**_to(tensors, "cuda"))
     first = kernel.packed
     kernel.process_weights(**_to(tensors, "cuda"))

@@ -6,7 +6,7 @@ import pytest
 
 from b12x_test_helpers import yaml_reasons
 from oracle import KernelConfig, LinearLayer, MoELayer, Platform, select_backend
-from oracle.registry import get_registry
+from oracle.session import get_registry
 
 SM120 = "rtx-pro-6000"
 #: Package versions stated, so verdicts do not depend on what this environment has installed.

@@ -20,12 +20,14 @@ from typing import Callable
 
 import torch
 
+from oracle.formats import FP8_BLOCK, MX_BLOCK, NV_BLOCK
+
 from .formats import e2m1, e8m0, fp8
 from .formats.ieee import div as _ieee_div
-from .formats.nvfp4 import NV_BLOCK
 
-ACT_BLOCK = 32
-FP8_GROUP = 128
+
+ACT_BLOCK = MX_BLOCK
+FP8_GROUP = FP8_BLOCK
 GRANULARITIES = ("tensor", "token", "group")
 
 
@@ -133,7 +135,7 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, **params) -> torch.Tensor:
         raise ValueError(f"no activation emulation for {fmt!r}; expected bf16, fp16, {', '.join(_EAGER)}")
     block = BLOCK_OF.get(fmt)
     if block and x.shape[-1] % block:
-        from .errors import TensorError
+        from oracle.errors import TensorError
         raise TensorError("x", f"last dimension divisible by {block} ({fmt} activation blocks)",
                           f"shape {list(x.shape)}")
     if x.is_cuda and _backend() == "triton" and fmt not in _TRITON_FAILED:

@@ -5,10 +5,12 @@ from typing import Any
 
 import torch
 
+from oracle.errors import TensorError
+from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
+from oracle.tensors import check_dtype, shape_of
 
-from .errors import TensorError, check_dtype, shape_of
-from .weights import FLOAT_DTYPES, dequantize_weight
+from .weights import dequantize_weight
 
 
 class EmulationEmbedding(Kernel):
@@ -19,7 +21,7 @@ class EmulationEmbedding(Kernel):
     def process_weights(self, weight: Any) -> None:
         layer = self.layer
         v, d = layer.num_embeddings, layer.embedding_dim
-        self.dtype = FLOAT_DTYPES[layer.dtype]
+        self.dtype = torch_dtype(layer.dtype)
         table = dequantize_weight(self.mode.weight, {"weight": weight}, {"weight": "weight"}, [], v, d)
         self.table = table.to(self.dtype).contiguous()
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
+from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
 
 from .activations import quantize_dequantize
-from .weights import FLOAT_DTYPES, activation_scale, check_input, check_vector, dequantize_weight
+from .weights import activation_scale, check_input, check_vector, dequantize_weight
 
 
 class EmulationLinear(Kernel):
@@ -29,7 +30,7 @@ class EmulationLinear(Kernel):
                         weight_zero_point: Any = None, bias: Any = None) -> None:
         layer, fmt = self.layer, self.mode.weight
         n, k = layer.out_features, layer.in_features
-        self.dtype = FLOAT_DTYPES[layer.dtype]
+        self.dtype = torch_dtype(layer.dtype)
         tensors = {"weight": weight, "scale": weight_scale, "global": weight_global_scale, "zero": weight_zero_point}
         names = {"weight": "weight", "scale": "weight_scale", "global": "weight_global_scale",
                  "zero": "weight_zero_point"}

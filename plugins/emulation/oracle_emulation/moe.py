@@ -15,12 +15,14 @@ from typing import Any
 
 import torch
 
+from oracle.errors import TensorError
+from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
+from oracle.tensors import check_dtype, shape_of
 
 from .activations import quantize_dequantize
-from .errors import TensorError, check_dtype, shape_of
 from .moe_activations import GATED, apply_activation, resolve_params
-from .weights import FLOAT_DTYPES, activation_scale, check_input, check_vector, dequantize_weight
+from .weights import activation_scale, check_input, check_vector, dequantize_weight
 
 
 class EmulationMoE(Kernel):
@@ -37,7 +39,7 @@ class EmulationMoE(Kernel):
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
         rows = 2 * i if layer.activation in GATED else i
-        self.dtype = FLOAT_DTYPES[layer.dtype]
+        self.dtype = torch_dtype(layer.dtype)
         self.params = resolve_params(layer.activation, layer.activation_params)
         self.experts, self.hidden, self.inter = e, h, i
         self.w13 = dequantize_weight(

@@ -20,7 +20,8 @@ from typing import Mapping
 
 import torch
 
-from .errors import TensorError
+from oracle.errors import TensorError
+
 
 GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
 PARAMS = {

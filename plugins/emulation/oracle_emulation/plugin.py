@@ -18,9 +18,12 @@ def register_kernels(register):
 
 
 @hookimpl
-def can_implement(kernel, layer, mode):
-    """INT4 group size must divide K: the one fact the rule language cannot say (K % group_size)."""
-    if mode.weight != "int4" or not kernel.name.startswith("emulation."):
+def can_implement(layer, mode):
+    """INT4 group size must divide K: the one fact the rule language cannot say (K % group_size).
+
+    Called only for this plugin's kernels, and given only the arguments declared here.
+    """
+    if mode.weight != "int4":
         return None
     group = getattr(layer, "group_size", None)
     k = layer.in_features if layer.op == "linear" else None

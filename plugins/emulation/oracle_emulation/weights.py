@@ -9,12 +9,11 @@ from typing import Any
 
 import torch
 
+from oracle.errors import TensorError
 from oracle.formats import CODEC_BLOCKS
+from oracle.tensors import check_dtype, check_finite, check_shape, require, shape_of
 
-from .errors import TensorError, check_dtype, check_finite, check_shape, require, shape_of
 from .formats import codec_for
-
-FLOAT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def packed_shape(fmt: str, lead: list[int], n: int, k: int) -> tuple[list[int], str]:
@@ -35,22 +34,21 @@ def dequantize_weight(fmt: str, tensors: dict[str, Any], names: dict[str, str],
                       lead: list[int], n: int, k: int) -> torch.Tensor:
     """Validate and dequantize; `names` maps roles (weight, scale, global, zero) to tensor names."""
     wname = names["weight"]
-    weight = require(wname, tensors.get("weight"), fmt)
+    weight = require(wname, tensors.get("weight"), f"for {fmt} weights")
     shape, why = packed_shape(fmt, lead, n, k)
     check_shape(wname, weight, shape, why)
-    scale = tensors.get("scale")
     codec = codec_for(fmt)
-    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block"):
-        return codec.dequantize(weight, require(names["scale"], scale, fmt), fmt, (wname, names["scale"]))
-    if fmt in ("mxfp8", "mxfp4"):
-        return codec.dequantize(weight, require(names["scale"], scale, fmt), fmt, (wname, names["scale"]))
+    if fmt in ("q8_0", "iq2_xs", "iq2_xxs"):
+        return codec.dequantize(weight, fmt, wname)
+    scale = require(names["scale"], tensors.get("scale"), f"for {fmt} weights")
+    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8", "mxfp4"):
+        return codec.dequantize(weight, scale, fmt, (wname, names["scale"]))
     if fmt == "nvfp4":
-        return codec.dequantize(weight, require(names["scale"], scale, fmt), tensors.get("global"), fmt,
-                                (wname, names["scale"], names["global"]))
+        return codec.dequantize(weight, scale, tensors.get("global"), fmt, (wname, names["scale"], names["global"]))
     if fmt == "int4":
-        return codec.dequantize(weight, require(names["scale"], scale, fmt), tensors.get("zero"), fmt,
+        return codec.dequantize(weight, scale, tensors.get("zero"), fmt,
                                 (wname, names["scale"], names.get("zero", "weight_zero_point")))
-    return codec.dequantize(weight, fmt, wname)
+    raise TensorError("weight", "a quantized weight format", repr(fmt))
 
 
 def check_vector(name: str, t: Any, expected: list[int], what: str) -> torch.Tensor:

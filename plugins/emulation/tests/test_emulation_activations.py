@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from oracle_emulation import activations as act
+from oracle_emulation.formats import e2m1
+
 import torch
 
-from oracle_emulation import activations as act
-from oracle_emulation.errors import TensorError
-from oracle_emulation.formats import e2m1
+from oracle.errors import TensorError
+
 
 E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 

@@ -2,25 +2,27 @@
 from __future__ import annotations
 
 import pytest
+from emulation_helpers import moe_tensors, quantize
+
 import torch
 
 from oracle import EmbeddingLayer, InputError, LinearLayer, MoELayer, Platform, select_backend
-from oracle_emulation.errors import TensorError
+from oracle.errors import TensorError
 
-from emulation_helpers import moe_tensors, quantize
 
 CPU = Platform.cpu()
 
 
 def _linear(fmt, k=256, n=64, act=None, **kw):
     layer = LinearLayer(in_features=k, out_features=n, weight_format=fmt, activation_format=act, **kw)
-    return select_backend(layer, CPU).instantiate()
+    return select_backend(layer, CPU).instantiate(layer)
 
 
 def _moe(fmt="mxfp4", **kw):
     base = dict(num_experts=32, top_k=4, hidden_size=64, intermediate_size=96, weight_format=fmt)
     base.update(kw)
-    return select_backend(MoELayer(**base), CPU).instantiate()
+    layer = MoELayer(**base)
+    return select_backend(layer, CPU).instantiate(layer)
 
 
 def test_errors_are_input_errors():
@@ -147,7 +149,8 @@ def test_bad_static_activation_scale():
 
 
 def test_embedding_ids_out_of_range():
-    kernel = select_backend(EmbeddingLayer(num_embeddings=10, embedding_dim=32, weight_format="q8_0"), CPU).instantiate()
+    layer = EmbeddingLayer(num_embeddings=10, embedding_dim=32, weight_format="q8_0")
+    kernel = select_backend(layer, CPU).instantiate(layer)
     kernel.process_weights(**quantize(torch.randn(10, 32), "q8_0"))
     with pytest.raises(TensorError, match=r"^ids: expected ids in \[0, 10\), got 10"):
         kernel.apply(torch.tensor([1, 10]))

@@ -74,7 +74,7 @@ def test_linear_on_cuda_matches_cpu_and_stays_on_cuda(weight, act_fmt):
     decision = select_backend(layer, CPU, KernelConfig(linear_backend="emulation"))
     w, x = torch.randn(n, k), torch.randn(16, k)
     q = linear_tensors(quantize(w, weight))
-    cpu, gpu = decision.instantiate(), decision.instantiate()
+    cpu, gpu = decision.instantiate(layer), decision.instantiate(layer)
     cpu.process_weights(**q)
     gpu.process_weights(**_to(q, "cuda"))
     assert gpu.weight.is_cuda
@@ -96,7 +96,7 @@ def test_moe_on_cuda_matches_cpu():
     assert decision.activation_format == "mxfp8"
     q = moe_tensors(quantize(torch.randn(8, 256, 256) * 0.1, "mxfp4"), quantize(torch.randn(8, 256, 128) * 0.1, "mxfp4"))
     b = {"w13_bias": torch.randn(8, 256) * 0.1, "w2_bias": torch.randn(8, 256) * 0.1}
-    cpu, gpu = decision.instantiate(), decision.instantiate()
+    cpu, gpu = decision.instantiate(layer), decision.instantiate(layer)
     cpu.process_weights(**q, **b)
     gpu.process_weights(**_to(q, "cuda"), **_to(b, "cuda"))
     x = torch.randn(33, 256, dtype=torch.bfloat16)

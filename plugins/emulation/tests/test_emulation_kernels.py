@@ -55,7 +55,7 @@ def test_linear_every_mode_through_select_backend(weight, act_fmt):
     assert decision.status == "selected" and decision.kernel == "emulation.linear"
     assert (decision.mode_spec.weight, decision.mode_spec.activation) == (weight, act_fmt)
     assert any(NOTE in note for note in decision.notes)
-    kernel = decision.instantiate()
+    kernel = decision.instantiate(layer)
     w, b, x = torch.randn(n, k), torch.randn(n), torch.randn(m, k)
     q = quantize(w, weight)
     extra = {}
@@ -80,7 +80,7 @@ def test_linear_every_mode_through_select_backend(weight, act_fmt):
 
 def test_linear_bf16_layer_keeps_bf16_and_leading_dims():
     layer = LinearLayer(in_features=256, out_features=32, weight_format="mxfp4", activation_format="mxfp8")
-    kernel = select_backend(layer, CPU).instantiate()
+    kernel = select_backend(layer, CPU).instantiate(layer)
     w = torch.randn(32, 256)
     kernel.process_weights(**quantize(w, "mxfp4"))
     assert kernel.weight.dtype == torch.bfloat16
@@ -91,7 +91,7 @@ def test_linear_bf16_layer_keeps_bf16_and_leading_dims():
 
 def test_int4_asymmetric_zero_points_reach_the_kernel():
     layer = LinearLayer(in_features=256, out_features=64, weight_format="int4", group_size=64, dtype="float32")
-    kernel = select_backend(layer, CPU).instantiate()
+    kernel = select_backend(layer, CPU).instantiate(layer)
     w = torch.randn(64, 256) + 0.5
     q = quantize(w, "int4", group_size=64, symmetric=False)
     assert q["weight_zero_point"] is not None
@@ -166,7 +166,7 @@ def test_golden_moe_every_activation(activation, params, on_input):
                        apply_router_weight_on_input=on_input, hidden_size=64, intermediate_size=32)
     decision = select_backend(layer, CPU, KernelConfig(moe_backend="emulation"))
     assert decision.kernel == "emulation.moe" and any(NOTE in note for note in decision.notes)
-    kernel = decision.instantiate()
+    kernel = decision.instantiate(layer)
     rows = 64 if activation not in ("relu2", "relu2_no_mul") else 32
     w13, w2 = torch.randn(4, rows, 64, generator=gen) * 0.3, torch.randn(4, 64, 32, generator=gen) * 0.3
     b13, b2 = torch.randn(4, rows, generator=gen), torch.randn(4, 64, generator=gen)
@@ -186,7 +186,7 @@ def test_moe_every_mode_matches_the_golden_loop(weight, act_fmt):
     layer = _moe_layer(weight, act_fmt)
     decision = select_backend(layer, CPU, KernelConfig(moe_backend="emulation"))
     assert (decision.mode_spec.weight, decision.mode_spec.activation) == (weight, act_fmt)
-    kernel = decision.instantiate()
+    kernel = decision.instantiate(layer)
     w13, w2 = torch.randn(4, 512, 256, generator=gen) * 0.1, torch.randn(4, 256, 256, generator=gen) * 0.1
     kw = {"symmetric": True} if weight == "int4" else {}
     q13, q2 = quantize(w13, weight, **kw), quantize(w2, weight, **kw)
@@ -215,7 +215,7 @@ def test_moe_with_few_experts_hit_matches_the_golden_loop():
     # 3 of 16 experts receive tokens: the kernel gathers just their weights
     gen = torch.Generator().manual_seed(11)
     layer = _moe_layer("nvfp4", "bf16", num_experts=16, hidden_size=64, intermediate_size=32, has_bias=True)
-    kernel = select_backend(layer, CPU, KernelConfig(moe_backend="emulation")).instantiate()
+    kernel = select_backend(layer, CPU, KernelConfig(moe_backend="emulation")).instantiate(layer)
     q13, q2 = quantize(torch.randn(16, 64, 64, generator=gen), "nvfp4"), quantize(torch.randn(16, 64, 32, generator=gen), "nvfp4")
     b13, b2 = torch.randn(16, 64, generator=gen), torch.randn(16, 64, generator=gen)
     kernel.process_weights(**moe_tensors(q13, q2), w13_bias=b13, w2_bias=b2)
@@ -233,7 +233,7 @@ def test_moe_bf16_gpt_oss_like_layer_runs_w4a8():
                      activation="swigluoai", has_bias=True)
     decision = select_backend(layer, CPU)
     assert decision.backend == "emulation" and decision.activation_format == "mxfp8"
-    kernel = decision.instantiate()
+    kernel = decision.instantiate(layer)
     q13, q2 = quantize(torch.randn(8, 256, 256) * 0.05, "mxfp4"), quantize(torch.randn(8, 256, 128) * 0.05, "mxfp4")
     kernel.process_weights(**moe_tensors(q13, q2), w13_bias=torch.zeros(8, 256, dtype=torch.bfloat16),
                            w2_bias=torch.zeros(8, 256, dtype=torch.bfloat16))
@@ -248,7 +248,7 @@ def test_q8_0_embedding_lookup():
     layer = EmbeddingLayer(num_embeddings=100, embedding_dim=64, weight_format="q8_0")
     decision = select_backend(layer, CPU)
     assert decision.kernel == "emulation.embedding" and any(NOTE in note for note in decision.notes)
-    kernel = decision.instantiate()
+    kernel = decision.instantiate(layer)
     table = torch.randn(100, 64)
     q = quantize(table, "q8_0")
     kernel.process_weights(**q)

@@ -10,7 +10,10 @@ import functools
 
 import torch
 
-BLOCK = 128
+from oracle.formats import FP8_BLOCK
+
+
+BLOCK = FP8_BLOCK
 #: cuBLAS refused blockwise scaling at M = 1 on the H200 (CUBLAS_STATUS_NOT_SUPPORTED) and
 #: accepted M = 16, so blockwise products run on M padded to a multiple of this.
 BLOCK_M_MULTIPLE = 16

@@ -12,10 +12,13 @@ from typing import Any, Callable
 
 import torch
 
+from oracle.errors import TensorError
+from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
+from oracle.tensors import check_device, check_scales, check_tensor, forbid, shape_of
 
 from . import gemm, quantize
-from .checks import TensorError, check_cuda, check_scales, check_tensor, shape_of
+
 
 QUANT_ENV = "ORACLE_TORCH_QUANT"   # "eager": the torch reference functions even on CUDA
 _FUSED_FAILED: set[str] = set()
@@ -45,7 +48,6 @@ def _quantizer(name: str, x: torch.Tensor) -> Callable[..., Any]:
     return fused
 
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -61,16 +63,14 @@ class _ScaledLinear(Kernel):
                         weight_zero_point: Any = None, bias: Any = None) -> None:
         n, k = self.layer.out_features, self.layer.in_features
         self.n, self.k = n, k
-        self.dtype = DTYPES[self.layer.dtype]
+        self.dtype = torch_dtype(self.layer.dtype)
         check_tensor("weight", weight, dtypes=(self.weight_dtype,), shapes=[[n, k // self.packed_k_divisor]],
                      why=f"{self.mode.weight} weight [N, K{'/2' if self.packed_k_divisor == 2 else ''}] "
                          f"for N={n}, K={k}")
         if n % 16 or k % (16 * self.packed_k_divisor):
             raise TensorError("weight", f"N divisible by 16 and K by {16 * self.packed_k_divisor} "
                               "(torch scaled-matmul operand alignment)", f"N={n}, K={k}")
-        if weight_zero_point is not None:
-            raise TensorError("weight_zero_point", f"None ({self.mode.weight} weights are symmetric)",
-                              f"a tensor of shape {shape_of(weight_zero_point)}")
+        forbid("weight_zero_point", weight_zero_point, f"{self.mode.weight} weights are symmetric")
         if weight_scale is None:
             raise TensorError("weight_scale", f"a tensor (required for {self.mode.weight} weights)", "None")
         if bias is not None:
@@ -78,7 +78,7 @@ class _ScaledLinear(Kernel):
         scales = dict(weight_scale=weight_scale, weight_global_scale=weight_global_scale,
                       input_scale=input_scale, input_global_scale=input_global_scale)
         self._validate(**scales)          # every tensor is checked before anything touches the GPU
-        check_cuda("weight", weight)
+        check_device("weight", weight, "cuda", "torch scaled-matmul kernels run on NVIDIA GPUs")
         self.device = weight.device
         self.w_t = weight.contiguous().t()
         self.bias = None if bias is None else bias.to(device=self.device, dtype=self.dtype)
@@ -144,9 +144,7 @@ class TorchChannelFP8Linear(_ScaledLinear):
         check_tensor("weight_scale", weight_scale, dtypes=(torch.float32,), shapes=[[self.n], [self.n, 1]],
                      why="one fp32 scale per output channel")
         check_scales("weight_scale", weight_scale)
-        if input_scale is not None:
-            raise TensorError("input_scale", "None (per-token activation scales are dynamic)",
-                              f"a tensor of shape {shape_of(input_scale)}")
+        forbid("input_scale", input_scale, "per-token activation scales are dynamic")
 
     def _prepare(self, weight_scale: Any, **_: Any) -> None:
         self.sw = weight_scale.to(self.device).reshape(1, self.n).contiguous()
@@ -166,15 +164,13 @@ class TorchBlockFP8Linear(_ScaledLinear):
         check_tensor("weight_scale", weight_scale, dtypes=(torch.float32,), shapes=[[nb, kb]],
                      why="one fp32 scale per 128x128 block, [ceil(N/128), ceil(K/128)]")
         check_scales("weight_scale", weight_scale)
-        if input_scale is not None:
-            raise TensorError("input_scale", "None (1x128 activation scales are dynamic)",
-                              f"a tensor of shape {shape_of(input_scale)}")
+        forbid("input_scale", input_scale, "1x128 activation scales are dynamic")
 
     def _prepare(self, weight_scale: Any, **_: Any) -> None:
-        from .runtime import block_scale_layout
+        from .block_layout import block_scale_layout
 
         kb = self.k // gemm.BLOCK
-        layout = getattr(self, "_layout_override", None) or block_scale_layout(self.device)
+        layout = block_scale_layout(self.device)
         if layout == "unsupported":
             raise TensorError("weight", "a device where torch runs blockwise FP8 scaling (SM90/SM10x, "
                               "CUDA >= 12.9)", f"torch {torch.__version__} refusing it on {self.device}")
@@ -226,7 +222,7 @@ class TorchNVFP4Linear(_ScaledLinear):
     def _validate(self, weight_scale: Any, weight_global_scale: Any, input_global_scale: Any, **_: Any) -> None:
         check_tensor("weight_scale", weight_scale, dtypes=(torch.float8_e4m3fn,),
                      shapes=[[self.n, self.k // quantize.NV_BLOCK]], why="one E4M3 scale per 16 weights along K")
-        check_scales("weight_scale", weight_scale, allow_zero=True)
+        check_scales("weight_scale", weight_scale, sign="non-negative")
         if weight_global_scale is None:
             raise TensorError("weight_global_scale", "a tensor (required for nvfp4 weights)", "None")
         _scalar_scale("weight_global_scale", weight_global_scale)

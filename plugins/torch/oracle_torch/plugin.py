@@ -4,10 +4,10 @@ No torch here: the engine imports an implementation only when a decision naming 
 instantiated, and the device probes in `runtime` run only on a detected device.
 `can_implement` adds the one per-layer fact YAML cannot know in advance: whether the
 probed device's blockwise scaling takes K-block counts that are not multiples of 4.
+It asks only about a detected platform (the engine passes it); a simulated one has no probe.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from oracle.hookspecs import hookimpl
@@ -21,11 +21,12 @@ def register_kernels(register):
 
 
 @hookimpl
-def can_implement(kernel, layer, mode):
-    if kernel.name != "torch.linear.fp8_block":
+def can_implement(kernel, layer, platform):
+    if kernel.name != "torch.linear.fp8_block" or platform.simulated:
         return None
-    runtime = sys.modules.get("oracle_torch.runtime")    # loaded only once a device was probed
-    if runtime is None or "l4-only" not in runtime.PROBED_BLOCK_LAYOUTS.values():
+    from .block_layout import PROBED_BLOCK_LAYOUTS  # no torch at import; filled by the device probe
+
+    if "l4-only" not in PROBED_BLOCK_LAYOUTS.values():
         return None
     if (layer.in_features // 128) % 4:
         return ("torch blockwise FP8 on this device takes only K/128 divisible by 4 (runtime probe), "

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 
+from oracle.formats import E2M1_MAX, E4M3_MAX, FP8_BLOCK, MX_BLOCK, NV_BLOCK
+
+
 E4M3 = torch.float8_e4m3fn
-E4M3_MAX = 448.0
-E2M1_MAX = 6.0
-GROUP = 128
-MX_BLOCK = 32
-NV_BLOCK = 16
+GROUP = FP8_BLOCK
 
 
 def _div_const(a: torch.Tensor, c: float) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-E4M3_MAX = 448.0
+from oracle.formats import E4M3_MAX
 
 
 @triton.jit

@@ -12,11 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-#: Relative Frobenius error allowed in the probe: the GEMM output is bf16 (2**-9 relative
-#: rounding) on identical operands; a layout mistake gives errors of order 1.
-PROBE_TOLERANCE = 2e-2
-#: device -> the blockwise weight-scale layout found by `block_scale_layout` (read by plugin.can_implement).
-PROBED_BLOCK_LAYOUTS: dict[str, str] = {}
+from .block_layout import PROBE_TOLERANCE, PROBED_BLOCK_LAYOUTS, block_scale_layout  # noqa: F401 (re-exported)
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
@@ -83,7 +79,7 @@ def _layer_and_mode(fmt: str, m: int, n: int, k: int) -> tuple[Any, Any]:
     return layer, Mode(weight=fmt, activation=act, name="probe")
 
 
-def _run(fmt: str, m: int, n: int, k: int, device: Any, layout: str | None = None):
+def _run(fmt: str, m: int, n: int, k: int, device: Any):
     import torch
 
     from . import linear, quantize
@@ -92,7 +88,7 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any, layout: str | None = Non
     x = torch.randn(m, k, generator=gen).to(device=device, dtype=torch.bfloat16)
     w = torch.randn(n, k, generator=gen).to(device)
     layer, mode = _layer_and_mode(fmt, m, n, k)
-    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8"):
+    if fmt in ("fp8_tensor", "fp8_channel", "mxfp8"):
         wq = w.to(torch.float8_e4m3fn)
         if fmt == "fp8_tensor":
             ws = torch.tensor(0.5, device=device)
@@ -104,21 +100,13 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any, layout: str | None = Non
             wf = wq.float() * ws[:, None]
             xq, xs = quantize.fp8_per_token(x)
             xf = xq.float() * xs
-        elif fmt == "fp8_block":
-            ws = torch.rand(n // 128, k // 128, generator=gen).to(device) + 0.5
-            wf = wq.float() * ws.repeat_interleave(128, 0).repeat_interleave(128, 1)
-            xq, xs = quantize.fp8_per_group(x)
-            xf = xq.float() * xs.repeat_interleave(128, 1)
         else:
             ws = torch.randint(120, 134, (n, k // 32), generator=gen, dtype=torch.uint8).to(device)
             wf = wq.float() * torch.exp2(ws.float() - 127).repeat_interleave(32, 1)
             xq, xs = quantize.mxfp8(x)
             xf = xq.float() * torch.exp2(xs.float() - 127).repeat_interleave(32, 1)
-        impl = (linear.TorchBlockFP8Linear if fmt == "fp8_block" else
-                {"fp8_tensor": linear.TorchTensorFP8Linear, "fp8_channel": linear.TorchChannelFP8Linear,
-                 "mxfp8": linear.TorchMXFP8Linear}[fmt])(layer, mode, None)
-        if layout is not None:
-            impl._layout_override = layout
+        impl = {"fp8_tensor": linear.TorchTensorFP8Linear, "fp8_channel": linear.TorchChannelFP8Linear,
+                "mxfp8": linear.TorchMXFP8Linear}[fmt](layer, mode, None)
         impl.process_weights(weight=wq, weight_scale=ws)
         return impl.apply(x), xf @ wf.t()
     lut = torch.tensor(E2M1, device=device)
@@ -133,34 +121,3 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any, layout: str | None = Non
     impl = linear.TorchNVFP4Linear(layer, mode, None)
     impl.process_weights(weight=codes, weight_scale=ws, weight_global_scale=gw)
     return impl.apply(x), xf @ wf.t()
-
-
-@functools.lru_cache(maxsize=None)
-def block_scale_layout(device: Any) -> str:
-    """Which [K/128, N/128] weight-scale layout this torch's blockwise FP8 accepts on `device`.
-
-    "kblocks" or "l4" when K/128 = 3 works with that layout; "l4-only" when only K/128 = 4
-    works; "unsupported" when blockwise scaling is refused. Runs real products, once.
-    """
-    found = "unsupported"
-    for layout in ("kblocks", "l4"):
-        if _probe_block(device, layout, 384)[0]:
-            found = layout
-            break
-    else:
-        if _probe_block(device, "l4", 512)[0]:
-            found = "l4-only"
-    PROBED_BLOCK_LAYOUTS[str(device)] = found
-    return found
-
-
-def _probe_block(device: Any, layout: str, k: int) -> tuple[bool, str | None]:
-    import torch
-
-    try:
-        y, ref = _run("fp8_block", 16, 256, k, device, layout=layout)
-        torch.cuda.synchronize(device)
-    except Exception as exc:  # noqa: BLE001
-        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    err = float((y.float() - ref).norm() / ref.norm())
-    return err < PROBE_TOLERANCE, None

@@ -3,12 +3,14 @@ before anything touches a GPU (so these run on the CPU); and the runtime check w
 from __future__ import annotations
 
 import pytest
+from oracle_torch import runtime
+
 import torch
 
 from oracle import LinearLayer, Platform, select_backend
 from oracle.errors import InputError
-from oracle_torch import runtime
-from oracle_torch.checks import TensorError
+from oracle.errors import TensorError
+
 
 H200 = Platform.preset("h200", packages={"torch": "2.11.0"})
 
@@ -18,7 +20,7 @@ def _kernel(fmt, k=256, n=256, **layer):
     lin = LinearLayer(name="l", in_features=k, out_features=n, weight_format=fmt, activation_format=act, **layer)
     d = select_backend(lin, Platform.preset("b200", packages={"torch": "2.11.0"}))
     assert d.backend == "torch", d.candidates
-    return d.instantiate()
+    return d.instantiate(lin)
 
 
 def _fp8(n, k):

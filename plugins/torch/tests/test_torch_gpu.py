@@ -12,12 +12,14 @@ All tests here are marked `gpu` and skip cleanly when no CUDA device is present.
 from __future__ import annotations
 
 import pytest
+from oracle_emulation.formats import codec_for
+from oracle_torch import runtime
+
 import torch
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
-from oracle_emulation.formats import codec_for
-from oracle_torch import runtime
-from oracle_torch.checks import TensorError
+from oracle.errors import TensorError
+
 
 pytestmark = pytest.mark.gpu
 TOLERANCE = 1e-2
@@ -68,8 +70,8 @@ def _pair(layer, platform, **extra):
     tensors.update(extra)
     d = select_backend(layer, platform)
     assert d.backend == "torch", [(c.kernel, c.reason) for c in d.candidates]
-    t = d.instantiate()
-    e = select_backend(layer, platform, EMULATION).instantiate()
+    t = d.instantiate(layer)
+    e = select_backend(layer, platform, EMULATION).instantiate(layer)
     t.process_weights(**tensors)
     e.process_weights(**tensors)
     return t, e
@@ -140,9 +142,10 @@ def test_misaligned_shapes_are_rejected_cleanly_and_served_by_emulation(detected
     d = select_backend(_layer("fp8_tensor", 256, 200), detected)
     assert d.backend == "emulation"
     assert any("K divisible by 16" in c.reason for c in d.candidates if c.backend == "torch")
-    d = select_backend(_layer("fp8_block", 576, 7168, group_size=128), detected)
+    layer = _layer("fp8_block", 576, 7168, group_size=128)
+    d = select_backend(layer, detected)
     assert d.backend == "emulation"
-    kernel = d.instantiate()
+    kernel = d.instantiate(layer)
     w = torch.randn(576, 7168, device="cuda") * 0.05
     kernel.process_weights(**codec_for("fp8_block").quantize(w, "fp8_block"))
     assert torch.isfinite(kernel.apply(torch.randn(3, 7168, device="cuda", dtype=torch.bfloat16))).all()

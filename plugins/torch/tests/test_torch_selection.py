@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
-from oracle.registry import get_registry
+from oracle.session import get_registry
 
 MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
 TORCH_OK = {"torch": "2.11.0"}
@@ -185,11 +185,18 @@ def test_explain_llama4_fp8_dynamic_on_h200_uses_rowwise():
 
 
 def test_probed_k_block_limit_is_applied_per_layer(monkeypatch):
-    """If the device probe found blockwise scaling only for K/128 divisible by 4, can_implement says so."""
+    """If the device probe found blockwise scaling only for K/128 divisible by 4, can_implement says so.
+
+    The hook is given the platform: the probe describes the detected device, so a simulated
+    one is not affected by it.
+    """
     from oracle_torch import runtime
 
     monkeypatch.setitem(runtime.PROBED_BLOCK_LAYOUTS, "cuda:0", "l4-only")
-    d = select_backend(_linear("fp8_block", k=1408, n=256), _on("h200"))     # K/128 = 11
+    monkeypatch.setattr(runtime, "check", lambda spec, platform: (True, None))   # as if the device probe passed
+    detected = _on("h200").model_copy(update={"simulated": False})
+    d = select_backend(_linear("fp8_block", k=1408, n=256), detected)     # K/128 = 11
     assert d.backend == "emulation"
     assert "takes only K/128 divisible by 4 (runtime probe), got K=1408" in _torch(d)[0].reason
-    assert select_backend(_linear("fp8_block", k=1536, n=256), _on("h200")).backend == "torch"   # 12 blocks
+    assert select_backend(_linear("fp8_block", k=1536, n=256), detected).backend == "torch"   # 12 blocks
+    assert select_backend(_linear("fp8_block", k=1408, n=256), _on("h200")).backend == "torch"   # simulated

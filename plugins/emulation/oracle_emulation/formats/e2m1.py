@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from oracle.formats import E2M1_MAX
+
+
 #: Code -> value, codes 0..15 (bit 3 = sign).
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-E2M1_MAX = 6.0
 
 
 def _lut(device: torch.device) -> torch.Tensor:

@@ -17,12 +17,14 @@ import math
 
 import torch
 
-from .ieee import div
-from ..errors import check_dtype, check_finite, check_shape, shape_of
+from oracle.formats import E4M3_MAX, FP8_BLOCK
+from oracle.tensors import check_dtype, check_finite, check_shape, shape_of
 
-E4M3_MAX = 448.0
+from .ieee import div
+
+
 E4M3 = torch.float8_e4m3fn
-BLOCK = 128
+BLOCK = FP8_BLOCK
 
 
 def decode_bits(b: torch.Tensor) -> torch.Tensor:

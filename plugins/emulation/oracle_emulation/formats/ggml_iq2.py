@@ -26,11 +26,15 @@ from pathlib import Path
 
 import torch
 
-from .ieee import div
-from ..errors import TensorError, check_dtype, shape_of
+from oracle.errors import TensorError
+from oracle.formats import CODEC_BLOCKS
+from oracle.tensors import check_dtype, shape_of
 
-QK = 256
-BLOCK_BYTES = {"iq2_xxs": 66, "iq2_xs": 74}
+from .ieee import div
+
+
+QK = CODEC_BLOCKS["iq2_xs"][0]
+BLOCK_BYTES = {fmt: CODEC_BLOCKS[fmt][1] for fmt in ("iq2_xxs", "iq2_xs")}
 _GRID_NAME = {"iq2_xxs": "iq2xxs_grid", "iq2_xs": "iq2xs_grid"}
 #: Weights sharing one 4-bit scale.
 _SCALE_GROUP = {"iq2_xxs": 32, "iq2_xs": 16}

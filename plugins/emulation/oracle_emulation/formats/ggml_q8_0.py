@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from .ieee import div
-from ..errors import TensorError, check_dtype, shape_of
+from oracle.errors import TensorError
+from oracle.formats import CODEC_BLOCKS
+from oracle.tensors import check_dtype, shape_of
 
-QK = 32
-BLOCK_BYTES = 34
+from .ieee import div
+
+
+QK, BLOCK_BYTES = CODEC_BLOCKS["q8_0"]
 
 
 def _roundf(x: torch.Tensor) -> torch.Tensor:

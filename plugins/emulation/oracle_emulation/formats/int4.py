@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from oracle.errors import TensorError
+from oracle.tensors import check_dtype, check_finite, check_shape, shape_of
+
 from .ieee import div
-from ..errors import TensorError, check_dtype, check_finite, check_shape, shape_of
+
 
 PACK = 8
 _SHIFTS = tuple(4 * i for i in range(PACK))

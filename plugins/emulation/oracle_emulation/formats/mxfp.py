@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import TensorError, check_dtype, check_finite, check_shape, shape_of
+from oracle.errors import TensorError
+from oracle.formats import MX_BLOCK
+from oracle.tensors import check_dtype, check_finite, check_shape, shape_of
+
 from . import e2m1, e8m0, fp8
 
-MX_BLOCK = 32
+
 ELEMENT = {"mxfp8": (fp8.E4M3_MAX, 8), "mxfp4": (e2m1.E2M1_MAX, 2)}
 _E8M0_DTYPES = tuple(d for d in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) if d is not None)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import TensorError, check_dtype, check_finite, check_shape, shape_of
+from oracle.errors import TensorError
+from oracle.formats import NV_BLOCK
+from oracle.tensors import check_dtype, check_finite, check_shape, shape_of
+
 from . import e2m1, fp8
 from .ieee import div
-
-NV_BLOCK = 16
 
 
 def global_scale_for(amax: torch.Tensor) -> torch.Tensor:

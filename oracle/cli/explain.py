@@ -1,0 +1,105 @@
+"""`oracle explain`: which kernel serves each layer of a model, and why not the others.
+
+Exit codes: 0 every quantized layer has a kernel, 2 some has none (all is still printed), 1 bad input or
+a checkpoint that declares quantization but has no quantized layer (the report is still printed).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..errors import InputError
+from ..explain import FORMATS, RENDERERS, Report
+from ..session import get_engine, get_registry
+from .options import add_platform_options, positive_int, env_from_args, platform_from_args, policy_from_args
+
+NAME = "explain"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `explain` (with every option) to the `oracle` command's subparsers."""
+    p = subparsers.add_parser(
+        NAME, help="which kernel serves each layer of a model, and why not the others",
+        description="List every layer of a Hugging Face model (folder, config.json or shipped example name), "
+                    "the kernel that would serve it on the chosen GPU, and why every other candidate was "
+                    "rejected. Exit 0: every quantized layer has a kernel; 2: some has none; 1: bad input.")
+    p.add_argument("--model", required=True, metavar="PATH|NAME",
+                   help="a model folder, its config.json, or a shipped example name (e.g. gpt-oss-20b)")
+    add_platform_options(p)
+    p.add_argument("--tp", default="1", metavar="N", help="tensor-parallel size (per-rank shapes)")
+    p.add_argument("--ep", default="1", metavar="N", help="expert-parallel size for routed experts")
+    for op in ("linear", "moe", "embedding"):
+        p.add_argument(f"--{op}-backend", default="auto", metavar="NAME|FMT=NAME,...",
+                       help=f"{op} backend: one name, or per-format pairs such as nvfp4=b12x,default=auto")
+    p.add_argument("--policy", action="extend", nargs="+", default=[], metavar="FILE",
+                   help="policy files merged above the defaults (later wins)")
+    p.add_argument("--env", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="environment switches for the decision, e.g. VLLM_B12X_MOE_FP4_FORCE_A16=1")
+    p.add_argument("--measurements", action="append", default=[], metavar="FILE",
+                   help="tuning files (oracle tune): rank viable kernels by measured time (repeatable; "
+                        "replaces ORACLE_MEASUREMENTS and the policy's measurements.files)")
+    p.add_argument("--objective", default=None, metavar="decode|prefill|balanced|M:W,...",
+                   help="objective for measured ranking (default: the policy's measurements.objective)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; 0 all served, 2 some layer has no kernel, 1 bad input."""
+    report = report_from_args(args)
+    print(RENDERERS[args.format](report))
+    return report.exit_code
+
+
+def report_from_args(args: argparse.Namespace) -> Report:
+    from ..models import load_model
+
+    tp = positive_int(args.tp, "--tp")
+    ep = positive_int(args.ep, "--ep")
+    model = load_model(args.model, tp=tp, ep=ep)
+    config = config_from_args(args)
+    platform = platform_from_args(args)
+    engine = get_engine(policy_from_args(args))
+    measurements = None
+    if args.measurements:
+        from ..tuning.measurements import load_measurements
+        conf = engine.policy.measurements
+        measurements = load_measurements(args.measurements, args.objective or conf.objective,
+                                         allow_testing_only=conf.allow_testing_only)
+    elif args.objective:
+        raise InputError("needs --measurements FILE (the policy's objective applies to its own files)",
+                         field="--objective")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:  # stale tuning files: say so, every run
+        warnings.simplefilter("always")
+        report = Report.build(model, engine, platform, config, env_from_args(args), measurements)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return report
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from ..config import KernelConfig
+    values = {f"{op}_backend": getattr(args, f"{op}_backend") for op in ("linear", "moe", "embedding")}
+    try:
+        config = KernelConfig(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "backend"
+        message = str(err.get("ctx", {}).get("error", err["msg"]))
+        raise InputError(message.split(": ", 1)[-1], field="--" + name.replace("_", "-")) from None
+    _check_backend_names(config)
+    return config
+
+
+def _check_backend_names(config: Any) -> None:
+    """Every backend named on the command line must exist, even one no layer of this model asks for."""
+    registry = get_registry()
+    for op in ("linear", "moe", "embedding"):
+        choice = getattr(config, f"{op}_backend")
+        names = choice.values() if isinstance(choice, dict) else [choice]
+        for name in names:
+            registry.require_backend(name, field=f"--{op}-backend")

@@ -1,0 +1,113 @@
+"""The tensor checks every plugin runs on what a caller hands a kernel, raising one `TensorError`.
+
+Each check names the tensor, what was expected and what came ("w13_scale: expected shape
+[32, 5760, 90] (one E8M0 scale per 32), got [32, 5760, 45]"). Tensors are read through
+their attributes (shape, dtype, device), so importing this module needs no torch; the
+checks that must compute on values (finiteness) import torch when they run.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .errors import TensorError
+
+_SIGNS = {"positive": "finite, positive scales", "non-negative": "finite, non-negative scales",
+          "any": "finite scales"}
+
+
+def shape_of(t: Any) -> list[int]:
+    return [int(s) for s in t.shape]
+
+
+def dtype_name(dtype: Any) -> str:
+    """torch.bfloat16 -> "bfloat16"."""
+    return str(dtype).replace("torch.", "")
+
+
+def _why(why: str) -> str:
+    return f" ({why})" if why else ""
+
+
+def require(name: str, t: Any, why: str, *, owner: str | None = None) -> Any:
+    """`t` must be given (not None); `why` completes "required ...", e.g. "for nvfp4 weights"."""
+    if t is None:
+        raise TensorError(name, f"a tensor (required {why})", "None", owner=owner)
+    return t
+
+
+def forbid(name: str, t: Any, why: str) -> None:
+    """`t` must not be given (None): e.g. a static scale for activations quantized dynamically."""
+    if t is not None:
+        raise TensorError(name, f"None ({why})", f"a tensor of shape {shape_of(t)}")
+
+
+def check_dtype(name: str, t: Any, allowed: Sequence[Any], why: str = "", *, owner: str | None = None) -> Any:
+    if t.dtype not in tuple(allowed):
+        raise TensorError(name, "dtype " + " or ".join(dtype_name(d) for d in allowed) + _why(why),
+                          dtype_name(t.dtype), owner=owner)
+    return t
+
+
+def check_shape(name: str, t: Any, expected: Sequence[int], why: str = "") -> Any:
+    return check_shapes(name, t, [expected], why)
+
+
+def check_shapes(name: str, t: Any, shapes: Sequence[Sequence[int]], why: str = "", *,
+                 owner: str | None = None) -> Any:
+    """`t`'s shape must be one of `shapes` (named in that order)."""
+    wanted = [[int(e) for e in shape] for shape in shapes]
+    if shape_of(t) not in wanted:
+        raise TensorError(name, "shape " + " or ".join(str(s) for s in wanted) + _why(why), str(shape_of(t)),
+                          owner=owner)
+    return t
+
+
+def check_tensor(name: str, t: Any, *, dtypes: Sequence[Any], shapes: Sequence[Sequence[int]] | None,
+                 why: str, owner: str | None = None) -> Any:
+    """A torch tensor of one of `dtypes` and (unless `shapes` is None) one of `shapes`.
+
+    `owner` (e.g. "b12x.linear.nvfp4 layer 'down_proj'") heads the message when given.
+    """
+    import torch
+
+    require(name, t, f"for {why}", owner=owner)
+    if not isinstance(t, torch.Tensor):
+        raise TensorError(name, f"a torch.Tensor ({why})", type(t).__name__, owner=owner)
+    check_dtype(name, t, dtypes, why, owner=owner)
+    return t if shapes is None else check_shapes(name, t, shapes, why, owner=owner)
+
+
+def check_ndim(name: str, t: Any, ndim: int, what: str) -> None:
+    if t.dim() != ndim:
+        raise TensorError(name, f"{ndim} dimensions ({what})", f"shape {shape_of(t)}")
+
+
+def check_divisible(name: str, size: int, block: int, what: str) -> None:
+    if size % block:
+        raise TensorError(name, f"{what} divisible by {block}", str(size))
+
+
+def check_device(name: str, t: Any, device_type: str, why: str) -> None:
+    if t.device.type != device_type:
+        raise TensorError(name, f"a {device_type.upper()} tensor ({why})", str(t.device))
+
+
+def check_scales(name: str, t: Any, *, sign: str = "positive") -> None:
+    """Scales must be finite and (by `sign`) positive, non-negative or of any sign: a NaN,
+    infinite or wrongly signed scale silently poisons its whole block."""
+    import torch
+
+    v = t if t.dtype in (torch.float32, torch.float64) else t.float()
+    bad = ~torch.isfinite(v)
+    if sign == "positive":
+        bad |= v <= 0
+    elif sign == "non-negative":
+        bad |= v < 0
+    if bool(bad.any()):
+        idx = [int(i) for i in bad.nonzero()[0].tolist()]
+        raise TensorError(name, _SIGNS[sign], f"{float(v[tuple(idx)])} at index {idx}")
+
+
+def check_finite(name: str, t: Any) -> None:
+    """Finite values of any sign."""
+    check_scales(name, t, sign="any")

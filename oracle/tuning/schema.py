@@ -1,0 +1,96 @@
+"""The tuning file: metadata about where it was measured, and one entry per
+(layer signature, candidate, M). Versioned; `oracle schema tuning` prints it."""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+Method = Literal["graph", "eager"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Metadata(_Strict):
+    """Where and with what the figures were taken (the facts FlashInfer's autotuner keys on)."""
+
+    vendor: str = Field(description="nvidia, amd or cpu")
+    device_name: str = Field(description="the device as the driver names it, e.g. 'NVIDIA H200'")
+    capability: str | None = Field(None, description="compute capability, e.g. '9.0'; null on CPU")
+    driver: str | None = Field(None, description="GPU driver version (recorded, not compared)")
+    cuda: str | None = Field(None, description="CUDA version torch was built with (recorded, not compared)")
+    torch: str | None = Field(None, description="installed torch distribution version")
+    triton: str | None = Field(None, description="installed triton distribution version")
+    oracle: str = Field(description="kernel-oracle version")
+    plugins: dict[str, str | None] = Field(default_factory=dict,
+                                           description="plugin distribution -> version, as registered")
+    created: str = Field(description="UTC time of the first measurement in this file (ISO 8601)")
+    updated: str = Field(description="UTC time of the last merge (ISO 8601)")
+
+
+class Entry(_Strict):
+    """One candidate's time for one layer signature at one token count M."""
+
+    layer_key: str = Field(description="canonical JSON of the layer's fields (everything but its name)")
+    layer: str = Field("", description="a layer name it was measured for (for people; not part of the key)")
+    kernel: str
+    backend: str
+    mode: str
+    activation_format: str
+    m: int = Field(gt=0, description="tokens per call")
+    status: Literal["ok", "failed"]
+    median_ms: float | None = Field(None, ge=0, description="median of the timed repeats")
+    min_ms: float | None = Field(None, ge=0)
+    max_ms: float | None = Field(None, ge=0)
+    iqr_ms: float | None = Field(None, ge=0, description="interquartile range of the repeats (the spread)")
+    repeats: int = Field(0, ge=0)
+    method: Method | None = Field(None, description="graph: CUDA-graph replay; eager: direct calls")
+    testing_only: bool = Field(False, description="the kernel is meant for testing (emulation)")
+    error: str | None = Field(None, description="why the candidate failed, when status is failed")
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int]:
+        return (self.layer_key, self.kernel, self.mode, self.activation_format, self.m)
+
+
+class Reference(_Strict):
+    """A reference figure beside the candidates (BF16 x @ w.T; HBM time of the weights)."""
+
+    layer_key: str
+    m: int = Field(gt=0)
+    bf16_ms: float | None = Field(None, ge=0, description="BF16 matmul (linear layers), same timing method")
+    hbm_ms: float | None = Field(None, ge=0, description="bytes of the checkpoint weights / HBM bandwidth")
+
+
+class TuningFile(_Strict):
+    """A tuning file as written by `oracle tune`."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="tuning file schema version")
+    metadata: Metadata
+    entries: list[Entry] = Field(default_factory=list)
+    references: list[Reference] = Field(default_factory=list)
+
+    def merged_with(self, newer: "TuningFile") -> "TuningFile":
+        """Entries of both, `newer` winning per (layer, candidate, M); metadata of `newer`, first creation kept."""
+        entries = {e.key: e for e in self.entries}
+        entries.update({e.key: e for e in newer.entries})
+        refs = {(r.layer_key, r.m): r for r in self.references}
+        refs.update({(r.layer_key, r.m): r for r in newer.references})
+        meta = newer.metadata.model_copy(update={"created": min(self.metadata.created, newer.metadata.created)})
+        return TuningFile(metadata=meta, entries=sorted(entries.values(), key=lambda e: e.key),
+                          references=sorted(refs.values(), key=lambda r: (r.layer_key, r.m)))
+
+
+def layer_key(layer: Any) -> str:
+    """The key a layer's figures are filed under: its decision-relevant fields, as canonical JSON."""
+    data: dict[str, Any] = {"type": type(layer).__name__}
+    data.update(layer.model_dump(mode="json", exclude={"name"}))
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def tuning_schema() -> dict:
+    return TuningFile.model_json_schema()
