@@ -1,0 +1,129 @@
+"""Triton device functions shared by the dense GEMM and the fused MoE.
+
+Decoding is done with integer arithmetic and bit casts (no lookup tables), so the same
+code runs compiled on any capability >= 8.0 and in the Triton interpreter on CPU:
+  E2M1 code c: magnitude 0, 0.5 (exponent field 0) or 2**(e-1) * (1 + m/2)
+  E4M3 byte:   2**(e-7) * (1 + m/8), subnormal 2**-6 * m/8 (NaN bytes are rejected on load)
+  E8M0 byte:   2**(b-127) (byte 0 is 2**-127, as oracle-emulation decodes it)
+Activation rounding to E4M3 is round-to-nearest-even with saturation at 448, computed by
+scaling to the element's quantum and the 1.5*2**23 trick: what torch's saturating cast
+(oracle-emulation's fp8.to_e4m3) gives, bit for bit.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+E4M3_MAX = 448.0
+
+
+@triton.jit
+def e2m1_decode(c):
+    """int32 codes 0..15 -> float32 values."""
+    mag = c & 7
+    e = mag >> 1
+    m = mag & 1
+    normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
+    return tl.where((c & 8) != 0, -v, v)
+
+
+@triton.jit
+def e4m3_decode(b):
+    """int32 bytes 0..255 -> float32 values."""
+    e = (b >> 3) & 15
+    m = b & 7
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)
+    return tl.where((b & 128) != 0, -v, v)
+
+
+@triton.jit
+def e8m0_decode(b):
+    """int32 bytes -> float32 powers of two."""
+    return tl.where(b == 0, 0x00400000, b << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def round_e4m3(v):
+    """float32 -> float32 on the E4M3 grid (round half to even, saturating at +-448)."""
+    a = tl.minimum(tl.abs(v), 448.0)
+    e = ((a.to(tl.int32, bitcast=True) >> 23) & 255) - 127
+    e = tl.maximum(e, -6)
+    quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    inv = ((3 - e + 127) << 23).to(tl.float32, bitcast=True)
+    r = ((a * inv + 12582912.0) - 12582912.0) * quantum
+    return tl.where(v < 0, -r, r)
+
+
+@triton.jit
+def fp8_scale(amax):
+    """amax / 448 (IEEE division, as oracle-emulation), 1 where the amax is 0."""
+    s = tl.math.div_rn(amax, 448.0)
+    return tl.where(s > 0, s, 1.0)
+
+
+@triton.jit
+def load_weight_tile(w_ptr, s_ptr, z_ptr, gscale, offs_k, offs_n, K, N,
+                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                     ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr, GROUP: tl.constexpr,
+                     HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr):
+    """Weight elements (k, n) of the tile as float32 [BK, BN].
+
+    4-bit formats come back scaled (scale per group along K, as oracle-emulation multiplies
+    them); FP8 comes back unscaled: its scale is constant over a K tile and is applied to the
+    product (see load_tile_scale).
+    """
+    k = offs_k[:, None]
+    n = offs_n[None, :]
+    mask = (k < K) & (n < N)
+    unit = tl.load(w_ptr + n * stride_wn + (k // PACK) * stride_wk, mask=mask, other=0)
+    if ELEM == 0:
+        if HW_FP8:
+            v = unit.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            v = e4m3_decode(unit.to(tl.int32))
+    else:
+        sidx = n * stride_sn + (k // GROUP) * stride_sk
+        if ELEM == 3:
+            q = (unit >> ((k % 8) * 4)) & 15
+            if not HAS_ZERO:
+                z = 8
+            else:
+                zw = tl.load(z_ptr + (k // GROUP) * stride_zk + n // 8, mask=mask, other=0)
+                z = (zw >> ((n % 8) * 4)) & 15
+            s = tl.load(s_ptr + sidx, mask=mask, other=0.0).to(tl.float32)
+            v = (q - z).to(tl.float32) * s
+        else:
+            c = (unit.to(tl.int32) >> ((k % 2) * 4)) & 15
+            sb = tl.load(s_ptr + sidx, mask=mask, other=0).to(tl.int32)
+            if ELEM == 1:
+                v = e2m1_decode(c) * e8m0_decode(sb)
+            else:
+                v = e2m1_decode(c) * e4m3_decode(sb) * gscale
+    return v
+
+
+@triton.jit
+def load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
+    """FP8 weight scale of each column n for the K tile starting at k0 (fp32, [BN])."""
+    return tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk,
+                   mask=offs_n < N, other=0.0)
+
+
+@triton.jit
+def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr):
+    """Prologue activation quantization of an fp32 tile x [BM, BK].
+
+    Returns (values on the E4M3 grid, per-row scale [BM]). ACT 1: one 1x128 group = this
+    tile (BK == 128); 2: per token, amax_rows precomputed over the whole row; 3: per tensor,
+    the scale read from xs_ptr.
+    """
+    if ACT == 1:
+        s = fp8_scale(tl.max(tl.abs(x), axis=1))
+    elif ACT == 2:
+        s = fp8_scale(amax_rows)
+    else:
+        s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
+    q = round_e4m3(tl.math.div_rn(x, s[:, None]))
+    return q, s

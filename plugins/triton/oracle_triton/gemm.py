@@ -1,0 +1,91 @@
+"""Dense small-batch GEMM y = x @ dequant(W)^T (+ b) with W packed in memory.
+
+One launch: each program owns a BLOCK_M x BLOCK_N output tile and a slice of K (split-K
+when the output has too few tiles to fill the GPU). Split-K partials go to an fp32
+workspace; the last program of a tile (an atomic counter per tile) sums them in a fixed
+order, adds the bias, writes the output and resets its counter, so a CUDA-graph replay
+finds the counters at zero again and the sum does not depend on arrival order.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .dequant import load_tile_scale, load_weight_tile, quantize_tile
+
+
+@triton.jit
+def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr,
+                 M, N, K, stride_xm, stride_ym,
+                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                 ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr, GROUP: tl.constexpr,
+                 SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+                 OUT_F16: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    if DOT_F32:
+        dot_t = tl.float32
+    elif OUT_F16:
+        dot_t = tl.float16
+    else:
+        dot_t = tl.bfloat16
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = offs_m < M
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    t0 = pid_k * per_split
+    t1 = tl.minimum(t0 + per_split, k_tiles)
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = tl.load(g_ptr)
+    amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if ACT == 2:                                   # per-token scale: the whole row's amax first
+        for t in range(0, k_tiles):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                         mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+            amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for t in range(t0, t1):
+        k0 = t * BLOCK_K
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                    mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        w = load_weight_tile(w_ptr, s_ptr, z_ptr, gscale, offs_k, offs_n, K, N,
+                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                             ELEM, PACK, SCALE, GROUP, HAS_ZERO, HW_FP8)
+        if ACT != 0:
+            q, xs = quantize_tile(x, amax_rows, ACT, xs_ptr)
+            part = tl.dot(q.to(dot_t), w.to(dot_t)) * xs[:, None]
+        else:
+            part = tl.dot(x.to(dot_t), w.to(dot_t))
+        if ELEM == 0:
+            part = part * load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)[None, :]
+        acc += part
+    mask = row_ok[:, None] & (offs_n[None, :] < N)
+    if SPLIT_K > 1:
+        tile = pid_m * tl.num_programs(0) + pid_n
+        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(base + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS)
+
+
+@triton.jit
+def _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr):
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=mask)
