@@ -127,3 +127,22 @@ def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr):
         s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
     q = round_e4m3(tl.math.div_rn(x, s[:, None]))
     return q, s
+
+
+@triton.jit
+def mma(a, b, DOT_F32: tl.constexpr):
+    """a @ b with fp32 accumulation; float32 operands (the interpreter) multiply in IEEE fp32, not TF32."""
+    if DOT_F32:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def to_dtype(v, dtype: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """Cast float32 -> dtype. Triton's interpreter truncates fp32 -> bf16; EXACT_BF16 rounds
+    to nearest even by hand first (what the GPU's cvt.rn does), so CPU tests see GPU rounding."""
+    if EXACT_BF16 and dtype == tl.bfloat16:
+        bits = v.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        v = bits.to(tl.float32, bitcast=True)
+    return v.to(dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import load_tile_scale, load_weight_tile, quantize_tile
+from .dequant import load_tile_scale, load_weight_tile, mma, quantize_tile, to_dtype
 
 
 @triton.jit
@@ -26,12 +26,14 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
+    if OUT_F16:
+        io_t = tl.float16
+    else:
+        io_t = tl.bfloat16
     if DOT_F32:
         dot_t = tl.float32
-    elif OUT_F16:
-        dot_t = tl.float16
     else:
-        dot_t = tl.bfloat16
+        dot_t = io_t
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = offs_m < M
@@ -58,13 +60,18 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
         w = load_weight_tile(w_ptr, s_ptr, z_ptr, gscale, offs_k, offs_n, K, N,
                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                              ELEM, PACK, SCALE, GROUP, HAS_ZERO, HW_FP8)
-        if ACT != 0:
-            q, xs = quantize_tile(x, amax_rows, ACT, xs_ptr)
-            part = tl.dot(q.to(dot_t), w.to(dot_t)) * xs[:, None]
-        else:
-            part = tl.dot(x.to(dot_t), w.to(dot_t))
         if ELEM == 0:
-            part = part * load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)[None, :]
+            ts = load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
+        if ACT != 0:       # W8A8: operands rounded as the reference rounds them (qdq(x), dequant(W))
+            q, xs = quantize_tile(x, amax_rows, ACT, xs_ptr)
+            if ELEM == 0:
+                w = w * ts[None, :]
+            part = mma(to_dtype(q * xs[:, None], io_t, DOT_F32).to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t),
+                       DOT_F32)
+        else:              # W8A16/W4A16: exact FP8 values, their scale applied to the product
+            part = mma(x.to(dot_t), w.to(dot_t), DOT_F32)
+            if ELEM == 0:
+                part = part * ts[None, :]
         acc += part
     mask = row_ok[:, None] & (offs_n[None, :] < N)
     if SPLIT_K > 1:
@@ -77,15 +84,16 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for s in range(0, SPLIT_K):
                 acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS)
+            _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, DOT_F32)
             tl.atomic_xchg(cnt_ptr + tile, 0)
     else:
-        _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS)
+        _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, DOT_F32)
 
 
 @triton.jit
-def _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr):
+def _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr,
+              EXACT_BF16: tl.constexpr):
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
-             acc.to(y_ptr.dtype.element_ty), mask=mask)
+             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)

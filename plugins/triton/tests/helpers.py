@@ -39,3 +39,39 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
     e = EmulationLinear(layer, t.mode, None)
     e.process_weights(**tensors)
     return t, e
+
+
+def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
+             activation="silu", activation_params=None, bias=False, device="cpu", group=128,
+             router_on_input=False):
+    """(triton MoE, emulation MoE) holding the same expert tensors."""
+    from oracle_emulation.moe import EmulationMoE
+    from oracle_triton.moe import TritonMoE
+
+    gated = activation not in ("relu2", "relu2_no_mul")
+    rows = 2 * i if gated else i
+    layer = MoELayer(name=f"moe-{fmt}", num_experts=e, top_k=k, hidden_size=h, intermediate_size=i,
+                     weight_format=fmt, activation=activation, activation_params=activation_params or {},
+                     has_bias=bias, group_size=group if fmt == "int4" else None,
+                     apply_router_weight_on_input=router_on_input)
+    # the MoE contract has no zero-point tensors: int4 experts are symmetric (zero 8)
+    q13 = quantize(fmt, torch.randn(e, rows, h, device=device) * 0.05, group, symmetric=True)
+    q2 = quantize(fmt, torch.randn(e, h, i, device=device) * 0.05, group, symmetric=True)
+    tensors = {"w13": q13["weight"], "w2": q2["weight"], "w13_scale": q13.get("weight_scale"),
+               "w2_scale": q2.get("weight_scale"), "w13_global_scale": q13.get("weight_global_scale"),
+               "w2_global_scale": q2.get("weight_global_scale")}
+    if bias:
+        tensors["w13_bias"] = torch.randn(e, rows, device=device) * 0.1
+        tensors["w2_bias"] = torch.randn(e, h, device=device) * 0.1
+    mode_obj = Mode(weight=fmt, activation=act, name=mode, params=params or {})
+    t = TritonMoE(layer, mode_obj, None)
+    ref = EmulationMoE(layer, mode_obj, None)
+    t.process_weights(**tensors)
+    ref.process_weights(**tensors)
+    return t, ref
+
+
+def routing(m: int, e: int, k: int, device="cpu"):
+    ids = torch.stack([torch.randperm(e, device=device)[:k] for _ in range(m)]).to(torch.int32)
+    w = torch.softmax(torch.randn(m, k, device=device), -1)
+    return w, ids
