@@ -112,13 +112,30 @@ def load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.conste
 
 
 @triton.jit
-def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr):
-    """Prologue activation quantization of an fp32 tile x [BM, BK].
+def round_e2m1(v):
+    """float32 -> float32 on the E2M1 grid (0, 0.5, ..., 6; half to even; saturating)."""
+    a = tl.minimum(tl.abs(v), 6.0)
+    r = tl.where(a < 2.0, ((a * 2.0 + 12582912.0) - 12582912.0) * 0.5,
+                 tl.where(a < 4.0, (a + 12582912.0) - 12582912.0, ((a * 0.5 + 12582912.0) - 12582912.0) * 2.0))
+    return tl.where(v < 0, -r, r)
 
-    Returns (values on the E4M3 grid, per-row scale [BM]). ACT 1: one 1x128 group = this
-    tile (BK == 128); 2: per token, amax_rows precomputed over the whole row; 3: per tensor,
-    the scale read from xs_ptr.
+
+@triton.jit
+def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Prologue activation quantize-dequantize of an fp32 tile x [BM, BK] (oracle-emulation's rounding).
+
+    ACT 1: FP8, one 1x128 group = this tile (BK == 128); 2: FP8 per token, amax_rows
+    precomputed over the whole row; 3: FP8 per tensor, scale at xs_ptr; 4: NVFP4, E4M3 scale
+    per 16 along K times the global scale at xs_ptr. Returns fp32 values (codes x scales).
     """
+    if ACT == 4:
+        gs = tl.load(xs_ptr)
+        blocks = tl.reshape(x, [BLOCK_M, BLOCK_K // 16, 16])
+        amax = tl.max(tl.abs(blocks), axis=2)
+        s = round_e4m3(tl.math.div_rn(tl.math.div_rn(amax, 6.0), gs)) * gs
+        safe = tl.where(s > 0, s, 1.0)
+        q = round_e2m1(tl.math.div_rn(blocks, safe[:, :, None]))
+        return tl.reshape(q * s[:, :, None], [BLOCK_M, BLOCK_K])
     if ACT == 1:
         s = fp8_scale(tl.max(tl.abs(x), axis=1))
     elif ACT == 2:
@@ -126,7 +143,7 @@ def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr):
     else:
         s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
     q = round_e4m3(tl.math.div_rn(x, s[:, None]))
-    return q, s
+    return q * s[:, None]
 
 
 @triton.jit

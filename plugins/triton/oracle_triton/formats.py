@@ -15,7 +15,7 @@ FP8, E2M1_MX, E2M1_NV, INT4 = 0, 1, 2, 3
 #: Scale encodings.
 SCALE_F32, SCALE_E8M0, SCALE_E4M3, SCALE_F16 = 0, 1, 2, 3
 #: Activation quantization inside the GEMM prologue.
-ACT_NONE, ACT_GROUP, ACT_TOKEN, ACT_TENSOR = 0, 1, 2, 3
+ACT_NONE, ACT_GROUP, ACT_TOKEN, ACT_TENSOR, ACT_NVFP4 = 0, 1, 2, 3, 4
 ACT_CODES = {"group": ACT_GROUP, "token": ACT_TOKEN, "tensor": ACT_TENSOR}
 FP8_GROUP = 128
 

@@ -62,11 +62,11 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
                              ELEM, PACK, SCALE, GROUP, HAS_ZERO, HW_FP8)
         if ELEM == 0:
             ts = load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
-        if ACT != 0:       # W8A8: operands rounded as the reference rounds them (qdq(x), dequant(W))
-            q, xs = quantize_tile(x, amax_rows, ACT, xs_ptr)
+        if ACT != 0:       # W8A8 / W4A4: operands rounded as the reference rounds them (qdq(x), dequant(W))
+            xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
             if ELEM == 0:
                 w = w * ts[None, :]
-            part = mma(to_dtype(q * xs[:, None], io_t, DOT_F32).to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t),
+            part = mma(to_dtype(xq, io_t, DOT_F32).to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t),
                        DOT_F32)
         else:              # W8A16/W4A16: exact FP8 values, their scale applied to the product
             part = mma(x.to(dot_t), w.to(dot_t), DOT_F32)

@@ -13,7 +13,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 
-from .formats import ACT_CODES, ACT_NONE, ACT_TENSOR
+from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import DenseGemm, dense_config
 from .weights import check, finite_positive, pack
 
@@ -39,9 +39,15 @@ class TritonLinear(Kernel):
             check("bias", bias, FLOATS, [n], "one bias per output feature")
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
+        if self.mode.activation == "nvfp4":
+            self.act = ACT_NVFP4
+            input_scale, input_global_scale = input_global_scale, None
+        if input_global_scale is not None:
+            raise TensorError("input_global_scale", f"None ({self.mode.name} takes no NVFP4 activation scale)",
+                              f"a tensor of shape {list(input_global_scale.shape)}")
         self.static = None
         if input_scale is not None:
-            if self.act != ACT_TENSOR:
+            if self.act not in (ACT_TENSOR, ACT_NVFP4):
                 raise TensorError("input_scale", f"None ({self.mode.name} activations are not statically scaled)",
                                   f"a tensor of shape {list(input_scale.shape)}")
             check("input_scale", input_scale, (torch.float32,), list(input_scale.shape), "fp32 per-tensor scale")
@@ -76,8 +82,8 @@ class TritonLinear(Kernel):
         if x2.shape[0] == 0:
             return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
         scale = None
-        if self.act == ACT_TENSOR:
-            scale = self.static if self.static is not None else dynamic_tensor_scale(x2)
+        if self.act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static if self.static is not None else dynamic_tensor_scale(x2, self.act)
         return self.gemm(x2, self.act, scale, self.dtype).reshape(*lead, self.n)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
@@ -92,9 +98,10 @@ class TritonLinear(Kernel):
         return units
 
 
-def dynamic_tensor_scale(x: torch.Tensor) -> torch.Tensor:
-    """amax/448 over the whole tensor (1 where it is 0), as oracle-emulation's dynamic per-tensor scale."""
-    s = x.float().abs().amax().reshape(1) / 448.0
+def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor:
+    """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
+    amax/(6*448) for the NVFP4 global scale."""
+    s = x.float().abs().amax().reshape(1) / (448.0 if act == ACT_TENSOR else 6.0 * 448.0)
     return torch.where(s > 0, s, torch.ones_like(s))
 
 

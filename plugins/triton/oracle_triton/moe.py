@@ -14,7 +14,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 
-from .formats import ACT_CODES, ACT_NONE, ACT_TENSOR
+from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import device_facts, interpreting
 from .linear import DTYPES, dynamic_tensor_scale
 from .weights import check, finite_positive, pack
@@ -73,11 +73,13 @@ class TritonMoE(Kernel):
             "one bias per expert and hidden unit").to(self.dtype).contiguous()
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
+        if self.mode.activation == "nvfp4":
+            self.act = ACT_NVFP4
         self.static = [None, None]
         for idx, (name, t) in enumerate((("w13_input_scale", w13_input_scale), ("w2_input_scale", w2_input_scale))):
             if t is None:
                 continue
-            if self.act != ACT_TENSOR:
+            if self.act not in (ACT_TENSOR, ACT_NVFP4):
                 raise TensorError(name, f"None ({self.mode.name} activations are not statically scaled)",
                                   f"a tensor of shape {list(t.shape)}")
             if not isinstance(t, torch.Tensor) or list(t.shape) not in ([], [1], [e]):
@@ -160,13 +162,13 @@ class TritonMoE(Kernel):
 
     def _tensor_scale(self, idx: int, a: torch.Tensor | None, x: torch.Tensor, topw: torch.Tensor,
                       k: int) -> torch.Tensor | None:
-        if self.act != ACT_TENSOR:
+        if self.act not in (ACT_TENSOR, ACT_NVFP4):
             return None
         if self.static[idx] is not None:
             return self.static[idx]
         if a is None:   # router weight on the input: the scale of the scaled pair inputs
             a = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype)
-        return dynamic_tensor_scale(a)
+        return dynamic_tensor_scale(a, self.act)
 
     def _gemm(self, stage, a, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               xs, cfg, blocks) -> None:

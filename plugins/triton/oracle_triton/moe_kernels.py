@@ -178,8 +178,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, topw_ptr, 
             if ROUTE_ON_INPUT and STAGE == 1:
                 x = to_dtype(x * rw[:, None], out_ptr.dtype.element_ty, DOT_F32).to(tl.float32)
             if ACT != 0:       # W8A8: operands rounded as the reference rounds them (qdq(x), dequant(W))
-                q, xs = quantize_tile(x, amax_rows, ACT, xs_ptr)
-                a = to_dtype(q * xs[:, None], io_t, DOT_F32).to(dot_t)
+                a = to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K), io_t, DOT_F32).to(dot_t)
             else:
                 a = x.to(dot_t)
             acc_g += _expert_product(a, w_e, s_e, z_e, gscale, k0, offs_k, n_g, K, N_W, stride_wn, stride_wk,

@@ -26,6 +26,7 @@ CASES = [  # fmt, mode, act, params
     ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
     ("mxfp4", "w4a16_mx", "bf16", {}),
     ("nvfp4", "w4a16_nvfp4", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
 ]
 
 
@@ -59,3 +60,21 @@ def test_weights_stay_packed():
     t, _ = linear_pair("mxfp4", 64, 256, "w4a16_mx", "bf16")
     assert t.packed.weight.dtype == torch.uint8 and tuple(t.packed.weight.shape) == (64, 128)
     assert t.packed.nbytes() == 64 * 128 + 64 * 8          # codes + one E8M0 byte per 32
+
+
+def test_nvfp4_w4a4_with_a_static_global_scale():
+    from helpers import quantize
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.linear import TritonLinear
+
+    layer = LinearLayer(name="nv", in_features=256, out_features=64, weight_format="nvfp4", activation_format="nvfp4")
+    tensors = quantize("nvfp4", torch.randn(64, 256) * 0.05)
+    tensors["input_global_scale"] = torch.tensor(0.5 / 448)
+    mode = Mode(weight="nvfp4", activation="nvfp4", name="w4a4_nvfp4")
+    t, e = TritonLinear(layer, mode, None), EmulationLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e.process_weights(**tensors)
+    x = torch.randn(3, 256, dtype=torch.bfloat16) * 2
+    assert rel(t.apply(x), e.apply(x)) < TOL

@@ -29,6 +29,7 @@ def _run(t, ref, m=5, scale=1.0):
     ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
     ("mxfp4", "w4a16_mx", "bf16", {}),
     ("nvfp4", "w4a16_nvfp4", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
     ("int4", "w4a16_int4", "bf16", {}),
 ])
 def test_moe_formats_match_emulation(fmt, mode, act, params):
@@ -96,3 +97,13 @@ def test_expert_weights_stay_packed():
     t, _ = moe_pair("nvfp4", E, H, I, K, "w4a16_nvfp4", "bf16")
     assert t.w13.weight.dtype == torch.uint8 and tuple(t.w13.weight.shape) == (E, 2 * I, H // 2)
     assert t.w2.weight.element_size() == 1
+
+
+@pytest.mark.parametrize("fmt,op", [("fp8_block", "linear"), ("mxfp4", "linear"), ("fp8_block", "moe"),
+                                    ("mxfp4", "moe")])
+def test_runtime_probe_product_agrees(fmt, op):
+    """The device probe (runtime.check) computes the same product as its float32 reference."""
+    from oracle_triton import runtime
+
+    y, ref = runtime._run(fmt, op, torch.device("cpu"))
+    assert rel(y, ref) < runtime.PROBE_TOLERANCE
