@@ -11,12 +11,13 @@ import torch
 from helpers import moe_pair, rel, routing
 
 TOL = 1e-2
+DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine
 E, H, I, K = 8, 256, 128, 2
 
 
 def _run(t, ref, m=5, scale=1.0):
-    x = torch.randn(m, H, dtype=torch.bfloat16) * scale
-    w, ids = routing(m, E, K)
+    x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV) * scale
+    w, ids = routing(m, E, K, DEV)
     yt, yr = t.apply(x, w, ids), ref.apply(x, w, ids)
     assert yt.shape == (m, H) and yt.dtype == torch.bfloat16
     return rel(yt, yr)
@@ -33,7 +34,7 @@ def _run(t, ref, m=5, scale=1.0):
     ("int4", "w4a16_int4", "bf16", {}),
 ])
 def test_moe_formats_match_emulation(fmt, mode, act, params):
-    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True)
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
     assert _run(t, ref) < TOL
 
 
@@ -43,15 +44,15 @@ def test_moe_formats_match_emulation(fmt, mode, act, params):
 ])
 def test_moe_activations(activation, aparams):
     t, ref = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", activation=activation,
-                      activation_params=aparams, bias=True)
+                      activation_params=aparams, bias=True, device=DEV)
     assert _run(t, ref, scale=4.0) < TOL
 
 
 def test_router_weight_on_input():
     t, ref = moe_pair("fp8_block", E, H, I, 1, "w8a8_block", "fp8", {"activation_granularity": "group"},
-                      router_on_input=True)
-    x = torch.randn(4, H, dtype=torch.bfloat16)
-    w, ids = routing(4, E, 1)
+                      router_on_input=True, device=DEV)
+    x = torch.randn(4, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(4, E, 1, DEV)
     assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL
 
 
@@ -60,14 +61,14 @@ def test_alignment_blocks_and_padding():
     from oracle_triton import moe_kernels as mk
     from oracle_triton.moe import triton_pow2
 
-    ids = torch.tensor([3, 0, 3, 3, 5, 0, 3, 7, 3], dtype=torch.int32)
+    ids = torch.tensor([3, 0, 3, 3, 5, 0, 3, 7, 3], dtype=torch.int32, device=DEV)
     t, e, bm = ids.numel(), 8, 4
     blocks = -(-t // bm) + min(e, t)
-    cnt = torch.zeros(e, dtype=torch.int32)
-    off = torch.zeros(e, dtype=torch.int32)
-    rank = torch.empty(t, dtype=torch.int32)
-    sorted_ids = torch.empty(blocks * bm, dtype=torch.int32)
-    bexp = torch.empty(blocks, dtype=torch.int32)
+    cnt = torch.zeros(e, dtype=torch.int32, device=DEV)
+    off = torch.zeros(e, dtype=torch.int32, device=DEV)
+    rank = torch.empty(t, dtype=torch.int32, device=DEV)
+    sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=DEV)
+    bexp = torch.empty(blocks, dtype=torch.int32, device=DEV)
     mk.count_kernel[(1,)](ids, cnt, rank, t, e, BLOCK=16)
     assert cnt.tolist() == [2, 0, 0, 5, 0, 1, 0, 1]
     mk.align_kernel[(1,)](ids, rank, cnt, off, sorted_ids, bexp, t, e, blocks,
@@ -87,14 +88,14 @@ def test_alignment_blocks_and_padding():
 def test_out_of_range_expert_ids_are_named():
     from oracle.errors import TensorError
 
-    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16")
-    x = torch.randn(2, H, dtype=torch.bfloat16)
+    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
     with pytest.raises(TensorError, match=r"topk_ids: expected expert ids in \[0, 8\), got 8"):
-        t.apply(x, torch.ones(2, K), torch.tensor([[0, 8], [1, 2]], dtype=torch.int32))
+        t.apply(x, torch.ones(2, K, device=DEV), torch.tensor([[0, 8], [1, 2]], dtype=torch.int32, device=DEV))
 
 
 def test_expert_weights_stay_packed():
-    t, _ = moe_pair("nvfp4", E, H, I, K, "w4a16_nvfp4", "bf16")
+    t, _ = moe_pair("nvfp4", E, H, I, K, "w4a16_nvfp4", "bf16", device=DEV)
     assert t.w13.weight.dtype == torch.uint8 and tuple(t.w13.weight.shape) == (E, 2 * I, H // 2)
     assert t.w2.weight.element_size() == 1
 
@@ -105,5 +106,5 @@ def test_runtime_probe_product_agrees(fmt, op):
     """The device probe (runtime.check) computes the same product as its float32 reference."""
     from oracle_triton import runtime
 
-    y, ref = runtime._run(fmt, op, torch.device("cpu"))
+    y, ref = runtime._run(fmt, op, torch.device(DEV))
     assert rel(y, ref) < runtime.PROBE_TOLERANCE
