@@ -101,7 +101,9 @@ class TritonLinear(Kernel):
 def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor:
     """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
     amax/(6*448) for the NVFP4 global scale."""
-    s = x.float().abs().amax().reshape(1) / (448.0 if act == ACT_TENSOR else 6.0 * 448.0)
+    amax = x.float().abs().amax().reshape(1)
+    s = amax / torch.full_like(amax, 448.0 if act == ACT_TENSOR else 6.0 * 448.0)   # IEEE: CUDA's a / scalar
+    # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
