@@ -64,51 +64,62 @@ def fp8_scale(amax):
 
 
 @triton.jit
-def load_weight_tile(w_ptr, s_ptr, z_ptr, gscale, offs_k, offs_n, K, N,
-                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                     ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr, GROUP: tl.constexpr,
-                     HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr):
-    """Weight elements (k, n) of the tile as float32 [BK, BN].
+def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                 ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                 HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, EXACT_W: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KU: tl.constexpr,
+                 io_t: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
+    """A[rows, k0 : k0 + PACK*BLOCK_KU] @ dequant(W[offs_n, same k])^T, fp32 [BLOCK_M, BLOCK_N].
 
-    4-bit formats come back scaled (scale per group along K, as oracle-emulation multiplies
-    them); FP8 comes back unscaled: its scale is constant over a K tile and is applied to the
-    product (see load_tile_scale).
+    The packed weight tile [BLOCK_KU units, BLOCK_N] is loaded once (vectorized along the
+    storage's contiguous dim); each of the PACK nibbles of a unit is decoded to its own
+    sub-tile (k = PACK*j + i) and multiplied with the matching strided columns of A, so
+    nothing is shuffled in registers. 4-bit values are scaled per group as the reference
+    does (value * scale, rounded to the operand dtype); FP8's scale is constant over the
+    tile and multiplies the product, or (EXACT_W: W8A8, the reference rounds dequantized
+    weights) each weight first.
     """
-    k = offs_k[:, None]
+    offs_j = k0 // PACK + tl.arange(0, BLOCK_KU)
+    j = offs_j[:, None]
     n = offs_n[None, :]
-    mask = (k < K) & (n < N)
-    unit = tl.load(w_ptr + n * stride_wn + (k // PACK) * stride_wk, mask=mask, other=0)
+    mask = (j < K // PACK) & (n < N)
+    units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=mask, other=0)
     if ELEM == 0:
-        if HW_FP8:
-            v = unit.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        else:
-            v = e4m3_decode(unit.to(tl.int32))
+        ts = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk,
+                     mask=offs_n < N, other=0.0)
     else:
-        sidx = n * stride_sn + (k // GROUP) * stride_sk
-        if ELEM == 3:
-            q = (unit >> ((k % 8) * 4)) & 15
-            if not HAS_ZERO:
-                z = 8
-            else:
-                zw = tl.load(z_ptr + (k // GROUP) * stride_zk + n // 8, mask=mask, other=0)
-                z = (zw >> ((n % 8) * 4)) & 15
-            s = tl.load(s_ptr + sidx, mask=mask, other=0.0).to(tl.float32)
-            v = (q - z).to(tl.float32) * s
+        sraw = tl.load(s_ptr + n * stride_sn + ((j * PACK) // GROUP) * stride_sk, mask=mask, other=0)
+        if ELEM == 1:
+            sf = e8m0_decode(sraw.to(tl.int32))
+        elif ELEM == 2:
+            sf = e4m3_decode(sraw.to(tl.int32)) * gscale
         else:
-            c = (unit.to(tl.int32) >> ((k % 2) * 4)) & 15
-            sb = tl.load(s_ptr + sidx, mask=mask, other=0).to(tl.int32)
-            if ELEM == 1:
-                v = e2m1_decode(c) * e8m0_decode(sb)
+            sf = sraw.to(tl.float32)
+            if HAS_ZERO:
+                zw = tl.load(z_ptr + ((j * PACK) // GROUP) * stride_zk + n // 8, mask=mask, other=0)
+                zero = ((zw >> ((n % 8) * 4)) & 15).to(tl.float32)
             else:
-                v = e2m1_decode(c) * e4m3_decode(sb) * gscale
-    return v
-
-
-@triton.jit
-def load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
-    """FP8 weight scale of each column n for the K tile starting at k0 (fp32, [BN])."""
-    return tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk,
-                   mask=offs_n < N, other=0.0)
+                zero = 8.0
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in tl.static_range(PACK):
+        kk = offs_j * PACK + i
+        x = tl.load(a_rows + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < K), other=0.0)
+        if ELEM == 0:
+            if HW_FP8:
+                w = units.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            else:
+                w = e4m3_decode(units.to(tl.int32))
+            if EXACT_W:
+                w = w * ts[None, :]
+        elif ELEM == 3:
+            w = (((units >> (4 * i)) & 15).to(tl.float32) - zero) * sf
+        else:
+            w = e2m1_decode((units.to(tl.int32) >> (4 * i)) & 15) * sf
+        acc += mma(x.to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t), DOT_F32)
+    if ELEM == 0 and not EXACT_W:
+        acc = acc * ts[None, :]
+    return acc
 
 
 @triton.jit

@@ -1,25 +1,52 @@
-"""Dense small-batch GEMM y = x @ dequant(W)^T (+ b) with W packed in memory.
+"""Dense small-batch GEMM y = x @ dequant(W)^T (+ b) with W packed in memory, and the
+activation quantize-dequantize pass W8A8/W4A4 modes run before it.
 
-One launch: each program owns a BLOCK_M x BLOCK_N output tile and a slice of K (split-K
-when the output has too few tiles to fill the GPU). Split-K partials go to an fp32
-workspace; the last program of a tile (an atomic counter per tile) sums them in a fixed
-order, adds the bias, writes the output and resets its counter, so a CUDA-graph replay
-finds the counters at zero again and the sum does not depend on arrival order.
+GEMM: each program owns a BLOCK_M x BLOCK_N output tile and a slice of K (split-K when the
+output has too few tiles to fill the GPU). Split-K partials go to an fp32 workspace; the last
+program of a tile (an atomic counter per tile) sums them in a fixed order, adds the bias,
+writes the output and resets its counter, so a CUDA-graph replay finds the counters at zero
+again and the result does not depend on arrival order.
+
+Activation pass: quantizing inside the GEMM's prologue repeats the work in every one of the
+N/BLOCK_N programs (and on 16-row tiles at M = 1); measured on an H200 it cost 4x the GEMM at
+M = 1, so the activations are rounded once, in their own launch, to the values the reference
+gives (codes times scales, in the layer's dtype), and the GEMM reads those.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .dequant import load_tile_scale, load_weight_tile, mma, quantize_tile, to_dtype
+from .dequant import quantize_tile, tile_product, to_dtype
 
 
 @triton.jit
-def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr,
+def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if ACT == 2:                                   # per-token scale: the whole row's amax first
+        for t in range(0, tl.cdiv(K, BLOCK_K)):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                         mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+            amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
+    for t in range(0, tl.cdiv(K, BLOCK_K)):
+        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask = row_ok[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_k[None, :],
+                 to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+
+
+@triton.jit
+def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr,
                  M, N, K, stride_xm, stride_ym,
                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                 ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr, GROUP: tl.constexpr,
-                 SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
+                 SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr):
@@ -37,6 +64,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = offs_m < M
+    a_rows = x_ptr + offs_m[:, None] * stride_xm
     k_tiles = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     t0 = pid_k * per_split
@@ -44,35 +72,12 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, y_ptr, part_p
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)
-    amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if ACT == 2:                                   # per-token scale: the whole row's amax first
-        for t in range(0, k_tiles):
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                         mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-            amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for t in range(t0, t1):
-        k0 = t * BLOCK_K
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                    mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-        w = load_weight_tile(w_ptr, s_ptr, z_ptr, gscale, offs_k, offs_n, K, N,
-                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                             ELEM, PACK, SCALE, GROUP, HAS_ZERO, HW_FP8)
-        if ELEM == 0:
-            ts = load_tile_scale(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
-        if ACT != 0:       # W8A8 / W4A4: operands rounded as the reference rounds them (qdq(x), dequant(W))
-            xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
-            if ELEM == 0:
-                w = w * ts[None, :]
-            part = mma(to_dtype(xq, io_t, DOT_F32).to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t),
-                       DOT_F32)
-        else:              # W8A16/W4A16: exact FP8 values, their scale applied to the product
-            part = mma(x.to(dot_t), w.to(dot_t), DOT_F32)
-            if ELEM == 0:
-                part = part * ts[None, :]
-        acc += part
+        acc += tile_product(a_rows, row_ok, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                            ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                            BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
     mask = row_ok[:, None] & (offs_n[None, :] < N)
     if SPLIT_K > 1:
         tile = pid_m * tl.num_programs(0) + pid_n

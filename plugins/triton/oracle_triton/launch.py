@@ -39,15 +39,17 @@ def device_facts(device: torch.device) -> dict[str, Any]:
             "sms": _sm_count(index)}
 
 
-def dense_config(m: int, n: int, k: int, sms: int) -> dict[str, int]:
-    """BLOCK_M/N/K, SPLIT_K, warps and stages for an [M, K] x [K, N] product."""
-    block_k = 128                       # one FP8 block / activation group per K tile
+def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
+    """BLOCK_M/N/K, SPLIT_K, warps and stages for an [M, K] x [K, N] product.
+
+    FP8 tiles span one 128-wide scale block along K; 4-bit tiles (pack 2 or 8) span 256."""
+    block_k = 128 if pack == 1 else 256
     if m <= 16:
         bm, bn, warps, stages = 16, 64, 4, 4
     elif m <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
     else:
-        bm, bn, warps, stages = 128, 128, 8, 3
+        bm, bn, warps, stages = 128, 128, 8, 3 if pack == 1 else 2
     if bn == 64 and n <= 2048 and m <= 16:
         bn = 32
     tiles = -(-m // bm) * -(-n // bn)
@@ -57,6 +59,18 @@ def dense_config(m: int, n: int, k: int, sms: int) -> dict[str, int]:
         split *= 2
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split,
             "num_warps": warps, "num_stages": stages}
+
+
+def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
+    """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
+    from .gemm import act_qdq_kernel
+
+    out = torch.empty_like(x)
+    m, k = x.shape
+    act_qdq_kernel[(-(-m // 16),)](x, act_scale if act_scale is not None else x, out, m, k,
+                                   x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                                   EXACT_BF16=facts["dot_f32"], num_warps=4)
+    return out
 
 
 class DenseGemm:
@@ -82,23 +96,23 @@ class DenseGemm:
                  config: dict[str, int] | None = None) -> torch.Tensor:
         from .gemm import wgemm_kernel
 
+        if act:
+            x = quantize_activations(x, act, act_scale, self.facts)
         m = x.shape[0]
-        cfg = config or dense_config(m, self.n, self.k, self.facts["sms"])
+        lay = self.layout
+        cfg = config or dense_config(m, self.n, self.k, self.facts["sms"], lay.pack)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
         split = cfg["SPLIT_K"]
         part = torch.empty(split, m, self.n, dtype=torch.float32, device=x.device) if split > 1 else y
         cnt = self.counters(grid_n * grid_m, split) if split > 1 else self.scale
-        lay = self.layout
         wgemm_kernel[(grid_n, grid_m, split)](
             x, self.weight, self.scale, self.zero, self.global_scale,
-            act_scale if act_scale is not None else self.scale,
             self.bias if self.bias is not None else self.scale, y, part, cnt,
             m, self.n, self.k, x.stride(0), y.stride(0),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
-            ELEM=lay.elem, PACK=lay.pack, SCALE=lay.scale_kind, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
-            HAS_ZERO=lay.stride_zk != 0,
-            ACT=act, HAS_BIAS=self.bias is not None, SPLIT_K=split,
+            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+            HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])

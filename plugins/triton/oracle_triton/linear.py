@@ -91,7 +91,7 @@ class TritonLinear(Kernel):
 
         units = []
         for m in token_counts:
-            cfg = dense_config(m, self.n, self.k, self.gemm.facts["sms"]) if self.gemm else {}
+            cfg = dense_config(m, self.n, self.k, self.gemm.facts["sms"], self.packed.layout.pack) if self.gemm else {}
             sig = (self.mode.name, self.n, self.k, self.layer.dtype, tuple(sorted(cfg.items())))
             units.append(WarmupUnit(self.spec.name if self.spec else "triton.linear", sig,
                                     lambda m=m: self.apply(torch.zeros(m, self.k, dtype=self.dtype, device=self.device))))

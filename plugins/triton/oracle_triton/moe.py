@@ -15,7 +15,7 @@ from oracle.errors import TensorError
 from oracle.kernel import Kernel
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
-from .launch import device_facts, interpreting
+from .launch import device_facts, interpreting, quantize_activations
 from .linear import DTYPES, dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
@@ -34,7 +34,7 @@ def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
     elif per_expert <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
     else:
-        bm, bn, warps, stages = 128, 128, 8, 3
+        bm, bn, warps, stages = 128, 128, 8, 2      # two weight tiles (gate, up) per stage
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "num_warps": warps, "num_stages": stages}
 
 
@@ -147,38 +147,38 @@ class TritonMoE(Kernel):
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        a1 = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype) if by_pair else x
+        a1 = self._round(0, a1)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        xs1 = self._tensor_scale(0, x if not self.layer.apply_router_weight_on_input else None, x, topw, k)
-        self._gemm(1, x, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k, self.inter,
-                   self.rows, self.hidden, xs1, cfg, blocks)
+        self._gemm(1, a1, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k, self.inter,
+                   self.rows, self.hidden, cfg, blocks)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
-        xs2 = self._tensor_scale(1, inter, x, topw, k)
-        self._gemm(2, inter, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k, self.hidden,
-                   self.hidden, self.inter, xs2, cfg, blocks)
+        self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
+                   self.hidden, self.hidden, self.inter, cfg, blocks)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                                      EXACT_BF16=self.facts["dot_f32"])
         return out
 
-    def _tensor_scale(self, idx: int, a: torch.Tensor | None, x: torch.Tensor, topw: torch.Tensor,
-                      k: int) -> torch.Tensor | None:
-        if self.act not in (ACT_TENSOR, ACT_NVFP4):
-            return None
-        if self.static[idx] is not None:
-            return self.static[idx]
-        if a is None:   # router weight on the input: the scale of the scaled pair inputs
-            a = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype)
-        return dynamic_tensor_scale(a, self.act)
+    def _round(self, idx: int, a: torch.Tensor) -> torch.Tensor:
+        """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the reference."""
+        if self.act == ACT_NONE:
+            return a
+        scale = None
+        if self.act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
+        return quantize_activations(a, self.act, scale, self.facts)
 
-    def _gemm(self, stage, a, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              xs, cfg, blocks) -> None:
+    def _gemm(self, stage, a, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
+              cfg, blocks) -> None:
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         lay, w = packed.layout, packed.weight
         s, z, g = packed.scale, packed.zero, packed.global_scale
         stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
         moe_gemm_kernel[(blocks, -(-n_out // cfg["BLOCK_N"]))](
-            a, w, s, z if z is not None else s, g if g is not None else s, xs if xs is not None else s,
+            a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
             stride(w), stride(s), stride(z), stride(bias),
@@ -187,10 +187,10 @@ class TritonMoE(Kernel):
             float(self.lbeta),
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=stage == 1 and self.gated,
             INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None,
-            ROUTE_ON_INPUT=bool(self.layer.apply_router_weight_on_input),
-            ELEM=lay.elem, PACK=lay.pack, SCALE=lay.scale_kind, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
-            HAS_ZERO=lay.stride_zk != 0, ACT=self.act, HAS_BIAS=bias is not None,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
+            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+            HAS_ZERO=lay.stride_zk != 0, EXACT_W=self.act != ACT_NONE, HAS_BIAS=bias is not None,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"] * (1 if lay.pack == 1 else 2),
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import load_tile_scale, load_weight_tile, mma, quantize_tile, to_dtype
+from .dequant import tile_product, to_dtype
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -91,37 +91,20 @@ def _activate(g, u, ACTFN: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha, 
 
 
 @triton.jit
-def _expert_product(a, w_e, s_e, z_e, gscale, k0, offs_k, offs_n, K, N_W, stride_wn, stride_wk,
-                    stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr,
-                    GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
-                    ACT: tl.constexpr, io_t: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
-    """a @ dequant(W[rows offs_n, K tile])^T for one K tile (see gemm.wgemm_kernel for the scaling)."""
-    w = load_weight_tile(w_e, s_e, z_e, gscale, offs_k, offs_n, K, N_W, stride_wn, stride_wk,
-                         stride_sn, stride_sk, stride_zk, ELEM, PACK, SCALE, GROUP, HAS_ZERO, HW_FP8)
-    if ELEM == 0:
-        ts = load_tile_scale(s_e, k0, offs_n, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS)
-        if ACT != 0:
-            w = w * ts[None, :]
-    p = mma(a, to_dtype(w, io_t, DOT_F32).to(dot_t), DOT_F32)
-    if ELEM == 0 and ACT == 0:
-        p = p * ts[None, :]
-    return p
-
-
-@triton.jit
-def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, topw_ptr, sorted_ptr, bexp_ptr, out_ptr,
+def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_ptr, bexp_ptr, out_ptr,
                     T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                     limit, alpha, beta, lbeta,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
-                    HAS_LIMIT: tl.constexpr, ROUTE_ON_INPUT: tl.constexpr,
-                    ELEM: tl.constexpr, PACK: tl.constexpr, SCALE: tl.constexpr, GROUP: tl.constexpr,
-                    SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
+                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
+                    SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr):
-    """STAGE 1: out[pair, j] = act(x[token] @ w13[e]^T + b13) over the I columns j.
-    STAGE 2: out[pair, n] = (a[pair] @ w2[e]^T + b2) * router weight, fp32."""
+    """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
+    STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
+    A is already rounded through the activation format (W8A8/W4A4: gemm.act_qdq_kernel)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     e = tl.load(bexp_ptr + pid_m)
@@ -136,10 +119,11 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, topw_ptr, 
             dot_t = io_t
         rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
         valid = rows < T
-        if STAGE == 1:
-            arow = rows // TOPK
-        else:
+        if A_BY_PAIR:
             arow = rows
+        else:
+            arow = rows // TOPK
+        a_rows = a_ptr + arow[:, None].to(tl.int64) * stride_am
         e64 = e.to(tl.int64)
         w_e = w_ptr + e64 * stride_we
         s_e = s_ptr + e64 * stride_se
@@ -158,55 +142,35 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, xs_ptr, b_ptr, topw_ptr, 
         else:
             n_g = j
             n_u = j
-        rw = tl.load(topw_ptr + rows, mask=valid, other=0.0).to(tl.float32)
-        amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if ACT == 2:
-            for t in range(0, tl.cdiv(K, BLOCK_K)):
-                offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-                xa = tl.load(a_ptr + arow[:, None] * stride_am + offs_k[None, :],
-                             mask=valid[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-                if ROUTE_ON_INPUT and STAGE == 1:
-                    xa = to_dtype(xa * rw[:, None], out_ptr.dtype.element_ty, DOT_F32).to(tl.float32)
-                amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for t in range(0, tl.cdiv(K, BLOCK_K)):
-            k0 = t * BLOCK_K
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(a_ptr + arow[:, None] * stride_am + offs_k[None, :],
-                        mask=valid[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-            if ROUTE_ON_INPUT and STAGE == 1:
-                x = to_dtype(x * rw[:, None], out_ptr.dtype.element_ty, DOT_F32).to(tl.float32)
-            if ACT != 0:       # W8A8: operands rounded as the reference rounds them (qdq(x), dequant(W))
-                a = to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K), io_t, DOT_F32).to(dot_t)
-            else:
-                a = x.to(dot_t)
-            acc_g += _expert_product(a, w_e, s_e, z_e, gscale, k0, offs_k, n_g, K, N_W, stride_wn, stride_wk,
-                                     stride_sn, stride_sk, stride_zk, ELEM, PACK, SCALE, GROUP, SCALE_ROWS,
-                                     HAS_ZERO, HW_FP8, ACT, io_t, dot_t, DOT_F32)
+            acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                  ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                  BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
             if GATED:
-                acc_u += _expert_product(a, w_e, s_e, z_e, gscale, k0, offs_k, n_u, K, N_W, stride_wn, stride_wk,
-                                         stride_sn, stride_sk, stride_zk, ELEM, PACK, SCALE, GROUP, SCALE_ROWS,
-                                         HAS_ZERO, HW_FP8, ACT, io_t, dot_t, DOT_F32)
+                acc_u += tile_product(a_rows, valid, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+                                      stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                      ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                      BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
         jmask = j < N_OUT
         if HAS_BIAS:
             acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
             if GATED:
                 acc_u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
         omask = valid[:, None] & jmask[None, :]
+        out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
         if STAGE == 1:
-            hg = to_dtype(acc_g, out_ptr.dtype.element_ty, DOT_F32).to(tl.float32)    # the reference rounds h to the dtype
-            hu = to_dtype(acc_u, out_ptr.dtype.element_ty, DOT_F32).to(tl.float32)
+            hg = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)    # the reference rounds FC1's output
+            hu = to_dtype(acc_u, io_t, DOT_F32).to(tl.float32)
             y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
-            tl.store(out_ptr + rows[:, None] * stride_om + j[None, :], to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
+            tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
         else:
-            if OUT_F16:
-                y = acc_g.to(tl.float16).to(tl.float32)
-            else:
-                y = to_dtype(acc_g, tl.bfloat16, DOT_F32).to(tl.float32)
-            if not ROUTE_ON_INPUT:
-                y = y * rw[:, None]
-            tl.store(out_ptr + rows[:, None] * stride_om + j[None, :], y, mask=omask)
+            y = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)
+            if WEIGHT_OUT:
+                y = y * tl.load(topw_ptr + rows, mask=valid, other=0.0)[:, None]
+            tl.store(out_rows, y, mask=omask)
 
 
 @triton.jit
