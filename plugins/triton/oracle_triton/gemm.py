@@ -23,22 +23,23 @@ from .dequant import quantize_tile, tile_product, to_dtype
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """One program per (16 rows, 128 columns): every K tile in parallel (per-token scales read
+    the whole row's amax first, a re-read of the row that is cheap next to the GEMM)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if ACT == 2:                                   # per-token scale: the whole row's amax first
+    if ACT == 2:
         for t in range(0, tl.cdiv(K, BLOCK_K)):
             offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
             xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
                          mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
             amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
-    for t in range(0, tl.cdiv(K, BLOCK_K)):
-        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask = row_ok[:, None] & (offs_k[None, :] < K)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-        xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_k[None, :],
-                 to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = row_ok[:, None] & (offs_k[None, :] < K)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+    xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_k[None, :],
+             to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 
 @triton.jit

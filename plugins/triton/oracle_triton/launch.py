@@ -42,10 +42,11 @@ def device_facts(device: torch.device) -> dict[str, Any]:
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
     """BLOCK_M/N/K, SPLIT_K, warps and stages for an [M, K] x [K, N] product.
 
-    FP8 tiles span one 128-wide scale block along K; 4-bit tiles (pack 2 or 8) span 256."""
-    block_k = 128 if pack == 1 else 256
+    A K tile spans one 128-wide FP8 scale block; 4-bit decoding gets 8 warps at small M
+    (the decoded sub-tiles otherwise spill registers)."""
+    block_k = 128
     if m <= 16:
-        bm, bn, warps, stages = 16, 64, 4, 4
+        bm, bn, warps, stages = 16, 64, 4 if pack == 1 else 8, 4
     elif m <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
     else:
@@ -67,7 +68,7 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
     out = torch.empty_like(x)
     m, k = x.shape
-    act_qdq_kernel[(-(-m // 16),)](x, act_scale if act_scale is not None else x, out, m, k,
+    act_qdq_kernel[(-(-m // 16), -(-k // 128))](x, act_scale if act_scale is not None else x, out, m, k,
                                    x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
                                    EXACT_BF16=facts["dot_f32"], num_warps=4)
     return out

@@ -30,7 +30,7 @@ def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
     """BLOCK_M from the expected rows per expert (shape-only, no device values)."""
     per_expert = tokens * top_k / experts
     if per_expert <= 16:
-        bm, bn, warps, stages = 16, 64, 4, 3
+        bm, bn, warps, stages = 16, 64, 8, 3
     elif per_expert <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
     else:
@@ -190,7 +190,7 @@ class TritonMoE(Kernel):
             A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
             ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=self.act != ACT_NONE, HAS_BIAS=bias is not None,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"] * (1 if lay.pack == 1 else 2),
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 

@@ -12,6 +12,7 @@ from oracle import MoELayer, Platform, select_backend
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-2
+TOL_Q = {"bf16": TOL, "fp8": 5e-2, "nvfp4": 8e-2}   # FC2 re-quantization flips, see test_triton_moe
 
 
 @pytest.mark.parametrize("fmt,mode,act,params", [
@@ -53,7 +54,7 @@ def test_moe_model_shapes(fmt, mode, act, params, activation):
         x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
         w, ids = routing(m, 32, 4, "cuda")
         err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
-        assert err < TOL, (fmt, m, err)
+        assert err < TOL_Q[act], (fmt, m, err)
 
 
 def _graph(fn, *static):
@@ -93,7 +94,8 @@ def test_moe_graph_capture_and_replay():
         ids.copy_(nids)
         g.replay()
         torch.cuda.synchronize()
-        assert rel(out, ref.apply(x, w, ids)) < TOL
+        assert rel(out, ref.apply(x, w, ids)) < TOL_Q["fp8"]
+        assert torch.equal(out, t.apply(x, w, ids))      # the replay computes what an eager call does
 
 
 def test_runtime_probe_and_detected_selection():
