@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
     ap.add_argument("--only", choices=["dense", "moe"])
+    ap.add_argument("--shapes", nargs="+", choices=list(DENSE) + list(MOE), help="only these shapes / models")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -216,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     bw = copy_bandwidth()
     print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (the HBM limit below is weight bytes / this)")
     rows: list[dict] = []
+    if args.shapes:
+        for table in (DENSE, MOE):
+            for key in [k for k in table if k not in args.shapes]:
+                del table[key]
     if args.only != "moe":
         bench_dense(args.m, bw, rows)
     if args.only != "dense":

@@ -89,16 +89,24 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
         ts = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk,
                      mask=offs_n < N, other=0.0)
     else:
-        sraw = tl.load(s_ptr + n * stride_sn + ((j * PACK) // GROUP) * stride_sk, mask=mask, other=0)
+        # one scale (and zero point) per GROUP along K: load the [G, BN] group tile once and
+        # broadcast it over its rows (a per-element gather of the scales is not vectorizable)
+        G = BLOCK_KU * PACK // GROUP
+        g = (k0 // GROUP + tl.arange(0, G))[:, None]
+        gmask = (g < K // GROUP) & (n < N)
+        sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
         if ELEM == 1:
-            sf = e8m0_decode(sraw.to(tl.int32))
+            sg = e8m0_decode(sraw.to(tl.int32))
         elif ELEM == 2:
-            sf = e4m3_decode(sraw.to(tl.int32)) * gscale
+            sg = e4m3_decode(sraw.to(tl.int32)) * gscale
         else:
-            sf = sraw.to(tl.float32)
+            sg = sraw.to(tl.float32)
+        sf = tl.reshape(tl.broadcast_to(sg[:, None, :], [G, BLOCK_KU // G, BLOCK_N]), [BLOCK_KU, BLOCK_N])
+        if ELEM == 3:
             if HAS_ZERO:
-                zw = tl.load(z_ptr + ((j * PACK) // GROUP) * stride_zk + n // 8, mask=mask, other=0)
-                zero = ((zw >> ((n % 8) * 4)) & 15).to(tl.float32)
+                zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=gmask, other=0)
+                zg = ((zw >> ((n % 8) * 4)) & 15).to(tl.float32)
+                zero = tl.reshape(tl.broadcast_to(zg[:, None, :], [G, BLOCK_KU // G, BLOCK_N]), [BLOCK_KU, BLOCK_N])
             else:
                 zero = 8.0
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
