@@ -91,7 +91,7 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
     else:
         # one scale (and zero point) per GROUP along K: load the [G, BN] group tile once and
         # broadcast it over its rows (a per-element gather of the scales is not vectorizable)
-        G = BLOCK_KU * PACK // GROUP
+        G: tl.constexpr = BLOCK_KU * PACK // GROUP
         g = (k0 // GROUP + tl.arange(0, G))[:, None]
         gmask = (g < K // GROUP) & (n < N)
         sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
