@@ -19,11 +19,12 @@ E4M3_MAX = 448.0
 
 @triton.jit
 def e2m1_decode(c):
-    """int32 codes 0..15 -> float32 values: magnitudes 2..7 put (e, m) straight into an fp32
-    exponent/mantissa (exponent bias moved by 126); 0 and 1 are 0 and 0.5."""
+    """int32 codes 0..15 -> float32 values."""
     mag = c & 7
-    normal = ((mag << 22) + 0x3F000000).to(tl.float32, bitcast=True)
-    v = tl.where(mag >= 2, normal, mag.to(tl.float32) * 0.5)
+    e = mag >> 1
+    m = mag & 1
+    normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
     return tl.where((c & 8) != 0, -v, v)
 
 
@@ -80,58 +81,52 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
     weights) each weight first.
     """
     offs_j = k0 // PACK + tl.arange(0, BLOCK_KU)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    j = offs_j[:, None]
+    n = offs_n[None, :]
+    mask = (j < K // PACK) & (n < N)
+    units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=mask, other=0)
     if ELEM == 0:
-        j = offs_j[:, None]
-        n = offs_n[None, :]
-        units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=(j < K // PACK) & (n < N), other=0)
         ts = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk,
                      mask=offs_n < N, other=0.0)
-        x = tl.load(a_rows + offs_j[None, :], mask=row_ok[:, None] & (offs_j[None, :] < K), other=0.0)
-        if HW_FP8:
-            w = units.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        else:
-            w = e4m3_decode(units.to(tl.int32))
-        if EXACT_W:
-            w = w * ts[None, :]
-        acc = mma(x.to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t), DOT_F32)
-        if not EXACT_W:
-            acc = acc * ts[None, :]
     else:
-        # the tile as [G groups, R units, BN]: one scale (and zero point) per group along K is
-        # loaded once and broadcast over its R rows (no per-element gather of the scales)
+        # one scale (and zero point) per GROUP along K: load the [G, BN] group tile once and
+        # broadcast it over its rows (a per-element gather of the scales is not vectorizable)
         G: tl.constexpr = BLOCK_KU * PACK // GROUP
-        R: tl.constexpr = BLOCK_KU // G
-        gi = tl.arange(0, G)[:, None, None]
-        j3 = k0 // PACK + gi * R + tl.arange(0, R)[None, :, None]
-        n3 = offs_n[None, None, :]
-        units = tl.load(w_ptr + n3 * stride_wn + j3 * stride_wk, mask=(j3 < K // PACK) & (n3 < N), other=0)
-        g3 = k0 // GROUP + gi
-        gmask = (g3 < K // GROUP) & (n3 < N)
-        sraw = tl.load(s_ptr + n3 * stride_sn + g3 * stride_sk, mask=gmask, other=0)
+        g = (k0 // GROUP + tl.arange(0, G))[:, None]
+        gmask = (g < K // GROUP) & (n < N)
+        sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
         if ELEM == 1:
             sg = e8m0_decode(sraw.to(tl.int32))
         elif ELEM == 2:
             sg = e4m3_decode(sraw.to(tl.int32)) * gscale
         else:
             sg = sraw.to(tl.float32)
+        sf = tl.reshape(tl.broadcast_to(sg[:, None, :], [G, BLOCK_KU // G, BLOCK_N]), [BLOCK_KU, BLOCK_N])
         if ELEM == 3:
             if HAS_ZERO:
-                zw = tl.load(z_ptr + g3 * stride_zk + n3 // 8, mask=gmask, other=0)
-                zero = ((zw >> ((n3 % 8) * 4)) & 15).to(tl.float32)
+                zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=gmask, other=0)
+                zg = ((zw >> ((n % 8) * 4)) & 15).to(tl.float32)
+                zero = tl.reshape(tl.broadcast_to(zg[:, None, :], [G, BLOCK_KU // G, BLOCK_N]), [BLOCK_KU, BLOCK_N])
             else:
                 zero = 8.0
-        else:
-            units = units.to(tl.int32)
-        for i in tl.static_range(PACK):
-            kk = offs_j * PACK + i
-            x = tl.load(a_rows + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < K), other=0.0)
-            if ELEM == 3:
-                w3 = (((units >> (4 * i)) & 15).to(tl.float32) - zero) * sg
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in tl.static_range(PACK):
+        kk = offs_j * PACK + i
+        x = tl.load(a_rows + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < K), other=0.0)
+        if ELEM == 0:
+            if HW_FP8:
+                w = units.to(tl.float8e4nv, bitcast=True).to(tl.float32)
             else:
-                w3 = e2m1_decode((units >> (4 * i)) & 15) * sg
-            w = tl.reshape(to_dtype(w3, io_t, DOT_F32).to(dot_t), [BLOCK_KU, BLOCK_N])
-            acc += mma(x.to(dot_t), w, DOT_F32)
+                w = e4m3_decode(units.to(tl.int32))
+            if EXACT_W:
+                w = w * ts[None, :]
+        elif ELEM == 3:
+            w = (((units >> (4 * i)) & 15).to(tl.float32) - zero) * sf
+        else:
+            w = e2m1_decode((units.to(tl.int32) >> (4 * i)) & 15) * sf
+        acc += mma(x.to(dot_t), to_dtype(w, io_t, DOT_F32).to(dot_t), DOT_F32)
+    if ELEM == 0 and not EXACT_W:
+        acc = acc * ts[None, :]
     return acc
 
 
