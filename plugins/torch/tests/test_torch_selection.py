@@ -13,7 +13,7 @@ from oracle import KernelConfig, LinearLayer, Platform, select_backend
 from oracle.registry import get_registry
 
 MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
-TORCH_OK = {"torch": "2.11.0"}
+TORCH_OK = {"torch": "2.11.0", "triton": None}   # oracle-triton absent: torch's fall-through is emulation
 
 
 def _linear(fmt="fp8_tensor", k=4096, n=4096, **more):
