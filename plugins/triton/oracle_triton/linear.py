@@ -1,8 +1,8 @@
 """Linear kernel: y = x @ dequant(W)^T (+ b) through wgemm_kernel, weights kept packed.
 
-W8A16/W4A16 modes multiply the layer-dtype activations; W8A8 modes round them to E4M3
-inside the GEMM (per 1x128 group, per token, or per tensor: static input_scale or the
-dynamic amax/448), exactly as oracle-emulation rounds them, in the same launch.
+W8A16/W4A16 modes multiply the layer-dtype activations in one launch; W8A8 (W4A4) modes
+first round them to E4M3 (NVFP4) in one pass (per 1x128 group, per token, or per tensor:
+static input_scale or the dynamic amax/448), exactly as oracle-emulation rounds them.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Fused MoE kernel class: five launches per forward, no host synchronization.
+"""Fused MoE kernel class: five launches per forward (A16), no host synchronization under capture.
 
 count -> align (expert blocks) -> grouped GEMM w13 + activation -> grouped GEMM w2 x router
-weight -> top-k sum. Expert weights stay packed; W8A8 modes quantize activations in each
-GEMM's prologue with oracle-emulation's rounding (FC1's input per token/group/tensor, FC2's
-input likewise; per-tensor dynamic scales come from one amax over the tensor).
+weight -> top-k sum. Expert weights stay packed; W8A8/W4A4 modes round each GEMM's input
+first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per token/group/tensor, or
+NVFP4; per-tensor dynamic scales come from one amax over the tensor).
 """
 from __future__ import annotations
 
