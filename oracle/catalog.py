@@ -152,6 +152,11 @@ class RuntimeReq(_Reasoned):
     reason: str | None = Field(None, description="the trace's reason when it fails ({detail} available)")
 
 
+class EnvironmentReq(RuntimeReq):
+    package: str | None = Field(None, description="the package the check inspects: the check is skipped when the "
+                                                   "caller states this package's version (--with-package)")
+
+
 class VendorReq(_Reasoned):
     any_of: list[Literal["nvidia", "amd", "intel", "cpu"]] = Field(description="accepted vendors")
     reason: str | None = Field(None, description="the trace's reason when unmet")
@@ -163,6 +168,10 @@ class Requirements(_Frozen):
     packages: dict[str, PackageReq] = Field(default_factory=dict,
                                             description="distributions that must be installed, by name")
     runtime: RuntimeReq | None = Field(None, description="a check that must run on the real device")
+    environment: EnvironmentReq | None = Field(
+        None, description="a check of this Python environment (e.g. which implementation of a package is "
+                          "active), run for detected and simulated devices alike; (ok, detail): a detail on "
+                          "success is shown as a note")
 
     @field_validator("vendor", mode="before")
     @classmethod

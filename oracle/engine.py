@@ -36,10 +36,12 @@ _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
 
 
 class _PlatformVerdict:
-    __slots__ = ("ok", "reason", "rule", "notes")
+    __slots__ = ("ok", "reason", "rule", "notes", "environment")
 
-    def __init__(self, ok: bool, reason: str = "", rule: str = "", notes: tuple[str, ...] = ()):
+    def __init__(self, ok: bool, reason: str = "", rule: str = "", notes: tuple[str, ...] = (),
+                 environment: str = ""):
         self.ok, self.reason, self.rule, self.notes = ok, reason, rule, notes
+        self.environment = environment      # what the kernel's environment check found (or why it failed)
 
 
 class Engine:
@@ -195,6 +197,8 @@ class Engine:
         spec, mode = found
         if spec.testing_only:
             notes.append(_EMULATION_NOTE.format(note=spec.note or f"{spec.name} is the slow path meant for testing"))
+        if isinstance(mode.params.get("note"), str):  # what the mode runs, e.g. per call size (decode/prefill)
+            notes.append(f"{spec.name} {mode.name}: {mode.params['note']}")
         return Decision(status="selected", backend=spec.backend, kernel=spec.name, mode=mode.name,
                         activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
                         spec=spec, mode_spec=mode, selected_by=selected_by, **base)
@@ -369,6 +373,11 @@ class Engine:
         found = self._preferences[(op, wf)] = self.policy.activations_for(op, wf)
         return found
 
+    def environment(self, platform: Platform) -> list[str]:
+        """What the kernels' environment checks found on this platform (e.g. which b12x runs), once each."""
+        found = (self._platform_check(spec, platform).environment for spec in self.registry.kernels)
+        return list(dict.fromkeys(text for text in found if text))
+
     def _platform_check(self, spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
         key = (spec.name, platform)
         verdict = self._platform_checks.get(key)
@@ -418,18 +427,42 @@ def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdic
                         "`{install}`", f"package:{name}", package=name, installed=installed,
                         required=package.version, install=install)
     notes: tuple[str, ...] = ()
+    environment = ""
+    if req.environment is not None and _reads_environment(platform, req.environment.package):
+        ok, detail = _call_check(req.environment.check, spec, platform, "environment check")
+        environment = detail or ""
+        if not ok:
+            verdict = fail(req.environment.reason, "{kernel}'s environment check failed: {detail}", "environment",
+                           detail=detail or "unsupported")
+            verdict.environment = verdict.reason
+            return verdict
+        notes = (detail,) if detail else ()
     if req.runtime is not None:
         if platform.simulated:
-            notes = (f"runtime check {req.runtime.check} assumed to pass: it cannot run on the simulated "
+            notes += (f"runtime check {req.runtime.check} assumed to pass: it cannot run on the simulated "
                      f"device {platform.device_name}",)
         else:
-            try:
-                fn = _import_object(req.runtime.check, f"kernel {spec.name} runtime check")
-                result = fn(spec, platform)
-                ok, detail = (result, None) if isinstance(result, bool) else result
-            except Exception as exc:  # isolate the plugin
-                ok, detail = False, f"runtime check raised {type(exc).__name__}: {exc}"
+            ok, detail = _call_check(req.runtime.check, spec, platform, "runtime check")
             if not ok:
                 return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
                             "runtime", detail=detail or "unsupported")
-    return _PlatformVerdict(True, notes=notes)
+    return _PlatformVerdict(True, notes=notes, environment=environment)
+
+
+def _reads_environment(platform: Platform, package: str | None) -> bool:
+    """Environment checks describe this Python environment: skipped when the caller states the
+    package they inspect (the platform then describes another machine's packages)."""
+    if not platform.packages_from_environment:
+        return False
+    stated = {name for name, _ in platform.packages}
+    return package is None or package.strip().lower().replace("_", "-") not in stated
+
+
+def _call_check(check: str, spec: KernelSpec, platform: Platform, what: str) -> tuple[bool, str | None]:
+    """A plugin's (ok, detail) check; whatever it raises becomes a failed verdict (the plugin is isolated)."""
+    try:
+        fn = _import_object(check, f"kernel {spec.name} {what}")
+        result = fn(spec, platform)
+        return (result, None) if isinstance(result, bool) else result
+    except Exception as exc:
+        return False, f"{what} raised {type(exc).__name__}: {exc}"

@@ -21,12 +21,19 @@ MoEActivation = Literal[
     "silu", "situ", "swigluoai", "swigluoai_uninterleave", "relu2", "relu2_no_mul", "gelu",
 ]
 DType = Literal["bfloat16", "float16", "float32"]
+#: How FP8 activations get their scale: one static per-tensor scale from the checkpoint
+#: (`input_scale`), or computed at run time per tensor, per token (row), or per 1 x K-block
+#: group (1x128 for 128x128 weight blocks; the group width is the weight block's K).
+ActivationScale = Literal["static_tensor", "dynamic_tensor", "dynamic_token", "dynamic_group"]
 
 WEIGHT_FORMATS: tuple[str, ...] = get_args(WeightFormat)
 ACTIVATION_FORMATS: tuple[str, ...] = get_args(ActivationFormat)
 OPS: tuple[str, ...] = get_args(Op)
 MOE_ACTIVATIONS: tuple[str, ...] = get_args(MoEActivation)
 DTYPES: tuple[str, ...] = get_args(DType)
+ACTIVATION_SCALES: tuple[str, ...] = get_args(ActivationScale)
+#: Weight formats whose scales cover a 2-D block that a checkpoint chooses (`weight_block`).
+BLOCK_WEIGHT_FORMATS = frozenset({"fp8_block"})
 
 UNQUANTIZED_FORMATS = frozenset({"bf16", "fp16", "fp32"})
 #: Activation formats that do not quantize ("A16").

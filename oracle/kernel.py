@@ -29,9 +29,14 @@ Checkpoint tensor names (every plugin uses these, so layers can switch kernels):
      q8_0, iq2_xs, iq2_xxs  weight uint8 [N, K/block, block_bytes] (GGML block bytes)
   moe     process_weights(w13, w2, w13_scale=None, w2_scale=None, w13_global_scale=None,
                           w2_global_scale=None, w13_input_scale=None, w2_input_scale=None,
-                          w13_bias=None, w2_bias=None)
-          w13 [E, 2I, H] (gate rows first, then up; I rows for non-gated activations), w2 [E, H, I],
-          packed along the last dim as in the linear table, scales with a leading E dim
+                          w13_bias=None, w2_bias=None, w13_zero_point=None, w2_zero_point=None)
+          w13 [E, 2I, H]: gate rows first, then up; for swigluoai (gpt-oss) gate and up rows
+          interleave (row 2j gate, 2j+1 up); I rows for non-gated activations. w2 [E, H, I].
+          Each expert's tensors are the linear table's with a leading E: packed formats pack
+          along K (nvfp4/mxfp4 [E, N, K/2]; int4 [E, K/8, N], scales [E, K/g, N], zero points
+          [E, K/g, N/8] or None), scales and zero points with a leading E dim
+  Checkpoint dialects (compressed-tensors, transformers FP8, gpt-oss, ModelOpt, GPTQ/AWQ) map to
+  these names through oracle.checkpoints (the layout table: oracle/checkpoints/layouts.py)
           apply(hidden_states [M, H], topk_weights fp32 [M, k], topk_ids int [M, k]) -> [M, H]
   embedding  process_weights(weight) ; apply(ids int [...]) -> [..., D]
 """

@@ -15,7 +15,8 @@ from .validation import Revalidating
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 from .errors import InputError
-from .formats import ActivationFormat, DType, MoEActivation, WeightFormat, is_quantized
+from .formats import (BLOCK_WEIGHT_FORMATS, FORMAT_FACTS, ActivationFormat, ActivationScale, DType,
+                      MoEActivation, WeightFormat, is_quantized)
 
 #: Bounds on layer fields (docs/user-guide.md, "Limits"): far above any real model, low enough
 #: that a typo or hostile value is refused at construction instead of misleading a decision.
@@ -79,7 +80,38 @@ class _Layer(Revalidating):
         return {}
 
 
-class LinearLayer(_Layer):
+class _QuantScales:
+    """FP8 activation-scale kind and 2-D weight block: checked against the formats they describe.
+
+    `activation_scale` None means the layer has no FP8 activations or the checkpoint does not
+    say (rules see "unknown"); `weight_block` None means the format's standard block
+    (`FORMAT_FACTS`, 128x128 for fp8_block).
+    """
+
+    def _check_scales(self) -> None:
+        scale, block = self.activation_scale, self.weight_block  # type: ignore[attr-defined]
+        act, fmt = self.activation_format, self.weight_format  # type: ignore[attr-defined]
+        if scale is not None and act != "fp8":
+            raise ValueError(f"activation_scale {scale!r} describes FP8 activations, but activation_format "
+                             f"is {act!r}; expected activation_format 'fp8' or no activation_scale")
+        if block is not None:
+            if fmt not in BLOCK_WEIGHT_FORMATS:
+                raise ValueError(f"weight_block {list(block)} applies to block formats "
+                                 f"({', '.join(sorted(BLOCK_WEIGHT_FORMATS))}), not {fmt!r}")
+            group = self.group_size  # type: ignore[attr-defined]
+            if group is not None and group != block[1]:
+                raise ValueError(f"group_size {group} contradicts weight_block {list(block)}: "
+                                 f"the K group is the block's second value")
+
+    def _scale_fields(self) -> dict[str, Any]:
+        block = self.weight_block or (FORMAT_FACTS[self.weight_format].block  # type: ignore[attr-defined]
+                                      if self.weight_format in BLOCK_WEIGHT_FORMATS else None)  # type: ignore[attr-defined]
+        return {"activation_scale": self.activation_scale or "unknown",  # type: ignore[attr-defined]
+                "weight_block_rows": block[0] if block else None,
+                "weight_block_cols": block[1] if block else None}
+
+
+class LinearLayer(_QuantScales, _Layer):
     """A dense GEMM y = x W^T (+ b): W is [out_features, in_features] on this rank (N x K)."""
 
     op: Literal["linear"] = "linear"
@@ -91,12 +123,19 @@ class LinearLayer(_Layer):
     dtype: DType = "bfloat16"
     tp_size: ParallelSize = 1
     group_size: PositiveInt | None = None
+    activation_scale: ActivationScale | None = None
+    weight_block: tuple[PositiveInt, PositiveInt] | None = None
+
+    @model_validator(mode="after")
+    def _check_quant_scales(self) -> "LinearLayer":
+        self._check_scales()
+        return self
 
     def _derived(self) -> dict[str, Any]:
-        return {"K": self.in_features, "N": self.out_features}
+        return {"K": self.in_features, "N": self.out_features, **self._scale_fields()}
 
 
-class MoELayer(_Layer):
+class MoELayer(_QuantScales, _Layer):
     """Routed experts of one block, as one fused-MoE call."""
 
     op: Literal["moe"] = "moe"
@@ -119,6 +158,8 @@ class MoELayer(_Layer):
     lora: Flag = False
     apply_router_weight_on_input: Flag = False
     group_size: PositiveInt | None = None
+    activation_scale: ActivationScale | None = None
+    weight_block: tuple[PositiveInt, PositiveInt] | None = None
 
     @field_validator("activation_params")
     @classmethod
@@ -132,6 +173,7 @@ class MoELayer(_Layer):
 
     @model_validator(mode="after")
     def _check_geometry(self) -> "MoELayer":
+        self._check_scales()
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})")
         if self.intermediate_size % self.tp_size:
@@ -147,6 +189,7 @@ class MoELayer(_Layer):
             "intermediate_size_per_rank": self.intermediate_size // self.tp_size,
             "experts_per_rank": self.num_experts // self.ep_size,
             "expert_parallel": self.ep_size > 1,
+            **self._scale_fields(),
         }
 
 

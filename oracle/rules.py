@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from . import templates
 from .errors import PolicyError
-from .formats import ACTIVATION_FORMATS, DTYPES, MOE_ACTIVATIONS, OPS, WEIGHT_FORMATS
+from .formats import ACTIVATION_FORMATS, ACTIVATION_SCALES, DTYPES, MOE_ACTIVATIONS, OPS, WEIGHT_FORMATS
 from .sources import where
 
 Predicate = Callable[[Mapping[str, Any]], bool]
@@ -32,17 +32,19 @@ _COMMON = {
     "checkpoint_activation_format": ACTIVATION_FORMATS, "dtype": DTYPES, "mode": str,
     "tp_size": int, "backend": str, "kernel": str,
 }
+#: FP8 activation-scale kind ("unknown" when the checkpoint does not say) and the 2-D weight block.
+_SCALES = {"activation_scale": (*ACTIVATION_SCALES, "unknown"), "weight_block_rows": int, "weight_block_cols": int}
 
 #: Field name -> allowed values (a tuple of strings) or a Python type, per op.
 FIELDS: dict[str, dict[str, Any]] = {
     "linear": {**_COMMON, "in_features": int, "out_features": int, "K": int, "N": int,
-               "has_bias": bool, "group_size": int},
+               "has_bias": bool, "group_size": int, **_SCALES},
     "moe": {**_COMMON, "num_experts": int, "top_k": int, "hidden_size": int,
             "intermediate_size": int, "intermediate_size_per_rank": int,
             "experts_per_rank": int, "expert_parallel": bool, "activation": MOE_ACTIVATIONS,
             "has_bias": bool, "ep_size": int, "use_all2all": bool, "eplb": bool,
             "expert_map": bool, "lora": bool, "apply_router_weight_on_input": bool,
-            "group_size": int},
+            "group_size": int, **_SCALES},
     "embedding": {**_COMMON, "num_embeddings": int, "embedding_dim": int},
 }
 #: Prefix of open-ended numeric fields (`activation_params.beta`, `activation_params.limit`).

@@ -111,3 +111,15 @@ def check_scales(name: str, t: Any, *, sign: str = "positive") -> None:
 def check_finite(name: str, t: Any) -> None:
     """Finite values of any sign."""
     check_scales(name, t, sign="any")
+
+
+def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any]) -> None:
+    """A dense kernel's input: a floating-point tensor on the weights' device whose last dimension is K."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TensorError("x", "a torch.Tensor", type(x).__name__)
+    if x.dtype not in dtypes:
+        raise TensorError("x", "dtype bfloat16, float16 or float32 (floating-point activations)", dtype_name(x.dtype))
+    if len(x.shape) == 0 or x.shape[-1] != k:
+        raise TensorError("x", f"last dimension {k} (K)", f"shape {shape_of(x)}")
+    if x.device != device:
+        raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))

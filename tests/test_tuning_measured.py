@@ -105,7 +105,8 @@ def test_faster_kernel_wins_by_measurement(racer, tmp_path, capsys, monkeypatch,
 def test_explicit_backend_wins_and_engine_api_and_reload(racer, tuned, tmp_path, monkeypatch):
     out = copy_of(tuned, tmp_path)
     layer = LinearLayer(name="q", in_features=256, out_features=512, weight_format="fp8_block",
-                        activation_format="fp8", group_size=128)
+                        activation_format="fp8", group_size=128, activation_scale="dynamic_group",
+                        weight_block=(128, 128))   # as the front end derives tiny-fp8's qkv_proj
     cpu = Platform.detect()
     oracle.reload()
     d = select_backend(layer, cpu, env={}, measurements=str(out))

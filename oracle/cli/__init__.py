@@ -1,4 +1,4 @@
-"""The `oracle` command: explain | kernels | policy show | schema | verify | bench, and plugins' commands.
+"""The `oracle` command: explain | run | kernels | policy show | schema | verify | bench, and plugins' commands.
 
 Each command is a module (or, from a plugin, any object) with `NAME`, `add_parser(subparsers)`
 returning its parser, and `run(args) -> int`; `BUILTIN` lists the shipped ones and plugins add
@@ -16,13 +16,14 @@ from typing import Any, Sequence
 from pydantic import ValidationError
 
 from ..errors import OracleError
-from ..exitcodes import ArgumentParser, run_command
+from ..exitcodes import ArgumentParser, run_command as guarded
 from ..registry import PluginFailure
+from ..hf import command as run_command   # imports no torch/transformers until `oracle run` runs
 from ..tuning import command as tune
 from . import bench, explain, kernels, policy, schema, verify
 from .options import add_platform_options, add_policy_options, env_from_args, platform_from_args, policy_from_args
 
-BUILTIN = (explain, kernels, policy, schema, verify, bench, tune)
+BUILTIN = (explain, run_command, kernels, policy, schema, verify, bench, tune)
 
 
 def build_parser(registry: Any = None) -> argparse.ArgumentParser:
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise  # a bug in oracle itself: run_command reports it as an internal error (70)
             raise OracleError(f"command {args.command!r} of plugin {args._plugin} failed: "
                               f"{type(exc).__name__}: {exc}") from None
-    return run_command(command)  # exit codes and warnings: oracle.exitcodes
+    return guarded(command)  # exit codes and warnings: oracle.exitcodes
 
 
 __all__ = ["BUILTIN", "add_platform_options", "add_policy_options", "build_parser", "env_from_args", "main",

@@ -48,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     plugins = [{"name": p.name, "distribution": p.distribution, "version": p.version, "kernels": list(p.kernels)}
                for p in registry.plugins]
     if args.format == "json":
-        print(dumps({"platform": platform.describe(), "plugins": plugins, "skipped_plugins": registry.skipped,
-                          "kernels": rows, "plugin_errors": failures}, indent=2))
+        print(dumps({"platform": platform.describe(), "environment": engine.environment(platform),
+                     "plugins": plugins, "skipped_plugins": registry.skipped,
+                     "kernels": rows, "plugin_errors": failures}, indent=2))
         return 0
     print(f"platform: {platform.describe()}")
     print("plugins:  " + (", ".join(f"{p['name']} ({p['distribution'] or 'in-process'} {p['version'] or ''})".replace(" )", ")")
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"backends: auto, {', '.join(registry.backends())}" if registry.kernels else "backends: (none)")
     if registry.skipped:
         print(f"skipped:  {', '.join(registry.skipped)} (not in {LOAD_PLUGINS_ENV})")
+    for line in engine.environment(platform):
+        print(f"environment: {line}")
     for row in rows:
         state = "available" if row["available"] else "unavailable"
         auto = "auto" if row["auto_select"] else "explicit only"

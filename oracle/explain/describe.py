@@ -36,17 +36,23 @@ def describe_layer(layer: Any) -> str:
     else:
         text = f"embedding {layer.num_embeddings}x{layer.embedding_dim}"
     text += f", {layer.weight_format}"
+    block = getattr(layer, "weight_block", None)
     group = getattr(layer, "group_size", None)
     if group and layer.quantized:
         text += f" g{group}"
+    if block:
+        text += f" ({block[0]}x{block[1]} blocks)"
     declared = getattr(layer, "activation_format", None)
     if layer.quantized and layer.op != "embedding":
         text += f", checkpoint activations {declared or 'none declared'}"
+        if declared == "fp8":
+            text += f" ({(layer.activation_scale or 'unknown').replace('_', ' ')} scales)"
     return text
 
 
-def describe_platform(platform: Any) -> str:
-    return platform.describe()
+def describe_platform(platform: Any, environment: list[str] | None = None) -> str:
+    """The platform, plus what plugins found in this environment (e.g. which b12x implementation runs)."""
+    return "; ".join([platform.describe(), *(environment or [])])
 
 
 def describe_config(config: Any, model: Any) -> str:

@@ -30,7 +30,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                   "derivation": getattr(m, "derivation", None)},
         "platform": {"description": p.describe(), "vendor": p.vendor, "device_name": p.device_name,
                      "capability": list(p.capability) if p.capability else None, "simulated": p.simulated,
-                     "preset": p.preset_name},
+                     "preset": p.preset_name, "environment": report.environment},
         "config": {**report.config.describe(), "tp": m.tp, "ep": m.ep, "policy_files": report.policy_files},
         "plugin_errors": report.plugin_errors,
         "layers": layers,

@@ -19,7 +19,7 @@ def render_markdown(report: Report) -> str:
            f"- **model**: {m.architecture} (model_type `{m.model_type}`), {len(m.layers)} layers per rank",
            f"- **files**: {', '.join(f'`{f}`' for f in m.files)}",
            f"- **quantization**: {m.dialect}: {_md(m.dialect_detail)}",
-           f"- **platform**: {_md(describe_platform(report.platform))}",
+           f"- **platform**: {_md(describe_platform(report.platform, report.environment))}",
            f"- **config**: {_md(describe_config(report.config, m))}",
            f"- **policy**: {' < '.join(f'`{f}`' for f in report.policy_files)}"]
     out += [f"- **note**: {_md(n)}" for n in m.notes]

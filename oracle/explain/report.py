@@ -23,6 +23,7 @@ class Report:
     decisions: list[Any]                 # one Decision per model.layers entry
     groups: list[Group] = field(default_factory=list)
     plugin_errors: list[str] = field(default_factory=list)
+    environment: list[str] = field(default_factory=list)   # what kernels' environment checks found
 
     @property
     def no_kernel(self) -> list[Group]:
@@ -72,6 +73,7 @@ class Report:
         """Decide every layer of `model` with `engine`; layers sharing a signature share one decision."""
         decisions = [engine.select(row.layer, platform, config, env, measurements) for row in model.layers]
         report = cls(model=model, platform=platform, config=config, policy_files=list(engine.policy.files),
-                     decisions=decisions, plugin_errors=[str(f) for f in engine.registry.failures])
+                     decisions=decisions, plugin_errors=[str(f) for f in engine.registry.failures],
+                     environment=engine.environment(platform))
         report.groups = group_layers(model.layers, decisions)
         return report

@@ -13,7 +13,7 @@ def render_text(report: Report) -> str:
         + ("  [shipped example]" if m.example else ""),
         f"files     {', '.join(m.files)}",
         f"quant     {m.dialect}: {m.dialect_detail}",
-        f"platform  {describe_platform(report.platform)}",
+        f"platform  {describe_platform(report.platform, report.environment)}",
         f"config    {describe_config(report.config, m)}",
         f"policy    {' < '.join(report.policy_files)}",
     ]

@@ -166,11 +166,13 @@ def _layer(module: Module, scheme: Scheme, dtype: str, unquantized: str) -> Mode
         if module.op == "linear":
             spec = LinearLayer(name=module.name, weight_format=fmt.weight_format,
                                activation_format=fmt.activation_format, dtype=dtype,
-                               group_size=fmt.group_size, **shape)
+                               group_size=fmt.group_size, activation_scale=fmt.activation_scale,
+                               weight_block=fmt.weight_block, **shape)
         elif module.op == "moe":
             spec = MoELayer(name=module.name, weight_format=fmt.weight_format,
                             activation_format=fmt.activation_format, dtype=dtype,
-                            group_size=fmt.group_size, **shape)
+                            group_size=fmt.group_size, activation_scale=fmt.activation_scale,
+                            weight_block=fmt.weight_block, **shape)
         else:
             shape = {k: v for k, v in shape.items()}
             spec = EmbeddingLayer(name=module.name, weight_format=fmt.weight_format, dtype=dtype, **shape)

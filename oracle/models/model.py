@@ -38,6 +38,8 @@ class Quant:
     weight_format: str
     activation_format: str | None = None
     group_size: int | None = None
+    activation_scale: str | None = None             # FP8 activations: formats.ActivationScale, None = unknown
+    weight_block: tuple[int, int] | None = None     # block formats: [rows (N), cols (K)]
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,21 @@ Detection order (first hit wins, and the report says which file decided):
 
 Format mapping (weight format, activation format the checkpoint declares):
   mxfp4 (gpt-oss)                          -> mxfp4, None
-  fp8 + weight_block_size [bn, bk]         -> fp8_block, fp8 (group_size bk)
-  fp8 without a block size                 -> fp8_tensor, fp8
+  fp8 + weight_block_size [bn, bk]         -> fp8_block, fp8 (group_size bk, weight_block (bn, bk),
+                                              dynamic_group activation scales; 'static' is an error)
+  fp8 without a block size                 -> fp8_tensor, fp8 (activation_scheme static -> static_tensor,
+                                              dynamic -> dynamic_tensor)
   compressed-tensors float 8-bit weights   -> strategy tensor/channel/block -> fp8_tensor/_channel/_block;
-                                              activation fp8 when input_activations are 8-bit float, else None
+                                              activation fp8 when input_activations are 8-bit float, else None;
+                                              scale kind from input_activations strategy x dynamic
+                                              (tensor/static, tensor/dynamic, token/dynamic, group/dynamic)
   compressed-tensors nvfp4-pack-quantized  -> nvfp4; nvfp4 when input_activations are 4-bit float, else None
   compressed-tensors mxfp4-pack-quantized  -> mxfp4; mxfp4/mxfp8 per input_activations, else None
   compressed-tensors int 4-bit, GPTQ, AWQ  -> int4, None
-  ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8, nvfp4/nvfp4 (input scales: W4A4), mxfp8/mxfp8
+  ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8 (static_tensor), nvfp4/nvfp4 (input scales: W4A4),
+                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token
+Contradictory scale kinds or block shapes (static block FP8, a block_structure on a per-channel
+strategy, activation groups unlike the weight block) are an InputError naming the key.
   ModelOpt IQ2_XS / IQ2_XXS / Q8_0 (ggml)  -> iq2_xs / iq2_xxs / q8_0, None
 Anything else (int8 W8A8, 3-bit GPTQ, FP8 e5m2, ...) is an InputError naming the file
 and key: the engine has no format for it, and guessing would mislead.
@@ -141,12 +148,21 @@ class Fp8Scheme(_SkipListScheme):
             raise view.error("activation_scheme", f"expected 'dynamic' or 'static', got {scheme!r}")
         block = view.list("weight_block_size", None)
         if block is None:
-            quant, what = Quant("fp8_tensor", "fp8"), "per-tensor"
+            # HF/vLLM fp8: static = the checkpoint's input_scale; dynamic = one scale per tensor per call.
+            kind = "static_tensor" if scheme == "static" else "dynamic_tensor"
+            quant, what = Quant("fp8_tensor", "fp8", activation_scale=kind), "per-tensor"
         else:
             if len(block) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
                 raise view.error("weight_block_size", f"expected two positive integers [N, K], got {block!r}")
-            quant, what = Quant("fp8_block", "fp8", block[1]), f"{block[0]}x{block[1]} blocks"
-        super().__init__(view, quant, f"quant_method fp8 ({what}, {scheme} activations)")
+            if scheme == "static":
+                raise view.error("activation_scheme", f"'static' contradicts weight_block_size {block}: block FP8 "
+                                 "quantizes activations dynamically per 1 x K-block group; expected 'dynamic'")
+            quant = Quant("fp8_block", "fp8", block[1], activation_scale="dynamic_group",
+                          weight_block=(block[0], block[1]))
+            what = f"{block[0]}x{block[1]} blocks"
+        acts = {"static_tensor": "static per-tensor", "dynamic_tensor": "dynamic per-tensor",
+                "dynamic_group": f"dynamic 1x{block[1] if block else 0} group"}[quant.activation_scale or ""]
+        super().__init__(view, quant, f"quant_method fp8 ({what}, {acts} activation scales)")
 
 
 class GptqAwqScheme(_SkipListScheme):
@@ -296,19 +312,23 @@ def _ct_quant(g: ConfigView, fmt: str) -> Quant:
         if fmt_name is None:
             raise w.error("strategy", f"FP8 weights with strategy {strategy!r} are not supported; "
                           "expected tensor, channel or block")
-        group_size = None
+        group_size, block = None, None
+        blocks = w.raw("block_structure")
         if fmt_name == "fp8_block":
             blocks = w.list("block_structure")
             if len(blocks) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks):
                 raise w.error("block_structure", f"expected [N, K] block sizes, got {blocks!r}")
-            group_size = blocks[1]
-        act = None
+            group_size, block = blocks[1], (blocks[0], blocks[1])
+        elif blocks is not None:
+            raise w.error("block_structure", f"strategy {strategy!r} contradicts block_structure {blocks!r}; "
+                          "expected null, or strategy 'block'")
+        act, scale = None, None
         if a is not None:
             if (act_type, act_bits) != ("float", 8):
                 raise a.error("num_bits", f"FP8 weights with {act_type} {act_bits}-bit activations are "
                               "not supported; expected 8-bit float activations or none")
-            act = "fp8"
-        return Quant(fmt_name, act, group_size)
+            act, scale = "fp8", _ct_activation_scale(a, block)
+        return Quant(fmt_name, act, group_size, activation_scale=scale, weight_block=block)
     if wtype == "int":
         if bits != 4:
             raise w.error("num_bits", f"int{bits} weights ({fmt}) are not supported; "
@@ -320,6 +340,35 @@ def _ct_quant(g: ConfigView, fmt: str) -> Quant:
             raise w.error("strategy", f"int4 strategy {strategy!r} is not supported; expected group or channel")
         return Quant("int4", None, group if strategy == "group" else None)
     raise w.error("type", f"expected 'int' or 'float', got {wtype!r}")
+
+
+_CT_SCALE_KINDS = {("tensor", False): "static_tensor", ("tensor", True): "dynamic_tensor",
+                   ("token", True): "dynamic_token", ("group", True): "dynamic_group"}
+
+
+def _ct_activation_scale(a: ConfigView, block: tuple[int, int] | None) -> str:
+    """The FP8 activation-scale kind of compressed-tensors input_activations (strategy x dynamic)."""
+    strategy = a.str("strategy", "tensor")
+    dynamic = a.raw("dynamic", None)
+    if dynamic is None:  # unstated: per-token/per-group scales exist only at run time; tensor keeps the library default
+        dynamic = strategy in ("token", "group")
+    if not isinstance(dynamic, bool):
+        raise a.error("dynamic", f"expected true or false for FP8 activations, got {dynamic!r}")
+    kind = _CT_SCALE_KINDS.get((strategy, dynamic))
+    if kind is None:
+        if (strategy, dynamic) in (("token", False), ("group", False)):
+            raise a.error("dynamic", f"strategy {strategy!r} contradicts dynamic: false; per-{strategy} FP8 "
+                          "activation scales are computed at run time (expected dynamic: true)")
+        raise a.error("strategy", f"FP8 activations with strategy {strategy!r} are not supported; "
+                      "expected tensor, token or group")
+    if kind == "dynamic_group":
+        group = a.opt_int("group_size")
+        if group is None:
+            raise a.error("group_size", "required for strategy 'group'; expected the K width of each group, e.g. 128")
+        if block is not None and group != block[1]:
+            raise a.error("group_size", f"activation groups of 1x{group} contradict the weights' "
+                          f"block_structure {list(block)}; expected {block[1]}")
+    return kind
 
 
 def _expect(view: ConfigView, key: str, got: int, want: int, what: str) -> None:
@@ -335,13 +384,16 @@ def _check_act(a: ConfigView | None, act: str | None, want: tuple[str, int], wha
 
 def _describe(q: Quant) -> str:
     act = q.activation_format or "weight-only"
-    return f"{q.weight_format}/{act}"
+    if q.activation_format == "fp8":
+        act += f" {q.activation_scale or 'unknown-scale'}"
+    block = f" {q.weight_block[0]}x{q.weight_block[1]}" if q.weight_block else ""
+    return f"{q.weight_format}{block}/{act}"
 
 
 # ---------------------------------------------------------------- ModelOpt
 _MODELOPT_ALGOS = {
-    "FP8": Quant("fp8_tensor", "fp8"),
-    "FP8_PER_CHANNEL_PER_TOKEN": Quant("fp8_channel", "fp8"),
+    "FP8": Quant("fp8_tensor", "fp8", activation_scale="static_tensor"),     # ModelOpt stores input_scale
+    "FP8_PER_CHANNEL_PER_TOKEN": Quant("fp8_channel", "fp8", activation_scale="dynamic_token"),
     "NVFP4": Quant("nvfp4", "nvfp4", 16),
     "MXFP8": Quant("mxfp8", "mxfp8", 32),
 }

@@ -246,11 +246,28 @@ class B12xNVFP4Linear(B12xLinear):
         intrinsics = load("_lib.intrinsics")
         values = canonicalize_fp4_zero_signs_(weight.contiguous())
         scales = attr(intrinsics, "swizzle_block_scale", "NVFP4 scale swizzling")(weight_scale.contiguous())
+        if self.serialized:
+            # fp16 W4A4: b12x's serialized GEMM on operands quantized here; alpha undoes both global scales.
+            self.alpha = (a * g).to(device=weight.device, dtype=torch.float32).reshape(1)
+            return values, scales
         pack = attr(blockscaled, "pack_weight", "NVFP4 packing")
         return pack(values, scales, recipe="nvfp4", global_scale=g.to(weight.device),
                     global_scale_kind="multiplier")
 
+    @property
+    def serialized(self) -> bool:
+        """fp16 W4A4 runs b12x's serialized NVFP4 GEMM (its BF16 precision contract has no fp16 path)."""
+        return mapping.is_fixed_contract(self.layer, self.mode)
+
     def _run(self, x2, plan):
+        import torch
+
+        if self.serialized:
+            values, scales = self.packed
+            xq, xs = quantize_nvfp4_activations(x2, self.activation_scale)
+            mm_nvfp4 = attr(load(self.module), "mm_nvfp4", "serialized NVFP4 GEMM")
+            out = mm_nvfp4(xq, xs, values, scales, self.alpha, plan=plan, out_dtype=torch.float16)
+            return out if self.bias is None else out.add_(self.bias)
         mm = attr(load(self.module), "mm", "packed NVFP4 GEMM")
         if self.activation_scale is None:
             return mm(x2, self.packed, plan=plan, bias=self.bias)
@@ -258,7 +275,18 @@ class B12xNVFP4Linear(B12xLinear):
                               activation_global_scale=self.activation_scale)
 
     def _device(self):
-        return self.packed.values.device
+        return self.packed[0].device if self.serialized else self.packed.values.device
+
+
+def quantize_nvfp4_activations(x2: Any, inverse_scale: Any) -> tuple[Any, Any]:
+    """[M, K] activations -> (packed E2M1 uint8 [M, K/2], swizzled E4M3 scale view) with b12x's own
+    pure-torch quantizer (`inverse_scale` multiplies before rounding, as b12x's global scales do)."""
+    import torch
+
+    quantize = attr(load("_lib.intrinsics"), "quantize_grouped_nvfp4_torch", "NVFP4 activation quantization")
+    m, k = x2.shape
+    packed, scales = quantize(x2.unsqueeze(0), torch.tensor([m], device=x2.device), inverse_scale.reshape(1))
+    return packed.view(m, k // 2), scales
 
 
 class B12xMXFP4Linear(B12xLinear):

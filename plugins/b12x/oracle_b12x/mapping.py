@@ -49,22 +49,39 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+#: mode -> (recipe, call kind, K padding, input dtype; None = the layer's dtype) of b12x's fixed contract.
+_FIXED = {
+    "tensor_fp8": ("tensor_fp8", "packed", 128, "float8_e4m3fn"),
+    "block_fp8": ("block_fp8", "serialized", 1, "float8_e4m3fn"),
+    "mxfp4_w4a4": ("mxfp4", "serialized", 1, "uint8"),
+}
+#: fp16 layers: MXFP8 runs packed with fp16 input (quantized inside b12x), NVFP4 W4A4 serialized.
+_FIXED_FP16 = {
+    "mxfp8_w8a8": ("mxfp8", "packed", 128, None),
+    "nvfp4_w4a4": ("nvfp4", "serialized", 1, "uint8"),
+}
+
+
+def is_fixed_contract(layer: Any, mode: Any) -> bool:
+    """Whether b12x serves (layer, mode) through its fixed contract rather than the BF16 precision one."""
+    return mode.name in _FIXED or (layer.dtype == "float16" and mode.name in _FIXED_FP16)
+
+
 def dense_query_args(layer: Any, mode: Any, *, tokens: int, expected_m: int | None = None
                      ) -> tuple[dict[str, Any], bool]:
     """Keyword arguments of b12x's dense GEMM query for this layer and mode, and whether the
     query is the fixed contract (FixedBlockscaledQuery) rather than the BF16 precision one."""
     k, n = layer.in_features, layer.out_features
     name = mode.name
-    fixed = {
-        "tensor_fp8": ("tensor_fp8", "packed", round_up(k, 128), "float8_e4m3fn"),
-        "block_fp8": ("block_fp8", "serialized", k, "float8_e4m3fn"),
-        "mxfp4_w4a4": ("mxfp4", "serialized", k, "uint8"),
-    }.get(name)
+    fixed = _FIXED.get(name)
+    if fixed is None and layer.dtype == "float16":
+        fixed = _FIXED_FP16.get(name)          # b12x's BF16 precision contract has no fp16 path
     if fixed is not None:
-        recipe, call_kind, padded, input_dtype = fixed
+        recipe, call_kind, pad_to, input_dtype = fixed
         return {"recipe": recipe, "call_kind": call_kind, "max_rows": tokens, "in_features": k,
-                "padded_in_features": padded, "out_features": n, "input_dtype": input_dtype,
-                "output_dtype": layer.dtype, "expected_m": expected_m}, True
+                "padded_in_features": round_up(k, pad_to), "out_features": n,
+                "input_dtype": input_dtype or layer.dtype, "output_dtype": layer.dtype,
+                "expected_m": expected_m}, True
     if name.startswith("mxfp8"):
         recipe, padded = "mxfp8", round_up(k, 128)        # pack_weight pads K to 128 with unit scales
     elif name.startswith("nvfp4"):

@@ -6,8 +6,9 @@ nothing is compiled. The calls are the ones the kernels make at preparation time
 (reference sections 3.2, 3.4 and 5.2):
 
   MoE     fused_moe.plan_weights (canonical) -> fused_moe.Caps (decode-config
-          selection and SwiGLU parameter checks) -> plan_tp_moe_execution ->
-          the native route query's validation (E <= 1024, top_k <= E)
+          selection and SwiGLU parameter checks) -> plan_tp_moe_execution, with
+          route_num_experts=0 as the kernel plans it (external routing: no native
+          route program, so no 1024-expert limit)
   linear  blockscaled TUNING / FIXED_TUNING .configure(query, device=SM120 identity)
   embed   sequence.embedding EmbeddingQuery validation
 """
@@ -49,7 +50,6 @@ def _moe(layer: Any, mode: Any) -> None:
 
     fm = load("moe.fused_moe")
     impl = load("moe.fused_moe._impl")
-    tuning = load("moe.fused_moe._tuning")
     params = mode.params
     if layer.has_bias:
         raise ValueError("b12x fused_moe has no expert-bias input")
@@ -65,18 +65,16 @@ def _moe(layer: Any, mode: Any) -> None:
     )
     limit, alpha, beta = mapping.swiglu_args(layer.activation, layer.activation_params)
     caps = fm.Caps(max_tokens=_PLANNED_TOKENS, num_topk=layer.top_k, device="cpu", weight_plan=weight_plan._impl,
-                   quant_mode=params["quant_mode"], apply_router_weight_on_input=layer.apply_router_weight_on_input,
+                   quant_mode=params["quant_mode"], route_num_experts=0,
+                   apply_router_weight_on_input=layer.apply_router_weight_on_input,
                    swiglu_limit=limit, swiglu_alpha=alpha, swiglu_beta=beta)
     impl.plan_tp_moe_execution(
         num_tokens=_PLANNED_TOKENS, num_topk=layer.top_k, device="cpu", weight_plan=weight_plan._impl,
         quant_mode=params["quant_mode"], swiglu_limit=limit, swiglu_alpha=alpha, swiglu_beta=beta,
         apply_router_weight_on_input=layer.apply_router_weight_on_input, decode_config=caps.decode_config)
-    e, k = layer.num_experts, layer.top_k
-    route = tuning.MoeRouteQuery(
-        num_tokens=_PLANNED_TOKENS, num_experts=e, top_k=k, logits_dtype="float32", score_func="softmax",
-        renormalize=True, has_correction_bias=False, has_image_correction_bias=False, has_image_mask=False,
-        routed_scaling_factor=1.0, logits_row_stride=e, topk_row_stride=k, ids_row_stride=k, weights_row_stride=k)
-    tuning.ROUTE_TUNING.validate_query(route, None)
+    # No route-query validation: the plugin routes outside b12x (the caller's topk_ids;
+    # Caps(route_num_experts=0) prepares no route program), so b12x's native-routing limit of
+    # 1024 experts does not apply, exactly as in B12xMoE._make_plan.
 
 
 # ---------------------------------------------------------------------------- linear

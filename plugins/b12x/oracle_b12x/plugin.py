@@ -11,7 +11,7 @@ from __future__ import annotations
 from oracle.envvars import decision_env, flag
 from oracle.hookspecs import hookimpl
 
-from .library import KERNELS_FILE
+from .provider import KERNELS_FILE
 
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .library import B12xUnavailableError, check_version, installed_version, load
+from .library import B12xUnavailableError, load
 
 #: kernel name -> the b12x op whose own is_supported() needs more than the gating check.
 _EXTRA_CHECK = {
@@ -23,7 +23,6 @@ _EXTRA_CHECK = {
 
 def is_supported(spec: Any, platform: Any) -> tuple[bool, str | None]:
     try:
-        check_version(installed_version())
         gating = load("_lib.gating")
     except B12xUnavailableError as exc:
         return False, str(exc)

@@ -27,3 +27,8 @@ def yaml_reasons(spec, mode, layer) -> list[str]:
 
     ctx = rule_context(spec, mode, layer)
     return [r.render(ctx) for r in failing(spec.constraints, ctx)]
+
+
+#: Conformance counts by suite (agree / intentional / unexplained), printed at the end of the run and
+#: written as JSON to $ORACLE_CONFORMANCE_COUNTS when set (conftest.py).
+CONFORMANCE_COUNTS: dict[str, dict] = {}

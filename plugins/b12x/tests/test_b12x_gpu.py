@@ -31,7 +31,7 @@ def _codec(fmt):
     return codec_for(fmt)
 
 
-def _linear_case(fmt, act, k=512, n=256, seed=0):
+def _linear_case(fmt, act, k=512, n=256, seed=0, dtype="bfloat16"):
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * 0.05
     tensors = dict(_codec(fmt).quantize(w, fmt))
@@ -40,13 +40,16 @@ def _linear_case(fmt, act, k=512, n=256, seed=0):
     if fmt == "nvfp4" and act == "nvfp4":
         tensors["input_global_scale"] = torch.tensor(4.0 / (448.0 * 6.0))
     layer = LinearLayer(name=f"{fmt}.{act or 'a16'}", in_features=k, out_features=n, weight_format=fmt,
-                        activation_format=act)
-    x = torch.randn(7, k, generator=g).to(torch.bfloat16)
+                        activation_format=act, dtype=dtype,
+                        activation_scale="static_tensor" if fmt == "fp8_tensor" else None)
+    x = torch.randn(7, k, generator=g).to(getattr(torch, dtype))
     return layer, tensors, x
 
 
 LINEAR_CASES = [("nvfp4", "nvfp4"), ("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8_block", None),
                 ("fp8_tensor", "fp8"), ("q8_0", None), ("iq2_xs", None), ("mxfp4", "mxfp4")]
+#: fp16 layers served through b12x's fixed-contract entry points (packed MXFP8, serialized NVFP4 W4A4).
+FP16_CASES = [("nvfp4", "nvfp4"), ("mxfp8", "mxfp8")]
 
 
 def _to(tensors, device):
@@ -123,12 +126,13 @@ def test_b12x_moe_and_embedding_rejected_on_this_device_with_the_device_reason()
 # ---- SM120/SM121 with b12x installed ----------------------------------------------------
 @pytest.mark.sm12x
 @pytest.mark.skipif(not _is_sm12x(), reason="needs an SM120/SM121 device for the b12x kernels")
-@pytest.mark.parametrize("fmt, act", LINEAR_CASES)
-def test_b12x_linear_matches_emulation_on_sm12x(fmt, act):
+@pytest.mark.parametrize("fmt, act, dtype", [(*c, "bfloat16") for c in LINEAR_CASES]
+                         + [(*c, "float16") for c in FP16_CASES])
+def test_b12x_linear_matches_emulation_on_sm12x(fmt, act, dtype):
     pytest.importorskip("b12x", reason="b12x is not installed")
     from oracle.warmup import plan_warmup, run_warmup
 
-    layer, tensors, x = _linear_case(fmt, act)
+    layer, tensors, x = _linear_case(fmt, act, dtype=dtype)
     d = select_backend(layer, Platform.detect(), KernelConfig(linear_backend="b12x"))
     if d.status != "selected":
         pytest.skip(f"b12x cannot serve {fmt}/{act} here: {d.candidates[-1].reason}")

@@ -242,7 +242,16 @@ def test_activation_names_and_swiglu_arguments():
 def test_dense_query_arguments(b12x_specs):
     layer = LinearLayer(in_features=1000, out_features=64, weight_format="mxfp8")
     query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.mxfp8", "mxfp8_w8a8"), tokens=16)
-    assert not fixed and query["padded_in_features"] == 1024 and query["activation_mode"] == "quantized"
+    assert not fixed and query["padded_in_features"] == 1024 and query["activation_mode"] == "auto"
+    # fp16 MXFP8 and fp16 NVFP4 W4A4 go through b12x's fixed contract (packed MXFP8 / serialized NVFP4).
+    layer = LinearLayer(in_features=1000, out_features=64, weight_format="mxfp8", dtype="float16")
+    query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.mxfp8", "mxfp8_w8a8"), tokens=16)
+    assert fixed and (query["recipe"], query["call_kind"], query["padded_in_features"]) == ("mxfp8", "packed", 1024)
+    assert query["input_dtype"] == query["output_dtype"] == "float16"
+    layer = LinearLayer(in_features=4096, out_features=64, weight_format="nvfp4", activation_format="nvfp4",
+                        dtype="float16")
+    query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.nvfp4", "nvfp4_w4a4"), tokens=16)
+    assert fixed and (query["recipe"], query["call_kind"], query["input_dtype"]) == ("nvfp4", "serialized", "uint8")
     layer = LinearLayer(in_features=512, out_features=256, weight_format="fp8_block")
     query, fixed = mapping.dense_query_args(layer, _mode(b12x_specs, "b12x.linear.fp8_block"), tokens=8)
     assert fixed and query["recipe"] == "block_fp8" and query["call_kind"] == "serialized"
@@ -250,11 +259,13 @@ def test_dense_query_arguments(b12x_specs):
 
 # ---- the library guard and the runtime check ---------------------------------------------------
 def test_missing_and_too_old_b12x_are_clear_errors():
-    with pytest.raises(library.B12xUnavailableError, match="not installed.*pip install oracle-b12x"):
-        library.check_version(None)
-    with pytest.raises(library.B12xUnavailableError, match=r"b12x 1\.4\.0 is installed.*>=1\.5\.1,<1\.6"):
-        library.check_version("1.4.0")
-    library.check_version("1.5.1")
+    from oracle_b12x.provider import STANDALONE, Provider, check_provider_version
+
+    with pytest.raises(library.B12xUnavailableError, match="version is unknown.*pip install oracle-b12x"):
+        check_provider_version(Provider(STANDALONE, None, "/x/b12x"))
+    with pytest.raises(library.B12xUnavailableError, match=r"standalone b12x 1\.4\.0 .*b12x>=1\.5\.1,<1\.6"):
+        check_provider_version(Provider(STANDALONE, "1.4.0", "/x/b12x"))
+    check_provider_version(Provider(STANDALONE, "1.5.1", "/x/b12x"))
 
 
 def test_b12x_import_failure_is_one_clear_error(monkeypatch):
@@ -342,3 +353,23 @@ def test_moe_plan_and_scratch_come_from_b12x(b12x_specs):
     assert scratch.dtype == torch.uint8 and scratch.numel() == sum(s.nbytes for s in plan.scratch_specs()) > 0
     assert kernel._plan_for(common.capacity(5)) is kernel._plan_for(8)   # one plan per power-of-two capacity
     moe.clear_plans()
+
+
+# ---- fp16 NVFP4 W4A4: activations quantized with b12x's own pure-torch quantizer --------------------
+def test_fp16_nvfp4_activation_quantizer_matches_hand_computed_e2m1():
+    import torch
+
+    from oracle_b12x.linear import quantize_nvfp4_activations
+
+    row = [0, .24, .26, .74, .76, 1.3, 1.8, 2.6, 3.6, 5.1, 6.0, -.5, -6, -2.4, 0, 0]     # block max 6 -> scale 1
+    expected = [0, 0, .5, .5, 1, 1.5, 2, 3, 4, 6, 6, -.5, -6, -2, 0, 0]                 # E2M1, ties as b12x
+    x = torch.tensor([row * 8] * 3, dtype=torch.float16)                                  # M=3, K=128
+    packed, scales = quantize_nvfp4_activations(x, torch.tensor(1.0))
+    assert packed.shape == (3, 64) and packed.dtype == torch.uint8
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6])
+    low, high = packed & 0x7, (packed >> 4) & 0x7
+    signs_low, signs_high = torch.where(packed & 0x8 > 0, -1.0, 1.0), torch.where(packed & 0x80 > 0, -1.0, 1.0)
+    decoded = torch.stack([lut[low.long()] * signs_low, lut[high.long()] * signs_high], dim=-1).view(3, 128)
+    assert decoded[0, :16].tolist() == expected                                            # low nibble = even k
+    assert torch.equal(decoded, decoded[0].expand(3, 128))
+    assert (scales.view(torch.uint8) == 0x38).sum() == 3 * 8                               # E4M3 1.0, one per 16

@@ -33,7 +33,8 @@ class EmulationMoE(Kernel):
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
                         w13_input_scale: Any = None, w2_input_scale: Any = None,
-                        w13_bias: Any = None, w2_bias: Any = None) -> None:
+                        w13_bias: Any = None, w2_bias: Any = None,
+                        w13_zero_point: Any = None, w2_zero_point: Any = None) -> None:
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
@@ -42,11 +43,11 @@ class EmulationMoE(Kernel):
         self.params = resolve_params(layer.activation, layer.activation_params)
         self.experts, self.hidden, self.inter = e, h, i
         self.w13 = dequantize_weight(
-            fmt, {"weight": w13, "scale": w13_scale, "global": w13_global_scale},
+            fmt, {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},
             {"weight": "w13", "scale": "w13_scale", "global": "w13_global_scale", "zero": "w13_zero_point"},
             [e], rows, h).to(self.dtype).contiguous()
         self.w2 = dequantize_weight(
-            fmt, {"weight": w2, "scale": w2_scale, "global": w2_global_scale},
+            fmt, {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
             {"weight": "w2", "scale": "w2_scale", "global": "w2_global_scale", "zero": "w2_zero_point"},
             [e], h, i).to(self.dtype).contiguous()
         dev = self.w13.device

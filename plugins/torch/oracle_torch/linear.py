@@ -15,7 +15,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
-from oracle.tensors import check_device, check_scales, check_tensor, forbid, shape_of
+from oracle.tensors import check_activations, check_device, check_scales, check_tensor, forbid
 
 from . import gemm, quantize
 
@@ -96,15 +96,7 @@ class _ScaledLinear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.w_t is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        if not isinstance(x, torch.Tensor):
-            raise TensorError("x", "a torch.Tensor", type(x).__name__)
-        if x.dtype not in FLOATS:
-            raise TensorError("x", "dtype bfloat16, float16 or float32 (floating-point activations)",
-                              str(x.dtype).replace("torch.", ""))
-        if x.dim() == 0 or x.shape[-1] != self.k:
-            raise TensorError("x", f"last dimension {self.k} (K)", f"shape {shape_of(x)}")
-        if x.device != self.device:
-            raise TensorError("x", f"a tensor on {self.device} (where the processed weights are)", str(x.device))
+        check_activations(x, self.k, self.device, FLOATS)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.k).to(self.dtype).contiguous()
         if x2.shape[0] == 0:

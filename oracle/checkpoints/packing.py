@@ -1,0 +1,44 @@
+"""Bit-level helpers the layout conversions need (int4 nibbles in int32 words, E4M3 rounding)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+_PACK = 8
+
+
+def unpack_nibbles(words: Any, dim: int, order: Sequence[int] | None = None) -> Any:
+    """int32 words -> int64 values 0..15, 8x longer along `dim`; nibble i (bits 4i..4i+3) is
+    element i, or element `order[i]` for layouts that shuffle them (AWQ)."""
+    import torch
+
+    w = words.to(torch.int64).movedim(dim, -1) & 0xFFFFFFFF
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=w.device)
+    n = (w[..., None] >> shifts) & 0xF
+    if order is not None:
+        n = n[..., _inverse(order)]
+    return n.flatten(-2).movedim(-1, dim)
+
+
+def pack_nibbles(values: Any, dim: int) -> Any:
+    """Values 0..15 -> int32 words along `dim`, element 8j+i in nibble i of word j (GPTQ order)."""
+    import torch
+
+    v = values.to(torch.int64).movedim(dim, -1).unflatten(-1, (-1, _PACK))
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=v.device)
+    word = (v << shifts).sum(dim=-1)
+    word = torch.where(word >= 2 ** 31, word - 2 ** 32, word)
+    return word.to(torch.int32).movedim(-1, dim)
+
+
+def _inverse(order: Sequence[int]) -> list[int]:
+    inv = [0] * len(order)
+    for nibble, element in enumerate(order):
+        inv[element] = nibble
+    return inv
+
+
+def to_e4m3(x: Any) -> Any:
+    """Saturating round to float8_e4m3fn (a plain cast turns |x| > 448 into NaN)."""
+    import torch
+
+    return x.float().clamp(-448.0, 448.0).to(torch.float8_e4m3fn)

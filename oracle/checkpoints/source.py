@@ -1,0 +1,123 @@
+"""A checkpoint's tensors by name, read lazily from safetensors shards.
+
+Only the headers are read up front (names, dtypes, shapes, and which file holds
+each); a tensor's bytes are read when an adapter asks for it, so peak memory
+follows the layer being converted, not the checkpoint. Every name handed out is
+recorded, so the loader can list the tensors nobody claimed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import InputError
+
+
+class CheckpointError(InputError):
+    """A checkpoint tensor or file that is not what the dialect prescribes; names both."""
+
+    def __init__(self, message: str, *, tensor: str | None = None, file: str | None = None):
+        self.tensor, self.file = tensor, file
+        where = ": ".join(p for p in (file, tensor) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class TensorSource:
+    """Tensor name -> file, from model.safetensors.index.json or the *.safetensors headers."""
+
+    def __init__(self, files: dict[str, Path], root: Path | None = None):
+        self.files = files                 # tensor name -> shard path
+        self.root = root
+        self.claimed: set[str] = set()
+        self._handles: dict[Path, Any] = {}
+
+    # ---- construction ---------------------------------------------------------------
+    @classmethod
+    def from_dir(cls, directory: str | Path) -> "TensorSource":
+        root = Path(directory)
+        index = root / "model.safetensors.index.json"
+        files: dict[str, Path] = {}
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"not a safetensors index with a weight_map ({exc})", file=str(index)) from None
+            for name, shard in weight_map.items():
+                path = root / shard
+                if not path.is_file():
+                    raise CheckpointError(f"shard {shard!r} listed in {index.name} (holding {name}) is absent",
+                                          tensor=name, file=str(path))
+                files[name] = path
+        else:
+            shards = sorted(root.glob("*.safetensors"))
+            if not shards:
+                raise CheckpointError("no *.safetensors file and no model.safetensors.index.json", file=str(root))
+            for shard in shards:
+                for name in _header_names(shard):
+                    files[name] = shard
+        return cls(files, root)
+
+    # ---- access ---------------------------------------------------------------------------
+    def __contains__(self, name: str) -> bool:
+        return name in self.files
+
+    def names(self) -> Iterable[str]:
+        return self.files.keys()
+
+    def file(self, name: str) -> str:
+        path = self.files.get(name)
+        return str(path) if path is not None else str(self.root or "checkpoint")
+
+    def get(self, name: str) -> Any:
+        """The tensor (read now), marked claimed."""
+        path = self.files.get(name)
+        if path is None:
+            raise CheckpointError("missing tensor", tensor=name, file=str(self.root or "checkpoint"))
+        handle = self._handles.get(path)
+        if handle is None:
+            from safetensors import safe_open
+            try:
+                handle = safe_open(str(path), framework="pt")
+            except Exception as exc:  # safetensors raises its own error types for bad headers
+                raise CheckpointError(f"cannot open safetensors file ({exc})", tensor=name, file=str(path)) from None
+            self._handles[path] = handle
+        try:
+            tensor = handle.get_tensor(name)
+        except Exception as exc:
+            raise CheckpointError(f"cannot read tensor ({exc})", tensor=name, file=str(path)) from None
+        self.claimed.add(name)
+        return tensor
+
+    def unclaimed(self) -> list[str]:
+        return sorted(set(self.files) - self.claimed)
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+class DictSource(TensorSource):
+    """In-memory tensors (tests, or tensors already loaded): the same interface."""
+
+    def __init__(self, tensors: dict[str, Any], file: str = "<memory>"):
+        super().__init__({n: Path(file) for n in tensors}, None)
+        self.tensors = tensors
+
+    def get(self, name: str) -> Any:
+        if name not in self.tensors:
+            raise CheckpointError("missing tensor", tensor=name, file="<memory>")
+        self.claimed.add(name)
+        return self.tensors[name]
+
+
+def _header_names(shard: Path) -> list[str]:
+    """Tensor names from a safetensors header (8-byte length + JSON), without reading data."""
+    try:
+        with shard.open("rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if size <= 0 or size > 100_000_000:
+                raise ValueError(f"implausible header length {size}")
+            header = json.loads(fh.read(size))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"not a safetensors file ({exc})", file=str(shard)) from None
+    return [k for k in header if k != "__metadata__"]

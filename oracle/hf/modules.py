@@ -1,0 +1,65 @@
+"""torch modules that stand in for a transformers model's quantized modules and run oracle kernels.
+
+A fused kernel (qkv_proj, gate_up_proj) serves several of the model's nn.Linear modules
+(q_proj, k_proj, v_proj are called one after the other with the same input): a
+`FusedRunner` runs the kernel once per input and each `KernelLinear` returns its rows.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class FusedRunner:
+    """Runs one linear kernel once per input tensor and hands out row slices of the output."""
+
+    def __init__(self, kernel: Any, in_features: int, out_features: int):
+        self.kernel = kernel
+        self.in_features, self.out_features = in_features, out_features
+        self._x: torch.Tensor | None = None      # held, so its memory cannot be reused by a new input
+        self._version = -1
+        self._out: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self._x or x._version != self._version or self._out is None:
+            y = self.kernel.apply(x.reshape(-1, self.in_features))
+            self._out = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+            self._x, self._version = x, x._version
+        return self._out
+
+
+class KernelLinear(nn.Module):
+    """Rows [start, stop) of a (possibly fused) linear kernel's output; replaces one nn.Linear."""
+
+    def __init__(self, runner: FusedRunner, start: int, stop: int, decision: Any, layer_name: str = ""):
+        super().__init__()
+        self.runner, self.start, self.stop = runner, start, stop
+        self.in_features, self.out_features = runner.in_features, stop - start
+        self.decision, self.layer_name = decision, layer_name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.runner(x)
+        if self.start == 0 and self.stop == self.runner.out_features:
+            return y
+        return y[..., self.start:self.stop]
+
+    def extra_repr(self) -> str:
+        return f"rows {self.start}:{self.stop} of {self.layer_name}, {self.decision.kernel} [{self.decision.mode}]"
+
+
+class KernelExperts(nn.Module):
+    """Replaces a transformers fused-experts module: forward(hidden, top_k_index, top_k_weights)."""
+
+    def __init__(self, kernel: Any, decision: Any):
+        super().__init__()
+        self.kernel, self.decision = kernel, decision
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        out = self.kernel.apply(hidden_states, top_k_weights.float(), top_k_index)
+        return out.to(hidden_states.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.decision.kernel} [{self.decision.mode}]"

@@ -1,0 +1,64 @@
+"""How each weight format is laid out, as the numbers the Triton kernels take (no triton here).
+
+A weight element (n, k) of a [N, K] matrix is read as: storage unit
+`n * stride_wn + (k // PACK) * stride_wk`, nibble `k % PACK` (PACK = 1 for FP8); its scale
+at `(n // SCALE_ROWS) * stride_sn + (k // GROUP) * stride_sk`. The layouts are those of
+oracle.kernel's checkpoint table (fp4: low nibble = even k; GPTQ int4: [K/8, N], low
+nibble first; zero points [K/g, N/8]).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Format codes the kernels branch on (constexpr).
+FP8, E2M1_MX, E2M1_NV, INT4 = 0, 1, 2, 3
+#: Scale encodings.
+SCALE_F32, SCALE_E8M0, SCALE_E4M3, SCALE_F16 = 0, 1, 2, 3
+#: Activation quantization inside the GEMM prologue.
+ACT_NONE, ACT_GROUP, ACT_TOKEN, ACT_TENSOR, ACT_NVFP4 = 0, 1, 2, 3, 4
+ACT_CODES = {"group": ACT_GROUP, "token": ACT_TOKEN, "tensor": ACT_TENSOR}
+FP8_GROUP = 128
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Index arithmetic of one weight matrix [N, K] (per expert for MoE)."""
+
+    elem: int          # FP8 | E2M1_MX | E2M1_NV | INT4
+    pack: int          # elements per storage unit along K
+    scale_kind: int
+    group: int         # K elements per scale
+    scale_rows: int    # N rows per scale (128 for fp8_block, else 1)
+    stride_wn: int
+    stride_wk: int
+    stride_sn: int
+    stride_sk: int
+    stride_zk: int = 0     # int4 zero points: words per group row (N/8); 0 = symmetric (zero 8)
+
+    def weight_bytes(self, n: int, k: int) -> int:
+        """Bytes of the packed weight and its scales (what one pass over the matrix reads)."""
+        w = n * k if self.elem == FP8 else n * k // 2
+        groups = -(-k // self.group) if self.stride_sk else 1
+        rows = -(-n // self.scale_rows) if self.stride_sn else 1
+        s = groups * rows * {SCALE_F32: 4, SCALE_E8M0: 1, SCALE_E4M3: 1, SCALE_F16: 2}[self.scale_kind]
+        z = groups * n // 2 if self.stride_zk else 0
+        return w + s + z
+
+
+def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
+    """The layout of a [N, K] weight in `fmt` (group: int4 group size along K)."""
+    if fmt == "fp8_tensor":
+        return Layout(FP8, 1, SCALE_F32, 1, 1, k, 1, 0, 0)
+    if fmt == "fp8_channel":
+        return Layout(FP8, 1, SCALE_F32, 1, 1, k, 1, 1, 0)
+    if fmt == "fp8_block":
+        return Layout(FP8, 1, SCALE_F32, FP8_GROUP, FP8_GROUP, k, 1, -(-k // FP8_GROUP), 1)
+    if fmt == "mxfp4":
+        return Layout(E2M1_MX, 2, SCALE_E8M0, 32, 1, k // 2, 1, k // 32, 1)
+    if fmt == "nvfp4":
+        return Layout(E2M1_NV, 2, SCALE_E4M3, 16, 1, k // 2, 1, k // 16, 1)
+    if fmt == "int4":
+        if group is None:
+            raise ValueError("int4 needs its group size")
+        return Layout(INT4, 8, SCALE_F16, group, 1, 1, n, 1, n, n // 8)
+    raise ValueError(f"oracle-triton has no kernel for {fmt!r} weights")

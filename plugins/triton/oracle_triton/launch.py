@@ -1,0 +1,120 @@
+"""Launch parameters: tile sizes and split-K chosen from shapes only (never from tensor
+values, so nothing synchronizes with the device and a CUDA graph can capture the call)."""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+
+from .formats import Layout
+
+
+def interpreting() -> bool:
+    """Were the kernels built under TRITON_INTERPRET=1 (Triton's CPU interpreter, the CPU tests)?
+
+    Triton decides at decoration time, so the kernel objects themselves say it."""
+    from .gemm import wgemm_kernel
+    return type(wgemm_kernel).__name__ == "InterpretedFunction"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def device_facts(device: torch.device) -> dict[str, Any]:
+    """hw_fp8 (cvt instructions, capability >= 8.9), dot_f32 (interpreter), sm count."""
+    if device.type != "cuda" or interpreting():
+        return {"hw_fp8": False, "dot_f32": True, "sms": 8}
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
+    return {"hw_fp8": _capability(index) >= (8, 9) and not force_int, "dot_f32": False,
+            "sms": _sm_count(index)}
+
+
+def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
+    """BLOCK_M/N/K, SPLIT_K, warps and stages for an [M, K] x [K, N] product.
+
+    A K tile spans one 128-wide FP8 scale block; 4-bit decoding gets 8 warps at small M
+    (the decoded sub-tiles otherwise spill registers)."""
+    block_k = 128
+    if m <= 16:
+        bm, bn, warps, stages = 16, 64, 4 if pack == 1 else 8, 4
+    elif m <= 64:
+        bm, bn, warps, stages = 64, 64, 4, 3
+    else:
+        bm, bn, warps, stages = 128, 128, 8, 3 if pack == 1 else 2
+    if bn == 64 and n <= 2048 and m <= 16:
+        bn = 32
+    tiles = -(-m // bm) * -(-n // bn)
+    k_tiles = -(-k // block_k)
+    split = 1
+    while split < 16 and tiles * split < 2 * sms and k_tiles // (2 * split) >= 2:
+        split *= 2
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split,
+            "num_warps": warps, "num_stages": stages}
+
+
+def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
+    """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
+    from .gemm import act_qdq_kernel
+
+    out = torch.empty_like(x)
+    m, k = x.shape
+    act_qdq_kernel[(-(-m // 16), -(-k // 128))](x, act_scale if act_scale is not None else x, out, m, k,
+                                   x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                                   EXACT_BF16=facts["dot_f32"], num_warps=4)
+    return out
+
+
+class DenseGemm:
+    """A packed weight and the launch of wgemm_kernel over it; owns the split-K counters."""
+
+    def __init__(self, layout: Layout, n: int, k: int, weight: torch.Tensor, scale: torch.Tensor,
+                 zero: torch.Tensor | None, global_scale: torch.Tensor | None, bias: torch.Tensor | None):
+        self.layout, self.n, self.k = layout, n, k
+        self.weight, self.scale, self.bias = weight, scale, bias
+        self.zero = zero if zero is not None else scale
+        self.global_scale = global_scale if global_scale is not None else scale
+        self.facts = device_facts(weight.device)
+        self._counters: dict[tuple[int, int], torch.Tensor] = {}
+
+    def counters(self, tiles: int, split: int) -> torch.Tensor:
+        key = (tiles, split)
+        c = self._counters.get(key)
+        if c is None:
+            c = self._counters[key] = torch.zeros(tiles, dtype=torch.int32, device=self.weight.device)
+        return c
+
+    def __call__(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+                 config: dict[str, int] | None = None) -> torch.Tensor:
+        from .gemm import wgemm_kernel
+
+        if act:
+            x = quantize_activations(x, act, act_scale, self.facts)
+        m = x.shape[0]
+        lay = self.layout
+        cfg = config or dense_config(m, self.n, self.k, self.facts["sms"], lay.pack)
+        y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
+        grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
+        split = cfg["SPLIT_K"]
+        part = torch.empty(split, m, self.n, dtype=torch.float32, device=x.device) if split > 1 else y
+        cnt = self.counters(grid_n * grid_m, split) if split > 1 else self.scale
+        wgemm_kernel[(grid_n, grid_m, split)](
+            x, self.weight, self.scale, self.zero, self.global_scale,
+            self.bias if self.bias is not None else self.scale, y, part, cnt,
+            m, self.n, self.k, x.stride(0), y.stride(0),
+            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+            HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        return y

@@ -1,0 +1,106 @@
+"""Linear kernel: y = x @ dequant(W)^T (+ b) through wgemm_kernel, weights kept packed.
+
+W8A16/W4A16 modes multiply the layer-dtype activations in one launch; W8A8 (W4A4) modes
+first round them to E4M3 (NVFP4) in one pass (per 1x128 group, per token, or per tensor:
+static input_scale or the dynamic amax/448), exactly as oracle-emulation rounds them.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from oracle.errors import TensorError
+from oracle.kernel import Kernel
+from oracle.tensors import check_activations
+
+from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
+from .launch import DenseGemm, dense_config
+from .weights import check, finite_positive, pack
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class TritonLinear(Kernel):
+    """Every weight format of triton.linear.*; the mode picks the activation handling."""
+
+    gemm: DenseGemm | None = None
+
+    def process_weights(self, weight: Any, weight_scale: Any = None, weight_global_scale: Any = None,
+                        input_scale: Any = None, input_global_scale: Any = None,
+                        weight_zero_point: Any = None, bias: Any = None) -> None:
+        n, k = self.layer.out_features, self.layer.in_features
+        self.n, self.k, self.dtype = n, k, DTYPES[self.layer.dtype]
+        packed = pack(self.mode.weight, {"weight": "weight", "scale": "weight_scale", "zero": "weight_zero_point",
+                                         "global": "weight_global_scale"},
+                      {"weight": weight, "scale": weight_scale, "zero": weight_zero_point,
+                       "global": weight_global_scale}, [], n, k, getattr(self.layer, "group_size", None))
+        if bias is not None:
+            check("bias", bias, FLOATS, [n], "one bias per output feature")
+        granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
+        self.act = ACT_CODES[granularity] if granularity else ACT_NONE
+        if self.mode.activation == "nvfp4":
+            self.act = ACT_NVFP4
+            input_scale, input_global_scale = input_global_scale, None
+        if input_global_scale is not None:
+            raise TensorError("input_global_scale", f"None ({self.mode.name} takes no NVFP4 activation scale)",
+                              f"a tensor of shape {list(input_global_scale.shape)}")
+        self.static = None
+        if input_scale is not None:
+            if self.act not in (ACT_TENSOR, ACT_NVFP4):
+                raise TensorError("input_scale", f"None ({self.mode.name} activations are not statically scaled)",
+                                  f"a tensor of shape {list(input_scale.shape)}")
+            check("input_scale", input_scale, (torch.float32,), list(input_scale.shape), "fp32 per-tensor scale")
+            if input_scale.numel() != 1:
+                raise TensorError("input_scale", "shape [] or [1] (one scale per tensor)", str(list(input_scale.shape)))
+            finite_positive("input_scale", input_scale, allow_zero=False)
+        if packed.weight.device.type != "cuda" and not _interpreting():
+            raise TensorError("weight", "a CUDA tensor (Triton kernels run on NVIDIA GPUs)", str(packed.weight.device))
+        dev = packed.weight.device
+        self.device = dev
+        if input_scale is not None:
+            self.static = input_scale.to(dev).float().reshape(1)
+        b = None if bias is None else bias.to(device=dev, dtype=self.dtype).contiguous()
+        self.packed = packed
+        self.gemm = DenseGemm(packed.layout, n, k, packed.weight.to(dev), packed.scale.to(dev),
+                              None if packed.zero is None else packed.zero.to(dev),
+                              None if packed.global_scale is None else packed.global_scale.to(dev), b)
+
+    def apply(self, x: Any) -> torch.Tensor:
+        if self.gemm is None:
+            raise RuntimeError(f"{self!r}: call process_weights before apply")
+        check_activations(x, self.k, self.device, FLOATS)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.k).to(self.dtype).contiguous()
+        if x2.shape[0] == 0:
+            return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
+        scale = None
+        if self.act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static if self.static is not None else dynamic_tensor_scale(x2, self.act)
+        return self.gemm(x2, self.act, scale, self.dtype).reshape(*lead, self.n)
+
+    def warmup_units(self, token_counts: Sequence[int]) -> list:
+        from oracle.warmup import WarmupUnit
+
+        units = []
+        for m in token_counts:
+            cfg = dense_config(m, self.n, self.k, self.gemm.facts["sms"], self.packed.layout.pack) if self.gemm else {}
+            sig = (self.mode.name, self.n, self.k, self.layer.dtype, tuple(sorted(cfg.items())))
+            units.append(WarmupUnit(self.spec.name if self.spec else "triton.linear", sig,
+                                    lambda m=m: self.apply(torch.zeros(m, self.k, dtype=self.dtype, device=self.device))))
+        return units
+
+
+def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor:
+    """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
+    amax/(6*448) for the NVFP4 global scale."""
+    amax = x.float().abs().amax().reshape(1)
+    s = amax / torch.full_like(amax, 448.0 if act == ACT_TENSOR else 6.0 * 448.0)   # IEEE: CUDA's a / scalar
+    # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
+    return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def _interpreting() -> bool:
+    from .launch import interpreting
+    return interpreting()

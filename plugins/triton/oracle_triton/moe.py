@@ -1,0 +1,218 @@
+"""Fused MoE kernel class: five launches per forward (A16), no host synchronization under capture.
+
+count -> align (expert blocks) -> grouped GEMM w13 + activation -> grouped GEMM w2 x router
+weight -> top-k sum. Expert weights stay packed; W8A8/W4A4 modes round each GEMM's input
+first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per token/group/tensor, or
+NVFP4; per-tensor dynamic scales come from one amax over the tensor).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from oracle.errors import TensorError
+from oracle.kernel import Kernel
+
+from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
+from .launch import device_facts, interpreting, quantize_activations
+from .linear import DTYPES, dynamic_tensor_scale
+from .weights import check, finite_positive, pack
+
+GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
+DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4.0, "linear_beta": 25.0},
+            "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+            "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+            "relu2": {}, "relu2_no_mul": {}}
+
+
+def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
+    """BLOCK_M from the expected rows per expert (shape-only, no device values)."""
+    per_expert = tokens * top_k / experts
+    if per_expert <= 16:
+        bm, bn, warps, stages = 16, 64, 8, 3
+    elif per_expert <= 64:
+        bm, bn, warps, stages = 64, 64, 4, 3
+    else:
+        bm, bn, warps, stages = 128, 128, 8, 2      # two weight tiles (gate, up) per stage
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "num_warps": warps, "num_stages": stages}
+
+
+class TritonMoE(Kernel):
+    """Every weight format of triton.moe.*; the mode picks the activation handling."""
+
+    w13 = None
+
+    def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
+                        w13_global_scale: Any = None, w2_global_scale: Any = None,
+                        w13_input_scale: Any = None, w2_input_scale: Any = None,
+                        w13_bias: Any = None, w2_bias: Any = None) -> None:
+        layer, fmt = self.layer, self.mode.weight
+        e = layer.num_experts // layer.ep_size
+        h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
+        gated = layer.activation in GATED
+        rows = 2 * i if gated else i
+        self.experts, self.hidden, self.inter, self.rows, self.gated = e, h, i, rows, gated
+        self.dtype = DTYPES[layer.dtype]
+        params = {**DEFAULTS[layer.activation], **layer.activation_params}
+        self.limit = params.get("limit")
+        self.alpha, self.beta = params.get("alpha", 1.0), params.get("beta", 1.0)
+        self.lbeta = params.get("linear_beta", 1.0)
+        group = getattr(layer, "group_size", None)
+        self.w13 = pack(fmt, {"weight": "w13", "scale": "w13_scale", "zero": "w13_zero_point",
+                              "global": "w13_global_scale"},
+                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale}, [e], rows, h, group)
+        self.w2 = pack(fmt, {"weight": "w2", "scale": "w2_scale", "zero": "w2_zero_point",
+                             "global": "w2_global_scale"},
+                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale}, [e], h, i, group)
+        self.b13 = None if w13_bias is None else check(
+            "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
+            "one bias per expert and FC1 row").to(self.dtype).contiguous()
+        self.b2 = None if w2_bias is None else check(
+            "w2_bias", w2_bias, (torch.float32, torch.bfloat16, torch.float16), [e, h],
+            "one bias per expert and hidden unit").to(self.dtype).contiguous()
+        granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
+        self.act = ACT_CODES[granularity] if granularity else ACT_NONE
+        if self.mode.activation == "nvfp4":
+            self.act = ACT_NVFP4
+        self.static = [None, None]
+        for idx, (name, t) in enumerate((("w13_input_scale", w13_input_scale), ("w2_input_scale", w2_input_scale))):
+            if t is None:
+                continue
+            if self.act not in (ACT_TENSOR, ACT_NVFP4):
+                raise TensorError(name, f"None ({self.mode.name} activations are not statically scaled)",
+                                  f"a tensor of shape {list(t.shape)}")
+            if not isinstance(t, torch.Tensor) or list(t.shape) not in ([], [1], [e]):
+                raise TensorError(name, f"an fp32 tensor of shape [], [1] or [{e}]", str(getattr(t, "shape", t)))
+            check(name, t, (torch.float32,), list(t.shape), "fp32 activation scale")
+            finite_positive(name, t, allow_zero=False)
+            self.static[idx] = t.float().max().reshape(1)       # one scale for all experts, as emulation
+        dev = self.w13.weight.device
+        if dev.type != "cuda" and not interpreting():
+            raise TensorError("w13", "a CUDA tensor (Triton kernels run on NVIDIA GPUs)", str(dev))
+        self.device = dev
+        self.static = [None if s is None else s.to(dev) for s in self.static]
+        self.facts = device_facts(dev)
+        self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
+        self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+
+    def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
+            raise TensorError("hidden_states", f"a tensor of shape [M, {self.hidden}]",
+                              str(list(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__)
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise TensorError("hidden_states", "dtype bfloat16, float16 or float32", str(x.dtype))
+        m = x.shape[0]
+        for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
+            if not isinstance(t, torch.Tensor) or list(t.shape) != [m, self.layer.top_k]:
+                raise TensorError(name, f"a tensor of shape [{m}, {self.layer.top_k}] (tokens x top_k)",
+                                  str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__)
+            if t.device != self.device:
+                raise TensorError(name, f"a tensor on {self.device}", str(t.device))
+        if topk_ids.dtype not in (torch.int32, torch.int64):
+            raise TensorError("topk_ids", "dtype int32 or int64 (expert ids)", str(topk_ids.dtype))
+        if x.device != self.device:
+            raise TensorError("hidden_states", f"a tensor on {self.device}", str(x.device))
+
+    def check_expert_ids(self, topk_ids: torch.Tensor) -> None:
+        """Out-of-range ids are named here in eager calls (this reads the ids back: one sync); under
+        graph capture the check is skipped and the kernels drop such pairs without touching memory."""
+        if topk_ids.numel():
+            lo, hi = int(topk_ids.min()), int(topk_ids.max())
+            if lo < 0 or hi >= self.experts:
+                raise TensorError("topk_ids", f"expert ids in [0, {self.experts})", f"{lo if lo < 0 else hi}")
+
+    def apply(self, hidden_states: Any, topk_weights: Any, topk_ids: Any) -> torch.Tensor:
+        if self.w13 is None:
+            raise RuntimeError(f"{self!r}: call process_weights before apply")
+        self._check(hidden_states, topk_weights, topk_ids)
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
+        from . import moe_kernels as mk
+
+        x = hidden_states.to(self.dtype).contiguous()
+        m, k = topk_ids.shape
+        if m == 0:
+            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        t = m * k
+        ids = topk_ids.reshape(-1).contiguous()
+        topw = topk_weights.reshape(-1).float().contiguous()
+        cfg = moe_config(m, k, self.experts)
+        bm = cfg["BLOCK_M"]
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        a1 = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype) if by_pair else x
+        a1 = self._round(0, a1)
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        self._gemm(1, a1, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k, self.inter,
+                   self.rows, self.hidden, cfg, blocks)
+        pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
+                   self.hidden, self.hidden, self.inter, cfg, blocks)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
+                                                                     EXACT_BF16=self.facts["dot_f32"])
+        return out
+
+    def _round(self, idx: int, a: torch.Tensor) -> torch.Tensor:
+        """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the reference."""
+        if self.act == ACT_NONE:
+            return a
+        scale = None
+        if self.act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
+        return quantize_activations(a, self.act, scale, self.facts)
+
+    def _gemm(self, stage, a, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
+              cfg, blocks) -> None:
+        from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
+
+        lay, w = packed.layout, packed.weight
+        s, z, g = packed.scale, packed.zero, packed.global_scale
+        stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
+        moe_gemm_kernel[(blocks, -(-n_out // cfg["BLOCK_N"]))](
+            a, w, s, z if z is not None else s, g if g is not None else s,
+            bias if bias is not None else s, topw, sorted_ids, block_expert, out,
+            t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
+            stride(w), stride(s), stride(z), stride(bias),
+            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+            float(self.lbeta),
+            STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=stage == 1 and self.gated,
+            INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None,
+            A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
+            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+            HAS_ZERO=lay.stride_zk != 0, EXACT_W=self.act != ACT_NONE, HAS_BIAS=bias is not None,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+    def warmup_units(self, token_counts: Sequence[int]) -> list:
+        from oracle.warmup import WarmupUnit
+
+        units = []
+        for m in token_counts:
+            cfg = moe_config(m, self.layer.top_k, self.experts)
+            sig = (self.mode.name, self.experts, self.hidden, self.inter, self.layer.activation,
+                   tuple(sorted(cfg.items())))
+
+            def run(m=m):
+                x = torch.zeros(m, self.hidden, dtype=self.dtype, device=self.device)
+                ids = (torch.arange(m * self.layer.top_k, device=self.device) % self.experts).view(m, -1)
+                self.apply(x, torch.ones(m, self.layer.top_k, device=self.device), ids.to(torch.int32))
+            units.append(WarmupUnit(self.spec.name if self.spec else "triton.moe", sig, run))
+        return units
+
+
+def triton_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

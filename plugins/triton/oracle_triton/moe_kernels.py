@@ -1,0 +1,185 @@
+"""Fused-MoE device code: expert alignment, the grouped GEMMs (w13 with the activation
+fused, w2 with the router weight), and the top-k reduction.
+
+Alignment runs in two launches and never synchronizes with the host:
+  count: each (token, slot) pair takes its rank inside its expert with an atomic add;
+  align: one program turns the counts into block-padded offsets (exclusive cumsum of
+         counts rounded up to BLOCK_M), labels each BLOCK_M-row block with its expert
+         (-1: unused), scatters pair ids to offset + rank, pads with the sentinel T
+         (= number of pairs), and resets the counts for the next call (graph replay).
+The grid of the GEMMs is the static bound cdiv(T, BLOCK_M) + min(E, T) on the number of
+blocks; programs of unused blocks exit at once.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .dequant import tile_product, to_dtype
+
+SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
+ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
+                    "swigluoai_uninterleave": SWIGLUOAI_HALVES, "relu2": RELU2, "relu2_no_mul": RELU2}
+
+
+@triton.jit
+def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(ids_ptr + offs, mask=offs < T, other=0).to(tl.int32)
+    ok = (offs < T) & (e >= 0) & (e < E)          # out-of-range ids never index memory (dropped)
+    rank = tl.atomic_add(cnt_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=ok)
+    tl.store(rank_ptr + offs, rank, mask=ok)
+
+
+@triton.jit
+def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    ex = tl.arange(0, E_POW2)
+    emask = ex < E
+    c = tl.load(cnt_ptr + ex, mask=emask, other=0)
+    padded = tl.cdiv(c, BLOCK_M) * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    total = tl.sum(padded, axis=0)
+    tl.store(off_ptr + ex, ends - padded, mask=emask)
+    for b0 in range(0, NUM_BLOCKS, BLOCK):
+        blocks = b0 + tl.arange(0, BLOCK)
+        first_row = blocks * BLOCK_M
+        expert = tl.sum(((ends[None, :] <= first_row[:, None]) & emask[None, :]).to(tl.int32), axis=1)
+        expert = tl.where(first_row < total, expert, -1)
+        tl.store(block_expert_ptr + blocks, expert, mask=blocks < NUM_BLOCKS)
+    for r0 in range(0, NUM_BLOCKS * BLOCK_M, BLOCK):
+        rows = r0 + tl.arange(0, BLOCK)
+        tl.store(sorted_ptr + rows, tl.full([BLOCK], 0, tl.int32) + T, mask=rows < NUM_BLOCKS * BLOCK_M)
+    tl.debug_barrier()
+    for p0 in range(0, T, BLOCK):
+        pairs = p0 + tl.arange(0, BLOCK)
+        e = tl.load(ids_ptr + pairs, mask=pairs < T, other=0).to(tl.int32)
+        ok = (pairs < T) & (e >= 0) & (e < E)
+        pos = tl.load(off_ptr + e, mask=ok, other=0) + tl.load(rank_ptr + pairs, mask=ok, other=0)
+        tl.store(sorted_ptr + pos, pairs, mask=ok)
+    tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+
+
+@triton.jit
+def _sigmoid(v):
+    return 1.0 / (1.0 + tl.exp(-v))
+
+
+@triton.jit
+def _tanh(v):
+    return 2.0 * _sigmoid(2.0 * v) - 1.0
+
+
+@triton.jit
+def _activate(g, u, ACTFN: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha, beta, lbeta):
+    """The expert activation on fp32 gate/up tiles (oracle_emulation.moe_activations)."""
+    if ACTFN == 5:
+        r = tl.maximum(g, 0.0)
+        return r * r
+    if ACTFN == 2:
+        return beta * _tanh(g / beta) * _sigmoid(g) * (lbeta * _tanh(u / lbeta))
+    if ACTFN == 3 or ACTFN == 4:
+        g = tl.minimum(g, limit)
+        u = tl.minimum(tl.maximum(u, -limit), limit)
+        return g * _sigmoid(alpha * g) * (u + beta)
+    if HAS_LIMIT:
+        g = tl.minimum(g, limit)
+        u = tl.minimum(tl.maximum(u, -limit), limit)
+    if ACTFN == 0:
+        return g * _sigmoid(g) * u
+    return 0.5 * g * (1.0 + tl.math.erf(g * 0.7071067811865476)) * u
+
+
+@triton.jit
+def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_ptr, bexp_ptr, out_ptr,
+                    T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                    stride_we, stride_se, stride_ze, stride_be,
+                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    limit, alpha, beta, lbeta,
+                    STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
+                    HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
+                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
+                    SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr):
+    """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
+    STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
+    A is already rounded through the activation format (W8A8/W4A4: gemm.act_qdq_kernel)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    e = tl.load(bexp_ptr + pid_m)
+    if e >= 0:
+        if OUT_F16:
+            io_t = tl.float16
+        else:
+            io_t = tl.bfloat16
+        if DOT_F32:
+            dot_t = tl.float32
+        else:
+            dot_t = io_t
+        rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+        valid = rows < T
+        if A_BY_PAIR:
+            arow = rows
+        else:
+            arow = rows // TOPK
+        a_rows = a_ptr + arow[:, None].to(tl.int64) * stride_am
+        e64 = e.to(tl.int64)
+        w_e = w_ptr + e64 * stride_we
+        s_e = s_ptr + e64 * stride_se
+        z_e = z_ptr + e64 * stride_ze
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr + e)
+        j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if GATED:
+            if INTERLEAVED:
+                n_g = 2 * j
+                n_u = 2 * j + 1
+            else:
+                n_g = j
+                n_u = j + N_OUT
+        else:
+            n_g = j
+            n_u = j
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for t in range(0, tl.cdiv(K, BLOCK_K)):
+            acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                  ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                  BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+            if GATED:
+                acc_u += tile_product(a_rows, valid, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+                                      stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                      ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                      BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+        jmask = j < N_OUT
+        if HAS_BIAS:
+            acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            if GATED:
+                acc_u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
+        omask = valid[:, None] & jmask[None, :]
+        out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
+        if STAGE == 1:
+            hg = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)    # the reference rounds FC1's output
+            hu = to_dtype(acc_u, io_t, DOT_F32).to(tl.float32)
+            y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
+            tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
+        else:
+            y = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)
+            if WEIGHT_OUT:
+                y = y * tl.load(topw_ptr + rows, mask=valid, other=0.0)[:, None]
+            tl.store(out_rows, y, mask=omask)
+
+
+@triton.jit
+def topk_sum_kernel(pairs_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order)."""
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < H
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in range(0, TOPK):
+        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)

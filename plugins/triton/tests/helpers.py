@@ -1,0 +1,77 @@
+"""Shared by the CPU (interpreter) and GPU tests: checkpoint tensors from oracle-emulation's
+quantizers (an independent implementation of each format) and the emulation kernels as reference."""
+from __future__ import annotations
+
+import torch
+
+from oracle import LinearLayer, MoELayer
+from oracle.catalog import Mode
+from oracle_emulation.formats import codec_for
+from oracle_emulation.linear import EmulationLinear
+
+def quantize(fmt: str, w: torch.Tensor, group: int = 128, symmetric: bool = False) -> dict:
+    codec = codec_for(fmt)
+    if fmt == "int4":
+        q = codec.quantize(w, fmt, group_size=group, symmetric=symmetric)
+    else:
+        q = codec.quantize(w, fmt)
+    return {k: v for k, v in q.items() if v is not None}
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | None = None, *,
+                device="cpu", group=128, symmetric=False, bias=False, input_scale=None):
+    """(triton kernel, emulation kernel), both holding the same checkpoint tensors."""
+    from oracle_triton.linear import TritonLinear
+
+    layer = LinearLayer(name=f"{fmt}-{n}x{k}", in_features=k, out_features=n, weight_format=fmt,
+                        group_size=group if fmt == "int4" else None, has_bias=bias)
+    tensors = quantize(fmt, torch.randn(n, k, device=device) * 0.05, group, symmetric)
+    if bias:
+        tensors["bias"] = torch.randn(n, device=device)
+    if input_scale is not None:
+        tensors["input_scale"] = input_scale
+    t = TritonLinear(layer, Mode(weight=fmt, activation=act, name=mode, params=params or {}), None)
+    t.process_weights(**tensors)
+    e = EmulationLinear(layer, t.mode, None)
+    e.process_weights(**tensors)
+    return t, e
+
+
+def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
+             activation="silu", activation_params=None, bias=False, device="cpu", group=128,
+             router_on_input=False):
+    """(triton MoE, emulation MoE) holding the same expert tensors."""
+    from oracle_emulation.moe import EmulationMoE
+    from oracle_triton.moe import TritonMoE
+
+    gated = activation not in ("relu2", "relu2_no_mul")
+    rows = 2 * i if gated else i
+    layer = MoELayer(name=f"moe-{fmt}", num_experts=e, top_k=k, hidden_size=h, intermediate_size=i,
+                     weight_format=fmt, activation=activation, activation_params=activation_params or {},
+                     has_bias=bias, group_size=group if fmt == "int4" else None,
+                     apply_router_weight_on_input=router_on_input)
+    # the MoE contract has no zero-point tensors: int4 experts are symmetric (zero 8)
+    q13 = quantize(fmt, torch.randn(e, rows, h, device=device) * 0.05, group, symmetric=True)
+    q2 = quantize(fmt, torch.randn(e, h, i, device=device) * 0.05, group, symmetric=True)
+    tensors = {"w13": q13["weight"], "w2": q2["weight"], "w13_scale": q13.get("weight_scale"),
+               "w2_scale": q2.get("weight_scale"), "w13_global_scale": q13.get("weight_global_scale"),
+               "w2_global_scale": q2.get("weight_global_scale")}
+    if bias:
+        tensors["w13_bias"] = torch.randn(e, rows, device=device) * 0.1
+        tensors["w2_bias"] = torch.randn(e, h, device=device) * 0.1
+    mode_obj = Mode(weight=fmt, activation=act, name=mode, params=params or {})
+    t = TritonMoE(layer, mode_obj, None)
+    ref = EmulationMoE(layer, mode_obj, None)
+    t.process_weights(**tensors)
+    ref.process_weights(**tensors)
+    return t, ref
+
+
+def routing(m: int, e: int, k: int, device="cpu"):
+    ids = torch.stack([torch.randperm(e, device=device)[:k] for _ in range(m)]).to(torch.int32)
+    w = torch.softmax(torch.randn(m, k, device=device), -1)
+    return w, ids

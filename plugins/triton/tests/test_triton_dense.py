@@ -1,0 +1,81 @@
+"""The dense kernel's index and packing arithmetic, run in Triton's interpreter on CPU
+(on a GPU machine the same tests run compiled): every format against oracle-emulation.
+
+Tolerance (relative Frobenius error): both sides multiply the same quantized weights; the
+reference rounds each dequantized weight (and W8A8 activation) to bf16 and its output to
+bf16, the kernel multiplies exact FP8/FP4 values (FP8 scales applied to the fp32 product)
+with fp32 accumulation (fp32 here: the interpreter has no bf16 dot). Independent 2**-9
+roundings give a few times 1e-3; the bound is 1e-2. A wrong nibble, stride or scale index
+gives errors of order 1.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import linear_pair, rel
+
+TOL = 1e-2
+DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine
+GRAN = {"tensor": "w8a8_fp8_tensor", "token": "w8a8_fp8_channel", "group": "w8a8_block"}
+CASES = [  # fmt, mode, act, params
+    ("fp8_tensor", "w8a16_fp8_tensor", "bf16", {}),
+    ("fp8_channel", "w8a16_fp8_channel", "bf16", {}),
+    ("fp8_block", "w8a16_block", "bf16", {}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a16_nvfp4", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+]
+
+
+@pytest.mark.parametrize("fmt,mode,act,params", CASES)
+def test_dense_formats_match_emulation(fmt, mode, act, params):
+    n, k = 96, 320                               # partial N and K tiles, 3 K tiles, split-K 2
+    t, e = linear_pair(fmt, n, k, mode, act, params, bias=True, device=DEV)
+    for m in (1, 5):
+        x = torch.randn(m, k, dtype=torch.bfloat16, device=DEV) * 3
+        yt, ye = t.apply(x), e.apply(x)
+        assert yt.shape == (m, n) and yt.dtype == torch.bfloat16
+        assert rel(yt, ye) < TOL, (fmt, mode, m, rel(yt, ye))
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_int4_groups_and_zero_points(group, symmetric):
+    t, e = linear_pair("int4", 64, 256, "w4a16_int4", "bf16", group=group, symmetric=symmetric, device=DEV)
+    x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
+    assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+def test_static_input_scale_saturates_like_emulation():
+    t, e = linear_pair("fp8_tensor", 64, 256, "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"},
+                       input_scale=torch.tensor(0.01, device=DEV), device=DEV)
+    x = torch.randn(4, 256, dtype=torch.bfloat16, device=DEV) * 8                  # many values beyond 448 * 0.01
+    assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+def test_weights_stay_packed():
+    t, _ = linear_pair("mxfp4", 64, 256, "w4a16_mx", "bf16", device=DEV)
+    assert t.packed.weight.dtype == torch.uint8 and tuple(t.packed.weight.shape) == (64, 128)
+    assert t.packed.nbytes() == 64 * 128 + 64 * 8          # codes + one E8M0 byte per 32
+
+
+def test_nvfp4_w4a4_with_a_static_global_scale():
+    from helpers import quantize
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.linear import TritonLinear
+
+    layer = LinearLayer(name="nv", in_features=256, out_features=64, weight_format="nvfp4", activation_format="nvfp4")
+    tensors = quantize("nvfp4", torch.randn(64, 256, device=DEV) * 0.05)
+    tensors["input_global_scale"] = torch.tensor(0.5 / 448, device=DEV)
+    mode = Mode(weight="nvfp4", activation="nvfp4", name="w4a4_nvfp4")
+    t, e = TritonLinear(layer, mode, None), EmulationLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e.process_weights(**tensors)
+    x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV) * 2
+    assert rel(t.apply(x), e.apply(x)) < TOL
