@@ -29,6 +29,10 @@ FormatKey = WeightFormat | Literal["default"]
 ActivationChoice = ActivationFormat | Literal["checkpoint"]
 
 
+#: The environment variable naming tuning files (paths joined by os.pathsep); read by the engine.
+MEASUREMENTS_ENV = "ORACLE_MEASUREMENTS"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -140,7 +144,7 @@ class EffectivePolicy:
         self.files = files
         blob = json.dumps(policy.model_dump(mode="json"), sort_keys=True)
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
-        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS", "ORACLE_MEASUREMENTS"}))
+        self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env) | {"ORACLE_DISABLED_KERNELS", MEASUREMENTS_ENV}))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)
