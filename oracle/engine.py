@@ -24,7 +24,7 @@ from .errors import InputError
 from .formats import UNQUANTIZED_FORMATS
 from .layer import not_a_layer
 from .platform import Platform
-from .policy import EffectivePolicy
+from .policy import MEASUREMENTS_ENV, EffectivePolicy
 from .registry import Registry
 from .rules import failing
 from .trace import Candidate, Decision, SelectedBy, log_decision
@@ -171,8 +171,11 @@ class Engine:
         """This layer's figures from the measurement set in force (argument > env > policy), if any."""
         mset = explicit
         if mset is None:
-            from .tuning.measurements import ENV_VAR, cached_measurements, env_paths
-            paths = env_paths(env.get(ENV_VAR)) or tuple(self.policy.measurements.files)
+            raw = env.get(MEASUREMENTS_ENV)
+            if not raw and not self.policy.measurements.files:
+                return None, None     # the static path: no tuning files anywhere
+            from .tuning.measurements import cached_measurements, env_paths
+            paths = env_paths(raw) or tuple(self.policy.measurements.files)
             if not paths:
                 return None, None
             conf = self.policy.measurements

@@ -48,6 +48,11 @@ from typing import Any, Sequence
 class Kernel:
     """Base for kernel implementations; subclasses override the three lifecycle methods."""
 
+    #: True when `apply` may synchronize with the host in eager calls (e.g. to name a bad expert id)
+    #: but skips every synchronization while a CUDA graph is being captured; `oracle tune` then
+    #: captures it directly instead of timing it eagerly because an eager call synchronized.
+    capture_safe: bool = False
+
     def __init__(self, layer: Any, mode: Any, spec: Any):
         self.layer = layer
         self.mode = mode

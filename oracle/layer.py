@@ -8,7 +8,8 @@ Layers are frozen and hashable; `signature` (everything but the name) keys the c
 from __future__ import annotations
 
 import math
-from functools import cached_property
+import operator
+from functools import lru_cache
 from typing import Annotated, Any, Literal, Union
 
 from .validation import Revalidating
@@ -51,16 +52,33 @@ class Signature:
         return f"Signature{self.values!r}"
 
 
+class _computed_once:
+    """functools.cached_property without its per-instance lock (Python 3.11 takes an RLock on every
+    first read, several microseconds; a layer is immutable, so a race only computes the value twice)."""
+
+    def __init__(self, fn: Any):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.fn(instance)
+        return value
+
+
 class _Layer(Revalidating):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, ignored_types=(_computed_once,))
 
     name: StrictStr = ""
 
-    @cached_property
+    @_computed_once
     def signature(self) -> Signature:
         """Everything that can change a decision: all fields but the name (computed once)."""
-        fields = tuple((k, _freeze(getattr(self, k))) for k in type(self).model_fields if k != "name")
-        return Signature((type(self).__name__,) + fields)
+        names, getter = _signature_fields(type(self))
+        values = getter(self.__dict__)  # pydantic keeps field values in __dict__: one C-level read
+        if any(type(v) in _MUTABLE for v in values):
+            values = tuple(_freeze(v) for v in values)
+        return Signature((type(self).__name__,) + tuple(zip(names, values)))
 
     @property
     def quantized(self) -> bool:
@@ -230,6 +248,17 @@ def not_a_layer(value: Any) -> InputError:
     """The error for something passed as a layer that is not one (None, a name, a dict)."""
     return InputError(f"expected a LinearLayer, MoELayer or EmbeddingLayer, got {type(value).__name__} "
                       f"{value!r:.60}", field="layer")
+
+
+_MUTABLE = (dict, list)
+
+
+@lru_cache(maxsize=None)
+def _signature_fields(cls: type) -> tuple[tuple[str, ...], Any]:
+    """The fields of a layer class that key decisions (all but the name), and a getter of their values."""
+    names = tuple(k for k in cls.model_fields if k != "name")
+    get = operator.itemgetter(*names)
+    return names, (get if len(names) > 1 else (lambda d: (get(d),)))
 
 
 def _freeze(value: Any) -> Any:

@@ -30,6 +30,10 @@ FormatKey = WeightFormat | Literal["default"]
 ActivationChoice = ActivationFormat | Literal["checkpoint"]
 
 
+#: The environment variable naming tuning files (paths joined by os.pathsep); read by the engine.
+MEASUREMENTS_ENV = "ORACLE_MEASUREMENTS"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -144,7 +148,7 @@ class EffectivePolicy:
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
         # every variable a decision may read keys the decision cache (plugins declare theirs: `env:`)
         self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env)
-                                     | {"ORACLE_DISABLED_KERNELS", "ORACLE_MEASUREMENTS"} | set(plugin_env)))
+                                     | {"ORACLE_DISABLED_KERNELS", MEASUREMENTS_ENV} | set(plugin_env)))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)

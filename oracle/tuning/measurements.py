@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..policy import MEASUREMENTS_ENV
 from .metadata import mismatches
 from .objective import Objective, parse_objective
 from .schema import TuningFile
 from .store import read
 
-ENV_VAR = "ORACLE_MEASUREMENTS"
+ENV_VAR = MEASUREMENTS_ENV
 CandidateKey = tuple[str, str, str]  # kernel, mode, activation format
 
 

@@ -114,9 +114,11 @@ class Runner:
         self.repeats = repeats or (30 if self.cuda else 5)
         self.gbps = hbm_gbps(platform.device_name) if self.cuda else None
 
-    def _time(self, fn: Callable[[], Any], graphs: bool = True) -> Any:
+    def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
         from .timing import time_cpu, time_cuda
-        return time_cuda(fn, self.repeats, graphs=graphs) if self.cuda else time_cpu(fn, self.repeats)
+        if not self.cuda:
+            return time_cpu(fn, self.repeats)
+        return time_cuda(fn, self.repeats, graphs=graphs, capture_safe=capture_safe)
 
     def _free(self) -> None:
         if self.cuda:
@@ -184,7 +186,8 @@ class Runner:
                     if problem:
                         raise _WrongOutput(problem)
                     del first
-                    timing = self._time(lambda: kernel.apply(*args))
+                    timing = self._time(lambda: kernel.apply(*args),
+                                        capture_safe=bool(getattr(kernel, "capture_safe", False)))
                 out.append(self._entry(group, spec, mode, m, status="ok", median_ms=timing.median_ms,
                                        min_ms=timing.min_ms, max_ms=timing.max_ms, iqr_ms=timing.iqr_ms,
                                        repeats=timing.repeats, method=timing.method))

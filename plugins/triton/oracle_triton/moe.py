@@ -42,6 +42,7 @@ class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
     w13 = None
+    capture_safe = True   # the expert-id check syncs only in eager calls, never under capture
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
