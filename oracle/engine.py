@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
                       render_reason, version_satisfies)
 from .config import KernelConfig, pick
-from .envvars import DISABLED_KERNELS, deciding_with, flag, kernel_list
+from .envvars import DISABLED_KERNELS, flag, kernel_list, reset_decision_env, set_decision_env
 from .errors import InputError
 from .formats import UNQUANTIZED_FORMATS
 from .layer import not_a_layer
@@ -36,12 +36,13 @@ _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
 
 
 class _PlatformVerdict:
-    __slots__ = ("ok", "reason", "rule", "notes", "environment")
+    __slots__ = ("ok", "reason", "rule", "notes", "environment", "rejection")
 
     def __init__(self, ok: bool, reason: str = "", rule: str = "", notes: tuple[str, ...] = (),
                  environment: str = ""):
         self.ok, self.reason, self.rule, self.notes = ok, reason, rule, notes
         self.environment = environment      # what the kernel's environment check found (or why it failed)
+        self.rejection: Candidate | None = None   # the traced candidate, built once (it never changes)
 
 
 class Engine:
@@ -58,6 +59,7 @@ class Engine:
         self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
         self._auto: dict[str, tuple[bool, str]] = {}
+        self._auto_refusals: dict[str, Candidate | None] = {}
         self._disabled_by_env: dict[str | None, frozenset[str]] = {}
         self._preferences: dict[tuple[str, str], tuple[list[str], str]] = {}
         self._requests: dict[tuple, tuple[str, str]] = {}
@@ -85,8 +87,11 @@ class Engine:
             raise not_a_layer(layer) from None
         decision = table.get(key)
         if decision is None:
-            with deciding_with(env):  # plugin hooks read the caller's env through decision_env()
+            token = set_decision_env(env)  # plugin hooks read the caller's env through decision_env()
+            try:
                 decision = self._decide(layer, platform, config, env, measurements)
+            finally:
+                reset_decision_env(token)
             with self._lock:
                 if len(table) > 65536:
                     table.clear()
@@ -213,24 +218,23 @@ class Engine:
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
-            modes = spec.modes_for(wf)
             first = None  # platform and policy verdicts concern the whole kernel, not one mode
             if spec.name in disabled:
                 out.append(self._reject(spec, first, None, "policy", f"{spec.name} is disabled",
                                         self.policy.where("disabled_kernels")))
                 continue
             if not explicit:
-                allowed, rule = self._auto_allowed(spec)
-                if not allowed:
-                    out.append(self._reject(
-                        spec, first, None, "policy",
-                        f"{spec.backend} {spec.op} kernels are not auto-selected; request them explicitly "
-                        f"(--{spec.op}-backend {spec.backend})", rule))
+                refusal = self._auto_refusal(spec)
+                if refusal is not None:
+                    out.append(refusal)
                     continue
             verdict = self._platform_check(spec, platform)
             if not verdict.ok:
-                out.append(self._reject(spec, first, None, "platform", verdict.reason, verdict.rule))
+                if verdict.rejection is None:
+                    verdict.rejection = self._reject(spec, first, None, "platform", verdict.reason, verdict.rule)
+                out.append(verdict.rejection)
                 continue
+            modes = spec.modes_for(wf)
             usable = [(a, m) for a in acts for m in modes if m.activation == a]
             if not usable:
                 served = ", ".join(sorted({m.activation for m in modes}))
@@ -266,6 +270,17 @@ class Engine:
                 rule: str) -> Candidate:
         return Candidate(spec.backend, spec.name, mode.name if mode else None, act, "rejected", stage,  # type: ignore[arg-type]
                          reason, rule, (reason,), (rule,))
+
+    def _auto_refusal(self, spec: KernelSpec) -> Candidate | None:
+        """The traced rejection of a kernel automatic selection may not pick (built once per kernel)."""
+        found = self._auto_refusals.get(spec.name, False)
+        if found is False:
+            allowed, rule = self._auto_allowed(spec)
+            found = None if allowed else self._reject(
+                spec, None, None, "policy", f"{spec.backend} {spec.op} kernels are not auto-selected; request "
+                f"them explicitly (--{spec.op}-backend {spec.backend})", rule)
+            self._auto_refusals[spec.name] = found
+        return found
 
     def _auto_allowed(self, spec: KernelSpec) -> tuple[bool, str]:
         """May automatic selection pick `spec` (policy over the kernel's own flag), and the rule that says so."""

@@ -9,11 +9,10 @@ The environment of the decision in progress is available to plugin hooks through
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import os
 import warnings
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from .names import suggestion
 
@@ -65,11 +64,11 @@ def decision_env() -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
-@contextlib.contextmanager
-def deciding_with(env: Mapping[str, str]) -> Iterator[None]:
-    """Make `env` what `decision_env()` returns while a decision is made."""
-    token = _current.set(env)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+def set_decision_env(env: Mapping[str, str]) -> Any:
+    """Make `env` what `decision_env()` returns until `reset_decision_env(token)` (a plain pair, not a
+    context manager: it runs once per uncached decision)."""
+    return _current.set(env)
+
+
+def reset_decision_env(token: Any) -> None:
+    _current.reset(token)

@@ -7,9 +7,9 @@ the plugin raises is re-raised as is, SystemExit and KeyboardInterrupt become a 
 worker is abandoned. A real Ctrl-C still reaches the caller: it interrupts the waiting main
 thread, not the worker. Bounds (docs/user-guide.md, "Limits"): `IMPORT_TIMEOUT_S` for loading
 a plugin and its registration hooks, `HOOK_TIMEOUT_S` for each `can_implement` call;
-ORACLE_PLUGIN_TIMEOUT_S overrides both, and `0` calls plugin code inline, unbounded (a deployment
-that trusts its plugins saves the thread hand-off, 20-90 us per uncached decision on a busy 2-core
-machine; SystemExit and KeyboardInterrupt are still contained).
+ORACLE_PLUGIN_TIMEOUT_S overrides both, and `0` calls plugin code inline, unbounded (SystemExit and
+KeyboardInterrupt are still contained). `can_implement` hooks leave the worker thread after a
+probation of bounded calls (registry._BoundedHook): then they run inline and are timed.
 """
 from __future__ import annotations
 

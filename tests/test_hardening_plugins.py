@@ -147,3 +147,25 @@ def test_inline_mode_still_contains_exits(monkeypatch):
     d = select_backend(FP8, Platform.preset("h200"), policy=load_policy(registry=reg), registry=reg, env={})
     zoo = [c for c in d.candidates if c.kernel == "zoo.fp8"][0]
     assert zoo.verdict == "rejected" and "KeyboardInterrupt" in zoo.reason
+
+
+def test_a_hook_past_probation_runs_inline_and_one_slow_call_still_breaks_it(monkeypatch):
+    """After its bounded probation a hook is called inline (no thread hand-off) and timed: the first call
+    over the bound rejects the candidate, records the failure and stops further calls."""
+    from oracle.registry import _BoundedHook
+
+    monkeypatch.setattr(_BoundedHook, "PROBATION_CALLS", 2)
+    monkeypatch.setenv("ZOO_FAST_CALLS", "3")
+    reg = zoo_registry(monkeypatch, "zoo_late_slow_hook")
+    policy = load_policy(registry=reg)
+    h200 = Platform.preset("h200")
+    verdicts = []
+    for k in range(5):   # calls 1-2 bounded on the worker, 3 inline and fast, 4 inline and slow, 5 not made
+        d = select_backend(FP8.model_copy(update={"in_features": 4096 + 128 * k}), h200, policy=policy,
+                           registry=reg, env={})
+        verdicts.append([c for c in d.candidates if c.kernel == "zoo.fp8"][0])
+    assert [v.verdict for v in verdicts[:3]] == ["selected"] * 3
+    assert "took" in verdicts[3].reason and "over 0.5 s" in verdicts[3].reason
+    assert "not called again" in verdicts[4].reason
+    assert "not called again" in failures(reg)[("zoo_late_slow_hook", "can_implement")]
+    assert len(sys.modules["zoo_late_slow_hook"].calls) == 4
