@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .errors import PolicyError
+from .errors import OracleError, PolicyError
 
 
 class SourcedDict(dict):
@@ -72,20 +72,23 @@ MAX_YAML_DEPTH = 64             # nesting of mappings and lists
 MAX_YAML_VALUES = 100_000       # values after aliases are counted out (a "billion laughs" is refused)
 
 
+def read_bounded_text(path: Path, limit: int, what: str, error: type[OracleError], label: str | None = None) -> str:
+    """A UTF-8 file of at most `limit` bytes; every way that fails is one `error` naming the file."""
+    try:
+        if path.stat().st_size > limit:
+            raise error(f"file is larger than {limit} bytes; {what} is a few KiB", source=label or str(path))
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error("file not found", source=str(path)) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise error(f"cannot read: {exc}", source=str(path)) from None
+
+
 def load_yaml_file(path: str | Path) -> Any:
     """Parse a YAML file safely; errors name the file and line."""
     p = Path(path)
     label = display_path(p)
-    try:
-        if p.stat().st_size > MAX_YAML_BYTES:
-            raise PolicyError(f"file is larger than {MAX_YAML_BYTES} bytes; a policy or kernels file is a few KiB",
-                              source=label)
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise PolicyError(f"cannot read: {exc}", source=str(path)) from None
-    return load_yaml_text(text, label)
+    return load_yaml_text(read_bounded_text(p, MAX_YAML_BYTES, "a policy or kernels file", PolicyError, label), label)
 
 
 def load_yaml_text(text: str, source: str) -> Any:

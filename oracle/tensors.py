@@ -113,8 +113,9 @@ def check_finite(name: str, t: Any) -> None:
     check_scales(name, t, sign="any")
 
 
-def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any]) -> None:
-    """A dense kernel's input: a floating-point tensor on the weights' device whose last dimension is K."""
+def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any], dtype: Any) -> tuple[Any, Any]:
+    """A dense kernel's input, checked (a floating-point tensor on the weights' device whose last
+    dimension is K) and returned as (leading shape, contiguous [rows, K] matrix in `dtype`)."""
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         raise TensorError("x", "a torch.Tensor", type(x).__name__)
     if x.dtype not in dtypes:
@@ -123,3 +124,4 @@ def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any]) -> Non
         raise TensorError("x", f"last dimension {k} (K)", f"shape {shape_of(x)}")
     if x.device != device:
         raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))
+    return x.shape[:-1], x.reshape(-1, k).to(dtype).contiguous()

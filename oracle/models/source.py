@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..resources import data_dir
-from ..sources import display_path
+from ..sources import display_path, read_bounded_text
 
 SIBLING_QUANT_FILES = ("hf_quant_config.json", "quantize_config.json")
 INDEX_FILE = "model.safetensors.index.json"
@@ -178,15 +178,7 @@ def resolve_config_path(model: str) -> tuple[Path, bool]:
 def read_json(path: Path) -> ConfigView:
     """A JSON object file as a ConfigView; one clear error for every way it can be wrong."""
     source = str(path)
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise InputError(f"file is larger than {MAX_CONFIG_BYTES} bytes; a model config is a few KiB",
-                             source=source)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", source=source) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"cannot read: {exc}", source=source) from None
+    text = read_bounded_text(path, MAX_CONFIG_BYTES, "a model config", InputError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

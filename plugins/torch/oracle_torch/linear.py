@@ -96,9 +96,7 @@ class _ScaledLinear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.w_t is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        check_activations(x, self.k, self.device, FLOATS)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.k).to(self.dtype).contiguous()
+        lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
         if x2.shape[0] == 0:
             return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
         y = self._gemm(x2)
