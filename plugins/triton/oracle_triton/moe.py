@@ -13,6 +13,7 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
+from oracle.tensors import forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import device_facts, interpreting, quantize_activations
@@ -47,7 +48,11 @@ class TritonMoE(Kernel):
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
                         w13_input_scale: Any = None, w2_input_scale: Any = None,
-                        w13_bias: Any = None, w2_bias: Any = None) -> None:
+                        w13_bias: Any = None, w2_bias: Any = None, w13_zero_point: Any = None,
+                        w2_zero_point: Any = None) -> None:
+        for name, zero in (("w13_zero_point", w13_zero_point), ("w2_zero_point", w2_zero_point)):
+            forbid(name, zero, "triton.moe INT4 is symmetric (zero point 8); asymmetric INT4 experts are "
+                   "served by emulation.moe")
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size

@@ -95,6 +95,20 @@ def test_out_of_range_expert_ids_are_named():
         t.apply(x, torch.ones(2, K, device=DEV), torch.tensor([[0, 8], [1, 2]], dtype=torch.int32, device=DEV))
 
 
+def test_asymmetric_int4_experts_are_refused_naming_the_zero_point():
+    """The MoE contract carries int4 zero points (AWQ-style checkpoints); this kernel is symmetric only."""
+    from oracle.errors import TensorError
+    from oracle.layer import MoELayer
+    from oracle.catalog import Mode
+    from oracle_triton.moe import TritonMoE
+
+    layer = MoELayer(name="experts", num_experts=E, top_k=K, hidden_size=H, intermediate_size=I,
+                     weight_format="int4", group_size=32)
+    kernel = TritonMoE(layer, Mode(weight="int4", activation="bf16", name="w4a16_int4"), None)
+    with pytest.raises(TensorError, match=r"w13_zero_point: expected None \(triton.moe INT4 is symmetric"):
+        kernel.process_weights(w13=torch.zeros(1), w2=torch.zeros(1), w13_zero_point=torch.zeros(E, 2, 2))
+
+
 def test_expert_weights_stay_packed():
     t, _ = moe_pair("nvfp4", E, H, I, K, "w4a16_nvfp4", "bf16", device=DEV)
     assert t.w13.weight.dtype == torch.uint8 and tuple(t.w13.weight.shape) == (E, 2 * I, H // 2)
