@@ -99,6 +99,18 @@ def load_allow_list(value: str | None) -> frozenset[str] | None:
     return frozenset(n.strip() for n in value.split(",") if n.strip())
 
 
+def _warn_unknown_plugins(allow: frozenset[str], installed: list[str]) -> None:
+    """An ORACLE_LOAD_PLUGINS name that is no installed plugin loads nothing: say so, with a hint."""
+    import warnings
+
+    from .envvars import OracleEnvWarning
+    from .names import suggestion
+    for name in sorted(allow - set(installed)):
+        warnings.warn(f"ORACLE_LOAD_PLUGINS names {name!r}, which is no installed plugin (installed: "
+                      f"{', '.join(installed) or 'none'}){suggestion(name, installed)}", OracleEnvWarning,
+                      stacklevel=3)
+
+
 class Registry:
     """Registered kernels, in plugin load order, with what else plugins contribute."""
 
@@ -140,6 +152,8 @@ class Registry:
                 continue
             registry.add_plugin(plugin, ep.name, distribution=getattr(dist, "name", None),
                                 version=getattr(dist, "version", None))
+        if allow:
+            _warn_unknown_plugins(allow, [ep.name for ep in found])
         return registry
 
     @classmethod

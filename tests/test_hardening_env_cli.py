@@ -159,3 +159,11 @@ def test_json_outputs_are_strict_json(argv, capsys):
     code, out, err = run(argv, capsys)
     assert code in (OK, NO_KERNEL), err
     json.loads(out, parse_constant=lambda t: pytest.fail(f"non-JSON token {t}"))
+
+
+def test_allow_list_names_that_are_no_installed_plugin_warn_with_a_hint():
+    from oracle.registry import Registry, load_allow_list
+
+    with pytest.warns(OracleEnvWarning, match=r"ORACLE_LOAD_PLUGINS names 'emulaton'.*did you mean 'emulation'"):
+        registry = Registry.from_entry_points(allow=load_allow_list("emulaton"))
+    assert registry.plugins == [] and "emulation" in registry.skipped

@@ -61,14 +61,13 @@ def _plugin_failure(registry: Any, plugin: str, message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..session import get_registry
-    parser = build_parser(get_registry())
-    args = parser.parse_args(argv)  # a usage error exits USAGE (64), not 2
-    if args.log_decisions:
-        import logging
-        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
-
     def command() -> int:
+        from ..session import get_registry
+        parser = build_parser(get_registry())  # plugins load here, inside the guard (warnings, errors)
+        args = parser.parse_args(argv)  # a usage error exits USAGE (64), not 2
+        if args.log_decisions:
+            import logging
+            logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
         try:
             return args._run(args)
         except ValidationError as exc:
