@@ -5,15 +5,6 @@ import pytest
 import torch
 
 
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
-    for item in items:
-        if "gpu" in item.keywords and str(item.fspath).startswith(str(__file__).rsplit("/", 1)[0]):
-            item.add_marker(skip)
-
-
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

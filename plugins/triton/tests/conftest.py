@@ -8,8 +8,6 @@ import os
 import pytest
 import torch
 
-HERE = str(__file__).rsplit("/", 1)[0]
-
 
 def _build_for_interpreter() -> None:
     before = os.environ.get("TRITON_INTERPRET")
@@ -31,15 +29,6 @@ if not torch.cuda.is_available():
         _build_for_interpreter()
     except ImportError:
         pass
-
-
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
-    for item in items:
-        if "gpu" in item.keywords and str(item.fspath).startswith(HERE):
-            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
