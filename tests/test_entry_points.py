@@ -1,9 +1,7 @@
 """The road a third party takes: a pip-installed distribution with an `oracle.kernels` entry point."""
 from __future__ import annotations
 
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
 from oracle.registry import Registry
 from oracle.session import reset_registry
+from plugin_dist import REGISTER_KERNELS_YAML, pip_install, write_distribution
 
 PLUGIN_YAML = """\
 backend: thirdparty
@@ -32,39 +31,13 @@ kernels:
 
 
 def write_plugin(root: Path, name: str, module_body: str) -> Path:
-    src = root / name
-    pkg = src / "oracle_thirdparty"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "kernels.yaml").write_text(PLUGIN_YAML)
-    (pkg / "plugin.py").write_text(textwrap.dedent(module_body))
-    (pkg / "kernel.py").write_text("from oracle.kernel import Kernel\n\nclass ThirdPartyFP8(Kernel):\n"
-                                   "    def apply(self, x):\n        return ('third party', x)\n")
-    (src / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "{name}"
-        version = "0.1"
-        [project.entry-points."oracle.kernels"]
-        thirdparty = "oracle_thirdparty.plugin"
-        [tool.setuptools]
-        packages = ["oracle_thirdparty"]
-        [tool.setuptools.package-data]
-        oracle_thirdparty = ["kernels.yaml"]
-        """))
-    return src
+    return write_distribution(root / name, name, "oracle_thirdparty", "thirdparty", {
+        "kernels.yaml": PLUGIN_YAML, "plugin.py": module_body,
+        "kernel.py": "from oracle.kernel import Kernel\n\nclass ThirdPartyFP8(Kernel):\n"
+                     "    def apply(self, x):\n        return ('third party', x)\n"})
 
 
-GOOD_PLUGIN = """\
-from pathlib import Path
-from oracle import hookimpl
-
-@hookimpl
-def register_kernels(register):
-    register(Path(__file__).with_name("kernels.yaml"))
-"""
+GOOD_PLUGIN = REGISTER_KERNELS_YAML
 
 
 @pytest.fixture
@@ -72,10 +45,7 @@ def installed(tmp_path, monkeypatch):
     """pip-install a plugin distribution into a private target folder on sys.path."""
     def install(body: str = GOOD_PLUGIN, name: str = "oracle-thirdparty") -> None:
         src = write_plugin(tmp_path / "src", name, body)
-        target = tmp_path / "site"
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                        "--no-build-isolation", "--target", str(target), str(src)], check=True)
-        monkeypatch.syspath_prepend(str(target))
+        monkeypatch.syspath_prepend(str(pip_install(src, tmp_path / "site")))
         reset_registry()
     yield install
     for mod in [m for m in sys.modules if m.startswith("oracle_thirdparty")]:

@@ -6,10 +6,10 @@ shape (wrong output shape), oom (CUDA out of memory), interrupt (Ctrl-C during t
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from plugin_dist import REGISTER_KERNELS_YAML, pip_install, write_distribution
 
 KERNELS = """\
 backend: racer
@@ -69,30 +69,6 @@ class Gamma(_Racer):
         raise ValueError("racer.gamma cannot do this")
 """
 
-PLUGIN_PY = """\
-from pathlib import Path
-from oracle import hookimpl
-
-@hookimpl
-def register_kernels(register):
-    register(Path(__file__).with_name("kernels.yaml"))
-"""
-
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-[project]
-name = "oracle-racer"
-version = "0.1"
-[project.entry-points."oracle.kernels"]
-racer = "oracle_racer.plugin"
-[tool.setuptools]
-packages = ["oracle_racer"]
-[tool.setuptools.package-data]
-oracle_racer = ["kernels.yaml"]
-"""
-
 TINY_CONFIG = """\
 {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512,
  "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 1000,
@@ -103,18 +79,9 @@ TINY_CONFIG = """\
 
 def install(root: Path) -> Path:
     """Build and pip-install the plugin into root/site; returns that folder (for sys.path / PYTHONPATH)."""
-    src = root / "src"
-    pkg = src / "oracle_racer"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "kernels.yaml").write_text(KERNELS)
-    (pkg / "kernel.py").write_text(KERNEL_PY)
-    (pkg / "plugin.py").write_text(PLUGIN_PY)
-    (src / "pyproject.toml").write_text(PYPROJECT)
-    site = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(site), str(src)], check=True)
-    return site
+    src = write_distribution(root / "src", "oracle-racer", "oracle_racer", "racer",
+                             {"kernels.yaml": KERNELS, "kernel.py": KERNEL_PY, "plugin.py": REGISTER_KERNELS_YAML})
+    return pip_install(src, root / "site")
 
 
 def tiny_model(root: Path) -> Path:
