@@ -19,7 +19,7 @@ import json
 import sys
 
 import torch
-from gpu_timing import time_cuda_ms, warm_clocks
+from gpu_timing import graph_ms, time_cuda_ms, warm_clocks
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -46,22 +46,6 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "deepseek-r1": (256, 8, 7168, 2048, "fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, "silu"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
 }
-
-
-def graph_ms(fn, reps: int) -> float:
-    """Milliseconds per call of `fn`, `reps` calls captured in one CUDA graph and replayed."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    ms = time_cuda_ms(g.replay, iters=10, warmup=2) / reps
-    del g
-    return ms
 
 
 def copy_bandwidth() -> float:

@@ -34,3 +34,19 @@ def warm_clocks(seconds: float = 2.0) -> None:
     while time.perf_counter() < end:
         spin @ spin
     torch.cuda.synchronize()
+
+
+def graph_ms(fn, reps: int) -> float:
+    """Milliseconds per call of `fn`, `reps` calls captured in one CUDA graph and replayed."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    ms = time_cuda_ms(g.replay, iters=10, warmup=2) / reps
+    del g
+    return ms
