@@ -27,6 +27,7 @@ from torch import nn
 
 from ..checkpoints import Adapter, CheckpointError, TensorSource
 from ..errors import InputError, NoKernelError
+from ..formats import torch_dtype
 from .modules import FusedRunner, KernelExperts, KernelLinear
 
 # Like the decision log (oracle.trace): JSON events on the stdlib logger "oracle.hf", silent
@@ -36,8 +37,6 @@ _log = structlog.wrap_logger(
     processors=[structlog.stdlib.filter_by_level, structlog.processors.add_log_level,
                 structlog.processors.JSONRenderer(sort_keys=True)],
     wrapper_class=structlog.stdlib.BoundLogger).bind()
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-           "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 #: checkpoint tensors that are derived state, not weights (older exports saved them)
 _DERIVED = ("rotary_emb.inv_freq",)
 
@@ -129,7 +128,7 @@ def _build(root: Path, desc: Any) -> nn.Module:
     for holder in (cfg, getattr(cfg, "text_config", None)):
         if holder is not None and hasattr(holder, "quantization_config"):
             delattr(holder, "quantization_config")      # the kernels are ours, not transformers' quantizer
-    dtype = _DTYPES[desc.layers[0].layer.dtype] if desc.layers else torch.bfloat16
+    dtype = torch_dtype(desc.layers[0].layer.dtype) if desc.layers else torch.bfloat16
     with _parameters_on_meta():
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     if (root / "generation_config.json").is_file():

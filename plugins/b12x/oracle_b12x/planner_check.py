@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oracle.formats import CODEC_BLOCKS
+from oracle.formats import CODEC_BLOCKS, torch_dtype
 
 from . import mapping
 from .library import load
@@ -46,14 +46,12 @@ def _device_identity():
 
 # ---------------------------------------------------------------------------- MoE
 def _moe(layer: Any, mode: Any) -> None:
-    import torch
-
     fm = load("moe.fused_moe")
     impl = load("moe.fused_moe._impl")
     params = mode.params
     if layer.has_bias:
         raise ValueError("b12x fused_moe has no expert-bias input")
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[layer.dtype]
+    dtype = torch_dtype(layer.dtype)
     nonlinearity = mapping.b12x_activation(layer.activation)
     per_rank = layer.intermediate_size // layer.tp_size
     weight_plan = fm.plan_weights(

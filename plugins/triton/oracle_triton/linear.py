@@ -12,13 +12,13 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
+from oracle.formats import torch_dtype
 from oracle.tensors import check_activations
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import DenseGemm, dense_config
 from .weights import check, finite_positive, pack
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -31,7 +31,7 @@ class TritonLinear(Kernel):
                         input_scale: Any = None, input_global_scale: Any = None,
                         weight_zero_point: Any = None, bias: Any = None) -> None:
         n, k = self.layer.out_features, self.layer.in_features
-        self.n, self.k, self.dtype = n, k, DTYPES[self.layer.dtype]
+        self.n, self.k, self.dtype = n, k, torch_dtype(self.layer.dtype)
         packed = pack(self.mode.weight, {"weight": "weight", "scale": "weight_scale", "zero": "weight_zero_point",
                                          "global": "weight_global_scale"},
                       {"weight": weight, "scale": weight_scale, "zero": weight_zero_point,

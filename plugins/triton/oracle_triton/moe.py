@@ -13,11 +13,12 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
+from oracle.formats import torch_dtype
 from oracle.tensors import forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import device_facts, interpreting, quantize_activations
-from .linear import DTYPES, dynamic_tensor_scale
+from .linear import dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
 GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
@@ -59,7 +60,7 @@ class TritonMoE(Kernel):
         gated = layer.activation in GATED
         rows = 2 * i if gated else i
         self.experts, self.hidden, self.inter, self.rows, self.gated = e, h, i, rows, gated
-        self.dtype = DTYPES[layer.dtype]
+        self.dtype = torch_dtype(layer.dtype)
         params = {**DEFAULTS[layer.activation], **layer.activation_params}
         self.limit = params.get("limit")
         self.alpha, self.beta = params.get("alpha", 1.0), params.get("beta", 1.0)
