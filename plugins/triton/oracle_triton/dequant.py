@@ -131,6 +131,159 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
 
 
 @triton.jit
+def e4m3_encode(q):
+    """float32 values already on the E4M3 grid (round_e4m3's output) -> int32 bytes 0..255.
+
+    Integer arithmetic on the bits (no float8 cast, so the interpreter runs it too):
+    normal 2**(e-7) * (1 + m/8) -> (e << 3) | m; subnormal m * 2**-9 -> m; sign in bit 7."""
+    a = tl.abs(q)
+    ab = a.to(tl.int32, bitcast=True)
+    e = (ab >> 23) - 120
+    normal = (e << 3) | ((ab >> 20) & 7)
+    sub = (a * 512.0).to(tl.int32)
+    code = tl.where(e >= 1, normal, sub)
+    return tl.where(q.to(tl.int32, bitcast=True) < 0, code | 128, code)
+
+
+@triton.jit
+def fp8_operand(codes, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr, dot_t: tl.constexpr):
+    """A tile of E4M3 codes as a dot operand: the float8 tile itself (FP8_DOT: loaded through a
+    float8 pointer), else its values in dot_t (exact: every E4M3 value is a bf16/fp16 value)."""
+    if FP8_DOT:
+        return codes
+    if HW_FP8:
+        return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(dot_t)
+    return e4m3_decode(codes.to(tl.int32)).to(dot_t)
+
+
+@triton.jit
+def code_product(a, w, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Codes(A) @ codes(W) of one K tile, fp32. The products of two E4M3 values are exact in fp32;
+    the float8 tensor-core dot is told to promote its partial sums to fp32 every BLOCK_K (Hopper
+    otherwise keeps them in a narrower accumulator over the whole loop)."""
+    if FP8_DOT:
+        return tl.dot(a, w, max_num_imprecise_acc=BLOCK_K)
+    return mma(a, w, DOT_F32)
+
+
+@triton.jit
+def act_codes_tile(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr,
+                   dot_t: tl.constexpr):
+    """The activation codes A[rows, k0 : k0 + BLOCK_K] as a dot operand (W8A8)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0)
+    return fp8_operand(a, FP8_DOT, HW_FP8, dot_t)
+
+
+@triton.jit
+def act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES: tl.constexpr):
+    """Activation scales [BM] of the rows a_idx at K offset k0: per 1x128 group ([K/128, M],
+    group stride stride_as), per token ([M]) or per tensor ([1])."""
+    if A_CODES == 1:
+        return tl.load(as_ptr + (k0 // 128) * stride_as + a_idx, mask=row_ok, other=0.0)
+    if A_CODES == 2:
+        return tl.load(as_ptr + a_idx, mask=row_ok, other=0.0)
+    return tl.load(as_ptr + tl.zeros_like(a_idx))
+
+
+@triton.jit
+def fp8_codes_product(a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_ptr, K, N,
+                      stride_wn, stride_wk, stride_sn, stride_sk, A_CODES: tl.constexpr, GROUP: tl.constexpr,
+                      SCALE_ROWS: tl.constexpr, HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
+                      BLOCK_K: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
+    """W8A8, one K tile: codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32, times the
+    activation and weight scales where they change along K (1x128 activation groups, A_CODES 1,
+    or 128x128 weight blocks, GROUP 128; BLOCK_K divides 128), else unscaled (both scales are
+    constant along K: fp8_codes_scale applies them once to the sum).
+
+    Differs from the reference (which rounds dequantized weights and activations to the layer
+    dtype before its product) only by those two 2**-9-relative roundings: the code products
+    are exact in fp32 and summed in fp32."""
+    col_ok = offs_n < N
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk,
+                mask=col_ok[None, :] & (offs_k[:, None] < K), other=0)
+    p = code_product(a, fp8_operand(w, FP8_DOT, HW_FP8, dot_t), FP8_DOT, DOT_F32, BLOCK_K)
+    if A_CODES == 1 or GROUP > 1:       # scales change along K: scale this tile's product
+        ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=col_ok, other=0.0)
+        p = p * act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES)[:, None] * ws[None, :]
+    return p
+
+
+@triton.jit
+def fp8_codes_scale(acc, as_ptr, a_idx, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS: tl.constexpr,
+                    A_CODES: tl.constexpr):
+    """The sum of unscaled code products times the per-row activation and per-column weight scales."""
+    ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn, mask=offs_n < N, other=0.0)
+    return acc * act_row_scale(as_ptr, a_idx, row_ok, 0, 0, A_CODES)[:, None] * ws[None, :]
+
+
+@triton.jit
+def w4_product(x, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+               ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, dot_t: tl.constexpr,
+               DOT_F32: tl.constexpr):
+    """x [BM, BK] (dot_t, contiguous K tile at k0) @ the dequantized 4-bit tile (w4_tile)^T, fp32."""
+    w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
+                stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, DOT_F32)
+    return mma(x, tl.trans(w.to(dot_t)), DOT_F32)
+
+
+@triton.jit
+def nibble_tile(units, PACK: tl.constexpr):
+    """int32 storage units [R, U] (PACK 4-bit codes each, low nibble first) -> codes [R, U*PACK]
+    in element order (k = PACK*j + i), by interleaving along the last dim (register-local)."""
+    if PACK == 2:
+        return tl.interleave(units & 15, (units >> 4) & 15)
+    n0, n1, n2, n3 = units & 15, (units >> 4) & 15, (units >> 8) & 15, (units >> 12) & 15
+    n4, n5, n6, n7 = (units >> 16) & 15, (units >> 20) & 15, (units >> 24) & 15, (units >> 28) & 15
+    even = tl.interleave(tl.interleave(n0, n4), tl.interleave(n2, n6))
+    odd = tl.interleave(tl.interleave(n1, n5), tl.interleave(n3, n7))
+    return tl.interleave(even, odd)
+
+
+@triton.jit
+def w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+            ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, DOT_F32: tl.constexpr):
+    """The whole dequantized 4-bit weight tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K]
+    in io_t, k in order, so one dot with a contiguous activation tile covers the K tile (large M;
+    tile_product's per-nibble dots read the activations at stride PACK instead).
+
+    Values as the reference dequantizes them: code value times its group scale in fp32, rounded
+    to the layer dtype (MXFP4's power-of-two scales are exact; NVFP4/INT4 round like the reference)."""
+    BLOCK_KU: tl.constexpr = BLOCK_K // PACK
+    G: tl.constexpr = BLOCK_K // GROUP
+    n = offs_n[:, None]
+    j = (k0 // PACK + tl.arange(0, BLOCK_KU))[None, :]
+    units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=(n < N) & (j < K // PACK), other=0)
+    codes = nibble_tile(units.to(tl.int32), PACK)
+    g = (k0 // GROUP + tl.arange(0, G))[None, :]
+    gmask = (n < N) & (g < K // GROUP)
+    sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
+    if ELEM == 1:
+        sg = e8m0_decode(sraw.to(tl.int32))
+    elif ELEM == 2:
+        sg = e4m3_decode(sraw.to(tl.int32)) * gscale
+    else:
+        sg = sraw.to(tl.float32)
+    sf = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, GROUP]), [BLOCK_N, BLOCK_K])
+    if ELEM == 3:
+        if HAS_ZERO:
+            zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=gmask, other=0)
+            zg = ((zw >> ((n % 8) * 4)) & 15).to(tl.float32)
+            zero = tl.reshape(tl.broadcast_to(zg[:, :, None], [BLOCK_N, G, GROUP]), [BLOCK_N, BLOCK_K])
+        else:
+            zero = 8.0
+        w = (codes.to(tl.float32) - zero) * sf
+    else:
+        w = e2m1_decode(codes) * sf
+    return to_dtype(w, io_t, DOT_F32)
+
+
+@triton.jit
 def round_e2m1(v):
     """float32 -> float32 on the E2M1 grid (0, 0.5, ..., 6; half to even; saturating)."""
     a = tl.minimum(tl.abs(v), 6.0)
@@ -155,14 +308,21 @@ def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr
         safe = tl.where(s > 0, s, 1.0)
         q = round_e2m1(tl.math.div_rn(blocks, safe[:, :, None]))
         return tl.reshape(q * s[:, :, None], [BLOCK_M, BLOCK_K])
+    q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
+    return q * s[:, None]
+
+
+@triton.jit
+def quantize_tile_codes(x, amax_rows, ACT: tl.constexpr, xs_ptr):
+    """FP8 rounding of an fp32 tile x [BM, BK] (ACT 1-3 as quantize_tile): the E4M3 values
+    q [BM, BK] (float32 on the grid, before scaling) and the row scales s [BM]."""
     if ACT == 1:
         s = fp8_scale(tl.max(tl.abs(x), axis=1))
     elif ACT == 2:
         s = fp8_scale(amax_rows)
     else:
         s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
-    q = round_e4m3(tl.math.div_rn(x, s[:, None]))
-    return q * s[:, None]
+    return round_e4m3(tl.math.div_rn(x, s[:, None])), s
 
 
 @triton.jit

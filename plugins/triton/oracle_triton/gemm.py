@@ -17,42 +17,76 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import quantize_tile, tile_product, to_dtype
+from .dequant import (act_codes_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale, quantize_tile,
+                      quantize_tile_codes, tile_product, to_dtype, w4_product)
 
 
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """One program per (16 rows, 128 columns): every K tile in parallel (per-token scales read
-    the whole row's amax first, a re-read of the row that is cheap next to the GEMM)."""
+                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
+                   scales_ptr=None, CODES: tl.constexpr = False):
+    """Programs over (16 rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
+    whole row's amax first (launched with one program along K, so each row is read twice).
+
+    CODES (FP8 activations for the float8 GEMM): out gets the E4M3 bytes (uint8) and scales_ptr
+    the fp32 scales: [ceil(K/128), M] per 1x128 group (ACT 1), [M] per token (ACT 2); per tensor
+    (ACT 3) the scale is xs_ptr's. Same codes and scales as the values written otherwise
+    (values = codes x scales, rounded to out's dtype)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
+    k_tiles = tl.cdiv(K, BLOCK_K)
     if ACT == 2:
-        for t in range(0, tl.cdiv(K, BLOCK_K)):
+        for t in range(0, k_tiles):
             offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
             xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
                          mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
             amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
-    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = row_ok[:, None] & (offs_k[None, :] < K)
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-    xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_k[None, :],
-             to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+        if CODES:
+            tl.store(scales_ptr + offs_m, fp8_scale(amax_rows), mask=row_ok & (tl.program_id(1) == 0))
+    for t in range(tl.program_id(1), k_tiles, tl.num_programs(1)):
+        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask = row_ok[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
+        if CODES:
+            q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
+            tl.store(outp, e4m3_encode(q).to(tl.uint8), mask=mask)
+            if ACT == 1:
+                tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
+        else:
+            xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+            tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 
 @triton.jit
-def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr,
+def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, as_ptr,
                  M, N, K, stride_xm, stride_ym,
-                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, stride_as,
                  ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
                  SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
-                 OUT_F16: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+                 OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
+                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1):
+    """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
+    stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
+    product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
+    result, per K tile where a scale changes along K, else once at the end. FULL_TILE: 4-bit
+    weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
+    tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2."""
+    if GROUP_M > 1:
+        grid_n = tl.num_programs(0)
+        grid_m = tl.num_programs(1)
+        pid = tl.program_id(1) * grid_n + tl.program_id(0)
+        band = pid // (GROUP_M * grid_n)
+        first_m = band * GROUP_M
+        rows_in_band = tl.minimum(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % (GROUP_M * grid_n)) % rows_in_band
+        pid_n = (pid % (GROUP_M * grid_n)) // rows_in_band
+    else:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
     if OUT_F16:
         io_t = tl.float16
@@ -74,11 +108,27 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     if ELEM == 2:
         gscale = tl.load(g_ptr)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for t in range(t0, t1):
-        acc += tile_product(a_rows, row_ok, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
-                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                            ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
-                            BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+    if A_CODES > 0:
+        for t in range(t0, t1):
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
+            acc += fp8_codes_product(a, as_ptr, offs_m, row_ok, stride_as, t * BLOCK_K, offs_n, w_ptr, s_ptr, K, N,
+                                     stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
+                                     HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+        if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
+            acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
+    elif FULL_TILE:
+        for t in range(t0, t1):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(dot_t)
+            acc += w4_product(x, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                              ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+    else:
+        for t in range(t0, t1):
+            acc += tile_product(a_rows, row_ok, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
     mask = row_ok[:, None] & (offs_n[None, :] < N)
     if SPLIT_K > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
@@ -103,3 +153,4 @@ def _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: t
         acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
              to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+

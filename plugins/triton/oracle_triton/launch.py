@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import Layout
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout
 
 
 def interpreting() -> bool:
@@ -30,27 +30,32 @@ def _sm_count(index: int) -> int:
 
 
 def device_facts(device: torch.device) -> dict[str, Any]:
-    """hw_fp8 (cvt instructions, capability >= 8.9), dot_f32 (interpreter), sm count."""
+    """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "dot_f32": True, "sms": 8}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
-    return {"hw_fp8": _capability(index) >= (8, 9) and not force_int, "dot_f32": False,
-            "sms": _sm_count(index)}
+    hw = _capability(index) >= (8, 9) and not force_int
+    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index)}
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
-    """BLOCK_M/N/K, SPLIT_K, warps and stages for an [M, K] x [K, N] product.
+    """BLOCK_M/N/K, SPLIT_K, warps, stages, GROUP_M and FULL_TILE for an [M, K] x [K, N] product.
 
     A K tile spans one 128-wide FP8 scale block; 4-bit decoding gets 8 warps at small M
-    (the decoded sub-tiles otherwise spill registers)."""
+    (the decoded sub-tiles otherwise spill registers). From M > 64 on, 4-bit weights are decoded
+    to whole tiles (one dot per K tile, FULL_TILE) and programs walk the output in bands of
+    8 tile rows (GROUP_M) so that the weight tiles they share stay in L2."""
     block_k = 128
+    group_m, full = 1, 0
     if m <= 16:
         bm, bn, warps, stages = 16, 64, 4 if pack == 1 else 8, 4
     elif m <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
     else:
-        bm, bn, warps, stages = 128, 128, 8, 3 if pack == 1 else 2
+        bm, bn, warps, stages = 128, 128, 8, 4 if pack == 1 else 3
+        group_m, full = 8, int(pack > 1)
     if bn == 64 and n <= 2048 and m <= 16:
         bn = 32
     tiles = -(-m // bm) * -(-n // bn)
@@ -59,7 +64,7 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
     while split < 16 and tiles * split < 2 * sms and k_tiles // (2 * split) >= 2:
         split *= 2
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps, "num_stages": stages}
+            "num_warps": warps, "num_stages": stages, "GROUP_M": group_m, "FULL_TILE": full}
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
@@ -72,6 +77,33 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
                                    x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
                                    EXACT_BF16=facts["dot_f32"], num_warps=4)
     return out
+
+
+def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
+                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
+    float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
+    [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
+    from .gemm import act_qdq_kernel
+
+    m, k = x.shape
+    codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
+    if act == ACT_GROUP:
+        scales = torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device)
+    elif act == ACT_TOKEN:
+        scales = torch.empty(m, dtype=torch.float32, device=x.device)
+    else:
+        scales = act_scale
+    k_programs = 1 if act == ACT_TOKEN else -(-k // 128)     # per token: one program per 16 rows (K read twice)
+    act_qdq_kernel[(-(-m // 16), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
+                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                                              EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
+                                              num_warps=4)
+    return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
+
+
+FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 
 
 class DenseGemm:
@@ -93,11 +125,18 @@ class DenseGemm:
             c = self._counters[key] = torch.zeros(tiles, dtype=torch.int32, device=self.weight.device)
         return c
 
+    def weight_operand(self, codes: bool) -> torch.Tensor:
+        """The packed weight as wgemm_kernel reads it: a float8 view for the float8 dot (W8A8)."""
+        return self.weight.view(torch.float8_e4m3fn) if codes and self.facts["fp8_dot"] else self.weight
+
     def __call__(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
                  config: dict[str, int] | None = None) -> torch.Tensor:
         from .gemm import wgemm_kernel
 
-        if act:
+        xs = self.scale
+        if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
+            x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+        elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         m = x.shape[0]
         lay = self.layout
@@ -107,14 +146,17 @@ class DenseGemm:
         split = cfg["SPLIT_K"]
         part = torch.empty(split, m, self.n, dtype=torch.float32, device=x.device) if split > 1 else y
         cnt = self.counters(grid_n * grid_m, split) if split > 1 else self.scale
+        codes = act in FP8_CODES
         wgemm_kernel[(grid_n, grid_m, split)](
-            x, self.weight, self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale, y, part, cnt,
+            x, self.weight_operand(codes), self.scale, self.zero, self.global_scale,
+            self.bias if self.bias is not None else self.scale, y, part, cnt, xs,
             m, self.n, self.k, x.stride(0), y.stride(0),
-            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, m,
             ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
+            A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y

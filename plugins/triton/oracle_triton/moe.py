@@ -17,7 +17,7 @@ from oracle.formats import torch_dtype
 from oracle.tensors import forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
-from .launch import device_facts, interpreting, quantize_activations
+from .launch import FP8_CODES, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
@@ -28,16 +28,24 @@ DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4
             "relu2": {}, "relu2_no_mul": {}}
 
 
-def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
-    """BLOCK_M from the expected rows per expert (shape-only, no device values)."""
+def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str, int]:
+    """BLOCK_M from the expected rows per expert (shape-only, no device values).
+
+    From 64 rows per expert on, 128x128 tiles with 8 warps; 4-bit weights are then decoded to
+    whole tiles (FULL_TILE: one dot per K tile with a contiguous activation tile), FP8 codes
+    (W8A8) get one more pipeline stage (half the bytes of a bf16 tile)."""
     per_expert = tokens * top_k / experts
+    full = 0
     if per_expert <= 16:
         bm, bn, warps, stages = 16, 64, 8, 3
     elif per_expert <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
+        full = int(pack > 1)
     else:
-        bm, bn, warps, stages = 128, 128, 8, 2      # two weight tiles (gate, up) per stage
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "num_warps": warps, "num_stages": stages}
+        bm, bn, warps, stages = 128, 128, 8, 3 if pack == 1 else 2     # two weight tiles (gate, up) per stage
+        full = int(pack > 1)
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "num_warps": warps, "num_stages": stages,
+            "FULL_TILE": full}
 
 
 class TritonMoE(Kernel):
@@ -45,6 +53,8 @@ class TritonMoE(Kernel):
 
     w13 = None
     capture_safe = True   # the expert-id check syncs only in eager calls, never under capture
+    #: launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py)
+    config: dict[str, int] | None = None
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
@@ -144,7 +154,7 @@ class TritonMoE(Kernel):
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
-        cfg = moe_config(m, k, self.experts)
+        cfg = self.config or moe_config(m, k, self.experts, self.w13.layout.pack)
         bm = cfg["BLOCK_M"]
         blocks = -(-t // bm) + min(self.experts, t)
         dev = self.device
@@ -156,10 +166,9 @@ class TritonMoE(Kernel):
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype) if by_pair else x
-        a1 = self._round(0, a1)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        self._gemm(1, a1, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k, self.inter,
-                   self.rows, self.hidden, cfg, blocks)
+        self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
+                   self.inter, self.rows, self.hidden, cfg, blocks)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks)
@@ -168,28 +177,36 @@ class TritonMoE(Kernel):
                                                                      EXACT_BF16=self.facts["dot_f32"])
         return out
 
-    def _round(self, idx: int, a: torch.Tensor) -> torch.Tensor:
-        """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the reference."""
+    def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the
+        reference: FP8 as E4M3 codes and their scales, NVFP4 as values (no scales)."""
         if self.act == ACT_NONE:
-            return a
+            return a, None
         scale = None
         if self.act in (ACT_TENSOR, ACT_NVFP4):
             scale = self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
-        return quantize_activations(a, self.act, scale, self.facts)
+        if self.act in FP8_CODES:
+            return quantize_activation_codes(a, self.act, scale, self.facts)
+        return quantize_activations(a, self.act, scale, self.facts), None
 
-    def _gemm(self, stage, a, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
+    def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks) -> None:
+        """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
-        lay, w = packed.layout, packed.weight
+        a, a_scale = a_in
+        codes = a_scale is not None
+        fp8_dot = codes and self.facts["fp8_dot"]
+        lay = packed.layout
+        w = packed.weight.view(torch.float8_e4m3fn) if fp8_dot else packed.weight
         s, z, g = packed.scale, packed.zero, packed.global_scale
         stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
         moe_gemm_kernel[(blocks, -(-n_out // cfg["BLOCK_N"]))](
             a, w, s, z if z is not None else s, g if g is not None else s,
-            bias if bias is not None else s, topw, sorted_ids, block_expert, out,
+            bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if codes else s,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
             stride(w), stride(s), stride(z), stride(bias),
-            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, a.shape[0],
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
             float(self.lbeta),
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=stage == 1 and self.gated,
@@ -199,6 +216,8 @@ class TritonMoE(Kernel):
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=self.act != ACT_NONE, HAS_BIAS=bias is not None,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+            A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
@@ -206,7 +225,7 @@ class TritonMoE(Kernel):
 
         units = []
         for m in token_counts:
-            cfg = moe_config(m, self.layer.top_k, self.experts)
+            cfg = moe_config(m, self.layer.top_k, self.experts, self.w13.layout.pack)
             sig = (self.mode.name, self.experts, self.hidden, self.inter, self.layer.activation,
                    tuple(sorted(cfg.items())))
 

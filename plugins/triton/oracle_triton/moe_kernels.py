@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import tile_product, to_dtype
+from .dequant import act_codes_tile, fp8_codes_product, fp8_codes_scale, tile_product, to_dtype, w4_product
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -91,20 +91,25 @@ def _activate(g, u, ACTFN: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha, 
 
 
 @triton.jit
-def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_ptr, bexp_ptr, out_ptr,
+def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_ptr, bexp_ptr, out_ptr, as_ptr,
                     T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
-                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, stride_as,
                     limit, alpha, beta, lbeta,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
                     SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr):
+                    HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
+                    A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
-    A is already rounded through the activation format (W8A8/W4A4: gemm.act_qdq_kernel)."""
+    A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
+    1-3) gives E4M3 codes and scales (as_ptr, indexed by A's row, as in wgemm_kernel) and the
+    product runs on the codes (FP8_DOT: float8 tensor cores); W4A4 gives values. FULL_TILE:
+    4-bit weights decoded to whole tiles, one dot per K tile. The gate and up products of a
+    K tile share one activation tile."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     e = tl.load(bexp_ptr + pid_m)
@@ -144,16 +149,44 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             n_u = j
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for t in range(0, tl.cdiv(K, BLOCK_K)):
-            acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
-                                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                  ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
-                                  BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
-            if GATED:
-                acc_u += tile_product(a_rows, valid, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+        if A_CODES > 0:
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
+                acc_g += fp8_codes_product(a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_g, w_e, s_e, K, N_W,
+                                           stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
+                                           HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                if GATED:
+                    acc_u += fp8_codes_product(a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_u, w_e, s_e, K,
+                                               N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
+                                               SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+            if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
+                acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_g, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
+                if GATED:
+                    acc_u = fp8_codes_scale(acc_u, as_ptr, arow, valid, n_u, s_e, N_W, stride_sn, SCALE_ROWS,
+                                            A_CODES)
+        elif FULL_TILE:
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+                x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & (offs_k[None, :] < K),
+                            other=0.0).to(dot_t)
+                acc_g += w4_product(x, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                    ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+                if GATED:
+                    acc_u += w4_product(x, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                        ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+        else:
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
                                       stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                       ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
                                       BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+                if GATED:
+                    acc_u += tile_product(a_rows, valid, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+                                          stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                          ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
+                                          BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
         jmask = j < N_OUT
         if HAS_BIAS:
             acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
