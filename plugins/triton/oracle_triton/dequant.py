@@ -150,10 +150,12 @@ def fp8_operand(codes, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr, dot_t: tl.co
     """A tile of E4M3 codes as a dot operand: the float8 tile itself (FP8_DOT: loaded through a
     float8 pointer), else its values in dot_t (exact: every E4M3 value is a bf16/fp16 value)."""
     if FP8_DOT:
-        return codes
-    if HW_FP8:
-        return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(dot_t)
-    return e4m3_decode(codes.to(tl.int32)).to(dot_t)
+        op = codes
+    elif HW_FP8:
+        op = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(dot_t)
+    else:
+        op = e4m3_decode(codes.to(tl.int32)).to(dot_t)
+    return op
 
 
 @triton.jit
@@ -171,7 +173,7 @@ def act_codes_tile(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, FP8_DOT: tl.con
                    dot_t: tl.constexpr):
     """The activation codes A[rows, k0 : k0 + BLOCK_K] as a dot operand (W8A8)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
-    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0)
+    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
     return fp8_operand(a, FP8_DOT, HW_FP8, dot_t)
 
 
@@ -201,9 +203,9 @@ def fp8_codes_product(a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_
     are exact in fp32 and summed in fp32."""
     col_ok = offs_n < N
     offs_k = k0 + tl.arange(0, BLOCK_K)
-    w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk,
-                mask=col_ok[None, :] & (offs_k[:, None] < K), other=0)
-    p = code_product(a, fp8_operand(w, FP8_DOT, HW_FP8, dot_t), FP8_DOT, DOT_F32, BLOCK_K)
+    w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=col_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+    p = code_product(a, tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t)), FP8_DOT, DOT_F32, BLOCK_K)
     if A_CODES == 1 or GROUP > 1:       # scales change along K: scale this tile's product
         ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=col_ok, other=0.0)
         p = p * act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES)[:, None] * ws[None, :]
@@ -235,12 +237,14 @@ def nibble_tile(units, PACK: tl.constexpr):
     """int32 storage units [R, U] (PACK 4-bit codes each, low nibble first) -> codes [R, U*PACK]
     in element order (k = PACK*j + i), by interleaving along the last dim (register-local)."""
     if PACK == 2:
-        return tl.interleave(units & 15, (units >> 4) & 15)
-    n0, n1, n2, n3 = units & 15, (units >> 4) & 15, (units >> 8) & 15, (units >> 12) & 15
-    n4, n5, n6, n7 = (units >> 16) & 15, (units >> 20) & 15, (units >> 24) & 15, (units >> 28) & 15
-    even = tl.interleave(tl.interleave(n0, n4), tl.interleave(n2, n6))
-    odd = tl.interleave(tl.interleave(n1, n5), tl.interleave(n3, n7))
-    return tl.interleave(even, odd)
+        codes = tl.interleave(units & 15, (units >> 4) & 15)
+    else:
+        n0, n1, n2, n3 = units & 15, (units >> 4) & 15, (units >> 8) & 15, (units >> 12) & 15
+        n4, n5, n6, n7 = (units >> 16) & 15, (units >> 20) & 15, (units >> 24) & 15, (units >> 28) & 15
+        even = tl.interleave(tl.interleave(n0, n4), tl.interleave(n2, n6))
+        odd = tl.interleave(tl.interleave(n1, n5), tl.interleave(n3, n7))
+        codes = tl.interleave(even, odd)
+    return codes
 
 
 @triton.jit

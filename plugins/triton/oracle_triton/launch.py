@@ -44,15 +44,17 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
     """BLOCK_M/N/K, SPLIT_K, warps, stages, GROUP_M and FULL_TILE for an [M, K] x [K, N] product.
 
     A K tile spans one 128-wide FP8 scale block; 4-bit decoding gets 8 warps at small M
-    (the decoded sub-tiles otherwise spill registers). From M > 64 on, 4-bit weights are decoded
-    to whole tiles (one dot per K tile, FULL_TILE) and programs walk the output in bands of
-    8 tile rows (GROUP_M) so that the weight tiles they share stay in L2."""
+    (the decoded sub-tiles otherwise spill registers). From M > 16 on, 4-bit weights are decoded
+    to whole tiles (one dot per K tile, FULL_TILE); from M > 64 on, programs walk the output in
+    bands of 8 tile rows (GROUP_M) so that the weight tiles they share stay in L2. The large
+    tiles are the largest that compile for sm_90 without register spills (ptxas -v, Triton 3.7)."""
     block_k = 128
     group_m, full = 1, 0
     if m <= 16:
         bm, bn, warps, stages = 16, 64, 4 if pack == 1 else 8, 4
     elif m <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
+        full = int(pack > 1)
     else:
         bm, bn, warps, stages = 128, 128, 8, 4 if pack == 1 else 3
         group_m, full = 8, int(pack > 1)
