@@ -131,8 +131,10 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
 
 
 @triton.jit
-def e4m3_encode(q):
-    """float32 values already on the E4M3 grid (round_e4m3's output) -> int32 bytes 0..255.
+def e4m3_encode(q, sign_of):
+    """float32 values already on the E4M3 grid (round_e4m3's output) -> int32 bytes 0..255, with
+    the sign bit of sign_of (the value before rounding: what a float8 cast keeps, -0 included,
+    where round_e4m3 returns +0).
 
     Integer arithmetic on the bits (no float8 cast, so the interpreter runs it too):
     normal 2**(e-7) * (1 + m/8) -> (e << 3) | m; subnormal m * 2**-9 -> m; sign in bit 7."""
@@ -142,7 +144,7 @@ def e4m3_encode(q):
     normal = (e << 3) | ((ab >> 20) & 7)
     sub = (a * 512.0).to(tl.int32)
     code = tl.where(e >= 1, normal, sub)
-    return tl.where(q.to(tl.int32, bitcast=True) < 0, code | 128, code)
+    return tl.where(sign_of.to(tl.int32, bitcast=True) < 0, code | 128, code)
 
 
 @triton.jit

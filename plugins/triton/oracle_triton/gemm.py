@@ -51,7 +51,7 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
         outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
         if CODES:
             q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
-            tl.store(outp, e4m3_encode(q).to(tl.uint8), mask=mask)
+            tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
             if ACT == 1:
                 tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
         else:

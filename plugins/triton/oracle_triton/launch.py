@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8 as FP8_ELEM, Layout
 
 
 def interpreting() -> bool:
@@ -108,6 +108,19 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 
 
+def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
+    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
+    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
+    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
+    bk = cfg["BLOCK_K"]
+    if layout.elem == FP8_ELEM:
+        if bk not in (32, 64, 128):
+            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
+    elif bk % layout.group or bk % layout.pack:
+        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
+                         f"(a group of {layout.group})")
+
+
 class DenseGemm:
     """A packed weight and the launch of wgemm_kernel over it; owns the split-K counters."""
 
@@ -142,6 +155,8 @@ class DenseGemm:
             x = quantize_activations(x, act, act_scale, self.facts)
         m = x.shape[0]
         lay = self.layout
+        if config is not None:
+            check_config(config, lay)
         cfg = config or dense_config(m, self.n, self.k, self.facts["sms"], lay.pack)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])

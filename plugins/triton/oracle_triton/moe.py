@@ -17,7 +17,7 @@ from oracle.formats import torch_dtype
 from oracle.tensors import forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
-from .launch import FP8_CODES, device_facts, interpreting, quantize_activation_codes, quantize_activations
+from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
@@ -151,6 +151,8 @@ class TritonMoE(Kernel):
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
+        if self.config is not None:
+            check_config(self.config, self.w13.layout, "w13/w2")
         cfg = self.config or moe_config(m, k, self.experts, self.w13.layout.pack)
         bm = cfg["BLOCK_M"]
         blocks = -(-t // bm) + min(self.experts, t)
