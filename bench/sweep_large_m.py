@@ -1,0 +1,206 @@
+"""Sweep: oracle-triton's launch configurations at large M, each timed beside the BF16 baseline.
+
+For M in (256, 4096) and each shape (the four MoE models of bench_triton.py; dense 8192x8192 and
+DeepSeek gate_up in W8A8 block FP8 and W4A16 MXFP4), every candidate configuration below runs
+under CUDA-graph replay (gpu_timing.graph_ms) through the config overrides the kernels take
+(TritonMoE.config, DenseGemm(config=)). The first candidate is the shipped default
+(moe_config / dense_config); each other candidate's output is compared with the default's
+(relative Frobenius error) and one that differs by more than 1e-2, or fails to compile or
+launch, is flagged and never chosen. Prints one row per candidate and the best per shape.
+
+    cd bench && python3 sweep_large_m.py [--m 256 4096] [--only dense|moe] [--shapes NAME ...] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from bench_triton import DENSE, MOE, _bf16_moe, _quant, _reps
+from gpu_timing import graph_ms, warm_clocks
+
+from oracle import LinearLayer, MoELayer
+from oracle.catalog import Mode
+
+AGREE = 1e-2
+DENSE_SHAPES = ("square-8192", "deepseek-r1.gate_up_proj")
+DENSE_MODES = [("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+               ("mxfp4", "w4a16_mx", "bf16", {})]
+
+
+def _c(bm, bn, bk, warps, stages, **more) -> dict[str, int]:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages, **more}
+
+
+def moe_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
+    """Named MoE candidates besides the default; pack > 1: 4-bit weights (FULL_TILE matters)."""
+    full = int(pack > 1)
+    if m <= 256:
+        return {"16x64 w4 s4": _c(16, 64, 128, 4, 4, FULL_TILE=0),
+                "32x64 w4 s3": _c(32, 64, 128, 4, 3, FULL_TILE=full),
+                "64x64 w4 s3": _c(64, 64, 128, 4, 3, FULL_TILE=full),
+                "16x128 n1=64 w8 s3": _c(16, 128, 128, 8, 3, BLOCK_N1=64, FULL_TILE=0)}
+    if pack == 1:
+        return {"128x128 n1=64 w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64),
+                "128x64 w8 s4": _c(128, 64, 128, 8, 4),
+                "64x128 n1=64 w4 s4": _c(64, 128, 128, 4, 4, BLOCK_N1=64),
+                "128x128 n1=128 w8 s3": _c(128, 128, 128, 8, 3)}
+    return {"128x128 n1=64 w8 s4 k64": _c(128, 128, 64, 8, 4, BLOCK_N1=64, FULL_TILE=1),
+            "64x128 n1=64 w4 s3": _c(64, 128, 128, 4, 3, BLOCK_N1=64, FULL_TILE=1),
+            "128x64 w8 s3": _c(128, 64, 128, 8, 3, FULL_TILE=1),
+            "per-nibble 128x128 w8 s2 (old)": _c(128, 128, 128, 8, 2, FULL_TILE=0)}
+
+
+def dense_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
+    full = int(pack > 1)
+    if m <= 256:
+        return {"64x128 w4 s4": _c(64, 128, 128, 4, 4, SPLIT_K=1, GROUP_M=1, FULL_TILE=full),
+                "128x128 split1 w8": _c(128, 128, 128, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=full),
+                "64x64 w4 s3": _c(64, 64, 128, 4, 3, SPLIT_K=1, GROUP_M=1, FULL_TILE=full)}
+    return {"128x256x64 w8 s3 g8": _c(128, 256, 64, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=full),
+            "128x128 w8 s3 g1": _c(128, 128, 128, 8, 3, SPLIT_K=1, GROUP_M=1, FULL_TILE=full),
+            "64x128 w4 s4 g8": _c(64, 128, 128, 4, 4, SPLIT_K=1, GROUP_M=8, FULL_TILE=full),
+            ("per-nibble 128x128 w8 s2 (old)" if pack > 1 else "128x128 w8 s3 g8"):
+                _c(128, 128, 128, 8, 2 if pack > 1 else 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=0)}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: float, rows: list) -> None:
+    """run(cfg or None) -> output; times the default (cfg None) first, then each candidate."""
+    ref = None
+    results = []
+    for name, cfg in [("default " + _short(default), None)] + list(candidates.items()):
+        t0 = time.perf_counter()
+        try:
+            y = run(cfg)
+            torch.cuda.synchronize()
+            err = 0.0 if ref is None else _rel(y, ref)
+            if ref is None:
+                ref = y.clone()
+            us = graph_ms(lambda: run(cfg), _reps(m)) * 1e3
+            status = "ok" if err <= AGREE else f"DISAGREES ({err:.2e} > {AGREE})"
+        except Exception as exc:  # noqa: BLE001 - a candidate that fails is reported, never chosen
+            us, err, status = float("nan"), float("nan"), f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+            if ref is None:
+                print(f"{label:44} {m:5d} default failed: {status}", flush=True)
+                return
+        results.append((name, us, status))
+        rows.append(dict(shape=label, m=m, candidate=name, config=cfg or default, triton_us=us, bf16_us=bf16_us,
+                         speedup_bf16=bf16_us / us if us == us else None, rel_to_default=err, status=status))
+        print(f"{label:44} {m:5d} {name:32} {us:9.1f} {bf16_us:9.1f} {bf16_us / us:6.2f} {err:9.1e}  {status}"
+              f"  ({time.perf_counter() - t0:.1f}s)", flush=True)
+    good = [r for r in results if r[2] == "ok" and r[1] == r[1]]
+    if good:
+        best = min(good, key=lambda r: r[1])
+        print(f"  -> best for {label} M={m}: {best[0]}  {best[1]:.1f} us  ({bf16_us / best[1]:.2f}x BF16; "
+              f"default {results[0][1]:.1f} us)", flush=True)
+
+
+def _short(cfg: dict) -> str:
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "num_warps", "num_stages", "SPLIT_K", "GROUP_M", "FULL_TILE")
+    return "/".join(str(cfg[k]) for k in keys if k in cfg)
+
+
+def sweep_moe(ms_list, only, rows):
+    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_triton.moe import TritonMoE, moe_config
+
+    for name, (ne, topk, h, i, fmt, mode_name, act, params, activation) in MOE.items():
+        if only and name not in only:
+            continue
+        layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
+                         weight_format=fmt, activation=activation)
+        mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+        w13 = torch.randn(ne, 2 * i, h, device="cuda", dtype=torch.bfloat16) * 0.05
+        w2 = torch.randn(ne, h, i, device="cuda", dtype=torch.bfloat16) * 0.05
+        q13, q2 = _quant(fmt, w13), _quant(fmt, w2)
+        t = TritonMoE(layer, mode, None)
+        t.process_weights(w13=q13["weight"], w2=q2["weight"], w13_scale=q13.get("weight_scale"),
+                          w2_scale=q2.get("weight_scale"), w13_global_scale=q13.get("weight_global_scale"),
+                          w2_global_scale=q2.get("weight_global_scale"))
+        del q13, q2
+        pack = t.w13.layout.pack
+        pr = resolve_params(activation, {})
+        act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
+        for m in ms_list:
+            x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
+            topw, ids = torch.topk(torch.softmax(torch.randn(m, ne, device="cuda"), -1), topk)
+            ids = ids.to(torch.int32)
+            flat = ids.reshape(-1).long()
+            order = torch.argsort(flat, stable=True)
+            token = order // topk
+            offs = torch.cumsum(torch.bincount(flat, minlength=ne), 0).to(torch.int32)
+            bf16_us = graph_ms(lambda: _bf16_moe(x, w13, w2, topw, order, token, offs, act_fn), _reps(m)) * 1e3
+
+            def run(cfg):
+                t.config = cfg
+                return t.apply(x, topw, ids)
+            _sweep(f"moe {name} {mode_name}", m, run, moe_config(m, topk, ne, pack), moe_candidates(m, pack),
+                   bf16_us, rows)
+            t.config = None
+        del t, w13, w2
+        torch.cuda.empty_cache()
+
+
+def sweep_dense(ms_list, only, rows):
+    from oracle_triton.launch import dense_config
+    from oracle_triton.linear import TritonLinear
+
+    for name in DENSE_SHAPES:
+        if only and name not in only:
+            continue
+        n, k = DENSE[name]
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+        for fmt, mode_name, act, params in DENSE_MODES:
+            layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt)
+            t = TritonLinear(layer, Mode(weight=fmt, activation=act, name=mode_name, params=params), None)
+            t.process_weights(**_quant(fmt, w))
+            pack = t.packed.layout.pack
+            for m in ms_list:
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                bf16_us = graph_ms(lambda: x @ w.t(), _reps(m)) * 1e3
+
+                def run(cfg):
+                    if cfg is None:
+                        return t.apply(x)
+                    return t.gemm(x, t.act, None, t.dtype, config=cfg)
+                _sweep(f"dense {name} {mode_name}", m, run, dense_config(m, n, k, t.gemm.facts["sms"], pack),
+                       dense_candidates(m, pack), bf16_us, rows)
+            del t
+        del w
+        torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", type=int, nargs="+", default=[256, 4096])
+    ap.add_argument("--only", choices=["dense", "moe"])
+    ap.add_argument("--shapes", nargs="+", choices=list(DENSE_SHAPES) + list(MOE), help="only these shapes / models")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("sweep_large_m: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    warm_clocks()
+    print(f"{'shape':44} {'M':>5} {'candidate':32} {'us':>9} {'bf16 us':>9} {'xBF16':>6} {'rel/dflt':>9}  status")
+    rows: list[dict] = []
+    if args.only != "dense":
+        sweep_moe(args.m, args.shapes, rows)
+    if args.only != "moe":
+        sweep_dense(args.m, args.shapes, rows)
+    print(f"sweep took {time.perf_counter() - start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
