@@ -199,3 +199,24 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config({"BLOCK_K": 256}, layout_for("fp8_block", 256, 256), "fp8_block")
     with pytest.raises(ValueError, match="BLOCK_K=64 .*group of 128"):
         check_config({"BLOCK_K": 64}, layout_for("int4", 256, 256, 128), "int4")
+
+
+def test_default_large_m_kernels_compile_for_sm90_without_spills():
+    """The shipped large-M configurations compiled for sm_90 by Triton's own ptxas (no GPU needed;
+    sm90_compile.py): the W8A8 kernels multiply on float8 MMA, nothing spills registers, every
+    tile is fed by asynchronous copies (pipelined)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py"))], capture_output=True,
+                         text=True, env=env, timeout=600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert out.returncode == 0 and len(lines) == 9, out.stdout + out.stderr[-3000:]
+    for ln in lines:
+        assert " 0 B spilled" in ln, ln
+        assert ("float8 MMA True" in ln) == ("W8A8" in ln), ln
+        assert "cp.async True" in ln or "act codes" in ln, ln

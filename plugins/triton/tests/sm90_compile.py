@@ -1,0 +1,139 @@
+"""Compile oracle-triton's kernels for sm_90 on a machine without a GPU (Triton's own ptxas),
+as the JIT would specialize a real launch, and report shared memory, registers and spills.
+
+The interpreter (the CPU tests) runs kernels as Python: what only the compiler checks (return
+types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
+pressure of a tile configuration) shows up here instead of on the GPU.
+
+    python plugins/triton/tests/sm90_compile.py [default|all]     # prints one line per kernel
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import oracle_triton.gemm as gemm
+import oracle_triton.moe_kernels as mk
+
+TARGET = GPUTarget("cuda", 90, 32)
+NOT_16 = {"M", "T", "TOPK", "limit", "alpha", "beta", "lbeta"}     # ints a real launch need not align
+SCALE_T = {0: "*fp32", 1: "*u8", 2: "*u8", 3: "*fp16"}
+
+
+def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in ptr_types:
+            sig[name] = ptr_types[name]
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "fp32" if name in ("limit", "alpha", "beta", "lbeta") else "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n] not in ("constexpr", "fp32") and n not in NOT_16}
+    return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+
+
+def _ones(elem: int) -> dict:
+    """Strides that are 1 in real launches (the JIT makes them the constant 1)."""
+    return {"stride_wn": 1, "stride_sn": 1} if elem == 3 else {"stride_wk": 1, "stride_sk": 1}
+
+
+def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int) -> dict:
+    k = triton.compile(_source(fn, ptr_types, consts), target=TARGET,
+                       options={"num_warps": warps, "num_stages": stages})
+    ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
+    regs = spills = None
+    if ptxas:
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(k.asm["ptx"])
+        out = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                             text=True)
+        os.unlink(f.name)
+        log = out.stdout + out.stderr
+        regs = int(re.findall(r"Used (\d+) registers", log)[0])
+        spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
+    ptx = k.asm["ptx"]
+    return {"shared": k.metadata.shared, "regs": regs, "spills": spills,
+            "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx}
+
+
+def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
+    fp8 = codes > 0
+    consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
+                  HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
+                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1), **_ones(elem))
+    ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
+            "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+    return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
+    fp8 = codes > 0
+    gated = gated and stage == 1
+    bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
+    consts = dict(STAGE=stage, ACTFN=0, GATED=gated, INTERLEAVED=False, HAS_LIMIT=False, A_BY_PAIR=stage == 2,
+                  WEIGHT_OUT=True, ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False,
+                  EXACT_W=fp8, HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
+                  HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
+                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), **_ones(elem))
+    ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
+            "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
+            "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
+    return compile_kernel(mk.moe_gemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def act_codes(act: int):
+    consts = dict(ACT=act, BLOCK_M=16, BLOCK_K=128, EXACT_BF16=False, CODES=True)
+    return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
+                          consts, 4, 2)
+
+
+def default_cases():
+    """The shipped large-M configurations (launch.dense_config, moe.moe_config) of each path."""
+    from oracle_triton.launch import dense_config
+    from oracle_triton.moe import moe_config
+
+    d8, d4 = dense_config(4096, 8192, 8192, 132, 1), dense_config(4096, 8192, 8192, 132, 2)
+    m8, m4 = moe_config(4096, 8, 128, 1), moe_config(4096, 8, 128, 2)
+    mid4 = moe_config(256, 4, 32, 2)
+    return {
+        "act codes per group": lambda: act_codes(1),
+        "dense W8A8 fp8_block": lambda: dense(0, 1, 128, d8, codes=1, scale_rows=128),
+        "dense W4A16 mxfp4": lambda: dense(1, 2, 32, d4),
+        "dense W4A16 int4 zero points": lambda: dense(3, 8, 128, d4, zero=True),
+        "moe W8A8 fp8_block FC1 (gated)": lambda: moe(0, 1, 128, m8, stage=1, codes=1, scale_rows=128),
+        "moe W8A8 fp8_block FC2": lambda: moe(0, 1, 128, m8, stage=2, codes=1, scale_rows=128),
+        "moe W4A16 mxfp4 FC1 (gated)": lambda: moe(1, 2, 32, m4, stage=1),
+        "moe W4A16 nvfp4 FC2": lambda: moe(2, 2, 16, m4, stage=2),
+        "moe W4A16 mxfp4 FC1, 64-row tiles": lambda: moe(1, 2, 32, mid4, stage=1),
+    }
+
+
+def main(argv: list[str]) -> int:
+    bad = 0
+    for name, build in default_cases().items():
+        try:
+            r = build()
+        except Exception as exc:  # noqa: BLE001 - report every kernel, then fail
+            bad += 1
+            print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[-600:]}")
+            continue
+        print(f"ok   {name}: shared {r['shared']} B, {r['regs']} registers, {r['spills']} B spilled, "
+              f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
