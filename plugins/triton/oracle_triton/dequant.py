@@ -161,13 +161,15 @@ def fp8_operand(codes, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr, dot_t: tl.co
 
 
 @triton.jit
-def code_product(a, w, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Codes(A) @ codes(W) of one K tile, fp32. The products of two E4M3 values are exact in fp32;
-    the float8 tensor-core dot is told to promote its partial sums to fp32 every BLOCK_K (Hopper
-    otherwise keeps them in a narrower accumulator over the whole loop)."""
+def code_product(a, w, acc, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc + codes(A) @ codes(W) of one K tile, fp32. The products of two E4M3 values are exact in
+    fp32; the float8 tensor-core dot is told to promote its partial sums to fp32 every BLOCK_K
+    (Hopper otherwise keeps them in a narrower accumulator over the whole loop)."""
     if FP8_DOT:
-        return tl.dot(a, w, max_num_imprecise_acc=BLOCK_K)
-    return mma(a, w, DOT_F32)
+        out = tl.dot(a, w, acc, max_num_imprecise_acc=BLOCK_K)
+    else:
+        out = mma_acc(a, w, acc, DOT_F32)
+    return out
 
 
 @triton.jit
@@ -191,14 +193,15 @@ def act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES: tl.constexpr):
 
 
 @triton.jit
-def fp8_codes_product(a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_ptr, K, N,
+def fp8_codes_product(acc, a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_ptr, K, N,
                       stride_wn, stride_wk, stride_sn, stride_sk, A_CODES: tl.constexpr, GROUP: tl.constexpr,
                       SCALE_ROWS: tl.constexpr, HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
                       BLOCK_K: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
-    """W8A8, one K tile: codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32, times the
-    activation and weight scales where they change along K (1x128 activation groups, A_CODES 1,
-    or 128x128 weight blocks, GROUP 128; BLOCK_K divides 128), else unscaled (both scales are
-    constant along K: fp8_codes_scale applies them once to the sum).
+    """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32, the
+    product times the activation and weight scales where they change along K (1x128 activation
+    groups, A_CODES 1, or 128x128 weight blocks, GROUP 128; BLOCK_K divides 128), else unscaled
+    and accumulated inside the dot (both scales are constant along K: fp8_codes_scale applies
+    them once to the sum).
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
     dtype before its product) only by those two 2**-9-relative roundings: the code products
@@ -207,11 +210,15 @@ def fp8_codes_product(a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_
     offs_k = k0 + tl.arange(0, BLOCK_K)
     w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
                 mask=col_ok[:, None] & (offs_k[None, :] < K), other=0.0)
-    p = code_product(a, tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t)), FP8_DOT, DOT_F32, BLOCK_K)
+    wt = tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t))
     if A_CODES == 1 or GROUP > 1:       # scales change along K: scale this tile's product
         ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=col_ok, other=0.0)
-        p = p * act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES)[:, None] * ws[None, :]
-    return p
+        xs = act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES)
+        p = code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
+        out = acc + p * xs[:, None] * ws[None, :]
+    else:
+        out = code_product(a, wt, acc, FP8_DOT, DOT_F32, BLOCK_K)
+    return out
 
 
 @triton.jit
@@ -223,15 +230,16 @@ def fp8_codes_scale(acc, as_ptr, a_idx, row_ok, offs_n, s_ptr, N, stride_sn, SCA
 
 
 @triton.jit
-def w4_product(x, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+def w4_product(acc, x, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, dot_t: tl.constexpr,
                DOT_F32: tl.constexpr):
-    """x [BM, BK] (dot_t, contiguous K tile at k0) @ the dequantized 4-bit tile (w4_tile)^T, fp32."""
+    """acc + x [BM, BK] (dot_t, contiguous K tile at k0) @ the dequantized 4-bit tile (w4_tile)^T,
+    accumulated inside the dot (fp32)."""
     w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
                 stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, DOT_F32)
-    return mma(x, tl.trans(w.to(dot_t)), DOT_F32)
+    return mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
 
 
 @triton.jit
@@ -285,8 +293,19 @@ def w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
             zero = 8.0
         w = (codes.to(tl.float32) - zero) * sf
     else:
-        w = e2m1_decode(codes) * sf
+        w = e2m1_bits(codes) * sf
     return to_dtype(w, io_t, DOT_F32)
+
+
+@triton.jit
+def e2m1_bits(c):
+    """int32 codes 0..15 -> float32 values, as e2m1_decode but from the bits alone (no int->float
+    conversion, no negation; fewer instructions for the large-M whole-tile decode): magnitude
+    code 2e+m >= 2 is 2**(e-1) * (1 + m/2), i.e. bits (code << 22) + (126 << 23); codes 0 and 1
+    are 0 and 0.5 (bits code * 0x3F000000); the sign bit is code bit 3 (code 8 is -0)."""
+    mag = c & 7
+    bits = tl.where(mag >= 2, (mag << 22) + 0x3F000000, mag * 0x3F000000)
+    return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -337,6 +356,17 @@ def mma(a, b, DOT_F32: tl.constexpr):
     if DOT_F32:
         return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def mma_acc(a, b, acc, DOT_F32: tl.constexpr):
+    """acc + a @ b accumulated by the dot itself (so the MMA keeps its accumulator and runs
+    asynchronously); IEEE fp32 for float32 operands, as mma."""
+    if DOT_F32:
+        out = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc)
+    return out
 
 
 @triton.jit

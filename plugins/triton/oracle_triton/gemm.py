@@ -111,18 +111,18 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     if A_CODES > 0:
         for t in range(t0, t1):
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
-            acc += fp8_codes_product(a, as_ptr, offs_m, row_ok, stride_as, t * BLOCK_K, offs_n, w_ptr, s_ptr, K, N,
-                                     stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
-                                     HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+            acc = fp8_codes_product(acc, a, as_ptr, offs_m, row_ok, stride_as, t * BLOCK_K, offs_n, w_ptr, s_ptr,
+                                    K, N, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
+                                    HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
         if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
     elif FULL_TILE:
         for t in range(t0, t1):
             offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
             x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(dot_t)
-            acc += w4_product(x, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
-                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                              ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+            acc = w4_product(acc, x, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
+                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                             ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
     else:
         for t in range(t0, t1):
             acc += tile_product(a_rows, row_ok, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,

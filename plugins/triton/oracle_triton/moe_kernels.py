@@ -152,13 +152,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         if A_CODES > 0:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
-                acc_g += fp8_codes_product(a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_g, w_e, s_e, K, N_W,
-                                           stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
-                                           HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                acc_g = fp8_codes_product(acc_g, a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_g, w_e, s_e,
+                                          K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
+                                          SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
                 if GATED:
-                    acc_u += fp8_codes_product(a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_u, w_e, s_e, K,
-                                               N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
-                                               SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                    acc_u = fp8_codes_product(acc_u, a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_u, w_e, s_e,
+                                              K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
+                                              SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
             if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
                 acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_g, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
                 if GATED:
@@ -169,13 +169,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
                 x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & (offs_k[None, :] < K),
                             other=0.0).to(dot_t)
-                acc_g += w4_product(x, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
-                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+                acc_g = w4_product(acc_g, x, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                   ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
                 if GATED:
-                    acc_u += w4_product(x, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
-                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+                    acc_u = w4_product(acc_u, x, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
+                                       stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                       ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
         else:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
