@@ -47,7 +47,7 @@ def moe_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
                 "128x64 w8 s4": _c(128, 64, 128, 8, 4),
                 "64x128 n1=64 w4 s4": _c(64, 128, 128, 4, 4, BLOCK_N1=64),
                 "128x128 n1=128 w8 s3": _c(128, 128, 128, 8, 3)}
-    return {"256x128 n1=64 k64 w8 s3": _c(256, 128, 64, 8, 3, BLOCK_N1=64, FULL_TILE=1),   # decode / 256 rows
+    return {"128x128 n1=64 w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64, FULL_TILE=1),
             "128x128 n1=64 k64 w8 s4": _c(128, 128, 64, 8, 4, BLOCK_N1=64, FULL_TILE=1),
             "128x64 w8 s3": _c(128, 64, 128, 8, 3, FULL_TILE=1),
             "per-nibble 128x128 w8 s2 (old)": _c(128, 128, 128, 8, 2, FULL_TILE=0)}
@@ -59,8 +59,8 @@ def dense_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
         return {"64x128 w4 s4": _c(64, 128, 128, 4, 4, SPLIT_K=1, GROUP_M=1, FULL_TILE=full),
                 "128x128 split1 w8": _c(128, 128, 128, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=full),
                 "64x64 w4 s3": _c(64, 64, 128, 4, 3, SPLIT_K=1, GROUP_M=1, FULL_TILE=full)}
-    wide = "256x128x64 w8 s3 g8" if pack > 1 else "128x256x64 w8 s3 g8"     # 4-bit: decode / 256 rows
-    return {wide: _c(256, 128, 64, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=full) if pack > 1 else
+    wide = "128x128 w8 s3 g8" if pack > 1 else "128x256x64 w8 s3 g8"
+    return {wide: _c(128, 128, 128, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=full) if pack > 1 else
             _c(128, 256, 64, 8, 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=0),
             "128x128 w8 s3 g1": _c(128, 128, 128, 8, 3, SPLIT_K=1, GROUP_M=1, FULL_TILE=full),
             "64x128 w4 s4 g8": _c(64, 128, 128, 4, 4, SPLIT_K=1, GROUP_M=8, FULL_TILE=full),

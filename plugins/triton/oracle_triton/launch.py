@@ -46,7 +46,8 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
     A K tile spans one 128-wide FP8 scale block; 4-bit decoding gets 8 warps at small M
     (the decoded sub-tiles otherwise spill registers). From M > 16 on, 4-bit weights are decoded
     to whole tiles (one dot per K tile, FULL_TILE); from M > 64 on, programs walk the output in
-    bands of 8 tile rows (GROUP_M) so that the weight tiles they share stay in L2. The large
+    bands of 8 tile rows (GROUP_M) so that the weight tiles they share stay in L2; from M >= 256
+    on, E2M1 weights get 256-row tiles (K tiles of 64), halving the decode per output. The large
     tiles are the largest that compile for sm_90 without register spills (ptxas -v, Triton 3.7)."""
     block_k = 128
     group_m, full = 1, 0
@@ -55,6 +56,9 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
     elif m <= 64:
         bm, bn, warps, stages = 64, 64, 4, 3
         full = int(pack > 1)
+    elif pack == 2 and m >= 256:            # E2M1: decode once per 256 rows (see moe.moe_config)
+        bm, bn, block_k, warps, stages = 256, 128, 64, 8, 3
+        group_m, full = 8, 1
     else:
         bm, bn, warps, stages = 128, 128, 8, 4 if pack == 1 else 3
         group_m, full = 8, int(pack > 1)

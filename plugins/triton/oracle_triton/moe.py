@@ -34,13 +34,20 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str
     From 16 rows per expert on, 4-bit weights are decoded to whole tiles (FULL_TILE: one dot per
     K tile with a contiguous activation tile). From 64 on, 128-row tiles with 8 warps; the gated
     FC1 (two accumulators, gate and up) takes 64 columns (BLOCK_N1), FC2 128: the largest
-    tiles that compile for sm_90 without register spills (ptxas -v on the Triton 3.7 output)."""
+    tiles that compile for sm_90 without register spills (ptxas -v on the Triton 3.7 output).
+    From 256 rows per expert on, E2M1 weights get 256-row tiles (K tiles of 64): decoding a
+    weight tile costs about as many instructions as 128 rows of its MMA, so the taller tile
+    halves the decode per output (SASS of the K loop: 499 instructions per 16 MMAs at 256
+    rows, 792 at 128)."""
     per_expert = tokens * top_k / experts
     if per_expert <= 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3, "FULL_TILE": 0}
     if per_expert <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4 if pack == 1 else 3,
                 "FULL_TILE": int(pack > 1)}
+    if pack == 2 and per_expert >= 256:        # E2M1 (INT4 groups may span 128 along K)
+        return {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3,
+                "FULL_TILE": 1}
     return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 8,
             "num_stages": 4 if pack == 1 else 3, "FULL_TILE": int(pack > 1)}
 

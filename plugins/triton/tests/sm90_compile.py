@@ -105,14 +105,14 @@ def default_cases():
     from oracle_triton.launch import dense_config
     from oracle_triton.moe import moe_config
 
-    d8, d4 = dense_config(4096, 8192, 8192, 132, 1), dense_config(4096, 8192, 8192, 132, 2)
+    d8, d4, d_int4 = (dense_config(4096, 8192, 8192, 132, pack) for pack in (1, 2, 8))
     m8, m4 = moe_config(4096, 8, 128, 1), moe_config(4096, 8, 128, 2)
     mid4 = moe_config(256, 4, 32, 2)
     return {
         "act codes per group": lambda: act_codes(1),
         "dense W8A8 fp8_block": lambda: dense(0, 1, 128, d8, codes=1, scale_rows=128),
         "dense W4A16 mxfp4": lambda: dense(1, 2, 32, d4),
-        "dense W4A16 int4 zero points": lambda: dense(3, 8, 128, d4, zero=True),
+        "dense W4A16 int4 zero points": lambda: dense(3, 8, 128, d_int4, zero=True),
         "moe W8A8 fp8_block FC1 (gated)": lambda: moe(0, 1, 128, m8, stage=1, codes=1, scale_rows=128),
         "moe W8A8 fp8_block FC2": lambda: moe(0, 1, 128, m8, stage=2, codes=1, scale_rows=128),
         "moe W4A16 mxfp4 FC1 (gated)": lambda: moe(1, 2, 32, m4, stage=1),
