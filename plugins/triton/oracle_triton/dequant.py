@@ -193,27 +193,34 @@ def act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES: tl.constexpr):
 
 
 @triton.jit
-def fp8_codes_product(acc, a, as_ptr, a_idx, row_ok, stride_as, k0, offs_n, w_ptr, s_ptr, K, N,
-                      stride_wn, stride_wk, stride_sn, stride_sk, A_CODES: tl.constexpr, GROUP: tl.constexpr,
-                      SCALE_ROWS: tl.constexpr, HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
-                      BLOCK_K: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
-    """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32, the
-    product times the activation and weight scales where they change along K (1x128 activation
-    groups, A_CODES 1, or 128x128 weight blocks, GROUP 128; BLOCK_K divides 128), else unscaled
-    and accumulated inside the dot (both scales are constant along K: fp8_codes_scale applies
-    them once to the sum).
+def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, s_ptr, N, stride_sn, stride_sk,
+                    A_CODES: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
+    """The activation scales [BM] and weight scales [BN] of the K tile at k0 (W8A8 with scales
+    that change along K); the kernels load them one tile ahead, so their latency hides behind
+    the current tile's MMA."""
+    ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N, other=0.0)
+    return act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES), ws
+
+
+@triton.jit
+def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
+                      HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                      DOT_F32: tl.constexpr):
+    """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32.
+
+    PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
+    BLOCK_K divides 128): the tile's product times its activation scales xs [BM] and weight
+    scales ws [BN] (fp8_tile_scales). Else the product accumulates inside the dot, unscaled
+    (both scales are constant along K: fp8_codes_scale applies them once to the sum).
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
     dtype before its product) only by those two 2**-9-relative roundings: the code products
     are exact in fp32 and summed in fp32."""
-    col_ok = offs_n < N
     offs_k = k0 + tl.arange(0, BLOCK_K)
     w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                mask=col_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+                mask=(offs_n < N)[:, None] & (offs_k[None, :] < K), other=0.0)
     wt = tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t))
-    if A_CODES == 1 or GROUP > 1:       # scales change along K: scale this tile's product
-        ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=col_ok, other=0.0)
-        xs = act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES)
+    if PER_TILE:
         p = code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
         out = acc + p * xs[:, None] * ws[None, :]
     else:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale, quantize_tile,
-                      quantize_tile_codes, tile_product, to_dtype, w4_product)
+from .dequant import (act_codes_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale, fp8_tile_scales,
+                      quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
 
 
 @triton.jit
@@ -109,12 +109,20 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
         gscale = tl.load(g_ptr)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if A_CODES > 0:
+        PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
+        xs, ws = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as, tl.minimum(t0, k_tiles - 1) * BLOCK_K,
+                                 offs_n, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
         for t in range(t0, t1):
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
-            acc = fp8_codes_product(acc, a, as_ptr, offs_m, row_ok, stride_as, t * BLOCK_K, offs_n, w_ptr, s_ptr,
-                                    K, N, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
-                                    HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
-        if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
+            if PER_TILE:                            # the next tile's scales, loaded one tile ahead
+                xs_next, ws_next = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as,
+                                                   tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, s_ptr, N,
+                                                   stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+            acc = fp8_codes_product(acc, a, xs, ws, t * BLOCK_K, offs_n, w_ptr, K, N, stride_wn, stride_wk,
+                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+            if PER_TILE:
+                xs, ws = xs_next, ws_next
+        if not PER_TILE:                            # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
     elif FULL_TILE:
         for t in range(t0, t1):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import act_codes_tile, fp8_codes_product, fp8_codes_scale, tile_product, to_dtype, w4_product
+from .dequant import (act_codes_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, tile_product, to_dtype,
+                      w4_product)
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -150,16 +151,32 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         if A_CODES > 0:
-            for t in range(0, tl.cdiv(K, BLOCK_K)):
+            PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
+            k_tiles = tl.cdiv(K, BLOCK_K)
+            xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_g, s_e, N_W, stride_sn, stride_sk,
+                                       A_CODES, GROUP, SCALE_ROWS)
+            ws_u = ws_g
+            if GATED:
+                xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, s_e, N_W, stride_sn, stride_sk,
+                                           A_CODES, GROUP, SCALE_ROWS)
+            for t in range(0, k_tiles):
                 a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
-                acc_g = fp8_codes_product(acc_g, a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_g, w_e, s_e,
-                                          K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
-                                          SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                if PER_TILE:                        # the next tile's scales, loaded one tile ahead
+                    k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
+                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_g, s_e, N_W,
+                                                        stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                    wsu_next = wsg_next
+                    if GATED:
+                        xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, s_e, N_W,
+                                                            stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_g, w_e, K, N_W, stride_wn, stride_wk,
+                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
                 if GATED:
-                    acc_u = fp8_codes_product(acc_u, a, as_ptr, arow, valid, stride_as, t * BLOCK_K, n_u, w_e, s_e,
-                                              K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, A_CODES, GROUP,
-                                              SCALE_ROWS, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
-            if A_CODES != 1 and GROUP == 1:             # scales constant along K: applied once
+                    acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                              stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                if PER_TILE:
+                    xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
+            if not PER_TILE:                        # scales constant along K: applied once
                 acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_g, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
                 if GATED:
                     acc_u = fp8_codes_scale(acc_u, as_ptr, arow, valid, n_u, s_e, N_W, stride_sn, SCALE_ROWS,
