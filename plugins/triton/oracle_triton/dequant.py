@@ -94,13 +94,7 @@ def tile_product(a_rows, row_ok, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
         G: tl.constexpr = BLOCK_KU * PACK // GROUP
         g = (k0 // GROUP + tl.arange(0, G))[:, None]
         gmask = (g < K // GROUP) & (n < N)
-        sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
-        if ELEM == 1:
-            sg = e8m0_decode(sraw.to(tl.int32))
-        elif ELEM == 2:
-            sg = e4m3_decode(sraw.to(tl.int32)) * gscale
-        else:
-            sg = sraw.to(tl.float32)
+        sg = group_scales(tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0), gscale, ELEM)
         sf = tl.reshape(tl.broadcast_to(sg[:, None, :], [G, BLOCK_KU // G, BLOCK_N]), [BLOCK_KU, BLOCK_N])
         if ELEM == 3:
             if HAS_ZERO:
@@ -283,13 +277,7 @@ def w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
     codes = nibble_tile(units.to(tl.int32), PACK)
     g = (k0 // GROUP + tl.arange(0, G))[None, :]
     gmask = (n < N) & (g < K // GROUP)
-    sraw = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0)
-    if ELEM == 1:
-        sg = e8m0_decode(sraw.to(tl.int32))
-    elif ELEM == 2:
-        sg = e4m3_decode(sraw.to(tl.int32)) * gscale
-    else:
-        sg = sraw.to(tl.float32)
+    sg = group_scales(tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0), gscale, ELEM)
     sf = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, GROUP]), [BLOCK_N, BLOCK_K])
     if ELEM == 3:
         if HAS_ZERO:
@@ -313,6 +301,19 @@ def e2m1_bits(c):
     mag = c & 7
     bits = tl.where(mag >= 2, (mag << 22) + 0x3F000000, mag * 0x3F000000)
     return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def group_scales(sraw, gscale, ELEM: tl.constexpr):
+    """Stored 4-bit group scales -> float32: E8M0 (MXFP4), E4M3 times the global scale (NVFP4),
+    fp16/bf16/fp32 as stored (INT4)."""
+    if ELEM == 1:
+        sg = e8m0_decode(sraw.to(tl.int32))
+    elif ELEM == 2:
+        sg = e4m3_decode(sraw.to(tl.int32)) * gscale
+    else:
+        sg = sraw.to(tl.float32)
+    return sg
 
 
 @triton.jit
