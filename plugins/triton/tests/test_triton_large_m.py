@@ -23,6 +23,9 @@ from helpers import linear_pair, moe_pair, rel, routing
 TOL = 1e-2
 TOL_Q = {"bf16": TOL, "fp8": 5e-2, "nvfp4": 8e-2}
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+# two summation orders of the same values: identical sums in the interpreter's exact fp32 here; on a GPU
+# the bf16 rounding of an output can flip (2**-8 each) where the MMA's fp32 sums differ in the last bit
+SAME = 1e-5 if DEV == "cpu" else 2e-3
 W8A8 = {"group": ("fp8_block", "w8a8_block"), "token": ("fp8_channel", "w8a8_fp8_channel"),
         "tensor": ("fp8_tensor", "w8a8_fp8_tensor")}
 
@@ -129,7 +132,7 @@ def test_dense_whole_tile_decode_equals_the_per_nibble_path(fmt, mode, act, para
     base = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
     per_nibble = t.gemm(x, t.act, scale, t.dtype, config={**base, "FULL_TILE": 0})
     whole = t.gemm(x, t.act, scale, t.dtype, config={**base, "FULL_TILE": 1, "GROUP_M": 3})
-    assert rel(whole, per_nibble) < 1e-5                    # same values; fp32 summation order only
+    assert rel(whole, per_nibble) < SAME                     # same values; fp32 summation order only
     assert rel(whole, e.apply(x)) < TOL
 
 
@@ -171,7 +174,7 @@ def test_moe_whole_tile_equals_per_nibble_with_interleaved_gate_up():
     t.config = {**MOE_CFG, "FULL_TILE": 0}
     per_nibble = t.apply(x, w, ids)
     t.config = {**MOE_CFG, "FULL_TILE": 1}
-    assert rel(t.apply(x, w, ids), per_nibble) < 1e-3       # bf16 rounding of FC1's output may flip
+    assert rel(t.apply(x, w, ids), per_nibble) < 5 * SAME   # bf16 rounding of FC1's output may flip
 
 
 def test_large_m_configs_keep_the_tile_rules():
