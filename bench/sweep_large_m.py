@@ -39,17 +39,17 @@ def moe_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
     full = int(pack > 1)
     if m <= 256:
         return {"16x64 w4 s4": _c(16, 64, 128, 4, 4, FULL_TILE=0),
-                "32x64 w4 s3": _c(32, 64, 128, 4, 3, FULL_TILE=full),
-                "64x64 w4 s3": _c(64, 64, 128, 4, 3, FULL_TILE=full),
+                "32x64 w4 s3": _c(32, 64, 128, 4, 3, FULL_TILE=full, FUSE_GU=full),
+                "64x64 w4 s3": _c(64, 64, 128, 4, 3, FULL_TILE=full, FUSE_GU=full),
                 "16x128 n1=64 w8 s3": _c(16, 128, 128, 8, 3, BLOCK_N1=64, FULL_TILE=0)}
     if pack == 1:
         return {"128x128 n1=64 w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64),
-                "128x64 w8 s4": _c(128, 64, 128, 8, 4),
+                "128x128 n1=64 fused-gu w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64, FUSE_GU=1),
                 "64x128 n1=64 w4 s4": _c(64, 128, 128, 4, 4, BLOCK_N1=64),
                 "128x128 n1=128 w8 s3": _c(128, 128, 128, 8, 3)}
-    return {"128x128 n1=64 w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64, FULL_TILE=1),
-            "128x128 n1=64 k64 w8 s4": _c(128, 128, 64, 8, 4, BLOCK_N1=64, FULL_TILE=1),
-            "128x64 w8 s3": _c(128, 64, 128, 8, 3, FULL_TILE=1),
+    return {"256x128 n1=64 k64 w8 s3 two-acc": _c(256, 128, 64, 8, 3, BLOCK_N1=64, FULL_TILE=1, FUSE_GU=0),
+            "128x128 n1=64 fused-gu w8 s3": _c(128, 128, 128, 8, 3, BLOCK_N1=64, FULL_TILE=1, FUSE_GU=1),
+            "128x128 n1=64 k64 w8 s4": _c(128, 128, 64, 8, 4, BLOCK_N1=64, FULL_TILE=1, FUSE_GU=1),
             "per-nibble 128x128 w8 s2 (old)": _c(128, 128, 128, 8, 2, FULL_TILE=0)}
 
 
@@ -104,7 +104,8 @@ def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: fl
 
 
 def _short(cfg: dict) -> str:
-    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "num_warps", "num_stages", "SPLIT_K", "GROUP_M", "FULL_TILE")
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "num_warps", "num_stages", "SPLIT_K", "GROUP_M", "FULL_TILE",
+            "FUSE_GU")
     return "/".join(str(cfg[k]) for k in keys if k in cfg)
 
 

@@ -103,14 +103,18 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, EXACT_W: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
-                    A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False):
+                    A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
+                    FUSE_GU: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
     1-3) gives E4M3 codes and scales (as_ptr, indexed by A's row, as in wgemm_kernel) and the
     product runs on the codes (FP8_DOT: float8 tensor cores); W4A4 gives values. FULL_TILE:
     4-bit weights decoded to whole tiles, one dot per K tile. The gate and up products of a
-    K tile share one activation tile."""
+    K tile share one activation tile; FUSE_GU (gated FC1) stacks the gate and up weight rows
+    of the tile, interleaved (g0, u0, g1, u1, ...), into one [2*BLOCK_N]-row weight tile: one
+    dot twice as wide instead of two, and the accumulator splits back into gate and up columns
+    in registers (each thread holds adjacent column pairs of an MMA accumulator)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     e = tl.load(bexp_ptr + pid_m)
@@ -148,37 +152,44 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         else:
             n_g = j
             n_u = j
-        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        FUSED: tl.constexpr = GATED and FUSE_GU
+        TWO: tl.constexpr = GATED and not FUSE_GU      # a second accumulator for the up rows
+        WN: tl.constexpr = BLOCK_N * (1 + FUSED)
+        if FUSED:
+            n_w = tl.reshape(tl.join(n_g, n_u), [WN])
+        else:
+            n_w = n_g
+        acc_g = tl.zeros([BLOCK_M, WN], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         if A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
-            xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_g, s_e, N_W, stride_sn, stride_sk,
+            xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, s_e, N_W, stride_sn, stride_sk,
                                        A_CODES, GROUP, SCALE_ROWS)
             ws_u = ws_g
-            if GATED:
+            if TWO:
                 xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, s_e, N_W, stride_sn, stride_sk,
                                            A_CODES, GROUP, SCALE_ROWS)
             for t in range(0, k_tiles):
                 a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
                 if PER_TILE:                        # the next tile's scales, loaded one tile ahead
                     k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
-                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_g, s_e, N_W,
+                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, s_e, N_W,
                                                         stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
                     wsu_next = wsg_next
-                    if GATED:
+                    if TWO:
                         xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, s_e, N_W,
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
-                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_g, w_e, K, N_W, stride_wn, stride_wk,
+                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
                                           PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
-                if GATED:
+                if TWO:
                     acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
                                               stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if not PER_TILE:                        # scales constant along K: applied once
-                acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_g, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
-                if GATED:
+                acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_w, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
+                if TWO:
                     acc_u = fp8_codes_scale(acc_u, as_ptr, arow, valid, n_u, s_e, N_W, stride_sn, SCALE_ROWS,
                                             A_CODES)
         elif FULL_TILE:
@@ -186,24 +197,26 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
                 x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & (offs_k[None, :] < K),
                             other=0.0).to(dot_t)
-                acc_g = w4_product(acc_g, x, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                acc_g = w4_product(acc_g, x, t * BLOCK_K, n_w, w_e, s_e, z_e, gscale, K, N_W,
                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                   ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
-                if GATED:
+                                   ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, dot_t, DOT_F32)
+                if TWO:
                     acc_u = w4_product(acc_u, x, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                        ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
         else:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
-                acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_g, w_e, s_e, z_e, gscale, K, N_W,
+                acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_w, w_e, s_e, z_e, gscale, K, N_W,
                                       stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                       ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
-                                      BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
-                if GATED:
+                                      BLOCK_M, WN, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+                if TWO:
                     acc_u += tile_product(a_rows, valid, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
                                           stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                           ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
                                           BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
+        if FUSED:                                   # columns g0, u0, g1, u1, ... -> gate, up
+            acc_g, acc_u = tl.split(tl.reshape(acc_g, [BLOCK_M, BLOCK_N, 2]))
         jmask = j < N_OUT
         if HAS_BIAS:
             acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]

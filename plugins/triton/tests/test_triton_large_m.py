@@ -167,14 +167,28 @@ def test_moe_large_m_paths_through_the_config_override(fmt, mode, act, params, b
     assert err < TOL_Q[act], (fmt, block_k, err)
 
 
-def test_moe_whole_tile_equals_per_nibble_with_interleaved_gate_up():
-    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", activation="swigluoai", bias=True, device=DEV)
+@pytest.mark.parametrize("activation", ["swigluoai", "silu"])     # interleaved / stacked gate and up rows
+def test_moe_whole_tile_and_fused_gate_up_equal_the_per_nibble_path(activation):
+    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", activation=activation, bias=True, device=DEV)
     x = torch.randn(24, H, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(24, E, K, DEV)
     t.config = {**MOE_CFG, "FULL_TILE": 0}
     per_nibble = t.apply(x, w, ids)
-    t.config = {**MOE_CFG, "FULL_TILE": 1}
-    assert rel(t.apply(x, w, ids), per_nibble) < 5 * SAME   # bf16 rounding of FC1's output may flip
+    for more in ({"FULL_TILE": 1}, {"FULL_TILE": 1, "FUSE_GU": 1}, {"FULL_TILE": 0, "FUSE_GU": 1}):
+        t.config = {**MOE_CFG, **more}
+        assert rel(t.apply(x, w, ids), per_nibble) < 5 * SAME, more   # bf16 rounding of FC1's output may flip
+
+
+@pytest.mark.parametrize("fmt,mode,params", [
+    ("fp8_block", "w8a8_block", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", {"activation_granularity": "token"}),
+])
+def test_moe_w8a8_fused_gate_up(fmt, mode, params):
+    t, ref = moe_pair(fmt, E, H, I, K, mode, "fp8", params, bias=True, device=DEV)
+    t.config = {**MOE_CFG, "FUSE_GU": 1}
+    x = torch.randn(24, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(24, E, K, DEV)
+    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL_Q["fp8"]
 
 
 def test_large_m_configs_keep_the_tile_rules():
