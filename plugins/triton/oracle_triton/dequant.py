@@ -187,24 +187,29 @@ def act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES: tl.constexpr):
 
 
 @triton.jit
-def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, s_ptr, N, stride_sn, stride_sk,
-                    A_CODES: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
+def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, n0, s_ptr, N, stride_sn, stride_sk,
+                    A_CODES: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, UNIFORM_WS: tl.constexpr):
     """The activation scales [BM] and weight scales [BN] of the K tile at k0 (W8A8 with scales
     that change along K); the kernels load them one tile ahead, so their latency hides behind
-    the current tile's MMA."""
-    ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N, other=0.0)
+    the current tile's MMA. UNIFORM_WS: all the tile's weight rows lie in one 128-row scale block
+    (the host checks it), that of row n0: one scalar instead of a per-column gather."""
+    if UNIFORM_WS:
+        ws = tl.load(s_ptr + (n0 // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk)
+    else:
+        ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N,
+                     other=0.0)
     return act_row_scale(as_ptr, a_idx, row_ok, k0, stride_as, A_CODES), ws
 
 
 @triton.jit
 def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
                       HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
-                      DOT_F32: tl.constexpr):
+                      DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False):
     """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32.
 
     PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
     BLOCK_K divides 128): the tile's product times its activation scales xs [BM] and weight
-    scales ws [BN] (fp8_tile_scales). Else the product accumulates inside the dot, unscaled
+    scales ws [BN] (fp8_tile_scales; UNIFORM_WS: one scalar, folded into xs: one FMA per element). Else the product accumulates inside the dot, unscaled
     (both scales are constant along K: fp8_codes_scale applies them once to the sum).
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
@@ -216,7 +221,10 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
     wt = tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t))
     if PER_TILE:
         p = code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
-        out = acc + p * xs[:, None] * ws[None, :]
+        if UNIFORM_WS:
+            out = acc + p * (xs * ws)[:, None]
+        else:
+            out = acc + p * xs[:, None] * ws[None, :]
     else:
         out = code_product(a, wt, acc, FP8_DOT, DOT_F32, BLOCK_K)
     return out

@@ -68,11 +68,12 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
-                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1):
+                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
-    result, per K tile where a scale changes along K, else once at the end. FULL_TILE: 4-bit
+    result, per K tile where a scale changes along K, else once at the end (UNIFORM_WS: the
+    tile's weight rows share one 128-row scale block, read as one scalar). FULL_TILE: 4-bit
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2."""
     if GROUP_M > 1:
@@ -110,16 +111,17 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if A_CODES > 0:
         PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
+        n0 = pid_n * BLOCK_N
         xs, ws = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as, tl.minimum(t0, k_tiles - 1) * BLOCK_K,
-                                 offs_n, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                                 offs_n, n0, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
         for t in range(t0, t1):
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
             if PER_TILE:                            # the next tile's scales, loaded one tile ahead
                 xs_next, ws_next = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as,
-                                                   tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, s_ptr, N,
-                                                   stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                                                   tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, n0, s_ptr, N,
+                                                   stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             acc = fp8_codes_product(acc, a, xs, ws, t * BLOCK_K, offs_n, w_ptr, K, N, stride_wn, stride_wk,
-                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS)
             if PER_TILE:
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once

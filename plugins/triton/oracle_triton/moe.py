@@ -211,6 +211,11 @@ class TritonMoE(Kernel):
         stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
+        fuse = gated and bool(cfg.get("FUSE_GU", 0))
+        interleaved = self.layer.activation == "swigluoai"
+        rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
+        uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
+            not gated or interleaved or n_out % rows == 0)
         moe_gemm_kernel[(blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if codes else s,
@@ -220,14 +225,14 @@ class TritonMoE(Kernel):
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
             float(self.lbeta),
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=gated,
-            INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None,
+            INTERLEAVED=interleaved, HAS_LIMIT=self.limit is not None,
             A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
             ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=self.act != ACT_NONE, HAS_BIAS=bias is not None,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -104,7 +104,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
-                    FUSE_GU: tl.constexpr = False):
+                    FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -164,27 +164,36 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         if A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
-            xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, s_e, N_W, stride_sn, stride_sk,
-                                       A_CODES, GROUP, SCALE_ROWS)
+            # first weight row of the tile's gate (or only) and up rows: their scale blocks (UNIFORM_WS)
+            if GATED and INTERLEAVED:
+                n0_g = 2 * pid_n * BLOCK_N
+                n0_u = n0_g + 1
+            else:
+                n0_g = pid_n * BLOCK_N
+                n0_u = n0_g + N_OUT
+            xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, n0_g, s_e, N_W, stride_sn, stride_sk,
+                                       A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             ws_u = ws_g
             if TWO:
-                xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, s_e, N_W, stride_sn, stride_sk,
-                                           A_CODES, GROUP, SCALE_ROWS)
+                xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, n0_u, s_e, N_W, stride_sn,
+                                           stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             for t in range(0, k_tiles):
                 a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
                 if PER_TILE:                        # the next tile's scales, loaded one tile ahead
                     k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
-                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, s_e, N_W,
-                                                        stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, n0_g, s_e, N_W,
+                                                        stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
                     wsu_next = wsg_next
                     if TWO:
-                        xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, s_e, N_W,
-                                                            stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS)
+                        xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
+                                                            stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
+                                                            UNIFORM_WS)
                 acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
-                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS)
                 if TWO:
                     acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                              stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32)
+                                              stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                              UNIFORM_WS)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if not PER_TILE:                        # scales constant along K: applied once

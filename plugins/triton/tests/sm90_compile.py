@@ -29,6 +29,7 @@ SCALE_T = {0: "*fp32", 1: "*u8", 2: "*u8", 3: "*fp16"}
 
 
 def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
+    consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -73,7 +74,8 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
-                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1), **_ones(elem))
+                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
+                  UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, **_ones(elem))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
@@ -87,7 +89,8 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
                   WEIGHT_OUT=True, ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False,
                   EXACT_W=fp8, HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
-                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)), **_ones(elem))
+                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
+                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, **_ones(elem))
     ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}

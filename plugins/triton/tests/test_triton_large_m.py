@@ -184,6 +184,7 @@ def test_moe_whole_tile_and_fused_gate_up_equal_the_per_nibble_path(activation):
     ("fp8_channel", "w8a8_fp8_channel", {"activation_granularity": "token"}),
 ])
 def test_moe_w8a8_fused_gate_up(fmt, mode, params):
+    """Stacked gate/up rows: the weight scales are gathered per column (they span two blocks)."""
     t, ref = moe_pair(fmt, E, H, I, K, mode, "fp8", params, bias=True, device=DEV)
     t.config = {**MOE_CFG, "FUSE_GU": 1}
     x = torch.randn(24, H, dtype=torch.bfloat16, device=DEV)
@@ -237,3 +238,16 @@ def test_default_large_m_kernels_compile_for_sm90_without_spills():
         assert " 0 B spilled" in ln, ln
         assert ("float8 MMA True" in ln) == ("W8A8" in ln), ln
         assert "cp.async True" in ln or "act codes" in ln, ln
+
+
+@pytest.mark.parametrize("inter,activation", [(192, "silu"), (128, "swigluoai"), (128, "silu")])
+def test_moe_w8a8_block_scales_per_tile_uniform_or_gathered(inter, activation):
+    """Block-FP8 FC1 tiles whose gate and up rows each sit in one 128-row scale block read one
+    scalar scale (I = 128, interleaved or stacked halves); I = 192 puts up rows across blocks
+    (gathered per column)."""
+    t, ref = moe_pair("fp8_block", E, H, inter, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      activation=activation, bias=True, device=DEV)
+    t.config = {**MOE_CFG, "BLOCK_K": 64}
+    x = torch.randn(24, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(24, E, K, DEV)
+    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL_Q["fp8"]
