@@ -167,11 +167,22 @@ def code_product(a, w, acc, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def k_in(offs, limit, EVEN_K: tl.constexpr):
+    """offs < limit along K; EVEN_K (K a multiple of BLOCK_K, checked on the host): all true, a
+    constant the compiler folds out of the load masks."""
+    if EVEN_K:
+        ok = tl.full(offs.shape, 1, tl.int1)
+    else:
+        ok = offs < limit
+    return ok
+
+
+@triton.jit
 def act_codes_tile(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr,
-                   dot_t: tl.constexpr):
+                   dot_t: tl.constexpr, EVEN_K: tl.constexpr = False):
     """The activation codes A[rows, k0 : k0 + BLOCK_K] as a dot operand (W8A8)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
-    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
     return fp8_operand(a, FP8_DOT, HW_FP8, dot_t)
 
 
@@ -204,7 +215,7 @@ def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, n0, s_ptr, N, 
 @triton.jit
 def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
                       HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
-                      DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False):
+                      DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False):
     """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32.
 
     PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
@@ -217,7 +228,7 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
     are exact in fp32 and summed in fp32."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                mask=(offs_n < N)[:, None] & (offs_k[None, :] < K), other=0.0)
+                mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
     wt = tl.trans(fp8_operand(w, FP8_DOT, HW_FP8, dot_t))
     if PER_TILE:
         p = code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
@@ -243,11 +254,11 @@ def w4_product(acc, x, k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, dot_t: tl.constexpr,
-               DOT_F32: tl.constexpr):
+               DOT_F32: tl.constexpr, EVEN_K: tl.constexpr = False):
     """acc + x [BM, BK] (dot_t, contiguous K tile at k0) @ the dequantized 4-bit tile (w4_tile)^T,
     accumulated inside the dot (fp32)."""
     w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
-                stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, DOT_F32)
+                stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, DOT_F32, EVEN_K)
     return mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
 
 
@@ -270,7 +281,8 @@ def nibble_tile(units, PACK: tl.constexpr):
 def w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
             ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
-            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, DOT_F32: tl.constexpr):
+            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, DOT_F32: tl.constexpr,
+            EVEN_K: tl.constexpr = False):
     """The whole dequantized 4-bit weight tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K]
     in io_t, k in order, so one dot with a contiguous activation tile covers the K tile (large M;
     tile_product's per-nibble dots read the activations at stride PACK instead).
@@ -281,10 +293,10 @@ def w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
     G: tl.constexpr = BLOCK_K // GROUP
     n = offs_n[:, None]
     j = (k0 // PACK + tl.arange(0, BLOCK_KU))[None, :]
-    units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=(n < N) & (j < K // PACK), other=0)
+    units = tl.load(w_ptr + n * stride_wn + j * stride_wk, mask=(n < N) & k_in(j, K // PACK, EVEN_K), other=0)
     codes = nibble_tile(units.to(tl.int32), PACK)
     g = (k0 // GROUP + tl.arange(0, G))[None, :]
-    gmask = (n < N) & (g < K // GROUP)
+    gmask = (n < N) & k_in(g, K // GROUP, EVEN_K)
     sg = group_scales(tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=gmask, other=0), gscale, ELEM)
     sf = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, GROUP]), [BLOCK_N, BLOCK_K])
     if ELEM == 3:

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale, fp8_tile_scales,
-                      quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
+                      k_in, quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
 
 
 @triton.jit
@@ -68,7 +68,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
-                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False):
+                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
+                 EVEN_K: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -115,13 +116,13 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
         xs, ws = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as, tl.minimum(t0, k_tiles - 1) * BLOCK_K,
                                  offs_n, n0, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
         for t in range(t0, t1):
-            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
             if PER_TILE:                            # the next tile's scales, loaded one tile ahead
                 xs_next, ws_next = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as,
                                                    tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, n0, s_ptr, N,
                                                    stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             acc = fp8_codes_product(acc, a, xs, ws, t * BLOCK_K, offs_n, w_ptr, K, N, stride_wn, stride_wk,
-                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS)
+                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
             if PER_TILE:
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once
@@ -129,10 +130,11 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     elif FULL_TILE:
         for t in range(t0, t1):
             offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(dot_t)
+            x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :],
+                        other=0.0).to(dot_t)
             acc = w4_product(acc, x, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                             ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+                             ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32, EVEN_K)
     else:
         for t in range(t0, t1):
             acc += tile_product(a_rows, row_ok, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,

@@ -178,7 +178,7 @@ class DenseGemm:
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
-            UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0,
+            UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y

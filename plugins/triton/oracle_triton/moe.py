@@ -233,6 +233,7 @@ class TritonMoE(Kernel):
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
+            EVEN_K=kdim % cfg["BLOCK_K"] == 0,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

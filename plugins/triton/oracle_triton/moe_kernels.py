@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, tile_product, to_dtype,
-                      w4_product)
+from .dequant import (act_codes_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, k_in, tile_product,
+                      to_dtype, w4_product)
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -104,7 +104,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
-                    FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False):
+                    FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -178,7 +178,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, n0_u, s_e, N_W, stride_sn,
                                            stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             for t in range(0, k_tiles):
-                a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t)
+                a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
                 if PER_TILE:                        # the next tile's scales, loaded one tile ahead
                     k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
                     xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, n0_g, s_e, N_W,
@@ -189,11 +189,11 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
                                                             UNIFORM_WS)
                 acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
-                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS)
+                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
                 if TWO:
                     acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
                                               stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                              UNIFORM_WS)
+                                              UNIFORM_WS, EVEN_K)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if not PER_TILE:                        # scales constant along K: applied once
@@ -204,15 +204,15 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-                x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & (offs_k[None, :] < K),
+                x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & k_in(offs_k, K, EVEN_K)[None, :],
                             other=0.0).to(dot_t)
                 acc_g = w4_product(acc_g, x, t * BLOCK_K, n_w, w_e, s_e, z_e, gscale, K, N_W,
                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                   ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, dot_t, DOT_F32)
+                                   ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, dot_t, DOT_F32, EVEN_K)
                 if TWO:
                     acc_u = w4_product(acc_u, x, t * BLOCK_K, n_u, w_e, s_e, z_e, gscale, K, N_W,
                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                       ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32)
+                                       ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32, EVEN_K)
         else:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 acc_g += tile_product(a_rows, valid, t * BLOCK_K, n_w, w_e, s_e, z_e, gscale, K, N_W,

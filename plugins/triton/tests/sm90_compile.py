@@ -1,5 +1,5 @@
 """Compile oracle-triton's kernels for sm_90 on a machine without a GPU (Triton's own ptxas),
-as the JIT would specialize a real launch, and report shared memory, registers and spills.
+as the JIT would specialize a real launch (model shapes: K a multiple of the K tile), and report shared memory, registers and spills.
 
 The interpreter (the CPU tests) runs kernels as Python: what only the compiler checks (return
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
@@ -75,7 +75,7 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=bool(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
-                  UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, **_ones(elem))
+                  UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
@@ -90,7 +90,8 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
                   EXACT_W=fp8, HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
-                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, **_ones(elem))
+                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
+                  **_ones(elem))
     ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
