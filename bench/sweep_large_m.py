@@ -87,7 +87,8 @@ def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: fl
             us = graph_ms(lambda: run(cfg), _reps(m)) * 1e3
             status = "ok" if err <= AGREE else f"DISAGREES ({err:.2e} > {AGREE})"
         except Exception as exc:  # noqa: BLE001 - a candidate that fails is reported, never chosen
-            us, err, status = float("nan"), float("nan"), f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+            first = str(exc).splitlines()[0][:80] if str(exc) else ""
+            us, err, status = float("nan"), float("nan"), f"FAILED {type(exc).__name__}: {first}"
             if ref is None:
                 print(f"{label:44} {m:5d} default failed: {status}", flush=True)
                 return

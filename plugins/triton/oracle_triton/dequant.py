@@ -178,12 +178,17 @@ def k_in(offs, limit, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def act_tile(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr = False):
+    """A[rows, k0 : k0 + BLOCK_K] as stored (zeros past K and in rows not ok)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+
+
+@triton.jit
 def act_codes_tile(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr,
                    dot_t: tl.constexpr, EVEN_K: tl.constexpr = False):
     """The activation codes A[rows, k0 : k0 + BLOCK_K] as a dot operand (W8A8)."""
-    offs_k = k0 + tl.arange(0, BLOCK_K)
-    a = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-    return fp8_operand(a, FP8_DOT, HW_FP8, dot_t)
+    return fp8_operand(act_tile(a_rows, row_ok, k0, K, BLOCK_K, EVEN_K), FP8_DOT, HW_FP8, dot_t)
 
 
 @triton.jit
@@ -220,8 +225,9 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
 
     PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
     BLOCK_K divides 128): the tile's product times its activation scales xs [BM] and weight
-    scales ws [BN] (fp8_tile_scales; UNIFORM_WS: one scalar, folded into xs: one FMA per element). Else the product accumulates inside the dot, unscaled
-    (both scales are constant along K: fp8_codes_scale applies them once to the sum).
+    scales ws [BN] (fp8_tile_scales; UNIFORM_WS: one scalar, folded into xs: one FMA per
+    element). Else the product accumulates inside the dot, unscaled (both scales are constant
+    along K: fp8_codes_scale applies them once to the sum).
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
     dtype before its product) only by those two 2**-9-relative roundings: the code products

@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale, fp8_tile_scales,
-                      k_in, quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
+from .dequant import (act_codes_tile, act_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale,
+                      fp8_tile_scales, quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
 
 
 @triton.jit
@@ -129,9 +129,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
     elif FULL_TILE:
         for t in range(t0, t1):
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :],
-                        other=0.0).to(dot_t)
+            x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
             acc = w4_product(acc, x, t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N,
                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                              ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, dot_t, DOT_F32, EVEN_K)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, k_in, tile_product,
+from .dequant import (act_codes_tile, act_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, tile_product,
                       to_dtype, w4_product)
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
@@ -203,9 +203,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                                             A_CODES)
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
-                offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-                x = tl.load(a_rows + offs_k[None, :], mask=valid[:, None] & k_in(offs_k, K, EVEN_K)[None, :],
-                            other=0.0).to(dot_t)
+                x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
                 acc_g = w4_product(acc_g, x, t * BLOCK_K, n_w, w_e, s_e, z_e, gscale, K, N_W,
                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                    ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, dot_t, DOT_F32, EVEN_K)

@@ -1,5 +1,6 @@
 """Compile oracle-triton's kernels for sm_90 on a machine without a GPU (Triton's own ptxas),
-as the JIT would specialize a real launch (model shapes: K a multiple of the K tile), and report shared memory, registers and spills.
+as the JIT would specialize a real launch (model shapes: K a multiple of the K tile), and
+report shared memory, registers and spills.
 
 The interpreter (the CPU tests) runs kernels as Python: what only the compiler checks (return
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
