@@ -62,6 +62,27 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
             "num_warps": warps, "num_stages": stages}
 
 
+#: Up to this many rows the CUDA-core GEMV (gemv.py) serves dense layers; above, the tensor-core GEMM.
+GEMV_MAX_M = 1
+
+
+def gemv_config(n: int, k: int, sms: int, elem: int) -> dict[str, int]:
+    """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
+
+    A program accumulates BLOCK_N x BLOCK_K products elementwise (64 fp32 registers per thread at
+    4 warps; an E2M1 byte holds two products); BLOCK_N divides 128 so a program's rows share one
+    FP8 block scale. Split-K fills the GPU (about two programs per SM) when N alone gives too few tiles."""
+    bn, warps = 32, 4
+    bk = 512 if elem in (1, 2) else 256
+    tiles = -(-n // bn)
+    k_tiles = -(-k // bk)
+    split = 1
+    while split < 16 and tiles * split < 2 * sms and k_tiles // (2 * split) >= 2:
+        split *= 2
+    from .gemv import DECODE_F16
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_F16, "num_warps": warps, "num_stages": 3}
+
+
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
     from .gemm import act_qdq_kernel
@@ -97,16 +118,17 @@ class DenseGemm:
                  config: dict[str, int] | None = None) -> torch.Tensor:
         from .gemm import wgemm_kernel
 
+        m = x.shape[0]
+        if (config is None and m <= GEMV_MAX_M) or (config is not None and "DECODE" in config):
+            return self.gemv(x, act, act_scale, out_dtype, config)
         if act:
             x = quantize_activations(x, act, act_scale, self.facts)
-        m = x.shape[0]
         lay = self.layout
         cfg = config or dense_config(m, self.n, self.k, self.facts["sms"], lay.pack)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
         split = cfg["SPLIT_K"]
-        part = torch.empty(split, m, self.n, dtype=torch.float32, device=x.device) if split > 1 else y
-        cnt = self.counters(grid_n * grid_m, split) if split > 1 else self.scale
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         wgemm_kernel[(grid_n, grid_m, split)](
             x, self.weight, self.scale, self.zero, self.global_scale,
             self.bias if self.bias is not None else self.scale, y, part, cnt,
@@ -116,5 +138,39 @@ class DenseGemm:
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        return y
+
+    def config_for(self, m: int) -> dict[str, int]:
+        """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
+        if m <= GEMV_MAX_M:
+            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem)
+        return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
+
+    def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
+        if split == 1:
+            return y, self.scale
+        return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
+
+    def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+             config: dict[str, int] | None = None) -> torch.Tensor:
+        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
+        from .gemv import gemv_kernel
+
+        lay = self.layout
+        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem)
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(1, grid_n, split, y)
+        gemv_kernel[(grid_n, 1, split)](
+            x, self.weight, self.scale, self.zero, self.global_scale,
+            self.bias if self.bias is not None else self.scale,
+            act_scale if act_scale is not None else self.scale, y, part, cnt,
+            self.n, self.k, lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
+            HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y

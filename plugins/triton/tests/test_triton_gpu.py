@@ -105,3 +105,35 @@ def test_runtime_probe_and_detected_selection():
     major = torch.cuda.get_device_capability()[0]
     if 8 <= major <= 10:
         assert d.backend == "triton", [(c.kernel, c.reason) for c in d.candidates]
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("nvfp4", "w4a4_nvfp4")])
+@pytest.mark.parametrize("decode", [0, 1, 2])
+def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
+    """The three E2M1 decoders of gemv.tile_accumulate (integer, E4M3 bits converted by hardware,
+    fp16 bits) give the reference's values."""
+    from oracle_triton.launch import gemv_config
+
+    act = "nvfp4" if mode == "w4a4_nvfp4" else "bf16"
+    t, e = linear_pair(fmt, 2048, 4096, mode, act, device="cuda")
+    for _ in range(2):
+        x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+        cfg = {**gemv_config(2048, 4096, t.gemm.facts["sms"], t.gemm.layout.elem), "DECODE": decode}
+        scale = None
+        if t.act:
+            from oracle_triton.linear import dynamic_tensor_scale
+            scale = dynamic_tensor_scale(x, t.act)
+        assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, decode
+
+
+def test_moe_aligned_path_graph_capture_and_replay():
+    """Above DIRECT_MAX_TOKENS the sorted, block-aligned grouped GEMM runs: captured and replayed too."""
+    t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", device="cuda")
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(64, 32, 4, "cuda")
+    g, out = _graph(t.apply, x, w, ids)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, ref.apply(x, w, ids)) < TOL

@@ -1,0 +1,275 @@
+"""Small-batch (decode) products on CUDA cores: y = x @ dequant(W)^T for a few rows of x.
+
+At M = 1..8 a tensor-core tile is mostly padding, and feeding it decoded weights costs layout
+shuffles through shared memory; the product is bound by reading the weights. So each program
+streams a [BLOCK_N, BLOCK_K] tile of packed weights with vector loads along the storage's
+contiguous dim, decodes it in registers, multiplies it with the activation rows broadcast along
+N and reduces along K. Scales multiply per-group partial sums (one multiply per group, not per
+weight): the products of codes are exact in fp32, so this is closer to the exact product than
+the reference, which rounds each dequantized weight to the layer dtype first (relative 2**-9 per
+weight, far inside the stated tolerances). Activations of W8A8/W4A4 modes are rounded in the
+prologue of each K tile, exactly as oracle-emulation rounds them (no separate launch).
+
+The dense kernel splits K across programs when N alone cannot fill the GPU (gemm.finish_tile
+sums the partials in a fixed order); the MoE kernels (moe_gemv.py) reuse `product_tile`.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, quantize_tile, to_dtype
+
+#: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
+#: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
+#: capability >= 8.9); 2 bits placed in an fp16 (values x 2**-14, subnormals exact).
+DECODE_INT, DECODE_E4M3, DECODE_F16 = 0, 1, 2
+
+
+@triton.jit
+def _fp4_pair(units, DECODE: tl.constexpr):
+    """Packed bytes (low nibble = even k) -> (even, odd) fp32 values, times 2**-6 (DECODE 1),
+    2**-14 (DECODE 2) or 1 (DECODE 0); the caller multiplies the power of two back per group."""
+    b = units.to(tl.int32)
+    if DECODE == 1:
+        lo = (((b & 7) << 2) | ((b & 8) << 4)).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        hi = (((b >> 2) & 0x1C) | (b & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif DECODE == 2:
+        lo = (((b & 7) << 9) | ((b & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (((b & 0x70) << 5) | ((b & 0x80) << 8)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        lo = e2m1_decode(b & 15)
+        hi = e2m1_decode((b >> 4) & 15)
+    return lo, hi
+
+
+@triton.jit
+def _fp8_values(units, HW_FP8: tl.constexpr):
+    if HW_FP8:
+        return units.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    return e4m3_decode(units.to(tl.int32))
+
+
+@triton.jit
+def load_act(a_rows, row_ok, k0, K, amax_rows, xs_ptr, ACT: tl.constexpr, ROWS: tl.constexpr,
+             BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """fp32 [ROWS, BLOCK_K] activations at k0, rounded through the activation format (ACT != 0) to
+    the values the reference multiplies (codes x scales, in the layer dtype)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+    if ACT == 1:   # 1x128 groups: each group of the tile is its own row for quantize_tile
+        G: tl.constexpr = BLOCK_K // 128
+        x = tl.reshape(quantize_tile(tl.reshape(x, [ROWS * G, 128]), tl.zeros([ROWS * G], tl.float32), 1,
+                                     xs_ptr, ROWS * G, 128), [ROWS, BLOCK_K])
+        x = to_dtype(x, io_t, EXACT_BF16).to(tl.float32)
+    elif ACT != 0:
+        x = to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, ROWS, BLOCK_K), io_t, EXACT_BF16).to(tl.float32)
+    return x
+
+
+@triton.jit
+def row_amax(a_rows, row_ok, K, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per-row amax over all of K (per-token FP8 scales, ACT 2); zeros otherwise."""
+    amax = tl.zeros([ROWS], dtype=tl.float32)
+    if ACT == 2:
+        for t in range(0, tl.cdiv(K, BLOCK_K)):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            xa = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(xa.to(tl.float32)), axis=1))
+    return amax
+
+
+@triton.jit
+def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The elementwise accumulator of one program (the shape tile_accumulate adds into).
+
+    Products are accumulated element by element over the K loop and reduced once at the end
+    (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
+    if ELEM == 3:
+        return tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
+    if ELEM == 0:
+        return tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    return tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 2], dtype=tl.float32)
+
+
+@triton.jit
+def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr):
+    """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
+    if ELEM == 3:
+        return tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
+    if ELEM == 0:
+        return tl.sum(acc, axis=1)
+    r = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if DECODE == 1:
+        r = r * 64.0
+    elif DECODE == 2:
+        r = r * 16384.0
+    return r
+
+
+@triton.jit
+def tile_accumulate(acc, a_row, k0, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, gscale, N,
+                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+                    HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """acc + x[k0 : k0 + BLOCK_K] * dequant(W[offs_n, same k]), elementwise (one activation row at a_row).
+
+    Each format's tile is loaded in the shape its scales broadcast over (no reshapes of the big
+    tile): FP8 [BN, BK]; E2M1 [BN, groups, units per group]; GPTQ int4 [groups, words per group,
+    BN, 8 nibbles]. Per-channel / per-tensor FP8 scales are applied after the reduction
+    (tail_scale). EXACT_W (W8A8 / W4A4): each weight is dequantized and rounded to the layer
+    dtype first, as the reference does, so the next layer's activation rounding sees the
+    reference's values."""
+    n_ok = offs_n < N
+    if ELEM == 3:
+        G: tl.constexpr = BLOCK_K // GROUP
+        UJ: tl.constexpr = GROUP // 8
+        g3 = tl.arange(0, G)[:, None, None]
+        j3 = (k0 // 8 + tl.arange(0, G)[:, None] * UJ + tl.arange(0, UJ)[None, :])[:, :, None]    # [G, UJ, 1]
+        n3 = offs_n[None, None, :]
+        u = tl.load(w_ptr + j3 * stride_wk + n3 * stride_wn, mask=(j3 < K // 8) & (n3 < N), other=0)
+        i4 = tl.arange(0, 8)[None, None, None, :]
+        # nibble | 0x4B000000 is the float 2**23 + q: q exact after one subtraction (no int->float convert)
+        q = (((u[:, :, :, None] >> (4 * i4)) & 15) | 0x4B000000).to(tl.float32, bitcast=True)
+        gk = k0 // GROUP + g3                                                             # [G, 1, 1]
+        smask = (gk < K // GROUP) & (n3 < N)
+        s = tl.load(s_ptr + gk * stride_sk + n3 * stride_sn, mask=smask, other=0.0).to(tl.float32)
+        if HAS_ZERO:
+            zw = tl.load(z_ptr + gk * stride_zk + n3 // 8, mask=smask, other=0)
+            zero = ((zw >> ((n3 % 8) * 4)) & 15).to(tl.float32) + 8388608.0
+        else:
+            zero = tl.full([G, 1, BLOCK_N], 8388616.0, tl.float32)
+        kx = j3 * 8                                                                       # [G, UJ, 1]
+        x = tl.load(a_row + kx[:, :, :, None] + i4, mask=(kx[:, :, :, None] + i4) < K, other=0.0).to(tl.float32)
+        return acc + (q - zero[:, :, :, None]) * s[:, :, :, None] * x
+    if ELEM == 0:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        u = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                    mask=n_ok[:, None] & (offs_k[None, :] < K), other=0)
+        x = tl.reshape(load_act(a_row + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), k0, K, amax, xs_ptr,
+                                ACT, 1, BLOCK_K, io_t, EXACT_BF16), [BLOCK_K])
+        w = _fp8_values(u, HW_FP8)
+        if GROUP == 1:
+            if EXACT_W:
+                w = to_dtype(w * tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)[:, None],
+                             io_t, EXACT_BF16).to(tl.float32)
+            return acc + w * x[None, :]
+        # block scales: one per (128 rows, 128 columns); the program's rows share one row block
+        # (BLOCK_N divides 128 and tiles start at multiples of BLOCK_N: launch.gemv_config)
+        sk = tl.load(s_ptr + (tl.min(offs_n, axis=0) // SCALE_ROWS) * stride_sn + (offs_k // GROUP) * stride_sk,
+                     mask=offs_k < K, other=0.0)
+        if EXACT_W:
+            return acc + to_dtype(w * sk[None, :], io_t, EXACT_BF16).to(tl.float32) * x[None, :]
+        return acc + w * (x * sk)[None, :]
+    # E2M1 (MXFP4 / NVFP4): [N, K/2] bytes, low nibble = even k
+    G4: tl.constexpr = BLOCK_K // GROUP
+    UG: tl.constexpr = GROUP // 2
+    gg = tl.arange(0, G4)
+    j2 = k0 // 2 + gg[:, None] * UG + tl.arange(0, UG)[None, :]                          # [G, UG] units
+    u = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + j2[None, :, :] * stride_wk,
+                mask=n_ok[:, None, None] & (j2[None, :, :] < K // 2), other=0)
+    lo, hi = _fp4_pair(u, DECODE)
+    if ACT == 4:      # NVFP4 activations: one scale per 16 = per weight group (GROUP == 16)
+        offs16 = k0 + gg[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+        xg = tl.load(a_row + offs16, mask=offs16 < K, other=0.0).to(tl.float32)
+        xg = to_dtype(quantize_tile(xg, tl.zeros([G4], tl.float32), 4, xs_ptr, G4, GROUP), io_t, EXACT_BF16)
+        xe, xo = tl.split(tl.reshape(xg.to(tl.float32), [G4, UG, 2]))
+    else:
+        xe = tl.load(a_row + 2 * j2, mask=2 * j2 < K, other=0.0).to(tl.float32)
+        xo = tl.load(a_row + 2 * j2 + 1, mask=2 * j2 + 1 < K, other=0.0).to(tl.float32)
+    gk = k0 // GROUP + gg
+    sraw = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                   mask=n_ok[:, None] & (gk[None, :] < K // GROUP), other=0).to(tl.int32)
+    if ELEM == 1:
+        sg = e8m0_decode(sraw)
+    else:
+        sg = e4m3_decode(sraw) * gscale
+    if EXACT_W:       # the reference's weights: value x scale rounded to the layer dtype (scale x 2**s here)
+        if DECODE == 1:
+            sg = sg * 64.0
+        elif DECODE == 2:
+            sg = sg * 16384.0
+        lo = to_dtype(lo * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+        hi = to_dtype(hi * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+        scale_back = 1.0
+        if DECODE == 1:
+            scale_back = 1.0 / 64.0
+        elif DECODE == 2:
+            scale_back = 1.0 / 16384.0
+        return acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * scale_back
+    return acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * sg[:, :, None]
+
+
+@triton.jit
+def tail_scale(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.constexpr, EXACT_W: tl.constexpr):
+    """Per-channel / per-tensor FP8 weight scales ([BLOCK_N], stride 0 for one per tensor); 1 elsewhere
+    (and under EXACT_W, where product_tile applied them to each weight)."""
+    if ELEM == 0 and GROUP == 1 and not EXACT_W:
+        return tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
+    return tl.full(offs_n.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def finish_tile(acc, part_ptr, cnt_ptr, tile, pid_k, b_ptr, y_ptr, offs_m, offs_n, M, N, stride_ym,
+                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """Write an fp32 [BM, BN] result (+ bias) in y's dtype; with SPLIT_K > 1 `acc` is one K slice:
+    it goes to the workspace and the last program of the tile to arrive (atomic counter) sums the
+    slices in a fixed order and resets the counter (so a CUDA-graph replay finds it at zero)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K > 1:
+        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(base + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros(acc.shape, dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+
+
+@triton.jit
+def _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_ptr, cnt_ptr,
+                N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+                HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
+                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(2)
+    if OUT_F16:
+        io_t = tl.float16
+    else:
+        io_t = tl.bfloat16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = tl.full([1], 1, tl.int1)
+    amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), row_ok, K, ACT, 1, BLOCK_K)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    t0 = pid_k * per_split
+    t1 = tl.minimum(t0 + per_split, k_tiles)
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = tl.load(g_ptr)
+    acc = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K)
+    for t in range(t0, t1):
+        acc = tile_accumulate(acc, x_ptr, t * BLOCK_K, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, gscale, N,
+                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                              ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, ACT != 0,
+                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    y = tile_reduce(acc, ELEM, DECODE) * tail_scale(s_ptr, offs_n, N, stride_sn, ELEM, GROUP, ACT != 0)
+    finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n,
+                1, N, N, SPLIT_K, HAS_BIAS, EXACT_BF16)
