@@ -78,7 +78,7 @@ def sweep_dense(bw, rows, deadline):
             g = t.gemm
             sms, elem = g.facts["sms"], g.layout.elem
             hbm = t.packed.nbytes() / bw * 1e6
-            base = gemv_config(n, k, sms, elem)
+            base = gemv_config(n, k, sms, elem, g.layout.group)
             ref = t.apply(x1)
             best = None
             for label, cfg in variants(base, elem):
@@ -151,7 +151,7 @@ def sweep_moe(bw, rows, deadline):
             moe_mod.DIRECT_MAX_TOKENS = saved
             print(f"  {name} M={m}: bf16 {tb:.1f} us, aligned {ta:.1f} us (x{tb / ta:.2f}), hbm {hbm:.1f} us, "
                   f"direct-vs-aligned err {rel(ref, aligned):.1e}", flush=True)
-            base = moe_gemv_config(m, t.w13.layout.elem)
+            base = moe_gemv_config(m, t.w13.layout.elem, t.w13.layout.group)
             best = ("aligned", ta, None)
             for label, cfg in variants(base, t.w13.layout.elem):
                 try:

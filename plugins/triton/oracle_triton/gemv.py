@@ -51,12 +51,10 @@ def _fp8_values(units, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def load_act(a_rows, row_ok, k0, K, amax_rows, xs_ptr, ACT: tl.constexpr, ROWS: tl.constexpr,
-             BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """fp32 [ROWS, BLOCK_K] activations at k0, rounded through the activation format (ACT != 0) to
-    the values the reference multiplies (codes x scales, in the layer dtype)."""
-    offs_k = k0 + tl.arange(0, BLOCK_K)
-    x = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+def round_act(x, amax_rows, xs_ptr, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+              io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """fp32 [ROWS, BLOCK_K] activations rounded through the activation format (ACT != 0) to the values
+    the reference multiplies (codes x scales, in the layer dtype)."""
     if ACT == 1:   # 1x128 groups: each group of the tile is its own row for quantize_tile
         G: tl.constexpr = BLOCK_K // 128
         x = tl.reshape(quantize_tile(tl.reshape(x, [ROWS * G, 128]), tl.zeros([ROWS * G], tl.float32), 1,
@@ -85,129 +83,204 @@ def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, B
 
     Products are accumulated element by element over the K loop and reduced once at the end
     (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
+    # (one return: compiled Triton type-checks every return statement of a function)
     if ELEM == 3:
-        return tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
-    if ELEM == 0:
-        return tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    return tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 2], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
+    elif ELEM == 0:
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 2], dtype=tl.float32)
+    return acc
 
 
 @triton.jit
 def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr):
     """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
     if ELEM == 3:
-        return tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
-    if ELEM == 0:
-        return tl.sum(acc, axis=1)
-    r = tl.sum(tl.sum(acc, axis=2), axis=1)
-    if DECODE == 1:
-        r = r * 64.0
-    elif DECODE == 2:
-        r = r * 16384.0
+        r = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
+    elif ELEM == 0:
+        r = tl.sum(acc, axis=1)
+    else:
+        r = tl.sum(tl.sum(acc, axis=2), axis=1)
+        if DECODE == 1:
+            r = r * 64.0
+        elif DECODE == 2:
+            r = r * 16384.0
     return r
 
 
 @triton.jit
-def tile_accumulate(acc, a_row, k0, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, gscale, N,
-                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                    ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
-                    HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """acc + x[k0 : k0 + BLOCK_K] * dequant(W[offs_n, same k]), elementwise (one activation row at a_row).
+def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+              ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+              ACT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
+    at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
 
-    Each format's tile is loaded in the shape its scales broadcast over (no reshapes of the big
-    tile): FP8 [BN, BK]; E2M1 [BN, groups, units per group]; GPTQ int4 [groups, words per group,
-    BN, 8 nibbles]. Per-channel / per-tensor FP8 scales are applied after the reduction
-    (tail_scale). EXACT_W (W8A8 / W4A4): each weight is dequantized and rounded to the layer
-    dtype first, as the reference does, so the next layer's activation rounding sees the
-    reference's values."""
+    The kernels call it one tile ahead (registers double-buffer the tile): Triton's pipeliner
+    stages only loads that feed tl.dot, and a loop that waits for each tile's loads is bound by
+    memory latency, not bandwidth. Each format's tile has the shape its scales broadcast over (no
+    reshape of the big tile): FP8 [BN, BK]; E2M1 [BN, groups, bytes per group]; GPTQ int4
+    [groups, words per group, BN]."""
     n_ok = offs_n < N
     if ELEM == 3:
         G: tl.constexpr = BLOCK_K // GROUP
         UJ: tl.constexpr = GROUP // 8
-        g3 = tl.arange(0, G)[:, None, None]
         j3 = (k0 // 8 + tl.arange(0, G)[:, None] * UJ + tl.arange(0, UJ)[None, :])[:, :, None]    # [G, UJ, 1]
         n3 = offs_n[None, None, :]
-        u = tl.load(w_ptr + j3 * stride_wk + n3 * stride_wn, mask=(j3 < K // 8) & (n3 < N), other=0)
-        i4 = tl.arange(0, 8)[None, None, None, :]
-        # nibble | 0x4B000000 is the float 2**23 + q: q exact after one subtraction (no int->float convert)
-        q = (((u[:, :, :, None] >> (4 * i4)) & 15) | 0x4B000000).to(tl.float32, bitcast=True)
-        gk = k0 // GROUP + g3                                                             # [G, 1, 1]
-        smask = (gk < K // GROUP) & (n3 < N)
-        s = tl.load(s_ptr + gk * stride_sk + n3 * stride_sn, mask=smask, other=0.0).to(tl.float32)
+        u = tl.load(w_ptr + j3 * stride_wk + n3 * stride_wn, mask=(j3 < k_end // 8) & (n3 < N), other=0)
+        gk = k0 // GROUP + tl.arange(0, G)[:, None, None]                                 # [G, 1, 1]
+        smask = (gk < k_end // GROUP) & (n3 < N)
+        s = tl.load(s_ptr + gk * stride_sk + n3 * stride_sn, mask=smask, other=0.0)
         if HAS_ZERO:
-            zw = tl.load(z_ptr + gk * stride_zk + n3 // 8, mask=smask, other=0)
-            zero = ((zw >> ((n3 % 8) * 4)) & 15).to(tl.float32) + 8388608.0
+            z = tl.load(z_ptr + gk * stride_zk + n3 // 8, mask=smask, other=0)
         else:
-            zero = tl.full([G, 1, BLOCK_N], 8388616.0, tl.float32)
-        kx = j3 * 8                                                                       # [G, UJ, 1]
-        x = tl.load(a_row + kx[:, :, :, None] + i4, mask=(kx[:, :, :, None] + i4) < K, other=0.0).to(tl.float32)
-        return acc + (q - zero[:, :, :, None]) * s[:, :, :, None] * x
-    if ELEM == 0:
+            z = u
+        kx = j3[:, :, :, None] * 8 + tl.arange(0, 8)[None, None, None, :]                # [G, UJ, 1, 8]
+        x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
+        x2 = u
+    elif ELEM == 0:
         offs_k = k0 + tl.arange(0, BLOCK_K)
         u = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                    mask=n_ok[:, None] & (offs_k[None, :] < K), other=0)
-        x = tl.reshape(load_act(a_row + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), k0, K, amax, xs_ptr,
-                                ACT, 1, BLOCK_K, io_t, EXACT_BF16), [BLOCK_K])
-        w = _fp8_values(u, HW_FP8)
+                    mask=n_ok[:, None] & (offs_k[None, :] < k_end), other=0)
         if GROUP == 1:
-            if EXACT_W:
-                w = to_dtype(w * tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)[:, None],
-                             io_t, EXACT_BF16).to(tl.float32)
-            return acc + w * x[None, :]
-        # block scales: one per (128 rows, 128 columns); the program's rows share one row block
-        # (BLOCK_N divides 128 and tiles start at multiples of BLOCK_N: launch.gemv_config)
-        sk = tl.load(s_ptr + (tl.min(offs_n, axis=0) // SCALE_ROWS) * stride_sn + (offs_k // GROUP) * stride_sk,
-                     mask=offs_k < K, other=0.0)
-        if EXACT_W:
-            return acc + to_dtype(w * sk[None, :], io_t, EXACT_BF16).to(tl.float32) * x[None, :]
-        return acc + w * (x * sk)[None, :]
-    # E2M1 (MXFP4 / NVFP4): [N, K/2] bytes, low nibble = even k
-    G4: tl.constexpr = BLOCK_K // GROUP
-    UG: tl.constexpr = GROUP // 2
-    gg = tl.arange(0, G4)
-    j2 = k0 // 2 + gg[:, None] * UG + tl.arange(0, UG)[None, :]                          # [G, UG] units
-    u = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + j2[None, :, :] * stride_wk,
-                mask=n_ok[:, None, None] & (j2[None, :, :] < K // 2), other=0)
-    lo, hi = _fp4_pair(u, DECODE)
-    if ACT == 4:      # NVFP4 activations: one scale per 16 = per weight group (GROUP == 16)
-        offs16 = k0 + gg[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
-        xg = tl.load(a_row + offs16, mask=offs16 < K, other=0.0).to(tl.float32)
-        xg = to_dtype(quantize_tile(xg, tl.zeros([G4], tl.float32), 4, xs_ptr, G4, GROUP), io_t, EXACT_BF16)
-        xe, xo = tl.split(tl.reshape(xg.to(tl.float32), [G4, UG, 2]))
+            s = u
+        else:   # BLOCK_K == GROUP and BLOCK_N divides SCALE_ROWS: one block scale for the whole tile
+            s = tl.load(s_ptr + (n0 // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=k0 < k_end,
+                        other=0.0)
+        z = u
+        x = tl.load(a_row + offs_k, mask=offs_k < k_end, other=0.0)
+        x2 = u
     else:
-        xe = tl.load(a_row + 2 * j2, mask=2 * j2 < K, other=0.0).to(tl.float32)
-        xo = tl.load(a_row + 2 * j2 + 1, mask=2 * j2 + 1 < K, other=0.0).to(tl.float32)
-    gk = k0 // GROUP + gg
-    sraw = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
-                   mask=n_ok[:, None] & (gk[None, :] < K // GROUP), other=0).to(tl.int32)
-    if ELEM == 1:
-        sg = e8m0_decode(sraw)
-    else:
-        sg = e4m3_decode(sraw) * gscale
-    if EXACT_W:       # the reference's weights: value x scale rounded to the layer dtype (scale x 2**s here)
-        if DECODE == 1:
-            sg = sg * 64.0
-        elif DECODE == 2:
-            sg = sg * 16384.0
-        lo = to_dtype(lo * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
-        hi = to_dtype(hi * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
-        scale_back = 1.0
-        if DECODE == 1:
-            scale_back = 1.0 / 64.0
-        elif DECODE == 2:
-            scale_back = 1.0 / 16384.0
-        return acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * scale_back
-    return acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * sg[:, :, None]
+        G4: tl.constexpr = BLOCK_K // GROUP
+        UG: tl.constexpr = GROUP // 2
+        gg = tl.arange(0, G4)
+        j2 = k0 // 2 + gg[:, None] * UG + tl.arange(0, UG)[None, :]                      # [G, UG] bytes
+        u = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + j2[None, :, :] * stride_wk,
+                    mask=n_ok[:, None, None] & (j2[None, :, :] < k_end // 2), other=0)
+        gk = k0 // GROUP + gg
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                    mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
+        z = u
+        if ACT == 4:      # NVFP4 activations: one scale per 16 along K = per weight group (GROUP == 16)
+            offs16 = k0 + gg[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+            x = tl.load(a_row + offs16, mask=offs16 < k_end, other=0.0)
+            x2 = u
+        else:
+            x = tl.load(a_row + 2 * j2, mask=2 * j2 < k_end, other=0.0)
+            x2 = tl.load(a_row + 2 * j2 + 1, mask=2 * j2 + 1 < k_end, other=0.0)
+    return u, s, z, x, x2
 
 
 @triton.jit
-def tail_scale(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.constexpr, EXACT_W: tl.constexpr):
-    """Per-channel / per-tensor FP8 weight scales ([BLOCK_N], stride 0 for one per tensor); 1 elsewhere
-    (and under EXACT_W, where product_tile applied them to each weight)."""
-    if ELEM == 0 and GROUP == 1 and not EXACT_W:
-        return tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
-    return tl.full(offs_n.shape, 1.0, tl.float32)
+def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
+                 ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
+                 DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
+
+    wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
+    EXACT_W; otherwise after the reduction). EXACT_W (W8A8 / W4A4): each weight is dequantized and
+    rounded to the layer dtype first, as the reference does, so the next layer's activation
+    rounding sees the reference's values."""
+    if ELEM == 3:
+        i4 = tl.arange(0, 8)[None, None, None, :]
+        # nibble | 0x4B000000 is the float 2**23 + q: q exact after one subtraction (no int->float convert)
+        q = (((u[:, :, :, None] >> (4 * i4)) & 15) | 0x4B000000).to(tl.float32, bitcast=True)
+        if HAS_ZERO:
+            n3 = tl.arange(0, BLOCK_N)[None, None, :]
+            zero = ((z >> ((n3 % 8) * 4)) & 15).to(tl.float32) + 8388608.0
+        else:
+            zero = tl.full(s.shape, 8388616.0, tl.float32)
+        res = acc + (q - zero[:, :, :, None]) * s.to(tl.float32)[:, :, :, None] * x.to(tl.float32)
+    elif ELEM == 0:
+        w = _fp8_values(u, HW_FP8)
+        xf = x.to(tl.float32)
+        if ACT != 0:
+            xf = tl.reshape(round_act(tl.reshape(xf, [1, BLOCK_K]), amax, xs_ptr, ACT, 1, BLOCK_K, io_t, EXACT_BF16),
+                            [BLOCK_K])
+        if GROUP == 1:
+            if EXACT_W:
+                w = to_dtype(w * wscale[:, None], io_t, EXACT_BF16).to(tl.float32)
+            res = acc + w * xf[None, :]
+        elif EXACT_W:
+            res = acc + to_dtype(w * s, io_t, EXACT_BF16).to(tl.float32) * xf[None, :]
+        else:
+            res = acc + w * (xf * s)[None, :]
+    else:
+        lo, hi = _fp4_pair(u, DECODE)
+        if ACT == 4:
+            G4: tl.constexpr = BLOCK_K // GROUP
+            xg = to_dtype(quantize_tile(x.to(tl.float32), tl.zeros([G4], tl.float32), 4, xs_ptr, G4, GROUP),
+                          io_t, EXACT_BF16).to(tl.float32)
+            xe, xo = tl.split(tl.reshape(xg, [G4, GROUP // 2, 2]))
+        else:
+            xe = x.to(tl.float32)
+            xo = x2.to(tl.float32)
+        sraw = s.to(tl.int32)
+        if ELEM == 1:
+            sg = e8m0_decode(sraw)
+        else:
+            sg = e4m3_decode(sraw) * gscale
+        if EXACT_W:       # the reference's weights: value x scale rounded to the layer dtype
+            if DECODE == 1:
+                sg = sg * 64.0
+            elif DECODE == 2:
+                sg = sg * 16384.0
+            lo = to_dtype(lo * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+            hi = to_dtype(hi * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+            scale_back = 1.0
+            if DECODE == 1:
+                scale_back = 1.0 / 64.0
+            elif DECODE == 2:
+                scale_back = 1.0 / 16384.0
+            res = acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * scale_back
+        else:
+            res = acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * sg[:, :, None]
+    return res
+
+
+@triton.jit
+def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, wscale, gscale, N,
+                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                 ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+                 HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
+    next tile's loads in flight while a tile is computed."""
+    n0 = tl.min(offs_n, axis=0)
+    k_end = tl.minimum(K, t1 * BLOCK_K)
+    u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, BLOCK_N, BLOCK_K)
+    for t in range(t0, t1):
+        un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, BLOCK_N, BLOCK_K)
+        acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        u, s, z, x, x2 = un, sn, zn, xn, x2n
+    return acc
+
+
+@triton.jit
+def channel_scales(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.constexpr):
+    """Per-channel / per-tensor FP8 weight scales ([BLOCK_N], stride 0 for one per tensor); 1 elsewhere."""
+    if ELEM == 0 and GROUP == 1:
+        r = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
+    else:
+        r = tl.full(offs_n.shape, 1.0, tl.float32)
+    return r
+
+
+@triton.jit
+def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr):
+    """[BLOCK_N] results of a row's elementwise accumulator: reduced, then channel scales (unless
+    EXACT_W applied them to each weight)."""
+    r = tile_reduce(acc, ELEM, DECODE)
+    if not EXACT_W:
+        r = r * wscale
+    return r
 
 
 @triton.jit
@@ -255,8 +328,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
     else:
         io_t = tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = tl.full([1], 1, tl.int1)
-    amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), row_ok, K, ACT, 1, BLOCK_K)
+    amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
     k_tiles = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     t0 = pid_k * per_split
@@ -264,12 +336,10 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)
-    acc = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K)
-    for t in range(t0, t1):
-        acc = tile_accumulate(acc, x_ptr, t * BLOCK_K, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, gscale, N,
-                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                              ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, ACT != 0,
-                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-    y = tile_reduce(acc, ELEM, DECODE) * tail_scale(s_ptr, offs_n, N, stride_sn, ELEM, GROUP, ACT != 0)
+    wscale = channel_scales(s_ptr, offs_n, N, stride_sn, ELEM, GROUP)
+    acc = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), x_ptr, t0, t1, K, amax, xs_ptr, offs_n, w_ptr,
+                       s_ptr, z_ptr, wscale, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    y = finish_row(acc, wscale, ELEM, DECODE, ACT != 0)
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n,
                 1, N, N, SPLIT_K, HAS_BIAS, EXACT_BF16)

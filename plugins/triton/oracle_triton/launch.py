@@ -66,14 +66,15 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
 GEMV_MAX_M = 1
 
 
-def gemv_config(n: int, k: int, sms: int, elem: int) -> dict[str, int]:
+def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1) -> dict[str, int]:
     """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (64 fp32 registers per thread at
     4 warps; an E2M1 byte holds two products); BLOCK_N divides 128 so a program's rows share one
-    FP8 block scale. Split-K fills the GPU (about two programs per SM) when N alone gives too few tiles."""
+    FP8 block scale, and block FP8 takes BLOCK_K = 128 (one scale per tile). Split-K fills the GPU
+    (about two programs per SM) when N alone gives too few tiles."""
     bn, warps = 32, 4
-    bk = 512 if elem in (1, 2) else 256
+    bk = 512 if elem in (1, 2) else (128 if elem == 0 and group == 128 else 256)
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1
@@ -144,7 +145,7 @@ class DenseGemm:
     def config_for(self, m: int) -> dict[str, int]:
         """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
         if m <= GEMV_MAX_M:
-            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem)
+            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group)
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,7 +160,7 @@ class DenseGemm:
         from .gemv import gemv_kernel
 
         lay = self.layout
-        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem)
+        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem, lay.group)
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)

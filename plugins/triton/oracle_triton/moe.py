@@ -44,12 +44,13 @@ def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
 DIRECT_MAX_TOKENS = 16
 
 
-def moe_gemv_config(tokens: int, elem: int) -> dict[str, int]:
-    """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program)."""
+def moe_gemv_config(tokens: int, elem: int, group: int = 1) -> dict[str, int]:
+    """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
+    block FP8 takes BLOCK_K = 128, one block scale per tile)."""
     from .gemv import DECODE_F16
 
-    return {"BLOCK_N": 32, "BLOCK_K": 512 if elem in (1, 2) else 256, "DECODE": DECODE_F16,
-            "num_warps": 4, "num_stages": 3}
+    bk = 512 if elem in (1, 2) else (128 if elem == 0 and group == 128 else 256)
+    return {"BLOCK_N": 32, "BLOCK_K": bk, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
 class TritonMoE(Kernel):
@@ -205,7 +206,7 @@ class TritonMoE(Kernel):
         from .moe_gemv import moe_down_kernel, moe_up_kernel
         from .moe_kernels import ACTIVATION_CODES
 
-        cfg = config or moe_gemv_config(m, self.w13.layout.elem)
+        cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group)
         t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .dequant import to_dtype
-from .gemv import finish_tile, row_amax, tail_scale, tile_accumulate, tile_reduce, tile_zeros
+from .gemv import channel_scales, finish_row, finish_tile, row_amax, row_products, tile_zeros
 from .moe_kernels import _activate
 
 
@@ -67,20 +67,20 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
             n_g = j
             n_u = j
         a_row = a_ptr + arow.to(tl.int64) * stride_am
-        acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K)
-        acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K)
-        for t in range(0, tl.cdiv(K, BLOCK_K)):
-            acc_g = tile_accumulate(acc_g, a_row, t * BLOCK_K, K, amax, xs_ptr, n_g, w_e, s_e, z_e, gscale, N_W,
-                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, ACT != 0,
-                                    BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-            if GATED:
-                acc_u = tile_accumulate(acc_u, a_row, t * BLOCK_K, K, amax, xs_ptr, n_u, w_e, s_e, z_e, gscale,
-                                        N_W, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, ACT != 0,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-        acc_g = (tile_reduce(acc_g, ELEM, DECODE) * tail_scale(s_e, n_g, N_W, stride_sn, ELEM, GROUP, ACT != 0))[None, :]
-        acc_u = (tile_reduce(acc_u, ELEM, DECODE) * tail_scale(s_e, n_u, N_W, stride_sn, ELEM, GROUP, ACT != 0))[None, :]
+        ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+                             n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
+                             stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
+                             io_t, EXACT_BF16)
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
+        acc_u = acc_g
+        if GATED:
+            ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+                                 xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
+                                 stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
+                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
         if HAS_BIAS:
             acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
             if GATED:
@@ -126,13 +126,12 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         if ELEM == 2:
             gscale = tl.load(g_ptr + e)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
-        acc_t = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K)
-        for t in range(0, tl.cdiv(K, BLOCK_K)):
-            acc_t = tile_accumulate(acc_t, a_row, t * BLOCK_K, K, amax, xs_ptr, offs_n, w_e, s_e,
-                                    z_ptr + e64 * stride_ze, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, ACT != 0,
-                                    BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-        acc = (tile_reduce(acc_t, ELEM, DECODE) * tail_scale(s_e, offs_n, N, stride_sn, ELEM, GROUP, ACT != 0))[None, :]
+        ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+                             offs_n, w_e, s_e, z_ptr + e64 * stride_ze, ws, gscale, N, stride_wn, stride_wk,
+                             stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output

@@ -118,7 +118,7 @@ def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
     t, e = linear_pair(fmt, 2048, 4096, mode, act, device="cuda")
     for _ in range(2):
         x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
-        cfg = {**gemv_config(2048, 4096, t.gemm.facts["sms"], t.gemm.layout.elem), "DECODE": decode}
+        cfg = {**gemv_config(2048, 4096, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group), "DECODE": decode}
         scale = None
         if t.act:
             from oracle_triton.linear import dynamic_tensor_scale
