@@ -58,7 +58,7 @@ def rel(a, b):
 
 
 def sweep_dense(bw, rows, deadline):
-    from oracle_triton.launch import GEMV_MAX_M, dense_config, gemv_config
+    from oracle_triton.launch import dense_config, gemv_config, use_gemv
     from oracle_triton.linear import TritonLinear
 
     print("\n== dense M=1: variants of gemv_config (us, graph replay) ==")
@@ -102,7 +102,7 @@ def sweep_dense(bw, rows, deadline):
                   f"{best[2]}", flush=True)
             tc = graph_ms(lambda: g(x1, t.act, None, torch.bfloat16, dense_config(1, n, k, sms, g.layout.pack)), 20) * 1e3
             rows.append(dict(kind="dense-mma", shape=name, mode=mode_name, m=1, mma_us=tc, bf16_us=tb))
-            print(f"  M=1 {name:24} {mode_name:12} tensor-core GEMM {tc:7.1f} us (GEMV_MAX_M now {GEMV_MAX_M})", flush=True)
+            print(f"  M=1 {name:24} {mode_name:12} tensor-core GEMM {tc:7.1f} us (GEMV chosen: {use_gemv(1, n, k, elem)})", flush=True)
             del t, g
         del w
         torch.cuda.empty_cache()
@@ -144,11 +144,11 @@ def sweep_moe(bw, rows, deadline):
             flati = ids.reshape(-1).contiguous()
             ref = t.apply_direct(x, flatw, flati, m, topk)
             import oracle_triton.moe as moe_mod
-            saved = moe_mod.DIRECT_MAX_TOKENS
-            moe_mod.DIRECT_MAX_TOKENS = 0
+            saved = moe_mod.use_direct
+            moe_mod.use_direct = lambda *a: False
             ta = graph_ms(lambda: t.apply(x, topw, ids), 20) * 1e3
             aligned = t.apply(x, topw, ids)
-            moe_mod.DIRECT_MAX_TOKENS = saved
+            moe_mod.use_direct = saved
             print(f"  {name} M={m}: bf16 {tb:.1f} us, aligned {ta:.1f} us (x{tb / ta:.2f}), hbm {hbm:.1f} us, "
                   f"direct-vs-aligned err {rel(ref, aligned):.1e}", flush=True)
             base = moe_gemv_config(m, t.w13.layout.elem, t.w13.layout.group)

@@ -62,26 +62,33 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
             "num_warps": warps, "num_stages": stages}
 
 
-#: Up to this many rows the CUDA-core GEMV (gemv.py) serves dense layers; above, the tensor-core GEMM.
-GEMV_MAX_M = 1
+#: FP8 weights up to this many elements take the GEMV at M = 1; larger ones the tensor-core GEMM,
+#: which measured faster on an H200 for 8192x8192 and DeepSeek's 7168x18432 (bench/sweep_gemv.py).
+GEMV_FP8_MAX_ELEMENTS = 1 << 24
+
+
+def use_gemv(m: int, n: int, k: int, elem: int) -> bool:
+    """One activation row: 4-bit weights always take the GEMV (faster than the tensor-core tile for
+    every measured shape); FP8 weights only when small (Qwen3 qkv, DeepSeek kv_a)."""
+    return m == 1 and (elem != 0 or n * k <= GEMV_FP8_MAX_ELEMENTS)
 
 
 def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1) -> dict[str, int]:
     """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
 
-    A program accumulates BLOCK_N x BLOCK_K products elementwise (64 fp32 registers per thread at
-    4 warps; an E2M1 byte holds two products); BLOCK_N divides 128 so a program's rows share one
-    FP8 block scale, and block FP8 takes BLOCK_K = 128 (one scale per tile). Split-K fills the GPU
-    (about two programs per SM) when N alone gives too few tiles."""
-    bn, warps = 32, 4
-    bk = 512 if elem in (1, 2) else (128 if elem == 0 and group == 128 else 256)
+    A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
+    thread at 4 warps; an E2M1 byte holds two). BLOCK_N divides 128 so a program's rows share one
+    FP8 block scale, and block FP8 takes BLOCK_K = 128 (one scale per tile). Split-K only until
+    the programs cover the SMs once: more splits measured slower (bench/sweep_gemv.py, H200)."""
+    bn = 16 if elem == 3 else 32
+    bk = 128 if elem == 0 and group == 128 else 256
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1
-    while split < 16 and tiles * split < 2 * sms and k_tiles // (2 * split) >= 2:
+    while split < 16 and tiles * split < sms and k_tiles // (2 * split) >= 1:
         split *= 2
     from .gemv import DECODE_F16
-    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_F16, "num_warps": warps, "num_stages": 3}
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
@@ -120,7 +127,7 @@ class DenseGemm:
         from .gemm import wgemm_kernel
 
         m = x.shape[0]
-        if (config is None and m <= GEMV_MAX_M) or (config is not None and "DECODE" in config):
+        if (config is None and use_gemv(m, self.n, self.k, self.layout.elem)) or (config is not None and "DECODE" in config):
             return self.gemv(x, act, act_scale, out_dtype, config)
         if act:
             x = quantize_activations(x, act, act_scale, self.facts)
@@ -144,7 +151,7 @@ class DenseGemm:
 
     def config_for(self, m: int) -> dict[str, int]:
         """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
-        if m <= GEMV_MAX_M:
+        if use_gemv(m, self.n, self.k, self.layout.elem):
             return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group)
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 

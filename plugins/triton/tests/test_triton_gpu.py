@@ -127,7 +127,7 @@ def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
 
 
 def test_moe_aligned_path_graph_capture_and_replay():
-    """Above DIRECT_MAX_TOKENS the sorted, block-aligned grouped GEMM runs: captured and replayed too."""
+    """Above moe.use_direct's bound the sorted, block-aligned grouped GEMM runs: captured and replayed too."""
     t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", device="cuda")
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     w, ids = routing(64, 32, 4, "cuda")
@@ -137,3 +137,20 @@ def test_moe_aligned_path_graph_capture_and_replay():
         g.replay()
         torch.cuda.synchronize()
         assert rel(out, ref.apply(x, w, ids)) < TOL
+
+
+def test_moe_direct_path_graph_capture_and_replay():
+    """A few tokens on 4-bit experts take moe_gemv's two launches: captured, replayed, stable."""
+    t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", device="cuda", bias=True)
+    x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(2, 32, 4, "cuda")
+    g, out = _graph(t.apply, x, w, ids)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        nw, nids = routing(2, 32, 4, "cuda")
+        w.copy_(nw)
+        ids.copy_(nids)
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, ref.apply(x, w, ids)) < TOL
+        assert torch.equal(out, t.apply(x, w, ids))
