@@ -73,22 +73,24 @@ def use_gemv(m: int, n: int, k: int, elem: int) -> bool:
     return m == 1 and (elem != 0 or n * k <= GEMV_FP8_MAX_ELEMENTS)
 
 
-def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1) -> dict[str, int]:
+def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
     thread at 4 warps; an E2M1 byte holds two). BLOCK_N divides 128 so a program's rows share one
-    FP8 block scale, and block FP8 takes BLOCK_K = 128 (one scale per tile). Split-K only until
-    the programs cover the SMs once: more splits measured slower (bench/sweep_gemv.py, H200)."""
+    FP8 block scales. Split-K only until the programs cover the SMs once: more splits measured
+    slower (bench/sweep_gemv.py, H200). words: decode whole 32-bit words by inline PTX (DECODE 3;
+    compiled on capability >= 8.9, layer-dtype activations)."""
     bn = 16 if elem == 3 else 32
-    bk = 128 if elem == 0 and group == 128 else 256
+    bk = 256
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1
     while split < 16 and tiles * split < sms and k_tiles // (2 * split) >= 1:
         split *= 2
-    from .gemv import DECODE_F16
-    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
+    from .gemv import DECODE_E4M3_PTX, DECODE_F16
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
+            "num_warps": 4, "num_stages": 3}
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
@@ -152,7 +154,8 @@ class DenseGemm:
     def config_for(self, m: int) -> dict[str, int]:
         """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
         if use_gemv(m, self.n, self.k, self.layout.elem):
-            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group)
+            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
+                               words=self.facts["hw_fp8"])
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,7 +170,8 @@ class DenseGemm:
         from .gemv import gemv_kernel
 
         lay = self.layout
-        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem, lay.group)
+        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem, lay.group,
+                                    words=self.facts["hw_fp8"] and act == 0)
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)

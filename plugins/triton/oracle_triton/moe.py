@@ -49,15 +49,14 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int) -> bool:
     return elem != 0 and tokens * top_k <= max(1, experts // 2)
 
 
-def moe_gemv_config(tokens: int, elem: int, group: int = 1) -> dict[str, int]:
+def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
-    block FP8 takes BLOCK_K = 128, one block scale per tile; NVFP4 16 rows: its W4A4 mode rounds
-    every weight and activation in registers)."""
-    from .gemv import DECODE_F16
+    NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
+    whole 32-bit words by inline PTX (launch.gemv_config)."""
+    from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
-    bk = 128 if elem == 0 and group == 128 else 256
-    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": bk, "DECODE": DECODE_F16, "num_warps": 4,
-            "num_stages": 3}
+    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
+            "num_warps": 4, "num_stages": 3}
 
 
 class TritonMoE(Kernel):
@@ -213,7 +212,8 @@ class TritonMoE(Kernel):
         from .moe_gemv import moe_down_kernel, moe_up_kernel
         from .moe_kernels import ACTIVATION_CODES
 
-        cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group)
+        cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
+                                        words=self.facts["hw_fp8"] and self.act == ACT_NONE)
         t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)

@@ -68,7 +68,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
             n_u = j
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
-        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                              stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
                              io_t, EXACT_BF16)
@@ -76,7 +76,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         acc_u = acc_g
         if GATED:
             ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
-            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
                                  xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                                  BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
@@ -127,7 +127,7 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             gscale = tl.load(g_ptr + e)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
-        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_ptr + e64 * stride_ze, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16)

@@ -108,10 +108,12 @@ def test_runtime_probe_and_detected_selection():
 
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("nvfp4", "w4a4_nvfp4")])
-@pytest.mark.parametrize("decode", [0, 1, 2])
+@pytest.mark.parametrize("decode", [0, 1, 2, 3])
 def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
-    """The three E2M1 decoders of gemv.tile_accumulate (integer, E4M3 bits converted by hardware,
-    fp16 bits) give the reference's values."""
+    """The E2M1 decoders of gemv.tile_compute (integer, E4M3 bits converted by hardware, fp16 bits,
+    whole words by inline PTX) give the reference's values (W4A4 has no word path)."""
+    if decode == 3 and mode == "w4a4_nvfp4":
+        pytest.skip("the word decoder serves layer-dtype activations only")
     from oracle_triton.launch import gemv_config
 
     act = "nvfp4" if mode == "w4a4_nvfp4" else "bf16"
@@ -154,3 +156,25 @@ def test_moe_direct_path_graph_capture_and_replay():
         torch.cuda.synchronize()
         assert rel(out, ref.apply(x, w, ids)) < TOL
         assert torch.equal(out, t.apply(x, w, ids))
+
+
+@pytest.mark.parametrize("fmt,mode,group,symmetric", [
+    ("fp8_block", "w8a16_block", 128, True), ("fp8_channel", "w8a16_fp8_channel", 128, True),
+    ("fp8_tensor", "w8a16_fp8_tensor", 128, True), ("int4", "w4a16_int4", 128, True),
+    ("int4", "w4a16_int4", 32, False), ("int4", "w4a16_int4", 64, False), ("mxfp4", "w4a16_mx", 128, True),
+])
+def test_gemv_word_decoders_match_emulation(fmt, mode, group, symmetric):
+    """DECODE 3 (inline PTX on 32-bit words: E4M3 pairs, GPTQ nibbles with fp16 zero-point pairs,
+    E2M1 via E4M3) against the reference, with a K tail, split-K and both paths of the launcher."""
+    from oracle_triton.launch import gemv_config
+
+    t, e = linear_pair(fmt, 1536, 7168 - 256 + 64, mode, "bf16", device="cuda", group=group, symmetric=symmetric,
+                       bias=True)
+    k = t.k
+    for split in (1, 4):
+        cfg = {**gemv_config(1536, k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group, words=True),
+               "SPLIT_K": split}
+        assert cfg["DECODE"] == 3
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, group, split)
+    assert rel(t.apply(x), e.apply(x)) < TOL
