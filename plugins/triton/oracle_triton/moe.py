@@ -40,13 +40,15 @@ def moe_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "num_warps": warps, "num_stages": stages}
 
 
-def use_direct(tokens: int, top_k: int, experts: int, elem: int) -> bool:
-    """The direct two-launch path (moe_gemv.py) for 4-bit experts while the pairs number at most
-    half the experts (each pair then has its expert mostly to itself); otherwise, and for FP8
-    (whose tensor-core tile measured faster even at M = 1 on DeepSeek), the aligned grouped GEMM.
-    Measured on an H200 with bench/sweep_gemv.py: gpt-oss-20b M=1/4 direct 65/214 us vs aligned
-    174/404 us, M=16 aligned 780 vs 971 us; qwen3-235b NVFP4 M=1 193 vs 288 us."""
-    return elem != 0 and tokens * top_k <= max(1, experts // 2)
+def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = False) -> bool:
+    """The direct two-launch path (moe_gemv.py) for 4-bit experts while the pairs are few: up to
+    twice the experts when weights are decoded a word at a time (W4A16 on capability >= 8.9), half
+    of them otherwise; the aligned grouped GEMM above that, and for FP8 (whose tensor-core tile
+    measured faster at M = 1 on DeepSeek). Measured on an H200 with bench/sweep_gemv.py: gpt-oss-20b
+    (32 experts, top 4) M=1/4/16 direct 50/156/578 us vs aligned 174/404/776 us; qwen3-235b NVFP4 W4A4
+    (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
+    pairs = tokens * top_k
+    return elem != 0 and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
@@ -164,7 +166,7 @@ class TritonMoE(Kernel):
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
-        if use_direct(m, k, self.experts, self.w13.layout.elem):
+        if use_direct(m, k, self.experts, self.w13.layout.elem, self.facts["hw_fp8"] and self.act == ACT_NONE):
             return self.apply_direct(x, topw, ids, m, k)
         cfg = moe_config(m, k, self.experts)
         bm = cfg["BLOCK_M"]

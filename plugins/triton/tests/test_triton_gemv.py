@@ -50,7 +50,8 @@ def test_gemv_e2m1_decoders_agree_on_cpu(fmt, mode):
 
 def test_dispatch_rules():
     """Measured on an H200 (bench/sweep_gemv.py): 4-bit dense M=1 always on the GEMV, FP8 only
-    when small; the direct MoE for 4-bit experts while pairs <= experts / 2."""
+    when small; the direct MoE for 4-bit experts while pairs <= experts / 2 (2 x experts with the
+    word decoders)."""
     from oracle_triton.formats import E2M1_MX, FP8, INT4
     from oracle_triton.launch import use_gemv
     from oracle_triton.moe import use_direct
@@ -59,7 +60,8 @@ def test_dispatch_rules():
     assert use_gemv(1, 5120, 2048, FP8) and not use_gemv(1, 8192, 8192, FP8)
     assert not use_gemv(2, 576, 7168, E2M1_MX)
     assert use_direct(4, 4, 32, E2M1_MX) and not use_direct(16, 4, 32, E2M1_MX)
-    assert not use_direct(1, 8, 256, FP8)
+    assert use_direct(16, 4, 32, E2M1_MX, words=True) and not use_direct(17, 4, 32, E2M1_MX, words=True)
+    assert not use_direct(1, 8, 256, FP8) and not use_direct(1, 8, 256, FP8, words=True)
 
 
 E, H, I, K = 16, 256, 128, 2
