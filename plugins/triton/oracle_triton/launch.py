@@ -73,6 +73,37 @@ def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, i
             "num_warps": warps, "num_stages": stages, "GROUP_M": group_m, "FULL_TILE": full}
 
 
+#: FP8 weights up to this many elements take the GEMV at M = 1; larger ones the tensor-core GEMM,
+#: which measured faster on an H200 for 8192x8192 and DeepSeek's 7168x18432 (bench/sweep_gemv.py).
+GEMV_FP8_MAX_ELEMENTS = 1 << 24
+
+
+def use_gemv(m: int, n: int, k: int, elem: int) -> bool:
+    """One activation row: 4-bit weights always take the GEMV (faster than the tensor-core tile for
+    every measured shape); FP8 weights only when small (Qwen3 qkv, DeepSeek kv_a)."""
+    return m == 1 and (elem != 0 or n * k <= GEMV_FP8_MAX_ELEMENTS)
+
+
+def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
+    """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
+
+    A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
+    thread at 4 warps; an E2M1 byte holds two). BLOCK_N divides 128 so a program's rows share one
+    FP8 block scales. Split-K only until the programs cover the SMs once: more splits measured
+    slower (bench/sweep_gemv.py, H200). words: decode whole 32-bit words by inline PTX (DECODE 3;
+    compiled on capability >= 8.9, layer-dtype activations)."""
+    bn = 16 if elem == 3 else 32
+    bk = 512 if elem in (1, 2) else 256        # E2M1: a 512-wide tile measured fastest (per-tile costs amortized)
+    tiles = -(-n // bn)
+    k_tiles = -(-k // bk)
+    split = 1
+    while split < 16 and tiles * split < sms and k_tiles // (2 * split) >= 1:
+        split *= 2
+    from .gemv import DECODE_E4M3_PTX, DECODE_F16
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
+            "num_warps": 4, "num_stages": 3}
+
+
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
     from .gemm import act_qdq_kernel
@@ -152,12 +183,14 @@ class DenseGemm:
                  config: dict[str, int] | None = None) -> torch.Tensor:
         from .gemm import wgemm_kernel
 
+        m = x.shape[0]
+        if (config is None and use_gemv(m, self.n, self.k, self.layout.elem)) or (config is not None and "DECODE" in config):
+            return self.gemv(x, act, act_scale, out_dtype, config)
         xs = self.scale
         if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
             x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
-        m = x.shape[0]
         lay = self.layout
         if config is not None:
             check_config(config, lay)
@@ -165,8 +198,7 @@ class DenseGemm:
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
         split = cfg["SPLIT_K"]
-        part = torch.empty(split, m, self.n, dtype=torch.float32, device=x.device) if split > 1 else y
-        cnt = self.counters(grid_n * grid_m, split) if split > 1 else self.scale
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         codes = act in FP8_CODES
         wgemm_kernel[(grid_n, grid_m, split)](
             x, self.weight_operand(codes), self.scale, self.zero, self.global_scale,
@@ -180,5 +212,41 @@ class DenseGemm:
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        return y
+
+    def config_for(self, m: int) -> dict[str, int]:
+        """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
+        if use_gemv(m, self.n, self.k, self.layout.elem):
+            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
+                               words=self.facts["hw_fp8"])
+        return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
+
+    def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
+        if split == 1:
+            return y, self.scale
+        return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
+
+    def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+             config: dict[str, int] | None = None) -> torch.Tensor:
+        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
+        from .gemv import gemv_kernel
+
+        lay = self.layout
+        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem, lay.group,
+                                    words=self.facts["hw_fp8"] and act == 0)
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(1, grid_n, split, y)
+        gemv_kernel[(grid_n, 1, split)](
+            x, self.weight, self.scale, self.zero, self.global_scale,
+            self.bias if self.bias is not None else self.scale,
+            act_scale if act_scale is not None else self.scale, y, part, cnt,
+            self.n, self.k, lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
+            HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y

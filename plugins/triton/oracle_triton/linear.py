@@ -16,7 +16,7 @@ from oracle.formats import torch_dtype
 from oracle.tensors import check_activations
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
-from .launch import DenseGemm, dense_config
+from .launch import DenseGemm
 from .weights import check, finite_positive, pack
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -83,7 +83,7 @@ class TritonLinear(Kernel):
 
         units = []
         for m in token_counts:
-            cfg = dense_config(m, self.n, self.k, self.gemm.facts["sms"], self.packed.layout.pack) if self.gemm else {}
+            cfg = self.gemm.config_for(m) if self.gemm else {}
             sig = (self.mode.name, self.n, self.k, self.layer.dtype, tuple(sorted(cfg.items())))
             units.append(WarmupUnit(self.spec.name if self.spec else "triton.linear", sig,
                                     lambda m=m: self.apply(torch.zeros(m, self.k, dtype=self.dtype, device=self.device))))

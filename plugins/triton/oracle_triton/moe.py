@@ -54,6 +54,27 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str
             "num_stages": 4 if pack == 1 else 3, "FULL_TILE": w4, "FUSE_GU": w4}
 
 
+def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = False) -> bool:
+    """The direct two-launch path (moe_gemv.py) for 4-bit experts while the pairs are few: up to
+    twice the experts when weights are decoded a word at a time (W4A16 on capability >= 8.9), half
+    of them otherwise; the aligned grouped GEMM above that, and for FP8 (whose tensor-core tile
+    measured faster at M = 1 on DeepSeek). Measured on an H200 with bench/sweep_gemv.py: gpt-oss-20b
+    (32 experts, top 4) M=1/4/16 direct 50/156/578 us vs aligned 174/404/776 us; qwen3-235b NVFP4 W4A4
+    (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
+    pairs = tokens * top_k
+    return elem != 0 and pairs <= (2 * experts if words else max(1, experts // 2))
+
+
+def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
+    """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
+    NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
+    whole 32-bit words by inline PTX (launch.gemv_config)."""
+    from .gemv import DECODE_E4M3_PTX, DECODE_F16
+
+    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
+            "num_warps": 4, "num_stages": 3}
+
+
 class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
@@ -160,6 +181,9 @@ class TritonMoE(Kernel):
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        if use_direct(m, k, self.experts, self.w13.layout.elem, self.facts["hw_fp8"] and self.act == ACT_NONE):
+            return self.apply_direct(x, topw, ids, m, k)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         cfg = self.config or moe_config(m, k, self.experts, self.w13.layout.pack)
@@ -172,8 +196,7 @@ class TritonMoE(Kernel):
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
-        by_pair = bool(self.layer.apply_router_weight_on_input)
-        a1 = (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype) if by_pair else x
+        a1 = self._input(x, topw, k)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
                    self.inter, self.rows, self.hidden, cfg, blocks)
@@ -185,17 +208,73 @@ class TritonMoE(Kernel):
                                                                      EXACT_BF16=self.facts["dot_f32"])
         return out
 
+    def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
+        """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
+        if self.layer.apply_router_weight_on_input:
+            return (x.repeat_interleave(k, 0).float() * topw[:, None]).to(self.dtype)
+        return x
+
+    def _act_scale(self, idx: int, a: torch.Tensor) -> torch.Tensor | None:
+        """The per-tensor scale of FC1's (idx 0) or FC2's (idx 1) input: static, or its dynamic amax."""
+        if self.act not in (ACT_TENSOR, ACT_NVFP4):
+            return None
+        return self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
+
     def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the
         reference: FP8 as E4M3 codes and their scales, NVFP4 as values (no scales)."""
         if self.act == ACT_NONE:
             return a, None
-        scale = None
-        if self.act in (ACT_TENSOR, ACT_NVFP4):
-            scale = self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
         if self.act in FP8_CODES:
-            return quantize_activation_codes(a, self.act, scale, self.facts)
-        return quantize_activations(a, self.act, scale, self.facts), None
+            return quantize_activation_codes(a, self.act, self._act_scale(idx, a), self.facts)
+        return quantize_activations(a, self.act, self._act_scale(idx, a), self.facts), None
+
+    def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                     config: dict[str, int] | None = None) -> torch.Tensor:
+        """A few tokens: moe_gemv's up and down kernels (two launches, activations rounded inside)."""
+        from .moe_gemv import moe_down_kernel, moe_up_kernel
+        from .moe_kernels import ACTIVATION_CODES
+
+        cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
+                                        words=self.facts["hw_fp8"] and self.act == ACT_NONE)
+        t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        a1 = self._input(x, topw, k)
+        common = dict(ELEM=self.w13.layout.elem, GROUP=self.w13.layout.group, SCALE_ROWS=self.w13.layout.scale_rows,
+                      ACT=self.act, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"],
+                      DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                      num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        w, lay = self.w13, self.w13.layout
+        xs = self._act_scale(0, a1)
+        moe_up_kernel[(t, -(-self.inter // bn))](
+            a1, ids, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
+            _or(xs, w.scale), inter, self.experts, k, self.inter, self.rows, self.hidden, a1.stride(0), inter.stride(0),
+            *_expert_strides(w, self.b13), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+            INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
+            HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None, **common)
+        w, lay = self.w2, self.w2.layout
+        xs = self._act_scale(1, inter)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        tiles = -(-self.hidden // bn)
+        part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
+        cnt = self._counters(m * tiles) if k > 1 else w.scale
+        moe_down_kernel[(m, tiles, k)](
+            inter, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
+            _or(self.b2, w.scale), _or(xs, w.scale), out, part, cnt, m, self.experts, k, self.hidden, self.inter,
+            inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
+            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
+            WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k, **common)
+        return out
+
+    def _counters(self, tiles: int) -> torch.Tensor:
+        """Arrival counters of moe_down_kernel's slot reduction (zero between calls), one per (token, tile)."""
+        have = getattr(self, "_down_counters", None)
+        if have is None or have.numel() < tiles:
+            have = self._down_counters = torch.zeros(max(tiles, 64), dtype=torch.int32, device=self.device)
+        return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks) -> None:
@@ -251,6 +330,17 @@ class TritonMoE(Kernel):
                 self.apply(x, torch.ones(m, self.layer.top_k, device=self.device), ids.to(torch.int32))
             units.append(WarmupUnit(self.spec.name if self.spec else "triton.moe", sig, run))
         return units
+
+
+def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
+    """Kernels take a pointer for every optional tensor; an absent one is never read (constexpr off)."""
+    return t if t is not None else placeholder
+
+
+def _expert_strides(packed, bias: torch.Tensor | None) -> tuple[int, int, int, int]:
+    """Per-expert strides of weight, scale, zero points and bias (0 where absent)."""
+    stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
+    return stride(packed.weight), stride(packed.scale), stride(packed.zero), stride(bias)
 
 
 def triton_pow2(n: int) -> int:

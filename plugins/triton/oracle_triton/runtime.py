@@ -2,8 +2,8 @@
 
 The engine calls `check(spec, platform)` only on a detected device (on a simulated preset
 it is assumed, and the trace says so). Once per device and kernel family a small product
-runs through the real kernel and is compared with a float32 product of the same
-dequantized weights; a compiler error or a wrong result rejects the kernel with that
+runs through the real kernels (one row through the small-batch path, three through the tiled
+one) and is compared with a float32 product of the same dequantized weights; a compiler error or a wrong result rejects the kernel with that
 detail (reported once), so the layer falls to the next candidate instead of crashing.
 """
 from __future__ import annotations
@@ -80,14 +80,17 @@ def _run(fmt: str, op: str, device: Any):
                                w13_scale=_s(fmt, tensors["weight_scale"], n // 2),
                                w2_scale=_s2(fmt, tensors, k, n // 2))
         ids = torch.zeros(4, 1, dtype=torch.int32, device=device)
-        y = kernel.apply(x.to(device), torch.ones(4, 1, device=device), ids)
+        xd, ones = x.to(device), torch.ones(4, 1, device=device)
+        # one token takes the direct path (4-bit experts), three the aligned grouped GEMM
+        y = torch.cat([kernel.apply(xd[:1], ones[:1], ids[:1]), kernel.apply(xd[1:], ones[1:], ids[1:])])
         h = torch.relu(x.float() @ w[: n // 2].t()).square().bfloat16().float()
         ref = h @ w[:k, : n // 2].t()
         return y.cpu(), ref
     layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format=fmt)
     kernel = TritonLinear(layer, mode, None)
     kernel.process_weights(**tensors)
-    return kernel.apply(x.to(device)).cpu(), x.float() @ w.t()
+    xd = x.to(device)       # one row takes the GEMV, three the tensor-core GEMM
+    return torch.cat([kernel.apply(xd[:1]), kernel.apply(xd[1:])]).cpu(), x.float() @ w.t()
 
 
 def _s(fmt, scale, rows):

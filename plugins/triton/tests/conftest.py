@@ -16,6 +16,8 @@ def _build_for_interpreter() -> None:
         import triton.experimental.gluon  # noqa: F401  (imported lazily by the interpreter; must agree)
         import oracle_triton.gemm  # noqa: F401
         import oracle_triton.moe_kernels  # noqa: F401
+        import oracle_triton.gemv  # noqa: F401
+        import oracle_triton.moe_gemv  # noqa: F401
     finally:
         if before is None:
             os.environ.pop("TRITON_INTERPRET", None)

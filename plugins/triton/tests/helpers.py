@@ -9,6 +9,20 @@ from oracle.catalog import Mode
 from oracle_emulation.formats import codec_for
 from oracle_emulation.linear import EmulationLinear
 
+#: Every (weight format, mode, activation format, mode params) the dense kernels serve, INT4 aside.
+MODES = [
+    ("fp8_tensor", "w8a16_fp8_tensor", "bf16", {}),
+    ("fp8_channel", "w8a16_fp8_channel", "bf16", {}),
+    ("fp8_block", "w8a16_block", "bf16", {}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a16_nvfp4", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+]
+
+
 def quantize(fmt: str, w: torch.Tensor, group: int = 128, symmetric: bool = False) -> dict:
     codec = codec_for(fmt)
     if fmt == "int4":

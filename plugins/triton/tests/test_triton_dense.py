@@ -13,22 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import linear_pair, rel
+from helpers import MODES, linear_pair, rel
 
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine
 GRAN = {"tensor": "w8a8_fp8_tensor", "token": "w8a8_fp8_channel", "group": "w8a8_block"}
-CASES = [  # fmt, mode, act, params
-    ("fp8_tensor", "w8a16_fp8_tensor", "bf16", {}),
-    ("fp8_channel", "w8a16_fp8_channel", "bf16", {}),
-    ("fp8_block", "w8a16_block", "bf16", {}),
-    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
-    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
-    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
-    ("mxfp4", "w4a16_mx", "bf16", {}),
-    ("nvfp4", "w4a16_nvfp4", "bf16", {}),
-    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
-]
+CASES = MODES
 
 
 @pytest.mark.parametrize("fmt,mode,act,params", CASES)

@@ -105,3 +105,76 @@ def test_runtime_probe_and_detected_selection():
     major = torch.cuda.get_device_capability()[0]
     if 8 <= major <= 10:
         assert d.backend == "triton", [(c.kernel, c.reason) for c in d.candidates]
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("nvfp4", "w4a4_nvfp4")])
+@pytest.mark.parametrize("decode", [0, 1, 2, 3])
+def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
+    """The E2M1 decoders of gemv.tile_compute (integer, E4M3 bits converted by hardware, fp16 bits,
+    whole words by inline PTX) give the reference's values (W4A4 has no word path)."""
+    if decode == 3 and mode == "w4a4_nvfp4":
+        pytest.skip("the word decoder serves layer-dtype activations only")
+    from oracle_triton.launch import gemv_config
+
+    act = "nvfp4" if mode == "w4a4_nvfp4" else "bf16"
+    t, e = linear_pair(fmt, 2048, 4096, mode, act, device="cuda")
+    for _ in range(2):
+        x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+        cfg = {**gemv_config(2048, 4096, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group), "DECODE": decode}
+        scale = None
+        if t.act:
+            from oracle_triton.linear import dynamic_tensor_scale
+            scale = dynamic_tensor_scale(x, t.act)
+        assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, decode
+
+
+def test_moe_aligned_path_graph_capture_and_replay():
+    """Above moe.use_direct's bound the sorted, block-aligned grouped GEMM runs: captured and replayed too."""
+    t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", device="cuda")
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(64, 32, 4, "cuda")
+    g, out = _graph(t.apply, x, w, ids)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, ref.apply(x, w, ids)) < TOL
+
+
+def test_moe_direct_path_graph_capture_and_replay():
+    """A few tokens on 4-bit experts take moe_gemv's two launches: captured, replayed, stable."""
+    t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", device="cuda", bias=True)
+    x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(2, 32, 4, "cuda")
+    g, out = _graph(t.apply, x, w, ids)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        nw, nids = routing(2, 32, 4, "cuda")
+        w.copy_(nw)
+        ids.copy_(nids)
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, ref.apply(x, w, ids)) < TOL
+        assert torch.equal(out, t.apply(x, w, ids))
+
+
+@pytest.mark.parametrize("fmt,mode,group,symmetric", [
+    ("fp8_block", "w8a16_block", 128, True), ("fp8_channel", "w8a16_fp8_channel", 128, True),
+    ("fp8_tensor", "w8a16_fp8_tensor", 128, True), ("int4", "w4a16_int4", 128, True),
+    ("int4", "w4a16_int4", 32, False), ("int4", "w4a16_int4", 64, False), ("mxfp4", "w4a16_mx", 128, True),
+])
+def test_gemv_word_decoders_match_emulation(fmt, mode, group, symmetric):
+    """DECODE 3 (inline PTX on 32-bit words: E4M3 pairs, GPTQ nibbles with fp16 zero-point pairs,
+    E2M1 via E4M3) against the reference, with a K tail, split-K and both paths of the launcher."""
+    from oracle_triton.launch import gemv_config
+
+    t, e = linear_pair(fmt, 1536, 7168 - 128, mode, "bf16", device="cuda", group=group, symmetric=symmetric,
+                       bias=True)
+    k = t.k
+    for split in (1, 4):
+        cfg = {**gemv_config(1536, k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group, words=True),
+               "SPLIT_K": split}
+        assert cfg["DECODE"] == 3
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, group, split)
+    assert rel(t.apply(x), e.apply(x)) < TOL

@@ -1,0 +1,535 @@
+"""Small-batch (decode) products on CUDA cores: y = x @ dequant(W)^T for a few rows of x.
+
+At M = 1..8 a tensor-core tile is mostly padding, and feeding it decoded weights costs layout
+shuffles through shared memory; the product is bound by reading the weights. So each program
+streams a [BLOCK_N, BLOCK_K] tile of packed weights with vector loads along the storage's
+contiguous dim, decodes it in registers, multiplies it with the activation rows broadcast along
+N and reduces along K. Scales multiply per-group partial sums (one multiply per group, not per
+weight): the products of codes are exact in fp32, so this is closer to the exact product than
+the reference, which rounds each dequantized weight to the layer dtype first (relative 2**-9 per
+weight, far inside the stated tolerances). Activations of W8A8/W4A4 modes are rounded in the
+prologue of each K tile, exactly as oracle-emulation rounds them (no separate launch).
+
+The dense kernel splits K across programs when N alone cannot fill the GPU (gemm.finish_tile
+sums the partials in a fixed order); the MoE kernels (moe_gemv.py) reuse `product_tile`.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, quantize_tile, to_dtype
+
+#: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
+#: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
+#: capability >= 8.9); 2 bits placed in an fp16 (values x 2**-14, subnormals exact); 3 as 1 on
+#: whole 32-bit words by inline PTX (_E2M1_WORD_PTX; capability >= 8.9, compiled only: the
+#: interpreter has no PTX). DECODE 3 also reads FP8 (_E4M3_WORD_PTX) and GPTQ int4 (_INT4_WORD_PTX)
+#: weights a word at a time; it serves activations in the layer dtype only (W8A16, W4A16).
+DECODE_INT, DECODE_E4M3, DECODE_F16, DECODE_E4M3_PTX = 0, 1, 2, 3
+
+#: One 32-bit word of packed E2M1 (bytes b0..b3, low nibble first = k order) -> its 8 values as
+#: fp32 x 2**-6, in k order: the nibbles are moved into E4M3 bytes four at a time (mag bits to
+#: E4M3's exponent/mantissa, sign to bit 7; masks stop bits leaking across bytes), converted
+#: two at a time by the hardware (cvt e4m3x2 -> f16x2, subnormal 0.5 included), then to fp32.
+_E2M1_WORD_PTX = tl.constexpr("""{
+.reg .b32 a, c, lo, hi, p0, p1, p2, p3;
+.reg .b16 l0, l1, h0, h1, q0, q1, q2, q3, q4, q5, q6, q7;
+shl.b32 a, $8, 2;
+and.b32 a, a, 0x1C1C1C1C;
+shl.b32 c, $8, 4;
+and.b32 c, c, 0x80808080;
+or.b32 lo, a, c;
+shr.b32 a, $8, 2;
+and.b32 a, a, 0x1C1C1C1C;
+and.b32 c, $8, 0x80808080;
+or.b32 hi, a, c;
+prmt.b32 p0, lo, hi, 0x5140;
+prmt.b32 p1, lo, hi, 0x7362;
+mov.b32 {l0, l1}, p0;
+mov.b32 {h0, h1}, p1;
+cvt.rn.f16x2.e4m3x2 p0, l0;
+cvt.rn.f16x2.e4m3x2 p1, l1;
+cvt.rn.f16x2.e4m3x2 p2, h0;
+cvt.rn.f16x2.e4m3x2 p3, h1;
+mov.b32 {q0, q1}, p0;
+mov.b32 {q2, q3}, p1;
+mov.b32 {q4, q5}, p2;
+mov.b32 {q6, q7}, p3;
+cvt.f32.f16 $0, q0;
+cvt.f32.f16 $1, q1;
+cvt.f32.f16 $2, q2;
+cvt.f32.f16 $3, q3;
+cvt.f32.f16 $4, q4;
+cvt.f32.f16 $5, q5;
+cvt.f32.f16 $6, q6;
+cvt.f32.f16 $7, q7;
+}""")
+
+
+#: One word of 4 E4M3 bytes (k order) -> 4 fp32 values: two hardware conversions e4m3x2 -> f16x2.
+_E4M3_WORD_PTX = tl.constexpr("""{
+.reg .b16 a, b, q0, q1, q2, q3;
+.reg .b32 p0, p1;
+mov.b32 {a, b}, $4;
+cvt.rn.f16x2.e4m3x2 p0, a;
+cvt.rn.f16x2.e4m3x2 p1, b;
+mov.b32 {q0, q1}, p0;
+mov.b32 {q2, q3}, p1;
+cvt.f32.f16 $0, q0;
+cvt.f32.f16 $1, q1;
+cvt.f32.f16 $2, q2;
+cvt.f32.f16 $3, q3;
+}""")
+
+#: One GPTQ word (8 nibbles, k order, low first) and its zero point as the fp16 pair
+#: {1024 + z, 1024 + z} -> the 8 values q - z as fp32: each nibble pair (i, i + 4) is ORed into
+#: the fp16 pair {1024 + q_i, 1024 + q_i+4} and one f16x2 subtraction gives both differences
+#: exactly (integers below 2048 are exact in fp16).
+_INT4_WORD_PTX = tl.constexpr("""{
+.reg .b32 t0, t1, t2, t3;
+.reg .b16 q0, q1, q2, q3, q4, q5, q6, q7;
+and.b32 t0, $8, 0x000F000F;
+or.b32 t0, t0, 0x64006400;
+shr.b32 t1, $8, 4;
+and.b32 t1, t1, 0x000F000F;
+or.b32 t1, t1, 0x64006400;
+shr.b32 t2, $8, 8;
+and.b32 t2, t2, 0x000F000F;
+or.b32 t2, t2, 0x64006400;
+shr.b32 t3, $8, 12;
+and.b32 t3, t3, 0x000F000F;
+or.b32 t3, t3, 0x64006400;
+sub.f16x2 t0, t0, $9;
+sub.f16x2 t1, t1, $9;
+sub.f16x2 t2, t2, $9;
+sub.f16x2 t3, t3, $9;
+mov.b32 {q0, q4}, t0;
+mov.b32 {q1, q5}, t1;
+mov.b32 {q2, q6}, t2;
+mov.b32 {q3, q7}, t3;
+cvt.f32.f16 $0, q0;
+cvt.f32.f16 $1, q1;
+cvt.f32.f16 $2, q2;
+cvt.f32.f16 $3, q3;
+cvt.f32.f16 $4, q4;
+cvt.f32.f16 $5, q5;
+cvt.f32.f16 $6, q6;
+cvt.f32.f16 $7, q7;
+}""")
+
+
+@triton.jit
+def _fp4_pair(units, DECODE: tl.constexpr):
+    """Packed bytes (low nibble = even k) -> (even, odd) fp32 values, times 2**-6 (DECODE 1, 3),
+    2**-14 (DECODE 2) or 1 (DECODE 0); the caller multiplies the power of two back."""
+    b = units.to(tl.int32)
+    if DECODE == 1:
+        lo = (((b & 7) << 2) | ((b & 8) << 4)).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        hi = (((b >> 2) & 0x1C) | (b & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif DECODE == 2:
+        lo = (((b & 7) << 9) | ((b & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (((b & 0x70) << 5) | ((b & 0x80) << 8)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        lo = e2m1_decode(b & 15)
+        hi = e2m1_decode((b >> 4) & 15)
+    return lo, hi
+
+
+@triton.jit
+def _fp8_values(units, HW_FP8: tl.constexpr):
+    if HW_FP8:
+        return units.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    return e4m3_decode(units.to(tl.int32))
+
+
+@triton.jit
+def round_act(x, amax_rows, xs_ptr, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+              io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """fp32 [ROWS, BLOCK_K] activations rounded through the activation format (ACT != 0) to the values
+    the reference multiplies (codes x scales, in the layer dtype)."""
+    if ACT == 1:   # 1x128 groups: each group of the tile is its own row for quantize_tile
+        G: tl.constexpr = BLOCK_K // 128
+        x = tl.reshape(quantize_tile(tl.reshape(x, [ROWS * G, 128]), tl.zeros([ROWS * G], tl.float32), 1,
+                                     xs_ptr, ROWS * G, 128), [ROWS, BLOCK_K])
+        x = to_dtype(x, io_t, EXACT_BF16).to(tl.float32)
+    elif ACT != 0:
+        x = to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, ROWS, BLOCK_K), io_t, EXACT_BF16).to(tl.float32)
+    return x
+
+
+@triton.jit
+def row_amax(a_rows, row_ok, K, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per-row amax over all of K (per-token FP8 scales, ACT 2); zeros otherwise."""
+    amax = tl.zeros([ROWS], dtype=tl.float32)
+    if ACT == 2:
+        for t in range(0, tl.cdiv(K, BLOCK_K)):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            xa = tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(xa.to(tl.float32)), axis=1))
+    return amax
+
+
+@triton.jit
+def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               DECODE: tl.constexpr):
+    """The elementwise accumulator of one program (the shape tile_accumulate adds into).
+
+    Products are accumulated element by element over the K loop and reduced once at the end
+    (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
+    # (one return: compiled Triton type-checks every return statement of a function)
+    if ELEM == 3 and DECODE == 3:
+        acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N], dtype=tl.float32)
+    elif ELEM == 3:
+        acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
+    elif ELEM == 0 and DECODE == 3:
+        acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
+    elif ELEM == 0:
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    elif DECODE == 3:
+        acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 8], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 2], dtype=tl.float32)
+    return acc
+
+
+@triton.jit
+def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr):
+    """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
+    if ELEM == 3 and DECODE == 3:
+        r = tl.sum(tl.sum(acc, axis=1), axis=0)
+    elif ELEM == 3:
+        r = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
+    elif ELEM == 0:
+        r = tl.sum(acc, axis=1)
+    else:
+        r = tl.sum(tl.sum(acc, axis=2), axis=1)
+        if DECODE == 1 or DECODE == 3:
+            r = r * 64.0
+        elif DECODE == 2:
+            r = r * 16384.0
+    return r
+
+
+@triton.jit
+def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+              ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+              ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
+    at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
+
+    The kernels call it one tile ahead (registers double-buffer the tile): Triton's pipeliner
+    stages only loads that feed tl.dot, and a loop that waits for each tile's loads is bound by
+    memory latency, not bandwidth. Each format's tile has the shape its scales broadcast over (no
+    reshape of the big tile): FP8 [BN, BK]; E2M1 [BN, groups, bytes per group] (DECODE 3: 32-bit
+    words per group, activations [groups, words, 8]); GPTQ int4 [groups, words per group, BN]."""
+    n_ok = offs_n < N
+    if ELEM == 3:
+        G: tl.constexpr = BLOCK_K // GROUP
+        UJ: tl.constexpr = GROUP // 8
+        j3 = (k0 // 8 + tl.arange(0, G)[:, None] * UJ + tl.arange(0, UJ)[None, :])[:, :, None]    # [G, UJ, 1]
+        n3 = offs_n[None, None, :]
+        u = tl.load(w_ptr + j3 * stride_wk + n3 * stride_wn, mask=(j3 < k_end // 8) & (n3 < N), other=0)
+        gk = k0 // GROUP + tl.arange(0, G)[:, None, None]                                 # [G, 1, 1]
+        smask = (gk < k_end // GROUP) & (n3 < N)
+        s = tl.load(s_ptr + gk * stride_sk + n3 * stride_sn, mask=smask, other=0.0)
+        if HAS_ZERO:
+            z = tl.load(z_ptr + gk * stride_zk + n3 // 8, mask=smask, other=0)
+        else:
+            z = u
+        if DECODE == 3:
+            kx = j3 * 8 + tl.arange(0, 8)[None, None, :]                                    # [G, UJ, 8]
+        else:
+            kx = j3[:, :, :, None] * 8 + tl.arange(0, 8)[None, None, None, :]            # [G, UJ, 1, 8]
+        x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
+        x2 = u
+    elif ELEM == 0:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if DECODE == 3:   # whole words: 4 E4M3 values each (W8A16 only)
+            jw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jw[None, :] * stride_wk,
+                        mask=n_ok[:, None] & (jw[None, :] < k_end // 4), other=0)
+        else:
+            u = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                        mask=n_ok[:, None] & (offs_k[None, :] < k_end), other=0)
+        if GROUP == 1:
+            s = u
+        else:   # BLOCK_N divides SCALE_ROWS: the tile's rows share one row of block scales
+            s = tl.load(s_ptr + (n0 // SCALE_ROWS) * stride_sn + (offs_k // GROUP) * stride_sk, mask=offs_k < k_end,
+                        other=0.0)
+        z = u
+        x = tl.load(a_row + offs_k, mask=offs_k < k_end, other=0.0)
+        x2 = u
+    elif DECODE == 3:   # whole words: 8 E2M1 values each (W4A16 only)
+        G4: tl.constexpr = BLOCK_K // GROUP
+        UW: tl.constexpr = GROUP // 8
+        gg = tl.arange(0, G4)
+        jw = k0 // 8 + gg[:, None] * UW + tl.arange(0, UW)[None, :]                      # [G, UW] words
+        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
+                    + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None] & (jw[None, :, :] < k_end // 8), other=0)
+        gk = k0 // GROUP + gg
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                    mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
+        z = u
+        kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                           # [G, UW, 8]
+        x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
+        x2 = u
+    else:
+        G4: tl.constexpr = BLOCK_K // GROUP
+        UG: tl.constexpr = GROUP // 2
+        gg = tl.arange(0, G4)
+        j2 = k0 // 2 + gg[:, None] * UG + tl.arange(0, UG)[None, :]                      # [G, UG] bytes
+        u = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + j2[None, :, :] * stride_wk,
+                    mask=n_ok[:, None, None] & (j2[None, :, :] < k_end // 2), other=0)
+        gk = k0 // GROUP + gg
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                    mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
+        z = u
+        if ACT == 4:      # NVFP4 activations: one scale per 16 along K = per weight group (GROUP == 16)
+            offs16 = k0 + gg[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+            x = tl.load(a_row + offs16, mask=offs16 < k_end, other=0.0)
+            x2 = u
+        else:
+            x = tl.load(a_row + 2 * j2, mask=2 * j2 < k_end, other=0.0)
+            x2 = tl.load(a_row + 2 * j2 + 1, mask=2 * j2 + 1 < k_end, other=0.0)
+    return u, s, z, x, x2
+
+
+@triton.jit
+def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
+                 ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
+                 DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
+
+    wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
+    EXACT_W; otherwise after the reduction). EXACT_W (W8A8 / W4A4): each weight is dequantized and
+    rounded to the layer dtype first, as the reference does, so the next layer's activation
+    rounding sees the reference's values."""
+    if ELEM == 3 and DECODE == 3:
+        if HAS_ZERO:
+            n3 = tl.arange(0, BLOCK_N)[None, None, :]
+            zpair = (((z >> ((n3 % 8) * 4)) & 15) + 0x6400) * 65537
+        else:
+            zpair = tl.full(s.shape, 0x64086408, tl.int32)
+        res = acc + _int4_word_products(u, tl.broadcast_to(zpair, u.shape), x) * s.to(tl.float32)
+    elif ELEM == 3:
+        i4 = tl.arange(0, 8)[None, None, None, :]
+        # nibble | 0x4B000000 is the float 2**23 + q: q exact after one subtraction (no int->float convert)
+        q = (((u[:, :, :, None] >> (4 * i4)) & 15) | 0x4B000000).to(tl.float32, bitcast=True)
+        if HAS_ZERO:
+            n3 = tl.arange(0, BLOCK_N)[None, None, :]
+            zero = ((z >> ((n3 % 8) * 4)) & 15).to(tl.float32) + 8388608.0
+        else:
+            zero = tl.full(s.shape, 8388616.0, tl.float32)
+        res = acc + (q - zero[:, :, :, None]) * s.to(tl.float32)[:, :, :, None] * x.to(tl.float32)
+    elif ELEM == 0 and DECODE == 3:
+        xf = x.to(tl.float32)
+        if GROUP != 1:
+            xf = xf * s
+        res = acc + _fp8_word_products(u, xf)
+    elif ELEM == 0:
+        w = _fp8_values(u, HW_FP8)
+        xf = x.to(tl.float32)
+        if ACT != 0:
+            xf = tl.reshape(round_act(tl.reshape(xf, [1, BLOCK_K]), amax, xs_ptr, ACT, 1, BLOCK_K, io_t, EXACT_BF16),
+                            [BLOCK_K])
+        if GROUP == 1:
+            if EXACT_W:
+                w = to_dtype(w * wscale[:, None], io_t, EXACT_BF16).to(tl.float32)
+            res = acc + w * xf[None, :]
+        elif EXACT_W:
+            res = acc + to_dtype(w * s[None, :], io_t, EXACT_BF16).to(tl.float32) * xf[None, :]
+        else:
+            res = acc + w * (xf * s)[None, :]
+    elif DECODE == 3:
+        res = acc + _fp4_word_products(u, x) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
+    else:
+        lo, hi = _fp4_pair(u, DECODE)
+        if ACT == 4:
+            G4: tl.constexpr = BLOCK_K // GROUP
+            xg = to_dtype(quantize_tile(x.to(tl.float32), tl.zeros([G4], tl.float32), 4, xs_ptr, G4, GROUP),
+                          io_t, EXACT_BF16).to(tl.float32)
+            xe, xo = tl.split(tl.reshape(xg, [G4, GROUP // 2, 2]))
+        else:
+            xe = x.to(tl.float32)
+            xo = x2.to(tl.float32)
+        sg = _e2m1_scales(s, gscale, ELEM)
+        if EXACT_W:       # the reference's weights: value x scale rounded to the layer dtype
+            if DECODE == 1 or DECODE == 3:
+                sg = sg * 64.0
+            elif DECODE == 2:
+                sg = sg * 16384.0
+            lo = to_dtype(lo * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+            hi = to_dtype(hi * sg[:, :, None], io_t, EXACT_BF16).to(tl.float32)
+            scale_back = 1.0
+            if DECODE == 1 or DECODE == 3:
+                scale_back = 1.0 / 64.0
+            elif DECODE == 2:
+                scale_back = 1.0 / 16384.0
+            res = acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * scale_back
+        else:
+            res = acc + (lo * xe[None, :, :] + hi * xo[None, :, :]) * sg[:, :, None]
+    return res
+
+
+@triton.jit
+def _e2m1_scales(s, gscale, ELEM: tl.constexpr):
+    """Raw group scales -> fp32: E8M0 (MXFP4) or E4M3 times the tensor's global scale (NVFP4)."""
+    if ELEM == 1:
+        sg = e8m0_decode(s.to(tl.int32))
+    else:
+        sg = e4m3_decode(s.to(tl.int32)) * gscale
+    return sg
+
+
+@triton.jit
+def _fp8_word_products(u, x):
+    """u [BN, BK/4] words of E4M3 bytes, x [BK] fp32 -> [BN, BK/4] sums of each word's 4 products."""
+    w0, w1, w2, w3 = tl.inline_asm_elementwise(_E4M3_WORD_PTX, "=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 4,
+                                               is_pure=True, pack=1)
+    xa, xb = tl.split(tl.reshape(x, [x.shape[0] // 4, 2, 2]))      # k = 4j + (0, 2) | (1, 3)
+    x0, x2 = tl.split(xa)
+    x1, x3 = tl.split(xb)
+    return w0 * x0[None, :] + w1 * x1[None, :] + w2 * x2[None, :] + w3 * x3[None, :]
+
+
+@triton.jit
+def _int4_word_products(u, zpair, x):
+    """u [G, UJ, BN] GPTQ words, zpair the fp16 pairs {1024 + z, 1024 + z} of the same shape, x
+    [G, UJ, 8] (k order) -> [G, UJ, BN] sums of (q - z) x activation over each word's 8 values."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+        _INT4_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [u, zpair], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+    x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x.to(tl.float32))
+    return (w0 * x0[:, :, None] + w1 * x1[:, :, None] + w2 * x2[:, :, None] + w3 * x3[:, :, None]
+            + w4 * x4[:, :, None] + w5 * x5[:, :, None] + w6 * x6[:, :, None] + w7 * x7[:, :, None])
+
+
+@triton.jit
+def _split8(x):
+    """[A, B, 8] -> its 8 slices [A, B] along the last dim, in order."""
+    xa, xb = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], 2, 2, 2]))      # even, odd index
+    xa0, xa1 = tl.split(xa)
+    xb0, xb1 = tl.split(xb)
+    x0, x4 = tl.split(xa0)
+    x2, x6 = tl.split(xa1)
+    x1, x5 = tl.split(xb0)
+    x3, x7 = tl.split(xb1)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _fp4_word_products(u, x):
+    """sum over the 8 values of each word of value x activation: u [BN, G, UW] words, x [G, UW, 8]
+    (k order) -> [BN, G, UW], values x 2**-6 (_E2M1_WORD_PTX)."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+        _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+    x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x.to(tl.float32))
+    return (w0 * x0[None, :, :] + w1 * x1[None, :, :] + w2 * x2[None, :, :] + w3 * x3[None, :, :]
+            + w4 * x4[None, :, :] + w5 * x5[None, :, :] + w6 * x6[None, :, :] + w7 * x7[None, :, :])
+
+
+@triton.jit
+def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_ptr, wscale, gscale, N,
+                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                 ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+                 HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
+    next tile's loads in flight while a tile is computed."""
+    n0 = tl.min(offs_n, axis=0)
+    k_end = tl.minimum(K, t1 * BLOCK_K)
+    u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+    for t in range(t0, t1):
+        un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+        acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        u, s, z, x, x2 = un, sn, zn, xn, x2n
+    return acc
+
+
+@triton.jit
+def channel_scales(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.constexpr):
+    """Per-channel / per-tensor FP8 weight scales ([BLOCK_N], stride 0 for one per tensor); 1 elsewhere."""
+    if ELEM == 0 and GROUP == 1:
+        r = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
+    else:
+        r = tl.full(offs_n.shape, 1.0, tl.float32)
+    return r
+
+
+@triton.jit
+def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr):
+    """[BLOCK_N] results of a row's elementwise accumulator: reduced, then channel scales (unless
+    EXACT_W applied them to each weight)."""
+    r = tile_reduce(acc, ELEM, DECODE)
+    if not EXACT_W:
+        r = r * wscale
+    return r
+
+
+@triton.jit
+def finish_tile(acc, part_ptr, cnt_ptr, tile, pid_k, b_ptr, y_ptr, offs_m, offs_n, M, N, stride_ym,
+                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """Write an fp32 [BM, BN] result (+ bias) in y's dtype; with SPLIT_K > 1 `acc` is one K slice:
+    it goes to the workspace and the last program of the tile to arrive (atomic counter) sums the
+    slices in a fixed order and resets the counter (so a CUDA-graph replay finds it at zero)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K > 1:
+        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(base + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros(acc.shape, dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+
+
+@triton.jit
+def _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_ptr, cnt_ptr,
+                N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
+                HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
+                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(2)
+    if OUT_F16:
+        io_t = tl.float16
+    else:
+        io_t = tl.bfloat16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    t0 = pid_k * per_split
+    t1 = tl.minimum(t0 + per_split, k_tiles)
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = tl.load(g_ptr)
+    wscale = channel_scales(s_ptr, offs_n, N, stride_sn, ELEM, GROUP)
+    acc = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), x_ptr, t0, t1, K, amax, xs_ptr, offs_n, w_ptr,
+                       s_ptr, z_ptr, wscale, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    y = finish_row(acc, wscale, ELEM, DECODE, ACT != 0)
+    finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n,
+                1, N, N, SPLIT_K, HAS_BIAS, EXACT_BF16)

@@ -1,0 +1,141 @@
+"""Fused MoE for a few tokens (decode): two launches, no expert sorting.
+
+With M * top_k pairs spread over many experts, a sorted, block-aligned grouped GEMM pads every
+expert's rows to a tensor-core tile and spends two launches aligning them. Here:
+  up:   one program per (pair, BLOCK_N columns of I): FC1 of its token against its expert's
+        gate and up rows (one activation tile shared by both), bias, rounding to the layer
+        dtype as the reference rounds FC1's output, the activation; written per pair.
+  down: one program per (token, BLOCK_N columns of H, top-k slot): FC2 of the pair's
+        intermediate row, bias, rounding, router weight; the slots of a tile are summed in slot
+        order by the last to arrive (gemv.finish_tile), so the result does not depend on timing.
+Weights are streamed and decoded as in gemv.product_tile. Pairs whose expert id is out of range
+(only possible under graph capture, where the eager check is skipped) contribute zero.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .dequant import to_dtype
+from .gemv import channel_scales, finish_row, finish_tile, row_amax, row_products, tile_zeros
+from .moe_kernels import _activate
+
+
+@triton.jit
+def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out_ptr,
+                  E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                  stride_we, stride_se, stride_ze, stride_be,
+                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                  limit, alpha, beta, lbeta,
+                  ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_LIMIT: tl.constexpr,
+                  A_BY_PAIR: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                  HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
+                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    pair = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    jmask = j < N_OUT
+    if OUT_F16:
+        io_t = tl.float16
+    else:
+        io_t = tl.bfloat16
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    out_row = out_ptr + pair.to(tl.int64) * stride_om + j[None, :]
+    if (e >= 0) & (e < E):
+        if A_BY_PAIR:
+            arow = pair
+        else:
+            arow = pair // TOPK
+        a_rows = a_ptr + arow.to(tl.int64) * stride_am + tl.zeros([1, 1], dtype=tl.int64)
+        row_ok = tl.full([1], 1, tl.int1)
+        amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
+        e64 = e.to(tl.int64)
+        w_e = w_ptr + e64 * stride_we
+        s_e = s_ptr + e64 * stride_se
+        z_e = z_ptr + e64 * stride_ze
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr + e)
+        if GATED:
+            if INTERLEAVED:
+                n_g = 2 * j
+                n_u = 2 * j + 1
+            else:
+                n_g = j
+                n_u = j + N_OUT
+        else:
+            n_g = j
+            n_u = j
+        a_row = a_ptr + arow.to(tl.int64) * stride_am
+        ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+                             n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
+                             stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
+                             io_t, EXACT_BF16)
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
+        acc_u = acc_g
+        if GATED:
+            ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+                                 xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
+                                 stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
+                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
+        if HAS_BIAS:
+            acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            if GATED:
+                acc_u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
+        hg = to_dtype(acc_g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
+        hu = to_dtype(acc_u, io_t, EXACT_BF16).to(tl.float32)
+        y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
+        tl.store(out_row, to_dtype(y, out_ptr.dtype.element_ty, EXACT_BF16), mask=jmask[None, :])
+    else:
+        tl.store(out_row, tl.zeros([1, BLOCK_N], dtype=out_ptr.dtype.element_ty), mask=jmask[None, :])
+
+
+@triton.jit
+def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out_ptr, part_ptr, cnt_ptr,
+                    M, E, TOPK, N, K, stride_am, stride_om,
+                    stride_we, stride_se, stride_ze, stride_be,
+                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    WEIGHT_OUT: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                    HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
+                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace)."""
+    m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    slot = tl.program_id(2)
+    if OUT_F16:
+        io_t = tl.float16
+    else:
+        io_t = tl.bfloat16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = m + tl.arange(0, 1)
+    pair = m * TOPK + slot
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+    if (e >= 0) & (e < E):
+        a_rows = a_ptr + pair.to(tl.int64) * stride_am + tl.zeros([1, 1], dtype=tl.int64)
+        row_ok = tl.full([1], 1, tl.int1)
+        amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
+        e64 = e.to(tl.int64)
+        w_e = w_ptr + e64 * stride_we
+        s_e = s_ptr + e64 * stride_se
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr + e)
+        a_row = a_ptr + pair.to(tl.int64) * stride_am
+        ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+                             offs_n, w_e, s_e, z_ptr + e64 * stride_ze, ws, gscale, N, stride_wn, stride_wk,
+                             stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
+        if WEIGHT_OUT:
+            acc = acc * tl.load(topw_ptr + pair)
+    finish_tile(acc, part_ptr, cnt_ptr, m * tl.num_programs(1) + pid_n, slot, b_ptr, out_ptr, offs_m, offs_n,
+                M, N, stride_om, SPLIT, False, EXACT_BF16)
