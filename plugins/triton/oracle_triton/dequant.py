@@ -412,3 +412,33 @@ def to_dtype(v, dtype: tl.constexpr, EXACT_BF16: tl.constexpr):
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
         v = bits.to(tl.float32, bitcast=True)
     return v.to(dtype)
+
+
+@triton.jit
+def finish_tile(acc, part_ptr, cnt_ptr, tile, pid_k, b_ptr, y_ptr, offs_m, offs_n, M, N, stride_ym,
+                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """Write an fp32 [BM, BN] result (+ bias) in y's dtype; with SPLIT_K > 1 `acc` is one K slice:
+    it goes to the workspace and the last program of the tile to arrive (atomic counter) sums the
+    slices in a fixed order and resets the counter (so a CUDA-graph replay finds it at zero)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K > 1:
+        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(base + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros(acc.shape, dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
+
+
+@triton.jit
+def _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)

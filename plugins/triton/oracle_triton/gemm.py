@@ -1,11 +1,9 @@
-"""Dense small-batch GEMM y = x @ dequant(W)^T (+ b) with W packed in memory, and the
+"""Dense tiled GEMM y = x @ dequant(W)^T (+ b) with W packed in memory, and the
 activation quantize-dequantize pass W8A8/W4A4 modes run before it.
 
 GEMM: each program owns a BLOCK_M x BLOCK_N output tile and a slice of K (split-K when the
-output has too few tiles to fill the GPU). Split-K partials go to an fp32 workspace; the last
-program of a tile (an atomic counter per tile) sums them in a fixed order, adds the bias,
-writes the output and resets its counter, so a CUDA-graph replay finds the counters at zero
-again and the result does not depend on arrival order.
+output has too few tiles to fill the GPU); dequant.finish_tile sums the partials in a fixed
+order. One activation row is served by gemv.py instead (launch.use_gemv).
 
 Activation pass: quantizing inside the GEMM's prologue repeats the work in every one of the
 N/BLOCK_N programs (and on 16-row tiles at M = 1); measured on an H200 it cost 4x the GEMM at
@@ -17,8 +15,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, e4m3_encode, fp8_codes_product, fp8_codes_scale, fp8_scale,
-                      fp8_tile_scales, quantize_tile, quantize_tile_codes, tile_product, to_dtype, w4_product)
+from .dequant import (act_codes_tile, act_tile, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+                      fp8_scale, fp8_tile_scales, quantize_tile, quantize_tile_codes, tile_product, to_dtype,
+                      w4_product)
 
 
 @triton.jit
@@ -139,28 +138,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                 ELEM, PACK, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, EXACT_W,
                                 BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
-    mask = row_ok[:, None] & (offs_n[None, :] < N)
-    if SPLIT_K > 1:
-        tile = pid_m * tl.num_programs(0) + pid_n
-        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(base + pid_k * M * N, acc, mask=mask)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + tile, 1)
-        if arrived == SPLIT_K - 1:
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s in range(0, SPLIT_K):
-                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, DOT_F32)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
-    else:
-        _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, DOT_F32)
+    finish_tile(acc, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
+                M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
-
-@triton.jit
-def _epilogue(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr,
-              EXACT_BF16: tl.constexpr):
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
-             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 

@@ -10,7 +10,7 @@ the reference, which rounds each dequantized weight to the layer dtype first (re
 weight, far inside the stated tolerances). Activations of W8A8/W4A4 modes are rounded in the
 prologue of each K tile, exactly as oracle-emulation rounds them (no separate launch).
 
-The dense kernel splits K across programs when N alone cannot fill the GPU (gemm.finish_tile
+The dense kernel splits K across programs when N alone cannot fill the GPU (dequant.finish_tile
 sums the partials in a fixed order); the MoE kernels (moe_gemv.py) reuse `product_tile`.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, quantize_tile, to_dtype
+from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantize_tile, to_dtype
 
 #: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
 #: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
@@ -28,13 +28,23 @@ from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, quantize_tile, to_dt
 #: weights a word at a time; it serves activations in the layer dtype only (W8A16, W4A16).
 DECODE_INT, DECODE_E4M3, DECODE_F16, DECODE_E4M3_PTX = 0, 1, 2, 3
 
+def _f16x2_to_f32(pairs: list[tuple[str, int, int]]) -> str:
+    """PTX lines: each f16x2 register of `pairs` (register, output of its low half, of its high
+    half) -> two fp32 outputs."""
+    lines = [f".reg .b16 h<{2 * len(pairs)}>;"]
+    for i, (reg, lo, hi) in enumerate(pairs):
+        lines += [f"mov.b32 {{h{2 * i}, h{2 * i + 1}}}, {reg};", f"cvt.f32.f16 ${lo}, h{2 * i};",
+                  f"cvt.f32.f16 ${hi}, h{2 * i + 1};"]
+    return "\n".join(lines)
+
+
 #: One 32-bit word of packed E2M1 (bytes b0..b3, low nibble first = k order) -> its 8 values as
 #: fp32 x 2**-6, in k order: the nibbles are moved into E4M3 bytes four at a time (mag bits to
 #: E4M3's exponent/mantissa, sign to bit 7; masks stop bits leaking across bytes), converted
 #: two at a time by the hardware (cvt e4m3x2 -> f16x2, subnormal 0.5 included), then to fp32.
 _E2M1_WORD_PTX = tl.constexpr("""{
 .reg .b32 a, c, lo, hi, p0, p1, p2, p3;
-.reg .b16 l0, l1, h0, h1, q0, q1, q2, q3, q4, q5, q6, q7;
+.reg .b16 l0, l1, m0, m1;
 shl.b32 a, $8, 2;
 and.b32 a, a, 0x1C1C1C1C;
 shl.b32 c, $8, 4;
@@ -47,40 +57,21 @@ or.b32 hi, a, c;
 prmt.b32 p0, lo, hi, 0x5140;
 prmt.b32 p1, lo, hi, 0x7362;
 mov.b32 {l0, l1}, p0;
-mov.b32 {h0, h1}, p1;
+mov.b32 {m0, m1}, p1;
 cvt.rn.f16x2.e4m3x2 p0, l0;
 cvt.rn.f16x2.e4m3x2 p1, l1;
-cvt.rn.f16x2.e4m3x2 p2, h0;
-cvt.rn.f16x2.e4m3x2 p3, h1;
-mov.b32 {q0, q1}, p0;
-mov.b32 {q2, q3}, p1;
-mov.b32 {q4, q5}, p2;
-mov.b32 {q6, q7}, p3;
-cvt.f32.f16 $0, q0;
-cvt.f32.f16 $1, q1;
-cvt.f32.f16 $2, q2;
-cvt.f32.f16 $3, q3;
-cvt.f32.f16 $4, q4;
-cvt.f32.f16 $5, q5;
-cvt.f32.f16 $6, q6;
-cvt.f32.f16 $7, q7;
-}""")
-
+cvt.rn.f16x2.e4m3x2 p2, m0;
+cvt.rn.f16x2.e4m3x2 p3, m1;
+""" + _f16x2_to_f32([("p0", 0, 1), ("p1", 2, 3), ("p2", 4, 5), ("p3", 6, 7)]) + "\n}")
 
 #: One word of 4 E4M3 bytes (k order) -> 4 fp32 values: two hardware conversions e4m3x2 -> f16x2.
 _E4M3_WORD_PTX = tl.constexpr("""{
-.reg .b16 a, b, q0, q1, q2, q3;
+.reg .b16 a, b;
 .reg .b32 p0, p1;
 mov.b32 {a, b}, $4;
 cvt.rn.f16x2.e4m3x2 p0, a;
 cvt.rn.f16x2.e4m3x2 p1, b;
-mov.b32 {q0, q1}, p0;
-mov.b32 {q2, q3}, p1;
-cvt.f32.f16 $0, q0;
-cvt.f32.f16 $1, q1;
-cvt.f32.f16 $2, q2;
-cvt.f32.f16 $3, q3;
-}""")
+""" + _f16x2_to_f32([("p0", 0, 1), ("p1", 2, 3)]) + "\n}")
 
 #: One GPTQ word (8 nibbles, k order, low first) and its zero point as the fp16 pair
 #: {1024 + z, 1024 + z} -> the 8 values q - z as fp32: each nibble pair (i, i + 4) is ORed into
@@ -88,7 +79,6 @@ cvt.f32.f16 $3, q3;
 #: exactly (integers below 2048 are exact in fp16).
 _INT4_WORD_PTX = tl.constexpr("""{
 .reg .b32 t0, t1, t2, t3;
-.reg .b16 q0, q1, q2, q3, q4, q5, q6, q7;
 and.b32 t0, $8, 0x000F000F;
 or.b32 t0, t0, 0x64006400;
 shr.b32 t1, $8, 4;
@@ -104,19 +94,7 @@ sub.f16x2 t0, t0, $9;
 sub.f16x2 t1, t1, $9;
 sub.f16x2 t2, t2, $9;
 sub.f16x2 t3, t3, $9;
-mov.b32 {q0, q4}, t0;
-mov.b32 {q1, q5}, t1;
-mov.b32 {q2, q6}, t2;
-mov.b32 {q3, q7}, t3;
-cvt.f32.f16 $0, q0;
-cvt.f32.f16 $1, q1;
-cvt.f32.f16 $2, q2;
-cvt.f32.f16 $3, q3;
-cvt.f32.f16 $4, q4;
-cvt.f32.f16 $5, q5;
-cvt.f32.f16 $6, q6;
-cvt.f32.f16 $7, q7;
-}""")
+""" + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
 
 
 @triton.jit
@@ -471,36 +449,6 @@ def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: t
     if not EXACT_W:
         r = r * wscale
     return r
-
-
-@triton.jit
-def finish_tile(acc, part_ptr, cnt_ptr, tile, pid_k, b_ptr, y_ptr, offs_m, offs_n, M, N, stride_ym,
-                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """Write an fp32 [BM, BN] result (+ bias) in y's dtype; with SPLIT_K > 1 `acc` is one K slice:
-    it goes to the workspace and the last program of the tile to arrive (atomic counter) sums the
-    slices in a fixed order and resets the counter (so a CUDA-graph replay finds it at zero)."""
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K > 1:
-        base = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(base + pid_k * M * N, acc, mask=mask)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + tile, 1)
-        if arrived == SPLIT_K - 1:
-            acc = tl.zeros(acc.shape, dtype=tl.float32)
-            for s in range(0, SPLIT_K):
-                acc += tl.load(base + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
-    else:
-        _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS, EXACT_BF16)
-
-
-@triton.jit
-def _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.constexpr, EXACT_BF16: tl.constexpr):
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
-             to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 
 @triton.jit

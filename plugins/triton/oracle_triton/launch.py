@@ -93,7 +93,8 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
     slower (bench/sweep_gemv.py, H200). words: decode whole 32-bit words by inline PTX (DECODE 3;
     compiled on capability >= 8.9, layer-dtype activations)."""
     bn = 16 if elem == 3 else 32
-    bk = 512 if elem in (1, 2) else 256        # E2M1: a 512-wide tile measured fastest (per-tile costs amortized)
+    # E2M1 words: a 512-wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
+    bk = 512 if elem in (1, 2) and words else 256
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1

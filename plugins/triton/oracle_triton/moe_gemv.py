@@ -7,7 +7,7 @@ expert's rows to a tensor-core tile and spends two launches aligning them. Here:
         dtype as the reference rounds FC1's output, the activation; written per pair.
   down: one program per (token, BLOCK_N columns of H, top-k slot): FC2 of the pair's
         intermediate row, bias, rounding, router weight; the slots of a tile are summed in slot
-        order by the last to arrive (gemv.finish_tile), so the result does not depend on timing.
+        order by the last to arrive (dequant.finish_tile), so the result does not depend on timing.
 Weights are streamed and decoded as in gemv.product_tile. Pairs whose expert id is out of range
 (only possible under graph capture, where the eager check is skipped) contribute zero.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import to_dtype
-from .gemv import channel_scales, finish_row, finish_tile, row_amax, row_products, tile_zeros
-from .moe_kernels import _activate
+from .dequant import finish_tile, to_dtype
+from .gemv import channel_scales, finish_row, row_amax, row_products, tile_zeros
+from .moe_kernels import _activate, gate_up_rows
 
 
 @triton.jit
@@ -56,16 +56,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         gscale = 1.0
         if ELEM == 2:
             gscale = tl.load(g_ptr + e)
-        if GATED:
-            if INTERLEAVED:
-                n_g = 2 * j
-                n_u = 2 * j + 1
-            else:
-                n_g = j
-                n_u = j + N_OUT
-        else:
-            n_g = j
-            n_u = j
+        n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
         acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,

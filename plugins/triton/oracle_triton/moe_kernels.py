@@ -62,6 +62,20 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
 
 
 @triton.jit
+def gate_up_rows(j, N_OUT, GATED: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """FC1 weight rows of intermediate columns j: (gate, up), interleaved (2j, 2j + 1) or halves
+    (j, j + I); ungated activations read one row (returned twice)."""
+    if GATED:
+        if INTERLEAVED:
+            rows = (2 * j, 2 * j + 1)
+        else:
+            rows = (j, j + N_OUT)
+    else:
+        rows = (j, j)
+    return rows
+
+
+@triton.jit
 def _sigmoid(v):
     return 1.0 / (1.0 + tl.exp(-v))
 
@@ -142,16 +156,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         if ELEM == 2:
             gscale = tl.load(g_ptr + e)
         j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        if GATED:
-            if INTERLEAVED:
-                n_g = 2 * j
-                n_u = 2 * j + 1
-            else:
-                n_g = j
-                n_u = j + N_OUT
-        else:
-            n_g = j
-            n_u = j
+        n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         FUSED: tl.constexpr = GATED and FUSE_GU
         TWO: tl.constexpr = GATED and not FUSE_GU      # a second accumulator for the up rows
         WN: tl.constexpr = BLOCK_N * (1 + FUSED)

@@ -6,7 +6,7 @@ The interpreter (the CPU tests) runs kernels as Python: what only the compiler c
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [default|all]     # prints one line per kernel
+    python plugins/triton/tests/sm90_compile.py [small]     # one line per kernel; small: the one-row paths
 """
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import oracle_triton.gemm as gemm
+import oracle_triton.gemv as gv
+import oracle_triton.moe_gemv as mg
 import oracle_triton.moe_kernels as mk
 
 TARGET = GPUTarget("cuda", 90, 32)
-NOT_16 = {"M", "T", "TOPK", "limit", "alpha", "beta", "lbeta"}     # ints a real launch need not align
+NOT_16 = {"M", "T", "E", "TOPK", "limit", "alpha", "beta", "lbeta"}     # ints a real launch need not align
 SCALE_T = {0: "*fp32", 1: "*u8", 2: "*u8", 3: "*fp16"}
 
 
@@ -126,9 +128,56 @@ def default_cases():
     }
 
 
+def _small_ptrs(elem: int) -> dict:
+    return {"x_ptr": "*bf16", "a_ptr": "*bf16", "w_ptr": "*i32" if elem == 3 else "*u8", "s_ptr": SCALE_T[elem],
+            "z_ptr": "*i32", "y_ptr": "*bf16", "out_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32",
+            "ids_ptr": "*i32"}
+
+
+def gemv(elem, group, cfg, *, act=0, scale_rows=1, zero=False):
+    consts = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, HAS_BIAS=True, ACT=act,
+                  SPLIT_K=cfg["SPLIT_K"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=True,
+                  DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False, **_ones(elem))
+    return compile_kernel(gv.gemv_kernel, _small_ptrs(elem), consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
+    common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
+                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DECODE=cfg["DECODE"],
+                  EXACT_BF16=False, OUT_F16=False, **_ones(elem))
+    if stage == 1:
+        consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
+        return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, cfg["num_warps"], cfg["num_stages"])
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, **common)
+    return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def small_batch_cases():
+    """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
+    included (what the interpreter cannot run)."""
+    from oracle_triton.launch import gemv_config
+    from oracle_triton.moe import moe_gemv_config
+
+    def g(elem, group, words=True):
+        return gemv_config(8192, 8192, 132, elem, group, words=words)
+    return {
+        "gemv W8A16 fp8_block (words)": lambda: gemv(0, 128, g(0, 128), scale_rows=128),
+        "gemv W8A8 fp8_block": lambda: gemv(0, 128, g(0, 128, False), act=1, scale_rows=128),
+        "gemv W4A16 mxfp4 (words)": lambda: gemv(1, 32, g(1, 32)),
+        "gemv W4A16 nvfp4 (words)": lambda: gemv(2, 16, g(2, 16)),
+        "gemv W4A4 nvfp4": lambda: gemv(2, 16, g(2, 16, False), act=4),
+        "gemv W4A16 int4 zero points (words)": lambda: gemv(3, 128, g(3, 128), zero=True),
+        "direct MoE FC1 mxfp4 swigluoai (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=1),
+        "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
+        "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
+                                                            scale_rows=128),
+    }
+
+
 def main(argv: list[str]) -> int:
     bad = 0
-    for name, build in default_cases().items():
+    cases = small_batch_cases() if argv[:1] == ["small"] else default_cases()
+    for name, build in cases.items():
         try:
             r = build()
         except Exception as exc:  # noqa: BLE001 - report every kernel, then fail
