@@ -442,3 +442,23 @@ def _store(acc, b_ptr, y_ptr, offs_m, offs_n, stride_ym, N, mask, HAS_BIAS: tl.c
         acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
              to_dtype(acc, y_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+
+
+@triton.jit
+def split_range(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, pid_k):
+    """The K tiles [t0, t1) of split pid_k: the tiles are dealt in equal runs, the last possibly short
+    or empty."""
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    t0 = pid_k * per_split
+    return t0, tl.minimum(t0 + per_split, k_tiles)
+
+
+@triton.jit
+def expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM: tl.constexpr):
+    """Expert e's weight, scale and zero-point bases (int64 offsets) and its NVFP4 global scale (1 otherwise)."""
+    e64 = e.to(tl.int64)
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = tl.load(g_ptr + e)
+    return w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, z_ptr + e64 * stride_ze, gscale

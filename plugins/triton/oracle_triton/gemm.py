@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      fp8_scale, fp8_tile_scales, quantize_tile, quantize_tile_codes, tile_product, to_dtype,
-                      w4_product)
+                      fp8_scale, fp8_tile_scales, quantize_tile, quantize_tile_codes, split_range, tile_product,
+                      to_dtype, w4_product)
 
 
 @triton.jit
@@ -102,9 +102,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     row_ok = offs_m < M
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     k_tiles = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(k_tiles, SPLIT_K)
-    t0 = pid_k * per_split
-    t1 = tl.minimum(t0 + per_split, k_tiles)
+    t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)

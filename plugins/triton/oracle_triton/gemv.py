@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantize_tile, to_dtype
+from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantize_tile, split_range, to_dtype
 
 #: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
 #: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
@@ -467,10 +467,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
         io_t = tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(k_tiles, SPLIT_K)
-    t0 = pid_k * per_split
-    t1 = tl.minimum(t0 + per_split, k_tiles)
+    t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)

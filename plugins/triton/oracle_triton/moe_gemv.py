@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import finish_tile, to_dtype
+from .dequant import expert_operands, finish_tile, to_dtype
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_zeros
 from .moe_kernels import _activate, gate_up_rows
 
@@ -50,12 +50,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         row_ok = tl.full([1], 1, tl.int1)
         amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
         e64 = e.to(tl.int64)
-        w_e = w_ptr + e64 * stride_we
-        s_e = s_ptr + e64 * stride_se
-        z_e = z_ptr + e64 * stride_ze
-        gscale = 1.0
-        if ELEM == 2:
-            gscale = tl.load(g_ptr + e)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
@@ -111,15 +106,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         row_ok = tl.full([1], 1, tl.int1)
         amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
         e64 = e.to(tl.int64)
-        w_e = w_ptr + e64 * stride_we
-        s_e = s_ptr + e64 * stride_se
-        gscale = 1.0
-        if ELEM == 2:
-            gscale = tl.load(g_ptr + e)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
         acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
-                             offs_n, w_e, s_e, z_ptr + e64 * stride_ze, ws, gscale, N, stride_wn, stride_wk,
+                             offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
         acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, fp8_codes_product, fp8_codes_scale, fp8_tile_scales, tile_product,
-                      to_dtype, w4_product)
+from .dequant import (act_codes_tile, act_tile, expert_operands, fp8_codes_product, fp8_codes_scale,
+                      fp8_tile_scales, tile_product, to_dtype, w4_product)
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -149,12 +149,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             arow = rows // TOPK
         a_rows = a_ptr + arow[:, None].to(tl.int64) * stride_am
         e64 = e.to(tl.int64)
-        w_e = w_ptr + e64 * stride_we
-        s_e = s_ptr + e64 * stride_se
-        z_e = z_ptr + e64 * stride_ze
-        gscale = 1.0
-        if ELEM == 2:
-            gscale = tl.load(g_ptr + e)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         FUSED: tl.constexpr = GATED and FUSE_GU
