@@ -21,7 +21,7 @@ import math
 import sys
 
 import torch
-from gpu_timing import time_cuda_ms, warm_clocks
+from gpu_timing import start, time_cuda_ms
 
 from oracle import KernelConfig, LinearLayer, Platform, select_backend
 from oracle_emulation.formats import codec_for
@@ -54,12 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_torch: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+    if not start("bench_torch"):
         return 2
     platform = Platform.detect()
-    print(f"device {torch.cuda.get_device_name()} (capability {platform.capability_str}), torch {torch.__version__}")
-    warm_clocks()
+    print(f"capability {platform.capability_str}")
     rows = []
     header = f"{'shape':34} {'N x K':>13} {'format':11} {'M':>5} {'torch ms':>9} {'emul ms':>9} {'bf16 ms':>9} " \
              f"{'bf16/torch':>10} {'emul/torch':>10}"

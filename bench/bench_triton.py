@@ -19,7 +19,7 @@ import json
 import sys
 
 import torch
-from gpu_timing import graph_ms, time_cuda_ms, warm_clocks
+from gpu_timing import copy_bandwidth, graph_ms, start, time_cuda_ms
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -46,14 +46,6 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "deepseek-r1": (256, 8, 7168, 2048, "fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, "silu"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
 }
-
-
-def copy_bandwidth() -> float:
-    """Bytes/s of a 2 GiB device copy (read + write counted once each)."""
-    a = torch.empty(2**30, dtype=torch.uint16, device="cuda")
-    b = torch.empty_like(a)
-    ms = time_cuda_ms(lambda: b.copy_(a), iters=10)
-    return 2 * a.numel() * 2 / (ms * 1e-3)
 
 
 def _quant(fmt, w, group=128):
@@ -193,11 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", choices=list(DENSE) + list(MOE), help="only these shapes / models")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_triton: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+    if not start("bench_triton"):
         return 2
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    warm_clocks()
     bw = copy_bandwidth()
     print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (the HBM limit below is weight bytes / this)")
     rows: list[dict] = []

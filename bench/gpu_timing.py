@@ -6,6 +6,7 @@ launch overhead the way one forward pass pays it; the median damps stragglers.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import torch
@@ -50,3 +51,27 @@ def graph_ms(fn, reps: int) -> float:
     ms = time_cuda_ms(g.replay, iters=10, warmup=2) / reps
     del g
     return ms
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a 2 GiB device copy (read + write counted once each): the HBM limit's divisor."""
+    a = torch.empty(2**30, dtype=torch.uint16, device="cuda")
+    b = torch.empty_like(a)
+    ms = time_cuda_ms(lambda: b.copy_(a), iters=10)
+    return 2 * a.numel() * 2 / (ms * 1e-3)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative Frobenius error of a against the reference b."""
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def start(script: str) -> bool:
+    """The GPU benchmarks' prologue: False (with the reason on stderr) without a CUDA device; else
+    print the device and torch, and warm the clocks."""
+    if not torch.cuda.is_available():
+        print(f"{script}: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return False
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    warm_clocks()
+    return True

@@ -18,8 +18,8 @@ import sys
 import time
 
 import torch
-from bench_triton import DENSE, DENSE_MODES, MOE, _bf16_moe, _quant, copy_bandwidth
-from gpu_timing import graph_ms, warm_clocks
+from bench_triton import DENSE, DENSE_MODES, MOE, _bf16_moe, _quant
+from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -50,10 +50,6 @@ def variants(base: dict, elem: int) -> list[tuple[str, dict]]:
     if elem in (1, 2):
         v("decode-e4m3", DECODE=1)
     return out
-
-
-def rel(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
 
 ONLY: set[str] | None = None     # --variants: try only these variant labels
@@ -192,13 +188,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global ONLY
     ONLY = set(args.variants) if args.variants else None
-    if not torch.cuda.is_available():
-        print("sweep_gemv: needs a CUDA device", file=sys.stderr)
+    if not start("sweep_gemv"):
         return 2
     deadline = time.perf_counter() + args.budget_s
-    warm_clocks()
     bw = copy_bandwidth()
-    print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bw / 1e12:.2f} TB/s")
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     rows: list[dict] = []
     try:
         if args.only != "moe":

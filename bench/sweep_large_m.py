@@ -19,7 +19,7 @@ import time
 
 import torch
 from bench_triton import DENSE, MOE, _bf16_moe, _quant, _reps
-from gpu_timing import graph_ms, warm_clocks
+from gpu_timing import graph_ms, rel, start
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -68,10 +68,6 @@ def dense_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
                 _c(128, 128, 128, 8, 2 if pack > 1 else 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=0)}
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
-
-
 def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: float, rows: list) -> None:
     """run(cfg or None) -> output; times the default (cfg None) first, then each candidate."""
     ref = None
@@ -81,7 +77,7 @@ def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: fl
         try:
             y = run(cfg)
             torch.cuda.synchronize()
-            err = 0.0 if ref is None else _rel(y, ref)
+            err = 0.0 if ref is None else rel(y, ref)
             if ref is None:
                 ref = y.clone()
             us = graph_ms(lambda: run(cfg), _reps(m)) * 1e3
@@ -187,19 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", choices=list(DENSE_SHAPES) + list(MOE), help="only these shapes / models")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("sweep_large_m: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+    if not start("sweep_large_m"):
         return 2
-    start = time.perf_counter()
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    warm_clocks()
+    began = time.perf_counter()
     print(f"{'shape':44} {'M':>5} {'candidate':32} {'us':>9} {'bf16 us':>9} {'xBF16':>6} {'rel/dflt':>9}  status")
     rows: list[dict] = []
     if args.only != "dense":
         sweep_moe(args.m, args.shapes, rows)
     if args.only != "moe":
         sweep_dense(args.m, args.shapes, rows)
-    print(f"sweep took {time.perf_counter() - start:.0f} s")
+    print(f"sweep took {time.perf_counter() - began:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
