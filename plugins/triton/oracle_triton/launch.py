@@ -185,8 +185,9 @@ class DenseGemm:
         from .gemm import wgemm_kernel
 
         m = x.shape[0]
-        if (config is None and use_gemv(m, self.n, self.k, self.layout.elem)) or (config is not None and "DECODE" in config):
-            return self.gemv(x, act, act_scale, out_dtype, config)
+        cfg = config or self.config_for(m, act)
+        if "DECODE" in cfg:                          # a one-row (GEMV) configuration
+            return self.gemv(x, act, act_scale, out_dtype, cfg)
         xs = self.scale
         if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
             x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
@@ -195,7 +196,6 @@ class DenseGemm:
         lay = self.layout
         if config is not None:
             check_config(config, lay)
-        cfg = config or dense_config(m, self.n, self.k, self.facts["sms"], lay.pack)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
         split = cfg["SPLIT_K"]
@@ -216,11 +216,12 @@ class DenseGemm:
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y
 
-    def config_for(self, m: int) -> dict[str, int]:
-        """The launch parameters an M-row call uses (GEMV or tensor-core GEMM), e.g. for warm-up keys."""
+    def config_for(self, m: int, act: int = 0) -> dict[str, int]:
+        """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
+        tensor-core GEMM's. The one place the choice is made (calls and warm-up keys)."""
         if use_gemv(m, self.n, self.k, self.layout.elem):
             return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
-                               words=self.facts["hw_fp8"])
+                               words=self.facts["hw_fp8"] and act == 0)
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -230,13 +231,11 @@ class DenseGemm:
         return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
-             config: dict[str, int] | None = None) -> torch.Tensor:
+             cfg: dict[str, int]) -> torch.Tensor:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
         from .gemv import gemv_kernel
 
         lay = self.layout
-        cfg = config or gemv_config(self.n, self.k, self.facts["sms"], lay.elem, lay.group,
-                                    words=self.facts["hw_fp8"] and act == 0)
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)

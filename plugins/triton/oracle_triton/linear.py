@@ -83,7 +83,7 @@ class TritonLinear(Kernel):
 
         units = []
         for m in token_counts:
-            cfg = self.gemm.config_for(m) if self.gemm else {}
+            cfg = self.gemm.config_for(m, self.act) if self.gemm else {}
             sig = (self.mode.name, self.n, self.k, self.layer.dtype, tuple(sorted(cfg.items())))
             units.append(WarmupUnit(self.spec.name if self.spec else "triton.linear", sig,
                                     lambda m=m: self.apply(torch.zeros(m, self.k, dtype=self.dtype, device=self.device))))

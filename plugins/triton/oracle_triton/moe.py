@@ -182,11 +182,11 @@ class TritonMoE(Kernel):
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
-        if use_direct(m, k, self.experts, self.w13.layout.elem, self.facts["hw_fp8"] and self.act == ACT_NONE):
-            return self.apply_direct(x, topw, ids, m, k)
+        cfg = self.config_for(m, k)
+        if "DECODE" in cfg:                          # the direct (one row per program) path
+            return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
-        cfg = self.config or moe_config(m, k, self.experts, self.w13.layout.pack)
         bm = cfg["BLOCK_M"]
         blocks = -(-t // bm) + min(self.experts, t)
         dev = self.device
@@ -207,6 +207,14 @@ class TritonMoE(Kernel):
         mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                                      EXACT_BF16=self.facts["dot_f32"])
         return out
+
+    def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
+        """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
+        the override (`config`), or the aligned grouped GEMM's. The one place the choice is made."""
+        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
+            return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        return self.config or moe_config(tokens, top_k, self.experts, lay.pack)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
@@ -320,7 +328,7 @@ class TritonMoE(Kernel):
 
         units = []
         for m in token_counts:
-            cfg = moe_config(m, self.layer.top_k, self.experts, self.w13.layout.pack)
+            cfg = self.config_for(m, self.layer.top_k)
             sig = (self.mode.name, self.experts, self.hidden, self.inter, self.layer.activation,
                    tuple(sorted(cfg.items())))
 
