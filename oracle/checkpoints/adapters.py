@@ -152,7 +152,8 @@ def _renamed(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
     for row in rows(ad.dialect, fmt):
         if row.suffix in found and row.arg != "-":
             t = found[row.suffix]
-            out[row.arg] = _scalar(t) if t.dim() <= 1 and t.numel() == 1 and row.arg != "weight" else t
+            per_tensor = row.arg != "weight" and t.numel() == 1 and "()" in (row.shape, *row.alt)
+            out[row.arg] = _scalar(t) if per_tensor else t
     if fmt in ("fp8_channel", "fp8_block") and "weight_scale" in out:
         out["weight_scale"] = out["weight_scale"].float().reshape(-1) if fmt == "fp8_channel" \
             else out["weight_scale"].float()

@@ -61,8 +61,8 @@ LAYOUTS: tuple[TensorLayout, ...] = (
     _T("fp8", "fp8_block", "weight", "weight", (E4M3,), "(N, K)"),
     _T("fp8", "fp8_block", "weight_scale_inv", "weight_scale", (F32, BF16), "(cdiv(N, 128), cdiv(K, 128))", "despite the name a multiplier (dequant = w * s); fp32"),
     _T("fp8", "fp8_tensor", "weight", "weight", (E4M3,), "(N, K)"),
-    _T("fp8", "fp8_tensor", "weight_scale_inv", "weight_scale", (F32,), "()", "a multiplier; fused parts requantized to their largest scale", alt=("(1,)",)),
-    _T("fp8", "fp8_tensor", "activation_scale", "input_scale", (F32,), "()", "static activations only", required=False, alt=("(1,)",)),
+    _T("fp8", "fp8_tensor", "weight_scale_inv", "weight_scale", (F32, BF16), "()", "a multiplier (transformers' FineGrainedFP8Config(weight_block_size=None) writes [1, 1]); fused parts requantized to their largest scale", alt=("(1,)", "(1, 1)")),
+    _T("fp8", "fp8_tensor", "activation_scale", "input_scale", (F32, BF16), "()", "static activations only", required=False, alt=("(1,)", "(1, 1)")),
     # ---- ModelOpt (hf_quant_config.json; FP8, NVFP4, quantized_layers codecs)
     _T("modelopt", "fp8_tensor", "weight", "weight", (E4M3,), "(N, K)"),
     _T("modelopt", "fp8_tensor", "weight_scale", "weight_scale", (F32,), "()", "fused parts requantized to their largest scale", alt=("(1,)",)),

@@ -29,6 +29,7 @@ from ..checkpoints import Adapter, CheckpointError, TensorSource
 from ..errors import InputError, NoKernelError
 from ..formats import torch_dtype
 from .modules import FusedRunner, KernelExperts, KernelLinear
+from .naming import ModelNames
 
 # Like the decision log (oracle.trace): JSON events on the stdlib logger "oracle.hf", silent
 # unless the application configures logging (`oracle --log-decisions run ...` does).
@@ -62,11 +63,30 @@ class LoadReport:
         return lines
 
 
-def load_quantized(path: str | Path, *, device: str | None = None, platform: Any = None, config: Any = None,
-                   policy: Any = None, env: Any = None) -> nn.Module:
-    """The transformers model of checkpoint `path`, quantized modules served by oracle kernels.
+def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = None, platform: Any = None,
+                   config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None) -> nn.Module:
+    """The transformers model of checkpoint `path`, its quantized modules served by oracle kernels.
 
-    `platform` defaults to this machine's GPU (Platform.detect()); `device` to cuda when there is one."""
+    path:     a checkpoint directory (config.json + *.safetensors, any index), in the tensor names its
+              writer used (Mixtral's block_sparse_moe.experts.<e>.w1, per-expert or fused experts).
+    device:   where the model runs: "cpu", "cuda", "cuda:1" (default: cuda when torch sees one, else cpu).
+              Asking for CUDA on a torch without it raises InputError, not an assertion.
+    dtype:    the dtype of everything that is not quantized and of activations: "bfloat16", "float16",
+              "float32" or a torch dtype (default: the config's torch_dtype/dtype, else bfloat16).
+    platform: the GPU the kernels are chosen for (oracle.platform.Platform; default Platform.detect(),
+              this machine). A simulated GPU chooses kernels that may not run here.
+    config:   oracle.config.KernelConfig: backend choices per op (`oracle run --linear-backend ...`).
+    policy:   an oracle.policy.Policy (oracle.session.load_policy(["my.yaml"]) merges files over the
+              defaults; `oracle run --policy FILE`).
+    env:      environment switches for the decision (default os.environ).
+    progress: a progress bar on stderr (default: when loading takes more than a few layers and stderr
+              is a terminal).
+
+    Raises InputError (bad checkpoint: names file, tensor and expectation; nothing half-loaded is
+    returned) and NoKernelError (some quantized layer has no kernel on `platform`). The returned model
+    carries `model.oracle` (LoadReport: decisions, kernels, load time); `save_pretrained` is refused
+    (its kernels' packed tensors are not a checkpoint: save the original directory instead).
+    """
     from ..explain import build_report
     from ..models import load_model
     from ..platform import Platform
@@ -75,7 +95,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
     root = Path(path)
     if not root.is_dir():
         raise InputError("expected a checkpoint directory (config.json + safetensors)", source=str(root))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(device)
     desc = load_model(str(root))
     platform = platform or Platform.detect()
     report = build_report(desc, platform, config, policy=policy, env=env)
@@ -84,13 +104,17 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
                             f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
     src = TensorSource.from_dir(root)
     try:
-        model = _build(root, desc)
+        model = _build(root, desc, dtype)
+        names = ModelNames(model)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
         loaded = LoadReport(report=report, device=str(device))
-        for row, decision in zip(desc.layers, report.decisions):
-            if decision.status == "selected":
-                loaded.kernels[row.name] = _install(model, adapter, src, row, decision, device)
-        _load_plain(model, src, desc, device)
+        todo = [(row, d) for row, d in zip(desc.layers, report.decisions) if d.status == "selected"]
+        with _progress(len(todo), progress, root.name) as bar:
+            for row, decision in todo:
+                loaded.kernels[row.name] = _install(model, names, adapter, src, row, decision, device)
+                bar.update(1)
+        _load_plain(model, names, src, device)
+        _skip_kv_scales(src)
         _refuse_unclaimed(src)
     finally:
         src.close()
@@ -98,9 +122,60 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
     model.eval()
     loaded.load_seconds = time.perf_counter() - start
     model.oracle = loaded
+    _refuse_saving(model)
     _log.info("checkpoint_loaded", path=str(root), dialect=desc.dialect, device=str(device),
               kernels=len(loaded.kernels), seconds=round(loaded.load_seconds, 3))
     return model
+
+
+def _device(device: str | None) -> str:
+    """The torch device string; a CUDA request on a torch without CUDA is an InputError naming both."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"expected a torch device such as cpu, cuda or cuda:1, got {device!r} ({exc})",
+                         field="device") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
+            raise InputError(f"device {device!r} asked for, but this torch {torch.__version__} ({build}) has "
+                             "no CUDA device; use device='cpu' or a CUDA build of torch", field="device")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)",
+                             field="device")
+    return str(dev)
+
+
+@contextlib.contextmanager
+def _progress(total: int, wanted: bool | None, label: str) -> Iterator[Any]:
+    """A tqdm bar over the quantized layers (stderr), or a no-op."""
+    import sys
+
+    show = wanted if wanted is not None else (total >= 16 and sys.stderr.isatty())
+    if not show:
+        yield _NoBar()
+        return
+    from tqdm.auto import tqdm
+    with tqdm(total=total, desc=f"loading {label}", unit="layer", file=sys.stderr, leave=False) as bar:
+        yield bar
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+def _refuse_saving(model: nn.Module) -> None:
+    """save_pretrained / push_to_hub would write the kernels' packed tensors under the model's names: a
+    checkpoint nothing reloads. Refused with one line naming what to do instead."""
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise InputError("a model loaded by oracle.hf holds kernel-packed tensors, not a checkpoint; "
+                         "save_pretrained is refused: copy the original checkpoint directory instead",
+                         field="save_pretrained")
+    model.save_pretrained = refuse        # type: ignore[method-assign]
+    model.push_to_hub = refuse            # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------- building
@@ -121,19 +196,32 @@ def _parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = original
 
 
-def _build(root: Path, desc: Any) -> nn.Module:
+def _build(root: Path, desc: Any, dtype: Any) -> nn.Module:
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(str(root))
     for holder in (cfg, getattr(cfg, "text_config", None)):
         if holder is not None and hasattr(holder, "quantization_config"):
             delattr(holder, "quantization_config")      # the kernels are ours, not transformers' quantizer
-    dtype = torch_dtype(desc.layers[0].layer.dtype) if desc.layers else torch.bfloat16
     with _parameters_on_meta():
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype, desc))
     if (root / "generation_config.json").is_file():
         model.generation_config = transformers.GenerationConfig.from_pretrained(str(root))
     return model
+
+
+def _dtype(dtype: Any, desc: Any) -> torch.dtype:
+    """`dtype` as a torch dtype (a name or a torch dtype); None: the checkpoint's (config torch_dtype)."""
+    if dtype is None:
+        return torch_dtype(desc.layers[0].layer.dtype) if desc.layers else torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    else:
+        name = str(dtype)
+    try:
+        return torch_dtype({"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(name, name))
+    except ValueError:
+        raise InputError(f"expected bfloat16, float16 or float32, got {dtype!r}", field="dtype") from None
 
 
 def _adapter_options(root: Path) -> dict[str, Any]:
@@ -147,10 +235,11 @@ def _adapter_options(root: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- quantized layers
-def _install(model: nn.Module, adapter: Adapter, src: TensorSource, row: Any, decision: Any, device: str) -> Any:
+def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorSource, row: Any, decision: Any,
+             device: str) -> Any:
     layer = row.layer
     if layer.op == "linear":
-        modules = [_submodule(model, name, src) for name in row.parts]
+        modules = [_submodule(model, names.module(name), src, name) for name in row.parts]
         args = adapter.linear(src, layer, [(name, m.out_features) for name, m in zip(row.parts, modules)])
     elif layer.op == "moe":
         args = adapter.moe(src, layer, row.parts)
@@ -158,25 +247,28 @@ def _install(model: nn.Module, adapter: Adapter, src: TensorSource, row: Any, de
         raise CheckpointError(f"quantized {layer.op} layers are not loaded by oracle.hf yet", tensor=layer.name)
     kernel = decision.instantiate(layer)
     kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
+    del args
     if layer.op == "linear":
         runner = FusedRunner(kernel, layer.in_features, layer.out_features)
         start = 0
         for name, module in zip(row.parts, modules):
-            _replace(model, name, KernelLinear(runner, start, start + module.out_features, decision, layer.name))
+            _replace(model, names.module(name), KernelLinear(runner, start, start + module.out_features, decision,
+                                                             layer.name))
             start += module.out_features
     else:
-        _submodule(model, layer.name, src)
-        _replace(model, layer.name, KernelExperts(kernel, decision))
-    _log.info("layer_loaded", layer=layer.name, kernel=decision.kernel, mode=decision.mode,
-              tensors=sorted(args))
+        target = names.module(layer.name)
+        _submodule(model, target, src, layer.name)
+        _replace(model, target, KernelExperts(kernel, decision))
+    _log.info("layer_loaded", layer=layer.name, kernel=decision.kernel, mode=decision.mode)
     return kernel
 
 
-def _submodule(model: nn.Module, name: str, src: TensorSource) -> nn.Module:
+def _submodule(model: nn.Module, name: str, src: TensorSource, checkpoint_name: str = "") -> nn.Module:
     try:
         return model.get_submodule(name)
     except AttributeError:
-        raise CheckpointError("the transformers model of this config has no such module (architecture and "
+        also = f" (checkpoint name {checkpoint_name})" if checkpoint_name and checkpoint_name != name else ""
+        raise CheckpointError(f"the transformers model of this config has no such module{also} (architecture and "
                               "checkpoint disagree)", tensor=name, file=str(src.root)) from None
 
 
@@ -186,20 +278,29 @@ def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 # ---------------------------------------------------------------- everything else
-def _load_plain(model: nn.Module, src: TensorSource, desc: Any, device: str) -> None:
-    """Unquantized parameters, read tensor by tensor; per-expert tensors stacked into fused ones."""
+def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: str) -> None:
+    """Every parameter and persistent buffer the kernels did not replace, read tensor by tensor under the
+    model's names (transformers' renamings; per-expert tensors gathered as its converters do)."""
+    plain, gathered = names.tensors(n for n in src.names() if n not in src.claimed)
+    by_model = {model_name: ckpt for ckpt, model_name in plain.items()}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     for name, param in list(model.named_parameters(remove_duplicate=False)):
-        if name in src:
-            tensor = _plain_tensor(src, name, tuple(param.shape))
+        if name in by_model:
+            tensor = _plain_tensor(src, by_model[name], tuple(param.shape))
+        elif name in gathered:
+            tensor = _gather(src, gathered[name], tuple(param.shape))
+        elif tied and name.endswith("lm_head.weight"):
+            continue
         else:
-            tensor = _stacked_experts(src, name, tuple(param.shape))
-            if tensor is None:
-                if tied and name.endswith("lm_head.weight"):
-                    continue
-                raise CheckpointError(f"missing tensor for parameter of shape {list(param.shape)}",
-                                      tensor=name, file=str(src.root))
+            raise CheckpointError(f"missing tensor for parameter of shape {list(param.shape)}",
+                                  tensor=name, file=str(src.root))
         _set_param(model, name, tensor.to(device=device, dtype=param.dtype))
+    for name, buf in list(model.named_buffers()):
+        if name in by_model:             # router buffers (e_score_correction_bias) and other saved state
+            tensor = _plain_tensor(src, by_model[name], tuple(buf.shape))
+            parent, _, leaf = name.rpartition(".")
+            (model.get_submodule(parent) if parent else model)._buffers[leaf] = tensor.to(device=device,
+                                                                                         dtype=buf.dtype)
     if tied:
         model.tie_weights()
     left = [n for n, p in model.named_parameters() if p.device.type == "meta"]
@@ -219,19 +320,38 @@ def _plain_tensor(src: TensorSource, name: str, shape: tuple | None = None) -> t
     return t
 
 
-def _stacked_experts(src: TensorSource, name: str, shape: tuple) -> torch.Tensor | None:
-    """Fused expert parameters (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]) from
-    per-expert checkpoint tensors (experts.<e>.gate_proj.weight, ...), as transformers itself converts them."""
-    prefix, _, leaf = name.rpartition(".")
-    pieces = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}.get(leaf)
-    if pieces is None or not prefix.endswith("experts") or f"{prefix}.0.{pieces[0]}.weight" not in src:
-        return None
-    experts = [torch.cat([_plain_tensor(src, f"{prefix}.{e}.{p}.weight") for p in pieces]) for e in range(shape[0])]
-    out = torch.stack(experts)
+def _gather(src: TensorSource, g: Any, shape: tuple) -> torch.Tensor:
+    """A fused expert parameter from per-expert tensors: each source stacked over experts, then the
+    sources concatenated (transformers' MergeModulelist(dim=0) + Concatenate(dim))."""
+    per_expert = g.names()
+    first = per_expert[0][0]
+    if len(per_expert) != shape[0] or len({len(p) for p in per_expert}) != 1:
+        raise CheckpointError(f"per-expert tensors for {g.target} cover {len(per_expert)} experts with "
+                              f"{sorted({len(p) for p in per_expert})} parts each; the model expects {shape[0]} "
+                              "experts, every one with the same parts", tensor=first, file=src.file(first))
+    stacks = [torch.stack([_plain_tensor(src, names[i]) for names in per_expert]) for i in range(len(per_expert[0]))]
+    out = stacks[0] if len(stacks) == 1 else torch.cat(stacks, dim=g.concat_dim or 1)
     if tuple(out.shape) != shape:
         raise CheckpointError(f"per-expert tensors stack to {list(out.shape)}, the model expects {list(shape)}",
-                              tensor=f"{prefix}.0.{pieces[0]}.weight", file=src.file(f"{prefix}.0.{pieces[0]}.weight"))
+                              tensor=first, file=src.file(first))
     return out
+
+
+#: KV-cache quantization scales (FP8 KV cache schemes): attention is transformers' own here, which keeps
+#: its cache in the model dtype, so these scales have nothing to scale.
+_KV_SCALES = (".k_scale", ".v_scale", ".kv_scale", ".q_scale", ".prob_scale", ".k_proj.output_scale",
+              ".v_proj.output_scale")
+
+
+def _skip_kv_scales(src: TensorSource) -> None:
+    """Consume KV-cache scales with one warning line saying why (the cache stays in the model dtype)."""
+    found = [n for n in src.names() if n not in src.claimed and n.endswith(_KV_SCALES)]
+    if not found:
+        return
+    src.claimed.update(found)
+    logging.getLogger("oracle.hf").warning(
+        "oracle.hf: %d KV-cache scale tensors (e.g. %s) skipped: attention runs in transformers with its "
+        "cache in the model dtype, so the FP8 KV-cache scheme is not applied", len(found), found[0])
 
 
 def _set_param(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
