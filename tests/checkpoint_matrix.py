@@ -157,3 +157,36 @@ def reference_tree(directory: Path, *, activations: bool) -> torch.nn.Module:
     mods = _modules(tree)
     ct.decompress_into(tree, qc, {k: v for k, v in state.items() if k.rpartition(".")[0] in mods}, activations)
     return tree.to(torch.bfloat16)
+
+
+# ---------------------------------------------------------------- transformers fine-grained FP8
+def write_fp8(directory: Path, arch: str, block: list[int] | None, seed: int = 0) -> Path:
+    """transformers' own FP8 quantizer (`FineGrainedFP8Config`) applied while loading the tiny BF16
+    checkpoint, then its `save_pretrained`: the names, scale shapes ([1, 1] per tensor) and fused
+    expert scales its writer emits. Its environment check (a GPU, for FP8 matmuls) is skipped: the
+    quantization itself runs on CPU."""
+    from transformers import AutoModelForCausalLM, FineGrainedFP8Config
+    from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+
+    plain = save_plain(directory.with_name(directory.name + "-bf16"), arch, seed)
+    check = FineGrainedFP8HfQuantizer.validate_environment
+    FineGrainedFP8HfQuantizer.validate_environment = lambda self, *a, **k: None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(plain, quantization_config=FineGrainedFP8Config(
+            weight_block_size=block, modules_to_not_convert=["lm_head", "mlp.gate", "block_sparse_moe.gate",
+                                                             "mlp.router", "shared_expert_gate"]))
+    finally:
+        FineGrainedFP8HfQuantizer.validate_environment = check
+    model.save_pretrained(directory)
+    shutil.rmtree(plain)
+    return directory
+
+
+def fp8_reference(directory: Path):
+    """transformers' own loading of the FP8 checkpoint on CPU: it dequantizes every FP8 weight to BF16
+    (`_dequantize_fp8_weight`) and converts the names as it does for every checkpoint."""
+    import logging
+
+    from transformers import AutoModelForCausalLM
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()

@@ -28,7 +28,7 @@ from torch import nn
 from ..checkpoints import Adapter, CheckpointError, TensorSource
 from ..errors import InputError, NoKernelError
 from ..formats import torch_dtype
-from .modules import FusedRunner, KernelExperts, KernelLinear
+from .modules import FusedRunner, KernelExperts, KernelLinear, PartKernels
 from .naming import ModelNames
 
 # Like the decision log (oracle.trace): JSON events on the stdlib logger "oracle.hf", silent
@@ -50,6 +50,7 @@ class LoadReport:
     kernels: dict[str, Any] = field(default_factory=dict)   # layer name -> kernel instance
     load_seconds: float = 0.0
     device: str = "cpu"
+    notes: list[str] = field(default_factory=list)
 
     def summary_lines(self) -> list[str]:
         from ..explain import block_label
@@ -64,7 +65,8 @@ class LoadReport:
 
 
 def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = None, platform: Any = None,
-                   config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None) -> nn.Module:
+                   config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None,
+                   requantize_fused: bool = False) -> nn.Module:
     """The transformers model of checkpoint `path`, its quantized modules served by oracle kernels.
 
     path:     a checkpoint directory (config.json + *.safetensors, any index), in the tensor names its
@@ -81,6 +83,10 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
     env:      environment switches for the decision (default os.environ).
     progress: a progress bar on stderr (default: when loading takes more than a few layers and stderr
               is a terminal).
+    requantize_fused: fused parts (q/k/v, gate/up) whose per-tensor scales differ (FP8 per tensor,
+              NVFP4 global scales) run as one kernel per part by default, each with its writer's scale:
+              exact. True fuses them into one GEMM by requantizing to the largest scale (vLLM's way:
+              faster, up to half an E4M3 step of error per weight).
 
     Raises InputError (bad checkpoint: names file, tensor and expectation; nothing half-loaded is
     returned) and NoKernelError (some quantized layer has no kernel on `platform`). The returned model
@@ -109,9 +115,14 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
         adapter = Adapter(desc.dialect, **_adapter_options(root))
         loaded = LoadReport(report=report, device=str(device))
         todo = [(row, d) for row, d in zip(desc.layers, report.decisions) if d.status == "selected"]
+        plain_rows = [row for row, _ in todo if _left_unquantized(src, desc.dialect, row)]
+        todo = [(row, d) for row, d in todo if row not in plain_rows]
+        loaded.notes += [f"{row.name}: {WRITER_SKIPS} (a 16-bit weight): loaded unquantized"
+                         for row in plain_rows]
         with _progress(len(todo), progress, root.name) as bar:
             for row, decision in todo:
-                loaded.kernels[row.name] = _install(model, names, adapter, src, row, decision, device)
+                loaded.kernels[row.name] = _install(model, names, adapter, src, row, decision, device,
+                                                    requantize_fused)
                 bar.update(1)
         _load_plain(model, names, src, device)
         _skip_kv_scales(src)
@@ -126,6 +137,25 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
     _log.info("checkpoint_loaded", path=str(root), dialect=desc.dialect, device=str(device),
               kernels=len(loaded.kernels), seconds=round(loaded.load_seconds, 3))
     return model
+
+
+WRITER_SKIPS = ("transformers' FP8 writer leaves weights that are not whole blocks in BF16 (and saves an "
+                "uninitialized weight_scale_inv beside them, ignored here)")
+
+
+def _left_unquantized(src: TensorSource, dialect: str, row: Any) -> bool:
+    """A layer the config quantizes but its writer did not: transformers' fine-grained FP8 skips weights
+    whose shape is not a multiple of the block (every part then has a 16-bit weight and no scale)."""
+    if dialect != "fp8" or row.layer.op != "linear":
+        return False
+    for part in row.parts:
+        weight = f"{part}.weight"
+        if weight not in src or src.dtype(weight) not in ("BF16", "F16", "F32"):
+            return False
+    for part in row.parts:     # transformers 5.23 saves an uninitialized weight_scale_inv beside such weights
+        if f"{part}.weight_scale_inv" in src:
+            src.claimed.add(f"{part}.weight_scale_inv")
+    return True
 
 
 def _device(device: str | None) -> str:
@@ -235,9 +265,48 @@ def _adapter_options(root: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- quantized layers
-def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorSource, row: Any, decision: Any,
-             device: str) -> Any:
+#: weight formats whose fused parts each carry one scale for the whole part
+PER_PART_SCALES = {"fp8_tensor": ("weight_scale", "weight_scale_inv"), "nvfp4": ("weight_global_scale",
+                                                                                  "weight_scale_2")}
+
+
+def _split_parts(src: TensorSource, row: Any, requantize: bool) -> bool:
+    """Whether the parts of a fused linear layer keep their own per-tensor scales (one kernel each).
+
+    Default (requantize False): parts whose per-tensor weight scales differ run as separate kernels, each
+    with the scales its writer chose, as the writer's own model runs them (transformers and
+    compressed-tensors keep q, k, v as three modules). Fusing them needs one scale: vLLM requantizes
+    every part to the largest, which costs up to half an E4M3 step per weight (3.8-4.3% relative error
+    per module measured, as much as FP8 itself). `requantize=True` fuses anyway (one GEMM, vLLM's choice).
+    """
     layer = row.layer
+    if requantize or layer.op != "linear" or len(row.parts) < 2 or layer.weight_format not in PER_PART_SCALES:
+        return False
+    values = []
+    for part in row.parts:
+        name = next((f"{part}.{s}" for s in PER_PART_SCALES[layer.weight_format] if f"{part}.{s}" in src), None)
+        if name is None:
+            return False
+        values.append(src.peek(name).float().reshape(-1))
+    return any(not torch.equal(values[0], v) for v in values[1:])
+
+
+def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorSource, row: Any, decision: Any,
+             device: str, requantize: bool = False) -> Any:
+    layer = row.layer
+    if _split_parts(src, row, requantize):
+        kernels = []
+        for name in row.parts:
+            module = _submodule(model, names.module(name), src, name)
+            part = layer.model_copy(update={"out_features": module.out_features, "name": name})
+            args = adapter.linear(src, part, [(name, module.out_features)])
+            kernel = decision.instantiate(part)
+            kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
+            runner = FusedRunner(kernel, part.in_features, part.out_features)
+            _replace(model, names.module(name), KernelLinear(runner, 0, part.out_features, decision, name))
+            kernels.append(kernel)
+        _log.info("layer_loaded", layer=layer.name, kernel=decision.kernel, mode=decision.mode, parts=len(kernels))
+        return PartKernels(kernels)
     if layer.op == "linear":
         modules = [_submodule(model, names.module(name), src, name) for name in row.parts]
         args = adapter.linear(src, layer, [(name, m.out_features) for name, m in zip(row.parts, modules)])
