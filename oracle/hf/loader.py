@@ -67,41 +67,46 @@ class LoadReport:
 def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = None, platform: Any = None,
                    config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None,
                    requantize_fused: bool = False) -> nn.Module:
-    """The transformers model of checkpoint `path`, its quantized modules served by oracle kernels.
+    """See oracle.hf.load_quantized (the documented entry point)."""
+    start = time.perf_counter()
+    device = _device(device)
+    model, loaded = _load(Path(path), device=device, dtype=dtype, platform=platform, config=config, policy=policy,
+                          env=env, progress=progress, requantize_fused=requantize_fused, check=False)
+    model.to(device)          # buffers (rotary tables); parameters are already there
+    model.eval()
+    loaded.load_seconds = time.perf_counter() - start
+    model.oracle = loaded
+    _refuse_saving(model)
+    _log.info("checkpoint_loaded", path=str(path), dialect=loaded.report.model.dialect, device=str(device),
+              kernels=len(loaded.kernels), seconds=round(loaded.load_seconds, 3))
+    return model
 
-    path:     a checkpoint directory (config.json + *.safetensors, any index), in the tensor names its
-              writer used (Mixtral's block_sparse_moe.experts.<e>.w1, per-expert or fused experts).
-    device:   where the model runs: "cpu", "cuda", "cuda:1" (default: cuda when torch sees one, else cpu).
-              Asking for CUDA on a torch without it raises InputError, not an assertion.
-    dtype:    the dtype of everything that is not quantized and of activations: "bfloat16", "float16",
-              "float32" or a torch dtype (default: the config's torch_dtype/dtype, else bfloat16).
-    platform: the GPU the kernels are chosen for (oracle.platform.Platform; default Platform.detect(),
-              this machine). A simulated GPU chooses kernels that may not run here.
-    config:   oracle.config.KernelConfig: backend choices per op (`oracle run --linear-backend ...`).
-    policy:   an oracle.policy.Policy (oracle.session.load_policy(["my.yaml"]) merges files over the
-              defaults; `oracle run --policy FILE`).
-    env:      environment switches for the decision (default os.environ).
-    progress: a progress bar on stderr (default: when loading takes more than a few layers and stderr
-              is a terminal).
-    requantize_fused: fused parts (q/k/v, gate/up) whose per-tensor scales differ (FP8 per tensor,
-              NVFP4 global scales) run as one kernel per part by default, each with its writer's scale:
-              exact. True fuses them into one GEMM by requantizing to the largest scale (vLLM's way:
-              faster, up to half an E4M3 step of error per weight).
 
-    Raises InputError (bad checkpoint: names file, tensor and expectation; nothing half-loaded is
-    returned) and NoKernelError (some quantized layer has no kernel on `platform`). The returned model
-    carries `model.oracle` (LoadReport: decisions, kernels, load time); `save_pretrained` is refused
-    (its kernels' packed tensors are not a checkpoint: save the original directory instead).
+def check_checkpoint(path: str | Path, *, platform: Any = None, config: Any = None, policy: Any = None,
+                     env: Any = None, requantize_fused: bool = False) -> LoadReport:
+    """Every check `load_quantized` (and `oracle run`) makes, without building kernels or the model's weights.
+
+    The same steps run: the front end and the engine's decisions (NoKernelError when some quantized
+    layer has no kernel), every quantized layer's tensors read and converted by its dialect's adapter
+    (names, dtypes, shapes, fused parts, experts), every other parameter's tensor found under the
+    model's names with its dtype and shape checked from the safetensors header (not read), and no
+    tensor left unclaimed. Memory stays at one layer's tensors. `oracle explain --checkpoint` runs it.
     """
+    start = time.perf_counter()
+    _, loaded = _load(Path(path), device="meta", dtype=None, platform=platform, config=config, policy=policy,
+                      env=env, progress=False, requantize_fused=requantize_fused, check=True)
+    loaded.load_seconds = time.perf_counter() - start
+    return loaded
+
+
+def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, policy: Any, env: Any,
+          progress: bool | None, requantize_fused: bool, check: bool) -> tuple[nn.Module, LoadReport]:
     from ..explain import build_report
     from ..models import load_model
     from ..platform import Platform
 
-    start = time.perf_counter()
-    root = Path(path)
     if not root.is_dir():
         raise InputError("expected a checkpoint directory (config.json + safetensors)", source=str(root))
-    device = _device(device)
     desc = load_model(str(root))
     platform = platform or Platform.detect()
     report = build_report(desc, platform, config, policy=policy, env=env)
@@ -121,22 +126,18 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
                          for row in plain_rows]
         with _progress(len(todo), progress, root.name) as bar:
             for row, decision in todo:
-                loaded.kernels[row.name] = _install(model, names, adapter, src, row, decision, device,
-                                                    requantize_fused)
+                kernel = _install(model, names, adapter, src, row, decision, device, requantize_fused, check)
+                if kernel is not None:
+                    loaded.kernels[row.name] = kernel
                 bar.update(1)
-        _load_plain(model, names, src, device)
+        served = {names.module(p) for row, _ in todo for p in (row.parts if row.layer.op == "linear"
+                                                                else (row.name,))} if check else set()
+        _load_plain(model, names, src, device, check, served)
         _skip_kv_scales(src)
         _refuse_unclaimed(src)
     finally:
         src.close()
-    model.to(device)          # buffers (rotary tables); parameters are already there
-    model.eval()
-    loaded.load_seconds = time.perf_counter() - start
-    model.oracle = loaded
-    _refuse_saving(model)
-    _log.info("checkpoint_loaded", path=str(root), dialect=desc.dialect, device=str(device),
-              kernels=len(loaded.kernels), seconds=round(loaded.load_seconds, 3))
-    return model
+    return model, loaded
 
 
 WRITER_SKIPS = ("transformers' FP8 writer leaves weights that are not whole blocks in BF16 (and saves an "
@@ -292,7 +293,8 @@ def _split_parts(src: TensorSource, row: Any, requantize: bool) -> bool:
 
 
 def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorSource, row: Any, decision: Any,
-             device: str, requantize: bool = False) -> Any:
+             device: str, requantize: bool = False, check: bool = False) -> Any:
+    """Convert one quantized layer's tensors and put its kernel in the model (`check`: convert only)."""
     layer = row.layer
     if _split_parts(src, row, requantize):
         kernels = []
@@ -300,13 +302,15 @@ def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorS
             module = _submodule(model, names.module(name), src, name)
             part = layer.model_copy(update={"out_features": module.out_features, "name": name})
             args = adapter.linear(src, part, [(name, module.out_features)])
+            if check:
+                continue
             kernel = decision.instantiate(part)
             kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
             runner = FusedRunner(kernel, part.in_features, part.out_features)
             _replace(model, names.module(name), KernelLinear(runner, 0, part.out_features, decision, name))
             kernels.append(kernel)
         _log.info("layer_loaded", layer=layer.name, kernel=decision.kernel, mode=decision.mode, parts=len(kernels))
-        return PartKernels(kernels)
+        return None if check else PartKernels(kernels)
     if layer.op == "linear":
         modules = [_submodule(model, names.module(name), src, name) for name in row.parts]
         args = adapter.linear(src, layer, [(name, m.out_features) for name, m in zip(row.parts, modules)])
@@ -314,6 +318,10 @@ def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorS
         args = adapter.moe(src, layer, row.parts)
     else:
         raise CheckpointError(f"quantized {layer.op} layers are not loaded by oracle.hf yet", tensor=layer.name)
+    if check:
+        if layer.op == "moe":
+            _submodule(model, names.module(layer.name), src, layer.name)
+        return None
     kernel = decision.instantiate(layer)
     kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
     del args
@@ -347,13 +355,22 @@ def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 # ---------------------------------------------------------------- everything else
-def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: str) -> None:
+def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: str, check: bool = False,
+                served: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Every parameter and persistent buffer the kernels did not replace, read tensor by tensor under the
-    model's names (transformers' renamings; per-expert tensors gathered as its converters do)."""
+    model's names (transformers' renamings; per-expert tensors gathered as its converters do). `check`:
+    dtypes and shapes from the safetensors headers, nothing read, nothing set; `served` modules (the
+    kernels' in check mode, where they are not installed) are skipped."""
     plain, gathered = names.tensors(n for n in src.names() if n not in src.claimed)
     by_model = {model_name: ckpt for ckpt, model_name in plain.items()}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     for name, param in list(model.named_parameters(remove_duplicate=False)):
+        if name.rpartition(".")[0] in served:
+            continue
+        if check and (name in by_model or name in gathered):
+            for ckpt in [by_model[name]] if name in by_model else [n for e in gathered[name].names() for n in e]:
+                _plain_header(src, ckpt, tuple(param.shape) if name in by_model else None)
+            continue
         if name in by_model:
             tensor = _plain_tensor(src, by_model[name], tuple(param.shape))
         elif name in gathered:
@@ -365,11 +382,15 @@ def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: 
                                   tensor=name, file=str(src.root))
         _set_param(model, name, tensor.to(device=device, dtype=param.dtype))
     for name, buf in list(model.named_buffers()):
-        if name in by_model:             # router buffers (e_score_correction_bias) and other saved state
+        if name in by_model and check:
+            _plain_header(src, by_model[name], tuple(buf.shape))
+        elif name in by_model:           # router buffers (e_score_correction_bias) and other saved state
             tensor = _plain_tensor(src, by_model[name], tuple(buf.shape))
             parent, _, leaf = name.rpartition(".")
             (model.get_submodule(parent) if parent else model)._buffers[leaf] = tensor.to(device=device,
                                                                                          dtype=buf.dtype)
+    if check:
+        return
     if tied:
         model.tie_weights()
     left = [n for n, p in model.named_parameters() if p.device.type == "meta"]
@@ -387,6 +408,22 @@ def _plain_tensor(src: TensorSource, name: str, shape: tuple | None = None) -> t
     if shape is not None and tuple(t.shape) != shape:
         raise CheckpointError(f"expected shape {list(shape)}, got {list(t.shape)}", tensor=name, file=src.file(name))
     return t
+
+
+_FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")
+
+
+def _plain_header(src: TensorSource, name: str, shape: tuple | None) -> None:
+    """What _plain_tensor checks, from the header alone; the tensor counts as claimed."""
+    head = src.header(name)
+    if head.get("dtype") not in _FLOAT_HEADERS:
+        raise CheckpointError(f"a {head.get('dtype')} tensor for a module the quantization config leaves "
+                              "unquantized: the config's quantization does not match the tensors", tensor=name,
+                              file=src.file(name))
+    if shape is not None and tuple(head.get("shape", ())) != shape:
+        raise CheckpointError(f"expected shape {list(shape)}, got {list(head.get('shape', ()))}", tensor=name,
+                              file=src.file(name))
+    src.claimed.add(name)
 
 
 def _gather(src: TensorSource, g: Any, shape: tuple) -> torch.Tensor:
