@@ -67,7 +67,13 @@ def choose(passing: Sequence[tuple[Any, Any]], trace: list[Any], table: dict[tup
     trace = attach_timings(trace, table)
     positions = [i for i, c in enumerate(trace) if c.verdict == "selected"]  # one per passing pair, in order
     if winner_score is None:  # nothing measured: the policy order stands, trace as without measurements
-        return index, trace[:positions[index] + 1], False
+        trace = trace[:positions[index] + 1]
+        if times and not weights:  # measured, but not where the objective looks: say so, never silently
+            best = trace[positions[index]]
+            note = (f"policy order: objective {mset.objective} names no token count these candidates were "
+                    f"measured at (M={','.join(map(str, sorted(measured_ms)))})")
+            trace[positions[index]] = replace(best, reason=f"{best.reason}; {note}")
+        return index, trace, False
     scored = [(k, s) for k, s in ranked if s is not None]
     objective = f"objective {mset.objective}" + (f" over M={','.join(map(str, sorted(weights)))}"
                                                  if mset.objective.name in ("balanced", "custom") else "")
