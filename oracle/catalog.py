@@ -286,6 +286,20 @@ def check_implementation(spec: KernelSpec) -> str | None:
         return str(exc)
     except Exception as exc:
         return f"{spec.source}: kernel {spec.name}: cannot import {spec.implementation}: {describe(exc)}"
+    for what in ("runtime", "environment"):   # a check that names nothing would fail only on the device
+        req = getattr(spec.requires, what)
+        if req is None:
+            continue
+        where = spec.lines.get(what, spec.source)
+        try:
+            check = call_plugin(_import_object, timeout_for(IMPORT_TIMEOUT_S), f"import of {req.check}",
+                                req.check, f"kernel {spec.name} requires.{what}.check")
+        except PolicyError as exc:
+            return f"{where}: {exc}"
+        except Exception as exc:
+            return f"{where}: kernel {spec.name}: cannot import {req.check}: {describe(exc)}"
+        if not callable(check):
+            return f"{where}: kernel {spec.name}: requires.{what}.check {req.check} is {_kind(check)}, not a function"
     return None
 
 

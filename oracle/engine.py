@@ -245,6 +245,11 @@ class Engine:
             for act, mode in usable:
                 ctx = dict(fields)
                 ctx.update(activation_format=act, mode=mode.name, backend=spec.backend, kernel=spec.name)
+                declared = declared_block_problem(mode, ctx)
+                if declared is not None:   # the mode's own declaration, before its constraints
+                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
+                                         declared, spec.source))
+                    continue
                 broken = failing(spec.constraints, ctx)
                 if broken:
                     reasons = tuple(r.render(ctx) for r in broken)
@@ -484,3 +489,14 @@ def _call_check(check: str, spec: KernelSpec, platform: Platform, what: str) -> 
         return (result, None) if isinstance(result, bool) else result
     except Exception as exc:
         return False, f"{what} raised {type(exc).__name__}: {exc}"
+
+
+def declared_block_problem(mode: Mode, fields: Mapping[str, Any]) -> str | None:
+    """A mode that declares `weight_block: [rows, cols]` reads scales of exactly those blocks: a layer whose
+    checkpoint blocks differ (a [64, 128] weight_block_size) cannot be served by it."""
+    declared = mode.params.get("weight_block")
+    rows, cols = fields.get("weight_block_rows"), fields.get("weight_block_cols")
+    if declared is None or rows is None or list(declared) == [rows, cols]:
+        return None
+    return (f"mode {mode.name} reads {declared[0]}x{declared[1]} weight blocks (its declared weight_block); "
+            f"the checkpoint's blocks are {rows}x{cols}")

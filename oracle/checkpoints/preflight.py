@@ -103,6 +103,26 @@ def expected_bytes(desc: Any) -> int:
     return total
 
 
+def before_build(desc: Any, src: Any, root: Path) -> None:
+    """Everything checked between reading the config and building the model: block sizes, then size."""
+    check_blocks(desc, root / "config.json")
+    check_size(desc, src, root / "config.json")
+
+
+#: The one FP8 weight block the adapters read (layouts.LAYOUTS: scales [cdiv(N, 128), cdiv(K, 128)]).
+ADAPTER_BLOCK = (128, 128)
+
+
+def check_blocks(desc: Any, config: Path) -> None:
+    """A block-FP8 layer whose blocks are not 128x128 is refused: its scales would be read as 128x128."""
+    for row in desc.layers:
+        block = getattr(row.layer, "weight_block", None)
+        if block is not None and tuple(block) != ADAPTER_BLOCK:
+            raise CheckpointError(f"layer {row.layer.name}: {block[0]}x{block[1]} weight blocks "
+                                  "(quantization_config.weight_block_size); oracle.hf reads 128x128 block scales "
+                                  "only", file=str(config))
+
+
 def check_size(desc: Any, src: Any, config: Path) -> None:
     """Refuse a config whose layers need far more bytes than the shards hold (before any allocation).
 

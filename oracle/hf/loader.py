@@ -86,7 +86,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
                             f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
     src = TensorSource.from_dir(root)
     try:
-        preflight.check_size(desc, src, root / "config.json")   # before any allocation
+        preflight.before_build(desc, src, root)   # block sizes and bytes, before any allocation
         model = _build(root, desc)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
         loaded = LoadReport(report=report, device=str(device))

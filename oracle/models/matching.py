@@ -20,6 +20,7 @@ import re
 from typing import Iterable
 
 from ..errors import InputError
+from ..saferegex import compile_user_pattern
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 _WILDCARD = re.compile(r"[*?\[]")
@@ -41,11 +42,9 @@ class NameMatcher:
         self.regexes: list[tuple[re.Pattern, str]] = []
         for entry in entries:
             if entry.startswith("re:"):
-                try:
-                    self.regexes.append((re.compile(entry[3:]), entry))
-                except re.error as exc:
-                    raise InputError(f"invalid regular expression {entry!r}: {exc}",
-                                     source=source or None, field=field or None) from None
+                compiled = compile_user_pattern(entry[3:], lambda message: InputError(
+                    message, source=source or None, field=field or None), entry)   # refuses patterns that could hang
+                self.regexes.append((compiled, entry))
             elif "*" in entry or "?" in entry:
                 self.globs.append((re.compile(fnmatch.translate(entry)), entry))
                 # a glob can only match names that start with its literal head; bucket by its layer index
