@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from .loader import load_quantized
+    from ..hf.loader import load_quantized
 
     device = torch_device(args.device)
     if device.startswith("cuda"):
