@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 Method = Literal["graph", "eager"]
@@ -13,9 +13,11 @@ Method = Literal["graph", "eager"]
 MAX_M = 1 << 20
 #: Most distinct token counts per (layer, candidate): bounds what a report repeats per candidate.
 MAX_MS = 64
-#: A time in milliseconds: a finite JSON number > 0 (not a bool, not a string).
-Millis = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Spread = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Longest time a tuning file may hold, in ms (one hour per call; anything longer is a corrupt figure).
+MAX_TIME_MS = 3_600_000.0
+#: A time in milliseconds: a JSON number in (0, MAX_TIME_MS] (not a bool, not a string, not NaN/Infinity).
+Millis = Annotated[float, Field(gt=0, le=MAX_TIME_MS, allow_inf_nan=False)]
+Spread = Annotated[float, Field(ge=0, le=MAX_TIME_MS, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -93,16 +95,17 @@ class TuningFile(_Strict):
     entries: list[Entry] = Field(default_factory=list)
     references: list[Reference] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _bounded(self) -> "TuningFile":
+    @field_validator("entries")
+    @classmethod
+    def _bounded(cls, entries: list[Entry]) -> list[Entry]:
         ms: dict[tuple, set[int]] = {}
-        for e in self.entries:
+        for e in entries:
             got = ms.setdefault((e.layer_key, e.kernel, e.mode, e.activation_format), set())
             got.add(e.m)
             if len(got) > MAX_MS:
                 raise ValueError(f"more than {MAX_MS} token counts for kernel {e.kernel} [{e.mode}] on one layer; "
                                  f"a tuning file holds at most {MAX_MS} per candidate")
-        return self
+        return entries
 
     def merged_with(self, newer: "TuningFile") -> "TuningFile":
         """Entries of both, `newer` winning per (layer, candidate, M); metadata of `newer`, first creation kept."""
