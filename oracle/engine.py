@@ -123,6 +123,7 @@ class Engine:
             else:
                 found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
                 if found is not None:
+                    notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
                     table, _ = self._measured(layer, platform, env, measurements)
                     if table is not None:  # an explicit request wins; its figures are still shown
                         from .ranking import attach_timings
@@ -158,6 +159,7 @@ class Engine:
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
         found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
         if found is not None:
+            notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
             return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
 
@@ -370,7 +372,10 @@ class Engine:
                                  field=f"{op}_activation", source=getattr(layer, "name", None) or None)
             acts = [requested]
         elif declared is not None:
-            acts = [declared]
+            fallback, fallback_rule = self.policy.checkpoint_fallback_for(op, wf)
+            acts = [declared] + [a for a in fallback if a != declared]
+            if len(acts) > 1:
+                rule = fallback_rule
         else:
             acts = [p for p in prefs if p != "checkpoint"]
         force = self.policy.force_bf16_activations
@@ -398,6 +403,20 @@ class Engine:
             verdict = check_requirements(spec, platform)
             self._platform_checks[key] = verdict
         return verdict
+
+
+def _fallback_note(layer: Any, found: tuple[KernelSpec, Mode], candidates: list[Candidate], acts: list[str],
+                   rule: str) -> list[str]:
+    """Why a kernel serves other activations than the checkpoint declares (policy checkpoint_fallback)."""
+    declared = getattr(layer, "activation_format", None)
+    spec, mode = found
+    if declared is None or mode.activation == declared or not acts or acts[0] != declared:
+        return []       # served as declared, or forced (FORCE_A16 says so itself)
+    refused = [c for c in candidates if c.activation_format == declared and c.verdict == "rejected"]
+    own = next((c for c in refused if c.kernel == spec.name), refused[0] if refused else None)
+    why = f"{own.kernel} {own.mode or ''}: {own.reason}".replace(" :", ":") if own else "no candidate serves it"
+    return [f"the checkpoint declares {declared} activations, which cannot be served here ({why}); "
+            f"{spec.name} runs {mode.activation} activations instead (checkpoint_fallback at {rule})"]
 
 
 def _with_notes(c: Candidate, notes: tuple[str, ...]) -> Candidate:
