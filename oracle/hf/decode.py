@@ -53,6 +53,7 @@ class Decoder:
         self.pos = torch.zeros(batch, 1, dtype=torch.long, device=device)       # its position
         self.length = 0                                                         # tokens in the cache (host view)
         self.graph: Any = None
+        self.logits: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
@@ -68,7 +69,8 @@ class Decoder:
         pos = torch.arange(p, device=self.device).expand(self.batch, p)
         out = self.model(input_ids=ids.to(self.device), position_ids=pos, past_key_values=self.cache,
                          use_cache=True, logits_to_keep=1)
-        self.token.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+        self.logits = out.logits[:, -1]                    # [batch, vocab]: the prompt's next-token logits
+        self.token.copy_(self.logits.argmax(-1, keepdim=True))
         self.pos.fill_(p)
         self.length = p
         return self.token
