@@ -19,6 +19,7 @@ from the device. The cost is attention over `max_len` keys instead of the window
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -137,3 +138,41 @@ def _device(model: nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
+
+
+@dataclass
+class Measurement:
+    """Steady-state decode speed of one (batch, mode): what `oracle run --bench` and bench_decode.py print."""
+
+    batch: int
+    mode: str
+    tok_s: float            # batch x steps / seconds of the timed steps
+    ms_step: float
+    prefill_ms: float
+    tokens: torch.Tensor    # [batch, steps + 1] greedy tokens (the first from the prefill), on the CPU
+    logits: torch.Tensor    # [vocab] the prefill's next-token logits of row 0, fp32, on the CPU
+
+
+def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: int = 16) -> Measurement:
+    """Warm up (kernels compile, the graph is captured) with `warmup` tokens, prefill `ids` [batch, P]
+    again and time `steps` decode steps. The static cache gives every step the same shapes, so the
+    timed steps meet nothing the warm-up did not (no first-call compiles or attention plans)."""
+    import time
+
+    batch = ids.shape[0]
+    dec = Decoder(model, batch, ids.shape[1] + max(steps, warmup) + 8, mode)
+    dec.generate(ids, warmup)
+    sync = torch.cuda.synchronize if dec.device.type == "cuda" else (lambda: None)
+    out = torch.empty(batch, steps + 1, dtype=torch.long, device=dec.device)
+    sync()
+    t = time.perf_counter()
+    out[:, :1] = dec.prefill(ids)
+    sync()
+    prefill = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(steps):
+        out[:, i + 1:i + 2] = dec.step()
+    sync()
+    seconds = time.perf_counter() - t
+    return Measurement(batch, mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill,
+                       out.cpu(), dec.logits[0].float().cpu())
