@@ -153,8 +153,20 @@ class RuntimeReq(_Reasoned):
 
 
 class EnvironmentReq(RuntimeReq):
-    package: str | None = Field(None, description="the package the check inspects: the check is skipped when the "
-                                                   "caller states this package's version (--with-package)")
+    versions: dict[str, str] = Field(
+        default_factory=dict, description="the supported version range of each distribution that can provide "
+                                          "what the check looks for (the check reads them; stated with "
+                                          "--with-package, their versions describe the target machine)")
+
+    @field_validator("versions")
+    @classmethod
+    def _ranges(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, spec in v.items():
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                raise ValueError(f"{name}: {spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+        return v
 
 
 class VendorReq(_Reasoned):
@@ -169,9 +181,10 @@ class Requirements(_Frozen):
                                             description="distributions that must be installed, by name")
     runtime: RuntimeReq | None = Field(None, description="a check that must run on the real device")
     environment: EnvironmentReq | None = Field(
-        None, description="a check of this Python environment (e.g. which implementation of a package is "
-                          "active), run for detected and simulated devices alike; (ok, detail): a detail on "
-                          "success is shown as a note")
+        None, description="the one judge of a requirement that package metadata cannot decide (e.g. which "
+                          "distribution provides an importable module): (ok, detail) from the platform's "
+                          "stated packages, else this Python environment, for detected and simulated devices "
+                          "alike; a detail on success is shown as a note")
 
     @field_validator("vendor", mode="before")
     @classmethod

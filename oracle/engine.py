@@ -128,6 +128,7 @@ class Engine:
                 found = self._first(self._candidates(own, layer, platform, acts, act_rule, disabled, True),
                                     candidates)
                 if found is not None:
+                    notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
                     table, _ = self._measured(layer, platform, env, measurements)
                     if table is not None:  # an explicit request wins; its figures are still shown
                         candidates = [_with_timings(c, table) for c in candidates]
@@ -155,6 +156,7 @@ class Engine:
             return self._ranked(list(tried), table, mset, candidates, notes, base)
         found = self._first(tried, candidates)
         if found is not None:
+            notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
             return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
 
@@ -400,7 +402,10 @@ class Engine:
                                  field=f"{op}_activation", source=getattr(layer, "name", None) or None)
             acts = [requested]
         elif declared is not None:
-            acts = [declared]
+            fallback, fallback_rule = self.policy.checkpoint_fallback_for(op, wf)
+            acts = [declared] + [a for a in fallback if a != declared]
+            if len(acts) > 1:
+                rule = fallback_rule
         else:
             acts = [p for p in prefs if p != "checkpoint"]
         force = self.policy.force_bf16_activations
@@ -434,3 +439,17 @@ def _with_timings(candidate: Candidate, table: dict) -> Candidate:
     """The candidate with the figures `table` holds for it, if any."""
     found = table.get((candidate.kernel, candidate.mode, candidate.activation_format))
     return replace(candidate, timings=found.timings()) if found is not None and found.times else candidate
+
+
+def _fallback_note(layer: Any, found: tuple[KernelSpec, Mode], candidates: list[Candidate], acts: list[str],
+                   rule: str) -> list[str]:
+    """Why a kernel serves other activations than the checkpoint declares (policy checkpoint_fallback)."""
+    declared = getattr(layer, "activation_format", None)
+    spec, mode = found
+    if declared is None or mode.activation == declared or not acts or acts[0] != declared:
+        return []       # served as declared, or forced (FORCE_A16 says so itself)
+    refused = [c for c in candidates if c.activation_format == declared and c.verdict == "rejected"]
+    own = next((c for c in refused if c.kernel == spec.name), refused[0] if refused else None)
+    why = f"{own.kernel} {own.mode or ''}: {own.reason}".replace(" :", ":") if own else "no candidate serves it"
+    return [f"the checkpoint declares {declared} activations, which cannot be served here ({why}); "
+            f"{spec.name} runs {mode.activation} activations instead (checkpoint_fallback at {rule})"]
