@@ -107,6 +107,10 @@ class Policy(_Strict):
         default_factory=dict,
         description="per op, per weight format (or `default`): activation formats to try, in order, when the "
                     "checkpoint declares none; `checkpoint` marks where a declared format is honoured")
+    checkpoint_fallback: dict[Op, dict[FormatKey, list[ActivationFormat]]] = Field(
+        default_factory=dict,
+        description="per op, per weight format (or `default`): activation formats tried after the one the "
+                    "checkpoint declares, when no candidate can serve that one (the trace says why)")
     force_bf16_activations: ForceBF16 = Field(default_factory=ForceBF16,
                                               description="environment switch forcing A16 activations")
     on_unsupported: Literal["error", "fallback"] = Field(
@@ -177,6 +181,11 @@ class EffectivePolicy:
         if weight_format in table:
             return table[weight_format], self.where("activations", op, weight_format)
         return table.get("default", ["bf16"]), self.where("activations", op, "default")
+
+    def checkpoint_fallback_for(self, op: str, weight_format: str) -> tuple[list[str], str]:
+        table = self.policy.checkpoint_fallback.get(op, {})
+        key = weight_format if weight_format in table else "default"
+        return list(table.get(key, [])), self.where("checkpoint_fallback", op, key)
 
     def auto_select_for(self, backend: str, op: str) -> tuple[bool | None, str]:
         value = self.policy.auto_select.get(backend, {}).get(op)

@@ -6,6 +6,19 @@ from pathlib import Path
 KERNELS_YAML = Path(__file__).resolve().parents[1] / "oracle_b12x" / "kernels.yaml"
 
 
+def require_b12x() -> None:
+    """Skip (never fail) where no supported b12x provider is installed, e.g. a bare GPU machine."""
+    import pytest
+
+    from oracle_b12x.errors import B12xUnavailableError
+    from oracle_b12x.provider import active_provider
+
+    try:
+        active_provider()
+    except B12xUnavailableError as exc:
+        pytest.skip(f"needs b12x: {exc}")
+
+
 def load_specs() -> dict:
     """The plugin's KernelSpecs, loaded the way the engine loads them."""
     from oracle.catalog import load_kernel_file
