@@ -184,10 +184,9 @@ def test_objective_at_an_unmeasured_m_is_stated(good, tmp_path):
     path.write_text(json.dumps(good))
     code, out, err = explain("--measurements", str(path), "--objective", "4096:1", "--format", "json")
     assert code == OK, err
-    reasons = [c["reason"] for layer in json.loads(out)["layers"] for c in layer["candidates"]
-               if c["verdict"] == "selected"]
-    assert reasons and all("objective 4096:1 names no token count these candidates were measured at (M=1,16)" in r
-                           for r in reasons), reasons
+    layers = [layer for layer in json.loads(out)["layers"] if layer["status"] == "selected"]
+    assert layers and all(any("objective 4096:1 names no token count these candidates were measured at (M=1,16)"
+                                  in note for note in layer["notes"]) for layer in layers), layers[0]["notes"]
 
 
 def test_report_size_is_bounded_per_candidate(good, tmp_path):
