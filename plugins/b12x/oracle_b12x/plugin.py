@@ -30,8 +30,8 @@ def register_tiers(insert):
 
 
 @hookimpl
-def can_implement(kernel, layer, mode):
-    if kernel.backend != "b12x" or not flag(decision_env(), PLANNER_CHECK_ENV):  # the caller's env=
+def can_implement(layer, mode):
+    if not flag(decision_env(), PLANNER_CHECK_ENV):  # the caller's env=
         return None
     from .planner_check import planner_reason  # lazy: imports b12x planners (and torch)
 
