@@ -1,7 +1,9 @@
 """`oracle run`: load a quantized checkpoint through oracle.hf, generate, and say what ran.
 
 Prints the generated token ids (and text when the checkpoint has a tokenizer), the
-per-layer decision summary, load time, peak memory and tokens/s. Exit 0 on success,
+per-layer decision summary, load time, peak memory and tokens/s. Decoding runs over a static
+KV cache, each step replayed from one CUDA graph (`--decode graphs`, the default on CUDA) or
+run eagerly (`--decode eager`); `--bench` adds the steady-state table of bench/bench_decode.py. Exit 0 on success,
 1 for bad input (a message naming file and tensor), 2 when some quantized layer has no
 kernel on this machine. torch and transformers are imported only when the command runs.
 """
@@ -32,6 +34,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     prompt.add_argument("--prompt", metavar="TEXT", help="text prompt (needs a tokenizer in DIR)")
     prompt.add_argument("--prompt-ids", metavar="1,2,3", help="token ids of the prompt (default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=16, metavar="N")
+    p.add_argument("--decode", choices=("eager", "graphs"), default=None,
+                   help="decode steps run eagerly or replayed from one CUDA graph over a static KV cache "
+                        "(default: graphs on CUDA, eager on the CPU)")
+    p.add_argument("--bench", action="store_true",
+                   help="also measure steady-state decode: a 128-token prompt, 16 warm-up tokens, then "
+                        "--bench-steps timed steps, for each --batch size and decode mode (eager, and graphs on "
+                        "CUDA); prints tokens/s, ms per step and peak memory")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8], metavar="N", help="batch sizes for --bench")
+    p.add_argument("--bench-steps", type=int, default=128, metavar="N")
     return p
 
 
@@ -42,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: oracle run needs the hf extra (pip install 'kernel-oracle[hf]'): {exc}", file=sys.stderr)
         return 1
-    if args.max_new_tokens < 1:
-        print(f"error: --max-new-tokens: expected a positive integer, got {args.max_new_tokens}", file=sys.stderr)
-        return 1
+    for field, value in (("--max-new-tokens", [args.max_new_tokens]), ("--batch", args.batch),
+                         ("--bench-steps", [args.bench_steps])):
+        if min(value) < 1:
+            print(f"error: {field}: expected a positive integer, got {min(value)}", file=sys.stderr)
+            return 1
     try:
         return _run(args)
     except NoKernelError as exc:
@@ -58,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
+    from ..hf.decode import Decoder
     from ..hf.loader import load_quantized
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -66,16 +80,13 @@ def _run(args: argparse.Namespace) -> int:
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     model = load_quantized(args.model, device=device)
+    mode = args.decode or ("graphs" if device.startswith("cuda") else "eager")
     tokenizer = _tokenizer(args.model)
     ids = _prompt_ids(args, tokenizer).to(device)
     start = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
-                             do_sample=False, pad_token_id=_pad(model))
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    out = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode).generate(ids, args.max_new_tokens)
+    new = _until_eos(out[0].tolist(), model)
     seconds = time.perf_counter() - start
-    new = out[0, ids.shape[1]:].tolist()
     print(f"model     {args.model} ({model.oracle.report.model.dialect_detail})")
     print(f"prompt    {ids[0].tolist()}")
     print(f"tokens    {new}")
@@ -86,8 +97,37 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {line}")
     print(f"load      {model.oracle.load_seconds:.2f} s")
     print(f"memory    peak {_peak_mib(device):.1f} MiB ({'GPU allocated' if device.startswith('cuda') else 'process RSS'})")
-    print(f"speed     {len(new) / seconds:.1f} tokens/s ({len(new)} tokens in {seconds:.2f} s, greedy, batch 1)")
+    print(f"speed     {len(new) / seconds:.1f} tokens/s ({len(new)} tokens in {seconds:.2f} s including prefill "
+          f"and warm-up, greedy, batch 1, decode {mode})")
+    if args.bench:
+        _bench(model, ids, args, device)
     return 0
+
+
+def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:
+    """Steady-state decode table (bench/bench_decode.py's oracle row, for this checkpoint)."""
+    from ..hf.decode import measure
+
+    prompt = ids.repeat(1, -(-128 // ids.shape[1]))[:, :128]          # the user's prompt, repeated to 128
+    modes = ("eager", "graphs") if device.startswith("cuda") else ("eager",)
+    print(f"bench     128-token prompt, 16 warm-up tokens, {args.bench_steps} timed decode steps, static KV cache")
+    print(f"  {'batch':>5} {'decode':>7} {'tokens/s':>10} {'ms/step':>9} {'prefill ms':>11}")
+    for batch in args.batch:
+        for mode in modes:
+            m = measure(model, prompt.repeat(batch, 1), args.bench_steps, mode)
+            print(f"  {batch:>5} {mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
+    print(f"  peak memory {_peak_mib(device) / 1024:.2f} GiB "
+          f"({'GPU allocated' if device.startswith('cuda') else 'process RSS'}, weights, caches and graphs)")
+
+
+def _until_eos(tokens: list[int], model: Any) -> list[int]:
+    """The generated tokens up to and including the first end-of-sequence token."""
+    eos = model.generation_config.eos_token_id
+    stops = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[:i + 1]
+    return tokens
 
 
 def _tokenizer(path: str) -> Any:
@@ -113,14 +153,6 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> Any:
     if not ids or min(ids) < 0:
         raise InputError(f"expected non-negative token ids, got {text!r}", field="--prompt-ids")
     return torch.tensor([ids])
-
-
-def _pad(model: Any) -> int:
-    cfg = model.generation_config
-    pad = cfg.pad_token_id if cfg.pad_token_id is not None else cfg.eos_token_id
-    if isinstance(pad, list):
-        pad = pad[0] if pad else None
-    return 0 if pad is None else int(pad)
 
 
 def _peak_mib(device: str) -> float:

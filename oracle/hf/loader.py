@@ -63,10 +63,12 @@ class LoadReport:
 
 
 def load_quantized(path: str | Path, *, device: str | None = None, platform: Any = None, config: Any = None,
-                   policy: Any = None, env: Any = None) -> nn.Module:
+                   policy: Any = None, env: Any = None, source: TensorSource | None = None) -> nn.Module:
     """The transformers model of checkpoint `path`, quantized modules served by oracle kernels.
 
-    `platform` defaults to this machine's GPU (Platform.detect()); `device` to cuda when there is one."""
+    `platform` defaults to this machine's GPU (Platform.detect()); `device` to cuda when there is one.
+    `source` replaces the directory's safetensors (same names and layouts; bench/synthetic.py makes
+    random tensors on the GPU on demand, so a full-depth model needs no checkpoint on disk)."""
     from ..explain import build_report
     from ..models import load_model
     from ..platform import Platform
@@ -82,7 +84,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
     if report.no_kernel:
         raise NoKernelError("no kernel can serve some quantized layers of this checkpoint on "
                             f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
-    src = TensorSource.from_dir(root)
+    src = source if source is not None else TensorSource.from_dir(root)
     try:
         model = _build(root, desc)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
