@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from oracle.cli import main
 from oracle.errors import InputError
 from oracle.tuning import store
-from oracle.tuning.objective import parse_objective, rank, score
+from oracle.objective import parse_objective, rank, score
 from oracle.tuning.schema import Entry, Metadata, TuningFile
 
 META = dict(vendor="cpu", device_name="CPU", oracle="0.1.0", created="2026-01-01T00:00:00+00:00",
@@ -102,8 +102,8 @@ def test_schema_command_prints_the_tuning_schema(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "no-such-model"], "--model: no such file, folder or shipped example"),
-    (["--model", "qwen3-8b", "--m", "1,0"], "--m: token counts must be > 0, got 0"),
-    (["--model", "qwen3-8b", "--m", "1,x"], "--m: expected positive token counts"),
+    (["--model", "qwen3-8b", "--m", "1,0"], "--m: token counts must be from 1 to 1048576, got 0"),
+    (["--model", "qwen3-8b", "--m", "1,x"], "--m: expected whole token counts from 1 to 1048576"),
     (["--model", "qwen3-8b", "--m", "1,16", "--objective", "4096:1"], "--objective: 4096:1 names no M of --m (1,16)"),
     (["--model", "qwen3-8b", "--objective", "soon"], "--objective: 'soon' is not decode"),
     (["--model", "qwen3-8b", "--device", "h200"], "--device: 'h200' is not the detected device"),
@@ -135,7 +135,7 @@ def test_plot_draws_a_png(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra (scripts/dev-setup installs it)")
     from types import SimpleNamespace
 
-    from oracle.tuning.plot import plot
+    from oracle.cli.plot import plot
     from oracle.tuning.runner import LayerGroup, TuneResult
     from oracle.tuning.schema import Reference
     group = LayerGroup(SimpleNamespace(role="qkv_proj"), 2, "L")

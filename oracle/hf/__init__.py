@@ -11,7 +11,7 @@ from typing import Any
 
 def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = None, platform: Any = None,
                    config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None,
-                   requantize_fused: bool = False) -> Any:
+                   requantize_fused: bool = False, source: Any = None) -> Any:
     """The transformers model of checkpoint `path`, its quantized modules served by oracle kernels.
 
     path:     a checkpoint directory (config.json + *.safetensors, any index), in the tensor names its
@@ -32,6 +32,8 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
               NVFP4 global scales) run as one kernel per part by default, each with its writer's scale:
               exact. True fuses them into one GEMM by requantizing to the largest scale (vLLM's way:
               faster, up to half an E4M3 step of error per weight).
+    source:   an oracle.checkpoints.TensorSource replacing the directory's safetensors (same names and
+              layouts; bench/synthetic.py makes random tensors on the GPU on demand).
 
     Raises InputError (bad checkpoint: names file, tensor and expectation; nothing half-loaded is
     returned) and NoKernelError (some quantized layer has no kernel on `platform`). The returned model
@@ -40,7 +42,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
     """
     from .loader import load_quantized as _load
     return _load(path, device=device, dtype=dtype, platform=platform, config=config, policy=policy, env=env,
-                 progress=progress, requantize_fused=requantize_fused)
+                 progress=progress, requantize_fused=requantize_fused, source=source)
 
 
 def check_checkpoint(path: str | Path, *, platform: Any = None, config: Any = None, policy: Any = None,

@@ -25,7 +25,7 @@ import structlog
 import torch
 from torch import nn
 
-from ..checkpoints import Adapter, CheckpointError, TensorSource
+from ..checkpoints import Adapter, CheckpointError, TensorSource, preflight
 from ..errors import InputError, NoKernelError
 from ..formats import torch_dtype
 from .modules import FusedRunner, KernelExperts, KernelLinear, PartKernels
@@ -66,12 +66,13 @@ class LoadReport:
 
 def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = None, platform: Any = None,
                    config: Any = None, policy: Any = None, env: Any = None, progress: bool | None = None,
-                   requantize_fused: bool = False) -> nn.Module:
+                   requantize_fused: bool = False, source: TensorSource | None = None) -> nn.Module:
     """See oracle.hf.load_quantized (the documented entry point)."""
     start = time.perf_counter()
     device = _device(device)
     model, loaded = _load(Path(path), device=device, dtype=dtype, platform=platform, config=config, policy=policy,
-                          env=env, progress=progress, requantize_fused=requantize_fused, check=False)
+                          env=env, progress=progress, requantize_fused=requantize_fused, check=False,
+                          source=source)
     model.to(device)          # buffers (rotary tables); parameters are already there
     model.eval()
     loaded.load_seconds = time.perf_counter() - start
@@ -94,27 +95,31 @@ def check_checkpoint(path: str | Path, *, platform: Any = None, config: Any = No
     """
     start = time.perf_counter()
     _, loaded = _load(Path(path), device="meta", dtype=None, platform=platform, config=config, policy=policy,
-                      env=env, progress=False, requantize_fused=requantize_fused, check=True)
+                      env=env, progress=False, requantize_fused=requantize_fused, check=True, source=None)
     loaded.load_seconds = time.perf_counter() - start
     return loaded
 
 
 def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, policy: Any, env: Any,
-          progress: bool | None, requantize_fused: bool, check: bool) -> tuple[nn.Module, LoadReport]:
+          progress: bool | None, requantize_fused: bool, check: bool,
+          source: TensorSource | None) -> tuple[nn.Module, LoadReport]:
     from ..explain import build_report
     from ..models import load_model
     from ..platform import Platform
 
     if not root.is_dir():
         raise InputError("expected a checkpoint directory (config.json + safetensors)", source=str(root))
+    preflight.refuse_remote_code(root)       # before transformers reads anything: no checkpoint code runs
+    preflight.check_sidecars(root)
     desc = load_model(str(root))
     platform = platform or Platform.detect()
     report = build_report(desc, platform, config, policy=policy, env=env)
     if report.no_kernel:
         raise NoKernelError("no kernel can serve some quantized layers of this checkpoint on "
                             f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
-    src = TensorSource.from_dir(root)
+    src = source if source is not None else TensorSource.from_dir(root)
     try:
+        preflight.before_build(desc, src, root)   # block sizes and bytes, before any allocation
         model = _build(root, desc, dtype)
         names = ModelNames(model)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
@@ -230,14 +235,15 @@ def _parameters_on_meta() -> Iterator[None]:
 def _build(root: Path, desc: Any, dtype: Any) -> nn.Module:
     import transformers
 
-    cfg = transformers.AutoConfig.from_pretrained(str(root))
+    cfg = preflight.transformers_call(transformers.AutoConfig.from_pretrained, root / "config.json")
     for holder in (cfg, getattr(cfg, "text_config", None)):
         if holder is not None and hasattr(holder, "quantization_config"):
             delattr(holder, "quantization_config")      # the kernels are ours, not transformers' quantizer
     with _parameters_on_meta():
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype, desc))
     if (root / "generation_config.json").is_file():
-        model.generation_config = transformers.GenerationConfig.from_pretrained(str(root))
+        model.generation_config = preflight.transformers_call(transformers.GenerationConfig.from_pretrained,
+                                                              root / "generation_config.json")
     return model
 
 

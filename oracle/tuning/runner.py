@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..formats import torch_dtype
+from ..formats import GATED_ACTIVATIONS, torch_dtype
 from .schema import Entry, Reference, layer_key
 
 #: HBM bandwidth in GB/s by device name fragment, for the reference line of the plot.
@@ -55,7 +55,7 @@ class Ranked:
 
 def ranking(result: TuneResult, group: LayerGroup, objective: Any, allow_testing_only: bool = False) -> list[Ranked]:
     """The group's candidates ranked at `objective` as the engine would rank them (pure; no torch)."""
-    from .objective import rank
+    from ..objective import rank
     mine = [e for e in result.entries if e.layer_key == group.key]
     info: dict[tuple, Ranked] = {}
     for e in mine:
@@ -98,6 +98,37 @@ def candidates_for(engine: Any, layer: Any, platform: Any, config: Any, env: Any
             if wanted is None or spec.backend in wanted]
 
 
+def buffer_bytes(layer: Any, m: int) -> int:
+    """A generous estimate of the bytes timing `layer` at M tokens holds at once: synthetic weights
+    (fp32 before quantizing, and the quantized copy) plus inputs, outputs and fp32 intermediates."""
+    if layer.op == "linear":
+        k, n = layer.in_features, layer.out_features
+        return 8 * n * k + 6 * m * (k + n)
+    if layer.op == "moe":
+        e = max(1, layer.num_experts // layer.ep_size)
+        h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
+        rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+        top = min(layer.top_k, e)
+        return 8 * e * (rows * h + h * i) + m * (6 * h + 4 * e + 4 * top * (rows + h))
+    return 8 * layer.num_embeddings * layer.embedding_dim + 4 * m * layer.embedding_dim
+
+
+def device_memory(platform: Any) -> int | None:
+    """Total memory of the device `oracle tune` times on (GPU memory, else physical RAM), in bytes."""
+    import os
+    if platform.vendor in ("nvidia", "amd"):
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return int(torch.cuda.mem_get_info()[1])
+        except Exception:  # no usable GPU: timing falls back to the CPU below
+            pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def hbm_gbps(device_name: str) -> float | None:
     return next((v for k, v in HBM_GBPS.items() if k.lower() in device_name.lower()), None)
 
@@ -105,13 +136,15 @@ def hbm_gbps(device_name: str) -> float | None:
 class Runner:
     """Times candidates on one device (cuda or cpu); torch is imported here, not before."""
 
-    def __init__(self, platform: Any, repeats: int | None = None):
+    def __init__(self, platform: Any, quantize: Callable[..., Any], repeats: int | None = None):
+        """`quantize` makes the synthetic checkpoint tensors (a plugin's `quantize_weight` hook)."""
         import torch
 
         self.torch = torch
         self.cuda = platform.vendor in ("nvidia", "amd") and torch.cuda.is_available()
         self.device = torch.device("cuda" if self.cuda else "cpu")
         self.repeats = repeats or (30 if self.cuda else 5)
+        self.quantize = quantize
         self.gbps = hbm_gbps(platform.device_name) if self.cuda else None
 
     def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
@@ -137,7 +170,7 @@ class Runner:
             try:
                 from . import synthetic
                 with torch.no_grad():
-                    tensors = synthetic.weights(layer, self.device)
+                    tensors = synthetic.weights(layer, self.device, self.quantize)
             except Exception as exc:  # even the quantizer failed (e.g. out of memory): every candidate fails
                 self._free()
                 for spec, mode in cands:
