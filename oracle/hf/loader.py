@@ -124,7 +124,7 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
         names = ModelNames(model)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
         loaded = LoadReport(report=report, device=str(device))
-        todo = [(row, d) for row, d in zip(desc.layers, report.decisions) if d.status == "selected"]
+        todo = [(_spelled(desc, row), d) for row, d in zip(desc.layers, report.decisions) if d.status == "selected"]
         plain_rows = [row for row, _ in todo if _left_unquantized(src, desc.dialect, row)]
         todo = [(row, d) for row, d in todo if row not in plain_rows]
         loaded.notes += [f"{row.name}: {WRITER_SKIPS} (a 16-bit weight): loaded unquantized"
@@ -133,7 +133,7 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
             for row, decision in todo:
                 kernel = _install(model, names, adapter, src, row, decision, device, requantize_fused, check)
                 if kernel is not None:
-                    loaded.kernels[row.name] = kernel
+                    loaded.kernels[decision_name(row)] = kernel
                 bar.update(1)
         served = {names.module(p) for row, _ in todo for p in (row.parts if row.layer.op == "linear"
                                                                 else (row.name,))} if check else set()
@@ -147,6 +147,29 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
 
 WRITER_SKIPS = ("transformers' FP8 writer leaves weights that are not whole blocks in BF16 (and saves an "
                 "uninitialized weight_scale_inv beside them, ignored here)")
+
+
+def _spelled(desc: Any, row: Any) -> Any:
+    """The row in the checkpoint's own names (oracle.models.checkpoint_names: the one home for which
+    checkpoint names stand for a derived module); its derived name stays in `derived`."""
+    import dataclasses
+
+    names = getattr(desc, "checkpoint_names", None)
+    parts = tuple(names.spelling(p) for p in row.parts) if names is not None else tuple(row.parts)
+    if parts == tuple(row.parts):
+        return row
+    if row.layer.op == "moe" and all(".0." in p for p in parts):
+        name = parts[0].rsplit(".0.", 1)[0]
+    else:
+        name = names.spelling(row.name)
+    spelled = dataclasses.replace(row, layer=row.layer.model_copy(update={"name": name}), parts=parts)
+    object.__setattr__(spelled, "derived", row.name)
+    return spelled
+
+
+def decision_name(row: Any) -> str:
+    """The derived (report) name of a possibly respelled row: what model.oracle.kernels is keyed by."""
+    return getattr(row, "derived", row.name)
 
 
 def _left_unquantized(src: TensorSource, dialect: str, row: Any) -> bool:

@@ -349,9 +349,9 @@ class CompressedTensorsScheme(Scheme):
         by_class = next((g for g in self.groups if wanted in g.class_targets), None)
         if by_class is None:
             return None, "no config_groups target matches"
-        if module.op == "moe" and not name.startswith(module.name + ".0."):
+        if module.op == "moe" and not any(n.startswith(module.name + ".0.") for n in names):
             return None, ("class targets reach nn.Linear modules; fused expert parameters "
-                          f"({name.rsplit('.', 1)[-1]}) are not Linear modules, so the writer left them unquantized")
+                          f"({names[0].rsplit('.', 1)[-1]}) are not Linear modules, so the writer left them unquantized")
         if module.role == "lm_head":
             return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
         self.used_groups.add(by_class.name)
