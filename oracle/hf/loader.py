@@ -69,7 +69,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
                    requantize_fused: bool = False, source: TensorSource | None = None) -> nn.Module:
     """See oracle.hf.load_quantized (the documented entry point)."""
     start = time.perf_counter()
-    device = _device(device)
+    device = resolve_device(device)
     model, loaded = _load(Path(path), device=device, dtype=dtype, platform=platform, config=config, policy=policy,
                           env=env, progress=progress, requantize_fused=requantize_fused, check=False,
                           source=source)
@@ -187,24 +187,27 @@ def _left_unquantized(src: TensorSource, dialect: str, row: Any) -> bool:
     return True
 
 
-def _device(device: str | None) -> str:
-    """The torch device string; a CUDA request on a torch without CUDA is an InputError naming both."""
-    if device is None:
+def resolve_device(text: str | None, field: str = "device") -> str:
+    """cpu, cuda or cuda:N as torch names it (default: cuda when torch sees one, else cpu); a CUDA request on
+    a torch without CUDA, or past the device count, is an InputError naming the field, not an assertion."""
+    if text is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise InputError(f"expected a torch device such as cpu, cuda or cuda:1, got {device!r} ({exc})",
-                         field="device") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
+        device = torch.device(str(text).strip())
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise InputError(f"expected cpu, cuda or cuda:N, got {text!r}", field=field)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
             build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
-            raise InputError(f"device {device!r} asked for, but this torch {torch.__version__} ({build}) has "
-                             "no CUDA device; use device='cpu' or a CUDA build of torch", field="device")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)",
-                             field="device")
-    return str(dev)
+            raise InputError(f"{text!r} asked for, but this torch {torch.__version__} ({build}) has no CUDA device; "
+                             "use cpu or a CUDA build of torch", field=field)
+        if device.index is not None and device.index >= count:
+            raise InputError(f"{text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
+                             field=field)
+    return str(device)
 
 
 @contextlib.contextmanager
@@ -217,7 +220,7 @@ def _progress(total: int, wanted: bool | None, label: str) -> Iterator[Any]:
         yield _NoBar()
         return
     from tqdm.auto import tqdm
-    with tqdm(total=total, desc=f"loading {label}", unit="layer", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=total, desc=f"loading {label}", unit="layer", file=sys.stderr, leave=False, disable=False) as bar:
         yield bar
 
 
@@ -393,6 +396,7 @@ def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: 
     plain, gathered = names.tensors(n for n in src.names() if n not in src.claimed)
     by_model = {model_name: ckpt for ckpt, model_name in plain.items()}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    fp32 = _kept_in_fp32(model)
     for name, param in list(model.named_parameters(remove_duplicate=False)):
         if name.rpartition(".")[0] in served:
             continue
@@ -409,15 +413,15 @@ def _load_plain(model: nn.Module, names: ModelNames, src: TensorSource, device: 
         else:
             raise CheckpointError(f"missing tensor for parameter of shape {list(param.shape)}",
                                   tensor=name, file=str(src.root))
-        _set_param(model, name, tensor.to(device=device, dtype=param.dtype))
+        _set_param(model, name, tensor.to(device=device, dtype=torch.float32 if fp32(name) else param.dtype))
     for name, buf in list(model.named_buffers()):
         if name in by_model and check:
             _plain_header(src, by_model[name], tuple(buf.shape))
         elif name in by_model:           # router buffers (e_score_correction_bias) and other saved state
             tensor = _plain_tensor(src, by_model[name], tuple(buf.shape))
             parent, _, leaf = name.rpartition(".")
-            (model.get_submodule(parent) if parent else model)._buffers[leaf] = tensor.to(device=device,
-                                                                                         dtype=buf.dtype)
+            dtype = torch.float32 if fp32(name) else buf.dtype
+            (model.get_submodule(parent) if parent else model)._buffers[leaf] = tensor.to(device=device, dtype=dtype)
     if check:
         return
     if tied:
@@ -437,6 +441,20 @@ def _plain_tensor(src: TensorSource, name: str, shape: tuple | None = None) -> t
     if shape is not None and tuple(t.shape) != shape:
         raise CheckpointError(f"expected shape {list(shape)}, got {list(t.shape)}", tensor=name, file=src.file(name))
     return t
+
+
+def _kept_in_fp32(model: nn.Module) -> Any:
+    """transformers' own rule: tensors named in the model's `_keep_in_fp32_modules_strict` (router correction
+    biases) stay float32 whatever the model dtype, `_keep_in_fp32_modules` too under float16."""
+    import re
+
+    keep = set(getattr(model, "_keep_in_fp32_modules_strict", None) or [])
+    if next((p.dtype for p in model.parameters()), None) == torch.float16:
+        keep |= set(getattr(model, "_keep_in_fp32_modules", None) or [])
+    if not keep:
+        return lambda name: False
+    pattern = re.compile(r"(^|\.)(" + "|".join(re.escape(k) for k in sorted(keep)) + r")($|\.)")
+    return lambda name: pattern.search(name) is not None
 
 
 _FLOAT_HEADERS = ("BF16", "F16", "F32", "F64")

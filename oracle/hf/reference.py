@@ -40,8 +40,11 @@ def load_reference(path: str | Path, *, dtype: Any = None) -> Any:
         raise InputError(f"no library reference for quant_method {method or 'none'!r}; expected one of "
                          f"{', '.join(SUPPORTED)}", source=str(config), field="quantization_config.quant_method")
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype or "bfloat16")
-    model = AutoModelForCausalLM.from_pretrained(str(root), quantization_config=_dequantizing(method, qc),
-                                                 dtype=torch_dtype)
+    import warnings
+    with warnings.catch_warnings():       # "the quantization_config from the model will be used": intended
+        warnings.filterwarnings("ignore", message="You passed `quantization_config`")
+        model = AutoModelForCausalLM.from_pretrained(str(root), quantization_config=_dequantizing(method, qc),
+                                                     dtype=torch_dtype, trust_remote_code=False)
     return model.eval()
 
 
