@@ -103,19 +103,24 @@ def _fusion_key(name: str) -> str:
 
 def write(directory: Path, arch: str, scheme: str, seed: int = 0) -> Path:
     """A compressed-tensors checkpoint of tiny `arch` with preset `scheme`; returns its directory."""
+    plain = save_plain(directory.with_name(directory.name + "-bf16"), arch, seed)
+    quantize_dir(plain, directory, scheme)
+    shutil.rmtree(plain)
+    return directory
+
+
+def quantize_dir(plain: Path, directory: Path, scheme: str) -> Path:
+    """compressed-tensors' `scheme` applied to every Linear-shaped tensor of the BF16 checkpoint `plain`."""
     import ct_checkpoints as ct
     from safetensors.torch import load_file, save_file
 
-    plain = directory.with_name(directory.name + "-bf16")
-    save_plain(plain, arch, seed)
     state = {}
     for f in sorted(plain.glob("*.safetensors")):
         state.update(load_file(str(f)))
     tree = linear_tree(state)
     compressor = ct.calibrate(tree, scheme, IGNORE, fusion_key=_fusion_key)
-    compressed = tree.state_dict()
     out = {k: v for k, v in state.items() if k.rsplit(".", 1)[0] not in _modules(tree)}
-    out.update(compressed)
+    out.update(tree.state_dict())
     directory.mkdir(parents=True, exist_ok=True)
     for f in plain.iterdir():
         if f.suffix == ".json" and f.name != "model.safetensors.index.json":
@@ -123,7 +128,6 @@ def write(directory: Path, arch: str, scheme: str, seed: int = 0) -> Path:
     save_file({k: v.contiguous() for k, v in out.items()}, str(directory / "model.safetensors"),
               metadata={"format": "pt"})
     compressor.update_config(str(directory))
-    shutil.rmtree(plain)
     return directory
 
 
