@@ -203,13 +203,20 @@ def main() -> None:
         if not ok:
             print(f"{engine}: failed\n{tail}", flush=True)
         print(f"{engine}: {time.perf_counter() - t:.0f} s", flush=True)
+        _write(results, args)                 # after every engine: a later failure keeps what was measured
+        if engine != args.engines[-1]:
+            print(table(results, args), flush=True)
+    print(table(results, args))
+
+
+def _write(results: dict[str, dict], args) -> None:
+    if not args.out:
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "")
     text = table(results, args)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "")
-        (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
-        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
 
 
 def _forward(argv: list[str]) -> list[str]:
