@@ -29,7 +29,7 @@ from typing import Callable
 from ..errors import InputError
 from .model import Module
 from .source import ConfigView
-from .spellings import (ACTIVATION_KEYS, EXPERT_KEYS, MTP_KEYS, SITU_PARAMS, TOP_K_KEYS, expert_count, first_key,
+from .spellings import (ACTIVATION_KEYS, EXPERT_KEYS, LATENT_EXPERT_KEYS, MTP_KEYS, SITU_PARAMS, TOP_K_KEYS, expert_count, first_key,
                         reject_unknown_moe_keys, shared_count, top_k)
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
@@ -116,8 +116,9 @@ class Builder:
             raise self.cfg.error(keys[1], f"{keys[1]} {intermediate} is not divisible by --tp {moe_tp}")
         if top_k > experts:
             raise self.cfg.error("num_experts_per_tok", f"top-k {top_k} exceeds the {experts} experts")
+        hidden = self.expert_hidden()
         self.modules.append(Module("experts", "moe", name, tuple(parts), block, {
-            "num_experts": experts, "top_k": top_k, "hidden_size": self.hidden,
+            "num_experts": experts, "top_k": top_k, "hidden_size": hidden,
             "intermediate_size": intermediate, "activation": activation,
             "activation_params": params or {}, "has_bias": bias, "tp_size": moe_tp, "ep_size": self.ep,
             "apply_router_weight_on_input": router_weight_on_input}))
@@ -182,6 +183,18 @@ class Builder:
 
     def router(self, i: int, name: str, experts: int, *, bias: bool = False, role: str = "gate") -> None:
         self.linear(role, i, name, [name], self.hidden, experts, bias=bias, sharded=False)
+
+    def expert_hidden(self) -> int:
+        """The width routed experts run at: hidden_size, or a latent width (Kimi-K3 routed_expert_hidden_size)."""
+        key = first_key(self.cfg, LATENT_EXPERT_KEYS)
+        if key is None:
+            return self.hidden
+        latent = self.cfg.int(key)
+        note = (f"latent MoE: routed experts run at {key} {latent} instead of hidden_size {self.hidden}; the "
+                "projections into and out of that width are not listed")
+        if note not in self.notes:
+            self.notes.append(note)
+        return latent
 
     def moe_activation(self) -> tuple[str, dict]:
         """(engine activation, activation_params) from hidden_act (any spelling) and its parameters."""

@@ -19,6 +19,8 @@ TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token
               "top_k_experts", "moe_top_k", "n_activated_experts", "num_activated_experts")
 #: (`top_k` is a generation setting in transformers configs, default 50: never read as an expert count)
 SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+#: The width routed experts run at when it is not hidden_size (latent MoE; Kimi-K3's text_config).
+LATENT_EXPERT_KEYS = ("routed_expert_hidden_size", "moe_latent_size")
 #: The experts' own weight dtype when it differs from the rest of the checkpoint. DeepSeek-V4 writes
 #: `expert_dtype` beside an FP8 quantization_config: "fp4" = float4_e2m1fn_x2 with UE8M0 scales per 32
 #: (DeepSeek's inference/model.py MoE; vLLM loads it with its MXFP4 MoE method), "fp8" = the checkpoint's
@@ -43,7 +45,7 @@ _HARMLESS_MOE_KEYS = frozenset({
     "moe_layer_interval", "use_routing_bias", "expert_dtype", "moe_renormalize", "router_bias",
     "num_max_dispatch_tokens_per_rank", "moe_capacity", "ep_size", "num_hash_layers", "use_moe_router_bias",
     "moe_router_scaling_factor", "enable_moe_block", "share_expert_dim", "shared_intermediate_size",
-    *EXPERT_KEYS, *TOP_K_KEYS, *SHARED_COUNT_KEYS, *EXPERT_DTYPE_KEYS,
+    *EXPERT_KEYS, *TOP_K_KEYS, *SHARED_COUNT_KEYS, *EXPERT_DTYPE_KEYS, *LATENT_EXPERT_KEYS,
 })
 _MOE_LOOKING = ("expert", "moe")
 
