@@ -149,9 +149,12 @@ def _model_type(top: ConfigView, text: ConfigView) -> tuple[str, str]:
                for a in view.list("architectures", []) if isinstance(a, str)]
     arch_name = next(iter(classes), "")
     model_type = text.raw("model_type")
+    top_type = top.raw("model_type") if text is not top else None
+    for view, value in ((text, model_type), (top, top_type)):
+        if value is not None and not isinstance(value, str):   # 3 must not fall back to another reading
+            raise view.error("model_type", f"expected a string such as 'qwen3_moe', got {value!r}")
     if isinstance(model_type, str) and model_type:
         return model_type, arch_name or model_type
-    top_type = top.raw("model_type") if text is not top else None
     candidates = [CLASS_NAMES.get(c, "") for c in classes] + [_snake(c) for c in classes]
     if isinstance(top_type, str) and top_type:
         candidates += [f"{top_type}_text", top_type]

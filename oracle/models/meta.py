@@ -93,11 +93,11 @@ def _build(text: ConfigView, model_type: str) -> tuple[Any, list[str]]:
             config = AutoConfig.for_model(model_type, text_config=kwargs)
         with torch.device("meta"):
             try:
-                return AutoModelForCausalLM.from_config(config), notes
+                return AutoModelForCausalLM.from_config(config, trust_remote_code=False), notes   # never a checkpoint's code
             except ValueError as exc:
                 if "Unrecognized configuration class" not in str(exc):
                     raise
-                base = AutoModel.from_config(config)
+                base = AutoModel.from_config(config, trust_remote_code=False)
                 base = getattr(base, "language_model", base)       # multimodal base models: the text decoder
                 holder = torch.nn.Module()
                 holder.model = base
