@@ -49,7 +49,10 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_part
                      "(the layout the checkpoint's own names use)")
         if isinstance(top.raw("vision_config"), dict):
             notes.append("vision tower not listed: only the text decoder's layers are")
-    names = CheckpointNames.build(modules, index=checkpoint, lists=[lst.matcher for lst in scheme.name_lists()])
+    lists = scheme.name_lists()
+    names = CheckpointNames.build(modules, index=checkpoint,
+                                  targets=[x.matcher for x in lists if x.kind in ("target", "quantized_layers")],
+                                  lists=[x.matcher for x in lists if x.kind not in ("target", "quantized_layers")])
     scheme.bind(names, model_type)
     try:
         layers = [_layer(m, scheme, dtype, unquantized) for m in modules]

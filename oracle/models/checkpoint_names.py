@@ -12,7 +12,7 @@ everything that reads them asks this layer. It imports nothing heavy (no torch).
 
 API::
 
-    names = CheckpointNames.build(modules, index=tensor_module_names, lists=[NameMatcher, ...])
+    names = CheckpointNames.build(modules, index=tensor_module_names, targets=[...], lists=[...])
     names.spelling(part)          the checkpoint's own name for one derived part (a `Module.parts`
                                   entry), e.g. 'layers.3.ffn.experts.0.w1' -> '...experts.0.gate_proj'
     names.aliases(part)           every checkpoint name standing for the part: its spelling first, then
@@ -122,9 +122,12 @@ class CheckpointNames:
     _owners: dict[str, tuple[Module, str, int | None]] | None = None
 
     @classmethod
-    def build(cls, modules: list[Module], *, index: Iterable[str] = (),
+    def build(cls, modules: list[Module], *, index: Iterable[str] = (), targets: Iterable[NameMatcher] = (),
               lists: Iterable[NameMatcher] = ()) -> "CheckpointNames":
+        """`targets`: lists that say what IS quantized (targets, quantized_layers), the stronger evidence
+        of the checkpoint's spelling; `lists`: the others (ignore, exclude_modules, ...)."""
         names = cls(list(modules), frozenset(index))
+        targets = [m for m in targets if m]
         lists = [m for m in lists if m]
         samples: dict[str, list[str]] = {}
         for m in names.modules:
@@ -133,12 +136,12 @@ class CheckpointNames:
                 if len(bucket) < _SAMPLES and part not in bucket:
                     bucket.append(part)
         for shape, parts in samples.items():
-            names._spelled[shape] = names._choose(shape, parts, lists)
-        names._experts_named = names._find_named_experts(lists)
+            names._spelled[shape] = names._choose(shape, parts, targets, lists)
+        names._experts_named = names._find_named_experts(targets + lists)
         return names
 
     # ---- choosing -----------------------------------------------------------------------
-    def _choose(self, shape: str, parts: list[str], lists: list[NameMatcher]) -> str:
+    def _choose(self, shape: str, parts: list[str], targets: list[NameMatcher], lists: list[NameMatcher]) -> str:
         numbers = [_NUMBER.findall(p) for p in parts]
         best, best_score = shape, None
         for candidate, changes in spellings(shape):
@@ -148,8 +151,9 @@ class CheckpointNames:
             else:
                 in_index = 0
             probe = [a for c in concrete for a in (c, *fused_containers(c, stacked=False))]
+            targeted = sum(len(lst.matched_entries(probe)) for lst in targets)
             matched = sum(len(lst.matched_entries(probe)) for lst in lists)
-            score = (in_index, matched, -changes)
+            score = (in_index, targeted, matched, -changes)
             if best_score is None or score > best_score:
                 best, best_score = candidate, score
         return best
