@@ -144,11 +144,13 @@ def table(results: dict[str, dict], args) -> str:
         if a.get("logits") and b.get("logits"):
             la, lb = torch.load(a["logits"]), torch.load(b["logits"])
             err = f"; prefill logits relative error vs emulation {float((la - lb).norm() / lb.norm()):.2e}"
-        graphs = _run(ora, 1, "graphs")
-        gsame = "" if graphs is None else \
-            f"; graphs tokens equal to eager: {graphs['tokens'] == a['tokens']}"
         lines.append(f"greedy tokens (batch row 0, first {len(a['tokens'])}): oracle equal to emulation for the "
-                     f"first {same}{err}{gsame}")
+                     f"first {same}{err}")
+    for name, r in results.items():
+        for b in args.batch:
+            eager, graphs = _run(r, b, "eager"), _run(r, b, "graphs")
+            if eager and graphs:
+                lines.append(f"{name} batch {b}: graph-replay tokens equal to eager: {eager['tokens'] == graphs['tokens']}")
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
