@@ -1,4 +1,5 @@
-"""Entry point of the `oracle.kernels` group: registers kernels.yaml.
+"""Entry point of the `oracle.kernels` group: registers kernels.yaml, the b12x tier (after the
+optimized one) and policy.yaml (b12x MoE is opt-in).
 
 No torch, no b12x here. The optional `can_implement` hook runs b12x's own
 pure-Python planners, but only when ORACLE_B12X_PLANNER_CHECK=1: importing them
@@ -8,17 +9,30 @@ default the hook answers at once and selection stays in microseconds.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from oracle.envvars import decision_env, flag
 from oracle.hookspecs import hookimpl
 
 from .provider import KERNELS_FILE
 
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
+POLICY_FILE = Path(__file__).with_name("policy.yaml")
 
 
 @hookimpl
 def register_kernels(register):
     register(KERNELS_FILE)
+
+
+@hookimpl
+def register_tiers(insert):
+    insert("b12x", after="optimized")
+
+
+@hookimpl
+def register_policies(register):
+    register(POLICY_FILE)
 
 
 @hookimpl
