@@ -36,11 +36,24 @@ ACTIVATION_SCALES: tuple[str, ...] = get_args(ActivationScale)
 BLOCK_WEIGHT_FORMATS = frozenset({"fp8_block"})
 
 UNQUANTIZED_FORMATS = frozenset({"bf16", "fp16", "fp32"})
-#: Activation formats that do not quantize ("A16").
-UNQUANTIZED_ACTIVATIONS = frozenset({"bf16", "fp16"})
 
 #: MoE activations whose expert FC1 produces gate and up halves (w13 has 2*I rows).
 GATED_ACTIVATIONS = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
+#: Gated activations whose gate and up rows alternate (gate = h[:, 0::2], as gpt-oss stores them);
+#: the others stack them ([gate; up], the w13 layout of oracle.kernel).
+INTERLEAVED_ACTIVATIONS = frozenset({"swigluoai"})
+#: Each MoE activation's parameters (MoELayer.activation_params) and their defaults; None: off.
+#: `limit` clamps gate from above and up to [-limit, limit]; situ's beta/linear_beta scale its
+#: tanh; swigluoai's alpha scales the sigmoid and beta offsets up (defaults as gpt-oss).
+MOE_ACTIVATION_DEFAULTS: dict[str, dict[str, float | None]] = {
+    "silu": {"limit": None},
+    "gelu": {"limit": None},
+    "situ": {"beta": 4.0, "linear_beta": 25.0},
+    "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+    "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+    "relu2": {},
+    "relu2_no_mul": {},
+}
 
 
 #: Largest finite magnitude of FP8 E4M3 (the "fn" variant, no infinities): 1.75 * 2**8.

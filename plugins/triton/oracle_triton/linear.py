@@ -12,7 +12,7 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import torch_dtype
+from oracle.formats import E2M1_MAX, E4M3_MAX, torch_dtype
 from oracle.tensors import check_activations
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
@@ -94,7 +94,7 @@ def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor
     """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
     amax/(6*448) for the NVFP4 global scale."""
     amax = x.float().abs().amax().reshape(1)
-    s = amax / torch.full_like(amax, 448.0 if act == ACT_TENSOR else 6.0 * 448.0)   # IEEE: CUDA's a / scalar
+    s = amax / torch.full_like(amax, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)  # IEEE: CUDA's a / x
     # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
     return torch.where(s > 0, s, torch.ones_like(s))
 
