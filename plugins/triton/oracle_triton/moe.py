@@ -14,12 +14,12 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
-from oracle.tensors import forbid, moe_activation_params
+from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
-from .weights import check, finite_positive, pack
+from .weights import pack
 
 
 
@@ -104,12 +104,13 @@ class TritonMoE(Kernel):
         self.w2 = pack(fmt, {"weight": "w2", "scale": "w2_scale", "zero": "w2_zero_point",
                              "global": "w2_global_scale"},
                        {"weight": w2, "scale": w2_scale, "global": w2_global_scale}, [e], h, i, group)
-        self.b13 = None if w13_bias is None else check(
-            "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
-            "one bias per expert and FC1 row").to(self.dtype).contiguous()
-        self.b2 = None if w2_bias is None else check(
-            "w2_bias", w2_bias, (torch.float32, torch.bfloat16, torch.float16), [e, h],
-            "one bias per expert and hidden unit").to(self.dtype).contiguous()
+        floats = (torch.float32, torch.bfloat16, torch.float16)
+        self.b13 = None if w13_bias is None else check_tensor(
+            "w13_bias", w13_bias, dtypes=floats, shapes=[[e, rows]],
+            why="one bias per expert and FC1 row").to(self.dtype).contiguous()
+        self.b2 = None if w2_bias is None else check_tensor(
+            "w2_bias", w2_bias, dtypes=floats, shapes=[[e, h]],
+            why="one bias per expert and hidden unit").to(self.dtype).contiguous()
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
@@ -123,8 +124,8 @@ class TritonMoE(Kernel):
                                   f"a tensor of shape {list(t.shape)}")
             if not isinstance(t, torch.Tensor) or list(t.shape) not in ([], [1], [e]):
                 raise TensorError(name, f"an fp32 tensor of shape [], [1] or [{e}]", str(getattr(t, "shape", t)))
-            check(name, t, (torch.float32,), list(t.shape), "fp32 activation scale")
-            finite_positive(name, t, allow_zero=False)
+            check_tensor(name, t, dtypes=(torch.float32,), shapes=None, why="fp32 activation scale")
+            check_scales(name, t, sign="positive")
             self.static[idx] = t.float().max().reshape(1)       # one scale for all experts, as emulation
         dev = self.w13.weight.device
         if dev.type != "cuda" and not interpreting():
