@@ -54,6 +54,9 @@ MOE_ACTIVATION_DEFAULTS: dict[str, dict[str, float | None]] = {
     "relu2": {},
     "relu2_no_mul": {},
 }
+#: The named parameters each MoE activation takes; any other is an error, so a relu2 layer carrying
+#: SwiGLU's limit/alpha is refused before selection, not by a kernel at load.
+ACTIVATION_PARAMS: dict[str, tuple[str, ...]] = {act: tuple(params) for act, params in MOE_ACTIVATION_DEFAULTS.items()}
 
 
 #: Largest finite magnitude of FP8 E4M3 (the "fn" variant, no infinities): 1.75 * 2**8.

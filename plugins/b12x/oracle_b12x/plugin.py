@@ -14,7 +14,7 @@ from pathlib import Path
 from oracle.envvars import decision_env, flag
 from oracle.hookspecs import hookimpl
 
-from .provider import KERNELS_FILE
+from .provider import FLASHINFER_KERNELS_FILE, KERNELS_FILE
 
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
@@ -23,6 +23,14 @@ POLICY_FILE = Path(__file__).with_name("policy.yaml")
 @hookimpl
 def register_kernels(register):
     register(KERNELS_FILE)
+    register(FLASHINFER_KERNELS_FILE)    # FlashInfer's own SM12x kernels (backend flashinfer_b12x)
+
+
+@hookimpl
+def register_tiers(insert):
+    # FlashInfer's SM12x kernels right before native b12x, as vLLM lists FlashInferB12xNvFp4 before
+    # B12xNvFp4 (after the established optimized backends); flashinfer_kernels.yaml keeps its MoE opt-in.
+    insert("flashinfer_b12x", before="b12x", ops=["linear", "moe"])
 
 
 @hookimpl

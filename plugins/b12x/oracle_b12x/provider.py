@@ -34,6 +34,8 @@ FLASHINFER = "flashinfer-python"
 PROVIDERS = (STANDALONE, FLASHINFER)
 #: The plugin's declarations: the one home of each provider's supported version range.
 KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
+#: FlashInfer's own SM12x kernels (a backend of their own, declared by this plugin).
+FLASHINFER_KERNELS_FILE = Path(__file__).with_name("flashinfer_kernels.yaml")
 INSTALL = {STANDALONE: "pip install oracle-b12x (pulls b12x==1.5.1 and triton)",
            FLASHINFER: "pip install 'flashinfer-python==0.7.2' (or uninstall it to use the standalone b12x)"}
 NOT_INSTALLED = (f"b12x is not installed: neither the b12x distribution nor flashinfer-python (which embeds "
