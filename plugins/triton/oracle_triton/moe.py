@@ -14,7 +14,6 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import torch_dtype
-from oracle.tensors import forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
@@ -88,9 +87,6 @@ class TritonMoE(Kernel):
                         w13_input_scale: Any = None, w2_input_scale: Any = None,
                         w13_bias: Any = None, w2_bias: Any = None, w13_zero_point: Any = None,
                         w2_zero_point: Any = None) -> None:
-        for name, zero in (("w13_zero_point", w13_zero_point), ("w2_zero_point", w2_zero_point)):
-            forbid(name, zero, "triton.moe INT4 is symmetric (zero point 8); asymmetric INT4 experts are "
-                   "served by emulation.moe")
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
@@ -105,10 +101,12 @@ class TritonMoE(Kernel):
         group = getattr(layer, "group_size", None)
         self.w13 = pack(fmt, {"weight": "w13", "scale": "w13_scale", "zero": "w13_zero_point",
                               "global": "w13_global_scale"},
-                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale}, [e], rows, h, group)
+                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},
+                        [e], rows, h, group)
         self.w2 = pack(fmt, {"weight": "w2", "scale": "w2_scale", "zero": "w2_zero_point",
                              "global": "w2_global_scale"},
-                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale}, [e], h, i, group)
+                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
+                       [e], h, i, group)
         self.b13 = None if w13_bias is None else check(
             "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
             "one bias per expert and FC1 row").to(self.dtype).contiguous()
