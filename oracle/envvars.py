@@ -25,6 +25,7 @@ MEASUREMENTS = "ORACLE_MEASUREMENTS"           # tuning files (path-separated) s
 LOAD_PLUGINS = "ORACLE_LOAD_PLUGINS"           # the plugin allow-list (unset: all; "": none)
 PLUGIN_TIMEOUT = "ORACLE_PLUGIN_TIMEOUT_S"     # the bound on plugin calls (oracle.isolation)
 DEBUG = "ORACLE_DEBUG"                         # "1": internal errors print their traceback
+EAGER_GRAPHS = "ORACLE_EAGER_GRAPHS"           # "0": eager kernel calls never replay a private CUDA graph
 
 
 class OracleEnvWarning(UserWarning):

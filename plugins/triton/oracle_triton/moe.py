@@ -7,6 +7,7 @@ NVFP4; per-tensor dynamic scales come from one amax over the tensor).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import torch
@@ -14,12 +15,15 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
+#: "1": eager calls name out-of-range expert ids (one host sync per call); else they are dropped.
+CHECK_IDS = "ORACLE_TRITON_CHECK_EXPERT_IDS"
 GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
 DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4.0, "linear_beta": 25.0},
             "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
@@ -78,9 +82,21 @@ class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
     w13 = None
-    capture_safe = True   # the expert-id check syncs only in eager calls, never under capture
-    #: launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py)
-    config: dict[str, int] | None = None
+    capture_safe = True   # the opt-in expert-id check syncs only in eager calls, never under capture
+    _config: dict[str, int] | None = None
+    eager: EagerGraphs | None = None
+
+    @property
+    def config(self) -> dict[str, int] | None:
+        """Launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py);
+        setting them drops the eager graphs captured with the previous ones."""
+        return self._config
+
+    @config.setter
+    def config(self, value: dict[str, int] | None) -> None:
+        self._config = value
+        if self.eager is not None:
+            self.eager.reset()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
@@ -137,6 +153,8 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+        self.check_ids = os.environ.get(CHECK_IDS) == "1"
+        self.eager = EagerGraphs(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
@@ -157,10 +175,11 @@ class TritonMoE(Kernel):
             raise TensorError("hidden_states", f"a tensor on {self.device}", str(x.device))
 
     def check_expert_ids(self, topk_ids: torch.Tensor) -> None:
-        """Out-of-range ids are named here in eager calls (this reads the ids back: one sync); under
-        graph capture the check is skipped and the kernels drop such pairs without touching memory."""
+        """With ORACLE_TRITON_CHECK_EXPERT_IDS=1, out-of-range ids are named here in eager calls (this
+        reads the ids back: one host sync, which serializes host and GPU, so it is off by default);
+        otherwise, and always under graph capture, the kernels drop such pairs without touching memory."""
         if topk_ids.numel():
-            lo, hi = int(topk_ids.min()), int(topk_ids.max())
+            lo, hi = torch.stack(torch.aminmax(topk_ids)).tolist()     # one sync for both bounds
             if lo < 0 or hi >= self.experts:
                 raise TensorError("topk_ids", f"expert ids in [0, {self.experts})", f"{lo if lo < 0 else hi}")
 
@@ -168,14 +187,18 @@ class TritonMoE(Kernel):
         if self.w13 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
         self._check(hidden_states, topk_weights, topk_ids)
-        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
+        if self.check_ids and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            self.check_expert_ids(topk_ids)          # opt-in, eager calls only: a captured graph cannot sync
+        if topk_ids.shape[0] == 0:
+            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        return self.eager(hidden_states, topk_weights, topk_ids)
+
+    def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """The launches of one call on checked inputs (what an eager graph captures)."""
         from . import moe_kernels as mk
 
         x = hidden_states.to(self.dtype).contiguous()
         m, k = topk_ids.shape
-        if m == 0:
-            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
