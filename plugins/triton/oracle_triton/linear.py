@@ -67,7 +67,8 @@ class TritonLinear(Kernel):
         self.packed = packed
         self.gemm = DenseGemm(packed.layout, n, k, packed.weight.to(dev), packed.scale.to(dev),
                               None if packed.zero is None else packed.zero.to(dev),
-                              None if packed.global_scale is None else packed.global_scale.to(dev), b)
+                              None if packed.global_scale is None else packed.global_scale.to(dev), b,
+                              mode=self.mode.name, weight_format=self.mode.weight)
         self.eager = EagerGraphs(self.forward)
 
     def apply(self, x: Any) -> torch.Tensor:

@@ -231,11 +231,16 @@ class TritonMoE(Kernel):
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
-        the override (`config`), or the aligned grouped GEMM's. The one place the choice is made."""
+        the override (`config`), or the aligned grouped GEMM's (the tuned table's entry for this
+        device, shape and token bucket, else moe_config). The one place the choice is made."""
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
         if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
-        return self.config or moe_config(tokens, top_k, self.experts, lay.pack)
+        if self.config is not None:
+            return self.config
+        from .tuned import lookup
+        return lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts) or \
+            moe_config(tokens, top_k, self.experts, lay.pack)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
