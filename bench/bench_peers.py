@@ -104,8 +104,9 @@ def measure(calls: list, m: int) -> dict:
     return {"graph": sorted(replays)[len(replays) // 2], "eager": sorted(eager)[1], "host": host}
 
 
-def launches(fn) -> int | None:
-    """GPU operations (kernels, copies, memsets) of one raw call; None if the profiler cannot say."""
+def launches(fn) -> tuple[int | None, str]:
+    """GPU operations (kernels, copies, memsets) of one raw call and their device times (name:us);
+    (None, reason) if the profiler cannot say."""
     from torch.profiler import ProfilerActivity, profile
 
     try:
@@ -114,9 +115,11 @@ def launches(fn) -> int | None:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
-    except Exception:  # noqa: BLE001 - a count is a detail, never a failure
-        return None
+        ops = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        times = ", ".join(f"{e.name[:28]}:{e.device_time:.1f}" for e in ops)
+        return len(ops), times
+    except Exception as exc:  # noqa: BLE001 - a count is a detail, never a failure
+        return None, f"{type(exc).__name__}"
 
 
 def copies_for(nbytes: int) -> int:
@@ -257,10 +260,14 @@ def bench_dense(ms_list, bw, rows, skipped):
                         continue
                     try:
                         t = measure([lambda f=f: f(x) for f in fns], m)
-                        t.update(err=err, mb=nbytes / 1e6, launches=launches(lambda: raw(x)) if m == 1 else None)
+                        t.update(err=err, mb=nbytes / 1e6)
+                        if m == 1:
+                            t["launches"], t["kernels"] = launches(lambda: raw(x))
                     except Exception as exc:  # noqa: BLE001
                         t = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
                     row["peers"][cand] = t
+                if m == 1 and fmt.startswith("fp8") and "oracle" in built:
+                    row["peers"]["oracle-gemv"] = _forced_gemv(built["oracle"][0], x)
                 rows.append(row)
                 _print_row(row)
             del built, tensors
@@ -269,7 +276,28 @@ def bench_dense(ms_list, bw, rows, skipped):
         torch.cuda.empty_cache()
 
 
+JSON_OUT: list = []     # [path, document] when --json is given: rewritten after every row (a timeout keeps them)
+
+
+def _forced_gemv(applies, x) -> dict:
+    """oracle-triton's one-row GEMV forced on an FP8 layer the rule sends to the tensor-core tile."""
+    from oracle_triton.launch import gemv_config
+    try:
+        calls = []
+        for apply in applies:
+            t = apply.__self__
+            cfg = gemv_config(t.n, t.k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group)
+            scale = None
+            calls.append(lambda t=t, cfg=cfg: t.gemm(x, t.act, scale, t.dtype, config=cfg))
+        return measure(calls, 1)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+
+
 def _print_row(row):
+    if JSON_OUT:
+        with open(JSON_OUT[0], "w") as f:
+            json.dump(JSON_OUT[1], f, indent=1)
     b = row["bf16"]
     parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5} hbm {row['hbm_us']:7.1f} | "
              f"bf16 {b['graph']:7.1f}/{b['eager']:6.1f}"]
@@ -277,6 +305,8 @@ def _print_row(row):
         if "graph" in t:
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
                          + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+            if t.get("kernels"):
+                print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
@@ -356,8 +386,21 @@ def bench_moe(ms_list, bw, rows, skipped):
                        routings=count, peers={})
             err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
             o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
-            o.update(err=err, launches=launches(lambda: t.forward(x, *routes[0])) if m == 1 else None)
+            o.update(err=err)
+            if m == 1:
+                o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
+            if fmt.startswith("fp8") and m <= 16:     # the direct two-launch path, forced (the rule keeps FP8 aligned)
+                from oracle_triton.moe import moe_gemv_config
+                try:
+                    t.config = moe_gemv_config(m, 0, 128)
+                    d_err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+                    d = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+                    d.update(err=d_err)
+                    row["peers"]["oracle-direct"] = d
+                except Exception as exc:  # noqa: BLE001
+                    row["peers"]["oracle-direct"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+                t.config = None
             try:
                 prepared = []
                 for w_, ids in routes:
@@ -397,13 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (HBM limit = bytes read per call / this)")
     rows: list[dict] = []
     skipped: list[str] = []
+    if args.json:
+        JSON_OUT[:] = [args.json, {"copy_bandwidth": bw, "device": torch.cuda.get_device_name(), "rows": rows,
+                                   "skipped": skipped}]
     if args.only != "moe":
         bench_dense(args.m, bw, rows, skipped)
     if args.only != "dense":
         bench_moe(args.m, bw, rows, skipped)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"copy_bandwidth": bw, "rows": rows, "skipped": skipped}, f, indent=1)
+            json.dump(JSON_OUT[1], f, indent=1)
     return 0
 
 
