@@ -261,7 +261,7 @@ def bench_dense(ms_list, bw, rows, skipped):
                     try:
                         t = measure([lambda f=f: f(x) for f in fns], m)
                         t.update(err=err, mb=nbytes / 1e6)
-                        if m == 1:
+                        if m <= 16:
                             t["launches"], t["kernels"] = launches(lambda: raw(x))
                     except Exception as exc:  # noqa: BLE001
                         t = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}

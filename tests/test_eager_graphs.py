@@ -2,8 +2,9 @@
 
 CPU: when it stays out of the way (CPU tensors, too many rows, switched off, a full cache).
 GPU (marked): replays equal raw calls bit for bit on fresh inputs, results are the caller's
-own (a later replay does not overwrite them), a call inside the caller's own capture is
-captured raw, and a kernel that synchronizes falls back to raw calls with one warning.
+own (a later replay does not overwrite them), graphs of several kernels share one pool that
+outlives the kernels, a call inside the caller's own capture is captured raw, and a kernel
+whose capture fails falls back to raw calls with one warning.
 """
 from __future__ import annotations
 
@@ -18,15 +19,15 @@ from oracle.integration.eager_graphs import EagerGraphs, enabled
 class Counting:
     """A raw apply that counts its calls: y = 2x + b."""
 
-    def __init__(self, device="cpu", sync=False):
+    def __init__(self, device="cpu", refuse=False):
         self.calls = 0
-        self.sync = sync
+        self.refuse = refuse
         self.b = torch.arange(8, dtype=torch.float32, device=device)
 
     def __call__(self, x):
         self.calls += 1
-        if self.sync:
-            float(x.sum())                    # a host read: not capturable
+        if self.refuse and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("this kernel cannot be captured")
         return x * 2 + self.b
 
 
@@ -83,8 +84,20 @@ def test_large_batches_and_the_callers_own_capture_run_raw():
 
 
 @gpu
-def test_a_call_that_synchronizes_falls_back_with_one_warning():
-    raw = Counting("cuda", sync=True)
+def test_kernels_come_and_go_and_the_shared_pool_stays_usable():
+    for _ in range(3):                       # each round's kernels (and their graphs) are dropped
+        kernels = [EagerGraphs(Counting("cuda")) for _ in range(3)]
+        for eager in kernels:
+            x = torch.randn(4, 8, device="cuda")
+            eager(x)
+            assert torch.equal(eager(x), x * 2 + torch.arange(8, dtype=torch.float32, device="cuda"))
+            assert eager.graphs and eager.off_reason is None
+        del kernels
+
+
+@gpu
+def test_a_capture_that_fails_falls_back_with_one_warning():
+    raw = Counting("cuda", refuse=True)
     eager = EagerGraphs(raw)
     x = torch.randn(2, 8, device="cuda")
     eager(x)

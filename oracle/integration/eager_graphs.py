@@ -13,7 +13,11 @@ owns its result; the next replay cannot overwrite it).
 Never used while the caller is itself capturing a graph (the raw call is captured instead), on
 CPU, or when `ORACLE_EAGER_GRAPHS=0`. A capture that fails switches the kernel back to raw calls
 for good, with one warning naming the reason. All kernels share one memory pool per device
-(graphs replay one at a time on the caller's stream, so their temporaries never overlap).
+(graphs replay one at a time on the caller's stream, so their temporaries never overlap): the
+pool of the device's first graph, which is kept for the life of the process (a pool is freed, and
+its id becomes unusable, when the last graph using it is destroyed; measured on torch 2.11).
+Worth it only for kernels whose raw call is several launches or a Triton launch (about 60 us of
+host time each on the H200's host); a single aten op costs less than the copy, replay and copy back.
 The raw call must not synchronize with the host (the graph could not hold it), which is the
 contract of `Kernel.apply` under capture anyway.
 """
@@ -29,7 +33,8 @@ from ..envvars import EAGER_GRAPHS, flag
 MAX_ROWS = 64
 #: Shapes per kernel with a graph (each holds its static inputs, output and temporaries).
 MAX_GRAPHS = 8
-_pools: dict[Any, Any] = {}
+#: device -> its first captured graph, kept alive so that its memory pool stays usable by the others
+_anchors: dict[Any, Any] = {}
 
 
 def enabled(env: Any = None) -> bool:
@@ -61,7 +66,7 @@ class EagerGraphs:
         if self.off_reason is not None or not first.is_cuda or first.shape[0] > self.max_rows or \
                 torch.cuda.is_current_stream_capturing():
             return self.raw(*inputs)
-        key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+        key = tuple(t.shape for t in inputs) + tuple(t.dtype for t in inputs)   # the kernel fixes the device
         entry = self.graphs.get(key)
         if entry is not None:
             graph, static, out = entry
@@ -79,9 +84,8 @@ class EagerGraphs:
 
         device = inputs[0].device
         static = tuple(t.clone() for t in inputs)
-        pool = _pools.get(device)
-        if pool is None:
-            pool = _pools[device] = torch.cuda.graph_pool_handle()
+        anchor = _anchors.get(device)
+        pool = anchor.pool() if anchor is not None else None
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -94,11 +98,13 @@ class EagerGraphs:
                     graph.capture_end()
         except Exception as exc:  # noqa: BLE001 - a kernel that cannot be captured keeps working eagerly
             self.off_reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-            warnings.warn(f"eager calls of {getattr(self.raw, '__self__', self.raw)!r} are not replayed from a "
-                          f"CUDA graph: the capture failed ({self.off_reason})", RuntimeWarning, stacklevel=3)
+            owner = type(getattr(self.raw, "__self__", self.raw)).__name__
+            warnings.warn(f"eager calls of {owner} are not replayed from a CUDA graph: the capture failed "
+                          f"({self.off_reason})", RuntimeWarning, stacklevel=3)
             torch.cuda.current_stream(device).wait_stream(side)
             return self.raw(*inputs)
         torch.cuda.current_stream(device).wait_stream(side)
+        _anchors.setdefault(device, graph)
         self.graphs[key] = (graph, static, out)
         for buf, t in zip(static, inputs):
             buf.copy_(t)

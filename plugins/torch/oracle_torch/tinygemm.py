@@ -19,7 +19,6 @@ from typing import Any, Sequence
 import torch
 
 from oracle.errors import TensorError
-from oracle.integration.eager_graphs import EagerGraphs
 from oracle.kernel import Kernel
 from oracle.tensors import check_activations, check_dtype, check_shape, check_tensor, forbid, shape_of
 
@@ -115,7 +114,6 @@ class TorchTinyGemmInt4Linear(Kernel):
         self.bias = None if bias is None else bias.to(device=self.device, dtype=torch.bfloat16)
         self._mm = torch.ops.aten._weight_int4pack_mm if self.device.type == "cuda" else \
             torch.ops.aten._weight_int4pack_mm_for_cpu
-        self.eager = EagerGraphs(self.forward)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.packed is None:
@@ -123,10 +121,11 @@ class TorchTinyGemmInt4Linear(Kernel):
         lead, x2 = check_activations(x, self.k, self.device, FLOATS, torch.bfloat16)
         if x2.shape[0] == 0:
             return torch.empty(*lead, self.n, dtype=torch.bfloat16, device=self.device)
-        return self.eager(x2).reshape(*lead, self.n)
+        return self.forward(x2).reshape(*lead, self.n)
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
-        """tinygemm and the bias on checked [M, K] activations (what an eager graph captures)."""
+        """tinygemm and the bias on checked [M, K] activations (one aten op: no eager graph, whose
+        copy-in, replay and copy-out cost more host time than the op's own launch)."""
         y = self._mm(x2, self.packed, self.group, self.sz)
         return y + self.bias if self.bias is not None else y
 
