@@ -8,7 +8,8 @@ from ..layer import EmbeddingLayer, LinearLayer, MoELayer
 
 LayerSpecT = LinearLayer | MoELayer | EmbeddingLayer
 
-#: Roles whose weights no engine quantizes, whatever the checkpoint's lists say.
+#: Router roles: unquantized unless the architecture's engine builds the router with the quantization
+#: method (`oracle.models.quant.ROUTER_FOLLOWS_CHECKPOINT`).
 ROUTER_ROLES = frozenset({"gate", "shared_expert_gate"})
 #: Roles quantized only when the checkpoint names them explicitly.
 EXPLICIT_ONLY_ROLES = frozenset({"embed_tokens", "lm_head"})
@@ -81,6 +82,8 @@ class Model:
     #: "generic fallback"; module names come from there (and the safetensors index, when present)
     derivation: str = "architecture table"
     coverage: Any = None            # oracle.models.coverage.Coverage
+    #: oracle.models.checkpoint_names.CheckpointNames: which checkpoint names stand for each module
+    checkpoint_names: Any = None
 
     @property
     def quantized_layers(self) -> list[ModelLayer]:

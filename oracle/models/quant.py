@@ -22,25 +22,32 @@ Format mapping (weight format, activation format the checkpoint declares):
   compressed-tensors mxfp4-pack-quantized  -> mxfp4; mxfp4/mxfp8 per input_activations, else None
   compressed-tensors int 4-bit, GPTQ, AWQ  -> int4, None
   ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8 (static_tensor), nvfp4/nvfp4 (input scales: W4A4),
-                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token
+                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token; the
+                                              other 2025-2026 quant_algo values in `_MODELOPT_ALGOS`
+  expert_dtype fp4 beside quant_method fp8 -> routed experts mxfp4 (DeepSeek-V4)
 Contradictory scale kinds or block shapes (static block FP8, a block_structure on a per-channel
 strategy, activation groups unlike the weight block) are an InputError naming the key.
   ModelOpt IQ2_XS / IQ2_XXS / Q8_0 (ggml)  -> iq2_xs / iq2_xxs / q8_0, None
 Anything else (int8 W8A8, 3-bit GPTQ, FP8 e5m2, ...) is an InputError naming the file
 and key: the engine has no format for it, and guessing would mislead.
 
-Router gates are never quantized (engines build them without a quantization method);
-embeddings and lm_head only when the checkpoint names them explicitly.
+Lists are matched against the checkpoint's own names (`oracle.models.checkpoint_names`), each by
+its library's rule (`oracle.models.matching`). Router gates follow `ROUTER_FOLLOWS_CHECKPOINT`
+(quantized like any linear where the engine builds the router with the quantization method, else
+never); embeddings and lm_head only when the checkpoint names them explicitly.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..errors import InputError
 from ..formats import CODEC_BLOCKS
+from .checkpoint_names import CheckpointNames
 from .matching import NameMatcher
 from .model import EXPLICIT_ONLY_ROLES, ROUTER_ROLES, Module, Quant
 from .source import ConfigView, ModelFiles
+from .spellings import expert_dtype, fp8_element_format
 
 Resolution = tuple[Quant | None, str]
 
@@ -58,34 +65,93 @@ KNOWN_METHODS = ("compressed-tensors", "fp8", "mxfp4", "modelopt", "gptq", "awq"
 _METHOD_ALIASES = {"modelopt_fp4": "modelopt", "modelopt_mixed": "modelopt", "compressed_tensors": "compressed-tensors"}
 
 
+#: Architectures whose router gate an engine builds with the checkpoint's quantization method, so the
+#: gate is quantized when the checkpoint's targets match it and no ignore entry excludes it. Source:
+#: vLLM 0.32 `model_executor/models/qwen3_moe.py:170-175` builds `GateLinear` with `quant_config`
+#: (`layers/fused_moe/router/gate_linear.py:21`); see docs/models.md. Every other router (and
+#: Qwen's `shared_expert_gate`) is built without one and stays unquantized.
+ROUTER_FOLLOWS_CHECKPOINT = {
+    "qwen3_moe": "vLLM 0.32 models/qwen3_moe.py builds the router (GateLinear) with the checkpoint's quant_config",
+}
+
+
 class Scheme:
-    """A dialect's reading of one checkpoint. Subclasses implement `_part`."""
+    """A dialect's reading of one checkpoint. Subclasses implement `_part`.
+
+    `bind` gives it the checkpoint's names (`oracle.models.checkpoint_names`) and the model
+    type; `resolve` then matches every list against the names the checkpoint uses.
+    """
 
     dialect = "none"
 
     def __init__(self, view: ConfigView | None = None, detail: str = ""):
         self.view = view
         self.detail = detail
+        self.names: CheckpointNames | None = None
+        self.model_type = ""
+        #: (Quant, the key that said so) when the config gives routed experts their own dtype
+        self.expert_quant: tuple[Quant, str] | None = None
 
     @property
     def source(self) -> str:
         return self.view.source if self.view is not None else ""
 
+    def bind(self, names: CheckpointNames | None, model_type: str = "") -> None:
+        self.names = names
+        self.model_type = model_type
+
+    def _aliases(self, part: str, expert: int | None) -> tuple[str, ...]:
+        if self.names is None:
+            return (part,)
+        return self.names.aliases(part) if expert is None else self.names.expert_aliases(part, expert)
+
     def resolve(self, module: Module) -> Resolution:
-        """(Quant, why) for a quantized module, (None, why) for an unquantized one."""
-        if module.role in ROUTER_ROLES:
-            return None, "router gates run unquantized in every engine"
-        results = [self._part(name, module) for name in module.parts]
+        """(Quant, why) for a quantized module, (None, why) for an unquantized one.
+
+        A MoE module is resolved for expert 0 and for every expert a list names; experts (or
+        fused parts) in two different formats are an InputError naming both entries.
+        """
+        if module.role in ROUTER_ROLES and not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
+            return None, "router gate: engines build this architecture's router without a quantization method"
+        experts: tuple[int | None, ...] = (None,)
+        if module.op == "moe" and self.names is not None:
+            experts = self.names.experts_named(module)
+        first: tuple[int | None, Resolution, str] | None = None
+        for e in experts:
+            results = [self._part(self._aliases(p, e), module) for p in module.parts]
+            res, entry = self._combine(module, results)
+            if first is None:
+                first = (e, res, entry)
+            elif res[0] != first[1][0]:
+                raise InputError(f"{module.name}: experts {first[0]} and {e} of one fused MoE module have different "
+                                 f"formats ({_describe_or_none(first[1][0])} from {first[2] or 'the default'}, "
+                                 f"{_describe_or_none(res[0])} from {entry or 'the default'}); expected one format "
+                                 "for every expert", source=self.source or None)
+        assert first is not None
+        if module.op == "moe" and first[1][0] is not None and self.expert_quant is not None:
+            return self.expert_quant[0], ""     # quantized experts, in the dtype the config gives them
+        return first[1]
+
+    def _combine(self, module: Module, results: list[tuple[Quant | None, str]]) -> tuple[Resolution, str]:
         quants = {q for q, _ in results}
         if quants == {None}:
-            return None, results[0][1]
+            return (None, results[0][1]), results[0][1]
         if len(quants) == 1:
-            return results[0]
+            q, why = results[0]
+            return (q, ""), why
+        formats = {q for q in quants if q is not None}
+        if len(formats) > 1:
+            (qa, wa), (qb, wb) = [next(r for r in results if r[0] == q) for q in list(formats)[:2]]
+            raise InputError(f"{module.name}: parts of one fused module have different formats "
+                             f"({_describe(qa)} from {wa or 'the default'}, {_describe(qb)} from {wb or 'the default'}); "
+                             "expected one format per fused module", source=self.source or None)
         shown = ", ".join(f"{n.rsplit('.', 1)[-1]}: {q.weight_format if q else 'unquantized'}"
                           for n, (q, _) in zip(module.parts, results))
-        return None, f"fused parts disagree ({shown}); served unquantized"
+        why = f"fused parts disagree ({shown}); served unquantized"
+        return (None, why), why
 
-    def _part(self, name: str, module: Module) -> Resolution:
+    def _part(self, names: tuple[str, ...], module: Module) -> tuple[Quant | None, str]:
+        """(Quant or None, the entry or rule that decided) for one part, given its checkpoint names."""
         return None, "checkpoint is not quantized"
 
     # ---- coverage (what the config names, for oracle.models.coverage) ----------------
@@ -95,6 +161,10 @@ class Scheme:
     def unused_groups(self) -> list[tuple[str, str]]:
         """(key, description) of declared groups that quantized no part (after `resolve` ran)."""
         return []
+
+
+def _describe_or_none(q: Quant | None) -> str:
+    return _describe(q) if q is not None else "unquantized"
 
 
 def _explicit_only(module: Module) -> bool:
@@ -112,20 +182,20 @@ class _SkipListScheme(Scheme):
         for key in self.skip_keys:
             entries += view.str_list(key)
         self.skip_key = next((k for k in self.skip_keys if k in view), self.skip_keys[0])
-        self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key))
+        self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key), rule="transformers")
         self.quant = quant
         super().__init__(view, detail + (f"; {len(entries)} {self.skip_key} entries" if entries else ""))
 
     def name_lists(self) -> list[NameList]:
         return [NameList(self.source, self.view.key(self.skip_key), "ignore", self.skip)]
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.skip.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.skip.match_any(names)
         if hit is not None:
             return None, f"{self.skip_key}: {hit}"
         if _explicit_only(module):
             return None, f"{self.dialect} checkpoints leave {module.role} unquantized"
-        return self.quant, ""
+        return self.quant, f"quant_method {self.dialect}"
 
 
 class Mxfp4Scheme(_SkipListScheme):
@@ -140,9 +210,10 @@ class Fp8Scheme(_SkipListScheme):
     skip_keys = ("modules_to_not_convert", "ignored_layers")
 
     def __init__(self, view: ConfigView):
-        fmt = view.str("fmt", "e4m3")
+        fmt = fp8_element_format(view)
         if fmt != "e4m3":
-            raise view.error("fmt", f"unsupported FP8 element format {fmt!r}; expected 'e4m3'")
+            raise view.error("fmt", f"unsupported FP8 element format {view.raw('fmt')!r} ({fmt}); no kernel "
+                             "format for it: expected e4m3 (float8_e4m3fn)")
         scheme = view.str("activation_scheme", "dynamic")
         if scheme not in ("dynamic", "static"):
             raise view.error("activation_scheme", f"expected 'dynamic' or 'static', got {scheme!r}")
@@ -190,7 +261,7 @@ class GptqAwqScheme(_SkipListScheme):
         dynamic = view.sub("dynamic")  # a mapping of module-name patterns (None when absent)
         dynamic_keys = list(dynamic.data) if dynamic is not None else []
         self.negative = NameMatcher([k[2:] for k in dynamic_keys if k.startswith("-:")],
-                                    source=view.source, field=view.key("dynamic"))
+                                    source=view.source, field=view.key("dynamic"), rule="transformers")
         if any(not k.startswith("-:") for k in dynamic_keys):
             raise view.error("dynamic", "per-module bit/group overrides are not supported; "
                              "only '-:' (skip) entries are")
@@ -201,14 +272,14 @@ class GptqAwqScheme(_SkipListScheme):
     def name_lists(self) -> list[NameList]:
         return [*super().name_lists(), NameList(self.source, self.view.key("dynamic"), "ignore", self.negative)]
 
-    def _part(self, name: str, module: Module) -> Resolution:
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
         if self.negative:
-            hit = self.negative.match(name)
+            hit = self.negative.match_any(names)
             if hit is not None:
                 return None, f"dynamic: -:{hit}"
         if module.role == "lm_head" and self.lm_head:
-            return self.quant, ""
-        return super()._part(name, module)
+            return self.quant, "lm_head: true"
+        return super()._part(names, module)
 
 
 # ---------------------------------------------------------------- compressed-tensors
@@ -224,6 +295,7 @@ class _CtGroup:
     class_targets: frozenset[str]
     names: NameMatcher
     key: str = ""
+    targets: tuple[str, ...] = ()
 
 
 class CompressedTensorsScheme(Scheme):
@@ -247,9 +319,11 @@ class CompressedTensorsScheme(Scheme):
                 raise g.error("targets", "required key is missing; expected a list such as ['Linear']")
             classes = frozenset(t for t in targets if not t.startswith("re:") and "." not in t
                                 and t[:1].isupper())
-            names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"))
-            self.groups.append(_CtGroup(gname, quant, classes, names, g.key("targets")))
-        self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"))
+            names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"),
+                                rule="compressed-tensors")
+            self.groups.append(_CtGroup(gname, quant, classes, names, g.key("targets"), tuple(targets)))
+        self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"),
+                                  rule="compressed-tensors")
         kinds = ", ".join(f"{g.name}: {_describe(g.quant)}" for g in self.groups)
         n_ignore = len(view.str_list("ignore"))
         self.used_groups: set[str] = set()
@@ -264,17 +338,19 @@ class CompressedTensorsScheme(Scheme):
         return [(g.key, c) for g in self.groups for c in sorted(g.class_targets)]
 
     def unused_groups(self) -> list[tuple[str, str]]:
-        return [(g.key.rsplit(".", 1)[0], f"config group {g.name!r} ({_describe(g.quant)})")
+        return [(g.key.rsplit(".", 1)[0], f"config group {g.name!r} ({_describe(g.quant)}, targets "
+                 f"{', '.join(g.targets[:2])}{', ...' if len(g.targets) > 2 else ''})")
                 for g in self.groups if g.name not in self.used_groups]
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.ignore.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.ignore.match_any(names)
         if hit is not None:
             return None, f"ignore: {hit}"
         for group in self.groups:
-            if group.names and group.names.match(name) is not None:
+            target = group.names.match_any(names) if group.names else None
+            if target is not None:
                 self.used_groups.add(group.name)
-                return group.quant, ""        # a target naming the module beats a class target
+                return group.quant, f"{group.name} target {target}"   # a target naming the module beats a class target
         wanted = "Embedding" if module.op == "embedding" else "Linear"
         by_class = next((g for g in self.groups if wanted in g.class_targets), None)
         if by_class is None:
@@ -282,7 +358,7 @@ class CompressedTensorsScheme(Scheme):
         if module.role == "lm_head":
             return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
         self.used_groups.add(by_class.name)
-        return by_class.quant, ""
+        return by_class.quant, f"{by_class.name} target Linear"
 
 
 def _ct_quant(g: ConfigView, fmt: str) -> Quant:
@@ -391,11 +467,26 @@ def _describe(q: Quant) -> str:
 
 
 # ---------------------------------------------------------------- ModelOpt
+#: ModelOpt `quant_algo` values (modelopt/torch/export/model_config.py QUANTIZATION_*, written upper-case
+#: into hf_quant_config.json; vLLM docs/features/quantization/modelopt.md) -> the format they declare.
 _MODELOPT_ALGOS = {
     "FP8": Quant("fp8_tensor", "fp8", activation_scale="static_tensor"),     # ModelOpt stores input_scale
     "FP8_PER_CHANNEL_PER_TOKEN": Quant("fp8_channel", "fp8", activation_scale="dynamic_token"),
+    "FP8_PC_PT": Quant("fp8_channel", "fp8", activation_scale="dynamic_token"),
+    "FP8_PB_WO": Quant("fp8_block", None, 128, weight_block=(128, 128)),   # block FP8 weight-only
+    "FP8_PB_REAL": Quant("fp8_block", "fp8", 128, activation_scale="dynamic_group", weight_block=(128, 128)),
     "NVFP4": Quant("nvfp4", "nvfp4", 16),
+    "W4A16_NVFP4": Quant("nvfp4", None, 16),                                # weight-only NVFP4
+    "W4A8_NVFP4_FP8": Quant("nvfp4", "fp8", 16, activation_scale="static_tensor"),
     "MXFP8": Quant("mxfp8", "mxfp8", 32),
+    "MXFP4": Quant("mxfp4", "mxfp4", 32),
+    "W4A8_MXFP4_FP8": Quant("mxfp4", "fp8", 32, activation_scale="static_tensor"),
+}
+#: quant_algo values ModelOpt writes for which no kernel format exists (an error that says so).
+_MODELOPT_UNSUPPORTED = {
+    "INT4_AWQ": "int4 AWQ with pre-quant scales", "W4A8_AWQ": "int4 AWQ weights with FP8 activations",
+    "NVFP4_AWQ": "NVFP4 with AWQ pre-quant scales", "NVFP4_SVDQUANT": "NVFP4 with SVDQuant low-rank branches",
+    "INT8_SQ": "int8 SmoothQuant W8A8", "INT8_WO": "int8 weight-only",
 }
 _CODECS = {"IQ2_XS": "iq2_xs", "IQ2_XXS": "iq2_xxs", "Q8_0": "q8_0"}
 _NORM_HINTS = ("norm", "layernorm")
@@ -408,17 +499,18 @@ class ModelOptScheme(Scheme):
         algo = view.str("quant_algo")
         self.algo = algo
         self.exclude = NameMatcher(view.str_list("exclude_modules") + view.str_list("ignore"),
-                                   source=view.source, field=view.key("exclude_modules"))
+                                   source=view.source, field=view.key("exclude_modules"), rule="modelopt")
         self.layers: dict[str, Quant] = {}
         self.layer_matcher: NameMatcher | None = None
         kv = view.raw("kv_cache_quant_algo")
-        if algo == "MIXED_PRECISION":
+        if algo.upper() == "MIXED_PRECISION":
             per_layer = view.sub("quantized_layers", required=True)
             for lname in per_layer.data:
                 _reject_vectors(per_layer, lname)
                 entry = per_layer.sub(lname, required=True)
                 self.layers[lname] = _modelopt_quant(entry, entry.str("quant_algo"))
-            self.layer_matcher = NameMatcher(self.layers, source=view.source, field=view.key("quantized_layers"))
+            self.layer_matcher = NameMatcher(self.layers, source=view.source, field=view.key("quantized_layers"),
+                                             rule="modelopt-layers")
             self.quant = None
             algos = sorted({_describe(q) for q in self.layers.values()})
             what = f"MIXED_PRECISION, {len(self.layers)} quantized_layers ({', '.join(algos)})"
@@ -435,18 +527,18 @@ class ModelOptScheme(Scheme):
                                   self.layer_matcher))
         return lists
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.exclude.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.exclude.match_any(names)
         if hit is not None:
             return None, f"exclude_modules: {hit}"
         if self.layer_matcher is not None:
-            entry = self.layer_matcher.match(name)
+            entry = self.layer_matcher.match_any(names)
             if entry is None:
                 return None, "not listed in quantized_layers"
-            return self.layers[entry], ""
+            return self.layers[entry], f"quantized_layers: {entry}"
         if _explicit_only(module):
             return None, f"ModelOpt {self.algo} leaves {module.role} unquantized"
-        return self.quant, ""
+        return self.quant, f"quant_algo {self.algo}"
 
 
 def _reject_vectors(per_layer: ConfigView, lname: str) -> None:
@@ -470,9 +562,13 @@ def _modelopt_quant(view: ConfigView, algo: str) -> Quant:
                              f"{algo} blocks are group_size {block} with block_payload_bytes {payload}, "
                              f"got {group}/{got_payload}")
         return Quant(fmt, None, block)
-    quant = _MODELOPT_ALGOS.get(algo)
+    quant = _MODELOPT_ALGOS.get(algo.upper())
     if quant is None:
         known = ", ".join([*_MODELOPT_ALGOS, *_CODECS, "MIXED_PRECISION"])
+        what = _MODELOPT_UNSUPPORTED.get(algo.upper())
+        if what:
+            raise view.error("quant_algo", f"ModelOpt quant_algo {algo!r} ({what}) has no kernel format here; "
+                             f"expected one of {known}")
         raise view.error("quant_algo", f"unsupported ModelOpt quant_algo {algo!r}; expected one of {known}")
     group = view.opt_int("group_size")
     if group is not None and quant.group_size is not None and group != quant.group_size:
@@ -482,7 +578,20 @@ def _modelopt_quant(view: ConfigView, algo: str) -> Quant:
 
 # ---------------------------------------------------------------- detection
 def detect_scheme(files: ModelFiles, text: ConfigView) -> Scheme:
-    """The dialect of a checkpoint (see the module docstring for the order)."""
+    """The dialect of a checkpoint (see the module docstring for the order), with the experts' own dtype."""
+    scheme = _detect(files, text)
+    dtype, key = expert_dtype(text)
+    # DeepSeek writes expert_dtype beside its own quant_method fp8 config; a ModelOpt or compressed-tensors
+    # file names the experts' format itself and wins (nvidia/DeepSeek-V4-Flash-NVFP4 keeps the original's
+    # expert_dtype "fp4" while its quantized_layers make the experts NVFP4).
+    if dtype is not None and scheme.dialect == "fp8":
+        fmt, group = dtype
+        scheme.expert_quant = (Quant(fmt, None, group), f"{key}: {text.raw(key)}")
+        scheme.detail += f"; experts {text.raw(key)} ({key}): {fmt} weights, group {group}"
+    return scheme
+
+
+def _detect(files: ModelFiles, text: ConfigView) -> Scheme:
     qc = files.config.sub("quantization_config")
     if qc is None and text is not files.config:
         qc = text.sub("quantization_config")

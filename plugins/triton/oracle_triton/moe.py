@@ -187,6 +187,7 @@ class TritonMoE(Kernel):
         if self.w13 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
         self._check(hidden_states, topk_weights, topk_ids)
+<<<<<<< HEAD
         if self.check_ids and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             self.check_expert_ids(topk_ids)          # opt-in, eager calls only: a captured graph cannot sync
         if topk_ids.shape[0] == 0:
@@ -195,6 +196,10 @@ class TritonMoE(Kernel):
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked inputs (what an eager graph captures)."""
+=======
+        if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
+>>>>>>> main
         from . import moe_kernels as mk
 
         x = hidden_states.to(self.dtype).contiguous()
