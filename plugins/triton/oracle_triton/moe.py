@@ -7,7 +7,6 @@ NVFP4; per-tensor dynamic scales come from one amax over the tensor).
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import torch
@@ -22,8 +21,6 @@ from .launch import FP8_CODES, check_config, device_facts, interpreting, quantiz
 from .linear import dynamic_tensor_scale
 from .weights import check, finite_positive, pack
 
-#: "1": eager calls name out-of-range expert ids (one host sync per call); else they are dropped.
-CHECK_IDS = "ORACLE_TRITON_CHECK_EXPERT_IDS"
 GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
 DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4.0, "linear_beta": 25.0},
             "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
@@ -82,7 +79,7 @@ class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
     w13 = None
-    capture_safe = True   # the opt-in expert-id check syncs only in eager calls, never under capture
+    capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
 
@@ -153,7 +150,6 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
-        self.check_ids = os.environ.get(CHECK_IDS) == "1"
         self.eager = EagerGraphs(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
@@ -175,9 +171,10 @@ class TritonMoE(Kernel):
             raise TensorError("hidden_states", f"a tensor on {self.device}", str(x.device))
 
     def check_expert_ids(self, topk_ids: torch.Tensor) -> None:
-        """With ORACLE_TRITON_CHECK_EXPERT_IDS=1, out-of-range ids are named here in eager calls (this
-        reads the ids back: one host sync, which serializes host and GPU, so it is off by default);
-        otherwise, and always under graph capture, the kernels drop such pairs without touching memory."""
+        """Out-of-range ids are named here in eager calls while `check_inputs` is set (this reads the ids
+        back: one host sync, which serializes host and GPU; an engine that vouches for its router's ids
+        clears it); otherwise, and always under graph capture, the kernels drop such pairs without
+        touching memory."""
         if topk_ids.numel():
             lo, hi = torch.stack(torch.aminmax(topk_ids)).tolist()     # one sync for both bounds
             if lo < 0 or hi >= self.experts:
@@ -187,19 +184,14 @@ class TritonMoE(Kernel):
         if self.w13 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
         self._check(hidden_states, topk_weights, topk_ids)
-<<<<<<< HEAD
-        if self.check_ids and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            self.check_expert_ids(topk_ids)          # opt-in, eager calls only: a captured graph cannot sync
+        if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
         if topk_ids.shape[0] == 0:
             return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
         return self.eager(hidden_states, topk_weights, topk_ids)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked inputs (what an eager graph captures)."""
-=======
-        if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
->>>>>>> main
         from . import moe_kernels as mk
 
         x = hidden_states.to(self.dtype).contiguous()

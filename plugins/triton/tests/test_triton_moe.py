@@ -86,22 +86,20 @@ def test_alignment_blocks_and_padding():
     assert sorted(p for p in sorted_ids.tolist() if p < t) == list(range(t))
 
 
-def test_out_of_range_expert_ids_are_named_on_request_and_dropped_otherwise(monkeypatch):
-    """The id check reads the ids back (a host sync), so it is opt-in; without it the pair is dropped."""
+def test_out_of_range_expert_ids_are_named_and_dropped_when_the_engine_vouches():
+    """The id check reads the ids back (a host sync); with check_inputs cleared the pair is dropped."""
     from oracle.errors import TensorError
 
     ids = torch.tensor([[0, 8], [1, 2]], dtype=torch.int32, device=DEV)
     x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
     t, ref = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", device=DEV)
-    assert t.check_ids is False
+    with pytest.raises(TensorError, match=r"topk_ids: expected expert ids in \[0, 8\), got 8"):
+        t.apply(x, torch.ones(2, K, device=DEV), ids)
+    t.check_inputs = False
     dropped = t.apply(x, torch.ones(2, K, device=DEV), ids)
     ok = torch.tensor([[0, 3], [1, 2]], dtype=torch.int32, device=DEV)
     weights = torch.tensor([[1.0, 0.0], [1.0, 1.0]], device=DEV)     # the bad pair contributes nothing
     assert rel(dropped, ref.apply(x, weights, ok)) < TOL
-    monkeypatch.setenv("ORACLE_TRITON_CHECK_EXPERT_IDS", "1")
-    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", device=DEV)
-    with pytest.raises(TensorError, match=r"topk_ids: expected expert ids in \[0, 8\), got 8"):
-        t.apply(x, torch.ones(2, K, device=DEV), ids)
 
 
 @pytest.mark.parametrize("group", [32, 128])
