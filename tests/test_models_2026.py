@@ -356,3 +356,13 @@ def test_checkpoint_names_is_torch_free_and_documented():
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False"], out.stderr
 
+
+
+def test_docs_list_the_aliases_per_architecture():
+    from oracle.models.build import shipped_architectures
+    from oracle.models.checkpoint_names import render_markdown
+    text = (REPO / "docs" / "models.md").read_text(encoding="utf-8")
+    begin, end = "<!-- aliases:begin -->\n", "\n<!-- aliases:end -->"
+    current = text.split(begin, 1)[1].split(end, 1)[0]
+    assert current == render_markdown(shipped_architectures()), (
+        "regenerate docs/models.md's table: see oracle.models.build.shipped_architectures")

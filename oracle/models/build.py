@@ -74,6 +74,20 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_part
                  coverage=coverage, checkpoint_names=names)
 
 
+def shipped_architectures() -> list[tuple[str, list[Module]]]:
+    """(model_type, modules) of one shipped example per architecture, for docs/models.md's alias table.
+
+    Regenerate it with `python -c "from oracle.models.build import shipped_architectures as s;
+    from oracle.models.checkpoint_names import render_markdown as r; print(r(s()))"`.
+    """
+    from .source import example_names
+    out: dict[str, list[Module]] = {}
+    for name in example_names():
+        model = load_model(name)
+        out.setdefault(model.model_type, model.checkpoint_names.modules)
+    return sorted(out.items())
+
+
 def _relayout(m: Module, layout: Layout) -> Module:
     """A module derived with text-only names, renamed into `layout`."""
     return replace(m, name=layout.rename(m.name), parts=tuple(layout.rename(p) for p in m.parts))

@@ -245,3 +245,53 @@ class CheckpointNames:
     def renamed(self) -> dict[str, str]:
         """{derived shape: checkpoint shape} for every shape the checkpoint spells differently."""
         return {s: c for s, c in self._spelled.items() if s != c}
+
+
+# ---------------------------------------------------------------- generated documentation
+def _facts(shape: str) -> list[str]:
+    """The facts (FACT_TABLE rows) that let a checkpoint spell `shape` differently."""
+    out = []
+    prefix = max((p for p in DECODER_PREFIXES if p and shape.startswith(p)), key=len, default="")
+    if prefix or shape.startswith("layers."):
+        out.append("prefix")
+    segs = shape[len(prefix):].split(".")
+    for i, seg in enumerate(segs):
+        if seg in _SEGMENT_OPTIONS or (i == len(segs) - 1 and seg in _PROJECTION_OPTIONS):
+            out.append(f"`{seg}`")
+    if shape in HEAD_SPELLINGS:
+        out.append("head")
+    return out
+
+
+def render_facts() -> str:
+    """One row per table of this module: the spellings a checkpoint may use for one fact."""
+    rows = ["| fact | spellings (any one stands for the others) |", "|---|---|",
+            "| prefix (where `layers.N` lives) | " + ", ".join(f"`{p or '(none)'}`" for p in DECODER_PREFIXES) + " |"]
+    rows += [f"| container `{g[0]}` | " + ", ".join(f"`{s}`" for s in g) + " |" for g in SEGMENT_SPELLINGS]
+    rows += [f"| projection `{a}` | `{a}`, `{b}` |" for a, b in PROJECTION_SPELLINGS]
+    rows.append("| head | " + ", ".join(f"`{h}`" for h in HEAD_SPELLINGS) + " |")
+    rows += [f"| one tensor `{f}` | holds " + ", ".join(f"`{p}`" for p in parts) + " |"
+             for f, parts in CHECKPOINT_FUSED.items()]
+    rows.append("| stacked experts | `experts.E.P` is also held by `experts.P` and `experts.<fused P>` "
+                "(3-D tensors; used when the safetensors index has them) |")
+    return "\n".join(rows)
+
+
+def render_markdown(models: Iterable[tuple[str, list[Module]]]) -> str:
+    """The facts table, then every derived name shape per architecture with the facts that apply to it
+    and the checkpoint tensors that may hold it fused (docs/models.md is generated from this)."""
+    lines = [render_facts(), "", "| architecture | derived name (N = layer, E = expert) | may be spelled differently "
+             "(facts above) | may be stored inside |", "|---|---|---|---|"]
+    for arch, modules in models:
+        seen: dict[str, str] = {}
+        for m in modules:
+            for part in m.parts:
+                seen.setdefault(_NUMBER.sub("#", part), part)
+        for shape, part in seen.items():
+            concrete = _NUMBER.sub("0", part)
+            shown = re.sub(r"experts\.#\.", "experts.E.", shape).replace("#", "N")
+            held = [re.sub(r"experts\.0\.", "experts.E.", c).replace(".0.", ".N.") for c in fused_containers(concrete)]
+            lines.append(f"| {arch} | `{shown}` | {', '.join(_facts(shape)) or '-'} | "
+                         f"{', '.join(f'`{h}`' for h in held) or '-'} |")
+            arch = ""           # the architecture once per block of rows
+    return "\n".join(lines)

@@ -22,15 +22,19 @@ Format mapping (weight format, activation format the checkpoint declares):
   compressed-tensors mxfp4-pack-quantized  -> mxfp4; mxfp4/mxfp8 per input_activations, else None
   compressed-tensors int 4-bit, GPTQ, AWQ  -> int4, None
   ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8 (static_tensor), nvfp4/nvfp4 (input scales: W4A4),
-                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token
+                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token; the
+                                              other 2025-2026 quant_algo values in `_MODELOPT_ALGOS`
+  expert_dtype fp4 beside quant_method fp8 -> routed experts mxfp4 (DeepSeek-V4)
 Contradictory scale kinds or block shapes (static block FP8, a block_structure on a per-channel
 strategy, activation groups unlike the weight block) are an InputError naming the key.
   ModelOpt IQ2_XS / IQ2_XXS / Q8_0 (ggml)  -> iq2_xs / iq2_xxs / q8_0, None
 Anything else (int8 W8A8, 3-bit GPTQ, FP8 e5m2, ...) is an InputError naming the file
 and key: the engine has no format for it, and guessing would mislead.
 
-Router gates are never quantized (engines build them without a quantization method);
-embeddings and lm_head only when the checkpoint names them explicitly.
+Lists are matched against the checkpoint's own names (`oracle.models.checkpoint_names`), each by
+its library's rule (`oracle.models.matching`). Router gates follow `ROUTER_FOLLOWS_CHECKPOINT`
+(quantized like any linear where the engine builds the router with the quantization method, else
+never); embeddings and lm_head only when the checkpoint names them explicitly.
 """
 from __future__ import annotations
 
