@@ -359,10 +359,33 @@ def test_checkpoint_names_is_torch_free_and_documented():
 
 
 def test_docs_list_the_aliases_per_architecture():
-    from oracle.models.checkpoint_names import render_markdown, shipped_architectures
+    from oracle.models.build import shipped_architectures
+    from oracle.models.checkpoint_names import render_markdown
     text = (REPO / "docs" / "models.md").read_text(encoding="utf-8")
     begin, end = "<!-- aliases:begin -->\n", "\n<!-- aliases:end -->"
     current = text.split(begin, 1)[1].split(end, 1)[0]
     assert current == render_markdown(shipped_architectures()), (
-        "regenerate docs/models.md: python -c \"from oracle.models.checkpoint_names import *; "
-        "print(render_markdown(shipped_architectures()))\"")
+        "regenerate docs/models.md's table: see oracle.models.build.shipped_architectures")
+
+
+def test_router_stored_unquantized_in_the_index_is_served_as_stored(tmp_path):
+    """The vLLM 0.32 mismatch: a Linear target without a gate ignore, while the checkpoint's index has the
+    router's plain weight only (no scale or packed tensors): the checkpoint's tensors decide."""
+    weights = {"model.embed_tokens.weight": "a.safetensors", "lm_head.weight": "a.safetensors"}
+    for i in range(2):
+        p = f"model.layers.{i}"
+        weights[f"{p}.mlp.gate.weight"] = "a.safetensors"
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            weights[f"{p}.self_attn.{proj}.weight_packed"] = "a.safetensors"
+            weights[f"{p}.self_attn.{proj}.weight_scale"] = "a.safetensors"
+        for e in range(8):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                weights[f"{p}.mlp.experts.{e}.{proj}.weight_packed"] = "a.safetensors"
+                weights[f"{p}.mlp.experts.{e}.{proj}.weight_scale"] = "a.safetensors"
+    folder = write(tmp_path / "m", _qwen3_moe(quantization_config=_ct_int4(["lm_head"])),
+                   model__safetensors__index__json={"weight_map": weights})
+    m = load_model(str(folder))
+    gate = rows(m, "gate", 0)[0]
+    assert gate.layer.weight_format == "bf16"
+    assert "stores model.layers.0.mlp.gate without quantization tensors although group_0 target Linear" in gate.quant_note
+    assert {fmt(r) for r in rows(m, "experts")} == {("int4", None, 32)}

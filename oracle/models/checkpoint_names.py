@@ -295,18 +295,3 @@ def render_markdown(models: Iterable[tuple[str, list[Module]]]) -> str:
                          f"{', '.join(f'`{h}`' for h in held) or '-'} |")
             arch = ""           # the architecture once per block of rows
     return "\n".join(lines)
-
-
-def shipped_architectures() -> list[tuple[str, list[Module]]]:
-    """(model_type, modules) of one shipped example per architecture, for `render_markdown`.
-
-    Regenerate docs/models.md's table with
-    `python -c "from oracle.models.checkpoint_names import *; print(render_markdown(shipped_architectures()))"`.
-    """
-    from .build import load_model
-    from .source import example_names
-    out: dict[str, list[Module]] = {}
-    for name in example_names():
-        model = load_model(name)
-        out.setdefault(model.model_type, model.checkpoint_names.modules)
-    return sorted(out.items())
