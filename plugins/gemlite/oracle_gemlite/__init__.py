@@ -1,0 +1,1 @@
+"""kernel-oracle plugin: gemlite's Triton kernels as peer candidates (see kernels.yaml)."""
