@@ -1,1 +1,0 @@
-"""kernel-oracle plugin: gemlite's Triton kernels as peer candidates (see kernels.yaml)."""
