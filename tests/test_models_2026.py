@@ -91,6 +91,11 @@ def test_tiny_safetensors_index_with_original_names_maps_to_derived_modules(tmp_
     assert (module.name, expert) == ("layers.5.attn.wq_a", None)          # the fused tensor holds wq_a (and wkv)
     assert names.owner("layers.5.ffn.shared_experts.down_proj")[0].name == "layers.5.ffn.shared_experts.w2"
     assert names.owner("layers.1.ffn.gate") is None                       # hash-routed layer: no router GEMM
+    module, part, expert, suffix = names.owner_of_tensor("layers.5.ffn.experts.17.up_proj.weight_packed")
+    assert (module.name, part, expert, suffix) == ("layers.5.ffn.experts", "layers.5.ffn.experts.0.w3", 17,
+                                                   "weight_packed")
+    weight_map = deepseek_v4_flash_index()["weight_map"]
+    assert [t for t in weight_map if names.owner_of_tensor(t) is None] == []     # every tensor has its module
     assert by_name["layers.5.ffn.experts"].layer.weight_format == "nvfp4"
     assert any("every derived part is in the checkpoint" in n for n in m.notes)
     # the index, not the lists, decides the spelling when both are present
@@ -366,3 +371,26 @@ def test_docs_list_the_aliases_per_architecture():
     current = text.split(begin, 1)[1].split(end, 1)[0]
     assert current == render_markdown(shipped_architectures()), (
         "regenerate docs/models.md's table: see oracle.models.build.shipped_architectures")
+
+
+def test_router_stored_unquantized_in_the_index_is_served_as_stored(tmp_path):
+    """The vLLM 0.32 mismatch: a Linear target without a gate ignore, while the checkpoint's index has the
+    router's plain weight only (no scale or packed tensors): the checkpoint's tensors decide."""
+    weights = {"model.embed_tokens.weight": "a.safetensors", "lm_head.weight": "a.safetensors"}
+    for i in range(2):
+        p = f"model.layers.{i}"
+        weights[f"{p}.mlp.gate.weight"] = "a.safetensors"
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            weights[f"{p}.self_attn.{proj}.weight_packed"] = "a.safetensors"
+            weights[f"{p}.self_attn.{proj}.weight_scale"] = "a.safetensors"
+        for e in range(8):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                weights[f"{p}.mlp.experts.{e}.{proj}.weight_packed"] = "a.safetensors"
+                weights[f"{p}.mlp.experts.{e}.{proj}.weight_scale"] = "a.safetensors"
+    folder = write(tmp_path / "m", _qwen3_moe(quantization_config=_ct_int4(["lm_head"])),
+                   model__safetensors__index__json={"weight_map": weights})
+    m = load_model(str(folder))
+    gate = rows(m, "gate", 0)[0]
+    assert gate.layer.weight_format == "bf16"
+    assert "stores model.layers.0.mlp.gate without quantization tensors although group_0 target Linear" in gate.quant_note
+    assert {fmt(r) for r in rows(m, "experts")} == {("int4", None, 32)}

@@ -7,12 +7,15 @@ import re
 from dataclasses import replace
 
 from .architectures import ARCHITECTURES, CLASS_NAMES, NESTED_LAYOUTS, TEXT_ONLY, Layout, build_modules
+from ..checkpoints.layouts import LAYOUTS
 from .checkpoint_names import CheckpointNames
 from .coverage import check_coverage
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
 from .source import ConfigView, ModelFiles, load_model_files
 
+#: Tensor suffixes that only a quantized module carries (every layout row's non-`weight` tensor).
+QUANT_COMPANIONS = frozenset(row.suffix for row in LAYOUTS if row.suffix != "weight")
 _DTYPES = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16"), "float32": ("float32", "fp32")}
 
 
@@ -53,7 +56,7 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_part
     names = CheckpointNames.build(modules, index=checkpoint,
                                   targets=[x.matcher for x in lists if x.kind in ("target", "quantized_layers")],
                                   lists=[x.matcher for x in lists if x.kind not in ("target", "quantized_layers")])
-    scheme.bind(names, model_type)
+    scheme.bind(names, model_type, quantized_in_index=files.quantized_tensor_modules(QUANT_COMPANIONS))
     try:
         layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
     except InputError as exc:

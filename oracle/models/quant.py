@@ -89,6 +89,7 @@ class Scheme:
         self.detail = detail
         self.names: CheckpointNames | None = None
         self.model_type = ""
+        self.quantized_in_index: frozenset[str] = frozenset()
         #: (Quant, the key that said so) when the config gives routed experts their own dtype
         self.expert_quant: tuple[Quant, str] | None = None
 
@@ -96,9 +97,13 @@ class Scheme:
     def source(self) -> str:
         return self.view.source if self.view is not None else ""
 
-    def bind(self, names: CheckpointNames | None, model_type: str = "") -> None:
+    def bind(self, names: CheckpointNames | None, model_type: str = "", *,
+             quantized_in_index: set[str] | frozenset[str] = frozenset()) -> None:
+        """`quantized_in_index`: checkpoint modules whose index entries include quantization companion
+        tensors (scales, packed weights): with an index, a router stored without any is unquantized."""
         self.names = names
         self.model_type = model_type
+        self.quantized_in_index = frozenset(quantized_in_index)
 
     def _aliases(self, part: str, expert: int | None) -> tuple[str, ...]:
         if self.names is None:
@@ -111,8 +116,12 @@ class Scheme:
         A MoE module is resolved for expert 0 and for every expert a list names; experts (or
         fused parts) in two different formats are an InputError naming both entries.
         """
-        if module.role in ROUTER_ROLES and not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
-            return None, "router gate: engines build this architecture's router without a quantization method"
+        if module.role in ROUTER_ROLES:
+            if not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
+                return None, "router gate: engines build this architecture's router without a quantization method"
+            stored = self._stored_unquantized(module)
+            if stored is not None:
+                return None, stored
         experts: tuple[int | None, ...] = (None,)
         if module.op == "moe" and self.names is not None:
             experts = self.names.experts_named(module)
@@ -131,6 +140,19 @@ class Scheme:
         if module.op == "moe" and first[1][0] is not None and self.expert_quant is not None:
             return self.expert_quant[0], ""     # quantized experts, in the dtype the config gives them
         return first[1]
+
+    def _stored_unquantized(self, module: Module) -> str | None:
+        """Why a router the lists would quantize is stored unquantized, when the safetensors index says so."""
+        if self.names is None or not self.names.index:
+            return None
+        present = [a for p in module.parts for a in self.names.aliases(p) if a in self.names.index]
+        if not present or any(a in self.quantized_in_index for a in present):
+            return None
+        quant, why = self._part(tuple(a for p in module.parts for a in self.names.aliases(p)), module)
+        if quant is None:
+            return None
+        return (f"the checkpoint stores {present[0]} without quantization tensors although {why} targets it "
+                "(vLLM 0.32 would build it quantized); served as stored")
 
     def _combine(self, module: Module, results: list[tuple[Quant | None, str]]) -> tuple[Resolution, str]:
         quants = {q for q, _ in results}
@@ -640,5 +662,3 @@ def _modelopt_from_file(view: ConfigView) -> Scheme:
     return ModelOptScheme(nested if nested is not None else view)
 
 
-def describe_parts(names: Iterable[str]) -> str:
-    return ", ".join(n.rsplit(".", 1)[-1] for n in names)
