@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8 as FP8_ELEM, Layout
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -147,19 +147,6 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-
-
-def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
-    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
-    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
-    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
-    bk = cfg["BLOCK_K"]
-    if layout.elem == FP8_ELEM:
-        if bk not in (32, 64, 128):
-            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
-    elif bk % layout.group or bk % layout.pack:
-        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
-                         f"(a group of {layout.group})")
 
 
 class DenseGemm:
