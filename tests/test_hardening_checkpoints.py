@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -38,7 +38,7 @@ from oracle.exitcodes import INPUT, OK  # noqa: E402
 from oracle.layer import LinearLayer  # noqa: E402
 
 _CASES = {"values": 0, "values_refused": 0, "checkpoints": 0, "checkpoints_refused": 0, "run_args": 0,
-          "run_refused": 0}
+          "run_refused": 0, "run_ok": 0}
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny tensors: torch's thread pool only adds contention on a loaded 2-core machine (100x slower)."""
@@ -212,6 +212,9 @@ def _run(args: list[str]) -> tuple[int, str, str]:
        ids=st.one_of(st.lists(st.integers(0, 300), min_size=1, max_size=4).map(lambda v: ",".join(map(str, v))),
                      st.sampled_from(["", ",", "1,x", "-1", "1e3", "99999999999999999999", "١"])),
        new=st.sampled_from(["0", "1", "2", "5000"]))
+@example(device="cpu", ids="1,2", new="1")      # the edge that must pass: the last id of the vocabulary
+@example(device="cpu", ids="255", new="2")
+@example(device="cpu", ids="256", new="1")
 def test_run_arguments_are_refused_cleanly(good, device, ids, new):
     code, out, err = _run(["--model", str(good), f"--device={device}", f"--prompt-ids={ids}",
                            "--max-new-tokens", new])
@@ -223,8 +226,11 @@ def test_run_arguments_are_refused_cleanly(good, device, ids, new):
     ok_new, ok_device = new in ("1", "2"), device == "cpu"
     if ok_new and ok_device and in_vocab:
         assert code == OK and out.startswith("model"), err
+        _CASES["run_ok"] += 1
         return
     _CASES["run_refused"] += 1
+    if ok_new and ok_device and valid_ids:
+        assert "outside the vocabulary (vocab_size 256: ids 0 to 255)" in err, err
     assert code == INPUT and err.startswith("error: ") and err.count("error:") == 1, (device, ids, new, err)
     field = "--max-new-tokens" if not ok_new else "--device" if not ok_device else "--prompt-ids"
     assert f"error: {field}: " in err or f": {field}: " in err, (field, err)   # checked in this order
