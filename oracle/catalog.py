@@ -263,7 +263,7 @@ class KernelSpec(_Frozen):
     def load_implementation(self) -> type:
         """Import the implementation class; only `instantiate()` and `check_implementation` call this."""
         try:
-            impl = _import_object(self.implementation, f"kernel {self.name}")
+            impl = import_object(self.implementation, f"kernel {self.name}")
         except PolicyError as exc:
             raise PolicyError(str(exc), source=self.source) from None
         from .kernel import Kernel
@@ -293,7 +293,7 @@ def _kind(obj: Any) -> str:
     return f"the class {obj.__qualname__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
 
 
-def _import_object(dotted: str, owner: str) -> Any:
+def import_object(dotted: str, owner: str) -> Any:
     module_name, _, attr = dotted.partition(":")
     try:
         module = importlib.import_module(module_name)

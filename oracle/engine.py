@@ -16,16 +16,16 @@ import os
 import threading
 from typing import Any, Iterable, Mapping
 
-from .catalog import (REQUIREMENT_PLACEHOLDERS, KernelSpec, Mode, _import_object, normalize_backend,
-                      render_reason, version_satisfies)
+from .catalog import KernelSpec, Mode, normalize_backend
 from .config import KernelConfig, pick
-from .envvars import DISABLED_KERNELS, flag, kernel_list, reset_decision_env, set_decision_env
+from .envvars import DISABLED_KERNELS, MEASUREMENTS, flag, kernel_list, reset_decision_env, set_decision_env
 from .errors import InputError
 from .formats import UNQUANTIZED_FORMATS
 from .layer import not_a_layer
 from .platform import Platform
-from .policy import MEASUREMENTS_ENV, EffectivePolicy
+from .policy import EffectivePolicy
 from .registry import Registry
+from .requirements import PlatformVerdict, check_requirements
 from .rules import failing
 from .trace import Candidate, Decision, SelectedBy, log_decision
 from .validation import require_type
@@ -33,16 +33,6 @@ from .validation import require_type
 _DEFAULT_CONFIG = KernelConfig()
 
 _EMULATION_NOTE = "ends on a kernel meant for testing: {note}"
-
-
-class _PlatformVerdict:
-    __slots__ = ("ok", "reason", "rule", "notes", "environment", "rejection")
-
-    def __init__(self, ok: bool, reason: str = "", rule: str = "", notes: tuple[str, ...] = (),
-                 environment: str = ""):
-        self.ok, self.reason, self.rule, self.notes = ok, reason, rule, notes
-        self.environment = environment      # what the kernel's environment check found (or why it failed)
-        self.rejection: Candidate | None = None   # the traced candidate, built once (it never changes)
 
 
 class Engine:
@@ -56,7 +46,7 @@ class Engine:
         # (platform, config) is found by identity, so a model's layers hash neither again
         self._tables: dict[tuple[Platform, KernelConfig], dict[tuple, Decision]] = {}
         self._last: tuple[Any, Any, dict[tuple, Decision]] = (None, None, {})
-        self._platform_checks: dict[tuple[str, Platform], _PlatformVerdict] = {}
+        self._platform_checks: dict[tuple[str, Platform], PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
         self._auto: dict[str, tuple[bool, str]] = {}
         self._auto_refusals: dict[str, Candidate | None] = {}
@@ -135,7 +125,7 @@ class Engine:
                 if found is not None:
                     table, _ = self._measured(layer, platform, env, measurements)
                     if table is not None:  # an explicit request wins; its figures are still shown
-                        from .tuning.choose import attach_timings
+                        from .ranking import attach_timings
                         candidates = attach_timings(candidates, table)
                     return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
@@ -161,7 +151,7 @@ class Engine:
             self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False,
                       collect=passing)
             if passing:
-                from .tuning.choose import choose
+                from .ranking import choose
                 index, trace, by_measurement = choose(passing, candidates, table, mset)
                 return self._selected(passing[index], trace, notes, base,
                                       "measured" if by_measurement else "policy")
@@ -176,7 +166,7 @@ class Engine:
         """This layer's figures from the measurement set in force (argument > env > policy), if any."""
         mset = explicit
         if mset is None:
-            raw = env.get(MEASUREMENTS_ENV)
+            raw = env.get(MEASUREMENTS)
             if not raw and not self.policy.measurements.files:
                 return None, None     # the static path: no tuning files anywhere
             from .tuning.measurements import cached_measurements, env_paths
@@ -396,11 +386,11 @@ class Engine:
         found = (self._platform_check(spec, platform).environment for spec in self.registry.kernels)
         return list(dict.fromkeys(text for text in found if text))
 
-    def _platform_check(self, spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
+    def _platform_check(self, spec: KernelSpec, platform: Platform) -> PlatformVerdict:
         key = (spec.name, platform)
         verdict = self._platform_checks.get(key)
         if verdict is None:
-            verdict = _check_requirements(spec, platform)
+            verdict = check_requirements(spec, platform)
             self._platform_checks[key] = verdict
         return verdict
 
@@ -408,79 +398,3 @@ class Engine:
 def _with_notes(c: Candidate, notes: tuple[str, ...]) -> Candidate:
     return Candidate(c.backend, c.kernel, c.mode, c.activation_format, c.verdict, c.stage,
                      f"{c.reason}; " + "; ".join(notes), c.rule)
-
-
-def _check_requirements(spec: KernelSpec, platform: Platform) -> _PlatformVerdict:
-    req = spec.requires
-    facts = dict.fromkeys(REQUIREMENT_PLACEHOLDERS, "")
-    facts.update(backend=spec.backend, kernel=spec.name, device_name=platform.device_name or platform.vendor,
-                 vendor=platform.vendor, sm=platform.sm, capability=platform.capability_str)
-
-    def fail(template: str | None, default: str, rule_key: str, **more: Any) -> _PlatformVerdict:
-        values = {**facts, **more}
-        text = render_reason(template, values) if template else render_reason(default, values)
-        return _PlatformVerdict(False, text, spec.lines.get(rule_key, spec.source))
-
-    if req.vendor is not None and platform.vendor not in req.vendor.any_of:
-        return fail(req.vendor.reason, "{kernel} needs a {required} device; this is {device_name} ({vendor})",
-                    "vendor", required=" or ".join(req.vendor.any_of))
-    if req.capability is not None and not req.capability.accepts(platform.capability):
-        return fail(req.capability.reason, "{kernel} needs compute capability {required}; {device_name} is {sm}",
-                    "capability", required=req.capability.describe())
-    for name, package in req.packages.items():
-        installed = platform.package_version(name)
-        install = package.install or f"pip install {name}"
-        if installed is None:
-            verdict = fail(None, "package {package} is not installed; install it with `{install}`",
-                           f"package:{name}", package=name, install=install, installed="none",
-                           required=package.version or "any version")
-            if package.reason:
-                values = {**facts, "package": name, "install": install, "installed": "none",
-                          "required": package.version or "any version"}
-                verdict.reason = f"{render_reason(package.reason, values)} " \
-                                 f"(package {name} is not installed; `{install}`)"
-            return verdict
-        if not version_satisfies(installed, package.version):
-            return fail(package.reason, "package {package} {installed} is installed but {required} is needed; "
-                        "`{install}`", f"package:{name}", package=name, installed=installed,
-                        required=package.version, install=install)
-    notes: tuple[str, ...] = ()
-    environment = ""
-    if req.environment is not None and _reads_environment(platform, req.environment.package):
-        ok, detail = _call_check(req.environment.check, spec, platform, "environment check")
-        environment = detail or ""
-        if not ok:
-            verdict = fail(req.environment.reason, "{kernel}'s environment check failed: {detail}", "environment",
-                           detail=detail or "unsupported")
-            verdict.environment = verdict.reason
-            return verdict
-        notes = (detail,) if detail else ()
-    if req.runtime is not None:
-        if platform.simulated:
-            notes += (f"runtime check {req.runtime.check} assumed to pass: it cannot run on the simulated "
-                     f"device {platform.device_name}",)
-        else:
-            ok, detail = _call_check(req.runtime.check, spec, platform, "runtime check")
-            if not ok:
-                return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
-                            "runtime", detail=detail or "unsupported")
-    return _PlatformVerdict(True, notes=notes, environment=environment)
-
-
-def _reads_environment(platform: Platform, package: str | None) -> bool:
-    """Environment checks describe this Python environment: skipped when the caller states the
-    package they inspect (the platform then describes another machine's packages)."""
-    if not platform.packages_from_environment:
-        return False
-    stated = {name for name, _ in platform.packages}
-    return package is None or package.strip().lower().replace("_", "-") not in stated
-
-
-def _call_check(check: str, spec: KernelSpec, platform: Platform, what: str) -> tuple[bool, str | None]:
-    """A plugin's (ok, detail) check; whatever it raises becomes a failed verdict (the plugin is isolated)."""
-    try:
-        fn = _import_object(check, f"kernel {spec.name} {what}")
-        result = fn(spec, platform)
-        return (result, None) if isinstance(result, bool) else result
-    except Exception as exc:
-        return False, f"{what} raised {type(exc).__name__}: {exc}"

@@ -6,6 +6,9 @@ on for "1", off for "0", "" or unset, and any other value is off *with* an
 (`ORACLE_DISABLED_KERNELS`) warn about names no plugin declares (with a did-you-mean).
 The environment of the decision in progress is available to plugin hooks through
 `decision_env()`, so a hook reads the `env=` the caller passed, not `os.environ`.
+
+Every variable the engine reads is named here, once (the policy's force-A16 switches are data in
+policies/default.yaml; a plugin's own switches live in that plugin).
 """
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ from typing import Any, Iterable, Mapping
 from .names import suggestion
 
 ON, OFF = "1", ("0", "")
-DISABLED_KERNELS = "ORACLE_DISABLED_KERNELS"
+DISABLED_KERNELS = "ORACLE_DISABLED_KERNELS"   # kernels never selected, beside the policy's list
+MEASUREMENTS = "ORACLE_MEASUREMENTS"           # tuning files (path-separated) selection ranks by
+LOAD_PLUGINS = "ORACLE_LOAD_PLUGINS"           # the plugin allow-list (unset: all; "": none)
+PLUGIN_TIMEOUT = "ORACLE_PLUGIN_TIMEOUT_S"     # the bound on plugin calls (oracle.isolation)
+DEBUG = "ORACLE_DEBUG"                         # "1": internal errors print their traceback
 
 
 class OracleEnvWarning(UserWarning):

@@ -12,6 +12,8 @@ import sys
 import warnings
 from typing import Any, Callable, NoReturn
 
+from .envvars import DEBUG, OracleEnvWarning
+
 OK = 0
 #: Bad input: a file, field, name or value that is not what was expected (one `error:` block).
 INPUT = 1
@@ -75,7 +77,6 @@ def run_command(func: Callable[[], int]) -> int:
                 pass
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
-        from .envvars import OracleEnvWarning
         warnings.simplefilter("default", OracleEnvWarning)  # each distinct warning once per command
         try:
             return int(func() or 0)
@@ -88,7 +89,7 @@ def run_command(func: Callable[[], int]) -> int:
         except BrokenPipeError:  # `oracle explain | head`
             return OK
         except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
-            if os.environ.get("ORACLE_DEBUG") == "1":
+            if os.environ.get(DEBUG) == "1":
                 raise
             print(f"internal error: {type(exc).__name__}: {exc} (a bug; ORACLE_DEBUG=1 shows the traceback)",
                   file=sys.stderr)

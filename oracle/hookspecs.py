@@ -71,6 +71,17 @@ def register_commands(register):
 
 
 @hookspec(firstresult=True)
+def quantize_weight(weight, weight_format, group_size):
+    """Quantize a float weight (torch tensor [..., N, K]) to `weight_format`'s checkpoint tensors.
+
+    Return a dict named as in `oracle.kernel` (`weight`, `weight_scale`, ...), or None for a
+    format this plugin does not quantize; the first answer wins. `oracle tune` times kernels on
+    weights made this way, so the reference codecs (oracle-emulation's) are the ones to offer.
+    `group_size` is None except for grouped formats (int4).
+    """
+
+
+@hookspec(firstresult=True)
 def can_implement(kernel, layer, mode, platform):
     """A code check for what YAML cannot say, called only for this plugin's own kernels.
 

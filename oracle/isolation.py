@@ -21,9 +21,10 @@ import threading
 import warnings
 from typing import Any, Callable
 
+from .envvars import PLUGIN_TIMEOUT, OracleEnvWarning
+
 IMPORT_TIMEOUT_S = 20.0
 HOOK_TIMEOUT_S = 2.0
-TIMEOUT_ENV = "ORACLE_PLUGIN_TIMEOUT_S"
 
 
 class PluginError(Exception):
@@ -36,7 +37,7 @@ class PluginTimeout(PluginError):
 
 def timeout_for(default: float) -> float:
     """The bound for a plugin call: ORACLE_PLUGIN_TIMEOUT_S (seconds; 0 = inline, unbounded) or `default`."""
-    raw = os.environ.get(TIMEOUT_ENV)
+    raw = os.environ.get(PLUGIN_TIMEOUT)
     if raw is None or raw == "":
         return default
     if raw == "0":
@@ -46,8 +47,7 @@ def timeout_for(default: float) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        from .envvars import OracleEnvWarning
-        warnings.warn(f"{TIMEOUT_ENV}={raw!r} is not a positive number of seconds; using {default:g}",
+        warnings.warn(f"{PLUGIN_TIMEOUT}={raw!r} is not a positive number of seconds; using {default:g}",
                       OracleEnvWarning, stacklevel=2)
         return default
     return value

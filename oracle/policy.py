@@ -16,6 +16,7 @@ from typing import Any, Iterable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .catalog import normalize_backend
+from .envvars import DISABLED_KERNELS, MEASUREMENTS
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
 from .policy_checks import check_policy_names
@@ -28,10 +29,6 @@ BackendChoice = str | dict[str, str]
 FormatKey = WeightFormat | Literal["default"]
 #: An activation format, or `checkpoint`: the format the checkpoint declares, when it declares one.
 ActivationChoice = ActivationFormat | Literal["checkpoint"]
-
-
-#: The environment variable naming tuning files (paths joined by os.pathsep); read by the engine.
-MEASUREMENTS_ENV = "ORACLE_MEASUREMENTS"
 
 
 class _Strict(BaseModel):
@@ -88,7 +85,7 @@ class Measurements(_Strict):
     @field_validator("objective")
     @classmethod
     def _objective(cls, v: str) -> str:
-        from .tuning.objective import parse_objective
+        from .objective import parse_objective
         try:
             parse_objective(v, field="objective")
         except Exception as exc:
@@ -148,7 +145,7 @@ class EffectivePolicy:
         self.fingerprint = hashlib.sha1(blob.encode()).hexdigest()[:16]
         # every variable a decision may read keys the decision cache (plugins declare theirs: `env:`)
         self.env_keys = tuple(sorted(set(policy.force_bf16_activations.env)
-                                     | {"ORACLE_DISABLED_KERNELS", MEASUREMENTS_ENV} | set(plugin_env)))
+                                     | {DISABLED_KERNELS, MEASUREMENTS} | set(plugin_env)))
 
     def __getattr__(self, name: str) -> Any:  # policy fields read through
         return getattr(self.policy, name)

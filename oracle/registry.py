@@ -103,10 +103,10 @@ def _warn_unknown_plugins(allow: frozenset[str], installed: list[str]) -> None:
     """An ORACLE_LOAD_PLUGINS name that is no installed plugin loads nothing: say so, with a hint."""
     import warnings
 
-    from .envvars import OracleEnvWarning
+    from .envvars import LOAD_PLUGINS, OracleEnvWarning
     from .names import suggestion
     for name in sorted(allow - set(installed)):
-        warnings.warn(f"ORACLE_LOAD_PLUGINS names {name!r}, which is no installed plugin (installed: "
+        warnings.warn(f"{LOAD_PLUGINS} names {name!r}, which is no installed plugin (installed: "
                       f"{', '.join(installed) or 'none'}){suggestion(name, installed)}", OracleEnvWarning,
                       stacklevel=3)
 

@@ -19,13 +19,13 @@ from typing import Any, Iterable, Mapping
 
 from .config import KernelConfig
 from .engine import Engine
+from .envvars import LOAD_PLUGINS
 from .errors import NoKernelError
 from .platform import Platform
 from .policy import EffectivePolicy, load_policy as _load_policy
 from .registry import Registry, load_allow_list
 from .trace import Decision
 
-LOAD_PLUGINS_ENV = "ORACLE_LOAD_PLUGINS"
 _DEFAULT_CONFIG = KernelConfig()
 _MAX_ENGINES = 32
 
@@ -46,7 +46,7 @@ class Session:
         if self._registry is None:
             with self._lock:
                 if self._registry is None:
-                    allow = load_allow_list(os.environ.get(LOAD_PLUGINS_ENV))
+                    allow = load_allow_list(os.environ.get(LOAD_PLUGINS))
                     self._registry = Registry.from_entry_points(allow=allow)
                     _sessions[self._registry] = self
         return self._registry

@@ -30,6 +30,6 @@ def test_every_dialect_of_the_front_end_has_rows_and_shapes_evaluate():
 
 
 def test_importing_the_adapters_imports_no_torch():
-    code = "import sys, oracle.checkpoints, oracle.hf, oracle.hf.command; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, oracle.checkpoints, oracle.hf, oracle.cli.run; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_oracle_imports_no_heavy_module():
-    code = ("import sys, oracle, oracle.cli, oracle.engine, oracle.tuning.command, oracle.tuning.measurements; "
+    code = ("import sys, oracle, oracle.cli, oracle.engine, oracle.cli.tune, oracle.tuning.measurements; "
             "print(','.join(m for m in ('torch','b12x','flashinfer','triton','cutlass') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""

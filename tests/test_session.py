@@ -12,6 +12,7 @@ import pytest
 
 from oracle import KernelConfig, MoELayer, NoKernelError, Platform, select_backend_or_raise
 from oracle import session
+from oracle.envvars import LOAD_PLUGINS
 
 TOYSLOW = KernelConfig(moe_backend="toyslow")
 
@@ -64,9 +65,9 @@ def _load_in_subprocess(allow: str | None) -> dict:
             "print(json.dumps({'plugins': [p.name for p in r.plugins], 'skipped': r.skipped, "
             "'imported': sorted(m for m in ('oracle_b12x.plugin', 'oracle_torch.plugin', "
             "'oracle_emulation.plugin') if m in sys.modules)}))")
-    env = {k: v for k, v in os.environ.items() if k != session.LOAD_PLUGINS_ENV}
+    env = {k: v for k, v in os.environ.items() if k != LOAD_PLUGINS}
     if allow is not None:
-        env[session.LOAD_PLUGINS_ENV] = allow
+        env[LOAD_PLUGINS] = allow
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from oracle.cli import main
 from oracle.errors import InputError
 from oracle.tuning import store
-from oracle.tuning.objective import parse_objective, rank, score
+from oracle.objective import parse_objective, rank, score
 from oracle.tuning.schema import Entry, Metadata, TuningFile
 
 META = dict(vendor="cpu", device_name="CPU", oracle="0.1.0", created="2026-01-01T00:00:00+00:00",
@@ -135,7 +135,7 @@ def test_plot_draws_a_png(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra (scripts/dev-setup installs it)")
     from types import SimpleNamespace
 
-    from oracle.tuning.plot import plot
+    from oracle.cli.plot import plot
     from oracle.tuning.runner import LayerGroup, TuneResult
     from oracle.tuning.schema import Reference
     group = LayerGroup(SimpleNamespace(role="qkv_proj"), 2, "L")

@@ -1,4 +1,4 @@
-"""The `oracle` command: explain | run | kernels | policy show | schema | verify | bench, and plugins' commands.
+"""The `oracle` command: explain | run | kernels | policy show | schema | verify | bench | tune, and plugins' commands.
 
 Each command is a module (or, from a plugin, any object) with `NAME`, `add_parser(subparsers)`
 returning its parser, and `run(args) -> int`; `BUILTIN` lists the shipped ones and plugins add
@@ -18,9 +18,8 @@ from pydantic import ValidationError
 from ..errors import OracleError
 from ..exitcodes import ArgumentParser, run_command as guarded
 from ..registry import PluginFailure
-from ..hf import command as run_command   # imports no torch/transformers until `oracle run` runs
-from ..tuning import command as tune
-from . import bench, explain, kernels, policy, schema, verify
+from . import bench, explain, kernels, policy, schema, tune, verify
+from . import run as run_command   # imports no torch/transformers until `oracle run` runs
 from .options import add_platform_options, add_policy_options, env_from_args, platform_from_args, policy_from_args
 
 BUILTIN = (explain, run_command, kernels, policy, schema, verify, bench, tune)

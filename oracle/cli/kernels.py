@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..jsonsafe import dumps
-from ..session import LOAD_PLUGINS_ENV
+from ..envvars import LOAD_PLUGINS
 from .options import add_platform_options, add_policy_options, platform_from_args, policy_from_args
 
 NAME = "kernels"
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                                      for p in plugins) or "none installed"))
     print(f"backends: auto, {', '.join(registry.backends())}" if registry.kernels else "backends: (none)")
     if registry.skipped:
-        print(f"skipped:  {', '.join(registry.skipped)} (not in {LOAD_PLUGINS_ENV})")
+        print(f"skipped:  {', '.join(registry.skipped)} (not in {LOAD_PLUGINS})")
     for line in engine.environment(platform):
         print(f"environment: {line}")
     for row in rows:

@@ -6,7 +6,7 @@ from typing import Any
 from .describe import describe_config, describe_layer, describe_platform, rejections, verdict
 from .report import Report
 from .text import summary_lines
-from ..tuning.choose import measured_summary
+from ..ranking import measured_summary
 
 
 def _md(text: Any) -> str:

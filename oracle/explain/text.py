@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .describe import describe_config, describe_layer, describe_platform, rejections, verdict
 from .report import Report
-from ..tuning.choose import measured_summary
+from ..ranking import measured_summary
 
 
 def render_text(report: Report) -> str:

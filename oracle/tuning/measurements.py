@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..policy import MEASUREMENTS_ENV
+from ..objective import Objective, parse_objective
 from .metadata import mismatches
-from .objective import Objective, parse_objective
 from .schema import TuningFile
 from .store import read
 
-ENV_VAR = MEASUREMENTS_ENV
 CandidateKey = tuple[str, str, str]  # kernel, mode, activation format
 
 

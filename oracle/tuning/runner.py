@@ -55,7 +55,7 @@ class Ranked:
 
 def ranking(result: TuneResult, group: LayerGroup, objective: Any, allow_testing_only: bool = False) -> list[Ranked]:
     """The group's candidates ranked at `objective` as the engine would rank them (pure; no torch)."""
-    from .objective import rank
+    from ..objective import rank
     mine = [e for e in result.entries if e.layer_key == group.key]
     info: dict[tuple, Ranked] = {}
     for e in mine:
@@ -105,13 +105,15 @@ def hbm_gbps(device_name: str) -> float | None:
 class Runner:
     """Times candidates on one device (cuda or cpu); torch is imported here, not before."""
 
-    def __init__(self, platform: Any, repeats: int | None = None):
+    def __init__(self, platform: Any, quantize: Callable[..., Any], repeats: int | None = None):
+        """`quantize` makes the synthetic checkpoint tensors (a plugin's `quantize_weight` hook)."""
         import torch
 
         self.torch = torch
         self.cuda = platform.vendor in ("nvidia", "amd") and torch.cuda.is_available()
         self.device = torch.device("cuda" if self.cuda else "cpu")
         self.repeats = repeats or (30 if self.cuda else 5)
+        self.quantize = quantize
         self.gbps = hbm_gbps(platform.device_name) if self.cuda else None
 
     def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
@@ -137,7 +139,7 @@ class Runner:
             try:
                 from . import synthetic
                 with torch.no_grad():
-                    tensors = synthetic.weights(layer, self.device)
+                    tensors = synthetic.weights(layer, self.device, self.quantize)
             except Exception as exc:  # even the quantizer failed (e.g. out of memory): every candidate fails
                 self._free()
                 for spec, mode in cands:

@@ -1,17 +1,23 @@
 """Synthetic checkpoint tensors and inputs for timing a layer (torch; imported by the runner only).
 
-Weights are random normal values quantized to the layer's checkpoint format with the
-emulation plugin's quantizers (the reference codecs of every format), named as in
-`oracle.kernel`, so every candidate receives exactly what a loader would hand it.
+Weights are random normal values quantized to the layer's checkpoint format by a plugin's
+`quantize_weight` hook (oracle-emulation offers the reference codec of every format), named as
+in `oracle.kernel`, so every candidate receives exactly what a loader would hand it. The
+quantizer is passed in (`Quantize`): the core names no plugin.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import torch
 
-from ..formats import GATED_ACTIVATIONS, torch_dtype
+from ..formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, torch_dtype
+
+#: (weight=, weight_format=, group_size=) -> checkpoint tensors, or None: e.g. `registry.pm.hook.quantize_weight`
+Quantize = Callable[..., "dict[str, torch.Tensor] | None"]
+#: int4 checkpoints carry a group size; a layer that states none is timed at the common one
+DEFAULT_INT4_GROUP = 128
 
 #: amax of the synthetic activations (randn): a stand-in calibration for static input scales
 ACTIVATION_AMAX = 6.0
@@ -36,28 +42,26 @@ def randn(*shape: int, device: torch.device) -> torch.Tensor:
     return torch.randn(*shape, device=device, generator=_gen(device))
 
 
-def _quantize(w: torch.Tensor, fmt: str, group_size: int | None) -> dict[str, torch.Tensor]:
-    try:
-        from oracle_emulation.formats import codec_for
-    except ImportError as exc:  # pragma: no cover - the emulation plugin ships with oracle
-        raise RuntimeError("oracle tune makes its synthetic weights with the oracle-emulation plugin's "
-                           "quantizers; install it (pip install -e plugins/emulation)") from exc
-    codec = codec_for(fmt)
-    if fmt == "int4":
-        return codec.quantize(w, fmt, group_size=group_size or 128)
-    return codec.quantize(w, fmt)
+def _quantize(quantize: Quantize, w: torch.Tensor, fmt: str, group_size: int | None) -> dict[str, torch.Tensor]:
+    group = (group_size or DEFAULT_INT4_GROUP) if fmt == "int4" else None
+    found = quantize(weight=w, weight_format=fmt, group_size=group)
+    if found is None:
+        raise RuntimeError(f"no plugin quantizes {fmt} weights (the quantize_weight hook); oracle tune makes its "
+                           "synthetic weights with one: install oracle-emulation (pip install -e plugins/emulation)")
+    return found
 
 
 def _input_global_scale(lead: list[int], device: torch.device) -> torch.Tensor:
+    """NVFP4's per-tensor input scale for the synthetic activations: amax / (E2M1 max x E4M3 max)."""
     import torch
-    from oracle_emulation.formats.nvfp4 import global_scale_for
-    return global_scale_for(torch.full(lead or [], ACTIVATION_AMAX, device=device))
+    return torch.full(lead or [], ACTIVATION_AMAX / (E2M1_MAX * E4M3_MAX), device=device)
 
 
-def linear_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
+def linear_weights(layer: Any, device: torch.device, quantize: Quantize) -> dict[str, torch.Tensor]:
     n, k = layer.out_features, layer.in_features
     w = randn(n, k, device=device) * 0.02
-    q = {key: v for key, v in _quantize(w, layer.weight_format, layer.group_size).items() if v is not None}
+    q = {key: v for key, v in _quantize(quantize, w, layer.weight_format, layer.group_size).items()
+         if v is not None}
     if layer.weight_format == "nvfp4":
         q["input_global_scale"] = _input_global_scale([], device).reshape(())
     if layer.has_bias:
@@ -65,14 +69,14 @@ def linear_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
     return q
 
 
-def moe_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
+def moe_weights(layer: Any, device: torch.device, quantize: Quantize) -> dict[str, torch.Tensor]:
     import torch
     e = layer.num_experts // layer.ep_size
     h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
     rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
     out: dict[str, torch.Tensor] = {}
     for name, shape in (("w13", (e, rows, h)), ("w2", (e, h, i))):
-        q = _quantize(randn(*shape, device=device) * 0.02, layer.weight_format, layer.group_size)
+        q = _quantize(quantize, randn(*shape, device=device) * 0.02, layer.weight_format, layer.group_size)
         out[name] = q["weight"]
         for role, suffix in (("weight_scale", "_scale"), ("weight_global_scale", "_global_scale"),
                              ("weight_zero_point", "_zero_point")):
@@ -87,15 +91,15 @@ def moe_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
     return out
 
 
-def embedding_weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
+def embedding_weights(layer: Any, device: torch.device, quantize: Quantize) -> dict[str, torch.Tensor]:
     w = randn(layer.num_embeddings, layer.embedding_dim, device=device) * 0.02
-    return {"weight": _quantize(w, layer.weight_format, None)["weight"]}
+    return {"weight": _quantize(quantize, w, layer.weight_format, None)["weight"]}
 
 
-def weights(layer: Any, device: torch.device) -> dict[str, torch.Tensor]:
-    """Checkpoint tensors for `layer` (one rank), on `device`."""
+def weights(layer: Any, device: torch.device, quantize: Quantize) -> dict[str, torch.Tensor]:
+    """Checkpoint tensors for `layer` (one rank), on `device`, made by `quantize`."""
     make = {"linear": linear_weights, "moe": moe_weights, "embedding": embedding_weights}[layer.op]
-    return make(layer, device)
+    return make(layer, device, quantize)
 
 
 def inputs(layer: Any, m: int, device: torch.device) -> tuple:

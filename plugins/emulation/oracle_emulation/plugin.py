@@ -1,4 +1,5 @@
-"""Entry point of oracle-emulation (group `oracle.kernels`): registers kernels.yaml.
+"""Entry point of oracle-emulation (group `oracle.kernels`): registers kernels.yaml and offers
+the reference quantizers (`quantize_weight`) that `oracle tune` makes its synthetic weights with.
 
 Imports neither torch nor the kernel modules; the engine imports an implementation
 only when a decision that names it is instantiated.
@@ -15,6 +16,19 @@ KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
 @hookimpl
 def register_kernels(register):
     register(KERNELS_FILE)
+
+
+@hookimpl
+def quantize_weight(weight, weight_format, group_size):
+    """The reference codec of `weight_format` (torch, imported here), or None for a format it lacks."""
+    from .formats import codec_for
+    try:
+        codec = codec_for(weight_format)
+    except KeyError:
+        return None
+    if group_size is not None:
+        return codec.quantize(weight, weight_format, group_size=group_size)
+    return codec.quantize(weight, weight_format)
 
 
 @hookimpl

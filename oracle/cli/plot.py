@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..explain.describe import describe_layer
+from ..tuning.runner import ranking
+
 
 def plot(result: Any, objective: Any, path: str, title: str, allow_testing_only: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..explain.describe import describe_layer
-    from .runner import ranking
 
     groups = result.groups
     cols = min(3, max(1, len(groups)))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from .measurements import CandidateTimes, MeasurementSet
 from .objective import rank
+from .tuning.measurements import CandidateTimes, MeasurementSet
 
 MEASUREMENTS_RULE = "measurements"
 

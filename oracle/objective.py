@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
-from ..errors import InputError
+from .errors import InputError
 
 NAMED = ("decode", "prefill", "balanced")
 C = TypeVar("C", bound=Hashable)

@@ -12,7 +12,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..catalog import normalize_backend
 from ..errors import InputError, OracleError
+from ..explain.describe import describe_layer
+from ..models import load_model
+from ..objective import parse_objective
+from ..platform import Platform
+from ..ranking import timing_text
+from ..session import get_engine, get_registry
+from ..tuning import store
+from ..tuning.metadata import live_metadata, mismatches
+from ..tuning.runner import Runner, candidates_for, distinct_layers, progress_bar, ranking
+from ..tuning.schema import TuningFile
+from .options import env_from_args, policy_from_args, positive_int
 
 DEFAULT_MS = (1, 16, 256, 4096)
 DEFAULT_OUT = "oracle-tuning.json"
@@ -68,7 +80,6 @@ def check_device(requested: str | None, detected: Any) -> None:
     """--device may only name the detected device: tuning measures, it cannot simulate."""
     if not requested:
         return
-    from ..platform import Platform
     same_name = requested.strip().lower() in {detected.device_name.lower(), detected.vendor}
     if not same_name:
         try:
@@ -94,16 +105,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..cli.options import env_from_args, policy_from_args, positive_int
-    from ..models import load_model
-    from ..platform import Platform
-    from ..session import get_engine, get_registry
-    from . import store
-    from .metadata import live_metadata, mismatches
-    from .objective import parse_objective
-    from .runner import Runner, candidates_for, distinct_layers, progress_bar
-    from .schema import TuningFile
-
     ms = parse_ms(args.m)
     tp, ep = positive_int(args.tp, "--tp"), positive_int(args.ep, "--ep")
     registry = get_registry()
@@ -126,13 +127,12 @@ def _run(args: argparse.Namespace) -> int:
     groups = distinct_layers(model)
     backends = {b.lower().replace("-", "_") for b in args.backend} or None
     if backends:
-        from ..catalog import normalize_backend
         backends = {normalize_backend(b) for b in args.backend}
     cands = {g.key: candidates_for(engine, g.layer, platform, None, env, backends) for g in groups}
     total = sum(len(c) for c in cands.values()) * len(ms)
     print(f"tuning {model.name} (tp={tp} ep={ep}) on {platform.describe()}: {len(groups)} distinct layers, "
           f"{sum(len(c) for c in cands.values())} candidates, M={','.join(map(str, ms))}", file=sys.stderr)
-    runner = Runner(platform, args.repeats)
+    runner = Runner(platform, registry.pm.hook.quantize_weight, args.repeats)
     enabled = {"on": True, "off": False}.get(args.progress)
     bar = progress_bar(total, enabled)
     try:
@@ -170,9 +170,6 @@ def _require_matplotlib() -> None:
 
 def summary(result: Any, objective: Any, allow_testing_only: bool = False) -> str:
     """Per distinct layer: every candidate's figures, ranked at the objective, the engine's pick starred."""
-    from ..explain.describe import describe_layer
-    from .choose import timing_text
-    from .runner import ranking
     lines = []
     for g in result.groups:
         lines.append(f"{g.row.role} (x{g.count}): {describe_layer(g.layer)}")
