@@ -37,6 +37,7 @@ class ActQuant:
     dynamic: bool
     granularity: str = "tensor"            # tensor | token | group
     group_size: int | None = None
+    scale: str = "fp32"                    # scale encoding: fp32 | e8m0 (MX) | e4m3 (NVFP4)
 
 
 _FLOAT_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -72,6 +73,8 @@ def activation(a: ActQuant | None) -> tuple[str | None, str | None]:
     """(activation_format, activation_scale) of an engine's activation description (None: 16-bit)."""
     if a is None:
         return None, None
+    if a.element == "float8_e4m3" and a.granularity == "group" and a.group_size == 32 and a.scale == "e8m0":
+        return "mxfp8", None
     if a.element == "float8_e4m3":
         kind = {"tensor": "tensor", "token": "token", "group": "group"}.get(a.granularity)
         if kind is None:

@@ -81,7 +81,8 @@ def act_quant(key: Any | None) -> ActQuant | None:
         return None
     scale = key.scale
     gran, group, _ = _granularity(scale.group_shape, None)
-    return ActQuant(element=_element(key.dtype, scale), dynamic=not scale.static, granularity=gran, group_size=group)
+    return ActQuant(element=_element(key.dtype, scale), dynamic=not scale.static, granularity=gran, group_size=group,
+                    scale=_scale_kind(scale.dtype))
 
 
 def scalar_weight_quant(scalar_type: Any, group_size: int | None, zero_points: bool = False) -> WeightQuant:

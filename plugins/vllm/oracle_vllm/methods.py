@@ -115,6 +115,9 @@ class LayerState:
                 if self.engine_error:
                     raise EnforceError(f"{self.name}: vLLM has no kernel ({self.engine_error}) and the oracle "
                                        f"does not serve it: {self.note}")
+                if self.op in self.run.config.ops and self.run.config.on_unconvertible == "error":
+                    raise EnforceError(f"{self.name}: {self.note.replace('; vLLM' + chr(39) + 's kernel kept', '')}"
+                                       " (on_unconvertible: error)")
             return False
         try:
             args, consumed = arguments()

@@ -12,6 +12,7 @@ from typing import Any
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
 
 from . import runtime, selectors
+from .mapping import moe_backend_of
 from .methods import LayerState, OracleLinearMethod, OracleMoEMethod, wrap
 
 NAME = "compressed-tensors"
@@ -69,10 +70,9 @@ class OracleCompressedTensorsConfig(CompressedTensorsConfig):
         if capture is not None and isinstance(method, FusedMoEMethodBase) and capture.weight_key is not None:
             state = LayerState(run, "moe", getattr(layer, "layer_name", prefix) or prefix)
             state.capture = capture
-            state.engine_kernel = _moe_backend_name(method)
+            state.engine_error = capture.error          # set: the backend it keeps is our placeholder
+            state.engine_kernel = None if capture.error else _moe_backend_name(method)
             backend = next((v for v in vars(method).values() if "backend" in type(v).__name__.lower()), None)
-            from .mapping import moe_backend_of
             state.engine_backend = moe_backend_of(backend) if state.engine_kernel else None
-            state.engine_error = capture.error
             return wrap(method, OracleMoEMethod, state)
         return method

@@ -25,6 +25,17 @@ def _one_line(exc: BaseException) -> str:
     return " <- ".join(causes)
 
 
+def _method_classes(model) -> dict:
+    """Quantized module name -> [quant method class name, whether oracle-vllm wrapped it]."""
+    out = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is not None and type(method).__name__.startswith("CompressedTensors"):
+            wrapped = any(c.__module__.startswith("oracle_vllm") for c in type(method).__mro__)
+            out[name] = [type(method).__name__, wrapped]
+    return out
+
+
 def run(scenario: dict) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -35,14 +46,16 @@ def run(scenario: dict) -> dict:
     llm = None
     try:
         kwargs = dict(model=scenario["model"], skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
-                      max_num_seqs=4, enforce_eager=not scenario.get("compile", False), additional_config=extra,
-                      seed=0)
+                      max_num_seqs=4, enforce_eager=not scenario.get("compile", False), seed=0)
+        if extra is not None:
+            kwargs["additional_config"] = extra
         if scenario.get("compile"):
             kwargs["compilation_config"] = {"cache_dir": scenario["cache_dir"]}
         llm = LLM(**kwargs)
         config = llm.llm_engine.vllm_config
         out["config_hash"] = config.compute_hash()
         out["cache_dir"] = str(getattr(config.compilation_config, "local_cache_dir", None) or "")
+        out["methods"] = llm.apply_model(_method_classes)[0]
         if scenario.get("zero_moe"):
             import torch
             from oracle_vllm import methods
