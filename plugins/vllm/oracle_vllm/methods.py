@@ -28,8 +28,9 @@ DIALECT = "compressed-tensors"
 _subclasses: dict[tuple[type, type], type] = {}
 
 
-class EnforceError(RuntimeError):
-    """A layer enforce was asked to serve and cannot (on_unconvertible: error, or vLLM has no kernel)."""
+class LayerError(RuntimeError):
+    """A layer no kernel can run in this mode: vLLM has none (shadow, or enforce without the oracle's), or
+    enforce cannot serve it and on_unconvertible is error. One line, naming the layer."""
 
 
 def wrap(method: Any, mixin: type, state: "LayerState") -> Any:
@@ -107,16 +108,16 @@ class LayerState:
     def take_over(self, module: torch.nn.Module, arguments: Any) -> bool:
         """Convert and install the oracle kernel; False (with a note) when vLLM keeps the layer."""
         if self.run.mode == "shadow" and self.engine_error:
-            raise EnforceError(f"{self.name}: vLLM has no kernel for this layer ({self.engine_error}); shadow "
+            raise LayerError(f"{self.name}: vLLM has no kernel for this layer ({self.engine_error}); shadow "
                                "mode leaves vLLM's choices as they are")
         if not self.wants():
             if self.run.mode == "enforce":
                 self.note = self._why_not()
                 if self.engine_error:
-                    raise EnforceError(f"{self.name}: vLLM has no kernel ({self.engine_error}) and the oracle "
+                    raise LayerError(f"{self.name}: vLLM has no kernel ({self.engine_error}) and the oracle "
                                        f"does not serve it: {self.note}")
                 if self.op in self.run.config.ops and self.run.config.on_unconvertible == "error":
-                    raise EnforceError(f"{self.name}: {self.note.replace('; vLLM' + chr(39) + 's kernel kept', '')}"
+                    raise LayerError(f"{self.name}: {self.note.replace('; vLLM' + chr(39) + 's kernel kept', '')}"
                                        " (on_unconvertible: error)")
             return False
         try:
@@ -126,7 +127,7 @@ class LayerState:
         except Exception as exc:
             reason = f"cannot convert vLLM's parameters for {self.decision.kernel}: {_one_line(exc)}"
             if self.run.config.on_unconvertible == "error" or self.engine_error:
-                raise EnforceError(f"{self.name}: {reason}" + (f"; vLLM has no kernel either ({self.engine_error})"
+                raise LayerError(f"{self.name}: {reason}" + (f"; vLLM has no kernel either ({self.engine_error})"
                                                                if self.engine_error else "")) from None
             self.note = f"{reason}; vLLM's kernel kept (on_unconvertible: keep_vllm)"
             return False
@@ -163,10 +164,25 @@ def _params(module: torch.nn.Module, prefix: str = "") -> dict[str, Any]:
 
 
 # ================================================================ linear
-class OracleLinearMethod:
-    """Mixin over vLLM's linear quant method (compressed-tensors: CompressedTensorsLinearMethod)."""
+class _OracleMethod:
+    """What the linear and MoE mixins share: after vLLM loaded the parameters, take the layer over
+    (enforce) or leave it to vLLM's own post-processing; in enforce the record is written then."""
 
     _oracle: LayerState
+
+    def _oracle_arguments(self, layer: torch.nn.Module) -> tuple[dict[str, Any], list[str]]:
+        raise NotImplementedError
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        st = self._oracle
+        if not st.take_over(layer, lambda: self._oracle_arguments(layer)):
+            super().process_weights_after_loading(layer)  # type: ignore[misc]
+        if st.run.mode == "enforce":
+            st.emit()
+
+
+class OracleLinearMethod(_OracleMethod):
+    """Mixin over vLLM's linear quant method (compressed-tensors: CompressedTensorsLinearMethod)."""
 
     def create_weights(self, layer: torch.nn.Module, input_size_per_partition: int,
                        output_partition_sizes: list[int], input_size: int, output_size: int,
@@ -189,12 +205,8 @@ class OracleLinearMethod:
         if st.run.mode == "shadow":
             st.emit()
 
-    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        st = self._oracle
-        if not st.take_over(layer, lambda: _linear_arguments(layer, st)):
-            super().process_weights_after_loading(layer)  # type: ignore[misc]
-        if st.run.mode == "enforce":
-            st.emit()
+    def _oracle_arguments(self, layer: torch.nn.Module) -> tuple[dict[str, Any], list[str]]:
+        return _linear_arguments(layer, self._oracle)
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         handle = self._oracle.handle
@@ -228,10 +240,8 @@ def _linear_arguments(layer: torch.nn.Module, st: LayerState) -> tuple[dict[str,
 
 
 # ================================================================ MoE
-class OracleMoEMethod:
+class OracleMoEMethod(_OracleMethod):
     """Mixin over vLLM's fused-MoE quant method (compressed-tensors W8A8 FP8, WNA16, ...)."""
-
-    _oracle: LayerState
 
     def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int,
                        intermediate_size_per_partition: int, params_dtype: torch.dtype, **extra: Any) -> None:
@@ -242,12 +252,8 @@ class OracleMoEMethod:
         if st.run.mode == "shadow":
             st.emit()
 
-    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        st = self._oracle
-        if not st.take_over(layer, lambda: _moe_arguments(layer, st)):
-            super().process_weights_after_loading(layer)  # type: ignore[misc]
-        if st.run.mode == "enforce":
-            st.emit()
+    def _oracle_arguments(self, layer: torch.nn.Module) -> tuple[dict[str, Any], list[str]]:
+        return _moe_arguments(layer, self._oracle)
 
     @property
     def is_monolithic(self) -> bool:

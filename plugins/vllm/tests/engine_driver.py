@@ -49,8 +49,6 @@ def run(scenario: dict) -> dict:
                       max_num_seqs=4, enforce_eager=not scenario.get("compile", False), seed=0)
         if extra is not None:
             kwargs["additional_config"] = extra
-        if scenario.get("compile"):
-            kwargs["compilation_config"] = {"cache_dir": scenario["cache_dir"]}
         llm = LLM(**kwargs)
         config = llm.llm_engine.vllm_config
         out["config_hash"] = config.compute_hash()
