@@ -153,8 +153,20 @@ class RuntimeReq(_Reasoned):
 
 
 class EnvironmentReq(RuntimeReq):
-    package: str | None = Field(None, description="the package the check inspects: the check is skipped when the "
-                                                   "caller states this package's version (--with-package)")
+    versions: dict[str, str] = Field(
+        default_factory=dict, description="the supported version range of each distribution that can provide "
+                                          "what the check looks for (the check reads them; stated with "
+                                          "--with-package, their versions describe the target machine)")
+
+    @field_validator("versions")
+    @classmethod
+    def _ranges(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, spec in v.items():
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                raise ValueError(f"{name}: {spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+        return v
 
 
 class VendorReq(_Reasoned):
@@ -169,9 +181,10 @@ class Requirements(_Frozen):
                                             description="distributions that must be installed, by name")
     runtime: RuntimeReq | None = Field(None, description="a check that must run on the real device")
     environment: EnvironmentReq | None = Field(
-        None, description="a check of this Python environment (e.g. which implementation of a package is "
-                          "active), run for detected and simulated devices alike; (ok, detail): a detail on "
-                          "success is shown as a note")
+        None, description="the one judge of a requirement that package metadata cannot decide (e.g. which "
+                          "distribution provides an importable module): (ok, detail) from the platform's "
+                          "stated packages, else this Python environment, for detected and simulated devices "
+                          "alike; a detail on success is shown as a note")
 
     @field_validator("vendor", mode="before")
     @classmethod
@@ -198,6 +211,8 @@ class _KernelEntry(_Frozen):
     note: str = Field("", description="shown in traces of decisions that choose it")
     requires: Requirements | None = Field(None, description="platform requirements, merged over the file's")
     constraints: Any = Field(None, description="list of constraint rules (see below)")
+    can_implement: bool | None = Field(None, description="is the plugin's can_implement hook called for it (after "
+                                                         "its constraints pass); defaults to the file's")
 
     @field_validator("implementation")
     @classmethod
@@ -221,10 +236,9 @@ class _KernelFile(_Frozen):
     env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list, description="environment variables the plugin's hooks read (they key the "
                                           "decision cache; hooks read them with oracle.envvars.decision_env())")
-    hook_switch: str | None = Field(
-        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="an environment switch that turns the plugin's can_implement on for these kernels: while it "
-                    "is not 1 the hook is not called (no cost); list it in `env` too")
+    can_implement: bool | None = Field(
+        None, description="is the plugin's can_implement hook called for the kernels below (unset: for every "
+                          "kernel of a plugin that implements the hook)")
     kernels: list[Any] = Field(min_length=1, description="the kernel declarations")
 
 
@@ -246,8 +260,8 @@ class KernelSpec(_Frozen):
     plugin: str = "<memory>"
     #: environment variables the plugin's hooks read for this kernel (the file's `env:`)
     env: tuple[str, ...] = ()
-    #: the file's `hook_switch`: can_implement is called only while this switch is 1
-    hook_switch: str | None = None
+    #: is the plugin's can_implement called for it (None: when the plugin implements the hook)
+    can_implement: bool | None = None
     #: file:line of each requirement and of auto_select, for the trace.
     lines: dict[str, str] = Field(default_factory=dict)
 
@@ -279,13 +293,21 @@ def check_implementation(spec: KernelSpec) -> str | None:
     For `oracle verify`: selection never imports implementations, so without this a missing
     class is found only by `Decision.instantiate()`.
     """
-    from .isolation import IMPORT_TIMEOUT_S, call_plugin, describe, timeout_for
-    try:  # the import runs plugin code: bounded, and it may not end the process
-        call_plugin(spec.load_implementation, timeout_for(IMPORT_TIMEOUT_S), f"import of {spec.implementation}")
-    except PolicyError as exc:
+    try:
+        spec.load_implementation()
+    except PolicyError as exc:   # import failures and sys.exit included (import_object)
         return str(exc)
-    except Exception as exc:
-        return f"{spec.source}: kernel {spec.name}: cannot import {spec.implementation}: {describe(exc)}"
+    for what in ("runtime", "environment"):   # a check that names nothing would fail only on the device
+        req = getattr(spec.requires, what)
+        if req is None:
+            continue
+        where = spec.lines.get(what, spec.source)
+        try:
+            check = import_object(req.check, f"kernel {spec.name} requires.{what}.check")
+        except PolicyError as exc:
+            return f"{where}: {exc}"
+        if not callable(check):
+            return f"{where}: kernel {spec.name}: requires.{what}.check {req.check} is {_kind(check)}, not a function"
     return None
 
 
@@ -338,7 +360,7 @@ def load_kernel_file(data: Any, *, plugin: str, what: str) -> list[KernelSpec]:
             constraints=compile_rules(raw.get("constraints"), entry.op, f"kernel {entry.name}",
                                       where(raw, "constraints")),
             source=where(kernels, i), plugin=plugin, lines=lines, env=tuple(head.env),
-            hook_switch=head.hook_switch,
+            can_implement=entry.can_implement if entry.can_implement is not None else head.can_implement,
         ))
     return specs
 

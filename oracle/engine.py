@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterable, Mapping
+from dataclasses import replace
+from typing import Any, Iterable, Iterator, Mapping
 
 from .catalog import KernelSpec, Mode, normalize_backend
 from .config import KernelConfig, pick
@@ -24,10 +25,13 @@ from .formats import UNQUANTIZED_FORMATS
 from .layer import not_a_layer
 from .platform import Platform
 from .policy import EffectivePolicy
-from .registry import Registry
+from .ranking import order
+from .registry import Registry, describe, short
 from .requirements import PlatformVerdict, check_requirements
 from .rules import failing
 from .trace import Candidate, Decision, SelectedBy, log_decision
+from .tuning.measurements import cached_measurements, env_paths
+from .tuning.schema import layer_key
 from .validation import require_type
 
 _DEFAULT_CONFIG = KernelConfig()
@@ -121,12 +125,13 @@ class Engine:
                 notes.append(f"{op}_backend={requested} ({req_source}) has no kernel for {op} layers with {wf} "
                              "weights; this layer uses automatic selection")
             else:
-                found = self._try(own, layer, platform, acts, act_rule, candidates, disabled, explicit=True)
+                found = self._first(self._candidates(own, layer, platform, acts, act_rule, disabled, True),
+                                    candidates)
                 if found is not None:
+                    notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
                     table, _ = self._measured(layer, platform, env, measurements)
                     if table is not None:  # an explicit request wins; its figures are still shown
-                        from .ranking import attach_timings
-                        candidates = attach_timings(candidates, table)
+                        candidates = [_with_timings(c, table) for c in candidates]
                     return self._selected(found, candidates, notes, base, "explicit")
                 where = self.policy.where("on_unsupported")
                 if self.policy.on_unsupported == "error":
@@ -145,21 +150,54 @@ class Engine:
             else:
                 notes.append(f"no registered kernel implements {op} layers with {wf} weights")
             return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+        tried = self._candidates(ordered, layer, platform, acts, act_rule, disabled, False)
         table, mset = self._measured(layer, platform, env, measurements)
         if table is not None:  # step 4: every passing candidate, ranked by measured time
-            passing: list[tuple[KernelSpec, Mode]] = []
-            self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False,
-                      collect=passing)
-            if passing:
-                from .ranking import choose
-                index, trace, by_measurement = choose(passing, candidates, table, mset)
-                return self._selected(passing[index], trace, notes, base,
-                                      "measured" if by_measurement else "policy")
-            return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
-        found = self._try(ordered, layer, platform, acts, act_rule, candidates, disabled, explicit=False)
+            return self._ranked(list(tried), table, mset, candidates, notes, base)
+        found = self._first(tried, candidates)
         if found is not None:
+            notes.extend(_fallback_note(layer, found, candidates, acts, act_rule))
             return self._selected(found, candidates, notes, base, "policy")
         return Decision(status="no_kernel", candidates=tuple(candidates), notes=tuple(notes), **base)
+
+    @staticmethod
+    def _first(tried: Iterable[tuple[Candidate, tuple[KernelSpec, Mode] | None]],
+               trace: list[Candidate]) -> tuple[KernelSpec, Mode] | None:
+        """Trace candidates up to the first that passes, and return it (None: none passes)."""
+        for candidate, passing in tried:
+            trace.append(candidate)
+            if passing is not None:
+                return passing
+        return None
+
+    def _ranked(self, tried: list[tuple[Candidate, tuple[KernelSpec, Mode] | None]], table: dict, mset: Any,
+                trace: list[Candidate], notes: list[str], base: dict) -> Decision:
+        """Every candidate tried; the passing ones in the order measurements give, each traced with why."""
+        passing = [pair for _, pair in tried if pair is not None]
+        if not passing:
+            trace += [c for c, _ in tried]
+            return Decision(status="no_kernel", candidates=tuple(trace), notes=tuple(notes), **base)
+        ranked = order(passing, table, mset)
+        index = -1
+        for candidate, pair in tried:
+            candidate = _with_timings(candidate, table)
+            if pair is not None:
+                index += 1
+                if not ranked.by_measurement:
+                    if index > ranked.winner:
+                        break   # nothing measured: the trace is the static one, up to the policy's pick
+                elif index == ranked.winner:
+                    reason, rule = ranked.verdicts[index]
+                    candidate = replace(candidate, reason=reason, rule=rule)
+                else:
+                    reason, rule = ranked.verdicts[index]
+                    candidate = replace(candidate, verdict="rejected", stage="measurement", reason=reason,
+                                        rule=rule, reasons=(reason,), rules=(rule,))
+            trace.append(candidate)
+        if ranked.note:
+            notes = [*notes, ranked.note]
+        return self._selected(passing[ranked.winner], trace, notes, base,
+                              "measured" if ranked.by_measurement else "policy")
 
     def _measured(self, layer: Any, platform: Platform, env: Mapping[str, str],
                   explicit: Any) -> tuple[dict | None, Any]:
@@ -169,13 +207,11 @@ class Engine:
             raw = env.get(MEASUREMENTS)
             if not raw and not self.policy.measurements.files:
                 return None, None     # the static path: no tuning files anywhere
-            from .tuning.measurements import cached_measurements, env_paths
             paths = env_paths(raw) or tuple(self.policy.measurements.files)
             if not paths:
                 return None, None
             conf = self.policy.measurements
             mset = cached_measurements(paths, conf.objective, conf.allow_testing_only)
-        from .tuning.schema import layer_key
         table = mset.table(platform, self.registry).for_layer(layer_key(layer))
         return table, mset
 
@@ -185,10 +221,13 @@ class Engine:
         for `layer` on `platform`, at the activation formats selection would try (what `oracle tune` times)."""
         env = os.environ if env is None else env
         acts, _, act_rule = self._activations(layer, config or _DEFAULT_CONFIG, env)
-        found: list[tuple[KernelSpec, Mode]] = []
-        self._try(self.registry.kernels_for(layer.op, layer.weight_format), layer, platform, acts, act_rule, [],
-                  self._disabled(env), explicit=True, collect=found)
-        return found
+        kernels = self.registry.kernels_for(layer.op, layer.weight_format)
+        token = set_decision_env(env)
+        try:
+            return [pair for _, pair in self._candidates(kernels, layer, platform, acts, act_rule,
+                                                         self._disabled(env), True) if pair is not None]
+        finally:
+            reset_decision_env(token)
 
     def _selected(self, found: tuple[KernelSpec, Mode], candidates: list[Candidate], notes: list[str],
                   base: dict, selected_by: SelectedBy) -> Decision:
@@ -201,64 +240,65 @@ class Engine:
                         activation_format=mode.activation, candidates=tuple(candidates), notes=tuple(notes),
                         spec=spec, mode_spec=mode, selected_by=selected_by, **base)
 
-    def _try(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str], act_rule: str,
-             out: list[Candidate], disabled: frozenset[str], *, explicit: bool,
-             collect: list | None = None) -> tuple[KernelSpec, Mode] | None:
-        """The first candidate that passes; with `collect`, every one, appended there (returns None)."""
+    def _candidates(self, kernels: Iterable[KernelSpec], layer: Any, platform: Platform, acts: list[str],
+                    act_rule: str, disabled: frozenset[str],
+                    explicit: bool) -> Iterator[tuple[Candidate, tuple[KernelSpec, Mode] | None]]:
+        """Each (kernel, mode) in order, as its traced candidate and, when it passes, the pair."""
         fields = layer.rule_fields()
         wf = layer.weight_format
         for spec in kernels:
-            first = None  # platform and policy verdicts concern the whole kernel, not one mode
             if spec.name in disabled:
-                out.append(self._reject(spec, first, None, "policy", f"{spec.name} is disabled",
-                                        self.policy.where("disabled_kernels")))
+                yield self._reject(spec, None, "policy", f"{spec.name} is disabled",
+                                   self.policy.where("disabled_kernels")), None
                 continue
             if not explicit:
                 refusal = self._auto_refusal(spec)
                 if refusal is not None:
-                    out.append(refusal)
+                    yield refusal, None
                     continue
             verdict = self._platform_check(spec, platform)
-            if not verdict.ok:
+            if not verdict.ok:  # platform and policy verdicts concern the whole kernel, not one mode
                 if verdict.rejection is None:
-                    verdict.rejection = self._reject(spec, first, None, "platform", verdict.reason, verdict.rule)
-                out.append(verdict.rejection)
+                    verdict.rejection = self._reject(spec, None, "platform", verdict.reason, verdict.rule)
+                yield verdict.rejection, None
                 continue
             modes = spec.modes_for(wf)
             usable = [(a, m) for a in acts for m in modes if m.activation == a]
             if not usable:
                 served = ", ".join(sorted({m.activation for m in modes}))
-                out.append(self._reject(spec, first, acts[0] if acts else None, "policy",
-                                        f"no mode for activations {'/'.join(acts)} (serves {served})",
-                                        act_rule))
+                yield self._reject(spec, acts[0] if acts else None, "policy",
+                                   f"no mode for activations {'/'.join(acts)} (serves {served})", act_rule), None
                 continue
             for act, mode in usable:
                 ctx = dict(fields)
                 ctx.update(activation_format=act, mode=mode.name, backend=spec.backend, kernel=spec.name)
+                declared = declared_block_problem(mode, ctx)
+                if declared is not None:   # the mode's own declaration, before its constraints
+                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
+                                         declared, spec.source))
+                    continue
                 broken = failing(spec.constraints, ctx)
                 if broken:
                     reasons = tuple(r.render(ctx) for r in broken)
-                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
-                                         reasons[0], broken[0].source, reasons, tuple(r.source for r in broken)))
+                    yield Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint", reasons[0],
+                                    broken[0].source, reasons, tuple(r.source for r in broken)), None
                     continue
                 hook_reason = self._hook(spec, layer, mode, platform)
                 if hook_reason is not None:
-                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
-                                         hook_reason, f"{spec.plugin}: can_implement"))
+                    yield Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint", hook_reason,
+                                    f"{spec.plugin}: can_implement"), None
                     continue
-                out.append(Candidate(spec.backend, spec.name, mode.name, act, "selected", None,
-                                     spec.note or "passes every requirement and constraint", spec.source))
+                reason = spec.note or "passes every requirement and constraint"
                 if verdict.notes:
-                    out[-1] = _with_notes(out[-1], verdict.notes)
-                if collect is None:
-                    return spec, mode
-                collect.append((spec, mode))
-        return None
+                    reason = f"{reason}; " + "; ".join(verdict.notes)
+                yield Candidate(spec.backend, spec.name, mode.name, act, "selected", None, reason,
+                                spec.source), (spec, mode)
 
     # ---- pieces ---------------------------------------------------------------------------
-    def _reject(self, spec: KernelSpec, mode: Mode | None, act: str | None, stage: str, reason: str,
-                rule: str) -> Candidate:
-        return Candidate(spec.backend, spec.name, mode.name if mode else None, act, "rejected", stage,  # type: ignore[arg-type]
+    @staticmethod
+    def _reject(spec: KernelSpec, act: str | None, stage: str, reason: str, rule: str) -> Candidate:
+        """A whole kernel rejected (policy or platform: no mode is named)."""
+        return Candidate(spec.backend, spec.name, None, act, "rejected", stage,  # type: ignore[arg-type]
                          reason, rule, (reason,), (rule,))
 
     def _auto_refusal(self, spec: KernelSpec) -> Candidate | None:
@@ -267,7 +307,7 @@ class Engine:
         if found is False:
             allowed, rule = self._auto_allowed(spec)
             found = None if allowed else self._reject(
-                spec, None, None, "policy", f"{spec.backend} {spec.op} kernels are not auto-selected; request "
+                spec, None, "policy", f"{spec.backend} {spec.op} kernels are not auto-selected; request "
                 f"them explicitly (--{spec.op}-backend {spec.backend})", rule)
             self._auto_refusals[spec.name] = found
         return found
@@ -282,18 +322,22 @@ class Engine:
         return found
 
     def _hook(self, spec: KernelSpec, layer: Any, mode: Mode, platform: Platform) -> str | None:
-        hook = self.registry.can_implement_hook(spec.name)
+        """The declaring plugin's `can_implement` verdict (through pluggy's caller): None accepts."""
+        hook = self.registry.can_implement_caller(spec.name)
         if hook is None:
             return None
         try:
             result = hook(kernel=spec, layer=layer, mode=mode, platform=platform)
-        except Exception as exc:  # isolate the plugin
-            return f"plugin {spec.plugin} can_implement raised {type(exc).__name__}: {exc}"
+        except (Exception, SystemExit) as exc:  # the plugin's failure rejects this candidate only
+            return f"plugin {spec.plugin} can_implement raised {describe(exc)}"
         if result is None or result is True:
             return None
         if result is False:
             return f"plugin {spec.plugin} can_implement rejected the layer"
-        return str(result)
+        if isinstance(result, str):
+            return result
+        return (f"plugin {spec.plugin} can_implement returned {short(result)}; expected None (accept), "
+                "True/False or a reason string")
 
     def _disabled(self, env: Mapping[str, str]) -> frozenset[str]:
         """Disabled kernel names: the policy's plus ORACLE_DISABLED_KERNELS (cached per value; an
@@ -365,7 +409,10 @@ class Engine:
                                  field=f"{op}_activation", source=getattr(layer, "name", None) or None)
             acts = [requested]
         elif declared is not None:
-            acts = [declared]
+            fallback, fallback_rule = self.policy.checkpoint_fallback_for(op, wf)
+            acts = [declared] + [a for a in fallback if a != declared]
+            if len(acts) > 1:
+                rule = fallback_rule
         else:
             acts = [p for p in prefs if p != "checkpoint"]
         force = self.policy.force_bf16_activations
@@ -395,6 +442,32 @@ class Engine:
         return verdict
 
 
-def _with_notes(c: Candidate, notes: tuple[str, ...]) -> Candidate:
-    return Candidate(c.backend, c.kernel, c.mode, c.activation_format, c.verdict, c.stage,
-                     f"{c.reason}; " + "; ".join(notes), c.rule)
+def _with_timings(candidate: Candidate, table: dict) -> Candidate:
+    """The candidate with the figures `table` holds for it, if any."""
+    found = table.get((candidate.kernel, candidate.mode, candidate.activation_format))
+    return replace(candidate, timings=found.timings()) if found is not None and found.times else candidate
+
+
+def _fallback_note(layer: Any, found: tuple[KernelSpec, Mode], candidates: list[Candidate], acts: list[str],
+                   rule: str) -> list[str]:
+    """Why a kernel serves other activations than the checkpoint declares (policy checkpoint_fallback)."""
+    declared = getattr(layer, "activation_format", None)
+    spec, mode = found
+    if declared is None or mode.activation == declared or not acts or acts[0] != declared:
+        return []       # served as declared, or forced (FORCE_A16 says so itself)
+    refused = [c for c in candidates if c.activation_format == declared and c.verdict == "rejected"]
+    own = next((c for c in refused if c.kernel == spec.name), refused[0] if refused else None)
+    why = f"{own.kernel} {own.mode or ''}: {own.reason}".replace(" :", ":") if own else "no candidate serves it"
+    return [f"the checkpoint declares {declared} activations, which cannot be served here ({why}); "
+            f"{spec.name} runs {mode.activation} activations instead (checkpoint_fallback at {rule})"]
+
+
+def declared_block_problem(mode: Mode, fields: Mapping[str, Any]) -> str | None:
+    """A mode that declares `weight_block: [rows, cols]` reads scales of exactly those blocks: a layer whose
+    checkpoint blocks differ (a [64, 128] weight_block_size) cannot be served by it."""
+    declared = mode.params.get("weight_block")
+    rows, cols = fields.get("weight_block_rows"), fields.get("weight_block_cols")
+    if declared is None or rows is None or list(declared) == [rows, cols]:
+        return None
+    return (f"mode {mode.name} reads {declared[0]}x{declared[1]} weight blocks (its declared weight_block); "
+            f"the checkpoint's blocks are {rows}x{cols}")

@@ -23,7 +23,6 @@ ON, OFF = "1", ("0", "")
 DISABLED_KERNELS = "ORACLE_DISABLED_KERNELS"   # kernels never selected, beside the policy's list
 MEASUREMENTS = "ORACLE_MEASUREMENTS"           # tuning files (path-separated) selection ranks by
 LOAD_PLUGINS = "ORACLE_LOAD_PLUGINS"           # the plugin allow-list (unset: all; "": none)
-PLUGIN_TIMEOUT = "ORACLE_PLUGIN_TIMEOUT_S"     # the bound on plugin calls (oracle.isolation)
 DEBUG = "ORACLE_DEBUG"                         # "1": internal errors print their traceback
 
 

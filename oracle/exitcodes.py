@@ -21,7 +21,7 @@ INPUT = 1
 NO_KERNEL = 2
 #: The command line itself is wrong: unknown option, missing argument, bad choice.
 USAGE = 64
-#: A bug in oracle or a plugin that escaped isolation (one line; ORACLE_DEBUG=1 shows the traceback).
+#: A bug in oracle or a plugin that escaped its guard (one line; ORACLE_DEBUG=1 shows the traceback).
 INTERNAL = 70
 #: Interrupted (Ctrl-C).
 INTERRUPTED = 130

@@ -52,6 +52,10 @@ class Kernel:
     #: but skips every synchronization while a CUDA graph is being captured; `oracle tune` then
     #: captures it directly instead of timing it eagerly because an eager call synchronized.
     capture_safe: bool = False
+    #: False when the engine vouches for the inputs (expert ids from the model's own router top-k):
+    #: `apply` then skips checks that read device values back to the host, a synchronisation per
+    #: call that stalls eager decoding (oracle.hf clears it on the kernels it installs).
+    check_inputs: bool = True
 
     def __init__(self, layer: Any, mode: Any, spec: Any):
         self.layer = layer

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from .catalog import normalize_backend
 from .envvars import DISABLED_KERNELS, MEASUREMENTS
@@ -73,14 +73,14 @@ class PlatformDefault(_Strict):
 class Measurements(_Strict):
     """Tuning files (`oracle tune`) that rank the candidates passing their constraints by measured time."""
 
-    files: list[str] = Field(default_factory=list,
+    files: list[StrictStr] = Field(default_factory=list,
                              description="tuning files (relative paths: from the current directory); also "
                                          "env ORACLE_MEASUREMENTS and `--measurements` (which replace these)")
-    objective: str = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
+    objective: StrictStr = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
                                                    "(every measured M alike) or M:weight,... e.g. 1:0.7,4096:0.3")
-    allow_testing_only: bool = Field(
-        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement; by default "
-                           "they keep their policy place after every measured kernel")
+    allow_testing_only: StrictBool = Field(
+        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement (true or false, "
+                           "nothing else); by default they keep their policy place after every measured kernel")
 
     @field_validator("objective")
     @classmethod
@@ -107,6 +107,10 @@ class Policy(_Strict):
         default_factory=dict,
         description="per op, per weight format (or `default`): activation formats to try, in order, when the "
                     "checkpoint declares none; `checkpoint` marks where a declared format is honoured")
+    checkpoint_fallback: dict[Op, dict[FormatKey, list[ActivationFormat]]] = Field(
+        default_factory=dict,
+        description="per op, per weight format (or `default`): activation formats tried after the one the "
+                    "checkpoint declares, when no candidate can serve that one (the trace says why)")
     force_bf16_activations: ForceBF16 = Field(default_factory=ForceBF16,
                                               description="environment switch forcing A16 activations")
     on_unsupported: Literal["error", "fallback"] = Field(
@@ -177,6 +181,11 @@ class EffectivePolicy:
         if weight_format in table:
             return table[weight_format], self.where("activations", op, weight_format)
         return table.get("default", ["bf16"]), self.where("activations", op, "default")
+
+    def checkpoint_fallback_for(self, op: str, weight_format: str) -> tuple[list[str], str]:
+        table = self.policy.checkpoint_fallback.get(op, {})
+        key = weight_format if weight_format in table else "default"
+        return list(table.get(key, [])), self.where("checkpoint_fallback", op, key)
 
     def auto_select_for(self, backend: str, op: str) -> tuple[bool | None, str]:
         value = self.policy.auto_select.get(backend, {}).get(op)

@@ -1,13 +1,13 @@
 """Step 4 of selection: among the candidates that pass, the fastest measured one wins.
 
-`choose` takes the passing (kernel, mode) pairs in policy order and their trace
-entries, ranks them with `objective.rank`, and rewrites the trace so every passing
-candidate that lost says why (slower, unmeasured, failed, testing-only). When no
-candidate is measured the policy order stands and the trace is the static one.
+`order` takes the passing (kernel, mode) pairs in policy order and the layer's figures,
+ranks them with `objective.rank`, and says for each why it won or lost (slower, unmeasured,
+failed, testing-only); the engine writes that into the trace. When no candidate is
+measured the policy order stands. Pure: figures in, an order out.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .objective import rank
@@ -31,20 +31,25 @@ def measured_summary(decision: object) -> str | None:
     return f"{best.kernel} {best.reason}"
 
 
-def attach_timings(candidates: list[Any], table: dict | None) -> list[Any]:
-    """Every candidate of the trace with the figures the table holds for it."""
-    if not table:
-        return candidates
-    out = []
-    for c in candidates:
-        found = table.get((c.kernel, c.mode, c.activation_format))
-        out.append(replace(c, timings=found.timings()) if found is not None and found.times else c)
-    return out
+@dataclass(frozen=True)
+class Order:
+    """How measurements order the passing candidates (given in policy order).
+
+    `winner` indexes them; `by_measurement` is False when nothing was measured (the policy
+    order stands). `verdicts` holds, per passing candidate, the (reason, rule) the trace shows
+    for it when `by_measurement`: the winner's "fastest measured" line, every other one's
+    reason for losing.
+    """
+
+    winner: int
+    by_measurement: bool
+    verdicts: tuple[tuple[str, str], ...] = ()
+    #: when nothing ranks by measurement although figures exist (an objective at unmeasured Ms): why
+    note: str | None = None
 
 
-def choose(passing: Sequence[tuple[Any, Any]], trace: list[Any], table: dict[tuple, CandidateTimes],
-           mset: MeasurementSet) -> tuple[int, list[Any], bool]:
-    """(index of the winner in `passing`, the rewritten trace, chosen by measurement?)."""
+def order(passing: Sequence[tuple[Any, Any]], table: dict[tuple, CandidateTimes], mset: MeasurementSet) -> Order:
+    """Rank the passing (kernel, mode) pairs by their figures in `table` at the set's objective."""
     keys = [(spec.name, mode.name, mode.activation) for spec, mode in passing]
     times: dict[tuple, dict[int, float]] = {}
     failed: list[tuple] = []
@@ -63,25 +68,23 @@ def choose(passing: Sequence[tuple[Any, Any]], trace: list[Any], table: dict[tup
     weights = mset.objective.weights_for(measured_ms)
     ranked = rank(keys, times, failed, weights)
     winner_key, winner_score = ranked[0]
-    index = keys.index(winner_key)
-    trace = attach_timings(trace, table)
-    positions = [i for i, c in enumerate(trace) if c.verdict == "selected"]  # one per passing pair, in order
-    if winner_score is None:  # nothing measured: the policy order stands, trace as without measurements
-        return index, trace[:positions[index] + 1], False
-    scored = [(k, s) for k, s in ranked if s is not None]
+    winner = keys.index(winner_key)
+    if winner_score is None:
+        note = None
+        if times and not weights:  # measured, but not where the objective looks: say so, never silently
+            note = (f"measurements: policy order, as objective {mset.objective} names no token count these "
+                    f"candidates were measured at (M={','.join(map(str, sorted(measured_ms)))})")
+        return Order(winner, False, note=note)
+    scores = {k: s for k, s in ranked if s is not None}
     objective = f"objective {mset.objective}" + (f" over M={','.join(map(str, sorted(weights)))}"
                                                  if mset.objective.name in ("balanced", "custom") else "")
-    best = trace[positions[index]]
-    shown = [t for t in best.timings if t[0] in weights]
-    trace[positions[index]] = replace(
-        best, reason=f"{timing_text(shown)} \u2014 fastest measured of {len(scored)} ({objective})",
-        rule=", ".join(mset.names) or MEASUREMENTS_RULE)
-    scores = dict(scored)
-    for key, pos in zip(keys, positions):
+    rule = ", ".join(mset.names) or MEASUREMENTS_RULE
+    verdicts = []
+    for key in keys:
         if key == winner_key:
-            continue
-        c = trace[pos]
-        if key in scores:
+            shown = [t for t in table[key].timings() if t[0] in weights]
+            why = f"{timing_text(shown)} \u2014 fastest measured of {len(scores)} ({objective})"
+        elif key in scores:
             why = (f"measured slower: {scores[key]:.3g} ms against {winner_score:.3g} ms for {winner_key[0]} "
                    f"({objective})")
         elif key in failed:
@@ -91,7 +94,5 @@ def choose(passing: Sequence[tuple[Any, Any]], trace: list[Any], table: dict[tup
                    "measurements.allow_testing_only")
         else:
             why = "not measured at the objective's token counts; measured candidates rank first"
-        rule = ", ".join(mset.names) or MEASUREMENTS_RULE
-        trace[pos] = replace(c, verdict="rejected", stage="measurement", reason=why, rule=rule,
-                             reasons=(why,), rules=(rule,))
-    return index, trace, True
+        verdicts.append((why, rule))
+    return Order(winner, True, tuple(verdicts))

@@ -1,11 +1,14 @@
 """Plugins and what they declare: kernels, policy files, tier insertions, commands.
 
 Plugins come from the `oracle.kernels` entry-point group (or are added directly, for
-tests and embedding). Every hook is called the way pluggy calls it -- an implementation
-receives only the arguments it declares -- one plugin at a time, so a failure stays with
-its plugin. Every failure -- an import error, a hook name no spec declares, a hook that
-raises, a kernels file that does not validate, a kernel or backend name another plugin
-owns -- is recorded as a `PluginFailure` and that piece is skipped; the rest keep working.
+tests and embedding). Every hook is called through pluggy's own caller (`pm.hook`, or
+`pm.subset_hook_caller` for one plugin's implementation), so pluggy's argument binding,
+`firstresult`, wrappers and tracing apply; registration hooks run one plugin at a time, so
+a failure stays with its plugin. Every failure -- an import error or `sys.exit`, a hook name
+no spec declares, a hook that raises, a kernels file that does not validate, a kernel or
+backend name another plugin owns -- is recorded as a `PluginFailure` and that piece is
+skipped; the rest keep working. Plugin code runs inline, as pluggy, pytest and vLLM run it:
+`oracle verify` is where a plugin that hangs is found (oracle/cli/verify.py).
 
 This module keeps no process-wide state: `oracle.session` owns the registry of a process.
 """
@@ -14,23 +17,24 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import sys
-import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hookspecs
 from .catalog import KernelSpec, load_kernel_file, normalize_backend
-from .envvars import decision_env, flag
+from .envvars import LOAD_PLUGINS, OracleEnvWarning
 from .errors import OracleError, UnknownBackendError
-from .isolation import (HOOK_TIMEOUT_S, IMPORT_TIMEOUT_S, PluginError, PluginTimeout, call_plugin, describe,
-                        timeout_for)
 from .names import suggestion
 from .sources import display_path, load_yaml_file
 
 ENTRY_POINT_GROUP = "oracle.kernels"
+#: The plugin distributions this project ships (plugins/): loaded before any third-party plugin, so a
+#: kernel or backend name they declare stays theirs and a newcomer declaring it is the newcomer's error.
+SHIPPED_DISTRIBUTIONS = ("oracle-emulation", "oracle-torch", "oracle-triton", "oracle-b12x")
 _generation = itertools.count(1)
 
 
@@ -80,18 +84,6 @@ class PluginCommand:
     command: Any = field(repr=False)
 
 
-@dataclass(frozen=True)
-class HookCall:
-    """One plugin's implementation of a hook, called with just the arguments it declares."""
-
-    plugin: str
-    function: Callable[..., Any]
-    argnames: tuple[str, ...]
-
-    def __call__(self, **kwargs: Any) -> Any:
-        return self.function(*[kwargs[name] for name in self.argnames])
-
-
 def load_allow_list(value: str | None) -> frozenset[str] | None:
     """ORACLE_LOAD_PLUGINS: None (unset) loads every plugin; "" none; "a,b" only those entry points."""
     if value is None:
@@ -101,10 +93,6 @@ def load_allow_list(value: str | None) -> frozenset[str] | None:
 
 def _warn_unknown_plugins(allow: frozenset[str], installed: list[str]) -> None:
     """An ORACLE_LOAD_PLUGINS name that is no installed plugin loads nothing: say so, with a hint."""
-    import warnings
-
-    from .envvars import LOAD_PLUGINS, OracleEnvWarning
-    from .names import suggestion
     for name in sorted(allow - set(installed)):
         warnings.warn(f"{LOAD_PLUGINS} names {name!r}, which is no installed plugin (installed: "
                       f"{', '.join(installed) or 'none'}){suggestion(name, installed)}", OracleEnvWarning,
@@ -126,7 +114,8 @@ class Registry:
         self.commands: dict[str, PluginCommand] = {}
         self.plugins: list[PluginInfo] = []
         self.skipped: list[str] = []            # entry points left out by the allow-list
-        self._can_implement: dict[str, HookCall] = {}
+        self._checks: dict[str, str] = {}          # kernel name -> the plugin whose can_implement checks it
+        self._callers: dict[str, Any] = {}          # plugin -> its can_implement alone (pluggy subset caller)
         self.generation = next(_generation)
 
     # ---- loading ---------------------------------------------------------------------
@@ -136,7 +125,7 @@ class Registry:
         """Every plugin of the entry-point group, or only those named in `allow` (the rest are not imported)."""
         registry = cls()
         try:
-            found = sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
+            found = sorted(importlib.metadata.entry_points(group=group), key=_load_order)
         except Exception as exc:  # broken metadata must not take the engine down
             registry.failures.append(PluginFailure("<entry points>", "import", str(exc)))
             found = []
@@ -146,9 +135,9 @@ class Registry:
                 continue
             dist = getattr(ep, "dist", None)
             try:
-                plugin = call_plugin(ep.load, timeout_for(IMPORT_TIMEOUT_S), f"import of plugin {ep.name}")
-            except Exception as exc:  # SystemExit/KeyboardInterrupt arrive as PluginError
-                registry.failures.append(PluginFailure(ep.name, "import", _failure(exc)))
+                plugin = ep.load()
+            except (Exception, SystemExit) as exc:  # a plugin's bug or sys.exit is its own failure
+                registry.failures.append(PluginFailure(ep.name, "import", describe(exc)))
                 continue
             registry.add_plugin(plugin, ep.name, distribution=getattr(dist, "name", None),
                                 version=getattr(dist, "version", None))
@@ -198,22 +187,34 @@ class Registry:
                              ("register_policies", {"register": register_policy}),
                              ("register_tiers", {"insert": insert}),
                              ("register_commands", {"register": register_command})):
-            for call in self._own_calls(plugin, name, hook):
-                try:
-                    returned = call_plugin(call, timeout_for(IMPORT_TIMEOUT_S), f"{name}.{hook}", **kwargs)
-                except Exception as exc:  # SystemExit/KeyboardInterrupt/time-outs arrive as PluginError
-                    self.failures.append(PluginFailure(name, hook, _failure(exc)))
-                    continue
-                if returned is not None:
-                    self.failures.append(PluginFailure(
-                        name, hook, f"returned {_short(returned)} instead of calling its argument (register/insert) "
-                                    "for each item; nothing it returns is used"))
-        for call in self._own_calls(plugin, name, "can_implement"):
-            bounded = _BoundedHook(self, name, call)
-            for kernel in declared:
-                self._can_implement[kernel] = bounded
+            try:
+                returned = self._own_caller(plugin, hook)(**kwargs)
+            except (Exception, SystemExit) as exc:  # the plugin's failure, recorded; the others go on
+                self.failures.append(PluginFailure(name, hook, describe(exc)))
+                continue
+            if returned:  # pluggy collects what implementations return; registration hooks return nothing
+                self.failures.append(PluginFailure(
+                    name, hook, f"returned {short(returned[0])} instead of calling its argument (register/insert) "
+                                "for each item; nothing it returns is used"))
+        self._declare_checks(plugin, name, declared)
         self.plugins.append(PluginInfo(name, distribution, version, tuple(declared)))
+        self._callers.clear()   # a subset caller leaves out the plugins it knew of; a new one must be left out too
         self.generation = next(_generation)
+
+    def _declare_checks(self, plugin: Any, name: str, declared: list[str]) -> None:
+        """Which of the plugin's kernels its `can_implement` checks: those whose kernels file says
+        `can_implement: true`, or, when a file says nothing, every kernel of a plugin that implements it."""
+        implements = any(impl.plugin is plugin for impl in self.pm.hook.can_implement.get_hookimpls())
+        for kernel in declared:
+            wanted = self.by_name[kernel].can_implement
+            if wanted is None:
+                wanted = implements
+            if wanted and not implements:
+                self.failures.append(PluginFailure(name, "kernels file", f"kernel {kernel} declares can_implement: "
+                                                   "true but the plugin implements no can_implement hook"))
+                continue
+            if wanted:
+                self._checks[kernel] = name
 
     def _register(self, plugin: Any, name: str) -> bool:
         """pluggy's registration and `check_pending`: a hook no spec declares is this plugin's error."""
@@ -222,18 +223,24 @@ class Registry:
         except Exception as exc:  # e.g. an implementation asking for an argument the spec lacks
             self.failures.append(PluginFailure(name, "register", f"{type(exc).__name__}: {exc}"))
             return False
+        known = ", ".join(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "oracle_spec")))
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
             self.pm.unregister(plugin)
-            known = ", ".join(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "oracle_spec")))
             self.failures.append(PluginFailure(name, "register", f"{exc}; the hooks are: {known}"))
+            return False
+        if not self.pm.get_hookcallers(plugin):   # an int, a function, a module without hooks: not a plugin
+            self.pm.unregister(plugin)
+            self.failures.append(PluginFailure(name, "register", f"the entry point's object ({_kind(plugin)}) "
+                                               f"implements no oracle hook; a plugin implements some of: {known}"))
             return False
         return True
 
-    def _own_calls(self, plugin: Any, name: str, hook: str) -> list[HookCall]:
-        return [HookCall(name, impl.function, tuple(impl.argnames))
-                for impl in getattr(self.pm.hook, hook).get_hookimpls() if impl.plugin is plugin]
+    def _own_caller(self, plugin: Any, hook: str) -> Any:
+        """pluggy's caller for `hook` with every other plugin left out (one plugin's implementation)."""
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)
 
     def add_kernels(self, source: Any, plugin: str = "<direct>") -> list[str]:
         """Declare kernels from a file or loaded mapping without a plugin object (tests, embedding)."""
@@ -307,8 +314,16 @@ class Registry:
     def kernels_for(self, op: str, weight_format: str) -> list[KernelSpec]:
         return [k for k in self.kernels if k.serves(op, weight_format)]
 
-    def can_implement_hook(self, kernel_name: str) -> Callable[..., Any] | None:
-        return self._can_implement.get(kernel_name)
+    def can_implement_caller(self, kernel_name: str) -> Any:
+        """pluggy's caller of the `can_implement` of the plugin that declared `kernel_name` (only that
+        plugin's), or None when the kernel declares no code check."""
+        plugin = self._checks.get(kernel_name)
+        if plugin is None:
+            return None
+        caller = self._callers.get(plugin)
+        if caller is None:
+            caller = self._callers[plugin] = self._own_caller(self.pm.get_plugin(plugin), "can_implement")
+        return caller
 
     def is_backend(self, name: str) -> bool:
         return normalize_backend(name) in self.backend_owner
@@ -323,56 +338,26 @@ class Registry:
         return normalized
 
 
-class _BoundedHook:
-    """A plugin's `can_implement`, isolated and time-bounded; its answer must be None/True/False/str.
-
-    A hook is on probation for its first `PROBATION_CALLS` calls: each runs on a worker thread and
-    is abandoned at the bound. A hook that answered all of those within the bound is then called
-    inline (a thread hand-off costs more than a whole uncached decision) and timed: one call over
-    the bound breaks it all the same. After a time-out the hook is not called again (its worker
-    may still be stuck): the plugin's kernels are rejected with that reason, and `oracle kernels`
-    lists the failure. SystemExit and KeyboardInterrupt are contained either way.
-    """
-
-    PROBATION_CALLS = 32
-
-    def __init__(self, registry: Registry, plugin: str, function: HookCall):
-        self.registry, self.plugin, self.function = registry, plugin, function
-        self.broken: str | None = None
-        self.bounded_calls = 0
-
-    def __call__(self, **kwargs: Any) -> Any:
-        switch = getattr(kwargs.get("kernel"), "hook_switch", None)
-        if switch is not None and not flag(decision_env(), switch):
-            return None  # the plugin declared its hook off unless this switch is 1: no call, no thread
-        if self.broken is not None:
-            raise PluginError(self.broken)
-        what = f"plugin {self.plugin} can_implement"
-        timeout = timeout_for(HOOK_TIMEOUT_S)
-        try:
-            if timeout and self.bounded_calls >= self.PROBATION_CALLS:
-                start = time.perf_counter()
-                result = call_plugin(self.function, 0, what, **kwargs)
-                elapsed = time.perf_counter() - start
-                if elapsed > timeout:
-                    raise PluginTimeout(f"{what} took {elapsed:.3g} s, over {timeout:g} s (the bound for plugin code)")
-            else:
-                result = call_plugin(self.function, timeout, what, **kwargs)
-                self.bounded_calls += 1
-        except PluginTimeout as exc:
-            self.broken = f"{exc}; not called again"
-            self.registry.record_failure(self.plugin, "can_implement", self.broken)
-            raise
-        if result is None or isinstance(result, (bool, str)):
-            return result
-        raise PluginError(f"{what} returned {_short(result)}; expected None (accept), True/False or a reason "
-                          "string")
+def describe(exc: BaseException) -> str:
+    """'SystemExit: 3' style text for a failure of plugin code."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _failure(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, PluginError) else describe(exc)
+def _kind(obj: Any) -> str:
+    import types
+    if isinstance(obj, types.ModuleType):
+        return f"module {obj.__name__}"
+    return short(obj)
 
 
-def _short(value: Any) -> str:
+def _load_order(ep: Any) -> tuple[bool, str]:
+    """Shipped plugins first, then the others; by entry-point name within each."""
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    return (dist not in SHIPPED_DISTRIBUTIONS, ep.name)
+
+
+def short(value: Any) -> str:
+    """A value as a short text for an error message (type and the start of its repr)."""
     text = repr(value)
     return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"

@@ -63,7 +63,7 @@ def check_requirements(spec: KernelSpec, platform: Platform) -> PlatformVerdict:
                         required=package.version, install=install)
     notes: tuple[str, ...] = ()
     environment = ""
-    if req.environment is not None and _reads_environment(platform, req.environment.package):
+    if req.environment is not None:    # the check reads the platform's stated packages itself
         ok, detail = _call_check(req.environment.check, spec, platform, "environment check")
         environment = detail or ""
         if not ok:
@@ -82,15 +82,6 @@ def check_requirements(spec: KernelSpec, platform: Platform) -> PlatformVerdict:
                 return fail(req.runtime.reason, "{kernel}'s runtime check failed on {device_name}: {detail}",
                             "runtime", detail=detail or "unsupported")
     return PlatformVerdict(True, notes=notes, environment=environment)
-
-
-def _reads_environment(platform: Platform, package: str | None) -> bool:
-    """Environment checks describe this Python environment: skipped when the caller states the
-    package they inspect (the platform then describes another machine's packages)."""
-    if not platform.packages_from_environment:
-        return False
-    stated = {name for name, _ in platform.packages}
-    return package is None or package.strip().lower().replace("_", "-") not in stated
 
 
 def _call_check(check: str, spec: KernelSpec, platform: Platform, what: str) -> tuple[bool, str | None]:

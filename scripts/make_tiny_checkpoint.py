@@ -50,40 +50,61 @@ def _config(kind: str, config_file: str | None, layers: int | None):
 
 
 def _random(shape: tuple[int, ...], name: str, gen: torch.Generator) -> torch.Tensor:
+    dev = gen.device
     if name.endswith("norm.weight"):
-        return torch.ones(shape)
+        return torch.ones(shape, device=dev)
     fan_in = shape[-1] if len(shape) > 1 else 64
     std = min(0.08, 1.5 / math.sqrt(fan_in))
-    return torch.randn(shape, generator=gen) * (std if len(shape) > 1 else 0.05)
+    return torch.randn(shape, generator=gen, device=dev) * (std if len(shape) > 1 else 0.05)
+
+
+def _fp8_quantized(name: str, shape: tuple[int, ...]) -> bool:
+    """Which parameters the transformers fine-grained FP8 layout stores as E4M3 128x128 blocks: every
+    2-D projection weight but the embeddings, the head and the router (Qwen3-MoE, DeepSeek-V3 alike)."""
+    return len(shape) == 2 and name.endswith(".weight") and not name.endswith(
+        ("embed_tokens.weight", "lm_head.weight", "mlp.gate.weight", "router.weight"))
+
+
+def tensor_plan(kind: str, model):
+    """[(checkpoint names, make(gen) -> those tensors)] in the dialect's layout, nothing computed yet:
+    `write` runs each on the CPU, bench/synthetic.py on the GPU (gen's device) when the loader asks."""
+    from oracle_emulation.formats import codec_for
+
+    def fp8(shape, name, pname):
+        def make(gen):
+            q = codec_for("fp8_block").quantize(_random(shape, pname, gen), "fp8_block")
+            return q["weight"], q["weight_scale"]
+        return make
+
+    plan = []
+    for name, p in model.named_parameters():
+        shape = tuple(p.shape)
+        base = name.rsplit(".", 1)[0]
+        experts = name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
+        if kind == "gpt-oss-mxfp4" and experts:
+            def make(gen, shape=shape, name=name):
+                w = _random(shape, name, gen).transpose(1, 2)            # transformers keeps [E, K, N]
+                q = codec_for("mxfp4").quantize(w, "mxfp4")
+                return q["weight"].unflatten(-1, (-1, 16)), q["weight_scale"]
+            plan.append(((name + "_blocks", name + "_scales"), make))
+        elif kind == "qwen3-moe-fp8" and experts:
+            gate_up = name.endswith("gate_up_proj")
+            for e in range(shape[0]):
+                rows = shape[1] // 2 if gate_up else shape[1]
+                for proj in (("gate_proj", "up_proj") if gate_up else ("down_proj",)):
+                    plan.append(((f"{base}.{e}.{proj}.weight", f"{base}.{e}.{proj}.weight_scale_inv"),
+                                 fp8((rows, shape[2]), name, name)))
+        elif kind == "qwen3-moe-fp8" and _fp8_quantized(name, shape):
+            plan.append(((name, name.replace(".weight", ".weight_scale_inv")), fp8(shape, name, name)))
+        else:
+            plan.append(((name,), lambda gen, shape=shape, name=name: (_random(shape, name, gen).to(torch.bfloat16),)))
+    return plan
 
 
 def quantized_tensors(kind: str, model, gen: torch.Generator):
     """(name, tensor) in the dialect's layout, one module at a time (memory stays near one tensor)."""
-    from oracle_emulation.formats import codec_for
-
-    for name, p in model.named_parameters():
-        shape = tuple(p.shape)
-        base = name.rsplit(".", 1)[0]
-        if kind == "gpt-oss-mxfp4" and name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
-            w = _random(shape, name, gen).transpose(1, 2)            # transformers keeps [E, K, N]
-            q = codec_for("mxfp4").quantize(w, "mxfp4")
-            yield name + "_blocks", q["weight"].unflatten(-1, (-1, 16))
-            yield name + "_scales", q["weight_scale"]
-        elif kind == "qwen3-moe-fp8" and name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
-            for e in range(shape[0]):
-                w = _random(shape[1:], name, gen)
-                parts = {"down_proj": w} if name.endswith("down_proj") else \
-                    dict(zip(("gate_proj", "up_proj"), w.chunk(2)))
-                for proj, part in parts.items():
-                    q = codec_for("fp8_block").quantize(part, "fp8_block")
-                    yield f"{base}.{e}.{proj}.weight", q["weight"]
-                    yield f"{base}.{e}.{proj}.weight_scale_inv", q["weight_scale"]
-        elif kind == "qwen3-moe-fp8" and ".self_attn." in name and name.endswith("_proj.weight"):
-            q = codec_for("fp8_block").quantize(_random(shape, name, gen), "fp8_block")
-            yield name, q["weight"]
-            yield name.replace(".weight", ".weight_scale_inv"), q["weight_scale"]
-        else:
-            yield name, _random(shape, name, gen).to(torch.bfloat16)
+    for names, make in tensor_plan(kind, model):
+        yield from zip(names, make(gen))
 
 
 def quantization_config(kind: str, layers: int) -> dict:
@@ -97,11 +118,8 @@ def quantization_config(kind: str, layers: int) -> dict:
 def write(out: Path, kind: str, config_file: str | None = None, layers: int | None = None, seed: int = 0,
           shard_mb: int = 1024) -> Path:
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
 
-    cfg, data = _config(kind, config_file, layers)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+    cfg, model = meta_model(kind, config_file, layers)
     gen = torch.Generator().manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -118,12 +136,28 @@ def write(out: Path, kind: str, config_file: str | None = None, layers: int | No
         save_file(shard, str(out / fname), metadata={"format": "pt"})
         weight_map.update({n: fname for n in shard})
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
+    write_config(out, kind, cfg, model)
+    return out
+
+
+def meta_model(kind: str, config_file: str | None = None, layers: int | None = None):
+    """(transformers config, the model on the meta device) for a kind or a real config cut to `layers`."""
+    from transformers import AutoModelForCausalLM
+
+    cfg, _ = _config(kind, config_file, layers)
+    with torch.device("meta"):
+        return cfg, AutoModelForCausalLM.from_config(cfg)
+
+
+def write_config(out: Path, kind: str, cfg, model) -> Path:
+    """config.json with the dialect's quantization_config (what oracle.hf and transformers read)."""
     config = {**cfg.to_dict(), "architectures": [type(model).__name__], "torch_dtype": "bfloat16",
               "quantization_config": quantization_config(kind, cfg.num_hidden_layers)}
     if cfg.model_type == "qwen3_moe":      # transformers 5 writes num_local_experts; Qwen's files say num_experts
         config["num_experts"] = cfg.num_local_experts
+    out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=1))
-    return out
+    return out / "config.json"
 
 
 def main() -> None:

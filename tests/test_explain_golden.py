@@ -3,7 +3,7 @@
 The text cites policy and kernel YAML lines, so editing those files changes it on
 purpose. Review the difference, then regenerate with
 `UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py`. The simulated target is stated to
-have b12x 1.5.1 and triton, so the text does not depend on this machine's packages.
+have b12x 1.5.1 (no flashinfer-python) and triton, so the text does not depend on this machine's packages.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ CASES = {
 def test_text_output_matches_golden(golden):
     argv, code = CASES[golden]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "ORACLE_"))}
-    argv = [*argv, "--with-package", "b12x=1.5.1", "--with-package", "triton=3.6.0"]
+    argv = [*argv, "--with-package", "b12x=1.5.1", "--with-package", "flashinfer-python=none",
+            "--with-package", "triton=3.6.0"]
     out = subprocess.run([sys.executable, "-m", "oracle.cli", "explain", *argv], cwd=REPO, capture_output=True,
                          text=True, timeout=60, env=env)
     assert out.returncode == code, out.stderr

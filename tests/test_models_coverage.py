@@ -92,24 +92,38 @@ def test_deepseek_v4_per_rank_shapes_by_hand():
 
 
 # ---------------------------------------------------------------- coverage
-def test_checkpoint_names_under_other_module_names_is_an_error_exit_1(tmp_path):
-    """DeepSeek-V4's quantized_layers (layers.N.ffn.experts) read against deepseek_v3 names."""
+def test_checkpoint_names_under_other_module_names_are_understood(tmp_path):
+    """DeepSeek-V4's quantized_layers (layers.N.ffn.experts) read against deepseek_v3 names
+    (model.layers.N.mlp.experts): the name layer spells the derived names the checkpoint's way."""
     config = json.loads((DSV4 / "config.json").read_text())
     mla = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512,
            "qk_nope_head_dim": 128, "v_head_dim": 128, "intermediate_size": 4096, "num_key_value_heads": 64}
     quant = json.loads((DSV4 / "hf_quant_config.json").read_text())
     folder = write(tmp_path / "m", {**config, **mla}, hf_quant_config__json=quant)
     m = load_model(str(folder))
-    cov = m.coverage
+    assert m.coverage.status == "complete", m.coverage.error
+    experts = [r for r in m.layers if r.role == "experts"]
+    assert len(experts) == 43 and all(r.layer.weight_format == "nvfp4" for r in experts)
+    assert {r.role for r in m.layers if r.quantized} == {"experts"}
+    names = m.checkpoint_names
+    assert names.spelling("model.layers.3.mlp.experts.0.gate_proj") == "layers.3.ffn.experts.0.gate_proj"
+    assert names.spelling("model.layers.3.self_attn.q_a_proj") == "model.layers.3.attn.q_a_proj"  # '*.attn.*'
+    assert any("checkpoint names differ from the derived ones" in n for n in m.notes)
+
+
+def test_names_no_table_knows_are_an_error_exit_1(tmp_path):
+    quant = json.loads((DSV4 / "hf_quant_config.json").read_text())
+    quant["quantization"]["quantized_layers"] = {f"decoder.blocks.{i}.moe_experts": {"quant_algo": "NVFP4"}
+                                                 for i in range(43)}
+    folder = write(tmp_path / "m", json.loads((DSV4 / "config.json").read_text()), hf_quant_config__json=quant)
+    cov = load_model(str(folder)).coverage
     assert cov.status == "none" and cov.quantized_layers == 0
-    entries = {u.entry: u for u in cov.unmatched}
-    assert "layers.0.ffn.experts" in entries and "head" in entries
-    assert "model.layers.0.mlp.experts" in entries["layers.0.ffn.experts"].nearest
-    assert "no derived layer is quantized" in cov.error and "layers.0.ffn.experts" in cov.error
+    assert "no derived layer is quantized" in cov.error and "decoder.blocks.0.moe_experts" in cov.error
+    assert "(and 40 more)" in cov.error          # bounded: three examples per class
     done = explain("--model", str(folder))
     assert done.returncode == 1, done.stderr
     assert f"ERROR: {folder / 'hf_quant_config.json'}: the checkpoint declares quantization" in done.stdout
-    assert "'layers.10.ffn.experts' (nearest derived names: model.layers.10.mlp.experts," in done.stdout
+    assert "nearest derived names: layers.0.ffn.experts" in done.stdout
 
 
 def test_partial_coverage_warns_in_text_json_and_markdown(tmp_path):

@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "replaces ORACLE_MEASUREMENTS and the policy's measurements.files)")
     p.add_argument("--objective", default=None, metavar="decode|prefill|balanced|M:W,...",
                    help="objective for measured ranking (default: the policy's measurements.objective)")
+    p.add_argument("--accept-partial-coverage", action="store_true",
+                   help="a config group or quantized_layers entry that matches no module of the model is a warning "
+                        "instead of an error (exit 1); the report then shows those weights unquantized")
     p.add_argument("--format", choices=FORMATS, default="text")
     return p
 
@@ -59,7 +62,8 @@ def report_from_args(args: argparse.Namespace) -> Report:
 
     tp = positive_int(args.tp, "--tp")
     ep = positive_int(args.ep, "--ep")
-    model = load_model(args.model, tp=tp, ep=ep)
+    model = load_model(args.model, tp=tp, ep=ep,
+                       accept_partial=getattr(args, "accept_partial_coverage", False))
     config = config_from_args(args)
     platform = platform_from_args(args)
     engine = get_engine(policy_from_args(args))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InputError
+from ..formats import ACTIVATION_PARAMS
 from .model import Module
 from .source import ConfigView
 from .spellings import (ACTIVATION_KEYS, EXPERT_KEYS, MTP_KEYS, SITU_PARAMS, TOP_K_KEYS, expert_count, first_key,
@@ -205,6 +206,11 @@ class Builder:
                 if value <= 0:
                     raise c.error(cfg_key, f"expected a positive number, got {value}")
                 params[name] = value
+        for cfg_key, name in (("swiglu_limit", "limit"), ("swiglu_alpha", "alpha")):
+            takes = ACTIVATION_PARAMS.get(_ACTIVATIONS[act], ())
+            if c.raw(cfg_key) is not None and name not in takes:
+                raise c.error(cfg_key, f"a SwiGLU parameter with {key} {act!r}, which takes "
+                                       f"{', '.join(takes) or 'no parameters'}; expected no {cfg_key}")
         if act == "swigluoai":   # gpt-oss's clamped SwiGLU, named in the config (MiniMax-M3 style)
             params = {"limit": c.float("swiglu_limit", 7.0), "alpha": c.float("swiglu_alpha", 1.702), "beta": 1.0}
         return _ACTIVATIONS[act], params

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 from .architectures import ARCHITECTURES, CLASS_NAMES, NESTED_LAYOUTS, TEXT_ONLY, Layout, build_modules
+from .checkpoint_names import CheckpointNames
 from .coverage import check_coverage
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
@@ -15,13 +16,17 @@ from .source import ConfigView, ModelFiles, load_model_files
 _DTYPES = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16"), "float32": ("float32", "fp32")}
 
 
-def load_model(model: str, *, tp: int = 1, ep: int = 1) -> Model:
-    """Read a model folder, config.json or shipped example name, and derive its layers for one rank."""
+def load_model(model: str, *, tp: int = 1, ep: int = 1, accept_partial: bool = False) -> Model:
+    """Read a model folder, config.json or shipped example name, and derive its layers for one rank.
+
+    `accept_partial`: a config group or quantized_layers entry that matches no derived module is
+    a warning instead of an error (`oracle explain --accept-partial-coverage`).
+    """
     files = load_model_files(model)
-    return model_from_files(files, tp=tp, ep=ep)
+    return model_from_files(files, tp=tp, ep=ep, accept_partial=accept_partial)
 
 
-def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
+def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_partial: bool = False) -> Model:
     top = files.config
     text = _text_config(top)
     model_type, arch_name = _model_type(top, text)
@@ -44,20 +49,26 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1) -> Model:
                      "(the layout the checkpoint's own names use)")
         if isinstance(top.raw("vision_config"), dict):
             notes.append("vision tower not listed: only the text decoder's layers are")
+    names = CheckpointNames.build(modules, index=checkpoint, lists=[lst.matcher for lst in scheme.name_lists()])
+    scheme.bind(names, model_type)
     try:
         layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
     except InputError as exc:
+        if exc.source:       # already names its file (a quantization list)
+            raise
         raise InputError(str(exc), source=top.source) from None  # the config these shapes came from
     names_from = derivation + (" + model.safetensors.index.json" if checkpoint else "")
+    notes += _name_notes(names)
     if checkpoint:
-        notes += _index_notes(modules, checkpoint)
+        notes += _index_notes(modules, names, checkpoint)
     blocks = {m.block for m in modules if m.block is not None}
-    coverage = check_coverage(scheme, modules, sum(1 for m in layers if m.quantized), names_from=names_from,
-                              checkpoint=checkpoint, blocks=max(blocks) + 1 if blocks else None)
+    coverage = check_coverage(scheme, names, sum(1 for m in layers if m.quantized), names_from=names_from,
+                              checkpoint=checkpoint, blocks=max(blocks) + 1 if blocks else None,
+                              accept_partial=accept_partial)
     return Model(name=files.name, files=files.paths, architecture=arch_name, model_type=model_type,
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
                  layers=layers, notes=notes, generic=generic, example=files.example, derivation=derivation,
-                 coverage=coverage)
+                 coverage=coverage, checkpoint_names=names)
 
 
 def _relayout(m: Module, layout: Layout) -> Module:
@@ -77,7 +88,8 @@ def _nested_layout(top: ConfigView, modules: list[Module], scheme: Scheme, check
     lists = scheme.name_lists()
 
     first = min((m.block for m in modules if m.block is not None), default=None)
-    sample = [m for m in modules if m.block is None or m.block - first < 4]   # enough to tell the layouts apart
+    # decoder layers only: a bare 'lm_head' entry is how checkpoints of either layout name the head
+    sample = [m for m in modules if m.block is not None and m.block - first < 4]   # enough to tell them apart
 
     def score(layout: Layout) -> tuple[int, int, bool]:
         names = [layout.rename(n) for m in sample for n in (m.name, *m.parts)]
@@ -96,16 +108,28 @@ def _transformers_knows(model_type: str) -> bool:
     return knows_model_type(model_type)
 
 
-def _index_notes(modules: list[Module], checkpoint: list[str]) -> list[str]:
-    """Derived part names the checkpoint does not have: the report's names differ from the weights'."""
+def _name_notes(names: CheckpointNames) -> list[str]:
+    """What the checkpoint calls differently from the derived names (a few shapes, then a count)."""
+    renamed = names.renamed
+    if not renamed:
+        return []
+    shown = "; ".join(f"{d} -> {c}" for d, c in list(renamed.items())[:4])
+    more = f" (and {len(renamed) - 4} more)" if len(renamed) > 4 else ""
+    return [f"checkpoint names differ from the derived ones (# = any index): {shown}{more}; quantization lists "
+            "were matched against the checkpoint's names"]
+
+
+def _index_notes(modules: list[Module], names: CheckpointNames, checkpoint: list[str]) -> list[str]:
+    """Derived parts whose checkpoint names are not in the index: the report's names differ from the weights'."""
     known = set(checkpoint)
     parents = {n.rsplit(".", 1)[0] for n in known}
-    missing = [p for m in modules for p in m.parts if p not in known and p not in parents]
+    missing = [p for m in modules for p in m.parts
+               if not any(a in known or a in parents for a in names.aliases(p))]
     if not missing:
         return ["module names checked against model.safetensors.index.json: every derived part is in the checkpoint"]
     return [f"{len(missing)} derived module names are not in model.safetensors.index.json "
-            f"(e.g. {', '.join(missing[:3])}): quantization lists are matched against derived names, "
-            "so entries naming the checkpoint's own names may not apply"]
+            f"(e.g. {', '.join(missing[:3])}): no checkpoint name the name tables know stands for them, "
+            "so list entries naming them may not apply"]
 
 
 def _text_config(top: ConfigView) -> ConfigView:
@@ -122,9 +146,12 @@ def _model_type(top: ConfigView, text: ConfigView) -> tuple[str, str]:
                for a in view.list("architectures", []) if isinstance(a, str)]
     arch_name = next(iter(classes), "")
     model_type = text.raw("model_type")
+    top_type = top.raw("model_type") if text is not top else None
+    for view, value in ((text, model_type), (top, top_type)):
+        if value is not None and not isinstance(value, str):   # 3 must not fall back to another reading
+            raise view.error("model_type", f"expected a string such as 'qwen3_moe', got {value!r}")
     if isinstance(model_type, str) and model_type:
         return model_type, arch_name or model_type
-    top_type = top.raw("model_type") if text is not top else None
     candidates = [CLASS_NAMES.get(c, "") for c in classes] + [_snake(c) for c in classes]
     if isinstance(top_type, str) and top_type:
         candidates += [f"{top_type}_text", top_type]

@@ -68,7 +68,7 @@ def _build(text: ConfigView, model_type: str) -> Any:
     try:
         config = AutoConfig.for_model(model_type, **kwargs)
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config)
+            return AutoModelForCausalLM.from_config(config, trust_remote_code=False)   # never a checkpoint's code
     except Exception as exc:  # transformers raises many kinds; the user needs one clear line
         raise InputError(f"transformers cannot build {model_type!r} from this config: "
                          f"{type(exc).__name__}: {exc}", source=text.source,

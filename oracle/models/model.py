@@ -81,6 +81,8 @@ class Model:
     #: "generic fallback"; module names come from there (and the safetensors index, when present)
     derivation: str = "architecture table"
     coverage: Any = None            # oracle.models.coverage.Coverage
+    #: oracle.models.checkpoint_names.CheckpointNames: which checkpoint names stand for each module
+    checkpoint_names: Any = None
 
     @property
     def quantized_layers(self) -> list[ModelLayer]:

@@ -37,7 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..errors import InputError
 from ..formats import CODEC_BLOCKS
+from .checkpoint_names import CheckpointNames
 from .matching import NameMatcher
 from .model import EXPLICIT_ONLY_ROLES, ROUTER_ROLES, Module, Quant
 from .source import ConfigView, ModelFiles
@@ -58,34 +60,89 @@ KNOWN_METHODS = ("compressed-tensors", "fp8", "mxfp4", "modelopt", "gptq", "awq"
 _METHOD_ALIASES = {"modelopt_fp4": "modelopt", "modelopt_mixed": "modelopt", "compressed_tensors": "compressed-tensors"}
 
 
+#: Architectures whose router gate an engine builds with the checkpoint's quantization method, so the
+#: gate is quantized when the checkpoint's targets match it and no ignore entry excludes it. Source:
+#: vLLM 0.32 `model_executor/models/qwen3_moe.py:170-175` builds `GateLinear` with `quant_config`
+#: (`layers/fused_moe/router/gate_linear.py:21`); see docs/models.md. Every other router (and
+#: Qwen's `shared_expert_gate`) is built without one and stays unquantized.
+ROUTER_FOLLOWS_CHECKPOINT = {
+    "qwen3_moe": "vLLM 0.32 models/qwen3_moe.py builds the router (GateLinear) with the checkpoint's quant_config",
+}
+
+
 class Scheme:
-    """A dialect's reading of one checkpoint. Subclasses implement `_part`."""
+    """A dialect's reading of one checkpoint. Subclasses implement `_part`.
+
+    `bind` gives it the checkpoint's names (`oracle.models.checkpoint_names`) and the model
+    type; `resolve` then matches every list against the names the checkpoint uses.
+    """
 
     dialect = "none"
 
     def __init__(self, view: ConfigView | None = None, detail: str = ""):
         self.view = view
         self.detail = detail
+        self.names: CheckpointNames | None = None
+        self.model_type = ""
 
     @property
     def source(self) -> str:
         return self.view.source if self.view is not None else ""
 
+    def bind(self, names: CheckpointNames | None, model_type: str = "") -> None:
+        self.names = names
+        self.model_type = model_type
+
+    def _aliases(self, part: str, expert: int | None) -> tuple[str, ...]:
+        if self.names is None:
+            return (part,)
+        return self.names.aliases(part) if expert is None else self.names.expert_aliases(part, expert)
+
     def resolve(self, module: Module) -> Resolution:
-        """(Quant, why) for a quantized module, (None, why) for an unquantized one."""
-        if module.role in ROUTER_ROLES:
-            return None, "router gates run unquantized in every engine"
-        results = [self._part(name, module) for name in module.parts]
+        """(Quant, why) for a quantized module, (None, why) for an unquantized one.
+
+        A MoE module is resolved for expert 0 and for every expert a list names; experts (or
+        fused parts) in two different formats are an InputError naming both entries.
+        """
+        if module.role in ROUTER_ROLES and not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
+            return None, "router gate: engines build this architecture's router without a quantization method"
+        experts: tuple[int | None, ...] = (None,)
+        if module.op == "moe" and self.names is not None:
+            experts = self.names.experts_named(module)
+        first: tuple[int | None, Resolution, str] | None = None
+        for e in experts:
+            results = [self._part(self._aliases(p, e), module) for p in module.parts]
+            res, entry = self._combine(module, results)
+            if first is None:
+                first = (e, res, entry)
+            elif res[0] != first[1][0]:
+                raise InputError(f"{module.name}: experts {first[0]} and {e} of one fused MoE module have different "
+                                 f"formats ({_describe_or_none(first[1][0])} from {first[2] or 'the default'}, "
+                                 f"{_describe_or_none(res[0])} from {entry or 'the default'}); expected one format "
+                                 "for every expert", source=self.source or None)
+        assert first is not None
+        return first[1]
+
+    def _combine(self, module: Module, results: list[tuple[Quant | None, str]]) -> tuple[Resolution, str]:
         quants = {q for q, _ in results}
         if quants == {None}:
-            return None, results[0][1]
+            return (None, results[0][1]), results[0][1]
         if len(quants) == 1:
-            return results[0]
+            q, why = results[0]
+            return (q, ""), why
+        formats = {q for q in quants if q is not None}
+        if len(formats) > 1:
+            (qa, wa), (qb, wb) = [next(r for r in results if r[0] == q) for q in list(formats)[:2]]
+            raise InputError(f"{module.name}: parts of one fused module have different formats "
+                             f"({_describe(qa)} from {wa or 'the default'}, {_describe(qb)} from {wb or 'the default'}); "
+                             "expected one format per fused module", source=self.source or None)
         shown = ", ".join(f"{n.rsplit('.', 1)[-1]}: {q.weight_format if q else 'unquantized'}"
                           for n, (q, _) in zip(module.parts, results))
-        return None, f"fused parts disagree ({shown}); served unquantized"
+        why = f"fused parts disagree ({shown}); served unquantized"
+        return (None, why), why
 
-    def _part(self, name: str, module: Module) -> Resolution:
+    def _part(self, names: tuple[str, ...], module: Module) -> tuple[Quant | None, str]:
+        """(Quant or None, the entry or rule that decided) for one part, given its checkpoint names."""
         return None, "checkpoint is not quantized"
 
     # ---- coverage (what the config names, for oracle.models.coverage) ----------------
@@ -95,6 +152,10 @@ class Scheme:
     def unused_groups(self) -> list[tuple[str, str]]:
         """(key, description) of declared groups that quantized no part (after `resolve` ran)."""
         return []
+
+
+def _describe_or_none(q: Quant | None) -> str:
+    return _describe(q) if q is not None else "unquantized"
 
 
 def _explicit_only(module: Module) -> bool:
@@ -112,20 +173,20 @@ class _SkipListScheme(Scheme):
         for key in self.skip_keys:
             entries += view.str_list(key)
         self.skip_key = next((k for k in self.skip_keys if k in view), self.skip_keys[0])
-        self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key))
+        self.skip = NameMatcher(entries, source=view.source, field=view.key(self.skip_key), rule="transformers")
         self.quant = quant
         super().__init__(view, detail + (f"; {len(entries)} {self.skip_key} entries" if entries else ""))
 
     def name_lists(self) -> list[NameList]:
         return [NameList(self.source, self.view.key(self.skip_key), "ignore", self.skip)]
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.skip.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.skip.match_any(names)
         if hit is not None:
             return None, f"{self.skip_key}: {hit}"
         if _explicit_only(module):
             return None, f"{self.dialect} checkpoints leave {module.role} unquantized"
-        return self.quant, ""
+        return self.quant, f"quant_method {self.dialect}"
 
 
 class Mxfp4Scheme(_SkipListScheme):
@@ -190,7 +251,7 @@ class GptqAwqScheme(_SkipListScheme):
         dynamic = view.sub("dynamic")  # a mapping of module-name patterns (None when absent)
         dynamic_keys = list(dynamic.data) if dynamic is not None else []
         self.negative = NameMatcher([k[2:] for k in dynamic_keys if k.startswith("-:")],
-                                    source=view.source, field=view.key("dynamic"))
+                                    source=view.source, field=view.key("dynamic"), rule="transformers")
         if any(not k.startswith("-:") for k in dynamic_keys):
             raise view.error("dynamic", "per-module bit/group overrides are not supported; "
                              "only '-:' (skip) entries are")
@@ -201,14 +262,14 @@ class GptqAwqScheme(_SkipListScheme):
     def name_lists(self) -> list[NameList]:
         return [*super().name_lists(), NameList(self.source, self.view.key("dynamic"), "ignore", self.negative)]
 
-    def _part(self, name: str, module: Module) -> Resolution:
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
         if self.negative:
-            hit = self.negative.match(name)
+            hit = self.negative.match_any(names)
             if hit is not None:
                 return None, f"dynamic: -:{hit}"
         if module.role == "lm_head" and self.lm_head:
-            return self.quant, ""
-        return super()._part(name, module)
+            return self.quant, "lm_head: true"
+        return super()._part(names, module)
 
 
 # ---------------------------------------------------------------- compressed-tensors
@@ -224,6 +285,7 @@ class _CtGroup:
     class_targets: frozenset[str]
     names: NameMatcher
     key: str = ""
+    targets: tuple[str, ...] = ()
 
 
 class CompressedTensorsScheme(Scheme):
@@ -247,9 +309,11 @@ class CompressedTensorsScheme(Scheme):
                 raise g.error("targets", "required key is missing; expected a list such as ['Linear']")
             classes = frozenset(t for t in targets if not t.startswith("re:") and "." not in t
                                 and t[:1].isupper())
-            names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"))
-            self.groups.append(_CtGroup(gname, quant, classes, names, g.key("targets")))
-        self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"))
+            names = NameMatcher([t for t in targets if t not in classes], source=g.source, field=g.key("targets"),
+                                rule="compressed-tensors")
+            self.groups.append(_CtGroup(gname, quant, classes, names, g.key("targets"), tuple(targets)))
+        self.ignore = NameMatcher(view.str_list("ignore"), source=view.source, field=view.key("ignore"),
+                                  rule="compressed-tensors")
         kinds = ", ".join(f"{g.name}: {_describe(g.quant)}" for g in self.groups)
         n_ignore = len(view.str_list("ignore"))
         self.used_groups: set[str] = set()
@@ -264,17 +328,19 @@ class CompressedTensorsScheme(Scheme):
         return [(g.key, c) for g in self.groups for c in sorted(g.class_targets)]
 
     def unused_groups(self) -> list[tuple[str, str]]:
-        return [(g.key.rsplit(".", 1)[0], f"config group {g.name!r} ({_describe(g.quant)})")
+        return [(g.key.rsplit(".", 1)[0], f"config group {g.name!r} ({_describe(g.quant)}, targets "
+                 f"{', '.join(g.targets[:2])}{', ...' if len(g.targets) > 2 else ''})")
                 for g in self.groups if g.name not in self.used_groups]
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.ignore.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.ignore.match_any(names)
         if hit is not None:
             return None, f"ignore: {hit}"
         for group in self.groups:
-            if group.names and group.names.match(name) is not None:
+            target = group.names.match_any(names) if group.names else None
+            if target is not None:
                 self.used_groups.add(group.name)
-                return group.quant, ""        # a target naming the module beats a class target
+                return group.quant, f"{group.name} target {target}"   # a target naming the module beats a class target
         wanted = "Embedding" if module.op == "embedding" else "Linear"
         by_class = next((g for g in self.groups if wanted in g.class_targets), None)
         if by_class is None:
@@ -282,7 +348,7 @@ class CompressedTensorsScheme(Scheme):
         if module.role == "lm_head":
             return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
         self.used_groups.add(by_class.name)
-        return by_class.quant, ""
+        return by_class.quant, f"{by_class.name} target Linear"
 
 
 def _ct_quant(g: ConfigView, fmt: str) -> Quant:
@@ -408,7 +474,7 @@ class ModelOptScheme(Scheme):
         algo = view.str("quant_algo")
         self.algo = algo
         self.exclude = NameMatcher(view.str_list("exclude_modules") + view.str_list("ignore"),
-                                   source=view.source, field=view.key("exclude_modules"))
+                                   source=view.source, field=view.key("exclude_modules"), rule="modelopt")
         self.layers: dict[str, Quant] = {}
         self.layer_matcher: NameMatcher | None = None
         kv = view.raw("kv_cache_quant_algo")
@@ -418,7 +484,8 @@ class ModelOptScheme(Scheme):
                 _reject_vectors(per_layer, lname)
                 entry = per_layer.sub(lname, required=True)
                 self.layers[lname] = _modelopt_quant(entry, entry.str("quant_algo"))
-            self.layer_matcher = NameMatcher(self.layers, source=view.source, field=view.key("quantized_layers"))
+            self.layer_matcher = NameMatcher(self.layers, source=view.source, field=view.key("quantized_layers"),
+                                             rule="modelopt-layers")
             self.quant = None
             algos = sorted({_describe(q) for q in self.layers.values()})
             what = f"MIXED_PRECISION, {len(self.layers)} quantized_layers ({', '.join(algos)})"
@@ -435,18 +502,18 @@ class ModelOptScheme(Scheme):
                                   self.layer_matcher))
         return lists
 
-    def _part(self, name: str, module: Module) -> Resolution:
-        hit = self.exclude.match(name)
+    def _part(self, names: tuple[str, ...], module: Module) -> Resolution:
+        hit = self.exclude.match_any(names)
         if hit is not None:
             return None, f"exclude_modules: {hit}"
         if self.layer_matcher is not None:
-            entry = self.layer_matcher.match(name)
+            entry = self.layer_matcher.match_any(names)
             if entry is None:
                 return None, "not listed in quantized_layers"
-            return self.layers[entry], ""
+            return self.layers[entry], f"quantized_layers: {entry}"
         if _explicit_only(module):
             return None, f"ModelOpt {self.algo} leaves {module.role} unquantized"
-        return self.quant, ""
+        return self.quant, f"quant_algo {self.algo}"
 
 
 def _reject_vectors(per_layer: ConfigView, lname: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from oracle.envvars import decision_env, flag
 from oracle.hookspecs import hookimpl
 
-from .provider import KERNELS_FILE
+from .provider import FLASHINFER_KERNELS_FILE, KERNELS_FILE
 
 PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 
@@ -19,11 +19,19 @@ PLANNER_CHECK_ENV = "ORACLE_B12X_PLANNER_CHECK"
 @hookimpl
 def register_kernels(register):
     register(KERNELS_FILE)
+    register(FLASHINFER_KERNELS_FILE)    # FlashInfer's own SM12x kernels (backend flashinfer_b12x)
 
 
 @hookimpl
-def can_implement(kernel, layer, mode):
-    if kernel.backend != "b12x" or not flag(decision_env(), PLANNER_CHECK_ENV):  # the caller's env=
+def register_tiers(insert):
+    # FlashInfer's SM12x kernels right before native b12x, as vLLM lists FlashInferB12xNvFp4 before
+    # B12xNvFp4 (after the established optimized backends); flashinfer_kernels.yaml keeps its MoE opt-in.
+    insert("flashinfer_b12x", before="b12x", ops=["linear", "moe"])
+
+
+@hookimpl
+def can_implement(layer, mode):
+    if not flag(decision_env(), PLANNER_CHECK_ENV):  # the caller's env=
         return None
     from .planner_check import planner_reason  # lazy: imports b12x planners (and torch)
 

@@ -6,12 +6,31 @@ from pathlib import Path
 KERNELS_YAML = Path(__file__).resolve().parents[1] / "oracle_b12x" / "kernels.yaml"
 
 
+def require_b12x() -> None:
+    """Skip (never fail) where no supported b12x provider is installed, e.g. a bare GPU machine."""
+    import pytest
+
+    from oracle_b12x.errors import B12xUnavailableError
+    from oracle_b12x.provider import active_provider
+
+    try:
+        active_provider()
+    except B12xUnavailableError as exc:
+        pytest.skip(f"needs b12x: {exc}")
+
+
 def load_specs() -> dict:
-    """The plugin's KernelSpecs, loaded the way the engine loads them."""
+    """The plugin's native b12x KernelSpecs, loaded the way the engine loads them."""
+    return load_kernel_specs(KERNELS_YAML.name)
+
+
+def load_kernel_specs(file_name: str) -> dict:
+    """The KernelSpecs of one of the plugin's kernel files (kernels.yaml, flashinfer_kernels.yaml)."""
     from oracle.catalog import load_kernel_file
     from oracle.sources import load_yaml_file
 
-    specs = load_kernel_file(load_yaml_file(KERNELS_YAML), plugin="oracle-b12x", what=str(KERNELS_YAML))
+    path = KERNELS_YAML.with_name(file_name)
+    specs = load_kernel_file(load_yaml_file(path), plugin="oracle-b12x", what=str(path))
     return {s.name: s for s in specs}
 
 

@@ -106,7 +106,8 @@ LINEAR = LinearLayer(name="model.layers.0.mlp.down_proj", in_features=4096, out_
     (Platform.preset("cpu"), "B12X kernels are only available on CUDA"),
     (Platform.preset("h200"), "B12X kernels require a Blackwell 12x device (SM120/SM121)"),
     (Platform.preset("b200"), "B12X kernels require a Blackwell 12x device (SM120/SM121)"),
-    (sm120(b12x=None), "pip install oracle-b12x (pulls b12x==1.5.1 and triton)"),
+    (sm120(b12x=None, **{"flashinfer-python": None}), "neither the b12x distribution nor flashinfer-python"),
+    (sm120(b12x=None, **{"flashinfer-python": "0.6.0"}), "needs flashinfer-python>=0.7.2,<0.8"),
     (sm120(b12x="1.4.2"), "1.4.2"),
     (sm120(triton=None), "package triton is not installed"),
 ])
@@ -184,8 +185,41 @@ def test_planner_hook_is_off_by_default_and_asks_b12x_when_enabled(monkeypatch, 
     mode = next(m for m in spec.modes if m.name == "w4a8_mx")
     gelu = _moe(activation="gelu")
     monkeypatch.delenv(plugin.PLANNER_CHECK_ENV, raising=False)
-    assert plugin.can_implement(kernel=spec, layer=gelu, mode=mode) is None
+    assert plugin.can_implement(layer=gelu, mode=mode) is None
     pytest.importorskip("b12x", reason="the planner check needs b12x")
     monkeypatch.setenv(plugin.PLANNER_CHECK_ENV, "1")
-    assert plugin.can_implement(kernel=spec, layer=_moe(), mode=mode) is None
-    assert "unsupported activation 'gelu'" in plugin.can_implement(kernel=spec, layer=gelu, mode=mode)
+    assert plugin.can_implement(layer=_moe(), mode=mode) is None
+    assert "unsupported activation 'gelu'" in plugin.can_implement(layer=gelu, mode=mode)
+
+
+# ---- the MXFP4 BF16 fallback (SPEC.md "Activation defaults"; policy checkpoint_fallback) ----------
+@pytest.mark.parametrize("hidden, mode", [(2880, "w4a16"), (4096, "w4a8_mx")])
+def test_mxfp4_experts_declaring_mxfp8_fall_back_to_bf16_when_w4a8_cannot_serve(hidden, mode):
+    layer = _moe(weight_format="mxfp4", hidden_size=hidden, intermediate_size=2880, activation_format="mxfp8")
+    d = select_backend(layer, sm120(), KernelConfig(moe_backend="b12x"), env={})
+    assert (d.status, d.kernel, d.mode) == ("selected", "b12x.moe", mode)
+    fallback = [n for n in d.notes if "checkpoint declares mxfp8" in n]
+    if mode == "w4a8_mx":
+        assert not fallback and d.activation_format == "mxfp8"
+        return
+    assert d.activation_format == "bf16" and len(fallback) == 1
+    assert "MXFP4 W4A8 requires hidden size divisible by 256" in fallback[0]       # the reason, in the trace
+    assert "checkpoint_fallback at policies/default.yaml" in fallback[0]
+    refused = [c for c in d.candidates if c.activation_format == "mxfp8"]
+    assert refused and refused[0].verdict == "rejected" and refused[0].stage == "constraint"
+
+
+def test_nvfp4_experts_keep_the_declared_format_binding():
+    layer = _moe(weight_format="nvfp4", activation="swigluoai_uninterleave", activation_format="mxfp8",
+                 activation_params={"limit": 7.0})
+    d = select_backend(layer, sm120(), KernelConfig(moe_backend="b12x"), env={})
+    assert d.status == "no_kernel"
+    assert {c.activation_format for c in d.candidates} == {"mxfp8"}
+
+
+def test_force_a16_is_not_reported_as_a_fallback():
+    layer = _moe(weight_format="mxfp4", hidden_size=4096, intermediate_size=2880, activation_format="mxfp8")
+    d = select_backend(layer, sm120(), KernelConfig(moe_backend="b12x"), env={"VLLM_B12X_MOE_FP4_FORCE_A16": "1"})
+    assert (d.mode, d.activation_format) == ("w4a16", "bf16")
+    assert any("VLLM_B12X_MOE_FP4_FORCE_A16=1 forces" in n for n in d.notes)
+    assert not any("checkpoint declares" in n for n in d.notes)

@@ -35,7 +35,8 @@ def quantize_weight(weight, weight_format, group_size):
 def can_implement(layer, mode):
     """INT4 group size must divide K: the one fact the rule language cannot say (K % group_size).
 
-    Called only for this plugin's kernels, and given only the arguments declared here.
+    Called only for the kernels whose kernels.yaml entry says `can_implement: true`, and given
+    only the arguments declared here.
     """
     if mode.weight != "int4":
         return None

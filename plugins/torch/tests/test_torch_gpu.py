@@ -136,15 +136,20 @@ def test_block_kernel_with_bias(detected):
     assert _rel(t.apply(x), e.apply(x)) < TOLERANCE
 
 
-def test_misaligned_shapes_are_rejected_cleanly_and_served_by_emulation(detected):
+def test_misaligned_shapes_are_rejected_cleanly_and_served_by_the_next_candidate(detected):
     if not _served_here("fp8_tensor"):
         pytest.skip("fp8_tensor is not declared here")
+    from oracle.session import get_registry
+
+    triton_here = "triton.linear.fp8" in get_registry().by_name and (8, 0) <= _capability() < (11, 0)
+    expected = "triton" if triton_here else "emulation"
     d = select_backend(_layer("fp8_tensor", 256, 200), detected)
-    assert d.backend == "emulation"
+    assert d.backend == expected, d.candidates
     assert any("K divisible by 16" in c.reason for c in d.candidates if c.backend == "torch")
     layer = _layer("fp8_block", 576, 7168, group_size=128)
     d = select_backend(layer, detected)
-    assert d.backend == "emulation"
+    assert d.backend == expected, d.candidates
+    assert any("multiple of 128" in c.reason for c in d.candidates if c.backend == "torch")
     kernel = d.instantiate(layer)
     w = torch.randn(576, 7168, device="cuda") * 0.05
     kernel.process_weights(**codec_for("fp8_block").quantize(w, "fp8_block"))

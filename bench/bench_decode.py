@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Whole-model decode, as users run it: oracle.hf against plain BF16 transformers, eager and CUDA graphs.
+
+Each engine is measured in a process of its own (no engine inherits another's compiled kernels,
+attention plans or allocator state), on a model built from a real config.json with random weights
+made on the GPU (bench/synthetic.py: no checkpoint written; `--layers N` cuts the depth). Per
+batch size and decode mode: a 128-token prompt is prefilled into a static KV cache, 16 tokens are
+decoded as warm-up (kernels compile, the graph is captured), then the prompt is prefilled again
+and `--steps` decode steps are timed (tokens/s = batch x steps / seconds; the static cache keeps
+every step's shapes, so no step meets a sequence length the warm-up did not). Also: build time,
+weights and peak GPU memory (torch.cuda.max_memory_allocated over the whole process), and the
+greedy tokens of batch row 0, compared with an emulation run of the same weights (oracle-emulation
+kernels: dequantized weights, the same activation rounding) together with the prefill logits'
+relative error. Engines:
+
+  oracle        oracle.hf, the kernels oracle selects for this GPU
+  bf16          transformers, BF16 weights, its default experts implementation (grouped_mm)
+  transformers  transformers' own quantized path (fine-grained FP8 / MXFP4), where it can run here
+  emulation     oracle.hf with the emulation kernels (batch 1 eager, for the token check only)
+
+    python bench/bench_decode.py --config examples/qwen3-30b-a3b-fp8/config.json
+    python bench/bench_decode.py --config examples/deepseek-r1/config.json --layers 5 --batch 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENGINES = ("oracle", "bf16", "transformers", "emulation")
+
+
+# ---------------------------------------------------------------- one engine, in its own process
+def _gib(n: float) -> float:
+    return n / 2 ** 30
+
+
+def build(engine: str, args) -> tuple:
+    """(model, kernel lines) of `engine` on args.device."""
+    import synthetic as syn
+
+    kind = syn.kind_of(args.config)
+    if engine == "bf16":
+        return syn.bf16_model(args.config, kind, args.layers, args.device, args.seed), []
+    config = None
+    if engine == "emulation":
+        from oracle.config import KernelConfig
+        config = KernelConfig(linear_backend="emulation", moe_backend="emulation")
+    model = syn.oracle_model(args.config, kind, args.layers, args.device, args.seed, config=config)
+    return model, model.oracle.summary_lines()
+
+
+def transformers_unavailable() -> str:
+    """Why transformers' own FP8 / MXFP4 kernels cannot run here (they come from the Hugging Face hub)."""
+    from transformers.utils import is_kernels_available
+    if not is_kernels_available():
+        return ("transformers' fine-grained FP8 and MXFP4 paths load their kernels from the Hugging Face hub "
+                "through the `kernels` package, which is not installed here (and the hub is unreachable)")
+    return ("transformers' quantized paths need their hub kernels downloaded (kernels-community/finegrained-fp8, "
+            "triton_kernels); this benchmark does not fetch them")
+
+
+def child(engine: str, args) -> dict:
+    import torch
+
+    from oracle.hf.decode import measure
+
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    result: dict = {"engine": engine, "runs": []}
+    start = time.perf_counter()
+    model, kernels = build(engine, args)
+    sync()
+    result.update(build_s=time.perf_counter() - start, weights_gib=_gib(torch.cuda.memory_allocated() if cuda else 0),
+                  kernels=kernels)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    prompts = torch.randint(0, vocab, (max(args.batch), args.prompt), generator=gen).to(args.device)
+    plan = [(1, "eager")] if engine == "emulation" else [(b, m) for b in args.batch for m in args.decode]
+    for batch, mode in plan:
+        m = measure(model, prompts[:batch], args.steps, mode)
+        run = {"batch": batch, "mode": mode, "tok_s": m.tok_s, "ms_step": m.ms_step, "prefill_ms": m.prefill_ms,
+               "tokens": m.tokens[0, :args.check].tolist()}
+        if batch == 1 and mode == "eager":
+            path = Path(args.result).with_suffix(".logits.pt")
+            torch.save(m.logits, path)
+            run["logits"] = str(path)
+        result["runs"].append(run)
+        del m
+        if cuda:
+            torch.cuda.empty_cache()
+    result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0
+    return result
+
+
+# ---------------------------------------------------------------- the table
+def table(results: dict[str, dict], args) -> str:
+    import torch
+
+    base = results.get("bf16", {})
+    lines = [f"model {args.config}" + (f" cut to {args.layers} layers" if args.layers else " (full depth)")
+             + f"; prompt {args.prompt} tokens, {args.steps} timed decode steps, static KV cache", ""]
+    lines.append("| engine | build s | weights GiB | peak GiB | peak vs BF16 | "
+                 + " | ".join(f"b{b} {m} tok/s (vs BF16)" for b in args.batch for m in args.decode) + " |")
+    lines.append("|" + "---|" * (5 + len(args.batch) * len(args.decode)))
+    for engine in ("oracle", "bf16", "transformers"):
+        r = results.get(engine)
+        if r is None:
+            continue
+        if "skipped" in r or "error" in r:
+            lines.append(f"| {engine} | not measured: {r.get('skipped') or r.get('error')} |")
+            continue
+        cells = []
+        for b in args.batch:
+            for m in args.decode:
+                run = _run(r, b, m)
+                ref = _run(base, b, m) if base else None
+                ratio = f" ({run['tok_s'] / ref['tok_s']:.2f}x)" if run and ref and engine != "bf16" else ""
+                cells.append(f"{run['tok_s']:.1f}{ratio}" if run else "-")
+        mem = f"{r['peak_gib'] / base['peak_gib']:.2f}x" if base.get("peak_gib") and engine != "bf16" else ""
+        lines.append(f"| {engine} | {r['build_s']:.1f} | {r['weights_gib']:.2f} | {r['peak_gib']:.2f} | {mem} | "
+                     + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("ms per decode step: " + "; ".join(
+        f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
+        for e, r in results.items() if r.get("runs") and e != "emulation"))
+    emu, ora = results.get("emulation"), results.get("oracle")
+    if emu and ora and emu.get("runs") and ora.get("runs"):
+        a, b = _run(ora, 1, "eager") or ora["runs"][0], emu["runs"][0]
+        same = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), len(a["tokens"]))
+        err = ""
+        if a.get("logits") and b.get("logits"):
+            la, lb = torch.load(a["logits"]), torch.load(b["logits"])
+            err = f"; prefill logits relative error vs emulation {float((la - lb).norm() / lb.norm()):.2e}"
+        graphs = _run(ora, 1, "graphs")
+        gsame = "" if graphs is None else \
+            f"; graphs tokens equal to eager: {graphs['tokens'] == a['tokens']}"
+        lines.append(f"greedy tokens (batch row 0, first {len(a['tokens'])}): oracle equal to emulation for the "
+                     f"first {same}{err}{gsame}")
+    if ora and ora.get("kernels"):
+        lines.append("")
+        lines.append("oracle kernels per layer kind:")
+        lines.extend(f"  {line}" for line in ora["kernels"])
+    return "\n".join(lines)
+
+
+def _run(result: dict, batch: int, mode: str) -> dict | None:
+    return next((r for r in result.get("runs", []) if r["batch"] == batch and r["mode"] == mode), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True, help="a real model's config.json (quant_method fp8 or mxfp4)")
+    ap.add_argument("--layers", type=int, help="keep this many decoder layers (default: full depth)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs"), default=["eager", "graphs"])
+    ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--check", type=int, default=32, help="greedy tokens compared with the emulation run")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
+    ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per engine process")
+    ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    if args.child:
+        Path(args.result).write_text(json.dumps(child(args.child, args)))
+        return
+    import torch
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SystemExit("bench_decode.py: needs a CUDA device (torch.cuda.is_available() is False); "
+                             "--device cpu --decode eager runs the code path on the CPU")
+        print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    results: dict[str, dict] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    for engine in args.engines:
+        if engine == "transformers":          # its kernels come from the hub: say why it is not measured
+            results[engine] = {"engine": engine, "skipped": transformers_unavailable()}
+            continue
+        out = tmp / f"{engine}.json"
+        cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            ok = proc.returncode == 0 and out.is_file()
+            tail = (proc.stdout + proc.stderr)[-3000:]
+        except subprocess.TimeoutExpired:
+            ok, tail = False, f"timed out after {args.timeout} s"
+        results[engine] = json.loads(out.read_text()) if ok else {"engine": engine, "error": tail.strip()[-300:]}
+        if not ok:
+            print(f"{engine}: failed\n{tail}", flush=True)
+        print(f"{engine}: {time.perf_counter() - t:.0f} s", flush=True)
+    text = table(results, args)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "")
+        (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
+        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+
+
+def _forward(argv: list[str]) -> list[str]:
+    """The parent's options minus --engines/--out (each child runs one engine and writes one file)."""
+    out, skip = [], False
+    for a in argv:
+        if a in ("--engines", "--out"):
+            skip = True
+            continue
+        if skip and not a.startswith("--"):
+            continue
+        skip = False
+        out.append(a)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Greedy decoding over a static KV cache, each decode step run eagerly or replayed from a CUDA graph.
+
+    dec = Decoder(model, batch=8, max_len=512, mode="graphs")
+    tokens = dec.generate(ids, new_tokens=128)        # [batch, 128]
+
+Why a decoder of our own rather than `model.generate`: every decode step must have the same
+shapes and the same tensor addresses so one CUDA graph serves them all (an eager 48-layer MoE
+model spends tens of milliseconds per token launching kernels; replay costs one launch).
+transformers' static cache keeps the KV tensors and its write position on the device; the
+token and position inputs live in buffers this class owns, and the captured step ends by
+writing the next greedy token into the input buffer and advancing the position, so a replay
+needs no host work at all. Eager mode runs the very same step without the graph (same cache,
+same masks), so the two differ only in launch overhead.
+
+Every layer uses a full-length static cache layer, sliding-window layers too: transformers'
+sliding static layer keeps its position in a Python int (baked into a graph at capture time),
+while the sliding window itself is enforced by the attention mask, which reads the position
+from the device. The cost is attention over `max_len` keys instead of the window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+
+MODES = ("eager", "graphs")
+
+
+def static_cache(model: nn.Module, max_len: int) -> Any:
+    """A transformers cache of one full-length static layer per decoder layer (allocated on first use)."""
+    from transformers.cache_utils import Cache, StaticLayer
+
+    layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    return Cache(layers=[StaticLayer(max_cache_len=max_len) for _ in range(layers)])
+
+
+class Decoder:
+    """Prefill a prompt into a static cache, then decode greedily one token per step (eager or graphs)."""
+
+    def __init__(self, model: nn.Module, batch: int, max_len: int, mode: str = "graphs"):
+        if mode not in MODES:
+            raise InputError(f"expected one of {', '.join(MODES)}, got {mode!r}", field="--decode")
+        device = _device(model)
+        if mode == "graphs" and device.type != "cuda":
+            raise InputError(f"CUDA graphs need a CUDA device; the model is on {device} (use --decode eager)",
+                             field="--decode")
+        self.model, self.batch, self.max_len, self.mode, self.device = model, batch, max_len, mode, device
+        self.cache = static_cache(model, max_len)
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)     # next step's input
+        self.pos = torch.zeros(batch, 1, dtype=torch.long, device=device)       # its position
+        self.length = 0                                                         # tokens in the cache (host view)
+        self.graph: Any = None
+        self.logits: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ steps
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """Run the prompt [batch, P] through an empty cache; the first new token is left in `self.token`."""
+        if ids.dim() != 2 or ids.shape[0] != self.batch:
+            raise InputError(f"expected prompt ids of shape [{self.batch}, P], got {list(ids.shape)}", field="ids")
+        if ids.shape[1] >= self.max_len:
+            raise InputError(f"a {ids.shape[1]}-token prompt leaves no room in a {self.max_len}-token cache",
+                             field="max_len")
+        self.cache.reset()
+        p = ids.shape[1]
+        pos = torch.arange(p, device=self.device).expand(self.batch, p)
+        out = self.model(input_ids=ids.to(self.device), position_ids=pos, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self.logits = out.logits[:, -1]                    # [batch, vocab]: the prompt's next-token logits
+        self.token.copy_(self.logits.argmax(-1, keepdim=True))
+        self.pos.fill_(p)
+        self.length = p
+        return self.token
+
+    @torch.no_grad()
+    def step(self) -> torch.Tensor:
+        """One decode step: feeds `self.token`, leaves the next greedy token there (no host synchronisation)."""
+        if self.length + 1 > self.max_len:
+            raise InputError(f"the {self.max_len}-token cache is full", field="max_len")
+        if self.mode == "graphs":
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
+        else:
+            self._forward()
+        self.length += 1
+        return self.token
+
+    def _forward(self) -> None:
+        out = self.model(input_ids=self.token, position_ids=self.pos, past_key_values=self.cache, use_cache=True)
+        self.token.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+        self.pos.add_(1)
+
+    def _capture(self) -> None:
+        """Warm the step up on a side stream (kernels compile and plan there), put the state back, capture."""
+        saved = self._state()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._restore(saved)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._forward()
+        self._restore(saved)          # capture records work, it runs none; restore for safety all the same
+        self.graph = graph
+
+    def _state(self) -> list[torch.Tensor]:
+        """The device state a step advances: input token, position, each cache layer's length."""
+        state = [self.token, self.pos] + [layer.cumulative_length for layer in self.cache.layers]
+        return [t.clone() for t in state]
+
+    def _restore(self, saved: list[torch.Tensor]) -> None:
+        state = [self.token, self.pos] + [layer.cumulative_length for layer in self.cache.layers]
+        for t, s in zip(state, saved):
+            t.copy_(s)
+
+    # ------------------------------------------------------------------ whole generation
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        """Greedy tokens [batch, new_tokens] after the prompt (the first from the prefill)."""
+        if new_tokens < 1:
+            raise InputError(f"expected a positive number of new tokens, got {new_tokens}", field="new_tokens")
+        out = torch.empty(self.batch, new_tokens, dtype=torch.long, device=self.device)
+        out[:, :1] = self.prefill(ids)
+        for i in range(1, new_tokens):
+            out[:, i:i + 1] = self.step()
+        return out
+
+
+def _device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+@dataclass
+class Measurement:
+    """Steady-state decode speed of one (batch, mode): what `oracle run --bench` and bench_decode.py print."""
+
+    batch: int
+    mode: str
+    tok_s: float            # batch x steps / seconds of the timed steps
+    ms_step: float
+    prefill_ms: float
+    tokens: torch.Tensor    # [batch, steps + 1] greedy tokens (the first from the prefill), on the CPU
+    logits: torch.Tensor    # [vocab] the prefill's next-token logits of row 0, fp32, on the CPU
+
+
+def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: int = 16) -> Measurement:
+    """Warm up (kernels compile, the graph is captured) with `warmup` tokens, prefill `ids` [batch, P]
+    again and time `steps` decode steps. The static cache gives every step the same shapes, so the
+    timed steps meet nothing the warm-up did not (no first-call compiles or attention plans)."""
+    import time
+
+    batch = ids.shape[0]
+    dec = Decoder(model, batch, ids.shape[1] + max(steps, warmup) + 8, mode)
+    dec.generate(ids, warmup)
+    sync = torch.cuda.synchronize if dec.device.type == "cuda" else (lambda: None)
+    out = torch.empty(batch, steps + 1, dtype=torch.long, device=dec.device)
+    sync()
+    t = time.perf_counter()
+    out[:, :1] = dec.prefill(ids)
+    sync()
+    prefill = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(steps):
+        out[:, i + 1:i + 2] = dec.step()
+    sync()
+    seconds = time.perf_counter() - t
+    return Measurement(batch, mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill,
+                       out.cpu(), dec.logits[0].float().cpu())
