@@ -137,6 +137,14 @@ def test_parameters_that_do_not_fit_the_layout_name_the_tensor():
         convert.linear_arguments("compressed-tensors", layer, parts, [32])
 
 
+def test_permuted_act_order_groups_are_refused():
+    k, g = 256, 64
+    convert.refuse_act_order({"weight_g_idx": torch.arange(k) // g}, k, g, "down_proj")      # K order: fine
+    convert.refuse_act_order({"weight_g_idx": (torch.arange(k) // g).expand(3, k)}, k, g, "experts.w2")
+    with pytest.raises(InputError, match=r"down_proj\.weight_g_idx: act-order groups"):
+        convert.refuse_act_order({"weight_g_idx": (torch.arange(k) // g).flip(0)}, k, g, "down_proj")
+
+
 # ---------------------------------------------------------------- records
 def _decision() -> Decision:
     rejected = Candidate("triton", "triton.linear.w4", None, None, "rejected", "platform", "needs CUDA",

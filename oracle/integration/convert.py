@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..checkpoints import DictSource, adapter_for
+from ..checkpoints import CheckpointError, DictSource, adapter_for
 
 Tensors = Mapping[str, Any]     # checkpoint suffix (weight, weight_scale, weight_packed, ...) -> tensor
 
@@ -38,6 +38,20 @@ def split_parts(tensors: Tensors, rows: list[int], *, per_part: Iterable[str] = 
         for part, value in zip(out, values):
             part[suffix] = value
     return out
+
+
+def refuse_act_order(tensors: Tensors, k: int, group: int | None, name: str) -> None:
+    """An int4 layer whose groups are permuted (act-order `g_idx`) cannot be converted: the kernels
+    take groups in K order. A trivial g_idx (k // group, the engine's default) is accepted."""
+    import torch
+
+    g_idx = tensors.get("weight_g_idx")
+    if g_idx is None or g_idx.numel() == 0:
+        return
+    want = torch.arange(k, device=g_idx.device) // (group or k)
+    if not torch.equal(g_idx.reshape(-1, k).long(), want.expand(g_idx.numel() // k, k)):
+        raise CheckpointError("act-order groups (a permuted weight_g_idx): the int4 kernels take groups in K "
+                              "order only", tensor=f"{name}.weight_g_idx")
 
 
 def linear_arguments(dialect: str, layer: Any, parts: list[dict[str, Any]], rows: list[int]) -> dict[str, Any]:

@@ -234,8 +234,9 @@ def _linear_spec(layer: Any, scheme: Any, k: int, parts: list[int], dtype: Any) 
 def _linear_arguments(layer: torch.nn.Module, st: LayerState) -> tuple[dict[str, Any], list[str]]:
     params = _params(layer)
     tensors = {n: p.data for n, p in params.items()}
+    convert.refuse_act_order(tensors, st.layer.in_features, st.layer.group_size, st.name)
     per_part = ("weight_scale", "input_scale") if st.layer.weight_format == "fp8_tensor" else ("input_scale",)
-    parts = convert.split_parts(tensors, st.rows, per_part=per_part, drop=("weight_shape",))
+    parts = convert.split_parts(tensors, st.rows, per_part=per_part, drop=("weight_shape", "weight_g_idx"))
     return convert.linear_arguments(DIALECT, st.layer, parts, st.rows), list(params)
 
 
@@ -267,7 +268,11 @@ class OracleMoEMethod(_OracleMethod):
         if handle is None:
             return super().apply(layer, x, topk_weights, topk_ids, shared_experts,  # type: ignore[misc]
                                  shared_experts_input)
-        return moe_call(x, topk_weights.float(), topk_ids, handle)
+        # vLLM may hand a fused-MoE call rows whose contents are undefined (buffers sized for the largest
+        # batch under torch.compile); their router weights can be NaN, which kernels that check their
+        # inputs refuse. Those rows are discarded by vLLM, so they are zeroed here; real rows are unchanged.
+        return moe_call(x, torch.nan_to_num(topk_weights.float(), nan=0.0, posinf=0.0, neginf=0.0), topk_ids,
+                        handle)
 
 
 def moe_call(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, handle: int) -> torch.Tensor:
@@ -295,6 +300,9 @@ def _moe_spec(layer: Any, method: Any, st: LayerState, dtype: Any) -> Any:
 def _moe_arguments(layer: torch.nn.Module, st: LayerState) -> tuple[dict[str, Any], list[str]]:
     w13 = {n[len("w13_"):]: p.data for n, p in _params(layer, "w13_").items()}
     w2 = {n[len("w2_"):]: p.data for n, p in _params(layer, "w2_").items()}
+    convert.refuse_act_order(w13, st.layer.hidden_size, st.layer.group_size, f"{st.name}.w13")
+    convert.refuse_act_order(w2, st.layer.intermediate_size // st.layer.tp_size, st.layer.group_size, f"{st.name}.w2")
     per_shard = ("weight_scale",) if st.layer.weight_format == "fp8_tensor" else ()
-    args = convert.moe_arguments(DIALECT, st.layer, w13, w2, per_shard=per_shard, drop=("weight_shape",))
+    args = convert.moe_arguments(DIALECT, st.layer, w13, w2, per_shard=per_shard,
+                                 drop=("weight_shape", "weight_g_idx"))
     return args, [f"w13_{n}" for n in w13] + [f"w2_{n}" for n in w2]

@@ -199,3 +199,59 @@ def test_replaced_config_pickles_into_a_fresh_process():
     assert got == {"cls": "oracle_vllm.quant_config.OracleCompressedTensorsConfig", "name": "compressed-tensors",
                    "isinstance": True, "registered": False, "targets": sorted(obj.target_scheme_map),
                    "ignore": ["lm_head"]}
+
+
+# ---------------------------------------------------------------- enforce, a layer that cannot be converted
+class _Run:
+    def __init__(self, on_unconvertible):
+        self.mode = "enforce"
+        self.config = cfg.OracleVllmConfig(mode="enforce", on_unconvertible=on_unconvertible)
+        self.records = []
+
+    def takes(self, op):
+        return op in self.config.ops
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def _state(on_unconvertible):
+    from oracle import select_backend
+    from oracle_vllm.methods import LayerState
+    st = LayerState(_Run(on_unconvertible), "linear", "model.layers.0.mlp.down_proj")
+    st.layer = LinearLayer(name=st.name, in_features=256, out_features=128, weight_format="int4", group_size=128)
+    st.decision = select_backend(st.layer, Platform.cpu())
+    return st
+
+
+def _misshaped():
+    """vLLM parameters whose packed weight does not fit the layer (the adapter's own check refuses them)."""
+    import torch
+    from oracle.integration import convert
+    st_layer = LinearLayer(name="model.layers.0.mlp.down_proj", in_features=256, out_features=128,
+                           weight_format="int4", group_size=128)
+    tensors = {"weight_packed": torch.zeros(128, 16, dtype=torch.int32), "weight_scale": torch.ones(128, 2)}
+    return convert.linear_arguments("compressed-tensors", st_layer, [tensors], [128]), []
+
+
+def test_unconvertible_parameters_keep_vllms_kernel_and_say_so():
+    import torch
+    st = _state("keep_vllm")
+    assert st.decision.status == "selected"
+    module = torch.nn.Module()
+    assert st.take_over(module, _misshaped) is False and st.handle is None
+    assert st.note.startswith("cannot convert vLLM's parameters for emulation.linear: CheckpointError: ")
+    assert "weight_packed: expected shape [128, 32]" in st.note and st.note.endswith(
+        "vLLM's kernel kept (on_unconvertible: keep_vllm)")
+    st.emit()
+    assert st.run.records[0]["runs"] == "engine" and st.run.records[0]["note"] == st.note
+
+
+def test_unconvertible_parameters_stop_with_one_line_when_asked():
+    import torch
+    from oracle_vllm.methods import LayerError
+    st = _state("error")
+    with pytest.raises(LayerError) as err:
+        st.take_over(torch.nn.Module(), _misshaped)
+    text = str(err.value)
+    assert text.startswith("model.layers.0.mlp.down_proj: cannot convert vLLM's parameters") and "\n" not in text
