@@ -112,13 +112,13 @@ class LayerState:
                                "mode leaves vLLM's choices as they are")
         if not self.wants():
             if self.run.mode == "enforce":
-                self.note = self._why_not()
+                reason = self._why_not()
                 if self.engine_error:
                     raise LayerError(f"{self.name}: vLLM has no kernel ({self.engine_error}) and the oracle "
-                                       f"does not serve it: {self.note}")
+                                     f"does not serve it: {reason}")
                 if self.op in self.run.config.ops and self.run.config.on_unconvertible == "error":
-                    raise LayerError(f"{self.name}: {self.note.replace('; vLLM' + chr(39) + 's kernel kept', '')}"
-                                       " (on_unconvertible: error)")
+                    raise LayerError(f"{self.name}: {reason} (on_unconvertible: error)")
+                self.note = f"{reason}; vLLM's kernel kept"
             return False
         try:
             args, consumed = arguments()
@@ -142,10 +142,10 @@ class LayerState:
 
     def _why_not(self) -> str:
         if self.layer is None:
-            return f"no oracle description ({self.unmapped}); vLLM's kernel kept"
+            return f"no oracle description ({self.unmapped})"
         if self.op not in self.run.config.ops:
-            return f"{self.op} is not in ops {self.run.config.ops}; vLLM's kernel kept"
-        return f"the oracle has no kernel ({self.decision.status}); vLLM's kernel kept"
+            return f"{self.op} is not in ops {self.run.config.ops}"
+        return f"the oracle has no kernel ({self.decision.status})"
 
 
 def _vllm_kernel_of(owner: Any) -> Any:

@@ -7,7 +7,6 @@ several engines in one process each get their own mode and records.
 from __future__ import annotations
 
 import logging
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,9 @@ from .mapping import kernel_flags, platform_from_vllm
 ENGINE = "vllm"
 logger = logging.getLogger("vllm.kernel_oracle")
 
-_runs: "weakref.WeakKeyDictionary[Any, Run | None]" = weakref.WeakKeyDictionary()
-_by_id: dict[int, "Run | None"] = {}
+#: id(VllmConfig) -> (that config, its Run or None for mode off). The config is held so its id cannot be
+#: reused by a later engine's config; a few per process at most (one per engine built in it).
+_by_id: dict[int, tuple[Any, "Run | None"]] = {}
 
 
 class Run:
@@ -75,18 +75,18 @@ def current() -> Run | None:
     vllm_config = get_current_vllm_config_or_none()
     if vllm_config is None:
         return None
-    key = id(vllm_config)
-    if key in _by_id:
-        return _by_id[key]
+    known = _by_id.get(id(vllm_config))
+    if known is not None and known[0] is vllm_config:
+        return known[1]
     config, warnings = parse(getattr(vllm_config, "additional_config", None) or {})
     run = Run(config, vllm_config, warnings) if config.mode != "off" else None
-    _by_id[key] = run
+    _by_id[id(vllm_config)] = (vllm_config, run)
     return run
 
 
 def latest() -> Run | None:
     """The most recently built Run (the model vLLM is loading now)."""
-    for run in reversed(list(_by_id.values())):
+    for _, run in reversed(list(_by_id.values())):
         if run is not None:
             return run
     return None
