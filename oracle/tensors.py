@@ -141,3 +141,14 @@ def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any], dtype:
     if x.device != device:
         raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))
     return x.shape[:-1], x.reshape(-1, k).to(dtype).contiguous()
+
+
+def unpack_nibbles(words: Any, dim: int) -> Any:
+    """int32 words -> int32 nibbles 0..15, 8x longer along `dim`, low nibble first: the GPTQ order of
+    int4 qweight (along K) and qzeros (along N), which peers' kernels need unpacked to repack."""
+    import torch
+
+    w = words.movedim(dim, -1)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=w.device)
+    n = torch.bitwise_and(torch.bitwise_right_shift(w[..., None], shifts), 0xF)
+    return n.flatten(-2).movedim(-1, dim)

@@ -268,7 +268,3 @@ def test_run_arguments_are_refused_cleanly(good, device, ids, new):
     assert code == INPUT and err.startswith("error: ") and err.count("error:") == 1, (device, ids, new, err)
     field = "--max-new-tokens" if not ok_new else "--device" if not ok_device else "--prompt-ids"
     assert f"error: {field}: " in err or f": {field}: " in err, (field, err)   # checked in this order
-
-
-def test_report_case_counts():
-    print(f"checkpoint and run cases: {_CASES}")

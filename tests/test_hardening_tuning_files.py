@@ -200,7 +200,3 @@ def test_report_size_is_bounded_per_candidate(good, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(store.TuningFileError, match=f"{path}: entries: Value error, more than {MAX_MS} token counts for kernel"):
         store.read(path)
-
-
-def test_report_case_counts():
-    print(f"tuning-file cases: {_CASES}")
