@@ -297,6 +297,17 @@ def check_implementation(spec: KernelSpec) -> str | None:
         spec.load_implementation()
     except PolicyError as exc:   # import failures and sys.exit included (import_object)
         return str(exc)
+    for what in ("runtime", "environment"):   # a check that names nothing would fail only on the device
+        req = getattr(spec.requires, what)
+        if req is None:
+            continue
+        where = spec.lines.get(what, spec.source)
+        try:
+            check = import_object(req.check, f"kernel {spec.name} requires.{what}.check")
+        except PolicyError as exc:
+            return f"{where}: {exc}"
+        if not callable(check):
+            return f"{where}: kernel {spec.name}: requires.{what}.check {req.check} is {_kind(check)}, not a function"
     return None
 
 

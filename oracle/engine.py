@@ -194,6 +194,8 @@ class Engine:
                     candidate = replace(candidate, verdict="rejected", stage="measurement", reason=reason,
                                         rule=rule, reasons=(reason,), rules=(rule,))
             trace.append(candidate)
+        if ranked.note:
+            notes = [*notes, ranked.note]
         return self._selected(passing[ranked.winner], trace, notes, base,
                               "measured" if ranked.by_measurement else "policy")
 
@@ -270,6 +272,11 @@ class Engine:
             for act, mode in usable:
                 ctx = dict(fields)
                 ctx.update(activation_format=act, mode=mode.name, backend=spec.backend, kernel=spec.name)
+                declared = declared_block_problem(mode, ctx)
+                if declared is not None:   # the mode's own declaration, before its constraints
+                    yield Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint", declared,
+                                    spec.source), None
+                    continue
                 broken = failing(spec.constraints, ctx)
                 if broken:
                     reasons = tuple(r.render(ctx) for r in broken)
@@ -453,3 +460,14 @@ def _fallback_note(layer: Any, found: tuple[KernelSpec, Mode], candidates: list[
     why = f"{own.kernel} {own.mode or ''}: {own.reason}".replace(" :", ":") if own else "no candidate serves it"
     return [f"the checkpoint declares {declared} activations, which cannot be served here ({why}); "
             f"{spec.name} runs {mode.activation} activations instead (checkpoint_fallback at {rule})"]
+
+
+def declared_block_problem(mode: Mode, fields: Mapping[str, Any]) -> str | None:
+    """A mode that declares `weight_block: [rows, cols]` reads scales of exactly those blocks: a layer whose
+    checkpoint blocks differ (a [64, 128] weight_block_size) cannot be served by it."""
+    declared = mode.params.get("weight_block")
+    rows, cols = fields.get("weight_block_rows"), fields.get("weight_block_cols")
+    if declared is None or rows is None or list(declared) == [rows, cols]:
+        return None
+    return (f"mode {mode.name} reads {declared[0]}x{declared[1]} weight blocks (its declared weight_block); "
+            f"the checkpoint's blocks are {rows}x{cols}")

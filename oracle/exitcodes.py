@@ -29,7 +29,8 @@ INTERRUPTED = 130
 TABLE: tuple[tuple[int, str], ...] = (
     (OK, "success (explain: every quantized layer has a kernel; verify: no problem)"),
     (INPUT, "bad input: a file, field, name or value; `verify` found a problem; explain: a checkpoint that "
-            "declares quantization but yields no quantized layer (the report is still printed)"),
+            "declares quantization but yields no quantized layer, or a config group / quantized_layers entry "
+            "that names no module of the model without --accept-partial-coverage (the report is still printed)"),
     (NO_KERNEL, "explain: some quantized layer has no kernel (the report is still printed)"),
     (USAGE, "usage error: unknown option, missing or malformed argument"),
     (INTERNAL, "internal error: a bug (set ORACLE_DEBUG=1 for the traceback)"),

@@ -41,6 +41,13 @@ UNQUANTIZED_ACTIVATIONS = frozenset({"bf16", "fp16"})
 
 #: MoE activations whose expert FC1 produces gate and up halves (w13 has 2*I rows).
 GATED_ACTIVATIONS = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
+#: The named parameters (MoELayer.activation_params) each MoE activation takes; any other is an error,
+#: so a relu2 layer carrying SwiGLU's limit/alpha is refused before selection, not by a kernel at load.
+ACTIVATION_PARAMS: dict[str, tuple[str, ...]] = {
+    "silu": ("limit",), "gelu": ("limit",), "situ": ("beta", "linear_beta"),
+    "swigluoai": ("limit", "alpha", "beta"), "swigluoai_uninterleave": ("limit", "alpha", "beta"),
+    "relu2": (), "relu2_no_mul": (),
+}
 
 
 #: Largest finite magnitude of FP8 E4M3 (the "fn" variant, no infinities): 1.75 * 2**8.

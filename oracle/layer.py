@@ -13,10 +13,11 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal, Union
 
 from .validation import Revalidating
-from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationInfo, field_validator,
+                      model_validator)
 
 from .errors import InputError
-from .formats import (BLOCK_WEIGHT_FORMATS, FORMAT_FACTS, ActivationFormat, ActivationScale, DType,
+from .formats import (ACTIVATION_PARAMS, BLOCK_WEIGHT_FORMATS, FORMAT_FACTS, ActivationFormat, ActivationScale, DType,
                       MoEActivation, WeightFormat, is_quantized)
 
 #: Bounds on layer fields (docs/user-guide.md, "Limits"): far above any real model, low enough
@@ -181,7 +182,13 @@ class MoELayer(_QuantScales, _Layer):
 
     @field_validator("activation_params")
     @classmethod
-    def _finite_positive(cls, params: dict[str, float]) -> dict[str, float]:
+    def _finite_positive(cls, params: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        activation = info.data.get("activation")
+        allowed = ACTIVATION_PARAMS.get(activation, ()) if activation is not None else None
+        extra = sorted(set(params) - set(allowed)) if allowed is not None else []
+        if extra:   # e.g. SwiGLU's limit on relu2_no_mul: refused here, not by a kernel at load
+            raise ValueError(f"activation_params {extra} do not apply to activation {activation!r}; it takes "
+                             f"{', '.join(allowed) if allowed else 'no parameters'}")
         for key, value in params.items():
             if not key.isidentifier():
                 raise ValueError(f"activation_params key {key!r} must be a name such as 'limit'")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from .catalog import normalize_backend
 from .envvars import DISABLED_KERNELS, MEASUREMENTS
@@ -73,14 +73,14 @@ class PlatformDefault(_Strict):
 class Measurements(_Strict):
     """Tuning files (`oracle tune`) that rank the candidates passing their constraints by measured time."""
 
-    files: list[str] = Field(default_factory=list,
+    files: list[StrictStr] = Field(default_factory=list,
                              description="tuning files (relative paths: from the current directory); also "
                                          "env ORACLE_MEASUREMENTS and `--measurements` (which replace these)")
-    objective: str = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
+    objective: StrictStr = Field("balanced", description="decode (smallest measured M), prefill (largest), balanced "
                                                    "(every measured M alike) or M:weight,... e.g. 1:0.7,4096:0.3")
-    allow_testing_only: bool = Field(
-        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement; by default "
-                           "they keep their policy place after every measured kernel")
+    allow_testing_only: StrictBool = Field(
+        False, description="may testing-only kernels (emulation, BF16 weights) win by measurement (true or false, "
+                           "nothing else); by default they keep their policy place after every measured kernel")
 
     @field_validator("objective")
     @classmethod

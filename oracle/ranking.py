@@ -44,6 +44,8 @@ class Order:
     winner: int
     by_measurement: bool
     verdicts: tuple[tuple[str, str], ...] = ()
+    #: when nothing ranks by measurement although figures exist (an objective at unmeasured Ms): why
+    note: str | None = None
 
 
 def order(passing: Sequence[tuple[Any, Any]], table: dict[tuple, CandidateTimes], mset: MeasurementSet) -> Order:
@@ -68,7 +70,11 @@ def order(passing: Sequence[tuple[Any, Any]], table: dict[tuple, CandidateTimes]
     winner_key, winner_score = ranked[0]
     winner = keys.index(winner_key)
     if winner_score is None:
-        return Order(winner, False)
+        note = None
+        if times and not weights:  # measured, but not where the objective looks: say so, never silently
+            note = (f"measurements: policy order, as objective {mset.objective} names no token count these "
+                    f"candidates were measured at (M={','.join(map(str, sorted(measured_ms)))})")
+        return Order(winner, False, note=note)
     scores = {k: s for k, s in ranked if s is not None}
     objective = f"objective {mset.objective}" + (f" over M={','.join(map(str, sorted(weights)))}"
                                                  if mset.objective.name in ("balanced", "custom") else "")

@@ -32,6 +32,9 @@ from .names import suggestion
 from .sources import display_path, load_yaml_file
 
 ENTRY_POINT_GROUP = "oracle.kernels"
+#: The plugin distributions this project ships (plugins/): loaded before any third-party plugin, so a
+#: kernel or backend name they declare stays theirs and a newcomer declaring it is the newcomer's error.
+SHIPPED_DISTRIBUTIONS = ("oracle-emulation", "oracle-torch", "oracle-triton", "oracle-b12x")
 _generation = itertools.count(1)
 
 
@@ -122,7 +125,7 @@ class Registry:
         """Every plugin of the entry-point group, or only those named in `allow` (the rest are not imported)."""
         registry = cls()
         try:
-            found = sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
+            found = sorted(importlib.metadata.entry_points(group=group), key=_load_order)
         except Exception as exc:  # broken metadata must not take the engine down
             registry.failures.append(PluginFailure("<entry points>", "import", str(exc)))
             found = []
@@ -220,12 +223,17 @@ class Registry:
         except Exception as exc:  # e.g. an implementation asking for an argument the spec lacks
             self.failures.append(PluginFailure(name, "register", f"{type(exc).__name__}: {exc}"))
             return False
+        known = ", ".join(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "oracle_spec")))
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
             self.pm.unregister(plugin)
-            known = ", ".join(sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "oracle_spec")))
             self.failures.append(PluginFailure(name, "register", f"{exc}; the hooks are: {known}"))
+            return False
+        if not self.pm.get_hookcallers(plugin):   # an int, a function, a module without hooks: not a plugin
+            self.pm.unregister(plugin)
+            self.failures.append(PluginFailure(name, "register", f"the entry point's object ({_kind(plugin)}) "
+                                               f"implements no oracle hook; a plugin implements some of: {known}"))
             return False
         return True
 
@@ -334,6 +342,19 @@ def describe(exc: BaseException) -> str:
     """'SystemExit: 3' style text for a failure of plugin code."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _kind(obj: Any) -> str:
+    import types
+    if isinstance(obj, types.ModuleType):
+        return f"module {obj.__name__}"
+    return short(obj)
+
+
+def _load_order(ep: Any) -> tuple[bool, str]:
+    """Shipped plugins first, then the others; by entry-point name within each."""
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    return (dist not in SHIPPED_DISTRIBUTIONS, ep.name)
 
 
 def short(value: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .errors import OracleError, PolicyError
+from .errors import InputError, PolicyError
 
 
 class SourcedDict(dict):
@@ -72,16 +72,10 @@ MAX_YAML_DEPTH = 64             # nesting of mappings and lists
 MAX_YAML_VALUES = 100_000       # values after aliases are counted out (a "billion laughs" is refused)
 
 
-def read_bounded_text(path: Path, limit: int, what: str, error: type[OracleError], label: str | None = None) -> str:
-    """A UTF-8 file of at most `limit` bytes; every way that fails is one `error` naming the file."""
-    try:
-        if path.stat().st_size > limit:
-            raise error(f"file is larger than {limit} bytes; {what} is a few KiB", source=label or str(path))
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise error(f"cannot read: {exc}", source=str(path)) from None
+def read_bounded_text(path: Path, limit: int, what: str, error: type[InputError], label: str | None = None) -> str:
+    """A regular UTF-8 file of at most `limit` bytes (oracle.safeio); every way that fails is one `error`."""
+    from .safeio import read_text
+    return read_text(path, limit, what=what, error=error, label=label)
 
 
 def load_yaml_file(path: str | Path) -> Any:

@@ -63,9 +63,12 @@ def test_entry_point_plugin_is_discovered_and_selected(installed):
     d = select_backend(layer, Platform.preset("h200"), KernelConfig(linear_backend="ThirdParty"), env={})
     assert (d.status, d.kernel, d.mode) == ("selected", "thirdparty.fp8", "w8a8")
     assert d.instantiate(layer).apply(1) == ("third party", 1)
-    # opt-in: automatic selection does not pick it, and says why
+    # opt-in: automatic selection does not pick it (shipped plugins load first, so a shipped kernel of the
+    # same tier wins before it is reached), and where the trace reaches it, it says why
     auto = select_backend(layer, Platform.preset("h200"), env={})
-    assert any(c.kernel == "thirdparty.fp8" and c.stage == "policy" for c in auto.candidates)
+    assert auto.status == "selected" and auto.kernel != "thirdparty.fp8"
+    assert all(c.stage == "policy" for c in auto.candidates if c.kernel == "thirdparty.fp8")
+    assert [p.name for p in registry.plugins][-1] == "thirdparty"     # after every shipped plugin
 
 
 def test_plugin_that_fails_to_import_is_recorded(installed):

@@ -102,8 +102,8 @@ def test_schema_command_prints_the_tuning_schema(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "no-such-model"], "--model: no such file, folder or shipped example"),
-    (["--model", "qwen3-8b", "--m", "1,0"], "--m: token counts must be > 0, got 0"),
-    (["--model", "qwen3-8b", "--m", "1,x"], "--m: expected positive token counts"),
+    (["--model", "qwen3-8b", "--m", "1,0"], "--m: token counts must be from 1 to 1048576, got 0"),
+    (["--model", "qwen3-8b", "--m", "1,x"], "--m: expected whole token counts from 1 to 1048576"),
     (["--model", "qwen3-8b", "--m", "1,16", "--objective", "4096:1"], "--objective: 4096:1 names no M of --m (1,16)"),
     (["--model", "qwen3-8b", "--objective", "soon"], "--objective: 'soon' is not decode"),
     (["--model", "qwen3-8b", "--device", "h200"], "--device: 'h200' is not the detected device"),

@@ -4,6 +4,7 @@
 every dialect the model front end reads; `adapters.Adapter` applies them to one layer;
 `source.TensorSource` reads safetensors shards lazily. Imports no torch at import time.
 """
+from . import preflight
 from .adapters import DIALECTS, Adapter, adapter_for
 from .layouts import LAYOUTS, TensorLayout, render_markdown
 from .source import CheckpointError, DictSource, TensorSource

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .fuse import join_rows, stack_experts
 from .layouts import rows
 from .packing import pack_nibbles, unpack_nibbles
+from .preflight import check_values
 from .source import CheckpointError, TensorSource
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)   # AWQ nibble i holds column AWQ_ORDER[i] of each group of 8
@@ -123,6 +124,7 @@ class Adapter:
             raise CheckpointError(f"expected shape {' or '.join(map(str, shapes))} for N={n}, K={k}"
                                   + (f", group {group}" if group else "") + f" ({what}), got {list(t.shape)}",
                                   tensor=name, file=src.file(name))
+        check_values(t, name, row.arg, fmt, src.file(name))
         return t
 
 

@@ -55,6 +55,10 @@ class TensorSource:
                 raise CheckpointError("no *.safetensors file and no model.safetensors.index.json", file=str(root))
             for shard in shards:
                 for name in _header_names(shard):
+                    if name in files:   # no index to say which copy is meant: neither wins silently
+                        raise CheckpointError(f"tensor is in two shards, {files[name].name} and {shard.name}, and "
+                                              "no model.safetensors.index.json says which to read", tensor=name,
+                                              file=str(shard))
                     files[name] = shard
         return cls(files, root)
 

@@ -17,6 +17,12 @@ from typing import Any
 from ..errors import InputError, NoKernelError
 
 NAME = "run"
+#: Most tokens `oracle run` generates (it is a smoke test, not a server).
+MAX_NEW_TOKENS = 4096
+#: Largest --batch of --bench.
+MAX_BATCH = 1024
+#: Most prompt token ids.
+MAX_PROMPT_IDS = 8192
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -33,7 +39,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", metavar="TEXT", help="text prompt (needs a tokenizer in DIR)")
     prompt.add_argument("--prompt-ids", metavar="1,2,3", help="token ids of the prompt (default: 1)")
-    p.add_argument("--max-new-tokens", type=int, default=16, metavar="N")
+    p.add_argument("--max-new-tokens", type=int, default=16, metavar="N",
+                   help=f"tokens to generate, 1 to {MAX_NEW_TOKENS} (default 16)")
     p.add_argument("--decode", choices=("eager", "graphs"), default=None,
                    help="decode steps run eagerly or replayed from one CUDA graph over a static KV cache "
                         "(default: graphs on CUDA, eager on the CPU)")
@@ -53,10 +60,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: oracle run needs the hf extra (pip install 'kernel-oracle[hf]'): {exc}", file=sys.stderr)
         return 1
-    for field, value in (("--max-new-tokens", [args.max_new_tokens]), ("--batch", args.batch),
-                         ("--bench-steps", [args.bench_steps])):
-        if min(value) < 1:
-            print(f"error: {field}: expected a positive integer, got {min(value)}", file=sys.stderr)
+    for field, value, most in (("--max-new-tokens", [args.max_new_tokens], MAX_NEW_TOKENS),
+                               ("--batch", args.batch, MAX_BATCH), ("--bench-steps", [args.bench_steps], MAX_NEW_TOKENS)):
+        bad = next((v for v in value if not 1 <= v <= most), None)
+        if bad is not None:
+            print(f"error: {field}: expected a whole number from 1 to {most}, got {bad}", file=sys.stderr)
             return 1
     try:
         return _run(args)
@@ -74,15 +82,18 @@ def _run(args: argparse.Namespace) -> int:
     from ..hf.decode import Decoder
     from ..hf.loader import load_quantized
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"no CUDA device on this machine (torch {torch.__version__})", field="--device")
+    device = torch_device(args.device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    model = load_quantized(args.model, device=device)
     mode = args.decode or ("graphs" if device.startswith("cuda") else "eager")
     tokenizer = _tokenizer(args.model)
-    ids = _prompt_ids(args, tokenizer).to(device)
+    ids = _prompt_ids(args, tokenizer)
+    model = load_quantized(args.model, device=device)
+    vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
+    if vocab and int(ids.max()) >= vocab:
+        raise InputError(f"token id {int(ids.max())} is outside the vocabulary (vocab_size {vocab}: ids 0 to "
+                         f"{vocab - 1})", source=args.model, field="--prompt-ids" if args.prompt is None else "--prompt")
+    ids = ids.to(device)
     start = time.perf_counter()
     out = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode).generate(ids, args.max_new_tokens)
     new = _until_eos(out[0].tolist(), model)
@@ -102,6 +113,27 @@ def _run(args: argparse.Namespace) -> int:
     if args.bench:
         _bench(model, ids, args, device)
     return 0
+
+
+def torch_device(text: str | None) -> str:
+    """--device as torch names it (cpu, cuda, cuda:N with N below the device count), else InputError."""
+    import torch
+    if text is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(text.strip())
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise InputError(f"expected cpu, cuda or cuda:N, got {text!r}", field="--device")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            raise InputError(f"no CUDA device on this machine (torch {torch.__version__})", field="--device")
+        if device.index is not None and device.index >= count:
+            raise InputError(f"{text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
+                             field="--device")
+    return str(device)
 
 
 def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:
@@ -132,10 +164,17 @@ def _until_eos(tokens: list[int], model: Any) -> list[int]:
 
 def _tokenizer(path: str) -> Any:
     from pathlib import Path
-    if not any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+
+    from ..checkpoints import preflight
+    root = Path(path)
+    if not any((root / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
+    if not root.is_dir():
+        return None
+    preflight.refuse_remote_code(root)
+    preflight.check_sidecars(root)
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path)
+    return preflight.transformers_call(AutoTokenizer.from_pretrained, root / "tokenizer_config.json")
 
 
 def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> Any:
@@ -144,15 +183,18 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> Any:
         if tokenizer is None:
             raise InputError("--prompt needs a tokenizer (tokenizer.json) in the checkpoint directory; "
                              "give --prompt-ids instead", source=args.model, field="--prompt")
-        return tokenizer(args.prompt, return_tensors="pt").input_ids
+        ids = tokenizer(args.prompt, return_tensors="pt").input_ids
+        if ids.numel() == 0 or ids.shape[-1] > MAX_PROMPT_IDS:
+            raise InputError(f"the prompt is {ids.shape[-1]} tokens; expected 1 to {MAX_PROMPT_IDS}",
+                             source=args.model, field="--prompt")
+        return ids
     text = args.prompt_ids or "1"
-    try:
-        ids = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise InputError(f"expected comma-separated token ids, got {text!r}", field="--prompt-ids") from None
-    if not ids or min(ids) < 0:
-        raise InputError(f"expected non-negative token ids, got {text!r}", field="--prompt-ids")
-    return torch.tensor([ids])
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isascii() and t.isdigit() and len(t) <= 12 for t in items):
+        raise InputError(f"expected comma-separated non-negative token ids, got {text[:60]!r}", field="--prompt-ids")
+    if len(items) > MAX_PROMPT_IDS:
+        raise InputError(f"at most {MAX_PROMPT_IDS} token ids, got {len(items)}", field="--prompt-ids")
+    return torch.tensor([[int(t) for t in items]])
 
 
 def _peak_mib(device: str) -> float:

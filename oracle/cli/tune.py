@@ -1,32 +1,37 @@
 """`oracle tune`: measure every viable kernel of a model's distinct layers on this device.
 
 Exit 0 when the file was written (candidates that failed are recorded in it), 1 on
-bad input (unknown model, M <= 0, an objective naming no M, a --device other than the
-detected one, a corrupt tuning file). The file is written once, atomically, merged
-with what is there; nothing is written when the run is interrupted.
+bad input (unknown model, an M outside 1..MAX_M or one whose buffers would not fit in
+memory, an objective naming no M, a --device other than the detected one, an output,
+lock or plot path that cannot be written, a corrupt tuning file), 64 for a malformed
+option (--repeats 0). Every input is checked before the first timing; the file is
+written once, atomically, merged with what is there; nothing is written on failure.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..catalog import normalize_backend
 from ..errors import InputError, OracleError
 from ..explain.describe import describe_layer
+from ..exitcodes import bounded_count
 from ..models import load_model
 from ..objective import parse_objective
 from ..platform import Platform
 from ..ranking import timing_text
+from ..safeio import check_output, write_atomic
 from ..session import get_engine, get_registry
 from ..tuning import store
 from ..tuning.metadata import live_metadata, mismatches
 from ..tuning.runner import Runner, candidates_for, distinct_layers, progress_bar, ranking
-from ..tuning.schema import TuningFile
+from ..tuning.schema import MAX_M, MAX_MS, TuningFile
 from .options import env_from_args, policy_from_args, positive_int
 
 DEFAULT_MS = (1, 16, 256, 4096)
+#: Most timed repeats per figure (a figure is a median; thousands add nothing but time).
+MAX_REPEATS = 10_000
 DEFAULT_OUT = "oracle-tuning.json"
 
 
@@ -51,8 +56,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="time only these backends' kernels (repeatable)")
     p.add_argument("--device", metavar="NAME",
                    help="must name the detected device (tuning measures this machine; it cannot simulate)")
-    p.add_argument("--repeats", type=int, default=None, metavar="N",
-                   help="timed repeats per figure (default 30 on a GPU, 5 on CPU; fewer for slow calls)")
+    p.add_argument("--repeats", type=lambda t: bounded_count(t, maximum=MAX_REPEATS), default=None, metavar="N",
+                   help=f"timed repeats per figure, 1 to {MAX_REPEATS} (default 30 on a GPU, 5 on CPU; "
+                        "fewer for slow calls)")
     p.add_argument("--plot", metavar="FILE.png", help="draw time against M per layer (needs matplotlib)")
     p.add_argument("--policy", action="append", default=[], metavar="FILE", help="policy files above the defaults")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment switches")
@@ -62,24 +68,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def parse_ms(text: str) -> list[int]:
+    """Token counts 1..MAX_M, at most MAX_MS of them (a tuning file holds no more per candidate)."""
     values: list[int] = []
     for item in str(text).split(","):
         item = item.strip()
-        try:
-            m = int(item)
-        except ValueError:
-            raise InputError(f"expected positive token counts separated by commas, got {item!r}",
-                             field="--m") from None
-        if m <= 0:
-            raise InputError(f"token counts must be > 0, got {m}", field="--m")
+        if not item.isascii() or not item.isdigit():
+            raise InputError(f"expected whole token counts from 1 to {MAX_M} separated by commas, got {item[:40]!r}",
+                             field="--m")
+        m = int(item[:12])
+        if not 1 <= m <= MAX_M or len(item) > 12:
+            raise InputError(f"token counts must be from 1 to {MAX_M}, got {item[:40]}", field="--m")
         values.append(m)
-    return sorted(set(values))
+    ms = sorted(set(values))
+    if len(ms) > MAX_MS:
+        raise InputError(f"at most {MAX_MS} token counts, got {len(ms)}", field="--m")
+    return ms
 
 
 def check_device(requested: str | None, detected: Any) -> None:
     """--device may only name the detected device: tuning measures, it cannot simulate."""
-    if not requested:
+    if requested is None:
         return
+    if not requested.strip():  # as in `oracle explain`: an empty name is an error, not "detect"
+        raise InputError("empty device name; leave --device out to use the detected device", field="--device")
     same_name = requested.strip().lower() in {detected.device_name.lower(), detected.vendor}
     if not same_name:
         try:
@@ -116,11 +127,10 @@ def _run(args: argparse.Namespace) -> int:
         registry.require_backend(name, field="--backend")
     if args.plot:
         _require_matplotlib()
+        check_output(args.plot, field="--plot", what="the plot")
+    out = store.check_writable(args.out)  # out, lock and folder; a corrupt file fails now, not after timing
     platform = Platform.detect()
     check_device(args.device, platform)
-    out = Path(args.out)
-    if out.exists():
-        store.read(out)  # a corrupt file fails now, not after minutes of timing
     model = load_model(args.model, tp=tp, ep=ep)
     env = env_from_args(args)
     engine = get_engine(policy, registry)
@@ -130,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         backends = {normalize_backend(b) for b in args.backend}
     cands = {g.key: candidates_for(engine, g.layer, platform, None, env, backends) for g in groups}
     total = sum(len(c) for c in cands.values()) * len(ms)
+    check_memory(groups, ms, platform)
     print(f"tuning {model.name} (tp={tp} ep={ep}) on {platform.describe()}: {len(groups)} distinct layers, "
           f"{sum(len(c) for c in cands.values())} candidates, M={','.join(map(str, ms))}", file=sys.stderr)
     runner = Runner(platform, registry.pm.hook.quantize_weight, args.repeats)
@@ -157,9 +168,23 @@ def _run(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {len(result.entries)} figures ({failed} failed) merged into {len(merged.entries)} entries")
     if args.plot:
         from .plot import plot
-        plot(result, objective, args.plot, platform.describe(), allow)
+        write_atomic(args.plot, lambda tmp: plot(result, objective, tmp, platform.describe(), allow))
         print(f"plot: {args.plot}")
     return 0
+
+
+def check_memory(groups: Any, ms: list[int], platform: Any) -> None:
+    """Refuse, before any timing, an M whose buffers for some layer exceed this device's memory."""
+    from ..tuning.runner import buffer_bytes, device_memory
+    limit = device_memory(platform)
+    if not limit or not groups:
+        return
+    m = max(ms)
+    need, layer = max(((buffer_bytes(g.layer, m), g.layer) for g in groups), key=lambda t: t[0])
+    if need > limit:
+        raise InputError(f"M={m} needs about {need / 2**30:.1f} GiB of inputs, outputs and intermediates for "
+                         f"{layer.name or layer.op} alone, more than this device's {limit / 2**30:.1f} GiB; "
+                         "give smaller token counts", field="--m")
 
 
 def _require_matplotlib() -> None:

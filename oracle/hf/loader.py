@@ -25,7 +25,7 @@ import structlog
 import torch
 from torch import nn
 
-from ..checkpoints import Adapter, CheckpointError, TensorSource
+from ..checkpoints import Adapter, CheckpointError, TensorSource, preflight
 from ..errors import InputError, NoKernelError
 from ..formats import torch_dtype
 from .modules import FusedRunner, KernelExperts, KernelLinear
@@ -78,6 +78,8 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
     if not root.is_dir():
         raise InputError("expected a checkpoint directory (config.json + safetensors)", source=str(root))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    preflight.refuse_remote_code(root)       # before transformers reads anything: no checkpoint code runs
+    preflight.check_sidecars(root)
     desc = load_model(str(root))
     platform = platform or Platform.detect()
     report = build_report(desc, platform, config, policy=policy, env=env)
@@ -86,6 +88,7 @@ def load_quantized(path: str | Path, *, device: str | None = None, platform: Any
                             f"{platform.describe()}:\n" + "\n".join(g.decision.explain(g.first.layer) for g in report.no_kernel))
     src = source if source is not None else TensorSource.from_dir(root)
     try:
+        preflight.before_build(desc, src, root)   # block sizes and bytes, before any allocation
         model = _build(root, desc)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
         loaded = LoadReport(report=report, device=str(device))
@@ -126,7 +129,7 @@ def _parameters_on_meta() -> Iterator[None]:
 def _build(root: Path, desc: Any) -> nn.Module:
     import transformers
 
-    cfg = transformers.AutoConfig.from_pretrained(str(root))
+    cfg = preflight.transformers_call(transformers.AutoConfig.from_pretrained, root / "config.json")
     for holder in (cfg, getattr(cfg, "text_config", None)):
         if holder is not None and hasattr(holder, "quantization_config"):
             delattr(holder, "quantization_config")      # the kernels are ours, not transformers' quantizer
@@ -134,7 +137,8 @@ def _build(root: Path, desc: Any) -> nn.Module:
     with _parameters_on_meta():
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     if (root / "generation_config.json").is_file():
-        model.generation_config = transformers.GenerationConfig.from_pretrained(str(root))
+        model.generation_config = preflight.transformers_call(transformers.GenerationConfig.from_pretrained,
+                                                              root / "generation_config.json")
     return model
 
 

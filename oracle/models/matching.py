@@ -29,6 +29,7 @@ import re
 from typing import Iterable
 
 from ..errors import InputError
+from ..saferegex import compile_user_pattern
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 _WILDCARD = re.compile(r"[*?\[]")
@@ -62,11 +63,9 @@ class NameMatcher:
         self.regexes: list[tuple[re.Pattern, str]] = []
         for entry in entries:
             if regexes and entry.startswith("re:"):
-                try:
-                    self.regexes.append((re.compile(entry[3:]), entry))
-                except re.error as exc:
-                    raise InputError(f"invalid regular expression {entry!r}: {exc}",
-                                     source=source or None, field=field or None) from None
+                compiled = compile_user_pattern(entry[3:], lambda message: InputError(
+                    message, source=source or None, field=field or None), entry)   # refuses patterns that could hang
+                self.regexes.append((compiled, entry))
             elif wildcards and _WILDCARD.search(entry):
                 self.globs.append((re.compile(fnmatch.translate(entry)), entry))
                 # a glob can only match names that start with its literal head; bucket by its layer index

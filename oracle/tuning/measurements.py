@@ -8,6 +8,7 @@ a `StaleMeasurementsWarning` naming each difference.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import warnings
@@ -25,6 +26,46 @@ CandidateKey = tuple[str, str, str]  # kernel, mode, activation format
 
 class StaleMeasurementsWarning(UserWarning):
     """A tuning file measured on another device or with other versions; it is ignored."""
+
+
+class UnusedMeasurementsWarning(UserWarning):
+    """Entries of a tuning file that no registered kernel, mode or layer can use (they are skipped, said once)."""
+
+
+_LAYER_TYPES = ("LinearLayer", "MoELayer", "EmbeddingLayer")
+
+
+def _layer_key_problem(key: str) -> str | None:
+    """Why `key` cannot be a layer key oracle files figures under (None when it can)."""
+    try:
+        data = json.loads(key)
+    except ValueError:
+        return "not canonical JSON"
+    if not isinstance(data, dict) or data.get("type") not in _LAYER_TYPES:
+        return f"no layer type ({', '.join(_LAYER_TYPES)})"
+    return None
+
+
+def unusable(data: TuningFile, registry: Any) -> list[str]:
+    """Each kind of entry of `data` that nothing here can use, counted, with up to 3 examples."""
+    kinds: dict[str, list[str]] = {}
+    checked_keys: dict[str, str | None] = {}
+    for e in data.entries:
+        spec = registry.by_name.get(e.kernel)
+        if spec is None:
+            kinds.setdefault("kernels no registered plugin declares", []).append(e.kernel)
+        elif not any(m.name == e.mode and m.activation == e.activation_format for m in spec.modes):
+            kinds.setdefault(f"modes kernel {e.kernel} does not declare", []).append(
+                f"{e.mode}/{e.activation_format}")
+        if e.layer_key not in checked_keys:
+            checked_keys[e.layer_key] = _layer_key_problem(e.layer_key)
+        if checked_keys[e.layer_key] is not None:
+            kinds.setdefault(f"layer keys that are {checked_keys[e.layer_key]}", []).append(e.layer_key[:40])
+    out = []
+    for what, names in kinds.items():
+        shown = ", ".join(sorted(set(names))[:3]) + (", ..." if len(set(names)) > 3 else "")
+        out.append(f"{len(names)} entries name {what} ({shown})")
+    return out
 
 
 @dataclass
@@ -104,6 +145,11 @@ class MeasurementSet:
                 ignored.append(text)
                 warnings.warn(text, StaleMeasurementsWarning, stacklevel=2)
                 continue
+            problems = unusable(data, registry)
+            if problems:
+                text = f"measurements {name}: skipped, nothing here can use them: {'; '.join(problems)}"
+                ignored.append(text)
+                warnings.warn(text, UnusedMeasurementsWarning, stacklevel=2)
             for e in data.entries:
                 slot = by_layer.setdefault(e.layer_key, {}).setdefault(
                     (e.kernel, e.mode, e.activation_format), CandidateTimes())

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..formats import torch_dtype
+from ..formats import GATED_ACTIVATIONS, torch_dtype
 from .schema import Entry, Reference, layer_key
 
 #: HBM bandwidth in GB/s by device name fragment, for the reference line of the plot.
@@ -96,6 +96,37 @@ def candidates_for(engine: Any, layer: Any, platform: Any, config: Any, env: Any
     wanted = set(backends) if backends else None
     return [(spec, mode) for spec, mode in engine.viable(layer, platform, config, env)
             if wanted is None or spec.backend in wanted]
+
+
+def buffer_bytes(layer: Any, m: int) -> int:
+    """A generous estimate of the bytes timing `layer` at M tokens holds at once: synthetic weights
+    (fp32 before quantizing, and the quantized copy) plus inputs, outputs and fp32 intermediates."""
+    if layer.op == "linear":
+        k, n = layer.in_features, layer.out_features
+        return 8 * n * k + 6 * m * (k + n)
+    if layer.op == "moe":
+        e = max(1, layer.num_experts // layer.ep_size)
+        h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
+        rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+        top = min(layer.top_k, e)
+        return 8 * e * (rows * h + h * i) + m * (6 * h + 4 * e + 4 * top * (rows + h))
+    return 8 * layer.num_embeddings * layer.embedding_dim + 4 * m * layer.embedding_dim
+
+
+def device_memory(platform: Any) -> int | None:
+    """Total memory of the device `oracle tune` times on (GPU memory, else physical RAM), in bytes."""
+    import os
+    if platform.vendor in ("nvidia", "amd"):
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return int(torch.cuda.mem_get_info()[1])
+        except Exception:  # no usable GPU: timing falls back to the CPU below
+            pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def hbm_gbps(device_name: str) -> float | None:

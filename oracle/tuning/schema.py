@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 Method = Literal["graph", "eager"]
+#: Largest token count a tuning file or `oracle tune --m` may name (stated in docs/user-guide.md).
+MAX_M = 1 << 20
+#: Most distinct token counts per (layer, candidate): bounds what a report repeats per candidate.
+MAX_MS = 64
+#: Longest time a tuning file may hold, in ms (one hour per call; anything longer is a corrupt figure).
+MAX_TIME_MS = 3_600_000.0
+#: A time in milliseconds: a JSON number in (0, MAX_TIME_MS] (not a bool, not a string, not NaN/Infinity).
+Millis = Annotated[float, Field(gt=0, le=MAX_TIME_MS, allow_inf_nan=False)]
+Spread = Annotated[float, Field(ge=0, le=MAX_TIME_MS, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict JSON types: `true` is no number, "0.5" no time, 1.0 no token count."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Metadata(_Strict):
@@ -41,16 +52,26 @@ class Entry(_Strict):
     backend: str
     mode: str
     activation_format: str
-    m: int = Field(gt=0, description="tokens per call")
+    m: int = Field(gt=0, le=MAX_M, description="tokens per call")
     status: Literal["ok", "failed"]
-    median_ms: float | None = Field(None, ge=0, description="median of the timed repeats")
-    min_ms: float | None = Field(None, ge=0)
-    max_ms: float | None = Field(None, ge=0)
-    iqr_ms: float | None = Field(None, ge=0, description="interquartile range of the repeats (the spread)")
+    median_ms: Millis | None = Field(None, description="median of the timed repeats (finite, > 0)")
+    min_ms: Millis | None = None
+    max_ms: Millis | None = None
+    iqr_ms: Spread | None = Field(None, description="interquartile range of the repeats (the spread)")
     repeats: int = Field(0, ge=0)
     method: Method | None = Field(None, description="graph: CUDA-graph replay; eager: direct calls")
     testing_only: bool = Field(False, description="the kernel is meant for testing (emulation)")
     error: str | None = Field(None, description="why the candidate failed, when status is failed")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Entry":
+        if self.status == "ok" and self.median_ms is None:
+            raise ValueError("status ok needs median_ms (a finite time > 0)")
+        if self.status == "failed" and not self.error:
+            raise ValueError("status failed needs error (why the candidate failed)")
+        if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
+            raise ValueError(f"min_ms {self.min_ms} is greater than max_ms {self.max_ms}")
+        return self
 
     @property
     def key(self) -> tuple[str, str, str, str, int]:
@@ -61,9 +82,9 @@ class Reference(_Strict):
     """A reference figure beside the candidates (BF16 x @ w.T; HBM time of the weights)."""
 
     layer_key: str
-    m: int = Field(gt=0)
-    bf16_ms: float | None = Field(None, ge=0, description="BF16 matmul (linear layers), same timing method")
-    hbm_ms: float | None = Field(None, ge=0, description="bytes of the checkpoint weights / HBM bandwidth")
+    m: int = Field(gt=0, le=MAX_M)
+    bf16_ms: Millis | None = Field(None, description="BF16 matmul (linear layers), same timing method")
+    hbm_ms: Millis | None = Field(None, description="bytes of the checkpoint weights / HBM bandwidth")
 
 
 class TuningFile(_Strict):
@@ -73,6 +94,18 @@ class TuningFile(_Strict):
     metadata: Metadata
     entries: list[Entry] = Field(default_factory=list)
     references: list[Reference] = Field(default_factory=list)
+
+    @field_validator("entries")
+    @classmethod
+    def _bounded(cls, entries: list[Entry]) -> list[Entry]:
+        ms: dict[tuple, set[int]] = {}
+        for e in entries:
+            got = ms.setdefault((e.layer_key, e.kernel, e.mode, e.activation_format), set())
+            got.add(e.m)
+            if len(got) > MAX_MS:
+                raise ValueError(f"more than {MAX_MS} token counts for kernel {e.kernel} [{e.mode}] on one layer; "
+                                 f"a tuning file holds at most {MAX_MS} per candidate")
+        return entries
 
     def merged_with(self, newer: "TuningFile") -> "TuningFile":
         """Entries of both, `newer` winning per (layer, candidate, M); metadata of `newer`, first creation kept."""

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
 from pydantic import ValidationError
 
 from ..errors import InputError
+from ..safeio import MAX_TUNING_BYTES, check_output, load_json, lock_file, read_text, write_text_atomic
 from .schema import TuningFile
 
 try:  # POSIX; elsewhere writes are still atomic, only concurrent merges are unguarded
@@ -31,26 +30,18 @@ class TuningFileError(InputError):
 
 
 def read(path: str | Path) -> TuningFile:
-    """Parse and validate a tuning file; errors name the file and the field."""
+    """Parse and validate a tuning file (a bounded regular file, oracle.safeio); errors name file and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise TuningFileError("no such tuning file (write one with `oracle tune --out FILE`)",
-                              source=str(path)) from None
-    except OSError as exc:
-        raise TuningFileError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TuningFileError(f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                              source=str(path)) from None
+    if not path.exists() and not path.is_symlink():
+        raise TuningFileError("no such tuning file (write one with `oracle tune --out FILE`)", source=str(path))
+    text = read_text(path, MAX_TUNING_BYTES, what="a tuning file", error=TuningFileError)
+    data = load_json(text, source=str(path), error=TuningFileError)
     if not isinstance(data, dict):
         raise TuningFileError(f"expected a JSON object with schema_version, metadata and entries, got "
                               f"{type(data).__name__}", source=str(path))
     version = data.get("schema_version")
-    if version != 1:
-        raise TuningFileError(f"expected 1 (this oracle reads tuning schema 1), got {version!r}",
+    if type(version) is not int or version != 1:
+        raise TuningFileError(f"expected 1 (this oracle reads tuning schema 1), got {_short(version)}",
                               source=str(path), field="schema_version")
     try:
         return TuningFile.model_validate(data)
@@ -66,33 +57,30 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path`'s sibling lock file."""
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a") as fh:
+    """Hold an exclusive lock on `path`'s sibling lock file (a regular file, oracle.safeio.lock_file)."""
+    with lock_file(lock_path(path), field="--out") as fd:
         if fcntl is not None:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
             if fcntl is not None:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, fsync, then replace `path` in one step."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def check_writable(path: str | Path) -> Path:
+    """Before any timing: the tuning file, its lock and their folder can be written (else InputError)."""
+    path = check_output(path, field="--out", what="the tuning file", create_parent=True)
+    check_output(lock_path(path), field="--out", what="the tuning file's lock (FILE.lock)", create_parent=True)
+    if path.exists():
+        read(path)  # a corrupt file fails now, not after minutes of timing
+    return path
 
 
 def merge_into(path: str | Path, new: TuningFile,
@@ -110,5 +98,5 @@ def merge_into(path: str | Path, new: TuningFile,
             old = read(path)
             if keep_existing(old):
                 merged = old.merged_with(new)
-        write_atomic(path, merged.model_dump_json(indent=1) + "\n")
+        write_text_atomic(path, merged.model_dump_json(indent=1) + "\n")
     return merged

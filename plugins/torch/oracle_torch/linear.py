@@ -3,7 +3,8 @@
 process_weights checks the checkpoint tensors (names and shapes as in oracle.kernel) and
 lays them out once (B = W^T as a column-major view, scales in the layout the GEMM reads);
 apply quantizes the activations on the device exactly as oracle-emulation rounds them
-(oracle_torch.quantize), runs one scaled GEMM and adds the bias after it.
+(oracle_torch.quantize), runs one scaled GEMM and adds the bias after it. Eager few-row calls
+replay a private CUDA graph of those launches (oracle.integration.eager_graphs).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.formats import torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
 from oracle.kernel import Kernel
 from oracle.tensors import check_activations, check_device, check_scales, check_tensor, forbid
 
@@ -83,6 +85,7 @@ class _ScaledLinear(Kernel):
         self.w_t = weight.contiguous().t()
         self.bias = None if bias is None else bias.to(device=self.device, dtype=self.dtype)
         self._prepare(**scales)
+        self.eager = EagerGraphs(self.forward)
 
     def _validate(self, **scales: Any) -> None:
         raise NotImplementedError
@@ -99,10 +102,12 @@ class _ScaledLinear(Kernel):
         lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
         if x2.shape[0] == 0:
             return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
+        return self.eager(x2).reshape(*lead, self.n)
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        """Quantize, GEMM, bias on checked [M, K] activations (what an eager graph captures)."""
         y = self._gemm(x2)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.n)
+        return y + self.bias if self.bias is not None else y
 
 
 def _scalar_scale(name: str, t: Any) -> None:

@@ -29,15 +29,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
 def device_facts(device: torch.device) -> dict[str, Any]:
     """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
-    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count."""
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables)."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
     hw = _capability(index) >= (8, 9) and not force_int
-    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index)}
+    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index)}
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
@@ -161,8 +166,10 @@ class DenseGemm:
     """A packed weight and the launch of wgemm_kernel over it; owns the split-K counters."""
 
     def __init__(self, layout: Layout, n: int, k: int, weight: torch.Tensor, scale: torch.Tensor,
-                 zero: torch.Tensor | None, global_scale: torch.Tensor | None, bias: torch.Tensor | None):
+                 zero: torch.Tensor | None, global_scale: torch.Tensor | None, bias: torch.Tensor | None,
+                 mode: str = "", weight_format: str = ""):
         self.layout, self.n, self.k = layout, n, k
+        self.mode, self.weight_format = mode, weight_format      # the tuned table's key
         self.weight, self.scale, self.bias = weight, scale, bias
         self.zero = zero if zero is not None else scale
         self.global_scale = global_scale if global_scale is not None else scale
@@ -218,10 +225,15 @@ class DenseGemm:
 
     def config_for(self, m: int, act: int = 0) -> dict[str, int]:
         """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
-        tensor-core GEMM's. The one place the choice is made (calls and warm-up keys)."""
+        tensor-core GEMM's (the tuned table's entry for this device, shape and M bucket, else the
+        shape rules). The one place the choice is made (calls and warm-up keys)."""
         if use_gemv(m, self.n, self.k, self.layout.elem):
             return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
                                words=self.facts["hw_fp8"] and act == 0)
+        from .tuned import lookup
+        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
+        if found is not None:
+            return {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0, **found}
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@
 W8A16/W4A16 modes multiply the layer-dtype activations in one launch; W8A8 (W4A4) modes
 first round them to E4M3 (NVFP4) in one pass (per 1x128 group, per token, or per tensor:
 static input_scale or the dynamic amax/448), exactly as oracle-emulation rounds them.
+Eager few-row calls replay a private CUDA graph of `forward` (oracle.integration.eager_graphs).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_activations
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
@@ -65,7 +67,9 @@ class TritonLinear(Kernel):
         self.packed = packed
         self.gemm = DenseGemm(packed.layout, n, k, packed.weight.to(dev), packed.scale.to(dev),
                               None if packed.zero is None else packed.zero.to(dev),
-                              None if packed.global_scale is None else packed.global_scale.to(dev), b)
+                              None if packed.global_scale is None else packed.global_scale.to(dev), b,
+                              mode=self.mode.name, weight_format=self.mode.weight)
+        self.eager = EagerGraphs(self.forward)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
@@ -73,10 +77,14 @@ class TritonLinear(Kernel):
         lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
         if x2.shape[0] == 0:
             return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
+        return self.eager(x2).reshape(*lead, self.n)
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        """The launches of one call on checked [M, K] activations (what an eager graph captures)."""
         scale = None
         if self.act in (ACT_TENSOR, ACT_NVFP4):
             scale = self.static if self.static is not None else dynamic_tensor_scale(x2, self.act)
-        return self.gemm(x2, self.act, scale, self.dtype).reshape(*lead, self.n)
+        return self.gemm(x2, self.act, scale, self.dtype)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

@@ -14,7 +14,7 @@ import torch
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import torch_dtype
-from oracle.tensors import forbid
+from oracle.integration.eager_graphs import EagerGraphs
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
@@ -79,18 +79,27 @@ class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
     w13 = None
-    capture_safe = True   # the expert-id check syncs only in eager calls, never under capture
-    #: launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py)
-    config: dict[str, int] | None = None
+    capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
+    _config: dict[str, int] | None = None
+    eager: EagerGraphs | None = None
+
+    @property
+    def config(self) -> dict[str, int] | None:
+        """Launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py);
+        setting them drops the eager graphs captured with the previous ones."""
+        return self._config
+
+    @config.setter
+    def config(self, value: dict[str, int] | None) -> None:
+        self._config = value
+        if self.eager is not None:
+            self.eager.reset()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
                         w13_input_scale: Any = None, w2_input_scale: Any = None,
                         w13_bias: Any = None, w2_bias: Any = None, w13_zero_point: Any = None,
                         w2_zero_point: Any = None) -> None:
-        for name, zero in (("w13_zero_point", w13_zero_point), ("w2_zero_point", w2_zero_point)):
-            forbid(name, zero, "triton.moe INT4 is symmetric (zero point 8); asymmetric INT4 experts are "
-                   "served by emulation.moe")
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
@@ -105,10 +114,12 @@ class TritonMoE(Kernel):
         group = getattr(layer, "group_size", None)
         self.w13 = pack(fmt, {"weight": "w13", "scale": "w13_scale", "zero": "w13_zero_point",
                               "global": "w13_global_scale"},
-                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale}, [e], rows, h, group)
+                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},
+                        [e], rows, h, group)
         self.w2 = pack(fmt, {"weight": "w2", "scale": "w2_scale", "zero": "w2_zero_point",
                              "global": "w2_global_scale"},
-                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale}, [e], h, i, group)
+                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
+                       [e], h, i, group)
         self.b13 = None if w13_bias is None else check(
             "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
             "one bias per expert and FC1 row").to(self.dtype).contiguous()
@@ -139,6 +150,7 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+        self.eager = EagerGraphs(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
@@ -159,10 +171,12 @@ class TritonMoE(Kernel):
             raise TensorError("hidden_states", f"a tensor on {self.device}", str(x.device))
 
     def check_expert_ids(self, topk_ids: torch.Tensor) -> None:
-        """Out-of-range ids are named here in eager calls (this reads the ids back: one sync); under
-        graph capture the check is skipped and the kernels drop such pairs without touching memory."""
+        """Out-of-range ids are named here in eager calls while `check_inputs` is set (this reads the ids
+        back: one host sync, which serializes host and GPU; an engine that vouches for its router's ids
+        clears it); otherwise, and always under graph capture, the kernels drop such pairs without
+        touching memory."""
         if topk_ids.numel():
-            lo, hi = int(topk_ids.min()), int(topk_ids.max())
+            lo, hi = torch.stack(torch.aminmax(topk_ids)).tolist()     # one sync for both bounds
             if lo < 0 or hi >= self.experts:
                 raise TensorError("topk_ids", f"expert ids in [0, {self.experts})", f"{lo if lo < 0 else hi}")
 
@@ -172,12 +186,16 @@ class TritonMoE(Kernel):
         self._check(hidden_states, topk_weights, topk_ids)
         if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
+        if topk_ids.shape[0] == 0:
+            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        return self.eager(hidden_states, topk_weights, topk_ids)
+
+    def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """The launches of one call on checked inputs (what an eager graph captures)."""
         from . import moe_kernels as mk
 
         x = hidden_states.to(self.dtype).contiguous()
         m, k = topk_ids.shape
-        if m == 0:
-            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
@@ -210,11 +228,16 @@ class TritonMoE(Kernel):
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
-        the override (`config`), or the aligned grouped GEMM's. The one place the choice is made."""
+        the override (`config`), or the aligned grouped GEMM's (the tuned table's entry for this
+        device, shape and token bucket, else moe_config). The one place the choice is made."""
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
         if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
-        return self.config or moe_config(tokens, top_k, self.experts, lay.pack)
+        if self.config is not None:
+            return self.config
+        from .tuned import lookup
+        return lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts) or \
+            moe_config(tokens, top_k, self.experts, lay.pack)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
