@@ -431,10 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not start("bench_peers"):
         return 2
-    if args.shapes:
+    if args.shapes:                                  # only these, in the order given
         for table in (DENSE, MOE):
-            for key in [k for k in table if k not in args.shapes]:
-                del table[key]
+            kept = {k: table[k] for k in args.shapes if k in table}
+            table.clear()
+            table.update(kept)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
     bw = copy_bandwidth()

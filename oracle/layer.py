@@ -234,7 +234,6 @@ class EmbeddingLayer(_Layer):
 
 
 LayerSpec = Annotated[Union[LinearLayer, MoELayer, EmbeddingLayer], Field(discriminator="op")]
-LAYER_TYPES = {"linear": LinearLayer, "moe": MoELayer, "embedding": EmbeddingLayer}
 
 
 def field_errors(exc: Exception) -> str:

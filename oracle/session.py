@@ -128,11 +128,6 @@ def get_registry() -> Registry:
     return _current.registry
 
 
-def default_policy(registry: Registry | None = None) -> EffectivePolicy:
-    """The effective policy of `registry` (default: the process's) with no user files."""
-    return session_for(registry).policy()
-
-
 def load_policy(user_files: Iterable[str | Path] = (), registry: Registry | None = None) -> EffectivePolicy:
     """Defaults < plugin files and insertions of `registry` (default: the process's) < `user_files`."""
     return session_for(registry).policy(user_files)

@@ -91,6 +91,11 @@ def test_tiny_safetensors_index_with_original_names_maps_to_derived_modules(tmp_
     assert (module.name, expert) == ("layers.5.attn.wq_a", None)          # the fused tensor holds wq_a (and wkv)
     assert names.owner("layers.5.ffn.shared_experts.down_proj")[0].name == "layers.5.ffn.shared_experts.w2"
     assert names.owner("layers.1.ffn.gate") is None                       # hash-routed layer: no router GEMM
+    module, part, expert, suffix = names.owner_of_tensor("layers.5.ffn.experts.17.up_proj.weight_packed")
+    assert (module.name, part, expert, suffix) == ("layers.5.ffn.experts", "layers.5.ffn.experts.0.w3", 17,
+                                                   "weight_packed")
+    weight_map = deepseek_v4_flash_index()["weight_map"]
+    assert [t for t in weight_map if names.owner_of_tensor(t) is None] == []     # every tensor has its module
     assert by_name["layers.5.ffn.experts"].layer.weight_format == "nvfp4"
     assert any("every derived part is in the checkpoint" in n for n in m.notes)
     # the index, not the lists, decides the spelling when both are present

@@ -188,7 +188,7 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> Any:
             raise InputError(f"the prompt is {ids.shape[-1]} tokens; expected 1 to {MAX_PROMPT_IDS}",
                              source=args.model, field="--prompt")
         return ids
-    text = args.prompt_ids or "1"
+    text = args.prompt_ids if args.prompt_ids is not None else "1"   # an explicit empty list is an error
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isascii() and t.isdigit() and len(t) <= 12 for t in items):
         raise InputError(f"expected comma-separated non-negative token ids, got {text[:60]!r}", field="--prompt-ids")

@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.backend:
         registry.require_backend(name, field="--backend")
     if args.plot:
-        _require_matplotlib()
+        _require_matplotlib(args.plot)
         check_output(args.plot, field="--plot", what="the plot")
     out = store.check_writable(args.out)  # out, lock and folder; a corrupt file fails now, not after timing
     platform = Platform.detect()
@@ -187,10 +187,17 @@ def check_memory(groups: Any, ms: list[int], platform: Any) -> None:
                          "give smaller token counts", field="--m")
 
 
-def _require_matplotlib() -> None:
+def _require_matplotlib(path: str) -> None:
+    """matplotlib is installed and can write `path`'s format (checked before timing, not after)."""
     import importlib.util
     if importlib.util.find_spec("matplotlib") is None:
         raise InputError("needs matplotlib: pip install 'kernel-oracle[plot]'", field="--plot")
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.rpartition(".")[2].lower() if "." in path.rpartition("/")[2] else ""
+    if suffix not in formats:
+        raise InputError(f"{path!r}: expected a file name ending in one of .{', .'.join(sorted(formats))}",
+                         field="--plot")
 
 
 def summary(result: Any, objective: Any, allow_testing_only: bool = False) -> str:

@@ -9,9 +9,10 @@ tables (transformers' own classes on the meta device), `quant` for the dialects,
 loading) and `coverage` for the check.
 """
 from .build import load_model, model_from_files
+from .checkpoint_names import CheckpointNames
 from .coverage import Coverage, Unmatched
 from .model import Model, ModelLayer, Module, Quant
 from .source import example_names, load_model_files
 
-__all__ = ["load_model", "model_from_files", "Coverage", "Unmatched", "Model", "ModelLayer", "Module", "Quant",
+__all__ = ["load_model", "model_from_files", "CheckpointNames", "Coverage", "Unmatched", "Model", "ModelLayer", "Module", "Quant",
            "example_names", "load_model_files"]

@@ -22,6 +22,7 @@ API::
     names.experts_named(module)   expert indices the lists name for this MoE module (always has 0)
     names.owner(name)             reverse: (Module, part, expert or None) a checkpoint module name
                                   (index tensor name less its last segment) stands for, or None
+    names.owner_of_tensor(t)      the same for a tensor name, with its suffix ('weight_packed', ...)
     names.all_names(experts=True) every checkpoint name of every module (coverage matches lists here)
     names.renamed                 {derived shape: checkpoint shape} where they differ (report notes)
 
@@ -240,6 +241,16 @@ class CheckpointNames:
                             owners.setdefault(a, (m, part, None))
             self._owners = owners
         return self._owners.get(name)
+
+    def owner_of_tensor(self, tensor: str) -> tuple[Module, str, int | None, str] | None:
+        """(module, derived part, expert, tensor suffix) for a safetensors tensor name, or None.
+
+        'layers.5.ffn.experts.17.up_proj.weight_packed' -> (the layer-5 MoE module,
+        'layers.5.ffn.experts.0.w3', 17, 'weight_packed').
+        """
+        module_name, _, suffix = tensor.rpartition(".")
+        found = self.owner(module_name)
+        return (*found, suffix) if found is not None else None
 
     @property
     def renamed(self) -> dict[str, str]:

@@ -662,5 +662,3 @@ def _modelopt_from_file(view: ConfigView) -> Scheme:
     return ModelOptScheme(nested if nested is not None else view)
 
 
-def describe_parts(names: Iterable[str]) -> str:
-    return ", ".join(n.rsplit(".", 1)[-1] for n in names)

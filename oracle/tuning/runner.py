@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..formats import GATED_ACTIVATIONS, torch_dtype
+from ..platform import memory_bandwidth_gbps
 from .schema import Entry, Reference, layer_key
-
-#: HBM bandwidth in GB/s by device name fragment, for the reference line of the plot.
-HBM_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "B300": 8000.0, "RTX PRO 6000": 1792.0,
-            "A100": 2039.0, "L40S": 864.0, "GB10": 273.0}
 
 
 @dataclass
@@ -129,10 +126,6 @@ def device_memory(platform: Any) -> int | None:
         return None
 
 
-def hbm_gbps(device_name: str) -> float | None:
-    return next((v for k, v in HBM_GBPS.items() if k.lower() in device_name.lower()), None)
-
-
 class Runner:
     """Times candidates on one device (cuda or cpu); torch is imported here, not before."""
 
@@ -145,7 +138,7 @@ class Runner:
         self.device = torch.device("cuda" if self.cuda else "cpu")
         self.repeats = repeats or (30 if self.cuda else 5)
         self.quantize = quantize
-        self.gbps = hbm_gbps(platform.device_name) if self.cuda else None
+        self.gbps = memory_bandwidth_gbps(platform) if self.cuda else None
 
     def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
         from .timing import time_cpu, time_cuda

@@ -20,7 +20,7 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.tensors import check_activations, check_dtype, check_shape, check_tensor, forbid, shape_of
+from oracle.tensors import check_activations, check_dtype, check_shape, check_tensor, forbid, shape_of, unpack_nibbles
 
 PACK = 8                               # GPTQ: 8 nibbles per int32
 GROUPS = (32, 64, 128, 256)            # the group sizes int4mm.cu instantiates (qGroupSize check)
@@ -35,14 +35,6 @@ def inner_k_tiles(k: int) -> int:
             return tiles
     raise TensorError("weight", f"K divisible by {2 * K_TILE} (tinygemm packs two 16-wide K tiles per int32)",
                       f"K = {k}")
-
-
-def unpack_nibbles(words: torch.Tensor, dim: int) -> torch.Tensor:
-    """int32 words -> int32 nibbles 0..15, 8x longer along `dim`, low nibble first (GPTQ order)."""
-    w = words.movedim(dim, -1)
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=w.device)
-    n = torch.bitwise_and(torch.bitwise_right_shift(w[..., None], shifts), 0xF)
-    return n.flatten(-2).movedim(-1, dim)
 
 
 def scales_and_zeros(scale: torch.Tensor, zero_point: torch.Tensor | None) -> torch.Tensor:

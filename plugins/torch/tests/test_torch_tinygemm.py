@@ -173,3 +173,14 @@ def test_a_tuning_file_that_measured_tinygemm_faster_selects_it(tmp_path):
     other = tmp_path / "ours-faster.json"
     other.write_text(json.dumps({"schema_version": 1, "metadata": meta, "entries": entries}))
     assert select_backend(layer, platform, measurements=[str(other)]).kernel == "triton.linear.w4"
+
+
+def test_oracle_verify_accepts_the_declarations():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    kernels = Path(__file__).resolve().parents[1] / "oracle_torch" / "kernels.yaml"
+    out = subprocess.run([sys.executable, "-m", "oracle.cli", "verify", str(kernels)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "6 kernel(s)" in out.stdout

@@ -13,13 +13,13 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import torch_dtype
+from oracle.formats import E2M1_MAX, E4M3_MAX, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
-from oracle.tensors import check_activations
+from oracle.tensors import check_activations, check_scales, check_tensor, forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import DenseGemm
-from .weights import check, finite_positive, pack
+from .weights import pack
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -39,24 +39,22 @@ class TritonLinear(Kernel):
                       {"weight": weight, "scale": weight_scale, "zero": weight_zero_point,
                        "global": weight_global_scale}, [], n, k, getattr(self.layer, "group_size", None))
         if bias is not None:
-            check("bias", bias, FLOATS, [n], "one bias per output feature")
+            check_tensor("bias", bias, dtypes=FLOATS, shapes=[[n]], why="one bias per output feature")
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
             self.act = ACT_NVFP4
             input_scale, input_global_scale = input_global_scale, None
-        if input_global_scale is not None:
-            raise TensorError("input_global_scale", f"None ({self.mode.name} takes no NVFP4 activation scale)",
-                              f"a tensor of shape {list(input_global_scale.shape)}")
+        forbid("input_global_scale", input_global_scale, f"{self.mode.name} takes no NVFP4 activation scale")
         self.static = None
         if input_scale is not None:
             if self.act not in (ACT_TENSOR, ACT_NVFP4):
                 raise TensorError("input_scale", f"None ({self.mode.name} activations are not statically scaled)",
                                   f"a tensor of shape {list(input_scale.shape)}")
-            check("input_scale", input_scale, (torch.float32,), list(input_scale.shape), "fp32 per-tensor scale")
+            check_tensor("input_scale", input_scale, dtypes=(torch.float32,), shapes=None, why="fp32 per-tensor scale")
             if input_scale.numel() != 1:
                 raise TensorError("input_scale", "shape [] or [1] (one scale per tensor)", str(list(input_scale.shape)))
-            finite_positive("input_scale", input_scale, allow_zero=False)
+            check_scales("input_scale", input_scale, sign="positive")
         if packed.weight.device.type != "cuda" and not _interpreting():
             raise TensorError("weight", "a CUDA tensor (Triton kernels run on NVIDIA GPUs)", str(packed.weight.device))
         dev = packed.weight.device
@@ -102,7 +100,7 @@ def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor
     """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
     amax/(6*448) for the NVFP4 global scale."""
     amax = x.float().abs().amax().reshape(1)
-    s = amax / torch.full_like(amax, 448.0 if act == ACT_TENSOR else 6.0 * 448.0)   # IEEE: CUDA's a / scalar
+    s = amax / torch.full_like(amax, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)  # IEEE: CUDA's a / x
     # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
     return torch.where(s > 0, s, torch.ones_like(s))
 

@@ -13,19 +13,15 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import torch_dtype
+from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
+from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
-from .weights import check, finite_positive, pack
+from .weights import pack
 
-GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
-DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4.0, "linear_beta": 25.0},
-            "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-            "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-            "relu2": {}, "relu2_no_mul": {}}
 
 
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str, int]:
@@ -103,11 +99,11 @@ class TritonMoE(Kernel):
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        gated = layer.activation in GATED
+        gated = layer.activation in GATED_ACTIVATIONS
         rows = 2 * i if gated else i
         self.experts, self.hidden, self.inter, self.rows, self.gated = e, h, i, rows, gated
         self.dtype = torch_dtype(layer.dtype)
-        params = {**DEFAULTS[layer.activation], **layer.activation_params}
+        params = moe_activation_params(layer.activation, layer.activation_params)
         self.limit = params.get("limit")
         self.alpha, self.beta = params.get("alpha", 1.0), params.get("beta", 1.0)
         self.lbeta = params.get("linear_beta", 1.0)
@@ -120,12 +116,13 @@ class TritonMoE(Kernel):
                              "global": "w2_global_scale"},
                        {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
                        [e], h, i, group)
-        self.b13 = None if w13_bias is None else check(
-            "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
-            "one bias per expert and FC1 row").to(self.dtype).contiguous()
-        self.b2 = None if w2_bias is None else check(
-            "w2_bias", w2_bias, (torch.float32, torch.bfloat16, torch.float16), [e, h],
-            "one bias per expert and hidden unit").to(self.dtype).contiguous()
+        floats = (torch.float32, torch.bfloat16, torch.float16)
+        self.b13 = None if w13_bias is None else check_tensor(
+            "w13_bias", w13_bias, dtypes=floats, shapes=[[e, rows]],
+            why="one bias per expert and FC1 row").to(self.dtype).contiguous()
+        self.b2 = None if w2_bias is None else check_tensor(
+            "w2_bias", w2_bias, dtypes=floats, shapes=[[e, h]],
+            why="one bias per expert and hidden unit").to(self.dtype).contiguous()
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
@@ -139,8 +136,8 @@ class TritonMoE(Kernel):
                                   f"a tensor of shape {list(t.shape)}")
             if not isinstance(t, torch.Tensor) or list(t.shape) not in ([], [1], [e]):
                 raise TensorError(name, f"an fp32 tensor of shape [], [1] or [{e}]", str(getattr(t, "shape", t)))
-            check(name, t, (torch.float32,), list(t.shape), "fp32 activation scale")
-            finite_positive(name, t, allow_zero=False)
+            check_tensor(name, t, dtypes=(torch.float32,), shapes=None, why="fp32 activation scale")
+            check_scales(name, t, sign="positive")
             self.static[idx] = t.float().max().reshape(1)       # one scale for all experts, as emulation
         dev = self.w13.weight.device
         if dev.type != "cuda" and not interpreting():
@@ -284,7 +281,7 @@ class TritonMoE(Kernel):
             *_expert_strides(w, self.b13), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
             float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-            INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
+            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
             HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None, **common)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
@@ -322,7 +319,7 @@ class TritonMoE(Kernel):
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
-        interleaved = self.layer.activation == "swigluoai"
+        interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)

@@ -89,3 +89,27 @@ def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     assert t.gemm.config_for(3) == DENSE_CFG and t.gemm.config_for(1)["DECODE"] is not None
     x = torch.randn(3, 512, dtype=torch.bfloat16, device=DEV)
     assert rel(t.apply(x), ref.apply(x)) < 1e-2
+
+
+def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
+    """bench/sweep_large_m.py --write-table: winners merged per key (the newer wins) and validated by
+    the plugin's own loader before the file is written."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        from sweep_large_m import write_table
+    finally:
+        sys.path.remove(str(bench))
+    path = tmp_path / "tuned.json"
+    entry = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128,
+             "m": 16, "config": MOE_CFG, "us": 10.0, "default_us": 12.0}
+    write_table(str(path), DEVICE, [entry])
+    write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)])
+    table = tuned.parse(json.loads(path.read_text()), path)[DEVICE]
+    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16): dict(MOE_CFG, num_warps=8)}
+    with pytest.raises(PolicyError):
+        write_table(str(path), DEVICE, [dict(entry, m=3)])
+    assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
