@@ -26,11 +26,11 @@ import sys
 import time
 
 import torch
-from gpu_timing import copy_bandwidth, rel, start
+from bench_triton import _quant
+from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
-from oracle_emulation.formats import codec_for
 
 ROTATE = 256 << 20
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
@@ -85,23 +85,8 @@ def measure(calls: list, m: int) -> dict:
         end_ev.record()
         end_ev.synchronize()
         eager.append(start_ev.elapsed_time(end_ev) * 1e3 / reps)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        loop()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loop()
-    replays = []
-    for _ in range(7):
-        start_ev.record()
-        graph.replay()
-        end_ev.record()
-        end_ev.synchronize()
-        replays.append(start_ev.elapsed_time(end_ev) * 1e3 / reps)
-    del graph
-    return {"graph": sorted(replays)[len(replays) // 2], "eager": sorted(eager)[1], "host": host}
+    graph = graph_ms(loop, 1) * 1e3 / reps          # the whole cycle captured once, replayed
+    return {"graph": graph, "eager": sorted(eager)[1], "host": host}
 
 
 def launches(fn) -> tuple[int | None, str]:
@@ -128,15 +113,6 @@ def copies_for(nbytes: int) -> int:
 
 def _clone(tensors: dict) -> dict:
     return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}
-
-
-def _quant(fmt, w, group=128, symmetric=True):
-    codec = codec_for(fmt)
-    if fmt == "int4":
-        q = codec.quantize(w, fmt, group_size=group, symmetric=symmetric)
-    else:
-        q = codec.quantize(w, fmt)
-    return {k: v for k, v in q.items() if v is not None}
 
 
 # ---------------------------------------------------------------- dense candidates
@@ -354,15 +330,10 @@ def bench_moe(ms_list, bw, rows, skipped):
         w13 = torch.randn(ne, 2 * i, h, device="cuda", dtype=torch.bfloat16) * 0.05
         w2 = torch.randn(ne, h, i, device="cuda", dtype=torch.bfloat16) * 0.05
         sym = not name.endswith("-zp")
-        parts13 = [_quant(fmt, w13[j:j + 16], symmetric=sym) for j in range(0, ne, 16)]
-        parts2 = [_quant(fmt, w2[j:j + 16], symmetric=sym) for j in range(0, ne, 16)]
-        cat = lambda parts, key: (torch.cat([p[key] for p in parts]) if key in parts[0] and parts[0][key].dim() else  # noqa: E731
-                                  parts[0].get(key))
-        tensors = {"w13": cat(parts13, "weight"), "w2": cat(parts2, "weight"), "w13_scale": cat(parts13, "weight_scale"),
-                   "w2_scale": cat(parts2, "weight_scale"), "w13_global_scale": cat(parts13, "weight_global_scale"),
-                   "w2_global_scale": cat(parts2, "weight_global_scale"),
-                   "w13_zero_point": cat(parts13, "weight_zero_point"), "w2_zero_point": cat(parts2, "weight_zero_point")}
-        del parts13, parts2
+        q13, q2 = _quant(fmt, w13, symmetric=sym), _quant(fmt, w2, symmetric=sym)
+        tensors = {f"w13{suffix}": q13.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")}
+        tensors.update({f"w2{suffix}": q2.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")})
+        del q13, q2
         t = TritonMoE(layer, mode, None)
         t.process_weights(**tensors)
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from . import templates
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
+from .kernel import Kernel
 from .rules import Rule, compile_rules
 from .sources import SourcedDict, where
 from .validation import validate
@@ -280,11 +281,15 @@ class KernelSpec(_Frozen):
             impl = import_object(self.implementation, f"kernel {self.name}")
         except PolicyError as exc:
             raise PolicyError(str(exc), source=self.source) from None
-        from .kernel import Kernel
         if not (isinstance(impl, type) and issubclass(impl, Kernel)):
             raise PolicyError(f"kernel {self.name}: implementation {self.implementation} is "
                               f"{_kind(impl)}, not a subclass of oracle.kernel.Kernel", source=self.source)
         return impl
+
+
+def kernels_schema() -> dict:
+    """The JSON schema of a kernels file: the file's own fields and one kernel's (`oracle schema kernels`)."""
+    return {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
 
 
 def check_implementation(spec: KernelSpec) -> str | None:

@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Callable, NoReturn
 
 from .envvars import DEBUG, OracleEnvWarning
+from .errors import OracleError
 
 OK = 0
 #: Bad input: a file, field, name or value that is not what was expected (one `error:` block).
@@ -68,7 +69,6 @@ def run_command(func: Callable[[], int]) -> int:
     exception is a bug -> INTERNAL with one line (ORACLE_DEBUG=1 re-raises it). Environment
     warnings print as `warning: ...` lines; output that cannot be encoded is escaped.
     """
-    from .errors import OracleError
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -23,6 +23,7 @@ from .validation import Revalidating
 from pydantic import ConfigDict
 
 from .errors import InputError
+from .names import suggestion
 from .resources import policy_file
 from .sources import load_yaml_file, where
 
@@ -199,7 +200,6 @@ def _preset(name: str) -> Platform:
         major, minor = int(match.group(1)), int(match.group(2))
         return Platform(vendor="nvidia", capability=(major, minor),
                         device_name=f"NVIDIA SM{major}{minor}", simulated=True, preset_name=name)
-    from .names import suggestion
     raise InputError(f"unknown device {name!r}; expected one of {', '.join(preset_names())} "
                      f"or a capability such as sm120{suggestion(name, preset_names())}", field="--device")
 

@@ -180,7 +180,3 @@ def test_device_empty_means_the_same_as_in_explain(no_timing, tmp_path):
     with contextlib.redirect_stderr(out):
         assert main(["explain", "--model", MODEL, "--device", ""]) == INPUT
     assert "--device: empty device name" in out.getvalue()
-
-
-def test_report_case_counts():
-    print(f"tune-argument cases: {_CASES}")

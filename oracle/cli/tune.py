@@ -25,9 +25,11 @@ from ..safeio import check_output, write_atomic
 from ..session import get_engine, get_registry
 from ..tuning import store
 from ..tuning.metadata import live_metadata, mismatches
-from ..tuning.runner import Runner, candidates_for, distinct_layers, progress_bar, ranking
+from ..tuning.runner import (Runner, buffer_bytes, candidates_for, device_memory, distinct_layers, progress_bar,
+                             ranking)
 from ..tuning.schema import MAX_M, MAX_MS, TuningFile
 from .options import env_from_args, policy_from_args, positive_int
+from .plot import plot
 
 DEFAULT_MS = (1, 16, 256, 4096)
 #: Most timed repeats per figure (a figure is a median; thousands add nothing but time).
@@ -167,7 +169,6 @@ def _run(args: argparse.Namespace) -> int:
     failed = sum(1 for e in result.entries if e.status == "failed")
     print(f"wrote {out}: {len(result.entries)} figures ({failed} failed) merged into {len(merged.entries)} entries")
     if args.plot:
-        from .plot import plot
         write_atomic(args.plot, lambda tmp: plot(result, objective, tmp, platform.describe(), allow))
         print(f"plot: {args.plot}")
     return 0
@@ -175,7 +176,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def check_memory(groups: Any, ms: list[int], platform: Any) -> None:
     """Refuse, before any timing, an M whose buffers for some layer exceed this device's memory."""
-    from ..tuning.runner import buffer_bytes, device_memory
     limit = device_memory(platform)
     if not limit or not groups:
         return

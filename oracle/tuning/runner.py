@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..formats import GATED_ACTIVATIONS, torch_dtype
+from ..objective import rank
 from ..platform import memory_bandwidth_gbps
+from . import synthetic
 from .schema import Entry, Reference, layer_key
+from .timing import time_cpu, time_cuda
 
 
 @dataclass
@@ -52,7 +55,6 @@ class Ranked:
 
 def ranking(result: TuneResult, group: LayerGroup, objective: Any, allow_testing_only: bool = False) -> list[Ranked]:
     """The group's candidates ranked at `objective` as the engine would rank them (pure; no torch)."""
-    from ..objective import rank
     mine = [e for e in result.entries if e.layer_key == group.key]
     info: dict[tuple, Ranked] = {}
     for e in mine:
@@ -141,7 +143,6 @@ class Runner:
         self.gbps = memory_bandwidth_gbps(platform) if self.cuda else None
 
     def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
-        from .timing import time_cpu, time_cuda
         if not self.cuda:
             return time_cpu(fn, self.repeats)
         return time_cuda(fn, self.repeats, graphs=graphs, capture_safe=capture_safe)
@@ -161,7 +162,6 @@ class Runner:
             if progress is not None:
                 progress.set_description(f"layer {gi + 1}/{len(groups)} {group.row.role}")
             try:
-                from . import synthetic
                 with torch.no_grad():
                     tensors = synthetic.weights(layer, self.device, self.quantize)
             except Exception as exc:  # even the quantizer failed (e.g. out of memory): every candidate fails
@@ -190,7 +190,6 @@ class Runner:
 
     def _candidate(self, group: LayerGroup, spec: Any, mode: Any, tensors: dict, ms: Sequence[int],
                    progress: Any) -> list[Entry]:
-        from . import synthetic
         torch = self.torch
         layer = group.layer
         out: list[Entry] = []
@@ -235,7 +234,6 @@ class Runner:
         """BF16 x @ w.T beside linear layers, and the time to read the weights from HBM."""
         torch = self.torch
         layer = group.layer
-        from . import synthetic
         nbytes = synthetic.weight_bytes(tensors)
         hbm = nbytes / (self.gbps * 1e9) * 1e3 if self.gbps else None
         refs = []

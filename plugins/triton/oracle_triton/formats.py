@@ -63,3 +63,16 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
             raise ValueError("int4 needs its group size")
         return Layout(INT4, 8, SCALE_F16, group, 1, 1, n, 1, n, n // 8)
     raise ValueError(f"oracle-triton has no kernel for {fmt!r} weights")
+
+
+def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
+    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
+    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
+    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
+    bk = cfg["BLOCK_K"]
+    if layout.elem == FP8:
+        if bk not in (32, 64, 128):
+            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
+    elif bk % layout.group or bk % layout.pack:
+        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
+                         f"(a group of {layout.group})")

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8 as FP8_ELEM, Layout
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -138,28 +138,25 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         scales = torch.empty(m, dtype=torch.float32, device=x.device)
     else:
         scales = act_scale
-    k_programs = 1 if act == ACT_TOKEN else -(-k // 128)     # per token: one program per 16 rows (K read twice)
-    act_qdq_kernel[(-(-m // 16), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
-                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+    if act == ACT_TOKEN:       # a row's amax pass, then its codes: 4 rows x 1024-wide tiles per program
+        bm, bk, k_programs = TOKEN_ROWS, TOKEN_K, 1
+    else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
+        bm, bk, k_programs = 16, 128, -(-k // 128)
+    act_qdq_kernel[(-(-m // bm), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
+                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=bm, BLOCK_K=bk,
                                               EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
                                               num_warps=4)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-
-
-def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
-    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
-    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
-    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
-    bk = cfg["BLOCK_K"]
-    if layout.elem == FP8_ELEM:
-        if bk not in (32, 64, 128):
-            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
-    elif bk % layout.group or bk % layout.pack:
-        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
-                         f"(a group of {layout.group})")
+#: Per-token codes: rows and K width of one program. A row's scale needs its whole amax first, so
+#: each program walks its rows' K twice; the walk's length, not bandwidth, bounded the 16 x 128
+#: tiles used before (a profile on an H200: 32.4 us of the 38 us of an M=16, K=4096 W8A8 call;
+#: bench_peers). 1024-wide tiles walk K in 8x fewer steps and 4-row programs spread the rows over
+#: 4x more programs (4 x 1024 fp32 = 32 registers per thread at 4 warps; sm90_compile.py checks it).
+#: The codes and scales are the same for any tile (a max is exact in any order).
+TOKEN_ROWS, TOKEN_K = 4, 1024
 
 
 class DenseGemm:

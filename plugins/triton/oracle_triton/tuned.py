@@ -11,7 +11,7 @@ Key: kind ("dense" | "moe"), the mode name (weight format and activation handlin
 the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
 token bucket: the smallest of BUCKETS that is >= M (MoE: tokens, not pairs). A file that does not
 validate is an error naming the file and the entry; the launch parameters must pass the kernels'
-own check (launch.check_config) when loaded, not at the first call.
+own check (formats.check_config) when loaded, not at the first call.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from oracle.errors import PolicyError
 
-from .formats import layout_for
+from .formats import check_config, layout_for
 
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -46,8 +46,6 @@ def _fail(path: Path, where: str, expected: str, got: Any) -> PolicyError:
 
 def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
     """The file's content -> {device: {(kind, mode, weight, n, k, experts, bucket): config}}, checked."""
-    from .launch import check_config
-
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("devices"), dict):
         raise _fail(path, "top level", "a mapping with schema: 1 and devices: {name: [entries]}", data)
     out: dict[str, dict[tuple, dict[str, int]]] = {}
