@@ -185,6 +185,39 @@ def test_mutated_checkpoints_are_refused_naming_file_tensor_and_layer(good, tmp_
     assert all(n in message for n in needles), (mutation, message)
 
 
+@pytest.fixture(scope="module")
+def good_nvfp4(tmp_path_factory):
+    """A compressed-tensors NVFP4 checkpoint written by compressed-tensors' own code (tests/ct_checkpoints.py)."""
+    pytest.importorskip("compressed_tensors")
+    import ct_checkpoints as ct
+    with contextlib.redirect_stderr(io.StringIO()):     # its progress bar
+        return ct.write_checkpoint(tmp_path_factory.mktemp("nvfp4") / "c", "NVFP4")
+
+
+@settings(max_examples=10 * SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                        HealthCheck.too_slow])
+@given(which=st.sampled_from(["weight_global_scale", "input_global_scale", "weight_scale"]), value=SCALES,
+       code=st.sampled_from([0x7F, 0xFF, 0xB8, 0x81]), layer=st.integers(0, 1))
+def test_mutated_nvfp4_scales_are_refused_naming_tensor_and_layer(good_nvfp4, tmp_path_factory, which, value, code,
+                                                                   layer):
+    path = tmp_path_factory.mktemp("ckpt") / "c"
+    shutil.copytree(good_nvfp4, path)
+    name = f"model.layers.{layer}.self_attn.q_proj.{which}"
+    if which == "weight_scale":      # E4M3 block scales: a NaN code or a negative one
+        _edit_tensors(path, lambda s: s[name].view(torch.uint8).view(-1).__setitem__(3, code))
+    elif not (value > 0 and math.isfinite(value)):
+        _edit_tensors(path, lambda s: s[name].view(-1).__setitem__(0, value))
+    else:
+        return
+    _CASES["checkpoints"] += 1
+    with bounded(), pytest.raises(InputError) as info:
+        oracle.hf.load_quantized(path, device="cpu")
+    _CASES["checkpoints_refused"] += 1
+    message = str(info.value)
+    assert name in message and "model.safetensors" in message and f"layer model.layers.{layer}.self_attn.q_proj" \
+        in message, message
+
+
 def test_oracle_run_refuses_remote_code_in_one_line_without_a_prompt(good, tmp_path, capsys, monkeypatch):
     path = tmp_path / "c"
     shutil.copytree(good, path)
@@ -220,7 +253,7 @@ def test_run_arguments_are_refused_cleanly(good, device, ids, new):
                            "--max-new-tokens", new])
     _CASES["run_args"] += 1
     assert "Traceback" not in err and "internal error" not in err, err
-    valid_ids = bool(ids) and all(t.isascii() and t.isdigit() for t in ids.split(",") if t) and \
+    valid_ids = bool(ids) and all(t.isascii() and t.isdigit() and len(t) <= 12 for t in ids.split(",") if t) and \
         any(t for t in ids.split(","))
     in_vocab = valid_ids and max(int(t) for t in ids.split(",") if t) < tf.FP8_TINY["vocab_size"]
     ok_new, ok_device = new in ("1", "2"), device == "cpu"
@@ -229,6 +262,7 @@ def test_run_arguments_are_refused_cleanly(good, device, ids, new):
         _CASES["run_ok"] += 1
         return
     _CASES["run_refused"] += 1
+    assert out == "", "output printed before the refusal"
     if ok_new and ok_device and valid_ids:
         assert "outside the vocabulary (vocab_size 256: ids 0 to 255)" in err, err
     assert code == INPUT and err.startswith("error: ") and err.count("error:") == 1, (device, ids, new, err)

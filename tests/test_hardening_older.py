@@ -188,3 +188,10 @@ kernels:
     assert main(["verify", str(kernels)]) == INPUT
     out = capsys.readouterr().out
     assert "FAIL" in out and "requires.runtime.check" in out and needle in out, out
+
+
+def test_the_shipped_list_is_every_plugin_of_this_checkout():
+    from oracle.registry import SHIPPED_DISTRIBUTIONS
+    root = Path(__file__).resolve().parent.parent / "plugins"
+    names = {re.search(r'(?m)^name = "([^"]+)"', p.read_text()).group(1) for p in root.glob("*/pyproject.toml")}
+    assert names == set(SHIPPED_DISTRIBUTIONS)

@@ -88,11 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     mode = args.decode or ("graphs" if device.startswith("cuda") else "eager")
     tokenizer = _tokenizer(args.model)
     ids = _prompt_ids(args, tokenizer)
+    _check_vocabulary(ids, args)          # before the model is built
     model = load_quantized(args.model, device=device)
-    vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
-    if vocab and int(ids.max()) >= vocab:
-        raise InputError(f"token id {int(ids.max())} is outside the vocabulary (vocab_size {vocab}: ids 0 to "
-                         f"{vocab - 1})", source=args.model, field="--prompt-ids" if args.prompt is None else "--prompt")
     ids = ids.to(device)
     start = time.perf_counter()
     out = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode).generate(ids, args.max_new_tokens)
@@ -160,6 +157,19 @@ def _until_eos(tokens: list[int], model: Any) -> list[int]:
         if t in stops:
             return tokens[:i + 1]
     return tokens
+
+
+def _check_vocabulary(ids: Any, args: argparse.Namespace) -> None:
+    """Every prompt id below the config's vocab_size (of the text model, when nested)."""
+    from pathlib import Path
+
+    from ..checkpoints import preflight
+    cfg = preflight.sidecar(Path(args.model), "config.json") or {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    vocab = text.get("vocab_size", cfg.get("vocab_size"))
+    if type(vocab) is int and vocab > 0 and int(ids.max()) >= vocab:
+        raise InputError(f"token id {int(ids.max())} is outside the vocabulary (vocab_size {vocab}: ids 0 to "
+                         f"{vocab - 1})", source=args.model, field="--prompt-ids" if args.prompt is None else "--prompt")
 
 
 def _tokenizer(path: str) -> Any:
