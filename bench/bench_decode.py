@@ -8,7 +8,8 @@ batch size and decode mode: a 128-token prompt is prefilled into a static KV cac
 decoded as warm-up (kernels compile, the graph is captured), then the prompt is prefilled again
 and `--steps` decode steps are timed (tokens/s = batch x steps / seconds; the static cache keeps
 every step's shapes, so no step meets a sequence length the warm-up did not). Also: build time,
-weights and peak GPU memory (torch.cuda.max_memory_allocated over the whole process), and the
+weights and peak GPU memory (torch.cuda.max_memory_allocated while decoding: weights, KV caches, graph
+pools, activations; the build's own peak apart, as it holds the random weights being made), and the
 greedy tokens of batch row 0, compared with an emulation run of the same weights (oracle-emulation
 kernels: dequantized weights, the same activation rounding) together with the prefill logits'
 relative error. Engines:
@@ -80,7 +81,9 @@ def child(engine: str, args) -> dict:
     model, kernels = build(engine, args)
     sync()
     result.update(build_s=time.perf_counter() - start, weights_gib=_gib(torch.cuda.memory_allocated() if cuda else 0),
-                  kernels=kernels)
+                  build_peak_gib=_gib(torch.cuda.max_memory_allocated() if cuda else 0), kernels=kernels)
+    if cuda:    # the build's peak holds the random weights being made (no real load has them): decode apart
+        torch.cuda.reset_peak_memory_stats()
     gen = torch.Generator().manual_seed(args.seed + 1)
     vocab = model.config.get_text_config(decoder=True).vocab_size
     prompts = torch.randint(0, vocab, (max(args.batch), args.prompt), generator=gen).to(args.device)
@@ -97,7 +100,7 @@ def child(engine: str, args) -> dict:
         del m
         if cuda:
             torch.cuda.empty_cache()
-    result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0
+    result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
     return result
 
 
@@ -108,9 +111,9 @@ def table(results: dict[str, dict], args) -> str:
     base = results.get("bf16", {})
     lines = [f"model {args.config}" + (f" cut to {args.layers} layers" if args.layers else " (full depth)")
              + f"; prompt {args.prompt} tokens, {args.steps} timed decode steps, static KV cache", ""]
-    lines.append("| engine | build s | weights GiB | peak GiB | peak vs BF16 | "
+    lines.append("| engine | build s | build peak GiB | weights GiB | decode peak GiB | vs BF16 | "
                  + " | ".join(f"b{b} {m} tok/s (vs BF16)" for b in args.batch for m in args.decode) + " |")
-    lines.append("|" + "---|" * (5 + len(args.batch) * len(args.decode)))
+    lines.append("|" + "---|" * (6 + len(args.batch) * len(args.decode)))
     for engine in ("oracle", "bf16", "transformers"):
         r = results.get(engine)
         if r is None:
@@ -126,7 +129,8 @@ def table(results: dict[str, dict], args) -> str:
                 ratio = f" ({run['tok_s'] / ref['tok_s']:.2f}x)" if run and ref and engine != "bf16" else ""
                 cells.append(f"{run['tok_s']:.1f}{ratio}" if run else "-")
         mem = f"{r['peak_gib'] / base['peak_gib']:.2f}x" if base.get("peak_gib") and engine != "bf16" else ""
-        lines.append(f"| {engine} | {r['build_s']:.1f} | {r['weights_gib']:.2f} | {r['peak_gib']:.2f} | {mem} | "
+        lines.append(f"| {engine} | {r['build_s']:.1f} | {r.get('build_peak_gib', 0):.2f} | {r['weights_gib']:.2f} | "
+                     f"{r['peak_gib']:.2f} | {mem} | "
                      + " | ".join(cells) + " |")
     lines.append("")
     lines.append("ms per decode step: " + "; ".join(
@@ -140,11 +144,13 @@ def table(results: dict[str, dict], args) -> str:
         if a.get("logits") and b.get("logits"):
             la, lb = torch.load(a["logits"]), torch.load(b["logits"])
             err = f"; prefill logits relative error vs emulation {float((la - lb).norm() / lb.norm()):.2e}"
-        graphs = _run(ora, 1, "graphs")
-        gsame = "" if graphs is None else \
-            f"; graphs tokens equal to eager: {graphs['tokens'] == a['tokens']}"
         lines.append(f"greedy tokens (batch row 0, first {len(a['tokens'])}): oracle equal to emulation for the "
-                     f"first {same}{err}{gsame}")
+                     f"first {same}{err}")
+    for name, r in results.items():
+        for b in args.batch:
+            eager, graphs = _run(r, b, "eager"), _run(r, b, "graphs")
+            if eager and graphs:
+                lines.append(f"{name} batch {b}: graph-replay tokens equal to eager: {eager['tokens'] == graphs['tokens']}")
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
@@ -203,13 +209,20 @@ def main() -> None:
         if not ok:
             print(f"{engine}: failed\n{tail}", flush=True)
         print(f"{engine}: {time.perf_counter() - t:.0f} s", flush=True)
+        _write(results, args)                 # after every engine: a later failure keeps what was measured
+        if engine != args.engines[-1]:
+            print(table(results, args), flush=True)
+    print(table(results, args))
+
+
+def _write(results: dict[str, dict], args) -> None:
+    if not args.out:
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "")
     text = table(results, args)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "")
-        (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
-        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
 
 
 def _forward(argv: list[str]) -> list[str]:

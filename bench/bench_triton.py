@@ -48,12 +48,14 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
 }
 
 
-def _quant(fmt, w, group=128):
-    """Checkpoint tensors from oracle-emulation's quantizer; experts in chunks (bounded temporaries)."""
+def _quant(fmt, w, group=128, symmetric=True):
+    """Checkpoint tensors from oracle-emulation's quantizer; experts in chunks (bounded temporaries).
+    int4: symmetric (zero point 8) unless `symmetric` is False (GPTQ zero points per group)."""
     codec = codec_for(fmt)
 
     def one(part):
-        q = codec.quantize(part, fmt, group_size=group, symmetric=True) if fmt == "int4" else codec.quantize(part, fmt)
+        q = codec.quantize(part, fmt, group_size=group, symmetric=symmetric) if fmt == "int4" else \
+            codec.quantize(part, fmt)
         return {k: v for k, v in q.items() if v is not None}
     if w.dim() == 2:
         return one(w)

@@ -25,6 +25,7 @@ from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
 
 AGREE = 1e-2
+WIN = 0.02           # a candidate enters the tuned table only when it beats the default by more than this
 DENSE_SHAPES = ("square-8192", "deepseek-r1.gate_up_proj")
 DENSE_MODES = [("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
                ("mxfp4", "w4a16_mx", "bf16", {})]
@@ -68,8 +69,11 @@ def dense_candidates(m: int, pack: int) -> dict[str, dict[str, int]]:
                 _c(128, 128, 128, 8, 2 if pack > 1 else 3, SPLIT_K=1, GROUP_M=8, FULL_TILE=0)}
 
 
-def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: float, rows: list) -> None:
-    """run(cfg or None) -> output; times the default (cfg None) first, then each candidate."""
+def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: float, rows: list,
+           entry: dict | None = None, table: list | None = None) -> None:
+    """run(cfg or None) -> output; times the default (cfg None) first, then each candidate. With
+    `table`, a candidate that beats the default by more than WIN is appended as a tuned-table entry
+    (`entry` holds its key: kind, mode, weight, n, k, experts; oracle_triton/tuned.py)."""
     ref = None
     results = []
     for name, cfg in [("default " + _short(default), None)] + list(candidates.items()):
@@ -98,6 +102,9 @@ def _sweep(label: str, m: int, run, default: dict, candidates: dict, bf16_us: fl
         best = min(good, key=lambda r: r[1])
         print(f"  -> best for {label} M={m}: {best[0]}  {best[1]:.1f} us  ({bf16_us / best[1]:.2f}x BF16; "
               f"default {results[0][1]:.1f} us)", flush=True)
+        if table is not None and entry is not None and best[0] in candidates and best[1] < results[0][1] * (1 - WIN):
+            table.append(dict(entry, m=m, config=candidates[best[0]], us=round(best[1], 2),
+                              default_us=round(results[0][1], 2)))
 
 
 def _short(cfg: dict) -> str:
@@ -106,7 +113,7 @@ def _short(cfg: dict) -> str:
     return "/".join(str(cfg[k]) for k in keys if k in cfg)
 
 
-def sweep_moe(ms_list, only, rows):
+def sweep_moe(ms_list, only, rows, table=None):
     from oracle_emulation.moe_activations import apply_activation, resolve_params
     from oracle_triton.moe import TritonMoE, moe_config
 
@@ -140,14 +147,15 @@ def sweep_moe(ms_list, only, rows):
             def run(cfg):
                 t.config = cfg
                 return t.apply(x, topw, ids)
+            key = dict(kind="moe", mode=mode_name, weight=fmt, n=t.rows, k=h, experts=ne)
             _sweep(f"moe {name} {mode_name}", m, run, moe_config(m, topk, ne, pack), moe_candidates(m, pack),
-                   bf16_us, rows)
+                   bf16_us, rows, key, table)
             t.config = None
         del t, w13, w2
         torch.cuda.empty_cache()
 
 
-def sweep_dense(ms_list, only, rows):
+def sweep_dense(ms_list, only, rows, table=None):
     from oracle_triton.launch import dense_config
     from oracle_triton.linear import TritonLinear
 
@@ -169,11 +177,30 @@ def sweep_dense(ms_list, only, rows):
                     if cfg is None:
                         return t.apply(x)
                     return t.gemm(x, t.act, None, t.dtype, config=cfg)
+                key = dict(kind="dense", mode=mode_name, weight=fmt, n=n, k=k)
                 _sweep(f"dense {name} {mode_name}", m, run, dense_config(m, n, k, t.gemm.facts["sms"], pack),
-                       dense_candidates(m, pack), bf16_us, rows)
+                       dense_candidates(m, pack), bf16_us, rows, key, table)
             del t
         del w
         torch.cuda.empty_cache()
+
+
+def write_table(path: str, device: str, entries: list[dict]) -> None:
+    """Merge `entries` into the tuned table at `path` (same key: the new one wins), then check the
+    result with the plugin's own loader so a bad table is never written."""
+    from pathlib import Path
+
+    from oracle_triton import tuned
+
+    target = Path(path)
+    data = json.loads(target.read_text()) if target.exists() else {"schema": 1, "devices": {}}
+    keep = lambda e: (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])   # noqa: E731
+    merged = {keep(e): e for e in data["devices"].get(device, [])}
+    merged.update({keep(e): e for e in entries})
+    data["devices"][device] = sorted(merged.values(), key=keep)
+    tuned.parse(data, target)
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"tuned table: {len(entries)} entries for {device} written to {target}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,17 +209,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["dense", "moe"])
     ap.add_argument("--shapes", nargs="+", choices=list(DENSE_SHAPES) + list(MOE), help="only these shapes / models")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--write-table", metavar="PATH",
+                    help="merge the winners into this tuned-config table (e.g. ../plugins/triton/oracle_triton/"
+                         "tuned_configs.json) under this device's name")
     args = ap.parse_args(argv)
     if not start("sweep_large_m"):
         return 2
     began = time.perf_counter()
     print(f"{'shape':44} {'M':>5} {'candidate':32} {'us':>9} {'bf16 us':>9} {'xBF16':>6} {'rel/dflt':>9}  status")
     rows: list[dict] = []
+    table: list[dict] | None = [] if args.write_table else None
     if args.only != "dense":
-        sweep_moe(args.m, args.shapes, rows)
+        sweep_moe(args.m, args.shapes, rows, table)
     if args.only != "moe":
-        sweep_dense(args.m, args.shapes, rows)
+        sweep_dense(args.m, args.shapes, rows, table)
     print(f"sweep took {time.perf_counter() - began:.0f} s")
+    if table is not None:
+        write_table(args.write_table, torch.cuda.get_device_name(), table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -42,13 +42,17 @@ class SyntheticSource(TensorSource):
     """Checkpoint tensors made on demand on `device` from a seeded generator (the loader's order fixes
     the values, so two loads of the same config and seed get the same weights)."""
 
-    def __init__(self, plan: list[tuple[tuple[str, ...], Callable[[torch.Generator], tuple]]], device: str,
+    def __init__(self, plan: list[tuple[tuple[str, ...], Callable[[torch.Generator], tuple], int]], device: str,
                  seed: int = 0):
-        groups = {name: (names, make) for names, make in plan for name in names}
+        groups = {name: (names, make) for names, make, _ in plan for name in names}
         super().__init__({name: Path("<random>") for name in groups}, None)
-        self.groups = groups
+        self.groups, self.nbytes = groups, sum(n for _, _, n in plan)
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.ready: dict[str, torch.Tensor] = {}
+
+    def stored_bytes(self) -> int:
+        """The bytes the made tensors take (what a checkpoint of them would hold)."""
+        return self.nbytes
 
     def get(self, name: str) -> Any:
         if name not in self.ready:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from . import templates
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
+from .kernel import Kernel
 from .rules import Rule, compile_rules
 from .sources import SourcedDict, where
 from .validation import validate
@@ -132,6 +133,15 @@ class CapabilityReq(_Reasoned):
         return ", ".join(parts) or "any"
 
 
+def _version_range(spec: str, prefix: str = "") -> str:
+    """`spec` if it is a PEP 440 range, else the error a file's reader sees (`prefix` names the entry)."""
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"{prefix}{spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+    return spec
+
+
 class PackageReq(_Reasoned):
     version: str = Field("", description='a PEP 440 range such as ">=1.5.1,<1.6"; "" = any version')
     install: str | None = Field(None, description="the command that installs it, shown when missing")
@@ -140,11 +150,7 @@ class PackageReq(_Reasoned):
     @field_validator("version")
     @classmethod
     def _specifier(cls, v: str) -> str:
-        try:
-            SpecifierSet(v)
-        except InvalidSpecifier:
-            raise ValueError(f"{v!r} is not a version range such as '>=1.5.1,<1.6'") from None
-        return v
+        return _version_range(v)
 
 
 class RuntimeReq(_Reasoned):
@@ -162,10 +168,7 @@ class EnvironmentReq(RuntimeReq):
     @classmethod
     def _ranges(cls, v: dict[str, str]) -> dict[str, str]:
         for name, spec in v.items():
-            try:
-                SpecifierSet(spec)
-            except InvalidSpecifier:
-                raise ValueError(f"{name}: {spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+            _version_range(spec, f"{name}: ")
         return v
 
 
@@ -280,11 +283,15 @@ class KernelSpec(_Frozen):
             impl = import_object(self.implementation, f"kernel {self.name}")
         except PolicyError as exc:
             raise PolicyError(str(exc), source=self.source) from None
-        from .kernel import Kernel
         if not (isinstance(impl, type) and issubclass(impl, Kernel)):
             raise PolicyError(f"kernel {self.name}: implementation {self.implementation} is "
                               f"{_kind(impl)}, not a subclass of oracle.kernel.Kernel", source=self.source)
         return impl
+
+
+def kernels_schema() -> dict:
+    """The JSON schema of a kernels file: the file's own fields and one kernel's (`oracle schema kernels`)."""
+    return {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
 
 
 def check_implementation(spec: KernelSpec) -> str | None:

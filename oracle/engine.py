@@ -274,8 +274,8 @@ class Engine:
                 ctx.update(activation_format=act, mode=mode.name, backend=spec.backend, kernel=spec.name)
                 declared = declared_block_problem(mode, ctx)
                 if declared is not None:   # the mode's own declaration, before its constraints
-                    out.append(Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint",
-                                         declared, spec.source))
+                    yield Candidate(spec.backend, spec.name, mode.name, act, "rejected", "constraint", declared,
+                                    spec.source), None
                     continue
                 broken = failing(spec.constraints, ctx)
                 if broken:

@@ -24,6 +24,7 @@ DISABLED_KERNELS = "ORACLE_DISABLED_KERNELS"   # kernels never selected, beside 
 MEASUREMENTS = "ORACLE_MEASUREMENTS"           # tuning files (path-separated) selection ranks by
 LOAD_PLUGINS = "ORACLE_LOAD_PLUGINS"           # the plugin allow-list (unset: all; "": none)
 DEBUG = "ORACLE_DEBUG"                         # "1": internal errors print their traceback
+EAGER_GRAPHS = "ORACLE_EAGER_GRAPHS"           # "0": eager kernel calls never replay a private CUDA graph
 
 
 class OracleEnvWarning(UserWarning):

@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Callable, NoReturn
 
 from .envvars import DEBUG, OracleEnvWarning
+from .errors import OracleError
 
 OK = 0
 #: Bad input: a file, field, name or value that is not what was expected (one `error:` block).
@@ -29,7 +30,8 @@ INTERRUPTED = 130
 TABLE: tuple[tuple[int, str], ...] = (
     (OK, "success (explain: every quantized layer has a kernel; verify: no problem)"),
     (INPUT, "bad input: a file, field, name or value; `verify` found a problem; explain: a checkpoint that "
-            "declares quantization but yields no quantized layer (the report is still printed)"),
+            "declares quantization but yields no quantized layer, or a config group / quantized_layers entry "
+            "that names no module of the model without --accept-partial-coverage (the report is still printed)"),
     (NO_KERNEL, "explain: some quantized layer has no kernel (the report is still printed)"),
     (USAGE, "usage error: unknown option, missing or malformed argument"),
     (INTERNAL, "internal error: a bug (set ORACLE_DEBUG=1 for the traceback)"),
@@ -67,7 +69,6 @@ def run_command(func: Callable[[], int]) -> int:
     exception is a bug -> INTERNAL with one line (ORACLE_DEBUG=1 re-raises it). Environment
     warnings print as `warning: ...` lines; output that cannot be encoded is escaped.
     """
-    from .errors import OracleError
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -36,18 +36,27 @@ ACTIVATION_SCALES: tuple[str, ...] = get_args(ActivationScale)
 BLOCK_WEIGHT_FORMATS = frozenset({"fp8_block"})
 
 UNQUANTIZED_FORMATS = frozenset({"bf16", "fp16", "fp32"})
-#: Activation formats that do not quantize ("A16").
-UNQUANTIZED_ACTIVATIONS = frozenset({"bf16", "fp16"})
 
 #: MoE activations whose expert FC1 produces gate and up halves (w13 has 2*I rows).
 GATED_ACTIVATIONS = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
-#: The named parameters (MoELayer.activation_params) each MoE activation takes; any other is an error,
-#: so a relu2 layer carrying SwiGLU's limit/alpha is refused before selection, not by a kernel at load.
-ACTIVATION_PARAMS: dict[str, tuple[str, ...]] = {
-    "silu": ("limit",), "gelu": ("limit",), "situ": ("beta", "linear_beta"),
-    "swigluoai": ("limit", "alpha", "beta"), "swigluoai_uninterleave": ("limit", "alpha", "beta"),
-    "relu2": (), "relu2_no_mul": (),
+#: Gated activations whose gate and up rows alternate (gate = h[:, 0::2], as gpt-oss stores them);
+#: the others stack them ([gate; up], the w13 layout of oracle.kernel).
+INTERLEAVED_ACTIVATIONS = frozenset({"swigluoai"})
+#: Each MoE activation's parameters (MoELayer.activation_params) and their defaults; None: off.
+#: `limit` clamps gate from above and up to [-limit, limit]; situ's beta/linear_beta scale its
+#: tanh; swigluoai's alpha scales the sigmoid and beta offsets up (defaults as gpt-oss).
+MOE_ACTIVATION_DEFAULTS: dict[str, dict[str, float | None]] = {
+    "silu": {"limit": None},
+    "gelu": {"limit": None},
+    "situ": {"beta": 4.0, "linear_beta": 25.0},
+    "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+    "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
+    "relu2": {},
+    "relu2_no_mul": {},
 }
+#: The named parameters each MoE activation takes; any other is an error, so a relu2 layer carrying
+#: SwiGLU's limit/alpha is refused before selection, not by a kernel at load.
+ACTIVATION_PARAMS: dict[str, tuple[str, ...]] = {act: tuple(params) for act, params in MOE_ACTIVATION_DEFAULTS.items()}
 
 
 #: Largest finite magnitude of FP8 E4M3 (the "fn" variant, no infinities): 1.75 * 2**8.

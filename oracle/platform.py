@@ -23,6 +23,7 @@ from .validation import Revalidating
 from pydantic import ConfigDict
 
 from .errors import InputError
+from .names import suggestion
 from .resources import policy_file
 from .sources import load_yaml_file, where
 
@@ -163,6 +164,27 @@ def preset_names() -> list[str]:
     return sorted({e["_name"] for e in device_table().values()})
 
 
+def memory_bandwidth_gbps(platform: Platform) -> float | None:
+    """Peak memory bandwidth (GB/s) from the device presets (`hbm_gbps`), or None when unknown.
+
+    A preset platform has its own; a detected one takes the preset whose device name it has,
+    else the preset whose name or alias appears in it as a word ("rtx pro 6000" in "NVIDIA RTX
+    PRO 6000 Blackwell Workstation Edition")."""
+    table = device_table()
+    if platform.preset_name is not None:
+        entry = table.get(_norm(platform.preset_name))
+        return float(entry["hbm_gbps"]) if entry is not None and entry.get("hbm_gbps") else None
+    name = platform.device_name.lower()
+    entries = {id(e): e for e in table.values() if e.get("hbm_gbps")}.values()
+    for entry in entries:
+        if str(entry.get("device_name", "")).lower() == name:
+            return float(entry["hbm_gbps"])
+    for key, entry in table.items():
+        if entry.get("hbm_gbps") and re.search(rf"\b{re.escape(key.replace('-', ' '))}\b", name):
+            return float(entry["hbm_gbps"])
+    return None
+
+
 @functools.lru_cache(maxsize=256)
 def _preset(name: str) -> Platform:
     table = device_table()
@@ -178,7 +200,6 @@ def _preset(name: str) -> Platform:
         major, minor = int(match.group(1)), int(match.group(2))
         return Platform(vendor="nvidia", capability=(major, minor),
                         device_name=f"NVIDIA SM{major}{minor}", simulated=True, preset_name=name)
-    from .names import suggestion
     raise InputError(f"unknown device {name!r}; expected one of {', '.join(preset_names())} "
                      f"or a capability such as sm120{suggestion(name, preset_names())}", field="--device")
 

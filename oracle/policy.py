@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 
 from .catalog import normalize_backend
 from .envvars import DISABLED_KERNELS, MEASUREMENTS
+from .objective import parse_objective
 from .errors import PolicyError
 from .formats import ActivationFormat, Op, WeightFormat
 from .policy_checks import check_policy_names
@@ -85,7 +86,6 @@ class Measurements(_Strict):
     @field_validator("objective")
     @classmethod
     def _objective(cls, v: str) -> str:
-        from .objective import parse_objective
         try:
             parse_objective(v, field="objective")
         except Exception as exc:

@@ -17,6 +17,7 @@ from .catalog import normalize_backend
 from .errors import PolicyError
 from .formats import WEIGHT_FORMATS
 from .names import unknown
+from .platform import is_device_name, preset_names
 from .sources import where
 
 VENDORS = ("nvidia", "amd", "intel", "cpu")
@@ -59,7 +60,6 @@ def check_policy_names(data: Any, what: str, registry: Any | None) -> None:
 def _check_when(when: Any, field: str) -> None:
     if not isinstance(when, dict):
         return
-    from .platform import is_device_name, preset_names  # local: platform loads devices.yaml
     for key, allowed, ok in (("vendor", VENDORS, lambda v: v in VENDORS),
                              ("capability_family", None, _is_family),
                              ("device", None, is_device_name)):

@@ -34,7 +34,7 @@ from .sources import display_path, load_yaml_file
 ENTRY_POINT_GROUP = "oracle.kernels"
 #: The plugin distributions this project ships (plugins/): loaded before any third-party plugin, so a
 #: kernel or backend name they declare stays theirs and a newcomer declaring it is the newcomer's error.
-SHIPPED_DISTRIBUTIONS = ("oracle-emulation", "oracle-torch", "oracle-triton", "oracle-b12x")
+SHIPPED_DISTRIBUTIONS = ("oracle-emulation", "oracle-torch", "oracle-triton", "oracle-b12x", "oracle-vllm")
 _generation = itertools.count(1)
 
 

@@ -162,7 +162,8 @@ def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
 
     On any failure the temporary file is removed: `path` is either the old file or the new one."""
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=".tmp", dir=str(p.parent))
+    # the target's suffix kept last: writers that pick a format by extension (matplotlib) still see it
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=f".tmp{p.suffix[:16]}", dir=str(p.parent))
     os.close(fd)
     try:
         write(tmp)

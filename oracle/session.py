@@ -25,6 +25,7 @@ from .platform import Platform
 from .policy import EffectivePolicy, load_policy as _load_policy
 from .registry import Registry, load_allow_list
 from .trace import Decision
+from .tuning.measurements import cached_measurements, clear_cache as clear_measurements
 
 _DEFAULT_CONFIG = KernelConfig()
 _MAX_ENGINES = 32
@@ -128,11 +129,6 @@ def get_registry() -> Registry:
     return _current.registry
 
 
-def default_policy(registry: Registry | None = None) -> EffectivePolicy:
-    """The effective policy of `registry` (default: the process's) with no user files."""
-    return session_for(registry).policy()
-
-
 def load_policy(user_files: Iterable[str | Path] = (), registry: Registry | None = None) -> EffectivePolicy:
     """Defaults < plugin files and insertions of `registry` (default: the process's) < `user_files`."""
     return session_for(registry).policy(user_files)
@@ -150,16 +146,14 @@ def clear_cache() -> None:
 def reload() -> None:
     """Re-read tuning files and policies on the next decision: a new `oracle tune` result changes
     decisions in a running process only when this is called (`oracle.reload()`)."""
-    from .tuning.measurements import clear_cache as _clear_measurements
-    _clear_measurements()
+    clear_measurements()
     clear_cache()
 
 
-def _measurement_arg(measurements: Any) -> Any:
+def measurement_set(measurements: Any) -> Any:
     """None, a MeasurementSet, or tuning file path(s) -> None or a MeasurementSet (cached)."""
     if measurements is None or hasattr(measurements, "table"):
         return measurements
-    from .tuning.measurements import cached_measurements
     paths = (str(measurements),) if isinstance(measurements, (str, os.PathLike)) else tuple(map(str, measurements))
     return cached_measurements(paths, "balanced", False) if paths else None
 
@@ -179,7 +173,7 @@ def select_backend(layer: Any, platform: Platform | None = None, config: KernelC
         engine = session_for(registry).engine(policy)
     return engine.select(layer, platform or _current.platform(), config or _DEFAULT_CONFIG,
                          os.environ if env is None else env,
-                         None if measurements is None else _measurement_arg(measurements))
+                         None if measurements is None else measurement_set(measurements))
 
 
 def select_backend_or_raise(layer: Any, platform: Platform | None = None, config: KernelConfig | None = None,

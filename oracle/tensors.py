@@ -7,9 +7,11 @@ checks that must compute on values (finiteness) import torch when they run.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 from .errors import TensorError
+from .formats import DTYPES, MOE_ACTIVATION_DEFAULTS, torch_dtype
 
 _SIGNS = {"positive": "finite, positive scales", "non-negative": "finite, non-negative scales",
           "any": "finite scales"}
@@ -77,14 +79,28 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[Any], shapes: Sequence[S
     return t if shapes is None else check_shapes(name, t, shapes, why, owner=owner)
 
 
-def check_ndim(name: str, t: Any, ndim: int, what: str) -> None:
-    if t.dim() != ndim:
-        raise TensorError(name, f"{ndim} dimensions ({what})", f"shape {shape_of(t)}")
-
-
-def check_divisible(name: str, size: int, block: int, what: str) -> None:
-    if size % block:
-        raise TensorError(name, f"{what} divisible by {block}", str(size))
+def moe_activation_params(activation: str, given: Mapping[str, float]) -> dict[str, float | None]:
+    """The activation's defaults (oracle.formats) overlaid with the layer's parameters; an unknown
+    activation or parameter, or a value that is not finite (or not positive where it clamps or
+    divides), is a TensorError."""
+    if activation not in MOE_ACTIVATION_DEFAULTS:
+        raise TensorError("activation", f"one of {', '.join(MOE_ACTIVATION_DEFAULTS)}", repr(activation))
+    known = MOE_ACTIVATION_DEFAULTS[activation]
+    extra = sorted(set(given) - set(known))
+    if extra:
+        raise TensorError("activation_params", f"only {sorted(known) or 'no parameters'} for {activation}",
+                          f"{extra}")
+    params = {**known, **given}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise TensorError(f"activation_params.{key}", "a finite number", str(value))
+        # limit clamps, beta/linear_beta divide (SiTU): they must be positive; swigluoai's beta is an offset
+        positive = key in ("limit", "linear_beta") or (key == "beta" and activation == "situ")
+        if positive and value <= 0:
+            raise TensorError(f"activation_params.{key}", "a positive number", str(value))
+    return params
 
 
 def check_device(name: str, t: Any, device_type: str, why: str) -> None:
@@ -125,3 +141,30 @@ def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any], dtype:
     if x.device != device:
         raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))
     return x.shape[:-1], x.reshape(-1, k).to(dtype).contiguous()
+
+
+def float_dtypes() -> tuple[Any, ...]:
+    """The torch dtypes of a layer's `dtype` names (oracle.formats.DTYPES): what activations and biases may be."""
+    return tuple(torch_dtype(name) for name in DTYPES)
+
+
+def apply_dense(x: Any, k: int, n: int, device: Any, dtype: Any, run: Any) -> Any:
+    """A dense kernel's `apply` around `run` ([rows, K] -> [rows, N]): the input checked
+    (`check_activations`, floating-point), an empty result for no rows, the leading dimensions kept."""
+    import torch
+
+    lead, x2 = check_activations(x, k, device, float_dtypes(), dtype)
+    if x2.shape[0] == 0:
+        return torch.empty(*lead, n, dtype=dtype, device=device)
+    return run(x2).reshape(*lead, n)
+
+
+def unpack_nibbles(words: Any, dim: int) -> Any:
+    """int32 words -> int32 nibbles 0..15, 8x longer along `dim`, low nibble first: the GPTQ order of
+    int4 qweight (along K) and qzeros (along N), which peers' kernels need unpacked to repack."""
+    import torch
+
+    w = words.movedim(dim, -1)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=w.device)
+    n = torch.bitwise_and(torch.bitwise_right_shift(w[..., None], shifts), 0xF)
+    return n.flatten(-2).movedim(-1, dim)

@@ -18,7 +18,7 @@ class Revalidating(BaseModel):
         data.update(update or {})
         return type(self).model_validate(data)
 
-from .errors import PolicyError
+from .errors import InputError, PolicyError
 from .sources import SourcedDict, SourcedList, where
 
 M = TypeVar("M", bound=BaseModel)
@@ -27,7 +27,6 @@ M = TypeVar("M", bound=BaseModel)
 def require_type(value: Any, cls: type, field: str, hint: str) -> None:
     """InputError (not AttributeError later) when an API argument is not a `cls`."""
     if not isinstance(value, cls):
-        from .errors import InputError
         raise InputError(f"expected a {cls.__name__}, got {type(value).__name__} {value!r:.60}; {hint}",
                          field=field)
 

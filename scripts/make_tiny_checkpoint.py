@@ -40,6 +40,7 @@ def _config(kind: str, config_file: str | None, layers: int | None):
     from transformers import AutoConfig
     data = dict(TINY[kind]) if config_file is None else json.loads(Path(config_file).read_text())
     data.pop("quantization_config", None)
+    data.pop("auto_map", None)        # the model is transformers' own architecture, never the checkpoint's code
     if layers is not None:
         data["num_hidden_layers"] = layers
         if isinstance(data.get("layer_types"), list):
@@ -66,8 +67,9 @@ def _fp8_quantized(name: str, shape: tuple[int, ...]) -> bool:
 
 
 def tensor_plan(kind: str, model):
-    """[(checkpoint names, make(gen) -> those tensors)] in the dialect's layout, nothing computed yet:
-    `write` runs each on the CPU, bench/synthetic.py on the GPU (gen's device) when the loader asks."""
+    """[(checkpoint names, make(gen) -> those tensors, their bytes)] in the dialect's layout, nothing
+    computed yet: `write` runs each on the CPU, bench/synthetic.py on the GPU (gen's device) when the
+    loader asks."""
     from oracle_emulation.formats import codec_for
 
     def fp8(shape, name, pname):
@@ -83,27 +85,32 @@ def tensor_plan(kind: str, model):
         experts = name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
         if kind == "gpt-oss-mxfp4" and experts:
             def make(gen, shape=shape, name=name):
-                w = _random(shape, name, gen).transpose(1, 2)            # transformers keeps [E, K, N]
-                q = codec_for("mxfp4").quantize(w, "mxfp4")
-                return q["weight"].unflatten(-1, (-1, 16)), q["weight_scale"]
-            plan.append(((name + "_blocks", name + "_scales"), make))
+                blocks, scales = [], []
+                for _ in range(shape[0]):      # one expert at a time: the float copies stay one expert's size
+                    w = _random(shape[1:], name, gen).transpose(0, 1)   # transformers keeps [E, K, N]
+                    q = codec_for("mxfp4").quantize(w, "mxfp4")
+                    blocks.append(q["weight"].unflatten(-1, (-1, 16)))
+                    scales.append(q["weight_scale"])
+                return torch.stack(blocks), torch.stack(scales)
+            plan.append(((name + "_blocks", name + "_scales"), make, math.prod(shape) // 2 + math.prod(shape) // 32))
         elif kind == "qwen3-moe-fp8" and experts:
             gate_up = name.endswith("gate_up_proj")
             for e in range(shape[0]):
                 rows = shape[1] // 2 if gate_up else shape[1]
                 for proj in (("gate_proj", "up_proj") if gate_up else ("down_proj",)):
                     plan.append(((f"{base}.{e}.{proj}.weight", f"{base}.{e}.{proj}.weight_scale_inv"),
-                                 fp8((rows, shape[2]), name, name)))
+                                 fp8((rows, shape[2]), name, name), rows * shape[2]))
         elif kind == "qwen3-moe-fp8" and _fp8_quantized(name, shape):
-            plan.append(((name, name.replace(".weight", ".weight_scale_inv")), fp8(shape, name, name)))
+            plan.append(((name, name.replace(".weight", ".weight_scale_inv")), fp8(shape, name, name), math.prod(shape)))
         else:
-            plan.append(((name,), lambda gen, shape=shape, name=name: (_random(shape, name, gen).to(torch.bfloat16),)))
+            plan.append(((name,), lambda gen, shape=shape, name=name: (_random(shape, name, gen).to(torch.bfloat16),),
+                         2 * math.prod(shape)))
     return plan
 
 
 def quantized_tensors(kind: str, model, gen: torch.Generator):
     """(name, tensor) in the dialect's layout, one module at a time (memory stays near one tensor)."""
-    for names, make in tensor_plan(kind, model):
+    for names, make, _ in tensor_plan(kind, model):
         yield from zip(names, make(gen))
 
 

@@ -53,8 +53,8 @@ def test_policy_show_prints_sources(global_toy_registry, capsys, tmp_path):
 def test_policy_show_json(global_toy_registry, capsys):
     code, out, _ = run(["policy", "show", "--format", "json"], capsys)
     values = {v["key"]: v for v in json.loads(out)["values"]}
-    assert values["auto_select.b12x.moe"]["value"] is False
-    assert values["auto_select.b12x.moe"]["source"].startswith("policies/default.yaml:")
+    assert values["on_unsupported"]["value"] == "error"
+    assert values["on_unsupported"]["source"].startswith("policies/default.yaml:")
 
 
 def test_schema(capsys):

@@ -94,7 +94,7 @@ def test_sm120_fp8_block_linear_goes_to_b12x_except_n_576():
     assert rejected and "N=576" in rejected[0].reason and rejected[0].stage == "constraint"
     experts = decision(rep, "experts")                   # b12x has no fp8 MoE kernel
     assert experts.backend == "emulation" and not any(c.backend == "b12x" for c in experts.candidates)
-    assert {g.role for g in rep.emulation} == {"kv_a_proj_with_mqa", "experts"}
+    assert {g.role for g in rep.testing_only} == {"kv_a_proj_with_mqa", "experts"}
 
 
 def test_sm120_nvfp4_modelopt_w4a4():
@@ -105,7 +105,7 @@ def test_sm120_nvfp4_modelopt_w4a4():
     # b12x MoE is opt-in: auto selection rejects it by policy, with the policy line
     assert experts.backend == "emulation"
     b12x = next(c for c in experts.candidates if c.kernel == "b12x.moe")
-    assert b12x.stage == "policy" and "not auto-selected" in b12x.reason and "default.yaml:" in b12x.rule
+    assert b12x.stage == "policy" and "not auto-selected" in b12x.reason and "oracle_b12x/policy.yaml:" in b12x.rule
 
     explicit = report("nvidia-qwen3-235b-a22b-nvfp4", "SM120", moe_backend="b12x")
     d = decision(explicit, "experts")
@@ -161,7 +161,7 @@ def test_text_groups_and_summary():
     # dense gate_up/down (2 x 3), shared experts (2 x 58) = 366; emulation: kv_a_proj (N=576, 61) + experts (58) = 119
     # oracle-triton (optimized tier) takes kv_a_proj (N=576, 61) + experts (58) = 119
     assert "summary: 545 layers: 366 torch, 119 triton, 60 unquantized, 0 without a kernel" in text
-    assert text.count("WARNING: fallback to emulation") == len(rep.emulation) == 0
+    assert text.count("WARNING: fallback to a testing-only kernel") == len(rep.testing_only) == 0
     groups = {g.role: g.count for g in rep.groups}
     assert groups["experts"] == 58 and groups["q_a_proj"] == 61
 
@@ -187,7 +187,7 @@ def test_cli_json_is_one_object_with_every_layer():
     assert experts["op"] == "moe" and experts["weight_format"] == "mxfp4" and experts["backend"] == "emulation"
     assert experts["shape"]["tp_size"] == 2
     b12x = next(c for c in experts["candidates"] if c["backend"] == "b12x")   # after triton's SM12x rejection
-    assert b12x["rule"].startswith("policies/default.yaml:")
+    assert b12x["rule"].startswith("plugins/b12x/oracle_b12x/policy.yaml:")   # the plugin's own policy
     assert data["summary"]["exit_code"] == 0 and data["summary"]["by_backend"] == {"emulation": 24}
 
 

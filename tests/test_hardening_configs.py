@@ -129,7 +129,3 @@ def test_mutated_example_configs(case, device, fmt):
     elif fmt == "json":
         _strict(out)
         _CASES["json_checked"] += 1
-
-
-def test_report_config_case_counts():
-    print(f"\nhardening configs: {_CASES}")

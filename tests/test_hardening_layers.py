@@ -135,7 +135,3 @@ def test_random_layers_on_every_preset(case, device):
         assert all(c.verdict == "rejected" and c.reason for c in decision.candidates[:-1])
     elif decision.status == "no_kernel":
         assert all(c.verdict == "rejected" and c.reason for c in decision.candidates)
-
-
-def test_report_layer_case_counts():
-    print(f"\nhardening layers: {_CASES}")

@@ -151,7 +151,3 @@ def test_near_miss_names_are_refused_with_a_hint_or_load(tmp_path, toy_registry,
             assert new in VENDORS
         elif section == "platforms" and path_in_doc[3] == "device":
             assert is_device_name(new)
-
-
-def test_report_policy_case_counts():
-    print(f"\nhardening policies: {_CASES}")

@@ -124,8 +124,8 @@ def _targets(tmp_path: Path) -> list[tuple[list[str], str, Path]]:
     fifo_dir = tmp_path / "fifo"
     fifo_dir.mkdir()
     os.mkfifo(fifo_dir / "t.json")
-    ro = tmp_path / "ro"
-    ro.mkdir()
+    plot_dir = tmp_path / "p.png"
+    plot_dir.mkdir()
     return [
         (["--out", str(tmp_path)], "is a directory", tmp_path),
         (["--out", "/dev/zero"], "is a character device", tmp_path),
@@ -133,7 +133,7 @@ def _targets(tmp_path: Path) -> list[tuple[list[str], str, Path]]:
         (["--out", str(locked_dir / "t.json")], "lock (FILE.lock)", locked_dir),
         (["--out", str(tmp_path / "ok.json"), "--plot", str(tmp_path / "missing" / "p.png")],
          "folder", tmp_path),
-        (["--out", str(tmp_path / "ok.json"), "--plot", str(tmp_path)], "is a directory", tmp_path),
+        (["--out", str(tmp_path / "ok.json"), "--plot", str(plot_dir)], "is a directory", tmp_path),
         (["--out", ""], "empty path", tmp_path),
     ]
 
@@ -147,6 +147,16 @@ def test_output_lock_and_plot_paths_are_checked_before_timing(no_timing, tmp_pat
         assert code == INPUT and needle in err and ("--out" in err or "--plot" in err), (args, err)
         assert not no_timing, args
         assert _folder_state(folder) == before, args
+
+
+def test_plot_is_written_whole_and_its_format_checked_first(no_timing, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, err = run(["--m", "1", "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.xyz")])
+    assert code == INPUT and "--plot" in err and "expected a file name ending in one of" in err and not no_timing
+    code, err = run(["--m", "1", "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")])
+    assert code == OK, err
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "t.json", "t.json.lock"]   # no temporary file
 
 
 def test_unwritable_folder_is_refused_before_timing(no_timing):
@@ -170,7 +180,3 @@ def test_device_empty_means_the_same_as_in_explain(no_timing, tmp_path):
     with contextlib.redirect_stderr(out):
         assert main(["explain", "--model", MODEL, "--device", ""]) == INPUT
     assert "--device: empty device name" in out.getvalue()
-
-
-def test_report_case_counts():
-    print(f"tune-argument cases: {_CASES}")

@@ -204,7 +204,3 @@ def test_structurally_mutated_kernel_files_never_traceback(path, data):
     except PolicyError as exc:
         _CASES["kernel_files_refused"] = _CASES.get("kernel_files_refused", 0) + 1
         assert str(exc).startswith(path.name) or f"{path.name}:" in str(exc), str(exc)
-
-
-def test_report_yaml_case_counts():
-    print(f"\nhardening yaml: {_CASES}")

@@ -140,3 +140,20 @@ def test_oracle_run_with_a_tokenizer_takes_text_and_prints_text(ckpt, capsys):
 def test_oracle_run_prompt_without_a_tokenizer_is_refused(good, capsys):
     assert main(["run", "--model", str(good), "--prompt", "hello"]) == 1
     assert "tokenizer" in capsys.readouterr().err
+
+
+def test_oracle_run_bench_prints_the_steady_state_table(good, capsys):
+    assert main(["run", "--model", str(good), "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--decode", "eager",
+                 "--bench", "--batch", "1", "2", "--bench-steps", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip().split()[:2] in (["1", "eager"], ["2", "eager"])]
+    assert [r[:2] for r in rows] == [["1", "eager"], ["2", "eager"]]
+    assert all(float(r[2]) > 0 for r in rows) and "peak memory" in out
+
+
+def test_oracle_run_graphs_without_cuda_is_one_error(good, capsys):
+    assert main(["run", "--model", str(good), "--device", "cpu", "--decode", "graphs"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "CUDA graphs need a CUDA device" in err and "Traceback" not in err
+    assert main(["run", "--model", str(good), "--batch", "0", "--bench"]) == 1
+    assert "--batch" in capsys.readouterr().err

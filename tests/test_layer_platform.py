@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from oracle import EmbeddingLayer, LinearLayer, MoELayer, Platform
 from oracle.errors import InputError
 from oracle.formats import ACTIVATION_FORMATS, FORMAT_FACTS, MOE_ACTIVATIONS, OPS, WEIGHT_FORMATS
+from oracle.platform import memory_bandwidth_gbps
 
 
 def test_vocabulary_is_exactly_the_issue_strings():
@@ -80,6 +81,21 @@ def test_cpu_preset_and_unknown_device():
     assert Platform.preset("cpu").capability is None
     with pytest.raises(InputError, match="unknown device 'rtx-9999'; expected one of"):
         Platform.preset("rtx-9999")
+
+
+@pytest.mark.parametrize("device, gbps", [
+    # NVIDIA's datasheets: H200 4.8 TB/s HBM3e, H100 SXM 3.35 TB/s, A100 80GB SXM 2,039 GB/s,
+    # RTX PRO 6000 Blackwell 1,792 GB/s GDDR7; no figure for a device the presets do not know
+    (Platform.preset("h200"), 4800.0),
+    (Platform(vendor="nvidia", device_name="NVIDIA H100 80GB HBM3"), 3350.0),
+    (Platform(vendor="nvidia", device_name="NVIDIA A100-SXM4-80GB"), 2039.0),
+    (Platform(vendor="nvidia", device_name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition"), 1792.0),
+    (Platform(vendor="nvidia", device_name="NVIDIA GB200"), 8000.0),      # not B200's word match: GB200's own
+    (Platform(vendor="nvidia", device_name="NVIDIA GeForce RTX 4090"), None),
+    (Platform.preset("sm120"), None),
+])
+def test_memory_bandwidth_comes_from_the_device_presets(device, gbps):
+    assert memory_bandwidth_gbps(device) == gbps
 
 
 def test_packages_from_environment_or_stated():

@@ -5,19 +5,23 @@ import pytest
 
 from oracle.errors import PolicyError
 from oracle.policy import load_policy, policy_schema
+from oracle.resources import policy_file
 
 
 def test_default_policy_encodes_spec(toy_registry):
+    """The built-in default, alone (the toy registry brings no policy or tier): it names no plugin's
+    backend but the emulation tier it ends on; oracle-b12x brings its tier and auto_select itself
+    (plugins/b12x/tests/test_b12x_selection.py)."""
     policy = load_policy(registry=toy_registry)
-    assert policy.ordering_for("moe", "mxfp4")[0] == ["optimized", "b12x", "emulation"]
-    assert policy.ordering_for("linear", "fp8_block")[0] == ["optimized", "b12x", "emulation"]
+    assert policy.ordering_for("moe", "mxfp4")[0] == ["optimized", "emulation"]
+    assert policy.ordering_for("linear", "fp8_block")[0] == ["optimized", "emulation"]
     assert policy.activations_for("moe", "mxfp4")[0] == ["checkpoint", "mxfp8", "bf16"]
     assert policy.activations_for("moe", "nvfp4")[0] == ["checkpoint", "bf16"]
     assert policy.force_bf16_activations.env == ["VLLM_B12X_MOE_FP4_FORCE_A16", "ORACLE_MOE_FP4_FORCE_A16"]
     assert set(policy.force_bf16_activations.formats) == {"mxfp4", "nvfp4"}
-    assert policy.auto_select_for("b12x", "moe")[0] is False
-    assert policy.auto_select_for("b12x", "linear")[0] is True
+    assert policy.auto_select_for("b12x", "moe")[0] is None
     assert policy.on_unsupported == "error"
+    assert "b12x" not in policy.files[0] and "b12x" not in (policy_file("default.yaml")).read_text()
 
 
 def test_every_value_keeps_its_source(toy_registry):
@@ -25,7 +29,7 @@ def test_every_value_keeps_its_source(toy_registry):
     rows = policy.describe()
     assert rows and all(":" in source and source.split(":")[-1].isdigit() for _, _, source in rows)
     keys = {k for k, _, _ in rows}
-    assert {"on_unsupported", "auto_select.b12x.moe", "activations.moe.mxfp4"} <= keys
+    assert {"on_unsupported", "ordering.moe.default", "activations.moe.mxfp4"} <= keys
 
 
 def test_user_file_overrides_one_key_and_keeps_the_rest(tmp_path, toy_registry):

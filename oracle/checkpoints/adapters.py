@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..formats import INTERLEAVED_ACTIVATIONS
 from .fuse import join_rows, stack_experts
 from .layouts import rows
 from .packing import pack_nibbles, unpack_bytes, unpack_nibbles
@@ -80,7 +81,7 @@ class Adapter:
         for per-expert checkpoints, or `<experts>.gate_up_proj, <experts>.down_proj` for fused ones."""
         fmt, group = layer.weight_format, layer.group_size
         e, h, i = layer.num_experts, layer.hidden_size, layer.intermediate_size
-        interleave = layer.activation == "swigluoai"
+        interleave = layer.activation in INTERLEAVED_ACTIVATIONS
         if self.dialect == "mxfp4":
             return self._gpt_oss_experts(src, layer.name, e, h, i)
         prefix = layer.name

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..formats import E4M3_MAX
+
 _PACK = 8
 
 
@@ -50,4 +52,4 @@ def to_e4m3(x: Any) -> Any:
     """Saturating round to float8_e4m3fn (a plain cast turns |x| > 448 into NaN)."""
     import torch
 
-    return x.float().clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return x.float().clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)

@@ -77,10 +77,6 @@ def transformers_call(load: Any, file: Path) -> Any:
         raise CheckpointError(f"transformers cannot read it: {text}", file=str(file)) from None
 
 
-def checkpoint_bytes(files: Any) -> int:
-    """Bytes of every shard a TensorSource reads."""
-    import os
-    return sum(os.stat(p).st_size for p in set(files))
 
 
 def expected_bytes(desc: Any) -> int:
@@ -128,7 +124,7 @@ def check_size(desc: Any, src: Any, config: Path) -> None:
 
     A factor of two of slack: a checkpoint missing a tensor or two is left to the loader's own errors,
     which name the tensor; this check is for configs orders of magnitude larger than their tensors."""
-    need, have = expected_bytes(desc), checkpoint_bytes(src.files.values())
+    need, have = expected_bytes(desc), src.stored_bytes()
     if need > 2 * have:
         raise CheckpointError(f"describes layers of at least {_size(need)} of weights, but the checkpoint's "
                               f"safetensors hold {_size(have)}: config.json and the tensors disagree "

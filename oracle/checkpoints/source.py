@@ -118,6 +118,11 @@ class TensorSource:
         self.claimed.add(name)
         return tensor
 
+    def stored_bytes(self) -> int:
+        """Bytes of every shard this source reads (the preflight size check compares them with the config)."""
+        import os
+        return sum(os.stat(p).st_size for p in set(self.files.values()))
+
     def unclaimed(self) -> list[str]:
         return sorted(set(self.files) - self.claimed)
 
@@ -131,6 +136,9 @@ class DictSource(TensorSource):
     def __init__(self, tensors: dict[str, Any], file: str = "<memory>"):
         super().__init__({n: Path(file) for n in tensors}, None)
         self.tensors = tensors
+
+    def stored_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
     def get(self, name: str) -> Any:
         if name not in self.tensors:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ..errors import OracleError
 from ..exitcodes import ArgumentParser, run_command as guarded
 from ..registry import PluginFailure
+from ..session import get_registry
 from . import bench, explain, kernels, policy, schema, tune, verify
 from . import run as run_command   # imports no torch/transformers until `oracle run` runs
 from .options import add_platform_options, add_policy_options, env_from_args, platform_from_args, policy_from_args
@@ -61,7 +62,6 @@ def _plugin_failure(registry: Any, plugin: str, message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
-        from ..session import get_registry
         parser = build_parser(get_registry())  # plugins load here, inside the guard (warnings, errors)
         args = parser.parse_args(argv)  # a usage error exits USAGE (64), not 2
         if args.log_decisions:

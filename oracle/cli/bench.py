@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..benchmark import print_selection_benchmark
 from ..exitcodes import bounded_count
 
 NAME = "bench"
@@ -15,6 +16,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..benchmark import print_selection_benchmark
     print_selection_benchmark(repeats=args.repeats)
     return 0

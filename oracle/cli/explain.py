@@ -10,9 +10,12 @@ import argparse
 import sys
 from typing import Any
 
+from ..config import KernelConfig
 from ..errors import InputError
 from ..explain import FORMATS, RENDERERS, Report
+from ..models import load_model
 from ..session import get_engine, get_registry
+from ..tuning.measurements import load_measurements
 from .options import (add_choice_options, add_platform_options, env_from_args, platform_from_args,
                       policy_from_args, positive_int)
 
@@ -80,8 +83,6 @@ def _check_checkpoint(args: argparse.Namespace) -> int:
 
 
 def report_from_args(args: argparse.Namespace) -> Report:
-    from ..models import load_model
-
     tp = positive_int(args.tp, "--tp")
     ep = positive_int(args.ep, "--ep")
     model = load_model(args.model, tp=tp, ep=ep,
@@ -91,7 +92,6 @@ def report_from_args(args: argparse.Namespace) -> Report:
     engine = get_engine(policy_from_args(args))
     measurements = None
     if args.measurements:
-        from ..tuning.measurements import load_measurements
         conf = engine.policy.measurements
         measurements = load_measurements(args.measurements, args.objective or conf.objective,
                                          allow_testing_only=conf.allow_testing_only)
@@ -110,7 +110,6 @@ def report_from_args(args: argparse.Namespace) -> Report:
 def config_from_args(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
-    from ..config import KernelConfig
     values = {f"{op}_backend": getattr(args, f"{op}_backend") for op in ("linear", "moe", "embedding")}
     try:
         config = KernelConfig(**values)

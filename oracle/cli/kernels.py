@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..jsonsafe import dumps
 from ..envvars import LOAD_PLUGINS
+from ..jsonsafe import dumps
+from ..platform import Platform, preset_names
+from ..session import get_engine, get_registry
 from .options import add_platform_options, add_policy_options, platform_from_args, policy_from_args
 
 NAME = "kernels"
@@ -20,10 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..platform import preset_names
-    from ..session import get_engine, get_registry
     if args.list_devices:
-        from ..platform import Platform
         for name in preset_names():
             print(f"{name:14} {Platform.preset(name).describe()}")
         return 0

@@ -6,6 +6,8 @@ import os
 from typing import Any
 
 from ..errors import InputError, OracleError
+from ..platform import Platform
+from ..session import load_policy
 
 
 def add_platform_options(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +39,6 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
 
 
 def platform_from_args(args: argparse.Namespace) -> Any:
-    from ..platform import Platform
     device = getattr(args, "device", None)
     platform = Platform.preset(device) if device is not None else Platform.detect()  # --device '' is refused
     stated: dict[str, str | None] = {}
@@ -62,7 +63,6 @@ def env_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 def policy_from_args(args: argparse.Namespace) -> Any:
     """The session's policy with the --policy files on top (the cached default when there are none)."""
-    from ..session import load_policy
     return load_policy(getattr(args, "policy", []) or [])
 
 

@@ -95,15 +95,15 @@ def _run(args: argparse.Namespace) -> int:
     mode = args.decode or ("graphs" if device.startswith("cuda") else "eager")
     tokenizer = _tokenizer(args.model)
     ids = _prompt_ids(args, tokenizer)
+    _check_vocabulary(ids, args)          # before the model is built
     model = load_quantized(args.model, device=device, dtype=args.dtype, **choices_from_args(args),
                            requantize_fused=args.requantize_fused)
-    vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
-    if vocab and int(ids.max()) >= vocab:
-        raise InputError(f"token id {int(ids.max())} is outside the vocabulary (vocab_size {vocab}: ids 0 to "
-                         f"{vocab - 1})", source=args.model, field="--prompt-ids" if args.prompt is None else "--prompt")
     ids = ids.to(device)
     start = time.perf_counter()
-    out = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode).generate(ids, args.max_new_tokens)
+    decoder = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode)
+    out = decoder.generate(ids, args.max_new_tokens)
+    if decoder.fallback:
+        mode = f"eager (graph capture failed: {decoder.fallback})"
     new = _until_eos(out[0].tolist(), model)
     seconds = time.perf_counter() - start
     print(f"model     {args.model} ({model.oracle.report.model.dialect_detail})")
@@ -147,7 +147,7 @@ def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:
     for batch in args.batch:
         for mode in modes:
             m = measure(model, prompt.repeat(batch, 1), args.bench_steps, mode)
-            print(f"  {batch:>5} {mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
+            print(f"  {batch:>5} {m.mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
     print(f"  peak memory {_peak_mib(device) / 1024:.2f} GiB "
           f"({'GPU allocated' if device.startswith('cuda') else 'process RSS'}, weights, caches and graphs)")
 
@@ -160,6 +160,19 @@ def _until_eos(tokens: list[int], model: Any) -> list[int]:
         if t in stops:
             return tokens[:i + 1]
     return tokens
+
+
+def _check_vocabulary(ids: Any, args: argparse.Namespace) -> None:
+    """Every prompt id below the config's vocab_size (of the text model, when nested)."""
+    from pathlib import Path
+
+    from ..checkpoints import preflight
+    cfg = preflight.sidecar(Path(args.model), "config.json") or {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    vocab = text.get("vocab_size", cfg.get("vocab_size"))
+    if type(vocab) is int and vocab > 0 and int(ids.max()) >= vocab:
+        raise InputError(f"token id {int(ids.max())} is outside the vocabulary (vocab_size {vocab}: ids 0 to "
+                         f"{vocab - 1})", source=args.model, field="--prompt-ids" if args.prompt is None else "--prompt")
 
 
 def _tokenizer(path: str) -> Any:
@@ -188,7 +201,7 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> Any:
             raise InputError(f"the prompt is {ids.shape[-1]} tokens; expected 1 to {MAX_PROMPT_IDS}",
                              source=args.model, field="--prompt")
         return ids
-    text = args.prompt_ids or "1"
+    text = args.prompt_ids if args.prompt_ids is not None else "1"   # an explicit empty list is an error
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isascii() and t.isdigit() and len(t) <= 12 for t in items):
         raise InputError(f"expected comma-separated non-negative token ids, got {text[:60]!r}", field="--prompt-ids")

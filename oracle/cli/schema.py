@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..catalog import kernels_schema
 from ..jsonsafe import dumps
+from ..policy import policy_schema
+from ..tuning.schema import tuning_schema
 
 NAME = "schema"
 
@@ -15,14 +18,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..catalog import _KernelEntry, _KernelFile
-    from ..policy import policy_schema
     if args.what == "policy":
         schema = policy_schema()
     elif args.what == "tuning":
-        from ..tuning.schema import tuning_schema
         schema = tuning_schema()
     else:
-        schema = {"file": _KernelFile.model_json_schema(), "kernel": _KernelEntry.model_json_schema()}
+        schema = kernels_schema()
     print(dumps(schema, indent=2))
     return 0

@@ -25,9 +25,11 @@ from ..safeio import check_output, write_atomic
 from ..session import get_engine, get_registry
 from ..tuning import store
 from ..tuning.metadata import live_metadata, mismatches
-from ..tuning.runner import Runner, candidates_for, distinct_layers, progress_bar, ranking
+from ..tuning.runner import (Runner, buffer_bytes, candidates_for, device_memory, distinct_layers, progress_bar,
+                             ranking)
 from ..tuning.schema import MAX_M, MAX_MS, TuningFile
 from .options import env_from_args, policy_from_args, positive_int
+from .plot import plot
 
 DEFAULT_MS = (1, 16, 256, 4096)
 #: Most timed repeats per figure (a figure is a median; thousands add nothing but time).
@@ -126,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.backend:
         registry.require_backend(name, field="--backend")
     if args.plot:
-        _require_matplotlib()
+        _require_matplotlib(args.plot)
         check_output(args.plot, field="--plot", what="the plot")
     out = store.check_writable(args.out)  # out, lock and folder; a corrupt file fails now, not after timing
     platform = Platform.detect()
@@ -167,7 +169,6 @@ def _run(args: argparse.Namespace) -> int:
     failed = sum(1 for e in result.entries if e.status == "failed")
     print(f"wrote {out}: {len(result.entries)} figures ({failed} failed) merged into {len(merged.entries)} entries")
     if args.plot:
-        from .plot import plot
         write_atomic(args.plot, lambda tmp: plot(result, objective, tmp, platform.describe(), allow))
         print(f"plot: {args.plot}")
     return 0
@@ -175,7 +176,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def check_memory(groups: Any, ms: list[int], platform: Any) -> None:
     """Refuse, before any timing, an M whose buffers for some layer exceed this device's memory."""
-    from ..tuning.runner import buffer_bytes, device_memory
     limit = device_memory(platform)
     if not limit or not groups:
         return
@@ -187,10 +187,17 @@ def check_memory(groups: Any, ms: list[int], platform: Any) -> None:
                          "give smaller token counts", field="--m")
 
 
-def _require_matplotlib() -> None:
+def _require_matplotlib(path: str) -> None:
+    """matplotlib is installed and can write `path`'s format (checked before timing, not after)."""
     import importlib.util
     if importlib.util.find_spec("matplotlib") is None:
         raise InputError("needs matplotlib: pip install 'kernel-oracle[plot]'", field="--plot")
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.rpartition(".")[2].lower() if "." in path.rpartition("/")[2] else ""
+    if suffix not in formats:
+        raise InputError(f"{path!r}: expected a file name ending in one of .{', .'.join(sorted(formats))}",
+                         field="--plot")
 
 
 def summary(result: Any, objective: Any, allow_testing_only: bool = False) -> str:

@@ -6,8 +6,11 @@ into groups, `describe` writes the shared one-liners, and `text`, `json_report` 
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
+from ..config import KernelConfig
+from ..session import measurement_set, session_for
 from .grouping import Group, block_label, generic_note, group_layers
 from .json_report import render_json, report_dict
 from .markdown import render_markdown
@@ -21,14 +24,9 @@ RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdo
 def build_report(model: Any, platform: Any, config: Any = None, *, policy: Any = None,
                  env: Mapping[str, str] | None = None, registry: Any = None, measurements: Any = None) -> Report:
     """Decide every layer of `model` on `platform` with the session's engine for `policy` and `registry`."""
-    import os
-
-    from ..config import KernelConfig
-    from ..session import session_for
     engine = session_for(registry).engine(policy)
-    from ..session import _measurement_arg
     return Report.build(model, engine, platform, config or KernelConfig(), os.environ if env is None else env,
-                        _measurement_arg(measurements))
+                        measurement_set(measurements))
 
 
 __all__ = ["FORMATS", "RENDERERS", "Group", "Report", "block_label", "build_report", "generic_note",

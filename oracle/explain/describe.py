@@ -5,12 +5,10 @@ from typing import Any
 
 from .grouping import Group, generic_note
 
-EMULATION = "emulation"
 
-
-def is_emulation(decision: Any) -> bool:
-    """A selected kernel meant for testing (the emulation backend or a testing-only kernel)."""
-    return decision.backend == EMULATION or bool(getattr(decision, "testing_only", False))
+def is_testing_only(decision: Any) -> bool:
+    """A selected kernel its plugin declares meant for testing (`testing_only: true`), whichever plugin."""
+    return bool(getattr(decision, "testing_only", False))
 
 
 def describe_layer(layer: Any) -> str:
@@ -81,7 +79,7 @@ def verdict(group: Group) -> str:
     if d.status == "no_kernel":
         return "NO KERNEL"
     text = f"{d.kernel} (backend {d.backend}), mode {d.mode}, activations {d.activation_format}"
-    if is_emulation(d):
-        text += "  [EMULATION FALLBACK]"
+    if is_testing_only(d):
+        text += "  [TESTING-ONLY FALLBACK]"
     return text
 

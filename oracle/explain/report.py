@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .describe import is_emulation
+from .describe import is_testing_only
 from .grouping import Group, group_layers
 
 
@@ -30,8 +30,9 @@ class Report:
         return [g for g in self.groups if g.decision.status == "no_kernel"]
 
     @property
-    def emulation(self) -> list[Group]:
-        return [g for g in self.groups if g.decision.status == "selected" and is_emulation(g.decision)]
+    def testing_only(self) -> list[Group]:
+        """Groups served by a kernel meant for testing (a fallback worth a warning)."""
+        return [g for g in self.groups if g.decision.status == "selected" and is_testing_only(g.decision)]
 
     @property
     def exit_code(self) -> int:
@@ -60,7 +61,7 @@ class Report:
             "quantized": len(self.decisions) - unquantized, "by_backend": dict(sorted(by_backend.items())),
             "no_kernel": no_kernel,
             "emulation_fallbacks": [{"role": g.role, "layers": g.label, "count": g.count, "kernel": g.decision.kernel}
-                                    for g in self.emulation],
+                                    for g in self.testing_only],
             "without_kernel": [{"role": g.role, "layers": g.label, "count": g.count} for g in self.no_kernel],
             "coverage": self.model.coverage.to_dict() if getattr(self.model, "coverage", None) else None,
             "exit_code": self.exit_code,

@@ -46,10 +46,10 @@ def summary_lines(report: Report) -> list[str]:
     parts.append(f"{s['unquantized']} unquantized")
     parts.append(f"{s['no_kernel']} without a kernel")
     lines = [f"summary: {s['layers']} layers: " + ", ".join(parts)]
-    for g in report.emulation:
+    for g in report.testing_only:
         where = f" {g.label}" if g.label else ""
-        lines.append(f"WARNING: fallback to emulation: {g.role}{where} -> {g.decision.kernel}, "
-                     "a slow dequantize-to-BF16 path meant for testing")
+        note = g.decision.spec.note if g.decision.spec is not None and g.decision.spec.note else "meant for testing"
+        lines.append(f"WARNING: fallback to a testing-only kernel: {g.role}{where} -> {g.decision.kernel} ({note})")
     for g in report.no_kernel:
         where = f" {g.label}" if g.label else ""
         lines.append(f"ERROR: no kernel for {g.role}{where} ({g.decision.op}, {g.decision.weight_format})")

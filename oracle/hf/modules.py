@@ -3,6 +3,11 @@
 A fused kernel (qkv_proj, gate_up_proj) serves several of the model's nn.Linear modules
 (q_proj, k_proj, v_proj are called one after the other with the same input): a
 `FusedRunner` runs the kernel once per input and each `KernelLinear` returns its rows.
+
+Under torch.compile the modules call the opaque custom ops of oracle.integration.ops instead
+(one graph node per kernel call, shape from the op's fake implementation): Dynamo never traces a
+kernel's Python. The fused runner's identity cache is an eager device; compiled, each part calls
+the op with the same input and the compiler's common-subexpression pass keeps one call.
 """
 from __future__ import annotations
 
@@ -16,18 +21,38 @@ class FusedRunner:
     """Runs one linear kernel once per input tensor and hands out row slices of the output."""
 
     def __init__(self, kernel: Any, in_features: int, out_features: int):
+        from ..integration import ops
+
         self.kernel = kernel
+        self.handle = ops.register(kernel)       # a Python int: a constant to Dynamo
         self.in_features, self.out_features = in_features, out_features
         self._x: torch.Tensor | None = None      # held, so its memory cannot be reused by a new input
         self._version = -1
         self._out: torch.Tensor | None = None
+        self._x_traced: Any = None               # the same cache while Dynamo traces (graph values)
+        self._out_traced: Any = None
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, last: bool = True) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self._traced(x, last)
         if x is not self._x or x._version != self._version or self._out is None:
             y = self.kernel.apply(x.reshape(-1, self.in_features))
             self._out = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
             self._x, self._version = x, x._version
         return self._out
+
+
+    def _traced(self, x: torch.Tensor, last: bool) -> torch.Tensor:
+        """Compiled: one oracle::linear node per input; the part with the last rows drops the cache, so
+        no tensor stays on the runner between calls (Dynamo would guard on it and recompile each call)."""
+        if x is not self._x_traced:
+            y = torch.ops.oracle.linear(x.reshape(-1, self.in_features), self.handle)
+            self._out_traced = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+            self._x_traced = x
+        out = self._out_traced
+        if last:
+            self._x_traced = self._out_traced = None
+        return out
 
 
 class KernelLinear(nn.Module):
@@ -40,7 +65,7 @@ class KernelLinear(nn.Module):
         self.decision, self.layer_name = decision, layer_name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.runner(x)
+        y = self.runner(x, last=self.stop == self.runner.out_features)
         if self.start == 0 and self.stop == self.runner.out_features:
             return y
         return y[..., self.start:self.stop]
@@ -54,12 +79,18 @@ class KernelExperts(nn.Module):
 
     def __init__(self, kernel: Any, decision: Any):
         super().__init__()
+        from ..integration import ops
+
         self.kernel, self.decision = kernel, decision
+        self.handle = ops.register(kernel)
         kernel.check_inputs = False        # the ids come from the model's router: no host read-back per call
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
-        out = self.kernel.apply(hidden_states, top_k_weights.float(), top_k_index)
+        if torch.compiler.is_compiling():
+            out = torch.ops.oracle.moe(hidden_states, top_k_weights.float(), top_k_index, self.handle)
+        else:
+            out = self.kernel.apply(hidden_states, top_k_weights.float(), top_k_index)
         return out.to(hidden_states.dtype)
 
     def extra_repr(self) -> str:

@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..formats import ACTIVATION_PARAMS
 from .model import Module
 from .source import ConfigView
-from .spellings import (ACTIVATION_KEYS, EXPERT_KEYS, MTP_KEYS, SITU_PARAMS, TOP_K_KEYS, expert_count, first_key,
+from .spellings import (ACTIVATION_KEYS, EXPERT_KEYS, LATENT_EXPERT_KEYS, MTP_KEYS, SITU_PARAMS, TOP_K_KEYS, expert_count, first_key,
                         reject_unknown_moe_keys, shared_count, top_k)
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
@@ -117,8 +117,9 @@ class Builder:
             raise self.cfg.error(keys[1], f"{keys[1]} {intermediate} is not divisible by --tp {moe_tp}")
         if top_k > experts:
             raise self.cfg.error("num_experts_per_tok", f"top-k {top_k} exceeds the {experts} experts")
+        hidden = self.expert_hidden()
         self.modules.append(Module("experts", "moe", name, tuple(parts), block, {
-            "num_experts": experts, "top_k": top_k, "hidden_size": self.hidden,
+            "num_experts": experts, "top_k": top_k, "hidden_size": hidden,
             "intermediate_size": intermediate, "activation": activation,
             "activation_params": params or {}, "has_bias": bias, "tp_size": moe_tp, "ep_size": self.ep,
             "apply_router_weight_on_input": router_weight_on_input}))
@@ -183,6 +184,18 @@ class Builder:
 
     def router(self, i: int, name: str, experts: int, *, bias: bool = False, role: str = "gate") -> None:
         self.linear(role, i, name, [name], self.hidden, experts, bias=bias, sharded=False)
+
+    def expert_hidden(self) -> int:
+        """The width routed experts run at: hidden_size, or a latent width (Kimi-K3 routed_expert_hidden_size)."""
+        key = first_key(self.cfg, LATENT_EXPERT_KEYS)
+        if key is None:
+            return self.hidden
+        latent = self.cfg.int(key)
+        note = (f"latent MoE: routed experts run at {key} {latent} instead of hidden_size {self.hidden}; the "
+                "projections into and out of that width are not listed")
+        if note not in self.notes:
+            self.notes.append(note)
+        return latent
 
     def moe_activation(self) -> tuple[str, dict]:
         """(engine activation, activation_params) from hidden_act (any spelling) and its parameters."""
@@ -390,6 +403,59 @@ def _minimax_attention_kinds(c: ConfigView, layers: int) -> list[str]:
     return kinds  # type: ignore[return-value]
 
 
+def minimax_m3(b: Builder) -> None:
+    """MiniMax-M3 (text_config of minimax_m3_vl): GQA attention whose sparse layers add the indexer's
+    index_q_proj (sparse_num_index_heads x sparse_index_dim) and index_k_proj (one head) to the same
+    input, fused with q/k/v into one qkv_proj GEMM as vLLM's MinimaxM3QKVParallelLinearWithIndexer does;
+    a dense MLP (dense_intermediate_size) where moe_layer_freq is 0, else block_sparse_moe: router,
+    routed experts w1/w3/w2 (intermediate_size) with the clamped SwiGLU, and shared experts
+    (n_shared_experts x shared_intermediate_size)."""
+    c = b.cfg
+    layers = c.int("num_hidden_layers")
+    moe = _per_layer_flags(c, "moe_layer_freq", layers)
+    sparse_cfg = c.sub("sparse_attention_config")
+    use_sparse = sparse_cfg is not None and sparse_cfg.bool("use_sparse_attention", False)
+    sparse = _per_layer_flags(sparse_cfg, "sparse_attention_freq", layers) if use_sparse else [False] * layers
+    heads = c.int("num_attention_heads")
+    head_dim = c.int("head_dim", None) or b._implicit_head_dim(heads)
+    n_kv = c.int("num_key_value_heads", heads)
+    experts, key = expert_count(c)
+    k = top_k(c) if experts else 0
+    act, params = b.moe_activation()
+    for i in range(layers):
+        p = f"{b.layer_prefix(i)}.self_attn"
+        q, kv = b.q_heads() * head_dim, b.kv_heads(n_kv) * head_dim
+        parts = [f"{p}.q_proj", f"{p}.k_proj", f"{p}.v_proj"]
+        n = q + 2 * kv
+        if sparse[i]:
+            assert sparse_cfg is not None
+            idx_heads, idx_dim = sparse_cfg.int("sparse_num_index_heads"), sparse_cfg.int("sparse_index_dim")
+            parts += [f"{p}.index_q_proj", f"{p}.index_k_proj"]
+            n += b.kv_heads(idx_heads, "sparse_attention_config.sparse_num_index_heads") * idx_dim + idx_dim
+        b.linear("qkv_proj", i, f"{p}.qkv_proj", parts, b.hidden, n)
+        b.linear("o_proj", i, f"{p}.o_proj", [f"{p}.o_proj"], q, b.hidden)
+        if moe[i]:
+            m = f"{b.layer_prefix(i)}.block_sparse_moe"
+            b.router(i, f"{m}.gate", experts)
+            _experts(b, i, f"{m}.experts", experts=experts, top_k=k, intermediate=c.int("intermediate_size"),
+                     keys=(key, "intermediate_size"), parts=("w1", "w3", "w2"), activation=act, params=params)
+            shared = shared_count(c)
+            if shared:
+                b.gated_mlp(i, f"{m}.shared_experts", shared * c.int("shared_intermediate_size"),
+                            "shared_intermediate_size", role="shared_experts.")
+        else:
+            b.gated_mlp(i, f"{b.layer_prefix(i)}.mlp", c.int("dense_intermediate_size"), "dense_intermediate_size")
+    b.mtp_note()
+
+
+def _per_layer_flags(c: ConfigView, key: str, layers: int) -> list[bool]:
+    """A 0/1 list with one entry per layer (MiniMax-M3's moe_layer_freq, sparse_attention_freq)."""
+    raw = c.int_list(key)
+    if len(raw) != layers or any(v not in (0, 1) for v in raw):
+        raise c.error(key, f"expected {layers} entries of 0 or 1 (one per layer), got {raw!r:.80}")
+    return [bool(v) for v in raw]
+
+
 def deepseek(b: Builder) -> None:
     """deepseek_v2/v3/v32, kimi_k2, glm_moe_dsa (GLM-5): MLA attention (+ the sparse-attention
     indexer when index_n_heads is set); dense MLP before first_k_dense_replace; shared experts."""
@@ -586,6 +652,7 @@ ARCHITECTURES: dict[str, Callable[[Builder], None]] = {
     "glm4_moe": glm4_moe, "gpt_oss": gpt_oss, "llama4_text": llama4, "llama4": llama4,
     "deepseek_v4": deepseek_v4,
     "qwen3_next": qwen3_next, "qwen3_5_moe_text": qwen3_next, "qwen3_5_moe": qwen3_next,
+    "minimax_m3": minimax_m3,
 }
 #: Architectures whose checkpoints use their own top-level names for the embedding and head.
 _NATIVE_NAMES = {"deepseek_v4": ("embed", "head")}
@@ -600,6 +667,7 @@ CLASS_NAMES = {
     "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
     "DeepseekV4ForCausalLM": "deepseek_v4", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "MiniMaxM3SparseForCausalLM": "minimax_m3", "MiniMaxM3SparseForConditionalGeneration": "minimax_m3",
 }
 
 

@@ -7,12 +7,15 @@ import re
 from dataclasses import replace
 
 from .architectures import ARCHITECTURES, CLASS_NAMES, NESTED_LAYOUTS, TEXT_ONLY, Layout, build_modules
+from ..checkpoints.layouts import LAYOUTS
 from .checkpoint_names import CheckpointNames
 from .coverage import check_coverage
 from .model import Model, ModelLayer, Module, Quant
 from .quant import Scheme, detect_scheme
 from .source import ConfigView, ModelFiles, load_model_files
 
+#: Tensor suffixes that only a quantized module carries (every layout row's non-`weight` tensor).
+QUANT_COMPANIONS = frozenset(row.suffix for row in LAYOUTS if row.suffix != "weight")
 _DTYPES = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16"), "float32": ("float32", "fp32")}
 
 
@@ -49,8 +52,11 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_part
                      "(the layout the checkpoint's own names use)")
         if isinstance(top.raw("vision_config"), dict):
             notes.append("vision tower not listed: only the text decoder's layers are")
-    names = CheckpointNames.build(modules, index=checkpoint, lists=[lst.matcher for lst in scheme.name_lists()])
-    scheme.bind(names, model_type)
+    lists = scheme.name_lists()
+    names = CheckpointNames.build(modules, index=checkpoint,
+                                  targets=[x.matcher for x in lists if x.kind in ("target", "quantized_layers")],
+                                  lists=[x.matcher for x in lists if x.kind not in ("target", "quantized_layers")])
+    scheme.bind(names, model_type, quantized_in_index=files.quantized_tensor_modules(QUANT_COMPANIONS))
     try:
         layers = [_layer(m, scheme, dtype, unquantized) for m in modules]
     except InputError as exc:
@@ -69,6 +75,20 @@ def model_from_files(files: ModelFiles, *, tp: int = 1, ep: int = 1, accept_part
                  dialect=scheme.dialect, dialect_detail=scheme.detail or scheme.dialect, tp=tp, ep=ep,
                  layers=layers, notes=notes, generic=generic, example=files.example, derivation=derivation,
                  coverage=coverage, checkpoint_names=names)
+
+
+def shipped_architectures() -> list[tuple[str, list[Module]]]:
+    """(model_type, modules) of one shipped example per architecture, for docs/models.md's alias table.
+
+    Regenerate it with `python -c "from oracle.models.build import shipped_architectures as s;
+    from oracle.models.checkpoint_names import render_markdown as r; print(r(s()))"`.
+    """
+    from .source import example_names
+    out: dict[str, list[Module]] = {}
+    for name in example_names():
+        model = load_model(name)
+        out.setdefault(model.model_type, model.checkpoint_names.modules)
+    return sorted(out.items())
 
 
 def _relayout(m: Module, layout: Layout) -> Module:

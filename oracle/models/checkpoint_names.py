@@ -12,7 +12,7 @@ everything that reads them asks this layer. It imports nothing heavy (no torch).
 
 API::
 
-    names = CheckpointNames.build(modules, index=tensor_module_names, lists=[NameMatcher, ...])
+    names = CheckpointNames.build(modules, index=tensor_module_names, targets=[...], lists=[...])
     names.spelling(part)          the checkpoint's own name for one derived part (a `Module.parts`
                                   entry), e.g. 'layers.3.ffn.experts.0.w1' -> '...experts.0.gate_proj'
     names.aliases(part)           every checkpoint name standing for the part: its spelling first, then
@@ -22,6 +22,7 @@ API::
     names.experts_named(module)   expert indices the lists name for this MoE module (always has 0)
     names.owner(name)             reverse: (Module, part, expert or None) a checkpoint module name
                                   (index tensor name less its last segment) stands for, or None
+    names.owner_of_tensor(t)      the same for a tensor name, with its suffix ('weight_packed', ...)
     names.all_names(experts=True) every checkpoint name of every module (coverage matches lists here)
     names.renamed                 {derived shape: checkpoint shape} where they differ (report notes)
 
@@ -122,9 +123,12 @@ class CheckpointNames:
     _owners: dict[str, tuple[Module, str, int | None]] | None = None
 
     @classmethod
-    def build(cls, modules: list[Module], *, index: Iterable[str] = (),
+    def build(cls, modules: list[Module], *, index: Iterable[str] = (), targets: Iterable[NameMatcher] = (),
               lists: Iterable[NameMatcher] = ()) -> "CheckpointNames":
+        """`targets`: lists that say what IS quantized (targets, quantized_layers), the stronger evidence
+        of the checkpoint's spelling; `lists`: the others (ignore, exclude_modules, ...)."""
         names = cls(list(modules), frozenset(index))
+        targets = [m for m in targets if m]
         lists = [m for m in lists if m]
         samples: dict[str, list[str]] = {}
         for m in names.modules:
@@ -133,12 +137,12 @@ class CheckpointNames:
                 if len(bucket) < _SAMPLES and part not in bucket:
                     bucket.append(part)
         for shape, parts in samples.items():
-            names._spelled[shape] = names._choose(shape, parts, lists)
-        names._experts_named = names._find_named_experts(lists)
+            names._spelled[shape] = names._choose(shape, parts, targets, lists)
+        names._experts_named = names._find_named_experts(targets + lists)
         return names
 
     # ---- choosing -----------------------------------------------------------------------
-    def _choose(self, shape: str, parts: list[str], lists: list[NameMatcher]) -> str:
+    def _choose(self, shape: str, parts: list[str], targets: list[NameMatcher], lists: list[NameMatcher]) -> str:
         numbers = [_NUMBER.findall(p) for p in parts]
         best, best_score = shape, None
         for candidate, changes in spellings(shape):
@@ -148,8 +152,9 @@ class CheckpointNames:
             else:
                 in_index = 0
             probe = [a for c in concrete for a in (c, *fused_containers(c, stacked=False))]
+            targeted = sum(len(lst.matched_entries(probe)) for lst in targets)
             matched = sum(len(lst.matched_entries(probe)) for lst in lists)
-            score = (in_index, matched, -changes)
+            score = (in_index, targeted, matched, -changes)
             if best_score is None or score > best_score:
                 best, best_score = candidate, score
         return best
@@ -237,7 +242,67 @@ class CheckpointNames:
             self._owners = owners
         return self._owners.get(name)
 
+    def owner_of_tensor(self, tensor: str) -> tuple[Module, str, int | None, str] | None:
+        """(module, derived part, expert, tensor suffix) for a safetensors tensor name, or None.
+
+        'layers.5.ffn.experts.17.up_proj.weight_packed' -> (the layer-5 MoE module,
+        'layers.5.ffn.experts.0.w3', 17, 'weight_packed').
+        """
+        module_name, _, suffix = tensor.rpartition(".")
+        found = self.owner(module_name)
+        return (*found, suffix) if found is not None else None
+
     @property
     def renamed(self) -> dict[str, str]:
         """{derived shape: checkpoint shape} for every shape the checkpoint spells differently."""
         return {s: c for s, c in self._spelled.items() if s != c}
+
+
+# ---------------------------------------------------------------- generated documentation
+def _facts(shape: str) -> list[str]:
+    """The facts (FACT_TABLE rows) that let a checkpoint spell `shape` differently."""
+    out = []
+    prefix = max((p for p in DECODER_PREFIXES if p and shape.startswith(p)), key=len, default="")
+    if prefix or shape.startswith("layers."):
+        out.append("prefix")
+    segs = shape[len(prefix):].split(".")
+    for i, seg in enumerate(segs):
+        if seg in _SEGMENT_OPTIONS or (i == len(segs) - 1 and seg in _PROJECTION_OPTIONS):
+            out.append(f"`{seg}`")
+    if shape in HEAD_SPELLINGS:
+        out.append("head")
+    return out
+
+
+def render_facts() -> str:
+    """One row per table of this module: the spellings a checkpoint may use for one fact."""
+    rows = ["| fact | spellings (any one stands for the others) |", "|---|---|",
+            "| prefix (where `layers.N` lives) | " + ", ".join(f"`{p or '(none)'}`" for p in DECODER_PREFIXES) + " |"]
+    rows += [f"| container `{g[0]}` | " + ", ".join(f"`{s}`" for s in g) + " |" for g in SEGMENT_SPELLINGS]
+    rows += [f"| projection `{a}` | `{a}`, `{b}` |" for a, b in PROJECTION_SPELLINGS]
+    rows.append("| head | " + ", ".join(f"`{h}`" for h in HEAD_SPELLINGS) + " |")
+    rows += [f"| one tensor `{f}` | holds " + ", ".join(f"`{p}`" for p in parts) + " |"
+             for f, parts in CHECKPOINT_FUSED.items()]
+    rows.append("| stacked experts | `experts.E.P` is also held by `experts.P` and `experts.<fused P>` "
+                "(3-D tensors; used when the safetensors index has them) |")
+    return "\n".join(rows)
+
+
+def render_markdown(models: Iterable[tuple[str, list[Module]]]) -> str:
+    """The facts table, then every derived name shape per architecture with the facts that apply to it
+    and the checkpoint tensors that may hold it fused (docs/models.md is generated from this)."""
+    lines = [render_facts(), "", "| architecture | derived name (N = layer, E = expert) | may be spelled differently "
+             "(facts above) | may be stored inside |", "|---|---|---|---|"]
+    for arch, modules in models:
+        seen: dict[str, str] = {}
+        for m in modules:
+            for part in m.parts:
+                seen.setdefault(_NUMBER.sub("#", part), part)
+        for shape, part in seen.items():
+            concrete = _NUMBER.sub("0", part)
+            shown = re.sub(r"experts\.#\.", "experts.E.", shape).replace("#", "N")
+            held = [re.sub(r"experts\.0\.", "experts.E.", c).replace(".0.", ".N.") for c in fused_containers(concrete)]
+            lines.append(f"| {arch} | `{shown}` | {', '.join(_facts(shape)) or '-'} | "
+                         f"{', '.join(f'`{h}`' for h in held) or '-'} |")
+            arch = ""           # the architecture once per block of rows
+    return "\n".join(lines)

@@ -59,7 +59,7 @@ class Unmatched:
     def describe(self) -> str:
         near = f" (nearest derived names: {', '.join(_cut(n) for n in self.nearest)})" if self.nearest else ""
         ckpt = f" [names checkpoint module {_cut(self.in_checkpoint)}]" if self.in_checkpoint else ""
-        return f"{_cut(self.entry)!r}{near}{ckpt}"
+        return f"'{_cut(self.entry)}'{near}{ckpt}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "key": self.key, "kind": self.kind, "entry": self.entry,

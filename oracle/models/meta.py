@@ -24,7 +24,7 @@ from ..errors import InputError
 from .architectures import Builder, Layout
 from .model import Module
 from .source import ConfigView
-from .spellings import expert_count, top_k
+from .spellings import ACTIVATION_KEYS, expert_count, top_k
 
 _ROW_PARALLEL = frozenset({"o_proj", "down_proj", "out_proj", "dense", "wo", "wo_b", "w2", "fc2", "c_proj",
                            "dense_4h_to_h"})
@@ -50,25 +50,64 @@ def text_model_type(model_type: str) -> str:
 
 def meta_modules(top: ConfigView, text: ConfigView, model_type: str, tp: int, ep: int,
                  layout: Layout) -> tuple[list[Module], list[str]]:
-    model = _build(text, model_type)
+    model, substituted = _build(text, model_type)
     b = Builder(text, tp, ep, layout)
     walker = _Walker(b, model)
     walker.walk()
     import transformers
-    b.notes.append(f"modules derived from transformers {transformers.__version__} {type(model).__name__} "
+    b.notes += substituted
+    b.notes.append(f"modules derived from transformers {transformers.__version__} {_class_name(model)} "
                    "built on the meta device (the architecture is not in the tables); "
                    + (f"not listed: {walker.skipped_summary()}" if walker.skipped else "every weight is listed"))
     return b.modules, b.notes
 
 
-def _build(text: ConfigView, model_type: str) -> Any:
+def _class_name(model: Any) -> str:
+    inner = getattr(model, "model", None)
+    return type(inner).__name__ + " + lm_head" if getattr(model, "_oracle_wrapped", False) else type(model).__name__
+
+
+def _build(text: ConfigView, model_type: str) -> tuple[Any, list[str]]:
+    """The model on the meta device, and notes on what had to be substituted to build it.
+
+    Only shapes are needed, so what transformers cannot build does not stop the derivation:
+    an activation transformers does not know (SiTU) is replaced by silu for the build (the
+    activation is read from the config separately, `Builder.moe_activation`), and a config
+    class without a causal-LM class is built as its base model with an lm_head of
+    vocab_size x hidden_size added. Each substitution is a note in the report.
+    """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers.activations import ACT2FN
     kwargs = {k: v for k, v in text.data.items() if k not in _DROP_KEYS}
+    notes: list[str] = []
+    for key in ACTIVATION_KEYS:
+        act = kwargs.get(key)
+        if isinstance(act, str) and act not in ACT2FN:
+            kwargs[key] = "silu"
+            notes.append(f"transformers has no activation {act!r} ({key}): the meta-device model was built with "
+                         f"'silu' in its place (shapes do not depend on it); the MoE layers keep {act!r}")
     try:
         config = AutoConfig.for_model(model_type, **kwargs)
+        if config.get_text_config() is not config:    # a composite (multimodal) class: the keys are its text part's
+            config = AutoConfig.for_model(model_type, text_config=kwargs)
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config, trust_remote_code=False)   # never a checkpoint's code
+            try:
+                return AutoModelForCausalLM.from_config(config, trust_remote_code=False), notes   # never a checkpoint's code
+            except ValueError as exc:
+                if "Unrecognized configuration class" not in str(exc):
+                    raise
+                base = AutoModel.from_config(config, trust_remote_code=False)
+                base = getattr(base, "language_model", base)       # multimodal base models: the text decoder
+                holder = torch.nn.Module()
+                holder.model = base
+                holder.lm_head = torch.nn.Linear(text.int("hidden_size"), text.int("vocab_size"), bias=False)
+                holder._oracle_wrapped = True
+                notes.append(f"transformers has no causal-LM class for {type(config).__name__}: its text model "
+                             f"{type(base).__name__} was built and an lm_head (vocab_size x hidden_size) added")
+                return holder, notes
+    except InputError:
+        raise
     except Exception as exc:  # transformers raises many kinds; the user needs one clear line
         raise InputError(f"transformers cannot build {model_type!r} from this config: "
                          f"{type(exc).__name__}: {exc}", source=text.source,

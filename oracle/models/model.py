@@ -8,7 +8,8 @@ from ..layer import EmbeddingLayer, LinearLayer, MoELayer
 
 LayerSpecT = LinearLayer | MoELayer | EmbeddingLayer
 
-#: Roles whose weights no engine quantizes, whatever the checkpoint's lists say.
+#: Router roles: unquantized unless the architecture's engine builds the router with the quantization
+#: method (`oracle.models.quant.ROUTER_FOLLOWS_CHECKPOINT`).
 ROUTER_ROLES = frozenset({"gate", "shared_expert_gate"})
 #: Roles quantized only when the checkpoint names them explicitly.
 EXPLICIT_ONLY_ROLES = frozenset({"embed_tokens", "lm_head"})

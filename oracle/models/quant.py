@@ -22,15 +22,19 @@ Format mapping (weight format, activation format the checkpoint declares):
   compressed-tensors mxfp4-pack-quantized  -> mxfp4; mxfp4/mxfp8 per input_activations, else None
   compressed-tensors int 4-bit, GPTQ, AWQ  -> int4, None
   ModelOpt FP8 / NVFP4 / MXFP8             -> fp8_tensor/fp8 (static_tensor), nvfp4/nvfp4 (input scales: W4A4),
-                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token
+                                              mxfp8/mxfp8; FP8_PER_CHANNEL_PER_TOKEN -> dynamic_token; the
+                                              other 2025-2026 quant_algo values in `_MODELOPT_ALGOS`
+  expert_dtype fp4 beside quant_method fp8 -> routed experts mxfp4 (DeepSeek-V4)
 Contradictory scale kinds or block shapes (static block FP8, a block_structure on a per-channel
 strategy, activation groups unlike the weight block) are an InputError naming the key.
   ModelOpt IQ2_XS / IQ2_XXS / Q8_0 (ggml)  -> iq2_xs / iq2_xxs / q8_0, None
 Anything else (int8 W8A8, 3-bit GPTQ, FP8 e5m2, ...) is an InputError naming the file
 and key: the engine has no format for it, and guessing would mislead.
 
-Router gates are never quantized (engines build them without a quantization method);
-embeddings and lm_head only when the checkpoint names them explicitly.
+Lists are matched against the checkpoint's own names (`oracle.models.checkpoint_names`), each by
+its library's rule (`oracle.models.matching`). Router gates follow `ROUTER_FOLLOWS_CHECKPOINT`
+(quantized like any linear where the engine builds the router with the quantization method, else
+never); embeddings and lm_head only when the checkpoint names them explicitly.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from .checkpoint_names import CheckpointNames
 from .matching import NameMatcher
 from .model import EXPLICIT_ONLY_ROLES, ROUTER_ROLES, Module, Quant
 from .source import ConfigView, ModelFiles
+from .spellings import expert_dtype, fp8_element_format
 
 Resolution = tuple[Quant | None, str]
 
@@ -84,14 +89,21 @@ class Scheme:
         self.detail = detail
         self.names: CheckpointNames | None = None
         self.model_type = ""
+        self.quantized_in_index: frozenset[str] = frozenset()
+        #: (Quant, the key that said so) when the config gives routed experts their own dtype
+        self.expert_quant: tuple[Quant, str] | None = None
 
     @property
     def source(self) -> str:
         return self.view.source if self.view is not None else ""
 
-    def bind(self, names: CheckpointNames | None, model_type: str = "") -> None:
+    def bind(self, names: CheckpointNames | None, model_type: str = "", *,
+             quantized_in_index: set[str] | frozenset[str] = frozenset()) -> None:
+        """`quantized_in_index`: checkpoint modules whose index entries include quantization companion
+        tensors (scales, packed weights): with an index, a router stored without any is unquantized."""
         self.names = names
         self.model_type = model_type
+        self.quantized_in_index = frozenset(quantized_in_index)
 
     def _aliases(self, part: str, expert: int | None) -> tuple[str, ...]:
         if self.names is None:
@@ -104,8 +116,12 @@ class Scheme:
         A MoE module is resolved for expert 0 and for every expert a list names; experts (or
         fused parts) in two different formats are an InputError naming both entries.
         """
-        if module.role in ROUTER_ROLES and not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
-            return None, "router gate: engines build this architecture's router without a quantization method"
+        if module.role in ROUTER_ROLES:
+            if not (module.role == "gate" and self.model_type in ROUTER_FOLLOWS_CHECKPOINT):
+                return None, "router gate: engines build this architecture's router without a quantization method"
+            stored = self._stored_unquantized(module)
+            if stored is not None:
+                return None, stored
         experts: tuple[int | None, ...] = (None,)
         if module.op == "moe" and self.names is not None:
             experts = self.names.experts_named(module)
@@ -121,7 +137,22 @@ class Scheme:
                                  f"{_describe_or_none(res[0])} from {entry or 'the default'}); expected one format "
                                  "for every expert", source=self.source or None)
         assert first is not None
+        if module.op == "moe" and first[1][0] is not None and self.expert_quant is not None:
+            return self.expert_quant[0], ""     # quantized experts, in the dtype the config gives them
         return first[1]
+
+    def _stored_unquantized(self, module: Module) -> str | None:
+        """Why a router the lists would quantize is stored unquantized, when the safetensors index says so."""
+        if self.names is None or not self.names.index:
+            return None
+        present = [a for p in module.parts for a in self.names.aliases(p) if a in self.names.index]
+        if not present or any(a in self.quantized_in_index for a in present):
+            return None
+        quant, why = self._part(tuple(a for p in module.parts for a in self.names.aliases(p)), module)
+        if quant is None:
+            return None
+        return (f"the checkpoint stores {present[0]} without quantization tensors although {why} targets it "
+                "(vLLM 0.32 would build it quantized); served as stored")
 
     def _combine(self, module: Module, results: list[tuple[Quant | None, str]]) -> tuple[Resolution, str]:
         quants = {q for q, _ in results}
@@ -201,9 +232,10 @@ class Fp8Scheme(_SkipListScheme):
     skip_keys = ("modules_to_not_convert", "ignored_layers")
 
     def __init__(self, view: ConfigView):
-        fmt = view.str("fmt", "e4m3")
+        fmt = fp8_element_format(view)
         if fmt != "e4m3":
-            raise view.error("fmt", f"unsupported FP8 element format {fmt!r}; expected 'e4m3'")
+            raise view.error("fmt", f"unsupported FP8 element format {view.raw('fmt')!r} ({fmt}); no kernel "
+                             "format for it: expected e4m3 (float8_e4m3fn)")
         scheme = view.str("activation_scheme", "dynamic")
         if scheme not in ("dynamic", "static"):
             raise view.error("activation_scheme", f"expected 'dynamic' or 'static', got {scheme!r}")
@@ -479,11 +511,26 @@ def _describe(q: Quant) -> str:
 
 
 # ---------------------------------------------------------------- ModelOpt
+#: ModelOpt `quant_algo` values (modelopt/torch/export/model_config.py QUANTIZATION_*, written upper-case
+#: into hf_quant_config.json; vLLM docs/features/quantization/modelopt.md) -> the format they declare.
 _MODELOPT_ALGOS = {
     "FP8": Quant("fp8_tensor", "fp8", activation_scale="static_tensor"),     # ModelOpt stores input_scale
     "FP8_PER_CHANNEL_PER_TOKEN": Quant("fp8_channel", "fp8", activation_scale="dynamic_token"),
+    "FP8_PC_PT": Quant("fp8_channel", "fp8", activation_scale="dynamic_token"),
+    "FP8_PB_WO": Quant("fp8_block", None, 128, weight_block=(128, 128)),   # block FP8 weight-only
+    "FP8_PB_REAL": Quant("fp8_block", "fp8", 128, activation_scale="dynamic_group", weight_block=(128, 128)),
     "NVFP4": Quant("nvfp4", "nvfp4", 16),
+    "W4A16_NVFP4": Quant("nvfp4", None, 16),                                # weight-only NVFP4
+    "W4A8_NVFP4_FP8": Quant("nvfp4", "fp8", 16, activation_scale="static_tensor"),
     "MXFP8": Quant("mxfp8", "mxfp8", 32),
+    "MXFP4": Quant("mxfp4", "mxfp4", 32),
+    "W4A8_MXFP4_FP8": Quant("mxfp4", "fp8", 32, activation_scale="static_tensor"),
+}
+#: quant_algo values ModelOpt writes for which no kernel format exists (an error that says so).
+_MODELOPT_UNSUPPORTED = {
+    "INT4_AWQ": "int4 AWQ with pre-quant scales", "W4A8_AWQ": "int4 AWQ weights with FP8 activations",
+    "NVFP4_AWQ": "NVFP4 with AWQ pre-quant scales", "NVFP4_SVDQUANT": "NVFP4 with SVDQuant low-rank branches",
+    "INT8_SQ": "int8 SmoothQuant W8A8", "INT8_WO": "int8 weight-only",
 }
 _CODECS = {"IQ2_XS": "iq2_xs", "IQ2_XXS": "iq2_xxs", "Q8_0": "q8_0"}
 _NORM_HINTS = ("norm", "layernorm")
@@ -500,7 +547,7 @@ class ModelOptScheme(Scheme):
         self.layers: dict[str, Quant] = {}
         self.layer_matcher: NameMatcher | None = None
         kv = view.raw("kv_cache_quant_algo")
-        if algo == "MIXED_PRECISION":
+        if algo.upper() == "MIXED_PRECISION":
             per_layer = view.sub("quantized_layers", required=True)
             for lname in per_layer.data:
                 _reject_vectors(per_layer, lname)
@@ -559,9 +606,13 @@ def _modelopt_quant(view: ConfigView, algo: str) -> Quant:
                              f"{algo} blocks are group_size {block} with block_payload_bytes {payload}, "
                              f"got {group}/{got_payload}")
         return Quant(fmt, None, block)
-    quant = _MODELOPT_ALGOS.get(algo)
+    quant = _MODELOPT_ALGOS.get(algo.upper())
     if quant is None:
         known = ", ".join([*_MODELOPT_ALGOS, *_CODECS, "MIXED_PRECISION"])
+        what = _MODELOPT_UNSUPPORTED.get(algo.upper())
+        if what:
+            raise view.error("quant_algo", f"ModelOpt quant_algo {algo!r} ({what}) has no kernel format here; "
+                             f"expected one of {known}")
         raise view.error("quant_algo", f"unsupported ModelOpt quant_algo {algo!r}; expected one of {known}")
     group = view.opt_int("group_size")
     if group is not None and quant.group_size is not None and group != quant.group_size:
@@ -571,7 +622,20 @@ def _modelopt_quant(view: ConfigView, algo: str) -> Quant:
 
 # ---------------------------------------------------------------- detection
 def detect_scheme(files: ModelFiles, text: ConfigView) -> Scheme:
-    """The dialect of a checkpoint (see the module docstring for the order)."""
+    """The dialect of a checkpoint (see the module docstring for the order), with the experts' own dtype."""
+    scheme = _detect(files, text)
+    dtype, key = expert_dtype(text)
+    # DeepSeek writes expert_dtype beside its own quant_method fp8 config; a ModelOpt or compressed-tensors
+    # file names the experts' format itself and wins (nvidia/DeepSeek-V4-Flash-NVFP4 keeps the original's
+    # expert_dtype "fp4" while its quantized_layers make the experts NVFP4).
+    if dtype is not None and scheme.dialect == "fp8":
+        fmt, group = dtype
+        scheme.expert_quant = (Quant(fmt, None, group), f"{key}: {text.raw(key)}")
+        scheme.detail += f"; experts {text.raw(key)} ({key}): {fmt} weights, group {group}"
+    return scheme
+
+
+def _detect(files: ModelFiles, text: ConfigView) -> Scheme:
     qc = files.config.sub("quantization_config")
     if qc is None and text is not files.config:
         qc = text.sub("quantization_config")
@@ -620,5 +684,3 @@ def _modelopt_from_file(view: ConfigView) -> Scheme:
     return ModelOptScheme(nested if nested is not None else view)
 
 
-def describe_parts(names: Iterable[str]) -> str:
-    return ", ".join(n.rsplit(".", 1)[-1] for n in names)

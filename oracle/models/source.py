@@ -129,6 +129,17 @@ class ModelFiles:
     example: bool = False
     index: ConfigView | None = None        # model.safetensors.index.json beside config.json
 
+    def quantized_tensor_modules(self, suffixes: frozenset[str]) -> set[str]:
+        """Checkpoint modules of the index that carry one of `suffixes` (quantization companion tensors)."""
+        if self.index is None:
+            return set()
+        out = set()
+        for tensor in self.index.data["weight_map"]:
+            module, _, suffix = tensor.rpartition(".")
+            if suffix in suffixes:
+                out.add(module)
+        return out
+
     def tensor_modules(self) -> list[str]:
         """The checkpoint's module names from the safetensors index (tensor names less the last part)."""
         if self.index is None:

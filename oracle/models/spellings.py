@@ -11,10 +11,26 @@ from __future__ import annotations
 from .source import ConfigView
 
 #: Every spelling transformers (and model repos) write for the keys the front end reads.
-EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_k", "moe_topk")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
+               "n_experts")
+#: top_k_experts: Gemma 4 (transformers Gemma4TextConfig); moe_top_k: DBRX / Step; n_activated_experts:
+#: DeepSeek's own inference ModelArgs; num_activated_experts: Hunyuan/Bailing-style configs.
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_k", "moe_topk",
+              "top_k_experts", "moe_top_k", "n_activated_experts", "num_activated_experts")
 #: (`top_k` is a generation setting in transformers configs, default 50: never read as an expert count)
 SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+#: The width routed experts run at when it is not hidden_size (latent MoE; Kimi-K3's text_config).
+LATENT_EXPERT_KEYS = ("routed_expert_hidden_size", "moe_latent_size")
+#: The experts' own weight dtype when it differs from the rest of the checkpoint. DeepSeek-V4 writes
+#: `expert_dtype` beside an FP8 quantization_config: "fp4" = float4_e2m1fn_x2 with UE8M0 scales per 32
+#: (DeepSeek's inference/model.py MoE; vLLM loads it with its MXFP4 MoE method), "fp8" = the checkpoint's
+#: block FP8 like every other layer.
+EXPERT_DTYPE_KEYS = ("expert_dtype", "experts_dtype", "moe_expert_dtype")
+EXPERT_DTYPES = {"fp4": ("mxfp4", 32), "mxfp4": ("mxfp4", 32), "fp8": None}
+#: FP8 element-format spellings (transformers' `fmt`, torch dtype names, safetensors names) -> e4m3 / e5m2.
+FP8_ELEMENT_FORMATS = {"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "float8_e4m3": "e4m3", "fp8_e4m3": "e4m3",
+                       "f8e4m3": "e4m3", "F8_E4M3": "e4m3",
+                       "e5m2": "e5m2", "float8_e5m2": "e5m2", "fp8_e5m2": "e5m2", "F8_E5M2": "e5m2"}
 ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function")
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 #: SiTU's parameters as configs spell them -> the engine's activation_params names.
@@ -27,7 +43,9 @@ _HARMLESS_MOE_KEYS = frozenset({
     "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "moe_gate", "moe_use_aux_free",
     "moe_intermediate_size", "shared_expert_intermediate_size", "moe_layer_start_index", "moe_layer_end_index",
     "moe_layer_interval", "use_routing_bias", "expert_dtype", "moe_renormalize", "router_bias",
-    "num_max_dispatch_tokens_per_rank", "moe_capacity", "ep_size", *EXPERT_KEYS, *TOP_K_KEYS, *SHARED_COUNT_KEYS,
+    "num_max_dispatch_tokens_per_rank", "moe_capacity", "ep_size", "num_hash_layers", "use_moe_router_bias",
+    "moe_router_scaling_factor", "enable_moe_block", "share_expert_dim", "shared_intermediate_size",
+    *EXPERT_KEYS, *TOP_K_KEYS, *SHARED_COUNT_KEYS, *EXPERT_DTYPE_KEYS, *LATENT_EXPERT_KEYS,
 })
 _MOE_LOOKING = ("expert", "moe")
 
@@ -84,3 +102,23 @@ def reject_unknown_moe_keys(cfg: ConfigView, what: str) -> None:
         raise cfg.error(key, f"this expert/MoE key is not understood for {what}; expected one of "
                         f"{', '.join(EXPERT_KEYS)} (experts) and {', '.join(TOP_K_KEYS)} (top-k): "
                         "reading the model as dense would be a guess")
+
+
+def expert_dtype(cfg: ConfigView) -> tuple[tuple[str, int] | None, str | None]:
+    """((weight format, group size), key) when the config gives the experts their own dtype, else (None, key)."""
+    key = first_key(cfg, EXPERT_DTYPE_KEYS)
+    if key is None:
+        return None, None
+    value = cfg.str(key)
+    if value not in EXPERT_DTYPES:
+        raise cfg.error(key, f"unknown expert dtype {value!r}; expected one of {', '.join(EXPERT_DTYPES)}")
+    return EXPERT_DTYPES[value], key
+
+
+def fp8_element_format(view: ConfigView, key: str = "fmt") -> str:
+    """'e4m3' or 'e5m2' from any spelling writers use (float8_e4m3fn, ...); anything else is an error."""
+    raw = view.str(key, "e4m3")
+    fmt = FP8_ELEMENT_FORMATS.get(raw) or FP8_ELEMENT_FORMATS.get(raw.lower())
+    if fmt is None:
+        raise view.error(key, f"unknown FP8 element format {raw!r}; expected one of {', '.join(FP8_ELEMENT_FORMATS)}")
+    return fmt

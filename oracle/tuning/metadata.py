@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ..platform import installed_version
+from ..version import __version__
 from .schema import Metadata
 
 COMPARED_PACKAGES = ("torch", "triton")
@@ -24,7 +25,6 @@ def now() -> str:
 
 
 def _oracle_version() -> str:
-    from ..version import __version__
     return __version__
 
 

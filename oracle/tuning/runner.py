@@ -13,12 +13,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..formats import GATED_ACTIVATIONS, torch_dtype
+from ..formats import torch_dtype
+from ..objective import rank
+from ..platform import memory_bandwidth_gbps
+from . import synthetic
 from .schema import Entry, Reference, layer_key
-
-#: HBM bandwidth in GB/s by device name fragment, for the reference line of the plot.
-HBM_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "B300": 8000.0, "RTX PRO 6000": 1792.0,
-            "A100": 2039.0, "L40S": 864.0, "GB10": 273.0}
+from .timing import time_cpu, time_cuda
 
 
 @dataclass
@@ -55,7 +55,6 @@ class Ranked:
 
 def ranking(result: TuneResult, group: LayerGroup, objective: Any, allow_testing_only: bool = False) -> list[Ranked]:
     """The group's candidates ranked at `objective` as the engine would rank them (pure; no torch)."""
-    from ..objective import rank
     mine = [e for e in result.entries if e.layer_key == group.key]
     info: dict[tuple, Ranked] = {}
     for e in mine:
@@ -107,7 +106,7 @@ def buffer_bytes(layer: Any, m: int) -> int:
     if layer.op == "moe":
         e = max(1, layer.num_experts // layer.ep_size)
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+        rows = layer.w13_rows
         top = min(layer.top_k, e)
         return 8 * e * (rows * h + h * i) + m * (6 * h + 4 * e + 4 * top * (rows + h))
     return 8 * layer.num_embeddings * layer.embedding_dim + 4 * m * layer.embedding_dim
@@ -129,10 +128,6 @@ def device_memory(platform: Any) -> int | None:
         return None
 
 
-def hbm_gbps(device_name: str) -> float | None:
-    return next((v for k, v in HBM_GBPS.items() if k.lower() in device_name.lower()), None)
-
-
 class Runner:
     """Times candidates on one device (cuda or cpu); torch is imported here, not before."""
 
@@ -145,10 +140,9 @@ class Runner:
         self.device = torch.device("cuda" if self.cuda else "cpu")
         self.repeats = repeats or (30 if self.cuda else 5)
         self.quantize = quantize
-        self.gbps = hbm_gbps(platform.device_name) if self.cuda else None
+        self.gbps = memory_bandwidth_gbps(platform) if self.cuda else None
 
     def _time(self, fn: Callable[[], Any], graphs: bool = True, capture_safe: bool = False) -> Any:
-        from .timing import time_cpu, time_cuda
         if not self.cuda:
             return time_cpu(fn, self.repeats)
         return time_cuda(fn, self.repeats, graphs=graphs, capture_safe=capture_safe)
@@ -168,7 +162,6 @@ class Runner:
             if progress is not None:
                 progress.set_description(f"layer {gi + 1}/{len(groups)} {group.row.role}")
             try:
-                from . import synthetic
                 with torch.no_grad():
                     tensors = synthetic.weights(layer, self.device, self.quantize)
             except Exception as exc:  # even the quantizer failed (e.g. out of memory): every candidate fails
@@ -197,7 +190,6 @@ class Runner:
 
     def _candidate(self, group: LayerGroup, spec: Any, mode: Any, tensors: dict, ms: Sequence[int],
                    progress: Any) -> list[Entry]:
-        from . import synthetic
         torch = self.torch
         layer = group.layer
         out: list[Entry] = []
@@ -242,7 +234,6 @@ class Runner:
         """BF16 x @ w.T beside linear layers, and the time to read the weights from HBM."""
         torch = self.torch
         layer = group.layer
-        from . import synthetic
         nbytes = synthetic.weight_bytes(tensors)
         hbm = nbytes / (self.gbps * 1e9) * 1e3 if self.gbps else None
         refs = []

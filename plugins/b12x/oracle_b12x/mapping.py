@@ -20,11 +20,6 @@ _B12X_ACTIVATIONS = {
     "relu2": "relu2",
 }
 
-#: Activations whose FC1 has gate and up halves, in b12x's terms.
-B12X_GATED = frozenset({"silu", "situ", "swigluoai_uninterleave"})
-
-DTYPE_NAMES = {"bfloat16", "float16", "float32"}
-
 
 def b12x_activation(activation: str) -> str:
     """b12x's name for an oracle activation; unknown names pass through for b12x to reject."""

@@ -6,7 +6,7 @@ import pytest
 
 from b12x_test_helpers import yaml_reasons
 from oracle import KernelConfig, LinearLayer, MoELayer, Platform, select_backend
-from oracle.session import get_registry
+from oracle.session import get_registry, load_policy
 
 SM120 = "rtx-pro-6000"
 #: Package versions stated, so verdicts do not depend on what this environment has installed.
@@ -143,6 +143,19 @@ def test_mxfp4_linear_without_flashinfer_names_the_package():
 def test_moe_is_not_auto_selected_by_default():
     b12x = _b12x_candidates(select_backend(_moe(), sm120()))
     assert b12x[0].stage == "policy" and "not auto-selected" in b12x[0].reason
+    assert b12x[0].rule.startswith("plugins/b12x/oracle_b12x/policy.yaml:")
+
+
+def test_the_plugin_brings_its_tier_and_its_auto_select():
+    """The built-in default names no b12x: the plugin inserts its tier after `optimized` and its
+    policy file makes MoE opt-in while linear and embedding take part in automatic selection."""
+    policy = load_policy()
+    for op, fmt in (("moe", "mxfp4"), ("linear", "fp8_block"), ("embedding", "q8_0")):
+        tiers, rule = policy.ordering_for(op, fmt)
+        ours = [t for t in tiers if t in ("optimized", "flashinfer_b12x", "b12x", "emulation")]   # peers may insert
+        flashinfer = ["flashinfer_b12x"] if op != "embedding" else []      # FlashInfer's SM12x kernels first
+        assert ours == ["optimized", *flashinfer, "b12x", "emulation"] and "b12x by plugin b12x" in rule
+    assert [policy.auto_select_for("b12x", op)[0] for op in ("linear", "moe", "embedding")] == [True, False, True]
 
 
 def test_explicit_b12x_mxfp4_moe_prefers_w4a8_then_w4a16():

@@ -11,6 +11,12 @@ import torch
 import triton
 import triton.language as tl
 
+from oracle.formats import E2M1_MAX, E4M3_MAX
+
+# the format limits, as compile-time constants the kernels below may read
+_E4M3_MAX = tl.constexpr(E4M3_MAX)
+_E2M1_MAX = tl.constexpr(E2M1_MAX)
+
 # modes
 FP8_DYNAMIC, FP8_STATIC, MXFP8, MXFP4, NVFP4 = 0, 1, 2, 3, 4
 
@@ -52,7 +58,7 @@ def _ceil_log2(a):
 @triton.jit
 def _e4m3(v):
     """Nearest E4M3 value (saturating at 448), ties to even: 3 mantissa bits, min exponent -6."""
-    a = tl.minimum(tl.abs(v), 448.0)
+    a = tl.minimum(tl.abs(v), _E4M3_MAX)
     e = tl.maximum(_floor_log2(a), -6)
     q = _rne(a * _pow2(3 - e)) * _pow2(e - 3)
     return tl.where(v < 0, -q, q)
@@ -61,7 +67,7 @@ def _e4m3(v):
 @triton.jit
 def _e2m1(v):
     """Nearest E2M1 value (saturating at 6), ties to even: spacing 0.5 / 1 / 2."""
-    a = tl.minimum(tl.abs(v), 6.0)
+    a = tl.minimum(tl.abs(v), _E2M1_MAX)
     # the spacing of the binade (0.5, 1 or 2) first, so one rounding serves all three
     # (tl.where evaluates both sides); scaling by a power of two is exact
     step = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
@@ -89,11 +95,11 @@ def _qdq_kernel(x_ptr, o_ptr, s_ptr, K, B: tl.constexpr, NB: tl.constexpr, MODE:
     else:
         amax = tl.max(tl.abs(x), axis=1)[:, None]
         if MODE == 0:                                        # FP8, dynamic scale per block
-            s = _div(amax, tl.full(amax.shape, 448.0, tl.float32))
+            s = _div(amax, tl.full(amax.shape, _E4M3_MAX, tl.float32))
             s = tl.where(s > 0, s, 1.0)
             out = _e4m3(_div(x, s)) * s
         elif MODE == 2 or MODE == 3:                         # MX: E8M0 pow2-ceil scale
-            emax = 448.0 if MODE == 2 else 6.0
+            emax = _E4M3_MAX if MODE == 2 else _E2M1_MAX
             e = tl.where(amax > 0, _ceil_log2(_div(amax, tl.full(amax.shape, emax, tl.float32))), -127)
             e = tl.minimum(tl.maximum(e, -127), 127)
             v = x * _pow2(-e)
@@ -104,7 +110,7 @@ def _qdq_kernel(x_ptr, o_ptr, s_ptr, K, B: tl.constexpr, NB: tl.constexpr, MODE:
             if FROM_AMAX:                                    # dynamic global scale from the amax
                 g = _div(g, g * 0.0 + DIVISOR)
                 g = tl.where(g > 0, g, 1.0)
-            s = _e4m3(_div(_div(amax, tl.full(amax.shape, 6.0, tl.float32)), g)) * g
+            s = _e4m3(_div(_div(amax, tl.full(amax.shape, _E2M1_MAX, tl.float32)), g)) * g
             safe = tl.where(s > 0, s, 1.0)
             out = _e2m1(_div(x, safe)) * s
     tl.store(o_ptr + offs, out.to(o_ptr.dtype.element_ty), mask=mask)

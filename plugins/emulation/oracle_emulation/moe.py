@@ -18,10 +18,10 @@ import torch
 from oracle.errors import TensorError
 from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
-from oracle.tensors import check_dtype, shape_of
+from oracle.tensors import check_dtype, moe_activation_params, shape_of
 
 from .activations import quantize_dequantize
-from .moe_activations import GATED, apply_activation, resolve_params
+from .moe_activations import apply_activation
 from .weights import activation_scale, check_input, check_vector, dequantize_weight
 
 
@@ -38,9 +38,9 @@ class EmulationMoE(Kernel):
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        rows = 2 * i if layer.activation in GATED else i
+        rows = layer.w13_rows
         self.dtype = torch_dtype(layer.dtype)
-        self.params = resolve_params(layer.activation, layer.activation_params)
+        self.params = moe_activation_params(layer.activation, layer.activation_params)
         self.experts, self.hidden, self.inter = e, h, i
         self.w13 = dequantize_weight(
             fmt, {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},

@@ -11,54 +11,21 @@ interleaved (gate = h[:, 0::2], up = h[:, 1::2], as gpt-oss stores them).
                           gate*sigmoid(alpha*gate) * (up + beta)
                           (defaults limit=7, alpha=1.702, beta=1, as gpt-oss)
   relu2, relu2_no_mul     relu(h)**2 on the I rows (not gated)
-`limit` clamps gate from above and up to [-limit, limit].
+`limit` clamps gate from above and up to [-limit, limit]. Which activations are gated, which
+interleave, and every parameter's default live in oracle.formats (MOE_ACTIVATION_DEFAULTS);
+`oracle.tensors.moe_activation_params` resolves and checks a layer's parameters.
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import torch
 
-from oracle.errors import TensorError
-
-
-GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
-PARAMS = {
-    "silu": {"limit": None},
-    "gelu": {"limit": None},
-    "situ": {"beta": 4.0, "linear_beta": 25.0},
-    "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-    "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-    "relu2": {},
-    "relu2_no_mul": {},
-}
-
-
-def resolve_params(activation: str, given: Mapping[str, float]) -> dict[str, float | None]:
-    """Defaults overlaid with the layer's parameters; unknown or non-finite ones are errors."""
-    if activation not in PARAMS:
-        raise TensorError("activation", f"one of {', '.join(PARAMS)}", repr(activation))
-    known = PARAMS[activation]
-    extra = sorted(set(given) - set(known))
-    if extra:
-        raise TensorError("activation_params", f"only {sorted(known) or 'no parameters'} for {activation}",
-                          f"{extra}")
-    params = {**known, **given}
-    for key, value in params.items():
-        if value is None:
-            continue
-        if not math.isfinite(value):
-            raise TensorError(f"activation_params.{key}", "a finite number", str(value))
-        # limit clamps, beta/linear_beta divide (SiTU): they must be positive; swigluoai's beta is an offset
-        positive = key in ("limit", "linear_beta") or (key == "beta" and activation == "situ")
-        if positive and value <= 0:
-            raise TensorError(f"activation_params.{key}", "a positive number", str(value))
-    return params
+from oracle.formats import INTERLEAVED_ACTIVATIONS
 
 
 def split(h: torch.Tensor, activation: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if activation == "swigluoai":
+    if activation in INTERLEAVED_ACTIVATIONS:
         return h[..., 0::2], h[..., 1::2]
     half = h.shape[-1] // 2
     return h[..., :half], h[..., half:]

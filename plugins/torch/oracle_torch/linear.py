@@ -3,7 +3,8 @@
 process_weights checks the checkpoint tensors (names and shapes as in oracle.kernel) and
 lays them out once (B = W^T as a column-major view, scales in the layout the GEMM reads);
 apply quantizes the activations on the device exactly as oracle-emulation rounds them
-(oracle_torch.quantize), runs one scaled GEMM and adds the bias after it.
+(oracle_torch.quantize), runs one scaled GEMM and adds the bias after it. Eager few-row calls
+replay a private CUDA graph of those launches (oracle.integration.eager_graphs).
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.formats import torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
 from oracle.kernel import Kernel
-from oracle.tensors import check_activations, check_device, check_scales, check_tensor, forbid
+from oracle.tensors import apply_dense, check_device, check_scales, check_tensor, float_dtypes, forbid
 
 from . import gemm, quantize
 
@@ -48,7 +50,7 @@ def _quantizer(name: str, x: torch.Tensor) -> Callable[..., Any]:
     return fused
 
 
-FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+FLOATS = float_dtypes()
 
 
 class _ScaledLinear(Kernel):
@@ -83,6 +85,7 @@ class _ScaledLinear(Kernel):
         self.w_t = weight.contiguous().t()
         self.bias = None if bias is None else bias.to(device=self.device, dtype=self.dtype)
         self._prepare(**scales)
+        self.eager = EagerGraphs(self.forward)
 
     def _validate(self, **scales: Any) -> None:
         raise NotImplementedError
@@ -96,13 +99,12 @@ class _ScaledLinear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.w_t is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
-        if x2.shape[0] == 0:
-            return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
+        return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        """Quantize, GEMM, bias on checked [M, K] activations (what an eager graph captures)."""
         y = self._gemm(x2)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.n)
+        return y + self.bias if self.bias is not None else y
 
 
 def _scalar_scale(name: str, t: Any) -> None:

@@ -2,6 +2,7 @@
 
 No torch here: the engine imports an implementation only when a decision naming it is
 instantiated, and the device probes in `runtime` run only on a detected device.
+Peers (torch's tinygemm INT4) join the `peer` tier, placed after `optimized` here.
 `can_implement` adds the one per-layer fact YAML cannot know in advance: whether the
 probed device's blockwise scaling takes K-block counts that are not multiples of 4.
 It asks only about a detected platform (the engine passes it); a simulated one has no probe.
@@ -18,6 +19,16 @@ KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
 @hookimpl
 def register_kernels(register):
     register(KERNELS_FILE)
+
+
+#: The ordering tier of peers' kernels (torch's tinygemm): after the project's own optimized
+#: kernels, so that they are taken automatically only where measurements say they are faster.
+PEER_TIER = "peer"
+
+
+@hookimpl
+def register_tiers(insert):
+    insert(PEER_TIER, after="optimized", ops=["linear"])
 
 
 @hookimpl

@@ -17,6 +17,8 @@ import triton.language as tl
 
 from oracle.formats import E4M3_MAX
 
+_E4M3_MAX = tl.constexpr(E4M3_MAX)   # the format's limit, as a compile-time constant for the kernels
+
 
 @triton.jit
 def _round_half_even(t):
@@ -36,7 +38,7 @@ def _exp2i(e):
 @triton.jit
 def _to_e4m3(x, s):
     v = tl.math.div_rn(x, s)
-    a = tl.minimum(tl.abs(v), 448.0)
+    a = tl.minimum(tl.abs(v), _E4M3_MAX)
     e = tl.maximum(((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)   # floor(log2 a), >= -6
     q = _round_half_even(a * _exp2i(3 - e)) * _exp2i(e - 3)                     # exact power-of-two scalings
     return tl.where(v < 0, -q, q).to(tl.float8e4nv)
@@ -44,7 +46,7 @@ def _to_e4m3(x, s):
 
 @triton.jit
 def _scale_of(amax):
-    s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    s = tl.math.div_rn(amax, tl.full(amax.shape, _E4M3_MAX, tl.float32))
     return tl.where(s > 0, s, 1.0)
 
 

@@ -46,6 +46,10 @@ def _probe(kernel: str, device_index: int) -> tuple[bool, str | None]:
                            f"capability {'.'.join(map(str, torch.cuda.get_device_capability(device_index)))}; "
                            "it needs cuBLASLt blockwise scaling (CUDA >= 12.9, SM90/SM10x)")
         return True, None
+    if kernel == "torch.linear.int4_tinygemm":
+        if not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
+            return False, f"torch {torch.__version__} has no aten._weight_int4pack_mm (tinygemm)"
+        return probe_product("int4", 32, 256, 256, torch.device("cuda", device_index))
     fmt = {"torch.linear.fp8_tensor": "fp8_tensor", "torch.linear.fp8_channel": "fp8_channel",
            "torch.linear.mxfp8": "mxfp8", "torch.linear.nvfp4": "nvfp4"}.get(kernel)
     if fmt is None:
@@ -74,6 +78,9 @@ def _layer_and_mode(fmt: str, m: int, n: int, k: int) -> tuple[Any, Any]:
     from oracle import LinearLayer
     from oracle.catalog import Mode
 
+    if fmt == "int4":
+        layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format="int4", group_size=128)
+        return layer, Mode(weight="int4", activation="bf16", name="probe")
     act = {"fp8_tensor": "fp8", "fp8_channel": "fp8", "fp8_block": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[fmt]
     layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format=fmt, activation_format=act)
     return layer, Mode(weight=fmt, activation=act, name="probe")
@@ -88,6 +95,8 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any):
     x = torch.randn(m, k, generator=gen).to(device=device, dtype=torch.bfloat16)
     w = torch.randn(n, k, generator=gen).to(device)
     layer, mode = _layer_and_mode(fmt, m, n, k)
+    if fmt == "int4":
+        return _run_int4(layer, mode, x, gen)
     if fmt in ("fp8_tensor", "fp8_channel", "mxfp8"):
         wq = w.to(torch.float8_e4m3fn)
         if fmt == "fp8_tensor":
@@ -121,3 +130,24 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any):
     impl = linear.TorchNVFP4Linear(layer, mode, None)
     impl.process_weights(weight=codes, weight_scale=ws, weight_global_scale=gw)
     return impl.apply(x), xf @ wf.t()
+
+
+def _run_int4(layer: Any, mode: Any, x: Any, gen: Any):
+    """tinygemm on random GPTQ tensors (with zero points) against w = (q - z) * s in float32,
+    the scale and the zero term rounded to bf16 as tinygemm stores them."""
+    import torch
+
+    from . import tinygemm
+
+    n, k, g = layer.out_features, layer.in_features, layer.group_size
+    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.int32)
+    z = torch.randint(0, 16, (k // g, n), generator=gen, dtype=torch.int32)
+    s = (torch.rand(k // g, n, generator=gen) * 0.02 + 0.01).to(torch.float16)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+    words = (q.reshape(k // 8, 8, n) << shifts[None, :, None]).sum(1, dtype=torch.int32)
+    zeros = (z.reshape(k // g, n // 8, 8) << shifts).sum(-1, dtype=torch.int32)
+    impl = tinygemm.TorchTinyGemmInt4Linear(layer, mode, None)
+    impl.process_weights(weight=words.to(x.device), weight_scale=s.to(x.device), weight_zero_point=zeros.to(x.device))
+    sz = tinygemm.scales_and_zeros(s, z).float()
+    w = (q.float() - 8) * sz[..., 0].repeat_interleave(g, 0) + sz[..., 1].repeat_interleave(g, 0)   # [K, N]
+    return impl.apply(x), x.float() @ w.to(x.device)

@@ -187,3 +187,47 @@ def test_runtime_probe_passes_for_declared_kernels_and_reports_refusals(detected
         x = torch.randn(16, 16, device="cuda") @ torch.randn(16, 16, device="cuda")
         assert torch.isfinite(x).all()                # the CUDA context is still healthy
     print("block scale layout:", runtime.block_scale_layout(torch.device("cuda", torch.cuda.current_device())))
+
+
+# ---- torch's tinygemm INT4 (a peer kernel; the CPU build's numerics are in test_torch_tinygemm.py)
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "zero-points"])
+@pytest.mark.parametrize("n,k,group", [(256, 512, 128), (264, 384, 64), (512, 96, 32), (1024, 2048, 256),
+                                       (8192, 8192, 128)])
+def test_tinygemm_agrees_with_emulation_and_replays_under_a_graph(n, k, group, symmetric, detected):
+    from oracle.catalog import Mode
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+
+    if _capability() < (8, 0) or _capability()[0] >= 12:
+        pytest.skip("tinygemm is declared for capability 8.0-10.x")
+    layer = LinearLayer(name="int4", in_features=k, out_features=n, weight_format="int4", group_size=group)
+    mode = Mode(weight="int4", activation="bf16", name="w4a16_int4")
+    w = torch.randn(n, k, device="cuda") * 0.05
+    tensors = {a: b for a, b in codec_for("int4").quantize(w, "int4", group_size=group, symmetric=symmetric).items()
+               if b is not None}
+    t, e = TorchTinyGemmInt4Linear(layer, mode, None), EmulationLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e.process_weights(**tensors)
+    for m in M_VALUES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        err = _rel(t.apply(x), e.apply(x))
+        assert err < TOLERANCE, (n, k, group, m, err)
+    x = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
+    eager = t.apply(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = t.apply(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+def test_tinygemm_runtime_probe_and_selection_on_this_device(detected):
+    if _capability() < (8, 0) or _capability()[0] >= 12:
+        pytest.skip("tinygemm is declared for capability 8.0-10.x")
+    spec = type("S", (), {"name": "torch.linear.int4_tinygemm"})()
+    assert runtime.check(spec, detected) == (True, None)
+    layer = LinearLayer(name="int4", in_features=4096, out_features=4096, weight_format="int4", group_size=128)
+    d = select_backend(layer, detected, KernelConfig(linear_backend="torch"))
+    assert d.kernel == "torch.linear.int4_tinygemm"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-E4M3_MAX = 448.0
+from oracle.formats import E4M3_MAX
+
+_E4M3_MAX = tl.constexpr(E4M3_MAX)   # the format's limit, as a compile-time constant for the kernels
 
 
 @triton.jit
@@ -47,7 +49,7 @@ def e8m0_decode(b):
 @triton.jit
 def round_e4m3(v):
     """float32 -> float32 on the E4M3 grid (round half to even, saturating at +-448)."""
-    a = tl.minimum(tl.abs(v), 448.0)
+    a = tl.minimum(tl.abs(v), _E4M3_MAX)
     e = ((a.to(tl.int32, bitcast=True) >> 23) & 255) - 127
     e = tl.maximum(e, -6)
     quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
@@ -59,7 +61,7 @@ def round_e4m3(v):
 @triton.jit
 def fp8_scale(amax):
     """amax / 448 (IEEE division, as oracle-emulation), 1 where the amax is 0."""
-    s = tl.math.div_rn(amax, 448.0)
+    s = tl.math.div_rn(amax, _E4M3_MAX)
     return tl.where(s > 0, s, 1.0)
 
 

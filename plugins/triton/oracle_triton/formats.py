@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oracle.formats import FP8_BLOCK, MX_BLOCK, NV_BLOCK
+
 #: Format codes the kernels branch on (constexpr).
 FP8, E2M1_MX, E2M1_NV, INT4 = 0, 1, 2, 3
 #: Scale encodings.
@@ -17,7 +19,6 @@ SCALE_F32, SCALE_E8M0, SCALE_E4M3, SCALE_F16 = 0, 1, 2, 3
 #: Activation quantization inside the GEMM prologue.
 ACT_NONE, ACT_GROUP, ACT_TOKEN, ACT_TENSOR, ACT_NVFP4 = 0, 1, 2, 3, 4
 ACT_CODES = {"group": ACT_GROUP, "token": ACT_TOKEN, "tensor": ACT_TENSOR}
-FP8_GROUP = 128
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,26 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
     if fmt == "fp8_channel":
         return Layout(FP8, 1, SCALE_F32, 1, 1, k, 1, 1, 0)
     if fmt == "fp8_block":
-        return Layout(FP8, 1, SCALE_F32, FP8_GROUP, FP8_GROUP, k, 1, -(-k // FP8_GROUP), 1)
+        return Layout(FP8, 1, SCALE_F32, FP8_BLOCK, FP8_BLOCK, k, 1, -(-k // FP8_BLOCK), 1)
     if fmt == "mxfp4":
-        return Layout(E2M1_MX, 2, SCALE_E8M0, 32, 1, k // 2, 1, k // 32, 1)
+        return Layout(E2M1_MX, 2, SCALE_E8M0, MX_BLOCK, 1, k // 2, 1, k // MX_BLOCK, 1)
     if fmt == "nvfp4":
-        return Layout(E2M1_NV, 2, SCALE_E4M3, 16, 1, k // 2, 1, k // 16, 1)
+        return Layout(E2M1_NV, 2, SCALE_E4M3, NV_BLOCK, 1, k // 2, 1, k // NV_BLOCK, 1)
     if fmt == "int4":
         if group is None:
             raise ValueError("int4 needs its group size")
         return Layout(INT4, 8, SCALE_F16, group, 1, 1, n, 1, n, n // 8)
     raise ValueError(f"oracle-triton has no kernel for {fmt!r} weights")
+
+
+def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
+    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
+    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
+    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
+    bk = cfg["BLOCK_K"]
+    if layout.elem == FP8:
+        if bk not in (32, 64, 128):
+            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
+    elif bk % layout.group or bk % layout.pack:
+        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
+                         f"(a group of {layout.group})")

@@ -24,8 +24,9 @@ from .dequant import (act_codes_tile, act_tile, e4m3_encode, finish_tile, fp8_co
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                    scales_ptr=None, CODES: tl.constexpr = False):
-    """Programs over (16 rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
-    whole row's amax first (launched with one program along K, so each row is read twice).
+    """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
+    whole row's amax first (launched with one program along K and wide K tiles, so each row is read
+    twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
 
     CODES (FP8 activations for the float8 GEMM): out gets the E4M3 bytes (uint8) and scales_ptr
     the fp32 scales: [ceil(K/128), M] per 1x128 group (ACT 1), [M] per token (ACT 2); per tensor

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8 as FP8_ELEM, Layout
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -29,15 +29,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
 def device_facts(device: torch.device) -> dict[str, Any]:
     """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
-    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count."""
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables)."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
     hw = _capability(index) >= (8, 9) and not force_int
-    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index)}
+    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index)}
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
@@ -133,36 +138,35 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         scales = torch.empty(m, dtype=torch.float32, device=x.device)
     else:
         scales = act_scale
-    k_programs = 1 if act == ACT_TOKEN else -(-k // 128)     # per token: one program per 16 rows (K read twice)
-    act_qdq_kernel[(-(-m // 16), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
-                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+    if act == ACT_TOKEN:       # a row's amax pass, then its codes: 4 rows x 1024-wide tiles per program
+        bm, bk, k_programs = TOKEN_ROWS, TOKEN_K, 1
+    else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
+        bm, bk, k_programs = 16, 128, -(-k // 128)
+    act_qdq_kernel[(-(-m // bm), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
+                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=bm, BLOCK_K=bk,
                                               EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
                                               num_warps=4)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-
-
-def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
-    """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
-    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
-    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
-    bk = cfg["BLOCK_K"]
-    if layout.elem == FP8_ELEM:
-        if bk not in (32, 64, 128):
-            raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
-    elif bk % layout.group or bk % layout.pack:
-        raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
-                         f"(a group of {layout.group})")
+#: Per-token codes: rows and K width of one program. A row's scale needs its whole amax first, so
+#: each program walks its rows' K twice; the walk's length, not bandwidth, bounded the 16 x 128
+#: tiles used before (a profile on an H200: 32.4 us of the 38 us of an M=16, K=4096 W8A8 call;
+#: bench_peers). 1024-wide tiles walk K in 8x fewer steps and 4-row programs spread the rows over
+#: 4x more programs (4 x 1024 fp32 = 32 registers per thread at 4 warps; sm90_compile.py checks it).
+#: The codes and scales are the same for any tile (a max is exact in any order).
+TOKEN_ROWS, TOKEN_K = 4, 1024
 
 
 class DenseGemm:
     """A packed weight and the launch of wgemm_kernel over it; owns the split-K counters."""
 
     def __init__(self, layout: Layout, n: int, k: int, weight: torch.Tensor, scale: torch.Tensor,
-                 zero: torch.Tensor | None, global_scale: torch.Tensor | None, bias: torch.Tensor | None):
+                 zero: torch.Tensor | None, global_scale: torch.Tensor | None, bias: torch.Tensor | None,
+                 mode: str = "", weight_format: str = ""):
         self.layout, self.n, self.k = layout, n, k
+        self.mode, self.weight_format = mode, weight_format      # the tuned table's key
         self.weight, self.scale, self.bias = weight, scale, bias
         self.zero = zero if zero is not None else scale
         self.global_scale = global_scale if global_scale is not None else scale
@@ -218,10 +222,15 @@ class DenseGemm:
 
     def config_for(self, m: int, act: int = 0) -> dict[str, int]:
         """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
-        tensor-core GEMM's. The one place the choice is made (calls and warm-up keys)."""
+        tensor-core GEMM's (the tuned table's entry for this device, shape and M bucket, else the
+        shape rules). The one place the choice is made (calls and warm-up keys)."""
         if use_gemv(m, self.n, self.k, self.layout.elem):
             return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
                                words=self.facts["hw_fp8"] and act == 0)
+        from .tuned import lookup
+        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
+        if found is not None:
+            return {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0, **found}
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

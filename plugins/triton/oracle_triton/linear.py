@@ -3,6 +3,7 @@
 W8A16/W4A16 modes multiply the layer-dtype activations in one launch; W8A8 (W4A4) modes
 first round them to E4M3 (NVFP4) in one pass (per 1x128 group, per token, or per tensor:
 static input_scale or the dynamic amax/448), exactly as oracle-emulation rounds them.
+Eager few-row calls replay a private CUDA graph of `forward` (oracle.integration.eager_graphs).
 """
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import torch_dtype
-from oracle.tensors import check_activations
+from oracle.formats import E2M1_MAX, E4M3_MAX, torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
+from oracle.tensors import apply_dense, check_scales, check_tensor, float_dtypes, forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import DenseGemm
-from .weights import check, finite_positive, pack
+from .weights import pack
 
-FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+FLOATS = float_dtypes()
 
 
 class TritonLinear(Kernel):
@@ -37,24 +39,22 @@ class TritonLinear(Kernel):
                       {"weight": weight, "scale": weight_scale, "zero": weight_zero_point,
                        "global": weight_global_scale}, [], n, k, getattr(self.layer, "group_size", None))
         if bias is not None:
-            check("bias", bias, FLOATS, [n], "one bias per output feature")
+            check_tensor("bias", bias, dtypes=FLOATS, shapes=[[n]], why="one bias per output feature")
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
             self.act = ACT_NVFP4
             input_scale, input_global_scale = input_global_scale, None
-        if input_global_scale is not None:
-            raise TensorError("input_global_scale", f"None ({self.mode.name} takes no NVFP4 activation scale)",
-                              f"a tensor of shape {list(input_global_scale.shape)}")
+        forbid("input_global_scale", input_global_scale, f"{self.mode.name} takes no NVFP4 activation scale")
         self.static = None
         if input_scale is not None:
             if self.act not in (ACT_TENSOR, ACT_NVFP4):
                 raise TensorError("input_scale", f"None ({self.mode.name} activations are not statically scaled)",
                                   f"a tensor of shape {list(input_scale.shape)}")
-            check("input_scale", input_scale, (torch.float32,), list(input_scale.shape), "fp32 per-tensor scale")
+            check_tensor("input_scale", input_scale, dtypes=(torch.float32,), shapes=None, why="fp32 per-tensor scale")
             if input_scale.numel() != 1:
                 raise TensorError("input_scale", "shape [] or [1] (one scale per tensor)", str(list(input_scale.shape)))
-            finite_positive("input_scale", input_scale, allow_zero=False)
+            check_scales("input_scale", input_scale, sign="positive")
         if packed.weight.device.type != "cuda" and not _interpreting():
             raise TensorError("weight", "a CUDA tensor (Triton kernels run on NVIDIA GPUs)", str(packed.weight.device))
         dev = packed.weight.device
@@ -65,18 +65,21 @@ class TritonLinear(Kernel):
         self.packed = packed
         self.gemm = DenseGemm(packed.layout, n, k, packed.weight.to(dev), packed.scale.to(dev),
                               None if packed.zero is None else packed.zero.to(dev),
-                              None if packed.global_scale is None else packed.global_scale.to(dev), b)
+                              None if packed.global_scale is None else packed.global_scale.to(dev), b,
+                              mode=self.mode.name, weight_format=self.mode.weight)
+        self.eager = EagerGraphs(self.forward)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
-        if x2.shape[0] == 0:
-            return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
+        return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        """The launches of one call on checked [M, K] activations (what an eager graph captures)."""
         scale = None
         if self.act in (ACT_TENSOR, ACT_NVFP4):
             scale = self.static if self.static is not None else dynamic_tensor_scale(x2, self.act)
-        return self.gemm(x2, self.act, scale, self.dtype).reshape(*lead, self.n)
+        return self.gemm(x2, self.act, scale, self.dtype)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit
@@ -94,7 +97,7 @@ def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor
     """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
     amax/(6*448) for the NVFP4 global scale."""
     amax = x.float().abs().amax().reshape(1)
-    s = amax / torch.full_like(amax, 448.0 if act == ACT_TENSOR else 6.0 * 448.0)   # IEEE: CUDA's a / scalar
+    s = amax / torch.full_like(amax, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)  # IEEE: CUDA's a / x
     # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
     return torch.where(s > 0, s, torch.ones_like(s))
 

@@ -13,19 +13,15 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import torch_dtype
-from oracle.tensors import forbid
+from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
+from oracle.integration.eager_graphs import EagerGraphs
+from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
-from .weights import check, finite_positive, pack
+from .weights import pack
 
-GATED = frozenset({"silu", "situ", "swigluoai", "swigluoai_uninterleave", "gelu"})
-DEFAULTS = {"silu": {"limit": None}, "gelu": {"limit": None}, "situ": {"beta": 4.0, "linear_beta": 25.0},
-            "swigluoai": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-            "swigluoai_uninterleave": {"limit": 7.0, "alpha": 1.702, "beta": 1.0},
-            "relu2": {}, "relu2_no_mul": {}}
 
 
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str, int]:
@@ -79,42 +75,54 @@ class TritonMoE(Kernel):
     """Every weight format of triton.moe.*; the mode picks the activation handling."""
 
     w13 = None
-    capture_safe = True   # the expert-id check syncs only in eager calls, never under capture
-    #: launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py)
-    config: dict[str, int] | None = None
+    capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
+    _config: dict[str, int] | None = None
+    eager: EagerGraphs | None = None
+
+    @property
+    def config(self) -> dict[str, int] | None:
+        """Launch parameters to use instead of moe_config's (benchmark sweeps, bench/sweep_large_m.py);
+        setting them drops the eager graphs captured with the previous ones."""
+        return self._config
+
+    @config.setter
+    def config(self, value: dict[str, int] | None) -> None:
+        self._config = value
+        if self.eager is not None:
+            self.eager.reset()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
                         w13_input_scale: Any = None, w2_input_scale: Any = None,
                         w13_bias: Any = None, w2_bias: Any = None, w13_zero_point: Any = None,
                         w2_zero_point: Any = None) -> None:
-        for name, zero in (("w13_zero_point", w13_zero_point), ("w2_zero_point", w2_zero_point)):
-            forbid(name, zero, "triton.moe INT4 is symmetric (zero point 8); asymmetric INT4 experts are "
-                   "served by emulation.moe")
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        gated = layer.activation in GATED
-        rows = 2 * i if gated else i
+        gated = layer.activation in GATED_ACTIVATIONS
+        rows = layer.w13_rows
         self.experts, self.hidden, self.inter, self.rows, self.gated = e, h, i, rows, gated
         self.dtype = torch_dtype(layer.dtype)
-        params = {**DEFAULTS[layer.activation], **layer.activation_params}
+        params = moe_activation_params(layer.activation, layer.activation_params)
         self.limit = params.get("limit")
         self.alpha, self.beta = params.get("alpha", 1.0), params.get("beta", 1.0)
         self.lbeta = params.get("linear_beta", 1.0)
         group = getattr(layer, "group_size", None)
         self.w13 = pack(fmt, {"weight": "w13", "scale": "w13_scale", "zero": "w13_zero_point",
                               "global": "w13_global_scale"},
-                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale}, [e], rows, h, group)
+                        {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},
+                        [e], rows, h, group)
         self.w2 = pack(fmt, {"weight": "w2", "scale": "w2_scale", "zero": "w2_zero_point",
                              "global": "w2_global_scale"},
-                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale}, [e], h, i, group)
-        self.b13 = None if w13_bias is None else check(
-            "w13_bias", w13_bias, (torch.float32, torch.bfloat16, torch.float16), [e, rows],
-            "one bias per expert and FC1 row").to(self.dtype).contiguous()
-        self.b2 = None if w2_bias is None else check(
-            "w2_bias", w2_bias, (torch.float32, torch.bfloat16, torch.float16), [e, h],
-            "one bias per expert and hidden unit").to(self.dtype).contiguous()
+                       {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
+                       [e], h, i, group)
+        floats = (torch.float32, torch.bfloat16, torch.float16)
+        self.b13 = None if w13_bias is None else check_tensor(
+            "w13_bias", w13_bias, dtypes=floats, shapes=[[e, rows]],
+            why="one bias per expert and FC1 row").to(self.dtype).contiguous()
+        self.b2 = None if w2_bias is None else check_tensor(
+            "w2_bias", w2_bias, dtypes=floats, shapes=[[e, h]],
+            why="one bias per expert and hidden unit").to(self.dtype).contiguous()
         granularity = self.mode.params.get("activation_granularity") if self.mode.activation == "fp8" else None
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
@@ -128,8 +136,8 @@ class TritonMoE(Kernel):
                                   f"a tensor of shape {list(t.shape)}")
             if not isinstance(t, torch.Tensor) or list(t.shape) not in ([], [1], [e]):
                 raise TensorError(name, f"an fp32 tensor of shape [], [1] or [{e}]", str(getattr(t, "shape", t)))
-            check(name, t, (torch.float32,), list(t.shape), "fp32 activation scale")
-            finite_positive(name, t, allow_zero=False)
+            check_tensor(name, t, dtypes=(torch.float32,), shapes=None, why="fp32 activation scale")
+            check_scales(name, t, sign="positive")
             self.static[idx] = t.float().max().reshape(1)       # one scale for all experts, as emulation
         dev = self.w13.weight.device
         if dev.type != "cuda" and not interpreting():
@@ -139,6 +147,7 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+        self.eager = EagerGraphs(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
@@ -159,10 +168,12 @@ class TritonMoE(Kernel):
             raise TensorError("hidden_states", f"a tensor on {self.device}", str(x.device))
 
     def check_expert_ids(self, topk_ids: torch.Tensor) -> None:
-        """Out-of-range ids are named here in eager calls (this reads the ids back: one sync); under
-        graph capture the check is skipped and the kernels drop such pairs without touching memory."""
+        """Out-of-range ids are named here in eager calls while `check_inputs` is set (this reads the ids
+        back: one host sync, which serializes host and GPU; an engine that vouches for its router's ids
+        clears it); otherwise, and always under graph capture, the kernels drop such pairs without
+        touching memory."""
         if topk_ids.numel():
-            lo, hi = int(topk_ids.min()), int(topk_ids.max())
+            lo, hi = torch.stack(torch.aminmax(topk_ids)).tolist()     # one sync for both bounds
             if lo < 0 or hi >= self.experts:
                 raise TensorError("topk_ids", f"expert ids in [0, {self.experts})", f"{lo if lo < 0 else hi}")
 
@@ -172,12 +183,16 @@ class TritonMoE(Kernel):
         self._check(hidden_states, topk_weights, topk_ids)
         if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
+        if topk_ids.shape[0] == 0:
+            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        return self.eager(hidden_states, topk_weights, topk_ids)
+
+    def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """The launches of one call on checked inputs (what an eager graph captures)."""
         from . import moe_kernels as mk
 
         x = hidden_states.to(self.dtype).contiguous()
         m, k = topk_ids.shape
-        if m == 0:
-            return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
         t = m * k
         ids = topk_ids.reshape(-1).contiguous()
         topw = topk_weights.reshape(-1).float().contiguous()
@@ -210,11 +225,16 @@ class TritonMoE(Kernel):
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
-        the override (`config`), or the aligned grouped GEMM's. The one place the choice is made."""
+        the override (`config`), or the aligned grouped GEMM's (the tuned table's entry for this
+        device, shape and token bucket, else moe_config). The one place the choice is made."""
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
         if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
-        return self.config or moe_config(tokens, top_k, self.experts, lay.pack)
+        if self.config is not None:
+            return self.config
+        from .tuned import lookup
+        return lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts) or \
+            moe_config(tokens, top_k, self.experts, lay.pack)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
@@ -261,7 +281,7 @@ class TritonMoE(Kernel):
             *_expert_strides(w, self.b13), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
             float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-            INTERLEAVED=self.layer.activation == "swigluoai", HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
+            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
             HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None, **common)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
@@ -299,7 +319,7 @@ class TritonMoE(Kernel):
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
-        interleaved = self.layer.activation == "swigluoai"
+        interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)

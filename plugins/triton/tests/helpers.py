@@ -57,8 +57,8 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
 
 def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
              activation="silu", activation_params=None, bias=False, device="cpu", group=128,
-             router_on_input=False):
-    """(triton MoE, emulation MoE) holding the same expert tensors."""
+             router_on_input=False, symmetric=True):
+    """(triton MoE, emulation MoE) holding the same expert tensors (int4: zero points unless symmetric)."""
     from oracle_emulation.moe import EmulationMoE
     from oracle_triton.moe import TritonMoE
 
@@ -68,12 +68,12 @@ def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, para
                      weight_format=fmt, activation=activation, activation_params=activation_params or {},
                      has_bias=bias, group_size=group if fmt == "int4" else None,
                      apply_router_weight_on_input=router_on_input)
-    # the MoE contract has no zero-point tensors: int4 experts are symmetric (zero 8)
-    q13 = quantize(fmt, torch.randn(e, rows, h, device=device) * 0.05, group, symmetric=True)
-    q2 = quantize(fmt, torch.randn(e, h, i, device=device) * 0.05, group, symmetric=True)
+    q13 = quantize(fmt, torch.randn(e, rows, h, device=device) * 0.05, group, symmetric=symmetric)
+    q2 = quantize(fmt, torch.randn(e, h, i, device=device) * 0.05, group, symmetric=symmetric)
     tensors = {"w13": q13["weight"], "w2": q2["weight"], "w13_scale": q13.get("weight_scale"),
                "w2_scale": q2.get("weight_scale"), "w13_global_scale": q13.get("weight_global_scale"),
-               "w2_global_scale": q2.get("weight_global_scale")}
+               "w2_global_scale": q2.get("weight_global_scale"), "w13_zero_point": q13.get("weight_zero_point"),
+               "w2_zero_point": q2.get("weight_zero_point")}
     if bias:
         tensors["w13_bias"] = torch.randn(e, rows, device=device) * 0.1
         tensors["w2_bias"] = torch.randn(e, h, device=device) * 0.1

@@ -102,7 +102,10 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
 
 
 def act_codes(act: int):
-    consts = dict(ACT=act, BLOCK_M=16, BLOCK_K=128, EXACT_BF16=False, CODES=True)
+    from oracle_triton.launch import TOKEN_K, TOKEN_ROWS
+
+    bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
+    consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True)
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
                           consts, 4, 2)
 
@@ -117,6 +120,7 @@ def default_cases():
     mid4 = moe_config(256, 4, 32, 2)
     return {
         "act codes per group": lambda: act_codes(1),
+        "act codes per token": lambda: act_codes(2),
         "dense W8A8 fp8_block": lambda: dense(0, 1, 128, d8, codes=1, scale_rows=128),
         "dense W4A16 mxfp4": lambda: dense(1, 2, 32, d4),
         "dense W4A16 int4 zero points": lambda: dense(3, 8, 128, d_int4, zero=True),

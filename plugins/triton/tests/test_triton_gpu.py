@@ -57,6 +57,20 @@ def test_moe_model_shapes(fmt, mode, act, params, activation):
         assert err < TOL_Q[act], (fmt, m, err)
 
 
+@pytest.mark.parametrize("group", [32, 128])
+def test_asymmetric_int4_moe_on_every_path_and_under_replay(group):
+    """Zero points through the word decoder (direct path, M=1 and 16: 4 and 64 pairs over 32 experts),
+    the aligned tiles (M=300) and a captured graph."""
+    t, ref = moe_pair("int4", 32, 1024, 768, 4, "w4a16_int4", "bf16", activation="silu", bias=True,
+                      device="cuda", group=group, symmetric=False)
+    for m in (1, 16, 300):
+        x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+        w, ids = routing(m, 32, 4, "cuda")
+        err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+        assert err < TOL, (group, m, err)
+    _replay_moe(t, ref, 1, TOL)
+
+
 def _graph(fn, *static):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -10,6 +10,8 @@ import torch
 
 from helpers import moe_pair, rel, routing
 
+pytestmark = pytest.mark.slow   # every case runs the kernels in Triton's CPU interpreter (seconds each)
+
 TOL = 1e-2
 TOL_Q = {"bf16": TOL, "fp8": 5e-2, "nvfp4": 8e-2}
 DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine
@@ -86,27 +88,44 @@ def test_alignment_blocks_and_padding():
     assert sorted(p for p in sorted_ids.tolist() if p < t) == list(range(t))
 
 
-def test_out_of_range_expert_ids_are_named():
+def test_out_of_range_expert_ids_are_named_and_dropped_when_the_engine_vouches():
+    """The id check reads the ids back (a host sync); with check_inputs cleared the pair is dropped."""
     from oracle.errors import TensorError
 
-    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", device=DEV)
+    ids = torch.tensor([[0, 8], [1, 2]], dtype=torch.int32, device=DEV)
     x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    t, ref = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", device=DEV)
     with pytest.raises(TensorError, match=r"topk_ids: expected expert ids in \[0, 8\), got 8"):
-        t.apply(x, torch.ones(2, K, device=DEV), torch.tensor([[0, 8], [1, 2]], dtype=torch.int32, device=DEV))
+        t.apply(x, torch.ones(2, K, device=DEV), ids)
+    t.check_inputs = False
+    dropped = t.apply(x, torch.ones(2, K, device=DEV), ids)
+    ok = torch.tensor([[0, 3], [1, 2]], dtype=torch.int32, device=DEV)
+    weights = torch.tensor([[1.0, 0.0], [1.0, 1.0]], device=DEV)     # the bad pair contributes nothing
+    assert rel(dropped, ref.apply(x, weights, ok)) < TOL
 
 
-def test_asymmetric_int4_experts_are_refused_naming_the_zero_point():
-    """The MoE contract carries int4 zero points (AWQ-style checkpoints); this kernel is symmetric only."""
+@pytest.mark.parametrize("group", [32, 128])
+def test_asymmetric_int4_experts_match_emulation_on_both_paths(group):
+    """AWQ-style int4 experts (GPTQ zero points per group and column) run here, not in emulation:
+    the aligned grouped GEMM (5 tokens) and the direct path (1 token) read the zero points."""
+    t, ref = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", bias=True, device=DEV, group=group,
+                      symmetric=False)
+    assert t.w13.zero is not None and t.w13.layout.stride_zk != 0
+    assert _run(t, ref, m=5) < TOL
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    y = t.apply_direct(x, w.reshape(-1).float(), ids.reshape(-1), 1, K)
+    assert rel(y, ref.apply(x, w, ids)) < TOL
+
+
+def test_asymmetric_int4_zero_points_are_checked_by_name():
     from oracle.errors import TensorError
-    from oracle.layer import MoELayer
-    from oracle.catalog import Mode
-    from oracle_triton.moe import TritonMoE
 
-    layer = MoELayer(name="experts", num_experts=E, top_k=K, hidden_size=H, intermediate_size=I,
-                     weight_format="int4", group_size=32)
-    kernel = TritonMoE(layer, Mode(weight="int4", activation="bf16", name="w4a16_int4"), None)
-    with pytest.raises(TensorError, match=r"w13_zero_point: expected None \(triton.moe INT4 is symmetric"):
-        kernel.process_weights(w13=torch.zeros(1), w2=torch.zeros(1), w13_zero_point=torch.zeros(E, 2, 2))
+    t, _ = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", device=DEV, group=32, symmetric=False)
+    q = {"w13": t.w13.weight, "w2": t.w2.weight, "w13_scale": t.w13.scale, "w2_scale": t.w2.scale}
+    fresh = type(t)(t.layer, t.mode, None)
+    with pytest.raises(TensorError, match=r"w2_zero_point: expected shape"):
+        fresh.process_weights(**q, w13_zero_point=t.w13.zero, w2_zero_point=t.w13.zero)
 
 
 def test_expert_weights_stay_packed():

@@ -1,0 +1,430 @@
+"""Benchmark: the oracle's dense GEMMs and fused MoE beside the kernels a user would pick instead.
+
+One run, one process, weights served from HBM (the H200's L2 is 60 MB):
+  dense (issue 26): per shape N x K and M, INT4 W4A16 g128 [oracle-triton, torch's tinygemm, gemlite],
+    MXFP4 / NVFP4 W4A16 [oracle-triton, gemlite], FP8 W8A8 per-channel [oracle-triton, oracle-torch,
+    torch._scaled_mm on codes quantized outside the timing (the GEMM alone), gemlite], FP8 W8A16 block
+    [oracle-triton], and BF16 cuBLAS (x @ w.T). Each kernel is built on its own copies of the weights
+    until the copies exceed 256 MB; the timed calls cycle through the copies.
+  MoE (issue 25): per model and M, the oracle's fused MoE and BF16 experts through torch._grouped_mm
+    (routing sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
+    timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
+    experts touched exceed 256 MB.
+Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
+host (Python time per eager call), the relative error against oracle-emulation (a peer whose
+numerics disagree is flagged, not ranked), and launches per raw call (torch.profiler). HBM: bytes
+read per call / measured copy bandwidth. A peer that is not installed is skipped with a line.
+
+    python bench/bench_peers.py [--only dense|moe] [--m 1 16 256 4096] [--shapes ...] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+from bench_triton import _quant
+from gpu_timing import copy_bandwidth, graph_ms, rel, start
+
+from oracle import LinearLayer, MoELayer
+from oracle.catalog import Mode
+
+ROTATE = 256 << 20
+#: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
+GEMLITE_BUDGET_S = 240.0
+BEGAN = time.perf_counter()
+WRONG = 2e-2          # a candidate further than this from emulation is computing something else
+
+DENSE = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),
+         "2048x4096": (2048, 4096)}      # N x K, issue 26
+DENSE_MODES = [  # weight format, mode, activation, params, peers
+    ("int4", "w4a16_int4", "bf16", {}, ("tinygemm", "gemlite")),
+    ("mxfp4", "w4a16_mx", "bf16", {}, ("gemlite",)),
+    ("nvfp4", "w4a16_nvfp4", "bf16", {}, ("gemlite",)),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+     ("oracle-torch", "scaled_mm", "gemlite")),
+    ("fp8_block", "w8a16_block", "bf16", {}, ()),
+]
+MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, expert activation)
+    "qwen3-30b-a3b": (128, 8, 2048, 768, "fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, "silu"),
+    "deepseek-r1": (256, 8, 7168, 2048, "fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, "silu"),
+    "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
+    "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
+    "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
+    "qwen3-30b-a3b-int4-zp": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),
+}
+
+
+# ---------------------------------------------------------------- timing
+def _reps(m: int) -> int:
+    return 20 if m <= 16 else (6 if m <= 256 else 2)
+
+
+def measure(calls: list, m: int) -> dict:
+    """calls: zero-argument callables, one per weight copy / routing; each timed call takes the next."""
+    n = len(calls)
+    reps = n * max(1, math.ceil(_reps(m) / n))
+
+    def loop():
+        for i in range(reps):
+            calls[i % n]()
+    loop(), loop()                                   # compile, and let eager graphs capture
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    loop()
+    host = (time.perf_counter() - t0) / reps * 1e6
+    torch.cuda.synchronize()
+    start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    eager = []
+    for _ in range(3):
+        start_ev.record()
+        loop()
+        end_ev.record()
+        end_ev.synchronize()
+        eager.append(start_ev.elapsed_time(end_ev) * 1e3 / reps)
+    graph = graph_ms(loop, 1) * 1e3 / reps          # the whole cycle captured once, replayed
+    return {"graph": graph, "eager": sorted(eager)[1], "host": host}
+
+
+def launches(fn) -> tuple[int | None, str]:
+    """GPU operations (kernels, copies, memsets) of one raw call and their device times (name:us);
+    (None, reason) if the profiler cannot say."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        ops = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        times = ", ".join(f"{e.name[:28]}:{e.device_time:.1f}" for e in ops)
+        return len(ops), times
+    except Exception as exc:  # noqa: BLE001 - a count is a detail, never a failure
+        return None, f"{type(exc).__name__}"
+
+
+def copies_for(nbytes: int) -> int:
+    return max(2, ROTATE // max(1, nbytes) + 1)
+
+
+def _clone(tensors: dict) -> dict:
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}
+
+
+# ---------------------------------------------------------------- dense candidates
+def _gemlite():
+    try:
+        import gemlite
+    except Exception as exc:  # noqa: BLE001 - an absent peer is skipped with its reason
+        return None, f"{type(exc).__name__}: {exc}"
+    import os
+    cfg = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")
+    if os.path.exists(cfg) and "h200" in torch.cuda.get_device_name().lower():
+        gemlite.GemLiteLinear.load_config(cfg)       # H100's tuned configs (it ships none for the H200)
+    return gemlite, None
+
+
+def build_dense(cand, fmt, layer, mode, tensors):
+    """(apply(x), bytes of the weights it reads, the raw launches of a call) for one copy, or raises."""
+    n, k = layer.out_features, layer.in_features
+    if cand == "oracle":
+        from oracle_triton.linear import TritonLinear
+        t = TritonLinear(layer, mode, None)
+        t.process_weights(**tensors)
+        return t.apply, t.packed.nbytes(), t.forward
+    if cand == "tinygemm":
+        from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+        t = TorchTinyGemmInt4Linear(layer, mode, None)
+        t.process_weights(**tensors)
+        return t.apply, t.packed.numel() * 4 + t.sz.numel() * 2, t.forward
+    if cand == "oracle-torch":
+        from oracle_torch.linear import TorchChannelFP8Linear
+        t = TorchChannelFP8Linear(layer, mode, None)
+        t.process_weights(**tensors)
+        return t.apply, n * k + n * 4, t.forward
+    if cand == "scaled_mm":
+        from oracle_torch import quantize
+        w_t = tensors["weight"].t()
+        sb = tensors["weight_scale"].reshape(1, n).float().contiguous()
+        held = {}
+
+        def run(x):
+            if held.get("x") is not x:       # quantized once per activation tensor, outside the timing
+                held["x"], held["q"] = x, quantize.fp8_per_token(x)
+            q, sa = held["q"]
+            return torch._scaled_mm(q, w_t, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        return run, n * k + n * 4, run
+    if cand == "gemlite":
+        gl, why = _gemlite()
+        if gl is None:
+            raise ImportError(why)
+        from gemlite import helper
+        dev = tensors["weight"].device
+        if fmt == "int4":
+            from oracle_emulation.formats.int4 import unpack_int32
+            q = unpack_int32(tensors["weight"], dim=0).t().to(torch.uint8).contiguous()       # [N, K]
+            z = (unpack_int32(tensors["weight_zero_point"], dim=1) if "weight_zero_point" in tensors
+                 else torch.full_like(tensors["weight_scale"], 8, dtype=torch.int64))
+            lin = helper.A16Wn(device=dev, dtype=torch.bfloat16).from_weights(
+                q, tensors["weight_scale"].t().contiguous(), z.t().to(torch.bfloat16).contiguous(), W_nbits=4,
+                group_size=k // tensors["weight_scale"].shape[0])
+        elif fmt == "mxfp4":
+            lin = helper.A16W4_MXFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
+                tensors["weight"], tensors["weight_scale"].view(torch.uint8))
+        elif fmt == "nvfp4":
+            lin = helper.A16W4_NVFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
+                tensors["weight"], scales=tensors["weight_scale"], meta_scale=tensors["weight_global_scale"])
+        elif fmt == "fp8_channel":
+            lin = helper.A8W8_fp8_dynamic(device=dev, dtype=torch.bfloat16).from_weights(
+                tensors["weight"], scales=tensors["weight_scale"].reshape(n, 1).float())
+        else:
+            raise ValueError(f"no gemlite path for {fmt}")
+        nbytes = sum(t.numel() * t.element_size() for t in (lin.W_q, lin.scales, lin.zeros) if t is not None)
+        return lin, nbytes, lin
+    raise ValueError(cand)
+
+
+def bench_dense(ms_list, bw, rows, skipped):
+    from oracle_emulation.linear import EmulationLinear
+
+    print("\n== dense: us per call; graph = CUDA-graph replay, eager = back-to-back calls, host = Python "
+          "time per eager call; weights rotated through > 256 MB of copies ==")
+    for name, (n, k) in DENSE.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+        bf16 = [w] + [w.clone() for _ in range(copies_for(n * k * 2) - 1)]
+        bf16_t = {}
+        for m in ms_list:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            bf16_t[m] = measure([lambda ww=ww: x @ ww.t() for ww in bf16], m)
+        for fmt, mode_name, act, params, peers in DENSE_MODES:
+            layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
+                                group_size=128 if fmt == "int4" else None)
+            mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+            tensors = _quant(fmt, w)
+            ref = EmulationLinear(layer, mode, None)
+            ref.process_weights(**tensors)
+            xr = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
+            yref = ref.apply(xr)
+            del ref
+            built = {}
+            for cand in ("oracle",) + peers:
+                try:
+                    first, nbytes, raw = build_dense(cand, fmt, layer, mode, _clone(tensors))
+                    err = rel(first(xr), yref)
+                    fns = [first] + [build_dense(cand, fmt, layer, mode, _clone(tensors))[0]
+                                     for _ in range(copies_for(nbytes) - 1)]
+                    built[cand] = (fns, nbytes, err, raw)
+                except Exception as exc:  # noqa: BLE001 - a peer that cannot run this layer says why
+                    line = f"{name} {mode_name}: {cand} skipped ({type(exc).__name__}: {str(exc)[:160]})"
+                    skipped.append(line)
+                    print("  " + line, flush=True)
+            hbm_bytes = built["oracle"][1] if "oracle" in built else n * k // 2
+            for m in ms_list:
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                hbm = hbm_bytes / bw * 1e6
+                row = dict(kind="dense", shape=name, mode=mode_name, m=m, hbm_us=hbm, bf16=bf16_t[m], peers={})
+                for cand, (fns, nbytes, err, raw) in built.items():
+                    if err > WRONG:
+                        row["peers"][cand] = {"error": err}
+                        continue
+                    if cand == "gemlite" and time.perf_counter() - BEGAN > GEMLITE_BUDGET_S:
+                        row["peers"][cand] = {"error": f"skipped: past the {GEMLITE_BUDGET_S:.0f} s gemlite budget"}
+                        continue
+                    try:
+                        t = measure([lambda f=f: f(x) for f in fns], m)
+                        t.update(err=err, mb=nbytes / 1e6)
+                        if m <= 16:
+                            t["launches"], t["kernels"] = launches(lambda: raw(x))
+                    except Exception as exc:  # noqa: BLE001
+                        t = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+                    row["peers"][cand] = t
+                if m == 1 and fmt.startswith("fp8") and "oracle" in built:
+                    row["peers"]["oracle-gemv"] = _forced_gemv(built["oracle"][0], x)
+                rows.append(row)
+                _print_row(row)
+            del built, tensors
+            torch.cuda.empty_cache()
+        del w, bf16
+        torch.cuda.empty_cache()
+
+
+JSON_OUT: list = []     # [path, document] when --json is given: rewritten after every row (a timeout keeps them)
+
+
+def _forced_gemv(applies, x) -> dict:
+    """oracle-triton's one-row GEMV forced on an FP8 layer the rule sends to the tensor-core tile."""
+    from oracle_triton.launch import gemv_config
+    try:
+        calls = []
+        for apply in applies:
+            t = apply.__self__
+            cfg = gemv_config(t.n, t.k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group)
+            scale = None
+            calls.append(lambda t=t, cfg=cfg: t.gemm(x, t.act, scale, t.dtype, config=cfg))
+        return measure(calls, 1)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+
+
+def _print_row(row):
+    if JSON_OUT:
+        with open(JSON_OUT[0], "w") as f:
+            json.dump(JSON_OUT[1], f, indent=1)
+    b = row["bf16"]
+    parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5} hbm {row['hbm_us']:7.1f} | "
+             f"bf16 {b['graph']:7.1f}/{b['eager']:6.1f}"]
+    for cand, t in row["peers"].items():
+        if "graph" in t:
+            parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
+                         + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+            if t.get("kernels"):
+                print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
+        else:
+            parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
+    print(" | ".join(parts), flush=True)
+
+
+# ---------------------------------------------------------------- MoE
+def _routings(m, e, topk, count, device):
+    """`count` routings; at M=1 disjoint expert sets (a random permutation cut in top_k pieces)."""
+    out = []
+    perm = torch.randperm(e)
+    for j in range(count):
+        if m == 1:
+            idx = torch.arange(j * topk, (j + 1) * topk) % e
+            ids = perm[idx].view(1, topk)
+            w = torch.softmax(torch.randn(1, topk), -1)
+        else:
+            w, ids = torch.topk(torch.softmax(torch.randn(m, e), -1), topk)
+        out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
+    return out
+
+
+def _bf16_moe(x, w13, w2, topw, order, token, offs, act_fn):
+    xs = x[token]
+    h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
+    a = act_fn(h).to(x.dtype)
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    out.index_add_(0, token, y.float() * topw.reshape(-1)[order, None])
+    return out.to(x.dtype)
+
+
+def bench_moe(ms_list, bw, rows, skipped):
+    from oracle_emulation.moe import EmulationMoE
+    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_triton.moe import TritonMoE
+
+    print("\n== fused MoE: us per call (graph / eager, host = Python time per eager call); the timed calls "
+          "cycle through routings until > 256 MB of experts are touched ==")
+    skipped.append("MoE: a BF16 mode of oracle-triton's fused MoE is not built (BF16 baseline: torch._grouped_mm)")
+    print("  " + skipped[-1])
+    for name, (ne, topk, h, i, fmt, mode_name, act, params, activation) in MOE.items():
+        layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
+                         weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
+        mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+        w13 = torch.randn(ne, 2 * i, h, device="cuda", dtype=torch.bfloat16) * 0.05
+        w2 = torch.randn(ne, h, i, device="cuda", dtype=torch.bfloat16) * 0.05
+        sym = not name.endswith("-zp")
+        q13, q2 = _quant(fmt, w13, symmetric=sym), _quant(fmt, w2, symmetric=sym)
+        tensors = {f"w13{suffix}": q13.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")}
+        tensors.update({f"w2{suffix}": q2.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")})
+        del q13, q2
+        t = TritonMoE(layer, mode, None)
+        t.process_weights(**tensors)
+        t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
+        per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
+        try:
+            em = EmulationMoE(layer, mode, None)
+            em.process_weights(**tensors)
+        except torch.cuda.OutOfMemoryError:
+            em = None
+            torch.cuda.empty_cache()
+        del tensors
+        pr = resolve_params(activation, {})
+        act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
+        for m in ms_list:
+            x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
+            touched_one = min(ne, m * topk) * per_expert
+            count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
+            routes = _routings(m, ne, topk, count, "cuda")
+            touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
+            hbm = touched * per_expert / bw * 1e6
+            row = dict(kind="moe", shape=name, mode=mode_name, m=m, hbm_us=hbm, experts_touched=touched,
+                       routings=count, peers={})
+            err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+            o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+            o.update(err=err)
+            if m == 1:
+                o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
+            row["peers"]["oracle"] = o
+            if fmt.startswith("fp8") and m <= 16:     # the direct two-launch path, forced (the rule keeps FP8 aligned)
+                from oracle_triton.moe import moe_gemv_config
+                try:
+                    t.config = moe_gemv_config(m, 0, 128)
+                    d_err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+                    d = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+                    d.update(err=d_err)
+                    row["peers"]["oracle-direct"] = d
+                except Exception as exc:  # noqa: BLE001
+                    row["peers"]["oracle-direct"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+                t.config = None
+            try:
+                prepared = []
+                for w_, ids in routes:
+                    flat = ids.reshape(-1).long()
+                    order = torch.argsort(flat, stable=True)
+                    prepared.append((w_, order, order // topk,
+                                     torch.cumsum(torch.bincount(flat, minlength=ne), 0).to(torch.int32)))
+                row["bf16"] = measure([lambda p=p: _bf16_moe(x, w13, w2, p[0], p[1], p[2], p[3], act_fn)
+                                       for p in prepared], m)
+            except Exception as exc:  # noqa: BLE001 - a torch without _grouped_mm here
+                row["bf16"] = {"graph": float("nan"), "eager": float("nan"), "host": float("nan")}
+                skipped.append(f"{name} M={m}: BF16 grouped baseline failed ({type(exc).__name__}: {str(exc)[:120]})")
+                print("  " + skipped[-1])
+            rows.append(row)
+            _print_row(row)
+        del t, em, w13, w2
+        torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
+    ap.add_argument("--only", choices=["dense", "moe"])
+    ap.add_argument("--shapes", nargs="+", choices=list(DENSE) + list(MOE), help="only these shapes / models")
+    ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    if not start("bench_peers"):
+        return 2
+    if args.shapes:                                  # only these, in the order given
+        for table in (DENSE, MOE):
+            kept = {k: table[k] for k in args.shapes if k in table}
+            table.clear()
+            table.update(kept)
+    if args.modes:
+        DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
+    bw = copy_bandwidth()
+    print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (HBM limit = bytes read per call / this)")
+    rows: list[dict] = []
+    skipped: list[str] = []
+    if args.json:
+        JSON_OUT[:] = [args.json, {"copy_bandwidth": bw, "device": torch.cuda.get_device_name(), "rows": rows,
+                                   "skipped": skipped}]
+    if args.only != "moe":
+        bench_dense(args.m, bw, rows, skipped)
+    if args.only != "dense":
+        bench_moe(args.m, bw, rows, skipped)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(JSON_OUT[1], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

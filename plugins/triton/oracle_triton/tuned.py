@@ -1,0 +1,107 @@
+"""Launch configurations measured per device and shape, shipped as data beside the kernels.
+
+`tuned_configs.json` holds, per device name (as the driver reports it, e.g. "NVIDIA H200"), the
+winners of `bench/sweep_large_m.py --write-table` for each layer shape and token bucket: the
+way engines ship tuned per-device JSON for their fused MoE. `DenseGemm.config_for` and
+`TritonMoE.config_for` consult it for the tensor-core (tiled / aligned) path and fall back to
+the shape rules (launch.dense_config, moe.moe_config) where it has no entry; the one-row paths
+(GEMV, direct MoE) stay rule-based.
+
+Key: kind ("dense" | "moe"), the mode name (weight format and activation handling), N and K of
+the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
+token bucket: the smallest of BUCKETS that is >= M (MoE: tokens, not pairs). A file that does not
+validate is an error naming the file and the entry; the launch parameters must pass the kernels'
+own check (formats.check_config) when loaded, not at the first call.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from oracle.errors import PolicyError
+
+from .formats import check_config, layout_for
+
+TABLE = Path(__file__).with_name("tuned_configs.json")
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU",
+        "num_warps", "num_stages"}
+NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}
+
+
+def bucket(m: int) -> int:
+    """The smallest bucket >= m (the largest bucket above that)."""
+    for b in BUCKETS:
+        if m <= b:
+            return b
+    return BUCKETS[-1]
+
+
+def _fail(path: Path, where: str, expected: str, got: Any) -> PolicyError:
+    return PolicyError(f"{path}: {where}: expected {expected}, got {got!r}")
+
+
+def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
+    """The file's content -> {device: {(kind, mode, weight, n, k, experts, bucket): config}}, checked."""
+    if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("devices"), dict):
+        raise _fail(path, "top level", "a mapping with schema: 1 and devices: {name: [entries]}", data)
+    out: dict[str, dict[tuple, dict[str, int]]] = {}
+    for device, entries in data["devices"].items():
+        if not isinstance(entries, list):
+            raise _fail(path, f"devices.{device}", "a list of entries", entries)
+        table = out.setdefault(device, {})
+        for i, e in enumerate(entries):
+            where = f"devices.{device}[{i}]"
+            if not isinstance(e, dict):
+                raise _fail(path, where, "a mapping", e)
+            if e.get("kind") not in ("dense", "moe"):
+                raise _fail(path, f"{where}.kind", "dense or moe", e.get("kind"))
+            if e.get("weight") not in FORMATS:
+                raise _fail(path, f"{where}.weight", f"one of {sorted(FORMATS)}", e.get("weight"))
+            for field in ("n", "k", "m") + (("experts",) if e["kind"] == "moe" else ()):
+                if not isinstance(e.get(field), int) or isinstance(e.get(field), bool) or e[field] <= 0:
+                    raise _fail(path, f"{where}.{field}", "a positive integer", e.get(field))
+            if e["m"] not in BUCKETS:
+                raise _fail(path, f"{where}.m", f"a token bucket {list(BUCKETS)}", e["m"])
+            if not isinstance(e.get("mode"), str):
+                raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
+            cfg = e.get("config")
+            if not isinstance(cfg, dict) or not NEEDED <= set(cfg) or not set(cfg) <= KEYS or \
+                    not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):
+                raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(NEEDED)} "
+                            f"(allowed: {sorted(KEYS)})", cfg)
+            try:
+                check_config(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
+            except ValueError as exc:
+                raise _fail(path, f"{where}.config", "launch parameters the kernels cover", str(exc)) from None
+            key = (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])
+            table[key] = dict(cfg)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def load(path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
+    """A table file (read once per path); a missing file is an empty table."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"{path}: not valid JSON ({exc})") from None
+    return parse(data, path)
+
+
+def lookup(device: str | None, kind: str, mode: str, n: int, k: int, m: int, experts: int = 0,
+           path: Path | None = None) -> dict[str, int] | None:
+    """The measured configuration for this shape and M's bucket on `device` (from TABLE unless
+    `path`), or None."""
+    if not device:
+        return None
+    table = load(path or TABLE).get(device)
+    if not table:
+        return None
+    found = table.get((kind, mode, n, k, experts, bucket(m)))
+    return dict(found) if found is not None else None

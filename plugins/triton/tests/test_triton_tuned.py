@@ -1,0 +1,118 @@
+"""The tuned launch-configuration table (oracle_triton/tuned.py): the shipped file loads, buckets,
+bad entries are named with the file and the field, and config_for uses an entry for the device it
+names (the call then runs with it: checked against oracle-emulation in the interpreter)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers import linear_pair, moe_pair, rel, routing
+from oracle.errors import PolicyError
+from oracle_triton import tuned
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = "NVIDIA H200"
+MOE_CFG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, "FULL_TILE": 0}
+DENSE_CFG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 2, "GROUP_M": 1, "FULL_TILE": 0,
+             "num_warps": 4, "num_stages": 2}
+
+
+def _write(tmp_path, entries, device=DEVICE):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "devices": {device: entries}}))
+    return path
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """Point the loader at a temporary table (and forget cached reads around the test)."""
+    def use(entries):
+        path = _write(tmp_path, entries)
+        monkeypatch.setattr(tuned, "TABLE", path)
+        tuned.load.cache_clear()
+        return path
+    yield use
+    tuned.load.cache_clear()
+
+
+def test_the_shipped_table_loads():
+    tuned.load.cache_clear()
+    assert isinstance(tuned.load(tuned.TABLE), dict)
+
+
+def test_buckets():
+    assert [tuned.bucket(m) for m in (1, 2, 3, 16, 17, 300, 4096, 10000)] == [1, 2, 4, 16, 32, 512, 4096, 4096]
+
+
+def test_lookup_by_device_shape_and_bucket(table):
+    table([{"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128,
+            "m": 16, "config": MOE_CFG}])
+    assert tuned.lookup(DEVICE, "moe", "w8a8_block", 1536, 2048, 9, 128) == MOE_CFG
+    assert tuned.lookup(DEVICE, "moe", "w8a8_block", 1536, 2048, 17, 128) is None     # bucket 32
+    assert tuned.lookup("NVIDIA H100", "moe", "w8a8_block", 1536, 2048, 9, 128) is None
+    assert tuned.lookup(None, "moe", "w8a8_block", 1536, 2048, 9, 128) is None
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"kind": "conv"}, "[0].kind"), ({"m": 3}, "[0].m"), ({"n": -1}, "[0].n"), ({"weight": "fp16"}, "[0].weight"),
+    ({"config": {"BLOCK_M": 16}}, "[0].config"), ({"config": dict(MOE_CFG, BLOCK_K=96)}, "[0].config"),
+    ({"config": dict(MOE_CFG, EXTRA=1)}, "[0].config"),
+])
+def test_bad_entries_name_the_file_and_the_field(tmp_path, change, field):
+    good = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128,
+            "m": 16, "config": MOE_CFG}
+    path = _write(tmp_path, [dict(good, **change)])
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+@pytest.mark.slow
+def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
+    e, h, i, k = 8, 256, 128, 2
+    t, ref = moe_pair("fp8_block", e, h, i, k, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    table([{"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * i, "k": h, "experts": e,
+            "m": 8, "config": MOE_CFG}])
+    t.facts = dict(t.facts, name=DEVICE)
+    assert t.config_for(5, k) == MOE_CFG and t.config_for(9, k) != MOE_CFG
+    x = torch.randn(5, h, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(5, e, k, DEV)
+    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < 5e-2
+
+
+@pytest.mark.slow
+def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
+    t, ref = linear_pair("mxfp4", 256, 512, "w4a16_mx", "bf16", device=DEV)
+    table([{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4,
+            "config": DENSE_CFG}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    assert t.gemm.config_for(3) == DENSE_CFG and t.gemm.config_for(1)["DECODE"] is not None
+    x = torch.randn(3, 512, dtype=torch.bfloat16, device=DEV)
+    assert rel(t.apply(x), ref.apply(x)) < 1e-2
+
+
+@pytest.mark.slow
+def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
+    """bench/sweep_large_m.py --write-table: winners merged per key (the newer wins) and validated by
+    the plugin's own loader before the file is written."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        from sweep_large_m import write_table
+    finally:
+        sys.path.remove(str(bench))
+    path = tmp_path / "tuned.json"
+    entry = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128,
+             "m": 16, "config": MOE_CFG, "us": 10.0, "default_us": 12.0}
+    write_table(str(path), DEVICE, [entry])
+    write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)])
+    table = tuned.parse(json.loads(path.read_text()), path)[DEVICE]
+    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16): dict(MOE_CFG, num_warps=8)}
+    with pytest.raises(PolicyError):
+        write_table(str(path), DEVICE, [dict(entry, m=3)])
+    assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
