@@ -70,17 +70,9 @@ def save_plain(directory: Path, arch: str, seed: int = 0) -> Path:
     return directory
 
 
-def _put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
-    *path, leaf = dotted.split(".")
-    for part in path:
-        if not hasattr(root, part):
-            root.add_module(part, torch.nn.Module())
-        root = getattr(root, part)
-    root.add_module(leaf, module)
-
-
 def linear_tree(state: dict[str, torch.Tensor]) -> torch.nn.Module:
     """An nn.Linear at every checkpoint name `<m>.weight` with two dimensions (embeddings excepted)."""
+    from ct_checkpoints import put
     tree = torch.nn.Module()
     for name, w in state.items():
         module = name[: -len(".weight")]
@@ -90,7 +82,7 @@ def linear_tree(state: dict[str, torch.Tensor]) -> torch.nn.Module:
         lin.weight.data = w.clone()
         if lin.bias is not None:
             lin.bias.data = state[f"{module}.bias"].clone()
-        _put(tree, module, lin)
+        put(tree, module, lin)
     return tree
 
 

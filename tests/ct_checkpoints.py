@@ -108,7 +108,7 @@ def calibrate(model, scheme: str, ignore: list[str] | None = None, fusion_key=_f
     return compressor
 
 
-def _put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
+def put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
     *path, leaf = dotted.split(".")
     for part in path:
         if not hasattr(root, part):
@@ -130,7 +130,7 @@ def _expert_view(model) -> torch.nn.Module:
             for proj, w in parts.items():
                 lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
                 lin.weight.data = w.detach().clone()
-                _put(view, f"{base}.{e}.{proj}", lin)
+                put(view, f"{base}.{e}.{proj}", lin)
     return view
 
 
