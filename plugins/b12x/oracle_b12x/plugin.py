@@ -1,5 +1,6 @@
-"""Entry point of the `oracle.kernels` group: registers kernels.yaml, the b12x tier (after the
-optimized one) and policy.yaml (b12x MoE is opt-in).
+"""Entry point of the `oracle.kernels` group: registers kernels.yaml and flashinfer_kernels.yaml
+(FlashInfer's own SM12x kernels), the b12x tier (after the optimized one) with flashinfer_b12x
+right before it, and policy.yaml (b12x MoE is opt-in).
 
 No torch, no b12x here. The optional `can_implement` hook runs b12x's own
 pure-Python planners, but only when ORACLE_B12X_PLANNER_CHECK=1: importing them
@@ -28,14 +29,10 @@ def register_kernels(register):
 
 @hookimpl
 def register_tiers(insert):
-    # FlashInfer's SM12x kernels right before native b12x, as vLLM lists FlashInferB12xNvFp4 before
+    insert("b12x", after="optimized")
+    # FlashInfer's own SM12x kernels right before native b12x, as vLLM lists FlashInferB12xNvFp4 before
     # B12xNvFp4 (after the established optimized backends); flashinfer_kernels.yaml keeps its MoE opt-in.
     insert("flashinfer_b12x", before="b12x", ops=["linear", "moe"])
-
-
-@hookimpl
-def register_tiers(insert):
-    insert("b12x", after="optimized")
 
 
 @hookimpl

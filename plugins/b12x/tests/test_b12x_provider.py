@@ -130,7 +130,8 @@ def test_stated_b12x_version_describes_the_target_not_this_environment(tmp_path)
 @pytest.mark.skipif(not FLASHINFER_PRESENT, reason="needs flashinfer-python's b12x shim (CI: .venv-flashinfer)")
 def test_flashinfer_only_install_serves_b12x():
     """flashinfer-python[b12x] with no b12x distribution: the Qwen3-235B NVFP4 explain of issue #20
-    (188 linears to emulation, 94 MoE layers without a kernel, exit 2) now serves every layer with b12x."""
+    (188 linears to emulation, 94 MoE layers without a kernel, exit 2) now serves every layer: the
+    experts with b12x, the linears with FlashInfer's own SM12x GEMM (before native b12x, as in vLLM)."""
     out = _oracle(["explain", "--model", "nvidia-qwen3-235b-a22b-nvfp4", "--device", "rtx-pro-6000",
                    "--moe-backend", "b12x", "--format", "json"], Path(__file__).parent / "flashinfer_only")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -138,7 +139,7 @@ def test_flashinfer_only_install_serves_b12x():
     assert "b12x embedded in flashinfer-python" in json.dumps(data["platform"])
     quantized = [l for l in data["layers"] if l["status"] != "unquantized"]
     kernels = {(l["op"], l["kernel"]) for l in quantized}
-    assert kernels == {("linear", "b12x.linear.nvfp4"), ("moe", "b12x.moe")}, kernels
+    assert kernels == {("linear", "flashinfer_b12x.linear.nvfp4"), ("moe", "b12x.moe")}, kernels
     assert sum(l["op"] == "moe" for l in quantized) == 94
     probe = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; m.version('b12x')"],
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent / "flashinfer_only")},

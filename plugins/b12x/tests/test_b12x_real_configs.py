@@ -104,7 +104,7 @@ def test_block_fp8_needs_128x128_blocks_not_just_a_128_k_group(tmp_path):
     for row, d in _decisions(model):
         assert d.kernel != "b12x.linear.fp8_block", row.name
     text = _explain(folder)
-    assert "needs 128x128 weight blocks, got 64x128" in text
+    assert "reads 128x128 weight blocks (its declared weight_block); the checkpoint's blocks are 64x128" in text
 
 
 def test_contradictory_block_or_scale_declarations_name_the_key(tmp_path):

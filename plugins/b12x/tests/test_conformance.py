@@ -129,10 +129,8 @@ _VARIATIONS = (
     {"num_experts": 1024, "top_k": 8}, {"num_experts": 2048, "top_k": 8}, {"num_experts": 4, "top_k": 4},
     {"activation": "situ", "activation_params": {"beta": 3.0}},
     {"activation": "situ", "activation_params": {"beta": 4.0, "linear_beta": 25.0}},
-    {"activation": "situ", "activation_params": {"limit": 7.0}},
     {"activation_params": {"limit": 7.0}},  # non-finite or negative limits: MoELayer refuses them
     {"activation": "swigluoai_uninterleave", "activation_params": {"limit": 7.0, "alpha": 1.702, "beta": 1.0}},
-    {"activation": "relu2_no_mul", "activation_params": {"limit": 7.0}},
     {"activation": "situ", "activation_params": {"beta": 4.0}},
     {"num_experts": 4096, "top_k": 8}, {"num_experts": 1025, "top_k": 1},
 )
