@@ -133,6 +133,15 @@ class CapabilityReq(_Reasoned):
         return ", ".join(parts) or "any"
 
 
+def _version_range(spec: str, prefix: str = "") -> str:
+    """`spec` if it is a PEP 440 range, else the error a file's reader sees (`prefix` names the entry)."""
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"{prefix}{spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+    return spec
+
+
 class PackageReq(_Reasoned):
     version: str = Field("", description='a PEP 440 range such as ">=1.5.1,<1.6"; "" = any version')
     install: str | None = Field(None, description="the command that installs it, shown when missing")
@@ -141,11 +150,7 @@ class PackageReq(_Reasoned):
     @field_validator("version")
     @classmethod
     def _specifier(cls, v: str) -> str:
-        try:
-            SpecifierSet(v)
-        except InvalidSpecifier:
-            raise ValueError(f"{v!r} is not a version range such as '>=1.5.1,<1.6'") from None
-        return v
+        return _version_range(v)
 
 
 class RuntimeReq(_Reasoned):
@@ -163,10 +168,7 @@ class EnvironmentReq(RuntimeReq):
     @classmethod
     def _ranges(cls, v: dict[str, str]) -> dict[str, str]:
         for name, spec in v.items():
-            try:
-                SpecifierSet(spec)
-            except InvalidSpecifier:
-                raise ValueError(f"{name}: {spec!r} is not a version range such as '>=1.5.1,<1.6'") from None
+            _version_range(spec, f"{name}: ")
         return v
 
 

@@ -17,8 +17,8 @@ from pydantic import (ConfigDict, Field, StrictBool, StrictFloat, StrictInt, Str
                       model_validator)
 
 from .errors import InputError
-from .formats import (ACTIVATION_PARAMS, BLOCK_WEIGHT_FORMATS, FORMAT_FACTS, ActivationFormat, ActivationScale, DType,
-                      MoEActivation, WeightFormat, is_quantized)
+from .formats import (ACTIVATION_PARAMS, BLOCK_WEIGHT_FORMATS, FORMAT_FACTS, GATED_ACTIVATIONS, ActivationFormat,
+                      ActivationScale, DType, MoEActivation, WeightFormat, is_quantized)
 
 #: Bounds on layer fields (docs/user-guide.md, "Limits"): far above any real model, low enough
 #: that a typo or hostile value is refused at construction instead of misleading a decision.
@@ -208,6 +208,12 @@ class MoELayer(_QuantScales, _Layer):
         if self.num_experts % self.ep_size:
             raise ValueError(f"num_experts ({self.num_experts}) is not divisible by ep_size ({self.ep_size})")
         return self
+
+    @property
+    def w13_rows(self) -> int:
+        """Rows of each expert's FC1 weight (w13) on this rank: gate and up halves for a gated activation."""
+        rows = self.intermediate_size // self.tp_size
+        return 2 * rows if self.activation in GATED_ACTIVATIONS else rows
 
     def _derived(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from .errors import TensorError
-from .formats import MOE_ACTIVATION_DEFAULTS
+from .formats import DTYPES, MOE_ACTIVATION_DEFAULTS, torch_dtype
 
 _SIGNS = {"positive": "finite, positive scales", "non-negative": "finite, non-negative scales",
           "any": "finite scales"}
@@ -141,6 +141,22 @@ def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any], dtype:
     if x.device != device:
         raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))
     return x.shape[:-1], x.reshape(-1, k).to(dtype).contiguous()
+
+
+def float_dtypes() -> tuple[Any, ...]:
+    """The torch dtypes of a layer's `dtype` names (oracle.formats.DTYPES): what activations and biases may be."""
+    return tuple(torch_dtype(name) for name in DTYPES)
+
+
+def apply_dense(x: Any, k: int, n: int, device: Any, dtype: Any, run: Any) -> Any:
+    """A dense kernel's `apply` around `run` ([rows, K] -> [rows, N]): the input checked
+    (`check_activations`, floating-point), an empty result for no rows, the leading dimensions kept."""
+    import torch
+
+    lead, x2 = check_activations(x, k, device, float_dtypes(), dtype)
+    if x2.shape[0] == 0:
+        return torch.empty(*lead, n, dtype=dtype, device=device)
+    return run(x2).reshape(*lead, n)
 
 
 def unpack_nibbles(words: Any, dim: int) -> Any:

@@ -85,9 +85,13 @@ def tensor_plan(kind: str, model):
         experts = name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
         if kind == "gpt-oss-mxfp4" and experts:
             def make(gen, shape=shape, name=name):
-                w = _random(shape, name, gen).transpose(1, 2)            # transformers keeps [E, K, N]
-                q = codec_for("mxfp4").quantize(w, "mxfp4")
-                return q["weight"].unflatten(-1, (-1, 16)), q["weight_scale"]
+                blocks, scales = [], []
+                for _ in range(shape[0]):      # one expert at a time: the float copies stay one expert's size
+                    w = _random(shape[1:], name, gen).transpose(0, 1)   # transformers keeps [E, K, N]
+                    q = codec_for("mxfp4").quantize(w, "mxfp4")
+                    blocks.append(q["weight"].unflatten(-1, (-1, 16)))
+                    scales.append(q["weight_scale"])
+                return torch.stack(blocks), torch.stack(scales)
             plan.append(((name + "_blocks", name + "_scales"), make, math.prod(shape) // 2 + math.prod(shape) // 32))
         elif kind == "qwen3-moe-fp8" and experts:
             gate_up = name.endswith("gate_up_proj")

@@ -338,3 +338,80 @@ def test_process_environment_changes_are_seen(select, monkeypatch, toy_registry,
     assert select_backend(layer, plat, policy=toy_policy, registry=toy_registry).mode == "w4a16"
     monkeypatch.setenv("ORACLE_MOE_FP4_FORCE_A16", "0")
     assert select_backend(layer, plat, policy=toy_policy, registry=toy_registry).mode == "w4a8"
+
+
+def _declared_registry(tmp_path, declare_linear: str, hook):
+    """The toy kernels with `can_implement: true` on toyfast.linear only (`declare_linear`: the
+    line to put there), and a plugin whose can_implement is `hook`."""
+    from oracle import hookimpl
+    from oracle.registry import Registry
+    from tests.conftest import FIXTURES
+
+    text = (FIXTURES / "toy_kernels.yaml").read_text()
+    text = text.replace("    implementation: toy_impl:ToyLinear\n",
+                        f"    implementation: toy_impl:ToyLinear\n{declare_linear}")
+    path = tmp_path / "toy_kernels.yaml"
+    path.write_text("can_implement: false\n" + text)
+
+    class Declared:
+        @hookimpl
+        def register_kernels(self, register):
+            register(path)
+
+        can_implement = staticmethod(hookimpl(hook))
+
+    return Registry.from_plugins([("declared", Declared())])
+
+
+def test_can_implement_is_called_only_for_the_kernels_that_declare_it(tmp_path):
+    calls = []
+
+    def hook(kernel, layer):
+        calls.append(kernel.name)
+        return "refused by code" if layer.in_features == 256 else None
+
+    reg = _declared_registry(tmp_path, "    can_implement: true\n", hook)
+    pol = load_policy(registry=reg)
+    h200 = Platform.preset("h200")
+    moe = select_backend(gpt_oss_experts(hidden_size=3072), h200, policy=pol, registry=reg, env={})
+    assert moe.kernel == "toyfast.moe" and calls == []            # no hook for an undeclared kernel
+    linear = LinearLayer(name="q", in_features=256, out_features=256, weight_format="fp8_block")
+    d = select_backend(linear, h200, policy=pol, registry=reg, env={})
+    assert calls == ["toyfast.linear"]
+    assert d.candidates[0].reason == "refused by code" and d.candidates[0].rule == "declared: can_implement"
+
+
+def test_declaring_a_check_without_a_hook_is_the_plugins_error(tmp_path):
+    from oracle import hookimpl
+    from oracle.registry import Registry
+    from tests.conftest import FIXTURES
+
+    path = tmp_path / "k.yaml"
+    path.write_text((FIXTURES / "toy_kernels.yaml").read_text().replace(
+        "    implementation: toy_impl:ToyLinear\n", "    implementation: toy_impl:ToyLinear\n    can_implement: true\n"))
+
+    class NoHook:
+        @hookimpl
+        def register_kernels(self, register):
+            register(path)
+
+    reg = Registry.from_plugins([("nohook", NoHook())])
+    assert [(f.stage, "toyfast.linear declares can_implement: true" in f.message) for f in reg.failures] == \
+        [("kernels file", True)]
+    assert reg.can_implement_caller("toyfast.linear") is None
+
+
+def test_hook_calls_go_through_pluggys_caller(tmp_path):
+    """pluggy's monitoring sees every can_implement call (it would not, were the engine to call the
+    implementation itself), and a firstresult answer is the answer."""
+    reg = _declared_registry(tmp_path, "    can_implement: true\n", lambda kernel, layer: "no")
+    seen = []
+    undo = reg.pm.add_hookcall_monitoring(lambda name, impls, kwargs: seen.append((name, kwargs["kernel"].name)),
+                                          lambda outcome, name, impls, kwargs: None)
+    try:
+        linear = LinearLayer(name="q", in_features=512, out_features=512, weight_format="fp8_block")
+        d = select_backend(linear, Platform.preset("h200"), policy=load_policy(registry=reg), registry=reg, env={})
+    finally:
+        undo()
+    assert seen == [("can_implement", "toyfast.linear")]
+    assert d.candidates[0].reason == "no"

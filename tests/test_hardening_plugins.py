@@ -132,7 +132,7 @@ def test_verify_resolves_and_type_checks_implementations(monkeypatch, capsys):
            "not a subclass of oracle.kernel.Kernel" in out
 
 
-def _cli_with_plugin(module: str) -> subprocess.CompletedProcess:
+def _cli_with_plugin(module: str, *argv: str) -> subprocess.CompletedProcess:
     """Process behaviour: the real CLI, in a subprocess, with the plugin's entry point in place."""
     code = (
         "import importlib.metadata as m, sys\n"
@@ -141,7 +141,7 @@ def _cli_with_plugin(module: str) -> subprocess.CompletedProcess:
         "original = m.entry_points\n"
         "m.entry_points = lambda group=None, **kw: eps if group == 'oracle.kernels' else original(group=group, **kw)\n"
         "from oracle.cli import main\n"
-        "sys.exit(main(['kernels', '--device', 'h200']))\n")
+        f"sys.exit(main({list(argv) or ['kernels', '--device', 'h200']!r}))\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
@@ -156,3 +156,14 @@ def test_cli_stops_as_interrupted_when_a_plugin_raises_keyboardinterrupt_at_impo
     out = _cli_with_plugin("zoo_interrupt_at_import")
     assert out.returncode == 130, out.stderr
     assert "interrupted" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_verify_finds_a_plugin_whose_import_hangs():
+    """Every other command waits on such a plugin (nothing bounds plugin code inline); verify loads
+    the plugins on its watched thread and names the line the import is stuck at."""
+    start = time.perf_counter()
+    out = _cli_with_plugin("zoo_slow_import", "verify", "--timeout", "1")
+    assert time.perf_counter() - start < 30          # not the plugin's 60 s
+    assert out.returncode == 1, out.stderr
+    assert "FAIL loading the plugins (oracle.kernels entry points) did not return within 1 s (a hang?)" in out.stdout
+    assert "zoo_slow_import.py" in out.stdout and "time.sleep(60)" in out.stdout

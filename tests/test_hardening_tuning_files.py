@@ -200,3 +200,14 @@ def test_report_size_is_bounded_per_candidate(good, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(store.TuningFileError, match=f"{path}: entries: Value error, more than {MAX_MS} token counts for kernel"):
         store.read(path)
+
+
+@pytest.mark.parametrize("field, size", [("error", 2001), ("kernel", 257), ("layer_key", 8193)])
+def test_text_fields_are_bounded(good, tmp_path, field, size):
+    """A 1 MB error string would be repeated in the report for every layer that shows the candidate."""
+    doc = json.loads(json.dumps(good))
+    doc["entries"][0].update({field: "x" * size, **({"status": "failed"} if field == "error" else {})})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(store.TuningFileError, match=f"{path}: entries.0.{field}: String should have at most"):
+        store.read(path)

@@ -11,8 +11,8 @@ from hypothesis import given, strategies as st
 
 from oracle.cli import main
 from oracle.errors import InputError
-from oracle.tuning import store
 from oracle.objective import parse_objective, rank, score
+from oracle.tuning import store
 from oracle.tuning.schema import Entry, Metadata, TuningFile
 
 META = dict(vendor="cpu", device_name="CPU", oracle="0.1.0", created="2026-01-01T00:00:00+00:00",
@@ -154,3 +154,50 @@ def test_progress_bar_only_on_a_terminal():
     bar = progress_bar(10, enabled=True)
     assert bar is not None and bar.total == 10
     bar.close()
+
+
+def test_synthetic_weights_come_from_a_quantize_weight_hook():
+    """The core names no plugin: `oracle tune` hands the runner the registry's quantize_weight hook
+    (oracle-emulation's reference codecs); without one, the error says what is missing."""
+    torch = pytest.importorskip("torch")
+    from oracle import LinearLayer
+    from oracle.registry import Registry
+    from oracle.tuning import synthetic
+    import oracle_emulation.plugin as emulation
+
+    layer = LinearLayer(name="q", in_features=256, out_features=128, weight_format="fp8_channel")
+    with pytest.raises(RuntimeError, match="no plugin quantizes fp8_channel weights"):
+        synthetic.weights(layer, torch.device("cpu"), lambda **kwargs: None)
+    hook = Registry.from_plugins([("emulation", emulation)]).pm.hook.quantize_weight
+    tensors = synthetic.weights(layer, torch.device("cpu"), hook)
+    assert tensors["weight"].dtype == torch.float8_e4m3fn and list(tensors["weight"].shape) == [128, 256]
+    assert list(tensors["weight_scale"].shape) in ([128], [128, 1])    # one scale per output channel
+
+
+def test_ranking_returns_an_order_and_every_reason_without_touching_a_trace():
+    """ranking.order is pure: passing candidates and their figures in, the winner's index and why
+    each won or lost out (the engine writes those into the trace)."""
+    from types import SimpleNamespace as NS
+
+    from oracle.objective import Objective
+    from oracle.ranking import order
+    from oracle.tuning.measurements import CandidateTimes, MeasurementSet
+
+    def pair(name, testing_only=False):
+        return NS(name=name, testing_only=testing_only), NS(name="m", activation="bf16")
+
+    passing = [pair("slow"), pair("fast"), pair("broken"), pair("unmeasured"), pair("reference", True)]
+    table = {("slow", "m", "bf16"): CandidateTimes({1: 2.0}, {1: "graph"}),
+             ("fast", "m", "bf16"): CandidateTimes({1: 0.5}, {1: "graph"}),
+             ("broken", "m", "bf16"): CandidateTimes(error="apply: RuntimeError"),
+             ("reference", "m", "bf16"): CandidateTimes({1: 0.1}, {1: "eager"}, testing_only=True)}
+    ranked = order(passing, table, MeasurementSet([], Objective("decode")))
+    assert (ranked.winner, ranked.by_measurement) == (1, True)
+    reasons = [reason for reason, _ in ranked.verdicts]
+    assert reasons[1].startswith("0.5 ms @M=1 (graph)") and "fastest measured of 2" in reasons[1]
+    assert reasons[0].startswith("measured slower: 2 ms against 0.5 ms for fast")
+    assert reasons[2] == "failed during tuning, never chosen by measurement: apply: RuntimeError"
+    assert reasons[3].startswith("not measured at the objective's token counts")
+    assert reasons[4].startswith("testing-only kernel")          # 0.1 ms, yet held back
+    nothing = order(passing[:2], {}, MeasurementSet([], Objective("decode")))
+    assert (nothing.winner, nothing.by_measurement, nothing.verdicts) == (0, False, ())

@@ -62,6 +62,11 @@ def _plugin_failure(registry: Any, plugin: str, message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
+        words = list(sys.argv[1:] if argv is None else argv)
+        if next((w for w in words if not w.startswith("-")), None) == verify.NAME:
+            hang = verify.load_plugins_watched(words)   # a plugin whose import hangs is reported, not waited on
+            if hang:
+                return 1
         parser = build_parser(get_registry())  # plugins load here, inside the guard (warnings, errors)
         args = parser.parse_args(argv)  # a usage error exits USAGE (64), not 2
         if args.log_decisions:

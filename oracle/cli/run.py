@@ -92,7 +92,10 @@ def _run(args: argparse.Namespace) -> int:
     model = load_quantized(args.model, device=device)
     ids = ids.to(device)
     start = time.perf_counter()
-    out = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode).generate(ids, args.max_new_tokens)
+    decoder = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode)
+    out = decoder.generate(ids, args.max_new_tokens)
+    if decoder.fallback:
+        mode = f"eager (graph capture failed: {decoder.fallback})"
     new = _until_eos(out[0].tolist(), model)
     seconds = time.perf_counter() - start
     print(f"model     {args.model} ({model.oracle.report.model.dialect_detail})")
@@ -144,7 +147,7 @@ def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:
     for batch in args.batch:
         for mode in modes:
             m = measure(model, prompt.repeat(batch, 1), args.bench_steps, mode)
-            print(f"  {batch:>5} {mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
+            print(f"  {batch:>5} {m.mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
     print(f"  peak memory {_peak_mib(device) / 1024:.2f} GiB "
           f"({'GPU allocated' if device.startswith('cuda') else 'process RSS'}, weights, caches and graphs)")
 

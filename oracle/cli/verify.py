@@ -2,7 +2,8 @@
 that hangs.
 
 Selection calls plugin code inline, as pluggy, pytest and vLLM do: nothing on the hot path
-bounds it. This command is where a hang is found instead. After the file checks it runs every
+bounds it. This command is where a hang is found instead. It loads the plugins on a watched
+thread before anything else (`oracle.cli.main` asks it to), and after the file checks it runs every
 piece of plugin code selection can reach -- each implementation's import, each kernel's
 requirement checks (environment and runtime included) on the detected device and every preset,
 each declared `can_implement` on a representative layer per mode -- on one watched thread, and
@@ -86,6 +87,24 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(registry.kernels)} kernel(s) from {len(registry.plugins)} plugin(s); "
           f"{len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def load_plugins_watched(argv: list[str]) -> bool:
+    """Load the process's plugins on the watched thread, before anything else touches them: True
+    (and the hang printed) when importing or registering one does not return within `--timeout`."""
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S)
+    try:
+        timeout = pre.parse_known_args(argv)[0].timeout
+    except argparse.ArgumentError:   # a bad --timeout: the real parser says so
+        timeout = DEFAULT_TIMEOUT_S
+    loading = ("loading the plugins (oracle.kernels entry points)", lambda: get_registry() and None)
+    hang = watch(iter([loading]), timeout)
+    for problem in hang:
+        print(f"FAIL {problem}")
+    if hang:
+        print("the plugins could not be loaded; 1 problem(s)")
+    return bool(hang)
 
 
 def plugin_steps(registry: Registry) -> Iterator[Step]:

@@ -19,6 +19,7 @@ from the device. The cost is attention over `max_len` keys instead of the window
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ class Decoder:
         self.length = 0                                                         # tokens in the cache (host view)
         self.graph: Any = None
         self.logits: torch.Tensor | None = None
+        self.fallback: str | None = None          # why graphs were asked for but steps run eagerly
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
@@ -81,9 +83,9 @@ class Decoder:
         """One decode step: feeds `self.token`, leaves the next greedy token there (no host synchronisation)."""
         if self.length + 1 > self.max_len:
             raise InputError(f"the {self.max_len}-token cache is full", field="max_len")
-        if self.mode == "graphs":
-            if self.graph is None:
-                self._capture()
+        if self.mode == "graphs" and self.graph is None:
+            self._capture()
+        if self.graph is not None:
             self.graph.replay()
         else:
             self._forward()
@@ -106,10 +108,17 @@ class Decoder:
         torch.cuda.current_stream(self.device).wait_stream(side)
         self._restore(saved)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._forward()
+        try:
+            with torch.cuda.graph(graph):
+                self._forward()
+        except RuntimeError as exc:   # a layer whose kernel reads values back (emulation kernels on a GPU)
+            torch.cuda.synchronize(self.device)
+            self.mode, self.fallback = "eager", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            warnings.warn(f"CUDA-graph capture of the decode step failed ({self.fallback}); decoding eagerly",
+                          RuntimeWarning, stacklevel=3)
+        else:
+            self.graph = graph
         self._restore(saved)          # capture records work, it runs none; restore for safety all the same
-        self.graph = graph
 
     def _state(self) -> list[torch.Tensor]:
         """The device state a step advances: input token, position, each cache layer's length."""
@@ -145,7 +154,7 @@ class Measurement:
     """Steady-state decode speed of one (batch, mode): what `oracle run --bench` and bench_decode.py print."""
 
     batch: int
-    mode: str
+    mode: str               # the mode that ran: "eager" where graphs were asked for but capture failed
     tok_s: float            # batch x steps / seconds of the timed steps
     ms_step: float
     prefill_ms: float
@@ -174,5 +183,5 @@ def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: 
         out[:, i + 1:i + 2] = dec.step()
     sync()
     seconds = time.perf_counter() - t
-    return Measurement(batch, mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill,
+    return Measurement(batch, dec.mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill,
                        out.cpu(), dec.logits[0].float().cpu())

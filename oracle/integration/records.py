@@ -32,7 +32,9 @@ def layer_record(*, engine: str, mode: str, layer: Any, decision: Any, engine_ke
         agree = "oracle_has_none"
     else:
         agree = "agree" if engine_backend is not None and engine_backend == decision.backend else "differ"
+    platform = getattr(decision, "platform", None)
     return {MARK: "layer", "engine": engine, "mode": mode, "name": layer.name, "op": layer.op,
+            "device": platform.describe() if platform is not None else None,
             "layer": {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()},
             "engine_kernel": engine_kernel, "engine_backend": engine_backend,
             "oracle": {"status": decision.status, "backend": decision.backend, "kernel": decision.kernel,

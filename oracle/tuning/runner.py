@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..formats import GATED_ACTIVATIONS, torch_dtype
+from ..formats import torch_dtype
 from ..objective import rank
 from ..platform import memory_bandwidth_gbps
 from . import synthetic
@@ -106,7 +106,7 @@ def buffer_bytes(layer: Any, m: int) -> int:
     if layer.op == "moe":
         e = max(1, layer.num_experts // layer.ep_size)
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+        rows = layer.w13_rows
         top = min(layer.top_k, e)
         return 8 * e * (rows * h + h * i) + m * (6 * h + 4 * e + 4 * top * (rows + h))
     return 8 * layer.num_embeddings * layer.embedding_dim + 4 * m * layer.embedding_dim

@@ -18,6 +18,10 @@ MAX_TIME_MS = 3_600_000.0
 #: A time in milliseconds: a JSON number in (0, MAX_TIME_MS] (not a bool, not a string, not NaN/Infinity).
 Millis = Annotated[float, Field(gt=0, le=MAX_TIME_MS, allow_inf_nan=False)]
 Spread = Annotated[float, Field(ge=0, le=MAX_TIME_MS, allow_inf_nan=False)]
+#: Text fields are bounded too, so what a report repeats per layer and candidate stays small.
+Name = Annotated[str, Field(max_length=256)]
+Text = Annotated[str, Field(max_length=2000)]
+LayerKey = Annotated[str, Field(max_length=8192)]
 
 
 class _Strict(BaseModel):
@@ -29,29 +33,29 @@ class _Strict(BaseModel):
 class Metadata(_Strict):
     """Where and with what the figures were taken (the facts FlashInfer's autotuner keys on)."""
 
-    vendor: str = Field(description="nvidia, amd or cpu")
-    device_name: str = Field(description="the device as the driver names it, e.g. 'NVIDIA H200'")
-    capability: str | None = Field(None, description="compute capability, e.g. '9.0'; null on CPU")
-    driver: str | None = Field(None, description="GPU driver version (recorded, not compared)")
-    cuda: str | None = Field(None, description="CUDA version torch was built with (recorded, not compared)")
-    torch: str | None = Field(None, description="installed torch distribution version")
-    triton: str | None = Field(None, description="installed triton distribution version")
-    oracle: str = Field(description="kernel-oracle version")
-    plugins: dict[str, str | None] = Field(default_factory=dict,
-                                           description="plugin distribution -> version, as registered")
-    created: str = Field(description="UTC time of the first measurement in this file (ISO 8601)")
-    updated: str = Field(description="UTC time of the last merge (ISO 8601)")
+    vendor: Name = Field(description="nvidia, amd or cpu")
+    device_name: Name = Field(description="the device as the driver names it, e.g. 'NVIDIA H200'")
+    capability: Name | None = Field(None, description="compute capability, e.g. '9.0'; null on CPU")
+    driver: Name | None = Field(None, description="GPU driver version (recorded, not compared)")
+    cuda: Name | None = Field(None, description="CUDA version torch was built with (recorded, not compared)")
+    torch: Name | None = Field(None, description="installed torch distribution version")
+    triton: Name | None = Field(None, description="installed triton distribution version")
+    oracle: Name = Field(description="kernel-oracle version")
+    plugins: dict[Name, Name | None] = Field(default_factory=dict, max_length=256,
+                                            description="plugin distribution -> version, as registered")
+    created: Name = Field(description="UTC time of the first measurement in this file (ISO 8601)")
+    updated: Name = Field(description="UTC time of the last merge (ISO 8601)")
 
 
 class Entry(_Strict):
     """One candidate's time for one layer signature at one token count M."""
 
-    layer_key: str = Field(description="canonical JSON of the layer's fields (everything but its name)")
-    layer: str = Field("", description="a layer name it was measured for (for people; not part of the key)")
-    kernel: str
-    backend: str
-    mode: str
-    activation_format: str
+    layer_key: LayerKey = Field(description="canonical JSON of the layer's fields (everything but its name)")
+    layer: Name = Field("", description="a layer name it was measured for (for people; not part of the key)")
+    kernel: Name
+    backend: Name
+    mode: Name
+    activation_format: Name
     m: int = Field(gt=0, le=MAX_M, description="tokens per call")
     status: Literal["ok", "failed"]
     median_ms: Millis | None = Field(None, description="median of the timed repeats (finite, > 0)")
@@ -61,7 +65,7 @@ class Entry(_Strict):
     repeats: int = Field(0, ge=0)
     method: Method | None = Field(None, description="graph: CUDA-graph replay; eager: direct calls")
     testing_only: bool = Field(False, description="the kernel is meant for testing (emulation)")
-    error: str | None = Field(None, description="why the candidate failed, when status is failed")
+    error: Text | None = Field(None, description="why the candidate failed, when status is failed")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Entry":
@@ -81,7 +85,7 @@ class Entry(_Strict):
 class Reference(_Strict):
     """A reference figure beside the candidates (BF16 x @ w.T; HBM time of the weights)."""
 
-    layer_key: str
+    layer_key: LayerKey
     m: int = Field(gt=0, le=MAX_M)
     bf16_ms: Millis | None = Field(None, description="BF16 matmul (linear layers), same timing method")
     hbm_ms: Millis | None = Field(None, description="bytes of the checkpoint weights / HBM bandwidth")

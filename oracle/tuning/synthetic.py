@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import torch
 
-from ..formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, torch_dtype
+from ..formats import E2M1_MAX, E4M3_MAX, torch_dtype
 
 #: (weight=, weight_format=, group_size=) -> checkpoint tensors, or None: e.g. `registry.pm.hook.quantize_weight`
 Quantize = Callable[..., "dict[str, torch.Tensor] | None"]
@@ -73,7 +73,7 @@ def moe_weights(layer: Any, device: torch.device, quantize: Quantize) -> dict[st
     import torch
     e = layer.num_experts // layer.ep_size
     h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-    rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+    rows = layer.w13_rows
     out: dict[str, torch.Tensor] = {}
     for name, shape in (("w13", (e, rows, h)), ("w2", (e, h, i))):
         q = _quantize(quantize, randn(*shape, device=device) * 0.02, layer.weight_format, layer.group_size)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from oracle.errors import TensorError
-from oracle.formats import GATED_ACTIVATIONS, torch_dtype
+from oracle.formats import torch_dtype
 from oracle.kernel import Kernel
 from oracle.tensors import check_dtype, moe_activation_params, shape_of
 
@@ -38,7 +38,7 @@ class EmulationMoE(Kernel):
         layer, fmt = self.layer, self.mode.weight
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
-        rows = 2 * i if layer.activation in GATED_ACTIVATIONS else i
+        rows = layer.w13_rows
         self.dtype = torch_dtype(layer.dtype)
         self.params = moe_activation_params(layer.activation, layer.activation_params)
         self.experts, self.hidden, self.inter = e, h, i

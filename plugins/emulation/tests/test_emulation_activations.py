@@ -103,6 +103,7 @@ def test_zero_rows_stay_zero():
         assert torch.equal(act.quantize_dequantize(x, fmt), x)
 
 
+@pytest.mark.slow
 def test_triton_kernels_match_eager_under_the_interpreter():
     # The CUDA kernels (activations_triton) run on the CPU with TRITON_INTERPRET=1; float32
     # keeps the interpreter's own bf16 store conversion out of the comparison.

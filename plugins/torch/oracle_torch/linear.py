@@ -17,7 +17,7 @@ from oracle.errors import TensorError
 from oracle.formats import torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.kernel import Kernel
-from oracle.tensors import check_activations, check_device, check_scales, check_tensor, forbid
+from oracle.tensors import apply_dense, check_device, check_scales, check_tensor, float_dtypes, forbid
 
 from . import gemm, quantize
 
@@ -50,7 +50,7 @@ def _quantizer(name: str, x: torch.Tensor) -> Callable[..., Any]:
     return fused
 
 
-FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+FLOATS = float_dtypes()
 
 
 class _ScaledLinear(Kernel):
@@ -99,10 +99,7 @@ class _ScaledLinear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.w_t is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
-        if x2.shape[0] == 0:
-            return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
-        return self.eager(x2).reshape(*lead, self.n)
+        return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         """Quantize, GEMM, bias on checked [M, K] activations (what an eager graph captures)."""

@@ -20,12 +20,13 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.tensors import check_activations, check_dtype, check_shape, check_tensor, forbid, shape_of, unpack_nibbles
+from oracle.tensors import (apply_dense, check_dtype, check_shape, check_tensor, float_dtypes, forbid, shape_of,
+                            unpack_nibbles)
 
 PACK = 8                               # GPTQ: 8 nibbles per int32
 GROUPS = (32, 64, 128, 256)            # the group sizes int4mm.cu instantiates (qGroupSize check)
 K_TILE = 16                            # tinygemm's m16n8k16 K tile; innerKTiles in {2, 4, 8}
-FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+FLOATS = float_dtypes()
 
 
 def inner_k_tiles(k: int) -> int:
@@ -110,10 +111,7 @@ class TorchTinyGemmInt4Linear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.packed is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        lead, x2 = check_activations(x, self.k, self.device, FLOATS, torch.bfloat16)
-        if x2.shape[0] == 0:
-            return torch.empty(*lead, self.n, dtype=torch.bfloat16, device=self.device)
-        return self.forward(x2).reshape(*lead, self.n)
+        return apply_dense(x, self.k, self.n, self.device, torch.bfloat16, self.forward)
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         """tinygemm and the bias on checked [M, K] activations (one aten op: no eager graph, whose

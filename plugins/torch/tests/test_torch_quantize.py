@@ -152,6 +152,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_fused_triton_quantizers_round_like_the_reference_under_the_interpreter():
     """The CUDA kernels, run by Triton's CPU interpreter, give the reference's values and scales."""
     import os

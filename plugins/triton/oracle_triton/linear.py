@@ -15,13 +15,13 @@ from oracle.errors import TensorError
 from oracle.kernel import Kernel
 from oracle.formats import E2M1_MAX, E4M3_MAX, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
-from oracle.tensors import check_activations, check_scales, check_tensor, forbid
+from oracle.tensors import apply_dense, check_scales, check_tensor, float_dtypes, forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
 from .launch import DenseGemm
 from .weights import pack
 
-FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+FLOATS = float_dtypes()
 
 
 class TritonLinear(Kernel):
@@ -72,10 +72,7 @@ class TritonLinear(Kernel):
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        lead, x2 = check_activations(x, self.k, self.device, FLOATS, self.dtype)
-        if x2.shape[0] == 0:
-            return torch.empty(*lead, self.n, dtype=self.dtype, device=self.device)
-        return self.eager(x2).reshape(*lead, self.n)
+        return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked [M, K] activations (what an eager graph captures)."""

@@ -100,7 +100,7 @@ class TritonMoE(Kernel):
         e = layer.num_experts // layer.ep_size
         h, i = layer.hidden_size, layer.intermediate_size // layer.tp_size
         gated = layer.activation in GATED_ACTIVATIONS
-        rows = 2 * i if gated else i
+        rows = layer.w13_rows
         self.experts, self.hidden, self.inter, self.rows, self.gated = e, h, i, rows, gated
         self.dtype = torch_dtype(layer.dtype)
         params = moe_activation_params(layer.activation, layer.activation_params)

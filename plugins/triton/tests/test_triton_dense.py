@@ -15,6 +15,8 @@ import torch
 
 from helpers import MODES, linear_pair, rel
 
+pytestmark = pytest.mark.slow   # every case runs the kernels in Triton's CPU interpreter (seconds each)
+
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine
 GRAN = {"tensor": "w8a8_fp8_tensor", "token": "w8a8_fp8_channel", "group": "w8a8_block"}

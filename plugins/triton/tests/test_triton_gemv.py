@@ -17,6 +17,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 FORMATS = MODES + [("int4", "w4a16_int4", "bf16", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,act,params", FORMATS)
 @pytest.mark.parametrize("split", [1, 4])
 def test_dense_gemv_matches_emulation(fmt, mode, act, params, split):
@@ -34,6 +35,7 @@ def test_dense_gemv_matches_emulation(fmt, mode, act, params, split):
     assert torch.equal(t.apply(x), t.gemm(x, t.act, scale, torch.bfloat16, t.gemm.config_for(1)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4")])
 def test_gemv_e2m1_decoders_agree_on_cpu(fmt, mode):
     """Integer decode (0) and the fp16-bit-placement decode (2) give the same products (the E4M3
@@ -67,6 +69,7 @@ def test_dispatch_rules():
 E, H, I, K = 16, 256, 128, 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,act,params", FORMATS)
 def test_direct_moe_matches_emulation(fmt, mode, act, params):
     t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
@@ -78,6 +81,7 @@ def test_direct_moe_matches_emulation(fmt, mode, act, params):
         assert rel(y, ref.apply(x, w, ids)) < TOL, (fmt, mode, m)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["swigluoai", "relu2", "situ"])
 def test_direct_moe_activations_and_weight_on_input(activation):
     t, ref = moe_pair("mxfp4", E, H, I, 1, "w4a16_mx", "bf16", activation=activation, bias=True,
@@ -87,6 +91,7 @@ def test_direct_moe_activations_and_weight_on_input(activation):
     assert rel(t.apply_direct(x, w.reshape(-1).float(), ids.reshape(-1), 2, 1), ref.apply(x, w, ids)) < TOL
 
 
+@pytest.mark.slow
 def test_direct_moe_drops_out_of_range_pairs():
     """Under graph capture the eager id check is skipped: a pair whose id is out of range reads no
     memory and adds nothing (as if its router weight were zero)."""
@@ -101,6 +106,7 @@ def test_direct_moe_drops_out_of_range_pairs():
     assert rel(y, ref.apply(x, w0, ids)) < TOL
 
 
+@pytest.mark.slow
 def test_small_batch_kernels_compile_for_sm90_without_spills():
     """The one-row kernels as shipped, inline PTX word decoders included (the interpreter cannot run
     PTX), compiled for sm_90 by Triton's own ptxas (sm90_compile.py small): no register spills."""

@@ -41,6 +41,7 @@ def _ref_codes(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.view(torch.uint8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["group", "token", "tensor", "static"])
 def test_activation_codes_and_scales_match_torchs_float8_cast(granularity):
     from oracle_triton.formats import ACT_CODES, ACT_TENSOR
@@ -84,6 +85,7 @@ def test_activation_codes_and_scales_match_torchs_float8_cast(granularity):
     assert torch.equal(values, deq.to(torch.bfloat16).float())
 
 
+@pytest.mark.slow
 def test_every_e4m3_byte_encodes_to_itself():
     """Values on the E4M3 grid (all 254 non-NaN bytes, subnormals and -0 included) come back as
     their own byte through a per-tensor scale of 1."""
@@ -97,6 +99,7 @@ def test_every_e4m3_byte_encodes_to_itself():
     assert torch.equal(codes.view(torch.uint8).cpu().flatten()[: bytes_.numel()], bytes_)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["group", "token", "tensor"])
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "GROUP_M": 2},     # scales per 64-wide tile
@@ -121,6 +124,7 @@ FOUR_BIT = [("mxfp4", "w4a16_mx", "bf16", {}), ("nvfp4", "w4a16_nvfp4", "bf16", 
             ("nvfp4", "w4a4_nvfp4", "nvfp4", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,act,params", FOUR_BIT + [("int4", "w4a16_int4", "bf16", {})])
 def test_dense_whole_tile_decode_equals_the_per_nibble_path(fmt, mode, act, params):
     from oracle_triton.linear import dynamic_tensor_scale
@@ -136,6 +140,7 @@ def test_dense_whole_tile_decode_equals_the_per_nibble_path(fmt, mode, act, para
     assert rel(whole, e.apply(x)) < TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_dense_whole_tile_int4_zero_points(symmetric):
     t, e = linear_pair("int4", 64, 256, "w4a16_int4", "bf16", group=32, symmetric=symmetric, device=DEV)
@@ -149,6 +154,7 @@ E, H, I, K = 8, 256, 128, 2
 MOE_CFG = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,act,params,block_k", [
     ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, 64),
     ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}, 128),
@@ -167,6 +173,7 @@ def test_moe_large_m_paths_through_the_config_override(fmt, mode, act, params, b
     assert err < TOL_Q[act], (fmt, block_k, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["swigluoai", "silu"])     # interleaved / stacked gate and up rows
 def test_moe_whole_tile_and_fused_gate_up_equal_the_per_nibble_path(activation):
     t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", activation=activation, bias=True, device=DEV)
@@ -179,6 +186,7 @@ def test_moe_whole_tile_and_fused_gate_up_equal_the_per_nibble_path(activation):
         assert rel(t.apply(x, w, ids), per_nibble) < 5 * SAME, more   # bf16 rounding of FC1's output may flip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,params", [
     ("fp8_block", "w8a8_block", {"activation_granularity": "group"}),
     ("fp8_channel", "w8a8_fp8_channel", {"activation_granularity": "token"}),
@@ -219,6 +227,7 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config({"BLOCK_K": 64}, layout_for("int4", 256, 256, 128), "int4")
 
 
+@pytest.mark.slow
 def test_default_large_m_kernels_compile_for_sm90_without_spills():
     """The shipped large-M configurations compiled for sm_90 by Triton's own ptxas (no GPU needed;
     sm90_compile.py): the W8A8 kernels multiply on float8 MMA, nothing spills registers, every
@@ -240,6 +249,7 @@ def test_default_large_m_kernels_compile_for_sm90_without_spills():
         assert "cp.async True" in ln or "act codes" in ln, ln
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inter,activation", [(192, "silu"), (128, "swigluoai"), (128, "silu")])
 def test_moe_w8a8_block_scales_per_tile_uniform_or_gathered(inter, activation):
     """Block-FP8 FC1 tiles whose gate and up rows each sit in one 128-row scale block read one

@@ -10,6 +10,8 @@ import torch
 
 from helpers import moe_pair, rel, routing
 
+pytestmark = pytest.mark.slow   # every case runs the kernels in Triton's CPU interpreter (seconds each)
+
 TOL = 1e-2
 TOL_Q = {"bf16": TOL, "fp8": 5e-2, "nvfp4": 8e-2}
 DEV = "cuda" if torch.cuda.is_available() else "cpu"   # compiled on a GPU machine

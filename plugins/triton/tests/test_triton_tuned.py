@@ -69,6 +69,7 @@ def test_bad_entries_name_the_file_and_the_field(tmp_path, change, field):
     assert str(path) in str(err.value) and field in str(err.value)
 
 
+@pytest.mark.slow
 def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     e, h, i, k = 8, 256, 128, 2
     t, ref = moe_pair("fp8_block", e, h, i, k, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
@@ -81,6 +82,7 @@ def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < 5e-2
 
 
+@pytest.mark.slow
 def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     t, ref = linear_pair("mxfp4", 256, 512, "w4a16_mx", "bf16", device=DEV)
     table([{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4,
@@ -91,6 +93,7 @@ def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     assert rel(t.apply(x), ref.apply(x)) < 1e-2
 
 
+@pytest.mark.slow
 def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     """bench/sweep_large_m.py --write-table: winners merged per key (the newer wins) and validated by
     the plugin's own loader before the file is written."""

@@ -2,7 +2,7 @@
 
 Reads a JSON list of scenarios from the file named by argv[1] and writes a JSON list of results
 to argv[2]. A scenario: {"id", "model", "kernel_oracle": {...} or null, "compile": bool,
-"prompts": [[ids]], "max_tokens": n, "zero_moe": bool}. A result: {"id", "tokens": [[ids]],
+"prompts": [[ids]], "max_tokens": n, "zero_moe": bool, "engine_args": {more LLM(...) arguments}}. A result: {"id", "tokens": [[ids]],
 "logprobs": [[float]] (the chosen token's), "error": one line or null, "config_hash",
 "cache_dir", "seconds"}. Engines share the process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so vLLM's
 imports and model inspection are paid once; this is a test helper, not a test.
@@ -49,6 +49,7 @@ def run(scenario: dict) -> dict:
                       max_num_seqs=4, enforce_eager=not scenario.get("compile", False), seed=0)
         if extra is not None:
             kwargs["additional_config"] = extra
+        kwargs.update(scenario.get("engine_args", {}))      # e.g. vLLM's own linear_backend / moe_backend
         llm = LLM(**kwargs)
         config = llm.llm_engine.vllm_config
         out["config_hash"] = config.compute_hash()

@@ -91,7 +91,9 @@ def _scenarios(paths: dict[str, Path], tmp: Path) -> list[dict]:
             sc("moe-w4a16-keep", "moe-w4a16", {"mode": "enforce", "policy": [str(policy)]}),
             sc("moe-w4a16-error", "moe-w4a16", {"mode": "enforce", "policy": [str(policy)],
                                                 "on_unconvertible": "error"}),
-            sc("w4a16-badconfig", "w4a16", {"mode": "enforced"})]
+            sc("w4a16-badconfig", "w4a16", {"mode": "enforced"}),
+            sc("w4a16-b12x", "w4a16", {"mode": "shadow"}, engine_args={"linear_backend": "b12x"}),
+            sc("w4a16-h200", "w4a16", {"mode": "shadow", "device": "h200"})]
     return out
 
 
@@ -249,3 +251,23 @@ def test_vllm_report_prints_the_table(engine):
     for r in _layers(engine["records"]["moe-fp8d-shadow"]):
         assert r["name"] in out.stdout
     assert "summary (vllm, mode shadow): 6 layers" in out.stdout
+
+
+def test_vllms_backend_flag_reaches_the_oracle_with_the_same_meaning(engine):
+    """vLLM's --linear-backend b12x: b12x has no W4A16 linear kernel on either side, so both fall back to
+    automatic selection (vLLM warns and picks CPUWNA16; the oracle notes it and picks by policy)."""
+    assert engine["results"]["w4a16-b12x"]["error"] is None
+    layers = _layers(engine["records"]["w4a16-b12x"])
+    assert len(layers) == 8
+    for r in layers:
+        assert r["oracle"]["requested_backend"] == "b12x" and r["oracle"]["status"] == "selected"
+        assert any("linear_backend=b12x" in n and "automatic selection" in n for n in r["oracle"]["notes"])
+        assert r["engine_kernel"] == "CPUWNA16LinearKernel"
+
+
+def test_shadow_can_decide_for_another_device(engine):
+    layers = _layers(engine["records"]["w4a16-h200"])
+    assert len(layers) == 8 and all("simulated" in r["device"] and "SM90" in r["device"] for r in layers)
+    assert all("CPU" not in c["reason"] for r in layers for c in r["rejected"])
+    cpu = _layers(engine["records"]["w4a16-shadow"])
+    assert all(r["device"].startswith("CPU") for r in cpu)
