@@ -151,6 +151,9 @@ def _mutation(kind: str, value, path: Path) -> tuple[str, ...]:
         state = load_file(str(path / "model.safetensors"))
         save_file({f"{Q}.weight": state[f"{Q}.weight"]}, str(path / "model-extra.safetensors"))
         return f"{Q}.weight", "in two shards", "no model.safetensors.index.json"
+    if kind == "top_k_list":
+        _edit_config(path, lambda c: c.update(num_experts_per_tok=[c["num_experts_per_tok"]]))
+        return "config.json", "num_experts_per_tok", "expected int"
     if kind == "block":
         _edit_config(path, lambda c: c["quantization_config"].update(weight_block_size=value))
         return ("reads 128x128 weight blocks (its declared weight_block)", f"blocks are {value[0]}x{value[1]}")
@@ -166,6 +169,7 @@ MUTATIONS = st.one_of(
               st.sampled_from([b"\xff\xfe{", b"[1, 2]", b"{" * 3000 + b"}" * 3000, b"not json", b"",
                                b'{"eos_token_id": NaN}'])),
     st.tuples(st.just("duplicate"), st.none()),
+    st.tuples(st.just("top_k_list"), st.none()),     # explain reads [2] as 2; Qwen3-MoE's transformers class cannot
     st.tuples(st.just("block"), st.sampled_from([[64, 128], [128, 64], [256, 256]])),
 )
 

@@ -72,8 +72,9 @@ def transformers_call(load: Any, file: Path) -> Any:
     file becomes one CheckpointError naming it (transformers has no single error type for bad files)."""
     try:
         return load(str(file.parent), trust_remote_code=False)
-    except (ValueError, TypeError, KeyError, AttributeError, OSError, RecursionError) as exc:
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - transformers' errors have no common base (strict dataclass, hub, ...)
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        text = " ".join(lines[:2])[:300] if lines else type(exc).__name__
         raise CheckpointError(f"transformers cannot read it: {text}", file=str(file)) from None
 
 
