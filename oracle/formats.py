@@ -12,10 +12,10 @@ from typing import Literal, get_args
 WeightFormat = Literal[
     "bf16", "fp16", "fp32",
     "fp8_tensor", "fp8_channel", "fp8_block",
-    "mxfp8", "nvfp4", "mxfp4", "int4",
+    "mxfp8", "nvfp4", "mxfp4", "int4", "int8",
     "q8_0", "iq2_xs", "iq2_xxs",
 ]
-ActivationFormat = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4"]
+ActivationFormat = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4", "int8"]
 Op = Literal["linear", "moe", "embedding"]
 MoEActivation = Literal[
     "silu", "situ", "swigluoai", "swigluoai_uninterleave", "relu2", "relu2_no_mul", "gelu",
@@ -113,6 +113,8 @@ FORMAT_FACTS: dict[str, FormatFacts] = {f.name: f for f in (
     FormatFacts("mxfp4", "e2m1", 4, f"e8m0 per {MX_BLOCK} along K", (1, MX_BLOCK), note="OCP MX"),
     FormatFacts("int4", "int4", 4, "fp16 per group (+ zero point)", (1, 128),
                 note="GPTQ/AWQ/compressed-tensors pack-quantized; group 32/64/128"),
+    FormatFacts("int8", "int8", 8, "fp32 per output channel or per group along K", (1, 0),
+                note="symmetric (compressed-tensors W8A8 / W8A16); int8 activations per token"),
     *(FormatFacts(name, element, bits, f"{scale} per {weights}", (1, weights), block_bytes=size,
                   note="GGML block codec")
       for name, element, bits, scale in (("q8_0", "int8", 8, "fp16"), ("iq2_xs", "2-bit codebook", 2, "fp16"),

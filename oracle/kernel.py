@@ -26,6 +26,7 @@ Checkpoint tensor names (every plugin uses these, so layers can switch kernels):
      mxfp4       weight uint8 [N, K/2]; weight_scale uint8 E8M0 [N, K/32]
      int4        weight int32 [K/8, N] (GPTQ qweight, 8 nibbles per int32, low nibble first);
                  weight_scale fp16 [K/group, N]; weight_zero_point int32 [K/group, N/8] or None (symmetric, zero 8)
+     int8        weight int8 [N, K] (symmetric); weight_scale fp32 [N, K/group] ([N, 1]: per output channel)
      q8_0, iq2_xs, iq2_xxs  weight uint8 [N, K/block, block_bytes] (GGML block bytes)
   moe     process_weights(w13, w2, w13_scale=None, w2_scale=None, w13_global_scale=None,
                           w2_global_scale=None, w13_input_scale=None, w2_input_scale=None,

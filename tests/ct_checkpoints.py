@@ -59,11 +59,11 @@ def _fusion_key(name: str) -> str:
     return f"{parent}.{ {'q_proj': 'qkv', 'k_proj': 'qkv', 'v_proj': 'qkv', 'gate_proj': 'gate_up', 'up_proj': 'gate_up'}.get(leaf, leaf)}"
 
 
-def _fused_ranges(model) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _fused_ranges(model, fusion_key=_fusion_key) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name, m in model.named_modules():
         if isinstance(m, torch.nn.Linear):
-            key = _fusion_key(name)
+            key = fusion_key(name)
             lo, hi = m.weight.float().amin(), m.weight.float().amax()
             if key in out:
                 lo, hi = torch.minimum(lo, out[key][0]), torch.maximum(hi, out[key][1])
@@ -71,16 +71,18 @@ def _fused_ranges(model) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def _calibrate(model, scheme: str):
-    """apply_quantization_config + qparams from min/max (the observer's job) -> a compressor, then compress."""
+def calibrate(model, scheme: str, ignore: list[str] | None = None, fusion_key=_fusion_key):
+    """apply_quantization_config + qparams from min/max (the observer's job) -> a compressor, then compress.
+
+    `fusion_key` names the modules that share one global scale (NVFP4), as llm-compressor fuses them."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
     from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
 
     qc = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])},
-                            ignore=["lm_head", "re:.*mlp.gate$"])
+                            ignore=ignore if ignore is not None else ["lm_head", "re:.*mlp.gate$"])
     apply_quantization_config(model, qc, show_progress=False)
-    fused = _fused_ranges(model)
+    fused = _fused_ranges(model, fusion_key)
     with torch.no_grad():
         for name, m in model.named_modules():
             s = getattr(m, "quantization_scheme", None)
@@ -88,7 +90,7 @@ def _calibrate(model, scheme: str):
                 continue
             gscale = None
             if hasattr(m, "weight_global_scale"):
-                gscale = generate_gparam(*fused[_fusion_key(name)])
+                gscale = generate_gparam(*fused[fusion_key(name)])
                 m.weight_global_scale.data.copy_(gscale.reshape(m.weight_global_scale.shape))
             lo, hi = _ranges(m.weight, s.weights)
             scale, zp = calculate_qparams(lo, hi, s.weights, global_scale=gscale)
@@ -106,7 +108,7 @@ def _calibrate(model, scheme: str):
     return compressor
 
 
-def _put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
+def put(root: torch.nn.Module, dotted: str, module: torch.nn.Module) -> None:
     *path, leaf = dotted.split(".")
     for part in path:
         if not hasattr(root, part):
@@ -128,7 +130,7 @@ def _expert_view(model) -> torch.nn.Module:
             for proj, w in parts.items():
                 lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
                 lin.weight.data = w.detach().clone()
-                _put(view, f"{base}.{e}.{proj}", lin)
+                put(view, f"{base}.{e}.{proj}", lin)
     return view
 
 
@@ -140,9 +142,9 @@ def write_checkpoint(directory: Path, scheme: str, seed: int = 0, moe: bool = Fa
     state = {}
     if moe:
         experts = _expert_view(model)
-        _calibrate(experts, scheme)
+        calibrate(experts, scheme)
         state.update(experts.state_dict())
-    compressor = _calibrate(model, scheme)
+    compressor = calibrate(model, scheme)
     state.update({k: v for k, v in model.state_dict().items() if not k.endswith(("experts.gate_up_proj",
                                                                                  "experts.down_proj"))})
     directory.mkdir(parents=True, exist_ok=True)
@@ -165,7 +167,7 @@ def tiny_qwen3_moe(seed: int = 0):
     return model.eval()
 
 
-def _decompress(model, qc, state: dict, activations: bool) -> None:
+def decompress_into(model, qc, state: dict, activations: bool) -> None:
     """Load compressed tensors into the modules compressed-tensors prepared, then decompress each."""
     from compressed_tensors.compressors.base import decompress_module
     from compressed_tensors.config import CompressionFormat
@@ -207,7 +209,7 @@ def reference_model(directory: Path, *, activations: bool = False):
     state = load_file(str(directory / "model.safetensors"))
     if any(".experts.0." in k for k in state):
         experts = _expert_view(model)
-        _decompress(experts, qc, {k: v for k, v in state.items() if ".experts." in k}, activations=False)
+        decompress_into(experts, qc, {k: v for k, v in state.items() if ".experts." in k}, activations=False)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
@@ -216,5 +218,5 @@ def reference_model(directory: Path, *, activations: bool = False):
                     for e in range(p.shape[0]):
                         p[e].copy_(torch.cat([experts.get_submodule(f"{base}.{e}.{q}").weight for q in parts]))
         state = {k: v for k, v in state.items() if ".experts." not in k}
-    _decompress(model, qc, state, activations)
+    decompress_into(model, qc, state, activations)
     return model.to(torch.bfloat16).eval()

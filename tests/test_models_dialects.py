@@ -134,7 +134,7 @@ def test_compressed_tensors_fp8_strategies(tmp_path, strategy, extra, expected):
 
 def test_compressed_tensors_fp8_weight_only(tmp_path):
     qc = ct({**FP8, "strategy": "channel"}, None, fmt_name="naive-quantized")
-    assert fmt(load_model(write(tmp_path, with_qc(LLAMA, qc))), "qkv_proj") == ("fp8_channel", None, None)
+    assert fmt(load_model(write(tmp_path, with_qc(LLAMA, qc))), "qkv_proj") == ("fp8_channel", "bf16", None)
 
 
 def test_compressed_tensors_nvfp4_w4a4_and_weight_only(tmp_path):
@@ -143,13 +143,13 @@ def test_compressed_tensors_nvfp4_w4a4_and_weight_only(tmp_path):
     w4a4 = load_model(write(tmp_path, with_qc(QWEN3_MOE, ct(w, a, fmt_name="nvfp4-pack-quantized"))))
     assert fmt(w4a4, "experts") == ("nvfp4", "nvfp4", 16)
     w4a16 = load_model(write(tmp_path, with_qc(QWEN3_MOE, ct(w, None, fmt_name="nvfp4-pack-quantized"))))
-    assert fmt(w4a16, "experts") == ("nvfp4", None, 16)
+    assert fmt(w4a16, "experts") == ("nvfp4", "bf16", 16)
 
 
 def test_compressed_tensors_mxfp4(tmp_path):
     w = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}
     m = load_model(write(tmp_path, with_qc(QWEN3_MOE, ct(w, None, fmt_name="mxfp4-pack-quantized"))))
-    assert fmt(m, "experts") == ("mxfp4", None, 32)
+    assert fmt(m, "experts") == ("mxfp4", "bf16", 32)
     a = {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 32, "dynamic": True}
     m = load_model(write(tmp_path, with_qc(QWEN3_MOE, ct(w, a, fmt_name="mxfp4-pack-quantized"))))
     assert fmt(m, "experts") == ("mxfp4", "mxfp8", 32)
@@ -160,8 +160,8 @@ def test_compressed_tensors_int4_and_ignore_patterns(tmp_path):
     qc = ct(w, None, fmt_name="pack-quantized", ignore=["lm_head", r"re:.*self_attn\.(q|k|v)_proj$"])
     m = load_model(write(tmp_path, with_qc(LLAMA, qc)))
     assert fmt(m, "qkv_proj")[0] == "bf16"
-    assert fmt(m, "o_proj") == ("int4", None, 128)          # the regex names q/k/v only
-    assert fmt(m, "gate_up_proj") == ("int4", None, 128)
+    assert fmt(m, "o_proj") == ("int4", "bf16", 128)          # the regex names q/k/v only
+    assert fmt(m, "gate_up_proj") == ("int4", "bf16", 128)
 
 
 def test_compressed_tensors_name_target_beats_class_target(tmp_path):
@@ -171,7 +171,7 @@ def test_compressed_tensors_name_target_beats_class_target(tmp_path):
               "int4": {"targets": [r"re:.*mlp\.down_proj"], "format": "pack-quantized",
                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}}}
     m = load_model(write(tmp_path, with_qc(LLAMA, qc)))
-    assert fmt(m, "down_proj") == ("int4", None, 32)
+    assert fmt(m, "down_proj") == ("int4", "bf16", 32)
     assert fmt(m, "gate_up_proj") == ("fp8_channel", "fp8", None)
 
 
@@ -246,7 +246,7 @@ def test_modelopt_quantized_norm_is_an_error(tmp_path):
 
 # ---------------------------------------------------------------- unsupported formats
 @pytest.mark.parametrize("qc,field", [
-    (ct({"num_bits": 8, "type": "int", "strategy": "channel"}, {"num_bits": 8, "type": "int", "strategy": "token"},
+    (ct({"num_bits": 3, "type": "int", "strategy": "channel"}, {"num_bits": 8, "type": "int", "strategy": "token"},
         fmt_name="int-quantized"), "config_groups.group_0.weights.num_bits"),
     ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "quantization_config.bits"),
     ({"quant_method": "fp8", "fmt": "e5m2", "activation_scheme": "dynamic"}, "quantization_config.fmt"),

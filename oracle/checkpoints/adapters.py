@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..formats import INTERLEAVED_ACTIVATIONS
 from .fuse import join_rows, stack_experts
 from .layouts import rows
-from .packing import pack_nibbles, unpack_nibbles
+from .packing import pack_nibbles, unpack_bytes, unpack_nibbles
 from .preflight import check_values
 from .source import CheckpointError, TensorSource
 
@@ -90,6 +90,7 @@ class Adapter:
             raise CheckpointError(f"the {self.dialect} adapter reads per-expert tensors ({prefix}.<e>.<proj>), "
                                   f"not {list(parts)}", tensor=prefix)
         gate, up, down = suffixes
+        src = _fused_expert_scales(self.dialect, src, prefix, (gate, up, down), e, i)
         w13, w2 = [], []
         for x in range(e):
             base = f"{prefix}.{x}"
@@ -129,6 +130,60 @@ class Adapter:
         return t
 
 
+class _WithTensors(TensorSource):
+    """`src` plus tensors derived here (per-expert slices of a fused tensor); names and claims go to `src`."""
+
+    def __init__(self, src: TensorSource, extra: dict[str, Any], origin: dict[str, str]):
+        super().__init__(src.files, src.root)
+        self.src, self.extra, self.origin = src, extra, origin
+        self.claimed = src.claimed
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.extra or name in self.src
+
+    def names(self) -> Any:
+        return self.src.names()
+
+    def file(self, name: str) -> str:
+        return self.src.file(self.origin.get(name, name))
+
+    def get(self, name: str) -> Any:
+        return self.extra[name] if name in self.extra else self.src.get(name)
+
+
+def _fused_expert_scales(dialect: str, src: TensorSource, prefix: str, parts: tuple[str, str, str], e: int,
+                         i: int) -> TensorSource:
+    """transformers 5 saves FP8 experts with per-expert weights (its names reverted on save) but one
+    fused scale per projection: `<experts>.gate_up_proj_scale_inv` [E, rows, cols] (gate rows first)
+    and `<experts>.down_proj_scale_inv`. Slice them into the per-expert `weight_scale_inv` the layout
+    reads; checkpoints with per-expert scales (Qwen, DeepSeek) pass through unchanged."""
+    fused_up, fused_down = f"{prefix}.gate_up_proj_scale_inv", f"{prefix}.down_proj_scale_inv"
+    if dialect != "fp8" or fused_up not in src or f"{prefix}.0.{parts[0]}.weight_scale_inv" in src:
+        return src
+    gate, up, down = parts
+    s13, s2 = src.get(fused_up), src.get(fused_down) if fused_down in src else None
+    if s2 is None:
+        raise CheckpointError("a fused gate_up_proj_scale_inv without down_proj_scale_inv", tensor=fused_down,
+                              file=src.file(fused_up))
+    if s13.dim() != 3 or s13.shape[0] != e or s2.dim() != 3 or s2.shape[0] != e:
+        raise CheckpointError(f"expected [E={e}, rows, cols] fused expert scales, got {list(s13.shape)} and "
+                              f"{list(s2.shape)}", tensor=fused_up, file=src.file(fused_up))
+    extra: dict[str, Any] = {}
+    rows = s13.shape[1]
+    if rows == 1:                           # per-tensor: one scale for gate and up together
+        halves = (s13[:, :1], s13[:, :1])
+    elif rows % 2 == 0 and rows // 2 == -(-i // 128) and i % 128 == 0:
+        halves = (s13[:, : rows // 2], s13[:, rows // 2:])
+    else:
+        raise CheckpointError(f"cannot split {rows} scale rows between gate and up (intermediate size {i}; "
+                              "each half must be whole 128-row blocks)", tensor=fused_up, file=src.file(fused_up))
+    for x in range(e):
+        for proj, scale in ((gate, halves[0][x]), (up, halves[1][x]), (down, s2[x])):
+            extra[f"{prefix}.{x}.{proj}.weight_scale_inv"] = scale
+    origin = {name: fused_down if name.endswith(f".{down}.weight_scale_inv") else fused_up for name in extra}
+    return _WithTensors(src, extra, origin)
+
+
 def near(src: TensorSource, module: str) -> str:
     """The file that holds the module's other tensors (where the missing one was expected)."""
     for name in src.names():
@@ -155,7 +210,8 @@ def _renamed(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
     for row in rows(ad.dialect, fmt):
         if row.suffix in found and row.arg != "-":
             t = found[row.suffix]
-            out[row.arg] = _scalar(t) if t.dim() <= 1 and t.numel() == 1 and row.arg != "weight" else t
+            per_tensor = row.arg != "weight" and t.numel() == 1 and "()" in (row.shape, *row.alt)
+            out[row.arg] = _scalar(t) if per_tensor else t
     if fmt in ("fp8_channel", "fp8_block") and "weight_scale" in out:
         out["weight_scale"] = out["weight_scale"].float().reshape(-1) if fmt == "fp8_channel" \
             else out["weight_scale"].float()
@@ -176,7 +232,14 @@ def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
     if "weight_shape" in found and [int(v) for v in found["weight_shape"].tolist()] != [n, k]:
         raise CheckpointError(f"weight_shape says {found['weight_shape'].tolist()}, the layer is [{n}, {k}]",
                               tensor=f"{module}.weight_shape", file=src.file(f"{module}.weight_shape"))
-    q = unpack_nibbles(found["weight_packed"], -1)          # [N, K], stored as value + 8
+    if "weight_packed" in found:
+        q = unpack_nibbles(found["weight_packed"], -1)      # [N, K], stored as value + 8
+    elif "weight" in found:
+        q = found["weight"].to(torch.int64) + 8             # int-quantized: one signed value per byte
+    else:
+        raise CheckpointError("missing tensor: int4 weights in the compressed-tensors layout carry weight_packed "
+                              "(int32 [N, K/8]) or weight (int8 [N, K])", tensor=f"{module}.weight_packed",
+                              file=near(src, module))
     out = {"weight": pack_nibbles(q.transpose(0, 1), 0), "weight_scale": found["weight_scale"].transpose(0, 1)
            .to(torch.float16).contiguous()}
     zp = found.get("weight_zero_point")
@@ -184,6 +247,23 @@ def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
         zeros = unpack_nibbles(zp, 0) if zp.dtype == torch.int32 else zp.to(torch.int64) + 8   # [N, K/g]
         out["weight_zero_point"] = pack_nibbles(zeros.transpose(0, 1), -1)
     return out
+
+
+def _ct_int8(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, module: str, src: Any) -> dict:
+    import torch
+
+    if "weight_shape" in found and [int(v) for v in found["weight_shape"].tolist()] != [n, k]:
+        raise CheckpointError(f"weight_shape says {found['weight_shape'].tolist()}, the layer is [{n}, {k}]",
+                              tensor=f"{module}.weight_shape", file=src.file(f"{module}.weight_shape"))
+    if "weight_packed" in found:
+        q = unpack_bytes(found["weight_packed"], -1) - 128
+    elif "weight" in found:
+        q = found["weight"]
+    else:
+        raise CheckpointError("missing tensor: int8 weights in the compressed-tensors layout carry weight (int8 "
+                              "[N, K]) or weight_packed (int32 [N, K/4])", tensor=f"{module}.weight",
+                              file=near(src, module))
+    return {"weight": q.to(torch.int8).contiguous(), "weight_scale": found["weight_scale"].float().contiguous()}
 
 
 def _gptq(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, module: str, src: Any) -> dict:
@@ -215,6 +295,7 @@ def _awq(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, modu
 CONVERTERS: dict[tuple[str, str], Converter] = {
     ("compressed-tensors", "nvfp4"): _ct_nvfp4,
     ("compressed-tensors", "int4"): _ct_int4,
+    ("compressed-tensors", "int8"): _ct_int8,
     ("gptq", "int4"): _gptq,
     ("awq", "int4"): _awq,
 }

@@ -21,6 +21,15 @@ def unpack_nibbles(words: Any, dim: int, order: Sequence[int] | None = None) -> 
     return n.flatten(-2).movedim(-1, dim)
 
 
+def unpack_bytes(words: Any, dim: int) -> Any:
+    """int32 words -> int64 values 0..255, 4x longer along `dim`; byte i (bits 8i..8i+7) is element i."""
+    import torch
+
+    w = words.to(torch.int64).movedim(dim, -1) & 0xFFFFFFFF
+    shifts = torch.arange(0, 32, 8, dtype=torch.int64, device=w.device)
+    return ((w[..., None] >> shifts) & 0xFF).flatten(-2).movedim(-1, dim)
+
+
 def pack_nibbles(values: Any, dim: int) -> Any:
     """Values 0..15 -> int32 words along `dim`, element 8j+i in nibble i of word j (GPTQ order)."""
     import torch

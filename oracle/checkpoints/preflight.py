@@ -163,7 +163,7 @@ def check_values(tensor: Any, name: str, arg: str, fmt: str, file: str) -> None:
         return
     if arg not in _SCALE_ARGS:
         return
-    if tensor.dtype == torch.uint8 and fmt == "mxfp4":   # E8M0 exponents: 0xFF is NaN
+    if tensor.dtype == torch.uint8 and fmt in ("mxfp4", "mxfp8"):   # E8M0 exponents: 0xFF is NaN
         nan = tensor == 0xFF
         if bool(nan.any()):
             raise _bad(f"{int(nan.sum())} NaN E8M0 scales (0xFF, first at {_first(nan)})", name, file, layer, fmt)

@@ -26,11 +26,13 @@ class CheckpointError(InputError):
 class TensorSource:
     """Tensor name -> file, from model.safetensors.index.json or the *.safetensors headers."""
 
-    def __init__(self, files: dict[str, Path], root: Path | None = None):
+    def __init__(self, files: dict[str, Path], root: Path | None = None,
+                 headers: dict[str, dict] | None = None):
         self.files = files                 # tensor name -> shard path
         self.root = root
         self.claimed: set[str] = set()
         self._handles: dict[Path, Any] = {}
+        self._headers = headers            # tensor name -> its safetensors header entry, read on demand
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
@@ -72,6 +74,29 @@ class TensorSource:
     def file(self, name: str) -> str:
         path = self.files.get(name)
         return str(path) if path is not None else str(self.root or "checkpoint")
+
+    def header(self, name: str) -> dict:
+        """The safetensors header entry of `name` ({"dtype": "BF16", "shape": [...], ...}); no data read."""
+        if self._headers is None:
+            self._headers = {}
+            for shard in sorted(set(self.files.values())):
+                self._headers.update(_header(shard))
+        entry = self._headers.get(name)
+        if entry is None:
+            raise CheckpointError("missing tensor", tensor=name, file=self.file(name))
+        return entry
+
+    def dtype(self, name: str) -> str:
+        """The safetensors dtype name of `name` (F32, BF16, F8_E4M3, U8, I32 ...), from the header."""
+        return str(self.header(name).get("dtype"))
+
+    def peek(self, name: str) -> Any:
+        """The tensor, read without claiming it (the loader looking before it decides)."""
+        was = name in self.claimed
+        t = self.get(name)
+        if not was:
+            self.claimed.discard(name)
+        return t
 
     def get(self, name: str) -> Any:
         """The tensor (read now), marked claimed."""
@@ -121,9 +146,25 @@ class DictSource(TensorSource):
         self.claimed.add(name)
         return self.tensors[name]
 
+    def header(self, name: str) -> dict:
+        if name not in self.tensors:
+            raise CheckpointError("missing tensor", tensor=name, file="<memory>")
+        t = self.tensors[name]
+        return {"dtype": _SAFETENSORS_DTYPES.get(str(t.dtype).removeprefix("torch."), str(t.dtype)),
+                "shape": list(t.shape)}
+
+
+_SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float8_e4m3fn": "F8_E4M3",
+                       "uint8": "U8", "int8": "I8", "int32": "I32", "int64": "I64"}
+
 
 def _header_names(shard: Path) -> list[str]:
     """Tensor names from a safetensors header (8-byte length + JSON), without reading data."""
+    return list(_header(shard))
+
+
+def _header(shard: Path) -> dict[str, dict]:
+    """A safetensors header (8-byte length + JSON): tensor name -> dtype, shape, offsets."""
     try:
         with shard.open("rb") as fh:
             size = int.from_bytes(fh.read(8), "little")
@@ -132,4 +173,6 @@ def _header_names(shard: Path) -> list[str]:
             header = json.loads(fh.read(size))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"not a safetensors file ({exc})", file=str(shard)) from None
-    return [k for k in header if k != "__metadata__"]
+    if not isinstance(header, dict):
+        raise CheckpointError("not a safetensors file (its header is not a JSON object)", file=str(shard))
+    return {k: v for k, v in header.items() if k != "__metadata__"}

@@ -16,7 +16,8 @@ from ..explain import FORMATS, RENDERERS, Report
 from ..models import load_model
 from ..session import get_engine, get_registry
 from ..tuning.measurements import load_measurements
-from .options import add_platform_options, positive_int, env_from_args, platform_from_args, policy_from_args
+from .options import (add_choice_options, add_platform_options, env_from_args, platform_from_args,
+                      policy_from_args, positive_int)
 
 NAME = "explain"
 
@@ -34,13 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_platform_options(p)
     p.add_argument("--tp", default="1", metavar="N", help="tensor-parallel size (per-rank shapes)")
     p.add_argument("--ep", default="1", metavar="N", help="expert-parallel size for routed experts")
-    for op in ("linear", "moe", "embedding"):
-        p.add_argument(f"--{op}-backend", default="auto", metavar="NAME|FMT=NAME,...",
-                       help=f"{op} backend: one name, or per-format pairs such as nvfp4=b12x,default=auto")
-    p.add_argument("--policy", action="extend", nargs="+", default=[], metavar="FILE",
-                   help="policy files merged above the defaults (later wins)")
-    p.add_argument("--env", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="environment switches for the decision, e.g. VLLM_B12X_MOE_FP4_FORCE_A16=1")
+    add_choice_options(p)
     p.add_argument("--measurements", action="append", default=[], metavar="FILE",
                    help="tuning files (oracle tune): rank viable kernels by measured time (repeatable; "
                         "replaces ORACLE_MEASUREMENTS and the policy's measurements.files)")
@@ -50,6 +45,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="a config group or quantized_layers entry that matches no module of the model is a warning "
                         "instead of an error (exit 1); the report then shows those weights unquantized")
     p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="also make every check `oracle run` makes on the checkpoint's tensors (names, dtypes, "
+                        "shapes, fused parts, experts, tensors nobody claims) without loading the model; "
+                        "needs the hf extra; exit 1 naming file and tensor on the first problem")
     return p
 
 
@@ -57,7 +56,30 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; 0 all served, 2 some layer has no kernel, 1 bad input."""
     report = report_from_args(args)
     print(RENDERERS[args.format](report))
+    if getattr(args, "checkpoint", False) and report.exit_code == 0:
+        return _check_checkpoint(args)
     return report.exit_code
+
+
+def _check_checkpoint(args: argparse.Namespace) -> int:
+    """`--checkpoint`: oracle.hf.check_checkpoint with the same choices the report used."""
+    if positive_int(args.tp, "--tp") != 1 or positive_int(args.ep, "--ep") != 1:
+        raise InputError("checks the checkpoint as `oracle run` loads it, on one rank; expected --tp 1 --ep 1",
+                         field="--checkpoint")
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise InputError(f"needs the hf extra (pip install 'kernel-oracle[hf]'): {exc}", field="--checkpoint") from None
+    from ..hf import check_checkpoint
+    loaded = check_checkpoint(args.model, platform=platform_from_args(args), config=config_from_args(args),
+                              policy=policy_from_args(args), env=env_from_args(args))
+    quantized = sum(1 for d in loaded.report.decisions if d.status == "selected")
+    print(f"checkpoint: every tensor checked as `oracle run` loads it ({quantized} quantized layers converted, "
+          f"{loaded.load_seconds:.1f} s)", file=sys.stderr)
+    for note in loaded.notes:
+        print(f"checkpoint: {note}", file=sys.stderr)
+    return 0
 
 
 def report_from_args(args: argparse.Namespace) -> Report:

@@ -20,6 +20,17 @@ def add_platform_options(parser: argparse.ArgumentParser) -> None:
                         help="assume a package is installed on the target (e.g. b12x=1.5.1); NAME=none: absent")
 
 
+def add_choice_options(p: argparse.ArgumentParser) -> None:
+    """Backends per op, policy files and environment switches: how `oracle explain` and `oracle run` choose."""
+    for op in ("linear", "moe", "embedding"):
+        p.add_argument(f"--{op}-backend", default="auto", metavar="NAME|FMT=NAME,...",
+                       help=f"{op} backend: one name, or per-format pairs such as nvfp4=b12x,default=auto")
+    p.add_argument("--policy", action="extend", nargs="+", default=[], metavar="FILE",
+                   help="policy files merged above the defaults (later wins)")
+    p.add_argument("--env", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="environment switches for the decision, e.g. VLLM_B12X_MOE_FP4_FORCE_A16=1")
+
+
 def add_policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", action="append", default=[], metavar="FILE",
                         help="a policy file merged above the defaults (repeatable, later wins)")

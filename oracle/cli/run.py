@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..errors import InputError, NoKernelError
+from .options import add_choice_options
 
 NAME = "run"
 #: Most tokens `oracle run` generates (it is a smoke test, not a server).
@@ -50,6 +51,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "CUDA); prints tokens/s, ms per step and peak memory")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8], metavar="N", help="batch sizes for --bench")
     p.add_argument("--bench-steps", type=int, default=128, metavar="N")
+    add_choice_options(p)
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
+                   help="dtype of the unquantized weights and activations (default: the checkpoint's)")
+    p.add_argument("--requantize-fused", action="store_true",
+                   help="fuse q/k/v and gate/up parts whose per-tensor scales differ into one GEMM by "
+                        "requantizing to the largest scale (vLLM's way); default: one kernel per part, exact")
     return p
 
 
@@ -89,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     tokenizer = _tokenizer(args.model)
     ids = _prompt_ids(args, tokenizer)
     _check_vocabulary(ids, args)          # before the model is built
-    model = load_quantized(args.model, device=device)
+    model = load_quantized(args.model, device=device, dtype=args.dtype, **choices_from_args(args),
+                           requantize_fused=args.requantize_fused)
     ids = ids.to(device)
     start = time.perf_counter()
     decoder = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode)
@@ -115,25 +123,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """load_quantized's config / policy / env from the kernel-choice options (as `oracle explain` reads them)."""
+    from .explain import config_from_args
+    from .options import env_from_args, policy_from_args
+    return {"config": config_from_args(args), "policy": policy_from_args(args), "env": env_from_args(args)}
+
+
 def torch_device(text: str | None) -> str:
     """--device as torch names it (cpu, cuda, cuda:N with N below the device count), else InputError."""
-    import torch
-    if text is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(text.strip())
-    except (RuntimeError, ValueError, TypeError):
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise InputError(f"expected cpu, cuda or cuda:N, got {text!r}", field="--device")
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not count:
-            raise InputError(f"no CUDA device on this machine (torch {torch.__version__})", field="--device")
-        if device.index is not None and device.index >= count:
-            raise InputError(f"{text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
-                             field="--device")
-    return str(device)
+    from ..hf.loader import resolve_device
+    return resolve_device(text, field="--device")
 
 
 def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:

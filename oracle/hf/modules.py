@@ -95,3 +95,19 @@ class KernelExperts(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.decision.kernel} [{self.decision.mode}]"
+
+
+class PartKernels:
+    """One kernel per part of a fused layer (q/k/v with their own per-tensor scales): what a fused
+    kernel would offer, for inspection and direct calls (`weight`, `apply`), from the parts."""
+
+    def __init__(self, kernels: list[Any]):
+        self.parts = kernels
+        self.mode = kernels[0].mode
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.cat([k.weight for k in self.parts])
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([k.apply(x) for k in self.parts], dim=-1)

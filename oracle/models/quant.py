@@ -38,7 +38,7 @@ never); embeddings and lm_head only when the checkpoint names them explicitly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from typing import Iterable
 
 from ..errors import InputError
@@ -306,7 +306,7 @@ class GptqAwqScheme(_SkipListScheme):
 
 # ---------------------------------------------------------------- compressed-tensors
 _CT_FORMATS = ("float-quantized", "naive-quantized", "pack-quantized", "nvfp4-pack-quantized",
-               "mxfp4-pack-quantized", "int-quantized")
+               "mxfp4-pack-quantized", "mxfp8-quantized", "int-quantized")
 _FP8_STRATEGIES = {"tensor": "fp8_tensor", "channel": "fp8_channel", "block": "fp8_block"}
 
 
@@ -336,6 +336,10 @@ class CompressedTensorsScheme(Scheme):
                 raise g.error("format", f"unknown compressed-tensors format {fmt!r}; expected one of "
                               + ", ".join(_CT_FORMATS))
             quant = _ct_quant(g, fmt)
+            if quant.activation_format is None and g.sub("input_activations") is None:
+                # input_activations: null declares A16: the policy's activation order (which may
+                # quantize activations of an undeclared checkpoint) must not apply
+                quant = replace(quant, activation_format="bf16")
             targets = g.str_list("targets")
             if not targets:
                 raise g.error("targets", "required key is missing; expected a list such as ['Linear']")
@@ -377,6 +381,9 @@ class CompressedTensorsScheme(Scheme):
         by_class = next((g for g in self.groups if wanted in g.class_targets), None)
         if by_class is None:
             return None, "no config_groups target matches"
+        if module.op == "moe" and not any(n.startswith(module.name + ".0.") for n in names):
+            return None, ("class targets reach nn.Linear modules; fused expert parameters "
+                          f"({names[0].rsplit('.', 1)[-1]}) are not Linear modules, so the writer left them unquantized")
         if module.role == "lm_head":
             return None, "class targets apply to decoder layers; lm_head is quantized only when a target names it"
         self.used_groups.add(by_class.name)
@@ -404,6 +411,11 @@ def _ct_quant(g: ConfigView, fmt: str) -> Quant:
             raise a.error("num_bits", f"MXFP4 weights with {act_type} {act_bits}-bit activations "
                           "are not supported; expected 4- or 8-bit float, or no input_activations")
         return Quant("mxfp4", act, group or 32)
+    if fmt == "mxfp8-quantized" or (wtype == "float" and bits == 8 and strategy == "group" and group == 32):
+        _expect(w, "num_bits", bits, 8, "mxfp8")
+        act = "mxfp8" if (act_type, act_bits) == ("float", 8) else None
+        _check_act(a, act, ("float", 8), "MXFP8 W8A8")
+        return Quant("mxfp8", act, group or 32)
     if wtype == "float":
         _expect(w, "num_bits", bits, 8, "float weights")
         fmt_name = _FP8_STRATEGIES.get(strategy)
@@ -428,15 +440,25 @@ def _ct_quant(g: ConfigView, fmt: str) -> Quant:
             act, scale = "fp8", _ct_activation_scale(a, block)
         return Quant(fmt_name, act, group_size, activation_scale=scale, weight_block=block)
     if wtype == "int":
-        if bits != 4:
+        if bits not in (4, 8):
             raise w.error("num_bits", f"int{bits} weights ({fmt}) are not supported; "
-                          "expected 4-bit int (W4A16) or a float format")
-        if a is not None:
-            raise a.error("num_bits", "int4 weights with quantized activations are not supported; "
-                          "expected input_activations: null (W4A16)")
+                          "expected 4- or 8-bit int (W4A16, W4A8, W4AFP8, W8A8, W8A16) or a float format")
         if strategy not in ("group", "channel"):
-            raise w.error("strategy", f"int4 strategy {strategy!r} is not supported; expected group or channel")
-        return Quant("int4", None, group if strategy == "group" else None)
+            raise w.error("strategy", f"int{bits} strategy {strategy!r} is not supported; expected group or channel")
+        if bits == 8 and w.raw("symmetric", True) is not True:
+            raise w.error("symmetric", "asymmetric int8 weights are not supported; expected symmetric: true")
+        act, scale = None, None
+        if a is not None:
+            act = {("int", 8): "int8", ("float", 8): "fp8"}.get((act_type, act_bits))
+            if act is None:
+                raise a.error("num_bits", f"int{bits} weights with {act_type} {act_bits}-bit activations are not "
+                              "supported; expected int 8-bit (W4A8, W8A8), float 8-bit (W4AFP8) or none")
+            a_strategy = a.str("strategy", "tensor")
+            if a_strategy != "token" or a.raw("dynamic", True) is not True or a.raw("symmetric", True) is not True:
+                raise a.error("strategy", f"{act} activations with strategy {a_strategy!r} are not supported; "
+                              "expected dynamic symmetric per-token scales (strategy token, dynamic true)")
+            scale = "dynamic_token" if act == "fp8" else None
+        return Quant(f"int{bits}", act, group if strategy == "group" else None, activation_scale=scale)
     raise w.error("type", f"expected 'int' or 'float', got {wtype!r}")
 
 
@@ -481,7 +503,7 @@ def _check_act(a: ConfigView | None, act: str | None, want: tuple[str, int], wha
 
 
 def _describe(q: Quant) -> str:
-    act = q.activation_format or "weight-only"
+    act = "weight-only" if q.activation_format in (None, "bf16") else q.activation_format
     if q.activation_format == "fp8":
         act += f" {q.activation_scale or 'unknown-scale'}"
     block = f" {q.weight_block[0]}x{q.weight_block[1]}" if q.weight_block else ""

@@ -9,6 +9,13 @@ format's grid (times its scales):
   mxfp4  E2M1, E8M0 scale per 32 (pow2-ceil of amax/6)
   nvfp4  E2M1, E4M3 scale per 16 times an fp32 global scale (ModelOpt input_scale;
          dynamic amax/(6*448) per tensor when none is given)
+  int8   symmetric int8 per token (row): scale amax/127, round half to even, clamp to +-127
+         (compressed-tensors' W8A8/W4A8 dynamic token activations)
+MX scale rule (mxfp8, mxfp4): the E8M0 exponent is ceil(log2(amax / element max)), the smallest
+power of two that keeps the block's largest value on the grid, as the b12x and cuBLAS quantizers
+that the emulation stands for compute it. It is neither the OCP MX v1.0 rule (floor(log2 amax) minus
+the element's emax, which clips the top of the block) nor compressed-tensors' (amax rounded to a power
+of two at the element's mantissa width, then floor); tests/test_emulation_mx_rule.py pins all three.
 On CUDA a Triton kernel (activations_triton) does the same arithmetic in one pass
 (set ORACLE_EMULATION_QDQ=eager to run the torch functions instead); the eager torch
 functions here are the reference, and both round bit for bit alike.
@@ -80,6 +87,12 @@ def mxfp4_qdq(x: torch.Tensor) -> torch.Tensor:
     return _mx_qdq(x, e2m1.E2M1_MAX)
 
 
+def int8_qdq(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    s = _safe(_ieee_div(xf.abs().amax(dim=-1, keepdim=True), 127.0))
+    return (torch.round(xf / s).clamp(-127, 127) * s).to(x.dtype)
+
+
 def nvfp4_qdq(x: torch.Tensor, global_scale: torch.Tensor | None = None) -> torch.Tensor:
     xf = x.float()
     if global_scale is None:
@@ -93,8 +106,10 @@ def nvfp4_qdq(x: torch.Tensor, global_scale: torch.Tensor | None = None) -> torc
 
 
 _EAGER: dict[str, Callable[..., torch.Tensor]] = {
-    "fp8": fp8_qdq, "mxfp8": mxfp8_qdq, "mxfp4": mxfp4_qdq, "nvfp4": nvfp4_qdq,
+    "fp8": fp8_qdq, "mxfp8": mxfp8_qdq, "mxfp4": mxfp4_qdq, "nvfp4": nvfp4_qdq, "int8": int8_qdq,
 }
+#: formats activations_triton implements (the others run eagerly on CUDA too)
+_TRITON_FORMATS = frozenset({"fp8", "mxfp8", "mxfp4", "nvfp4"})
 BLOCK_OF = {"mxfp8": ACT_BLOCK, "mxfp4": ACT_BLOCK, "nvfp4": NV_BLOCK}
 
 
@@ -138,7 +153,7 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, **params) -> torch.Tensor:
         from oracle.errors import TensorError
         raise TensorError("x", f"last dimension divisible by {block} ({fmt} activation blocks)",
                           f"shape {list(x.shape)}")
-    if x.is_cuda and _backend() == "triton" and fmt not in _TRITON_FAILED:
+    if x.is_cuda and _backend() == "triton" and fmt in _TRITON_FORMATS and fmt not in _TRITON_FAILED:
         try:
             return _triton(x, fmt, params)
         except Exception as exc:  # a compiler problem must not stop the reference: run eagerly, on the GPU

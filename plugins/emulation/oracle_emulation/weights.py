@@ -20,6 +20,8 @@ def packed_shape(fmt: str, lead: list[int], n: int, k: int) -> tuple[list[int], 
     """The stored shape of a [.., N, K] weight in format `fmt`, and why."""
     if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8"):
         return lead + [n, k], "E4M3, one byte per weight"
+    if fmt == "int8":
+        return lead + [n, k], "int8, one byte per weight"
     if fmt in ("nvfp4", "mxfp4"):
         return lead + [n, k // 2], "two E2M1 codes per byte along K"
     if fmt == "int4":
@@ -41,7 +43,7 @@ def dequantize_weight(fmt: str, tensors: dict[str, Any], names: dict[str, str],
     if fmt in ("q8_0", "iq2_xs", "iq2_xxs"):
         return codec.dequantize(weight, fmt, wname)
     scale = require(names["scale"], tensors.get("scale"), f"for {fmt} weights")
-    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8", "mxfp4"):
+    if fmt in ("fp8_tensor", "fp8_channel", "fp8_block", "mxfp8", "mxfp4", "int8"):
         return codec.dequantize(weight, scale, fmt, (wname, names["scale"]))
     if fmt == "nvfp4":
         return codec.dequantize(weight, scale, tensors.get("global"), fmt, (wname, names["scale"], names["global"]))

@@ -15,7 +15,7 @@ def codec_for(weight_format: str) -> ModuleType:
 
     module = {
         "fp8_tensor": "fp8", "fp8_channel": "fp8", "fp8_block": "fp8",
-        "mxfp8": "mxfp", "mxfp4": "mxfp", "nvfp4": "nvfp4", "int4": "int4",
+        "mxfp8": "mxfp", "mxfp4": "mxfp", "nvfp4": "nvfp4", "int4": "int4", "int8": "int8",
         "q8_0": "ggml_q8_0", "iq2_xs": "ggml_iq2", "iq2_xxs": "ggml_iq2",
     }.get(weight_format)
     if module is None:
