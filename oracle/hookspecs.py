@@ -13,10 +13,13 @@ In the style of simonw/llm, registration hooks receive a `register` callable::
 The contract is pluggy's: an implementation may declare any subset of a hook's
 arguments (it receives only those), a hook name no spec declares is reported as a
 plugin error when the plugin registers (`check_pending`), and an implementation that
-asks for an argument the spec lacks is refused at registration. The registration hooks
-are called once per plugin, in load order (entry-point name), each in isolation: a
-plugin whose import fails or whose hook raises is recorded (`oracle kernels` lists it)
-and skipped; the engine keeps working with the others.
+asks for an argument the spec lacks is refused at registration. Every call goes
+through pluggy's caller (`firstresult` holds; wrappers and tracing see it). The
+registration hooks are called once per plugin, in load order (entry-point name), one
+plugin's implementation at a time: a plugin whose import fails (or calls sys.exit) or
+whose hook raises is recorded (`oracle kernels` lists it) and skipped; the engine keeps
+working with the others. Plugin code runs inline and unbounded; `oracle verify
+--timeout` finds code that hangs.
 """
 from __future__ import annotations
 
@@ -83,10 +86,13 @@ def quantize_weight(weight, weight_format, group_size):
 
 @hookspec(firstresult=True)
 def can_implement(kernel, layer, mode, platform):
-    """A code check for what YAML cannot say, called only for this plugin's own kernels.
+    """A code check for what YAML cannot say, called only for this plugin's own kernels
+    that declare it (`can_implement: true` in the kernels file, on the kernel or the file;
+    a file that says nothing: every kernel of a plugin that implements this hook).
 
     Runs after the kernel's platform requirements and declarative constraints have
-    passed. Return None to accept, or a human reason (str) to reject the candidate.
+    passed; only the declaring plugin's implementation is called (pluggy's
+    `subset_hook_caller`), so it need not check which kernel it was handed. Return None to accept, or a human reason (str) to reject the candidate.
     Must be cheap and must not import heavy libraries for layers it cannot serve.
     `platform` is the `oracle.Platform` being decided for (simulated or detected).
     """
