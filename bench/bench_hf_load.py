@@ -6,7 +6,7 @@ vocab 151936: 0.49B parameters) as transformers saves it, and the same weights q
 compressed-tensors (a preset, W4A16 by default; tests/checkpoint_matrix.py's writer). Each load
 then runs in a fresh process, so its peak RSS is its own: BF16 `AutoModelForCausalLM.from_pretrained`
 and `oracle.hf.load_quantized` on the kernels selected for the device. Prints seconds, peak RSS
-above the process after imports, and the checkpoint sizes.
+above the process after imports (Linux VmHWM, reset after the imports), and the checkpoint sizes.
 
     python bench/bench_hf_load.py [--scheme W4A16] [--device cpu] [--dir /tmp/bench-0.5b] [--layers 24]
 
@@ -28,10 +28,17 @@ QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, nu
                   tie_word_embeddings=True, rope_theta=1000000.0)
 
 _MEASURE = r"""
-import json, resource, sys, time
+import json, sys, time
 kind, path, device = sys.argv[1:4]
 import torch, transformers, oracle.hf  # imports first: not part of the load
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+# a forked child inherits its parent's ru_maxrss: reset the kernel's high-water mark (VmHWM) instead
+open("/proc/self/clear_refs", "w").write("5")
+base = status("VmRSS")
 start = time.perf_counter()
 if kind == "bf16":
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
@@ -40,9 +47,8 @@ else:
 seconds = time.perf_counter() - start
 with torch.no_grad():
     model(torch.tensor([[1, 2, 3]], device=device))
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 gpu = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else 0.0
-print(json.dumps({"seconds": seconds, "peak_mib": (peak - base) / 1024, "gpu_mib": gpu}))
+print(json.dumps({"seconds": seconds, "peak_mib": status("VmHWM") - base, "gpu_mib": gpu}))
 """
 
 
