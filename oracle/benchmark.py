@@ -10,6 +10,10 @@ import sys
 import time
 from typing import Callable
 
+from .layer import LinearLayer, MoELayer
+from .platform import Platform
+from .session import clear_cache, get_registry, select_backend
+
 CACHED_TARGET_US = 1.0
 UNCACHED_TARGET_US = 50.0
 
@@ -40,9 +44,6 @@ def import_time_ms() -> float:
 
 
 def print_selection_benchmark(repeats: int = 200_000) -> dict[str, float]:
-    from . import LinearLayer, MoELayer, Platform, select_backend
-    from .session import clear_cache, get_registry
-
     registry = get_registry()
     platform = Platform.preset("rtx-pro-6000")
     env: dict[str, str] = {}

@@ -63,7 +63,7 @@ def _fp8_quantized(name: str, shape: tuple[int, ...]) -> bool:
     """Which parameters the transformers fine-grained FP8 layout stores as E4M3 128x128 blocks: every
     2-D projection weight but the embeddings, the head and the router (Qwen3-MoE, DeepSeek-V3 alike)."""
     return len(shape) == 2 and name.endswith(".weight") and not name.endswith(
-        ("embed_tokens.weight", "lm_head.weight", "mlp.gate.weight", "router.weight"))
+        ("embed_tokens.weight", "lm_head.weight", "mlp.gate.weight", "router.weight", "shared_expert_gate.weight"))
 
 
 def tensor_plan(kind: str, model):
@@ -71,6 +71,9 @@ def tensor_plan(kind: str, model):
     computed yet: `write` runs each on the CPU, bench/synthetic.py on the GPU (gen's device) when the
     loader asks."""
     from oracle_emulation.formats import codec_for
+
+    from oracle.hf.naming import ModelNames
+    names = ModelNames(model)       # the architecture's own checkpoint names (Mixtral: block_sparse_moe...w1)
 
     def fp8(shape, name, pname):
         def make(gen):
@@ -81,8 +84,8 @@ def tensor_plan(kind: str, model):
     plan = []
     for name, p in model.named_parameters():
         shape = tuple(p.shape)
-        base = name.rsplit(".", 1)[0]
         experts = name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
+        stored = names.checkpoint(name)
         if kind == "gpt-oss-mxfp4" and experts:
             def make(gen, shape=shape, name=name):
                 blocks, scales = [], []
@@ -94,16 +97,16 @@ def tensor_plan(kind: str, model):
                 return torch.stack(blocks), torch.stack(scales)
             plan.append(((name + "_blocks", name + "_scales"), make, math.prod(shape) // 2 + math.prod(shape) // 32))
         elif kind == "qwen3-moe-fp8" and experts:
-            gate_up = name.endswith("gate_up_proj")
+            templates = names.expert_templates(name) or []     # transformers' converter sources, in order
+            rows = shape[1] // max(len(templates), 1)
             for e in range(shape[0]):
-                rows = shape[1] // 2 if gate_up else shape[1]
-                for proj in (("gate_proj", "up_proj") if gate_up else ("down_proj",)):
-                    plan.append(((f"{base}.{e}.{proj}.weight", f"{base}.{e}.{proj}.weight_scale_inv"),
-                                 fp8((rows, shape[2]), name, name), rows * shape[2]))
+                for template in templates:
+                    weight = template.format(e=e)
+                    plan.append(((weight, weight + "_scale_inv"), fp8((rows, shape[2]), name, name), rows * shape[2]))
         elif kind == "qwen3-moe-fp8" and _fp8_quantized(name, shape):
-            plan.append(((name, name.replace(".weight", ".weight_scale_inv")), fp8(shape, name, name), math.prod(shape)))
+            plan.append(((stored, stored + "_scale_inv"), fp8(shape, name, name), math.prod(shape)))
         else:
-            plan.append(((name,), lambda gen, shape=shape, name=name: (_random(shape, name, gen).to(torch.bfloat16),),
+            plan.append(((stored,), lambda gen, shape=shape, name=name: (_random(shape, name, gen).to(torch.bfloat16),),
                          2 * math.prod(shape)))
     return plan
 
@@ -114,12 +117,17 @@ def quantized_tensors(kind: str, model, gen: torch.Generator):
         yield from zip(names, make(gen))
 
 
-def quantization_config(kind: str, layers: int) -> dict:
+def quantization_config(kind: str, layers: int, model=None) -> dict:
     if kind == "gpt-oss-mxfp4":
         return {"quant_method": "mxfp4", "modules_to_not_convert": [
             "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    routers = [f"model.layers.{i}.mlp.gate" for i in range(layers)]
+    if model is not None:                    # in the checkpoint's words (Mixtral: block_sparse_moe.gate)
+        from oracle.hf.naming import ModelNames
+        names = ModelNames(model)
+        routers = [names.checkpoint(r + ".weight")[: -len(".weight")] for r in routers]
     return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
-            "modules_to_not_convert": ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(layers)]}
+            "modules_to_not_convert": ["lm_head"] + routers}
 
 
 def write(out: Path, kind: str, config_file: str | None = None, layers: int | None = None, seed: int = 0,
@@ -159,7 +167,7 @@ def meta_model(kind: str, config_file: str | None = None, layers: int | None = N
 def write_config(out: Path, kind: str, cfg, model) -> Path:
     """config.json with the dialect's quantization_config (what oracle.hf and transformers read)."""
     config = {**cfg.to_dict(), "architectures": [type(model).__name__], "torch_dtype": "bfloat16",
-              "quantization_config": quantization_config(kind, cfg.num_hidden_layers)}
+              "quantization_config": quantization_config(kind, cfg.num_hidden_layers, model)}
     if cfg.model_type == "qwen3_moe":      # transformers 5 writes num_local_experts; Qwen's files say num_experts
         config["num_experts"] = cfg.num_local_experts
     out.mkdir(parents=True, exist_ok=True)

@@ -169,3 +169,18 @@ def test_transformers_per_tensor_fp8_with_fused_parts_keeps_each_scale(tmp_path)
     err = [float((m.oracle.kernels[name].weight.float() - want).norm() / want.norm()) for m in (exact, fused)]
     assert err[0] < 2 ** -8 < err[1], err
     assert type(exact.oracle.kernels[name]).__name__ == "PartKernels"
+
+
+def test_make_tiny_checkpoint_writes_mixtral_in_its_own_names(tmp_path):
+    """scripts/make_tiny_checkpoint.py --config on a Mixtral config: block_sparse_moe.experts.<e>.w1 names
+    (transformers' own mapping, reversed), and oracle.hf loads what it wrote."""
+    import json
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts"))
+    import make_tiny_checkpoint as tiny
+    cfg = cm.tiny_model("mixtral").config.to_dict()
+    (tmp_path / "mixtral.json").write_text(json.dumps(cfg))
+    out = tiny.write(tmp_path / "ckpt", "qwen3-moe-fp8", str(tmp_path / "mixtral.json"))
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "model.layers.0.block_sparse_moe.experts.3.w1.weight_scale_inv" in index
+    model = oracle.hf.load_quantized(out, device="cpu")
+    assert type(model.model.layers[1].mlp.experts).__name__ == "KernelExperts"

@@ -226,12 +226,17 @@ def _ct_nvfp4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None,
     return out
 
 
-def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, module: str, src: Any) -> dict:
-    import torch
-
+def _check_weight_shape(found: dict, n: int, k: int, module: str, src: Any) -> None:
+    """compressed-tensors' packed layouts state the unpacked [N, K]: it must be the layer's."""
     if "weight_shape" in found and [int(v) for v in found["weight_shape"].tolist()] != [n, k]:
         raise CheckpointError(f"weight_shape says {found['weight_shape'].tolist()}, the layer is [{n}, {k}]",
                               tensor=f"{module}.weight_shape", file=src.file(f"{module}.weight_shape"))
+
+
+def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, module: str, src: Any) -> dict:
+    import torch
+
+    _check_weight_shape(found, n, k, module, src)
     if "weight_packed" in found:
         q = unpack_nibbles(found["weight_packed"], -1)      # [N, K], stored as value + 8
     elif "weight" in found:
@@ -252,9 +257,7 @@ def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
 def _ct_int8(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, module: str, src: Any) -> dict:
     import torch
 
-    if "weight_shape" in found and [int(v) for v in found["weight_shape"].tolist()] != [n, k]:
-        raise CheckpointError(f"weight_shape says {found['weight_shape'].tolist()}, the layer is [{n}, {k}]",
-                              tensor=f"{module}.weight_shape", file=src.file(f"{module}.weight_shape"))
+    _check_weight_shape(found, n, k, module, src)
     if "weight_packed" in found:
         q = unpack_bytes(found["weight_packed"], -1) - 128
     elif "weight" in found:

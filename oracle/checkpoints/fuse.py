@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .packing import pack_nibbles, unpack_nibbles
+from .packing import pack_nibbles, to_e4m3, unpack_nibbles
 from .source import CheckpointError
 
 GGML = ("q8_0", "iq2_xs", "iq2_xxs")
@@ -69,8 +69,6 @@ def join_rows(fmt: str, parts: list[dict[str, Any]], names: list[str], *, interl
 def _common_scales(fmt: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per-tensor scales that differ between parts -> one shared value (vLLM's choice: the largest)."""
     import torch
-
-    from .packing import to_e4m3
 
     out = [dict(p) for p in parts]
     for key in ("input_scale", "input_global_scale"):

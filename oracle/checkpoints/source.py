@@ -87,7 +87,12 @@ class TensorSource:
         return entry
 
     def dtype(self, name: str) -> str:
-        """The safetensors dtype name of `name` (F32, BF16, F8_E4M3, U8, I32 ...), from the header."""
+        """The safetensors dtype name of `name` (F32, BF16, F8_E4M3, U8, I32 ...), from the header (sources
+        without files, such as generated ones, from the tensor itself)."""
+        path = self.files.get(name)
+        if path is not None and not path.is_file():
+            t = self.peek(name)
+            return _SAFETENSORS_DTYPES.get(str(t.dtype).removeprefix("torch."), str(t.dtype))
         return str(self.header(name).get("dtype"))
 
     def peek(self, name: str) -> Any:

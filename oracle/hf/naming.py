@@ -50,6 +50,27 @@ class ModelNames:
 
         return apply_renamings(checkpoint_module + ".weight", self.renamings)[: -len(".weight")]
 
+    def checkpoint(self, model_name: str) -> str:
+        """The reverse of `module`: a model name in the checkpoint's words (transformers' renamings undone,
+        last first, as its save_pretrained does)."""
+        from transformers.core_model_loading import apply_renamings
+
+        reverse = [r.reverse_transform() for r in reversed(self.renamings)]
+        return apply_renamings(model_name, reverse)
+
+    def expert_templates(self, model_name: str) -> list[str] | None:
+        """For a fused expert parameter (`...experts.gate_up_proj`), the per-expert checkpoint names it is
+        gathered from, in order, with `{e}` for the expert (Mixtral: `...block_sparse_moe.experts.{e}.w1.weight`,
+        then `w3`); None for any other parameter."""
+        for converter in self.converters:
+            for target in converter._original_target_patterns:
+                stem = target.lstrip(".")
+                if model_name.endswith(stem) and (model_name == stem or model_name[-len(stem) - 1] == "."):
+                    prefix = model_name[: -len(stem)]
+                    return [self.checkpoint(prefix + src.lstrip(".")).replace("*", "{e}")
+                            for src in converter._original_source_patterns]
+        return None
+
     def tensors(self, names: Iterable[str]) -> tuple[dict[str, str], dict[str, Gathered]]:
         """Checkpoint names -> (model name of each plain tensor, fused parameters gathered from several)."""
         from transformers.core_model_loading import apply_converters, apply_renamings
