@@ -202,6 +202,61 @@ def test_report_size_is_bounded_per_candidate(good, tmp_path):
         store.read(path)
 
 
+def _maximal(good: dict, failed: bool) -> dict:
+    """Every viable candidate of every distinct layer at MAX_MS token counts, each figure distinct
+    (ok), or every candidate but the last failed with the longest error the schema allows (failed)."""
+    from oracle.tuning.schema import MAX_MS
+    platform, entries = Platform.preset("h200"), []
+    for g in distinct_layers(load_model(MODEL)):
+        viable = get_engine().viable(g.layer, platform, None, {})
+        for i, (spec, mode) in enumerate(viable):
+            base = {"layer_key": g.key, "layer": g.layer.name, "kernel": spec.name, "backend": spec.backend,
+                    "mode": mode.name, "activation_format": mode.activation, "repeats": 5,
+                    "testing_only": bool(spec.testing_only)}
+            if failed and i < len(viable) - 1:
+                entries.append(dict(base, m=1, status="failed", error=(f"{spec.name} " + "e" * 2000)[:2000]))
+                continue
+            entries += [dict(base, m=m, status="ok", median_ms=0.001 * (i + 1) * m + 1e-7 * len(entries),
+                             method="graph") for m in range(1, (1 if failed else MAX_MS) + 1)]
+    return {**good, "entries": entries}
+
+
+#: The JSON report's bound for a maximal tuning file (stated in docs/user-guide.md): every measured
+#: figure is written once (top-level `measurements`), and what each layer repeats per candidate is
+#: bounded (at most ranking.SHOWN figures or token counts and ranking.SHOWN_ERROR characters of an error).
+REPORT_BOUND_BYTES = 1 << 20
+PER_LAYER_CANDIDATE_BYTES = 1024
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["64-figures-each", "2000-character-errors"])
+def test_report_of_a_maximal_tuning_file_is_bounded(good, tmp_path, failed):
+    """Figures are not repeated per layer: the report grows with distinct signatures, not layers."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_maximal(good, failed)))
+    code, plain, err = explain("--format", "json")
+    assert code == OK, err
+    code, out, err = explain("--measurements", str(path), "--format", "json")
+    assert code == OK, err
+    report = json.loads(out)
+    measured = [c for layer in report["layers"] for c in layer["candidates"] if c["rule"] == str(path)]
+    assert len(measured) > 100, "the file was not used"
+    growth = len(out) - len(plain)
+    assert len(out) < REPORT_BOUND_BYTES, f"{len(out)} bytes"
+    assert growth < PER_LAYER_CANDIDATE_BYTES * len(measured) + path.stat().st_size, growth
+    if not failed:
+        assert len(out) < 4 * path.stat().st_size, (len(out), path.stat().st_size)
+        refs = {c["measured_ref"] for c in measured}
+        # one table per distinct (signature, candidate), however many layers share it; none dangles
+        assert refs == set(report["measurements"]) and len(refs) < len(measured) / 10
+        table = report["measurements"][measured[0]["measured_ref"]]
+        assert table["kernel"] == measured[0]["kernel"] and len(table["measured"]) == 64
+        assert all(isinstance(f["ms"], float) and f["method"] == "graph" for f in table["measured"])
+    else:
+        errors = [c["reason"] for c in measured if c["reason"].startswith("failed during tuning")]
+        assert errors and all(r.endswith("characters; the tuning file holds all of it)") and len(r) < 400
+                              for r in errors), errors[0]
+
+
 @pytest.mark.parametrize("field, size", [("error", 2001), ("kernel", 257), ("layer_key", 8193)])
 def test_text_fields_are_bounded(good, tmp_path, field, size):
     """A 1 MB error string would be repeated in the report for every layer that shows the candidate."""

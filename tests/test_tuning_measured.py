@@ -91,8 +91,9 @@ def test_faster_kernel_wins_by_measurement(racer, tmp_path, capsys, monkeypatch,
     by_name = {c["kernel"]: c for c in layer["candidates"]}
     assert by_name[f"racer.{slow}"]["stage"] == "measurement" and "slower" in by_name[f"racer.{slow}"]["reason"]
     assert "failed during tuning" in by_name["racer.gamma"]["reason"]
-    assert [m["m"] for m in by_name[fast]["measured"]] == [1, 2]
-    assert by_name[fast]["measured"][0]["method"] == "eager"
+    table = report["measurements"][by_name[fast]["measured_ref"]]   # figures written once, referenced
+    assert (table["kernel"], [m["m"] for m in table["measured"]]) == (fast, [1, 2])
+    assert table["measured"][0]["method"] == "eager"
 
     code, text, _ = explain(racer, capsys, out, fmt="text")
     assert f"measured: {fast} " in text and "fastest measured of 2" in text and "@M=1 (eager)" in text
