@@ -157,11 +157,11 @@ def test_embedding_ids_out_of_range():
 
 
 def test_unknown_activation_parameter():
-    kernel = _moe(weight_format="mxfp8", hidden_size=64, intermediate_size=32, activation="situ",
-                  activation_params={"limit": 7.0})
-    q13, q2 = quantize(torch.randn(32, 64, 64), "mxfp8"), quantize(torch.randn(32, 64, 32), "mxfp8")
-    with pytest.raises(TensorError, match=r"^activation_params: expected only \['beta', 'linear_beta'\] for situ, got \['limit'\]$"):
-        kernel.process_weights(**moe_tensors(q13, q2))
+    # refused by the layer itself now (one home for each activation's parameter names), before any kernel
+    with pytest.raises(ValueError, match=r"activation_params \['limit'\] do not apply to activation 'situ'; "
+                                         r"it takes beta, linear_beta"):
+        MoELayer(num_experts=32, top_k=4, hidden_size=64, intermediate_size=32, weight_format="mxfp8",
+                 activation="situ", activation_params={"limit": 7.0})
 
 
 @pytest.mark.parametrize("activation, params, field", [
