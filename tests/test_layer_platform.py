@@ -12,8 +12,9 @@ from oracle.platform import memory_bandwidth_gbps
 
 def test_vocabulary_is_exactly_the_issue_strings():
     assert set(WEIGHT_FORMATS) == {"bf16", "fp16", "fp32", "fp8_tensor", "fp8_channel", "fp8_block", "mxfp8",
-                                   "nvfp4", "mxfp4", "int4", "q8_0", "iq2_xs", "iq2_xxs"}
-    assert set(ACTIVATION_FORMATS) == {"bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4"}
+                                   "nvfp4", "mxfp4", "int4", "int8", "q8_0", "iq2_xs", "iq2_xxs"}
+    # int8: compressed-tensors' INT8 / W8A8 / W8A16 and W4A8 schemes (issue #27)
+    assert set(ACTIVATION_FORMATS) == {"bf16", "fp16", "fp8", "int8", "mxfp8", "nvfp4", "mxfp4"}
     assert set(OPS) == {"linear", "moe", "embedding"}
     assert set(MOE_ACTIVATIONS) == {"silu", "situ", "swigluoai", "swigluoai_uninterleave", "relu2",
                                     "relu2_no_mul", "gelu"}

@@ -168,7 +168,8 @@ def test_kimi_k3_situ_mxfp4_in_text_config():
     assert (e.num_experts, e.top_k, e.hidden_size, e.intermediate_size) == (896, 16, 3584, 3072)
     assert (e.activation, e.activation_params) == ("situ", {"beta": 4.0, "linear_beta": 25.0})
     # the target names block_sparse_moe.experts.N.w1/w2/w3: the checkpoint's words for transformers' mlp.experts
-    assert {fmt(r) for r in experts} == {("mxfp4", None, 32)}
+    # compressed-tensors weight-only schemes declare 16-bit activations
+    assert {fmt(r) for r in experts} == {("mxfp4", "bf16", 32)}
     assert {r.layer.weight_format for r in m.layers if r.role != "experts"} == {"bf16"}
     assert m.coverage.status == "complete", m.coverage.error
 
@@ -339,7 +340,8 @@ def _ct_int4(ignore):
 def test_qwen3_moe_router_follows_targets_and_ignore(tmp_path):
     """vLLM 0.32 builds Qwen3-MoE's GateLinear with the quant config: targets 'Linear' and no ignore -> quantized."""
     m = load_model(str(write(tmp_path / "a", _qwen3_moe(quantization_config=_ct_int4(["lm_head"])))))
-    assert {fmt(r) for r in rows(m, "gate")} == {("int4", None, 32)}
+    # compressed-tensors weight-only schemes declare 16-bit activations
+    assert {fmt(r) for r in rows(m, "gate")} == {("int4", "bf16", 32)}
     m = load_model(str(write(tmp_path / "b", _qwen3_moe(quantization_config=_ct_int4(["lm_head", "re:.*mlp.gate$"])))))
     assert {fmt(r)[0] for r in rows(m, "gate")} == {"bf16"}
     assert rows(m, "gate")[0].quant_note == "ignore: re:.*mlp.gate$"
@@ -393,4 +395,5 @@ def test_router_stored_unquantized_in_the_index_is_served_as_stored(tmp_path):
     gate = rows(m, "gate", 0)[0]
     assert gate.layer.weight_format == "bf16"
     assert "stores model.layers.0.mlp.gate without quantization tensors although group_0 target Linear" in gate.quant_note
-    assert {fmt(r) for r in rows(m, "experts")} == {("int4", None, 32)}
+    # compressed-tensors weight-only schemes declare 16-bit activations
+    assert {fmt(r) for r in rows(m, "experts")} == {("int4", "bf16", 32)}
