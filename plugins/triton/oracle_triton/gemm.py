@@ -90,14 +90,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
         pid_n = tl.program_id(0)
         pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if OUT_F16:
-        io_t = tl.float16
-    else:
-        io_t = tl.bfloat16
-    if DOT_F32:
-        dot_t = tl.float32
-    else:
-        dot_t = io_t
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    dot_t = tl.float32 if DOT_F32 else io_t
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = offs_m < M

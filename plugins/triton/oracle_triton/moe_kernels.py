@@ -133,14 +133,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     pid_n = tl.program_id(1)
     e = tl.load(bexp_ptr + pid_m)
     if e >= 0:
-        if OUT_F16:
-            io_t = tl.float16
-        else:
-            io_t = tl.bfloat16
-        if DOT_F32:
-            dot_t = tl.float32
-        else:
-            dot_t = io_t
+        io_t = tl.float16 if OUT_F16 else tl.bfloat16
+        dot_t = tl.float32 if DOT_F32 else io_t
         rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
         valid = rows < T
         if A_BY_PAIR:
