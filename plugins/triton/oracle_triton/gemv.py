@@ -461,10 +461,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
     """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(2)
-    if OUT_F16:
-        io_t = tl.float16
-    else:
-        io_t = tl.bfloat16
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     amax = row_amax(x_ptr + tl.zeros([1, 1], tl.int32), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)

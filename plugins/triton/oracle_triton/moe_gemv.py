@@ -35,10 +35,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
     pair = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     jmask = j < N_OUT
-    if OUT_F16:
-        io_t = tl.float16
-    else:
-        io_t = tl.bfloat16
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
     e = tl.load(ids_ptr + pair).to(tl.int32)
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j[None, :]
     if (e >= 0) & (e < E):
@@ -92,10 +89,7 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
-    if OUT_F16:
-        io_t = tl.float16
-    else:
-        io_t = tl.bfloat16
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = m + tl.arange(0, 1)
     pair = m * TOPK + slot
