@@ -19,7 +19,6 @@ read per call / measured copy bandwidth. A peer that is not installed is skipped
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -27,7 +26,7 @@ import time
 
 import torch
 from bench_triton import _quant
-from gpu_timing import copy_bandwidth, graph_ms, rel, start
+from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -393,20 +392,12 @@ def bench_moe(ms_list, bw, rows, skipped):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
-    ap.add_argument("--only", choices=["dense", "moe"])
-    ap.add_argument("--shapes", nargs="+", choices=list(DENSE) + list(MOE), help="only these shapes / models")
+    ap = table_args(__doc__.splitlines()[0], DENSE, MOE)
     ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
-    ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if not start("bench_peers"):
         return 2
-    if args.shapes:                                  # only these, in the order given
-        for table in (DENSE, MOE):
-            kept = {k: table[k] for k in args.shapes if k in table}
-            table.clear()
-            table.update(kept)
+    keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
     bw = copy_bandwidth()

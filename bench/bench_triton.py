@@ -14,12 +14,11 @@ W4A16 >= 2.5x, W8A16 >= 1.6x faster than BF16 on 8192x8192 and DeepSeek; no shap
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 import torch
-from gpu_timing import copy_bandwidth, graph_ms, start, time_cuda_ms
+from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, start, table_args, time_cuda_ms
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -181,21 +180,13 @@ def bench_moe(ms_list, bw, rows):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
-    ap.add_argument("--only", choices=["dense", "moe"])
-    ap.add_argument("--shapes", nargs="+", choices=list(DENSE) + list(MOE), help="only these shapes / models")
-    ap.add_argument("--json", help="also write the figures to this file")
-    args = ap.parse_args(argv)
+    args = table_args(__doc__.splitlines()[0], DENSE, MOE).parse_args(argv)
     if not start("bench_triton"):
         return 2
     bw = copy_bandwidth()
     print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (the HBM limit below is weight bytes / this)")
     rows: list[dict] = []
-    if args.shapes:
-        for table in (DENSE, MOE):
-            for key in [k for k in table if k not in args.shapes]:
-                del table[key]
+    keep_shapes(args.shapes, DENSE, MOE)
     if args.only != "moe":
         bench_dense(args.m, bw, rows)
     if args.only != "dense":

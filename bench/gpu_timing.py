@@ -5,6 +5,7 @@ launch overhead the way one forward pass pays it; the median damps stragglers.
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -75,3 +76,23 @@ def start(script: str) -> bool:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     warm_clocks()
     return True
+
+
+def table_args(description: str, dense: dict, moe: dict) -> argparse.ArgumentParser:
+    """The options every dense+MoE table script takes: --m, --only, --shapes, --json."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
+    ap.add_argument("--only", choices=["dense", "moe"])
+    ap.add_argument("--shapes", nargs="+", choices=list(dense) + list(moe), help="only these shapes / models")
+    ap.add_argument("--json", help="also write the figures to this file")
+    return ap
+
+
+def keep_shapes(shapes: list[str] | None, *tables: dict) -> None:
+    """--shapes: keep only those entries of each table, in the order given."""
+    if not shapes:
+        return
+    for table in tables:
+        kept = {k: table[k] for k in shapes if k in table}
+        table.clear()
+        table.update(kept)
