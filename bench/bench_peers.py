@@ -25,7 +25,7 @@ import sys
 import time
 
 import torch
-from bench_triton import _quant
+from bench_triton import _bf16_moe, _quant
 from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args
 
 from oracle import LinearLayer, MoELayer
@@ -301,16 +301,6 @@ def _routings(m, e, topk, count, device):
             w, ids = torch.topk(torch.softmax(torch.randn(m, e), -1), topk)
         out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
     return out
-
-
-def _bf16_moe(x, w13, w2, topw, order, token, offs, act_fn):
-    xs = x[token]
-    h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
-    a = act_fn(h).to(x.dtype)
-    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
-    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
-    out.index_add_(0, token, y.float() * topw.reshape(-1)[order, None])
-    return out.to(x.dtype)
 
 
 def bench_moe(ms_list, bw, rows, skipped):
