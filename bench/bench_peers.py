@@ -305,7 +305,8 @@ def _routings(m, e, topk, count, device):
 
 def bench_moe(ms_list, bw, rows, skipped):
     from oracle_emulation.moe import EmulationMoE
-    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_emulation.moe_activations import apply_activation
+    from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE
 
     print("\n== fused MoE: us per call (graph / eager, host = Python time per eager call); the timed calls "
@@ -334,7 +335,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             em = None
             torch.cuda.empty_cache()
         del tensors
-        pr = resolve_params(activation, {})
+        pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
         for m in ms_list:
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)

@@ -117,7 +117,8 @@ def _bf16_moe(x, w13, w2, topw, order, token, offs, act_fn):
 
 def bench_moe(ms_list, bw, rows):
     from oracle_emulation.moe import EmulationMoE
-    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_emulation.moe_activations import apply_activation
+    from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE
 
     print("\n== fused MoE: time per call (us) under CUDA-graph replay (emulation eager) ==")
@@ -144,7 +145,7 @@ def bench_moe(ms_list, bw, rows):
             torch.cuda.empty_cache()
         del tensors
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
-        pr = resolve_params(activation, {})
+        pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
         for m in ms_list:
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)

@@ -117,7 +117,8 @@ def sweep_dense(bw, rows, deadline):
 
 
 def sweep_moe(bw, rows, deadline):
-    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_emulation.moe_activations import apply_activation
+    from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE, moe_gemv_config
 
     print("\n== MoE: direct path variants vs aligned grouped GEMM vs BF16 grouped (us, graph replay) ==")
@@ -136,7 +137,7 @@ def sweep_moe(bw, rows, deadline):
                           w2_global_scale=q2.get("weight_global_scale"))
         del q13, q2
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
-        pr = resolve_params(activation, {})
+        pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
         for m in (1, 4, 16):
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)

@@ -114,7 +114,8 @@ def _short(cfg: dict) -> str:
 
 
 def sweep_moe(ms_list, only, rows, table=None):
-    from oracle_emulation.moe_activations import apply_activation, resolve_params
+    from oracle_emulation.moe_activations import apply_activation
+    from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE, moe_config
 
     for name, (ne, topk, h, i, fmt, mode_name, act, params, activation) in MOE.items():
@@ -132,7 +133,7 @@ def sweep_moe(ms_list, only, rows, table=None):
                           w2_global_scale=q2.get("weight_global_scale"))
         del q13, q2
         pack = t.w13.layout.pack
-        pr = resolve_params(activation, {})
+        pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
         for m in ms_list:
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
