@@ -1,0 +1,171 @@
+"""The decode path's up kernel with gate and up in one K loop and K split over programs
+(moe_gemv.moe_up_split_kernel, selected by SPLIT_K in the direct path's config) and the down
+kernel's own tile (BLOCK_N2 / BLOCK_K2 / WARPS2): against oracle-emulation's MoE in Triton's
+interpreter on CPU (compiled on a GPU machine), uneven K splits, ungated activations, the router
+weight on the input, out-of-range ids dropped; and the tensor-core direct path (moe_gemm_kernel
+DIRECT, W8A8 activations rounded inside the GEMM: QUANT_IN). On a GPU (marked gpu): both paths
+at a model-like shape for every format family, and under CUDA-graph capture and replay.
+Tolerances as test_triton_moe."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import moe_pair, rel, routing
+
+slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {"bf16": 1e-2, "fp8": 5e-2, "nvfp4": 8e-2}
+E, H, I, K = 8, 256, 384, 2
+
+
+def _cfg(t, **kw):
+    from oracle_triton.moe import moe_gemv_config
+
+    lay = t.w13.layout
+    words = t.facts["hw_fp8"] and t.act == 0
+    return {**moe_gemv_config(1, lay.elem, lay.group, words=words), **kw}
+
+
+def _direct(t, x, w, ids, cfg):
+    return t.apply_direct(x, w.reshape(-1).float(), ids.reshape(-1), x.shape[0], ids.shape[1], cfg)
+
+
+FAMILIES = [
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
+    ("fp8_block", "w8a16_block", "bf16", {}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+    ("int4", "w4a16_int4", "bf16", {}),
+]
+MMA = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 1}
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,params", [
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+])
+def test_split_up_kernel_matches_emulation(fmt, mode, act, params):
+    """SPLIT_K 1 and 3 over K = 256 in 128-wide tiles: the third slice is empty (t0 >= t1)."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    for split in (1, 3):
+        y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=split, BLOCK_N2=16, BLOCK_K2=128))
+        assert y.shape == (2, H) and y.dtype == torch.bfloat16
+        assert rel(y, expect) < TOL[act], (fmt, split)
+
+
+@slow
+def test_split_up_kernel_asymmetric_int4():
+    t, ref = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", bias=True, device=DEV, group=128, symmetric=False)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=16, BLOCK_K=128, SPLIT_K=2))
+    assert rel(y, ref.apply(x, w, ids)) < TOL["bf16"]
+
+
+@slow
+@pytest.mark.parametrize("activation", ["relu2", "swigluoai"])
+def test_split_up_kernel_ungated_interleaved_and_weight_on_input(activation):
+    t, ref = moe_pair("mxfp4", E, H, I, 1, "w4a16_mx", "bf16", activation=activation, bias=True,
+                      router_on_input=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV) * 4
+    w, ids = routing(2, E, 1, DEV)
+    y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=16, BLOCK_K=64, SPLIT_K=2))
+    assert rel(y, ref.apply(x, w, ids)) < TOL["bf16"]
+
+
+@slow
+def test_split_up_kernel_drops_out_of_range_pairs_and_resets_its_counters():
+    """An out-of-range id adds nothing; a second call (counters back at zero) gives the same bits."""
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    bad = ids.clone()
+    bad[0, 1] = E + 3
+    cfg = _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=2)
+    y = _direct(t, x, w, bad, cfg)
+    w0 = w.clone()
+    w0[0, 1] = 0.0
+    assert rel(y, ref.apply(x, w0, ids)) < TOL["fp8"]
+    assert int(t._up_counters.abs().sum()) == 0
+    assert torch.equal(y, _direct(t, x, w, bad, cfg))
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,params", FAMILIES)
+def test_tensor_core_direct_path_matches_emulation(fmt, mode, act, params):
+    """One pair per program, no alignment launches; W8A8 codes rounded inside the GEMM."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV, group=128, symmetric=False)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    t.config = MMA
+    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL[act], fmt
+
+
+@slow
+def test_tensor_core_direct_path_drops_out_of_range_pairs():
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    bad = ids.clone()
+    bad[0, 0] = -1
+    t.config, t.check_inputs = MMA, False
+    w0 = w.clone()
+    w0[0, 0] = 0.0
+    assert rel(t.apply(x, w, bad), ref.apply(x, w0, ids)) < TOL["fp8"]
+
+
+def _gpu_configs(t):
+    return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,mode,act,params", FAMILIES)
+def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params):
+    t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
+                      symmetric=False)
+    for m in (1, 3):
+        x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, 32, 4, "cuda")
+        expect = ref.apply(x, w, ids)
+        for name, cfg in _gpu_configs(t).items():
+            t.config = cfg
+            err = rel(t.apply(x, w, ids), expect)
+            assert err < TOL[act], (fmt, mode, m, name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,mode,act,params", [FAMILIES[0], FAMILIES[4]])
+def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params):
+    """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
+    equals an eager call bit for bit (the split reduction's counters are back at zero)."""
+    t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
+    for name, cfg in _gpu_configs(t).items():
+        t.config = cfg
+        x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
+        w, ids = routing(2, 32, 4, "cuda")
+        t.forward(x, w, ids)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = t.forward(x, w, ids)
+        for _ in range(3):
+            x.copy_(torch.randn_like(x))
+            nw, nids = routing(2, 32, 4, "cuda")
+            w.copy_(nw)
+            ids.copy_(nids)
+            g.replay()
+            torch.cuda.synchronize()
+            assert rel(out, ref.apply(x, w, ids)) < TOL[act], name
+            assert torch.equal(out, t.forward(x, w, ids)), name
