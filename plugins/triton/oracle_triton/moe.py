@@ -17,14 +17,14 @@ from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dty
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
-from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
 
 
-def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str, int]:
+def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
     """BLOCK_M from the expected rows per expert (shape-only, no device values).
 
     From 16 rows per expert on, 4-bit weights are decoded to whole tiles (FULL_TILE: one dot per
@@ -35,8 +35,16 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str
     weight tile costs about as many instructions as 128 rows of its MMA, so the taller tile
     halves the decode per output (SASS of the K loop: 499 instructions per 16 MMAs at 256
     rows, 792 at 128). 4-bit FC1 stacks its gate and up rows into one weight tile (FUSE_GU: one
-    dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there)."""
-    per_expert = tokens * top_k / experts
+    dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there).
+    wide (BF16 weights, two bytes each): K tiles of 64 from 64 rows on, so the staged tiles fit
+    in shared memory as FP8's 128-wide ones do."""
+    cfg = _moe_rule(tokens * top_k / experts, pack)
+    if wide and cfg["BLOCK_M"] >= 64:
+        cfg["BLOCK_K"] = 64
+    return cfg
+
+
+def _moe_rule(per_expert: float, pack: int) -> dict[str, int]:
     if per_expert <= 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3, "FULL_TILE": 0}
     w4 = int(pack > 1)
@@ -58,7 +66,7 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     (32 experts, top 4) M=1/4/16 direct 50/156/578 us vs aligned 174/404/776 us; qwen3-235b NVFP4 W4A4
     (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
     pairs = tokens * top_k
-    return elem != 0 and pairs <= (2 * experts if words else max(1, experts // 2))
+    return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
@@ -226,17 +234,20 @@ class TritonMoE(Kernel):
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
-        """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
-        the override (`config`), or the aligned grouped GEMM's (the tuned table's entry for this
-        device, shape and token bucket, else moe_config). The one place the choice is made."""
-        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
-            return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
+        table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
+        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE) or the
+        aligned grouped GEMM's (moe_config). The one place the choice is made."""
         if self.config is not None:
             return self.config
         from .tuned import lookup
-        return lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts) or \
-            moe_config(tokens, top_k, self.experts, lay.pack)
+        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts)
+        if found is not None:
+            return found
+        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_direct(tokens, top_k, self.experts, lay.elem, words):
+            return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        return moe_config(tokens, top_k, self.experts, lay.pack, wide=lay.elem == BF16)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, expert_operands, fp8_codes_product, fp8_codes_scale,
-                      fp8_tile_scales, quantize_tile_codes, tile_product, to_dtype, w4_product)
+                      fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
 from .gemv import row_amax
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
@@ -230,6 +230,15 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 if TWO:
                     acc_u = fp8_codes_scale(acc_u, as_ptr, arow, valid, n_u, s_e, N_W, stride_sn, SCALE_ROWS,
                                             A_CODES)
+        elif ELEM == 4:                              # BF16 experts: the weight tile as stored
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                k0 = t * BLOCK_K
+                x = act_tile(a_rows, valid, k0, K, BLOCK_K, EVEN_K).to(dot_t)
+                acc_g = bf16_product(acc_g, x, k0, n_w, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t, DOT_F32,
+                                     EVEN_K)
+                if TWO:
+                    acc_u = bf16_product(acc_u, x, k0, n_u, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t,
+                                         DOT_F32, EVEN_K)
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -274,6 +283,16 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if DIRECT:
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
+
+
+@triton.jit
+def bf16_product(acc, x, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                 DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc + x [BM, BK] @ W[offs_n, k0:k0+BK]^T for unquantized (BF16) weights, fp32 accumulation."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+    return mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
 
 
 @triton.jit

@@ -169,3 +169,108 @@ def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params):
             torch.cuda.synchronize()
             assert rel(out, ref.apply(x, w, ids)) < TOL[act], name
             assert torch.equal(out, t.forward(x, w, ids)), name
+
+
+def _bf16_moe(e=E, h=H, i=I, k=K, device=DEV):
+    """oracle-triton's fused MoE in its BF16 mode (unquantized experts) and the expert tensors."""
+    from oracle import MoELayer
+    from oracle.catalog import Mode
+    from oracle_triton.moe import TritonMoE
+
+    layer = MoELayer(name="moe-bf16", num_experts=e, top_k=k, hidden_size=h, intermediate_size=i,
+                     weight_format="bf16", activation="silu")
+    w13 = (torch.randn(e, 2 * i, h, device=device) * 0.05).to(torch.bfloat16)
+    w2 = (torch.randn(e, h, i, device=device) * 0.05).to(torch.bfloat16)
+    t = TritonMoE(layer, Mode(weight="bf16", activation="bf16", name="bf16"), None)
+    t.process_weights(w13=w13, w2=w2)
+    return t, w13, w2
+
+
+def _bf16_reference(x, w13, w2, w, ids):
+    """Per pair in fp32, rounded to bf16 where the reference MoE rounds (FC1 output, activation,
+    FC2 output), weighted and summed over the slots."""
+    i = w2.shape[2]
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    for r in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[r, j])
+            hh = (x[r].float() @ w13[e].float().T).to(torch.bfloat16).float()
+            a = (torch.nn.functional.silu(hh[:i]) * hh[i:]).to(torch.bfloat16).float()
+            out[r] += float(w[r, j]) * (a @ w2[e].float().T).to(torch.bfloat16).float()
+    return out.to(torch.bfloat16)
+
+
+@slow
+def test_bf16_mode_on_both_tensor_core_paths():
+    """The BF16 mode (the benchmark's own BF16 baseline) on the aligned grouped GEMM (5 tokens) and
+    the direct tensor-core path (2 tokens) against a torch reference; the CUDA-core direct path
+    is never chosen for it."""
+    t, w13, w2 = _bf16_moe()
+    assert "DECODE" not in t.config_for(1, K)
+    for m, cfg in ((5, None), (2, MMA)):
+        t.config = cfg
+        x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(m, E, K, DEV)
+        assert rel(t.apply(x, w, ids), _bf16_reference(x, w13, w2, w, ids)) < 1e-2, m
+
+
+def _table(tmp_path, monkeypatch, entries):
+    import json
+
+    from oracle_triton import tuned
+
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "devices": {"NVIDIA H200": entries}}))
+    monkeypatch.setattr(tuned, "TABLE", path)
+    tuned.load.cache_clear()
+    return path
+
+
+DECODE_CFG = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 2, "num_warps": 4, "num_stages": 3,
+              "BLOCK_N2": 16, "BLOCK_K2": 256, "WARPS2": 4}
+ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * I, "k": H, "experts": E, "m": 1}
+
+
+@pytest.mark.parametrize("cfg", [DECODE_CFG, MMA])
+def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
+    """A table entry for a decode path (CUDA-core DECODE or tensor-core DIRECT) loads and wins over
+    the rules for its bucket only; the table is read on CPU (no kernel runs)."""
+    from oracle_triton import tuned
+
+    _table(tmp_path, monkeypatch, [dict(ENTRY, config=cfg)])
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    t.facts = dict(t.facts, name="NVIDIA H200")
+    try:
+        assert t.config_for(1, K) == cfg and t.config_for(2, K) != cfg
+    finally:
+        tuned.load.cache_clear()
+
+
+@pytest.mark.parametrize("bad", [dict(DECODE_CFG, BLOCK_K=192), dict(DECODE_CFG, BLOCK_N=24),
+                                 dict(DECODE_CFG, BLOCK_K2=64), dict(DECODE_CFG, DECODE=7),
+                                 {k: v for k, v in DECODE_CFG.items() if k != "num_stages"}])
+def test_tuned_decode_entries_are_checked_by_name(tmp_path, monkeypatch, bad):
+    from oracle.errors import PolicyError
+    from oracle_triton import tuned
+
+    path = _table(tmp_path, monkeypatch, [dict(ENTRY, config=bad)])
+    try:
+        with pytest.raises(PolicyError) as err:
+            tuned.load(path)
+        assert str(path) in str(err.value) and "[0].config" in str(err.value)
+    finally:
+        tuned.load.cache_clear()
+
+
+def test_dense_entries_refuse_the_moe_decode_keys(tmp_path, monkeypatch):
+    from oracle.errors import PolicyError
+    from oracle_triton import tuned
+
+    dense = {"kind": "dense", "mode": "w8a8_block", "weight": "fp8_block", "n": 256, "k": 256, "m": 1,
+             "config": dict(MMA, BLOCK_K=128)}
+    path = _table(tmp_path, monkeypatch, [dense])
+    try:
+        with pytest.raises(PolicyError):
+            tuned.load(path)
+    finally:
+        tuned.load.cache_clear()
