@@ -289,11 +289,14 @@ class TritonMoE(Kernel):
                    self.hidden, cfg, t, direct=True, quant_in=quant)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
-        self._gemm(2, a_in, True, self.w2, self.b2, topw, ids, ids, pairs, t, k, self.hidden, self.hidden,
-                   self.inter, cfg, t, direct=True, quant_in=quant)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                         EXACT_BF16=self.facts["dot_f32"])
+        fuse = bool(cfg.get("FUSE_SUM", 0))
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else ids
+        self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
+                   self.inter, cfg, t, direct=True, quant_in=quant, sum_out=out if fuse else None)
+        if not fuse:
+            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
+                                                             EXACT_BF16=self.facts["dot_f32"])
         return out
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
@@ -362,10 +365,11 @@ class TritonMoE(Kernel):
         return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              cfg, blocks, direct: bool = False, quant_in: bool = False) -> None:
+              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
-        the pairs' expert ids, one pair per program."""
+        the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
+        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -389,7 +393,7 @@ class TritonMoE(Kernel):
             stride(w), stride(s), stride(z), stride(bias),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, a.shape[0],
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-            float(self.lbeta), self.experts,
+            float(self.lbeta), self.experts, sum_out if sum_out is not None else out,
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=gated,
             INTERLEAVED=interleaved, HAS_LIMIT=self.limit is not None,
             A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
@@ -399,7 +403,7 @@ class TritonMoE(Kernel):
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
-            EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in,
+            EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -111,7 +111,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, stride_as,
-                    limit, alpha, beta, lbeta, E,
+                    limit, alpha, beta, lbeta, E, sum_ptr,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
@@ -120,7 +120,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
-                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False):
+                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -136,7 +136,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     its tile (bexp_ptr: the pairs' expert ids; an id outside [0, E) computes with expert 0 and
     writes zeros). QUANT_IN (W8A8 with DIRECT): A is the layer-dtype input, rounded to E4M3
     codes per K tile inside the loop (gemm.act_qdq_kernel's rounding; BLOCK_K = 128 for 1x128
-    groups), so no quantization launch precedes the GEMM."""
+    groups), so no quantization launch precedes the GEMM. FUSE_SUM (STAGE 2 with DIRECT): the
+    last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
+    tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
+    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if DIRECT:
@@ -283,6 +286,19 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if DIRECT:
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
+            if FUSE_SUM:
+                tl.debug_barrier()
+                tok = pid_m // TOPK
+                tile = tok * tl.num_programs(1) + pid_n
+                arrived = tl.atomic_add(sorted_ptr + tile, 1)
+                if arrived == TOPK - 1:
+                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+                    for slot in range(0, TOPK):
+                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
+                                         other=0.0, cache_modifier=".cg")
+                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, DOT_F32),
+                             mask=jmask)
+                    tl.atomic_xchg(sorted_ptr + tile, 0)
 
 
 @triton.jit

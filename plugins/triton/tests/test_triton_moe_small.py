@@ -127,7 +127,8 @@ def test_tensor_core_direct_path_drops_out_of_range_pairs():
 
 
 def _gpu_configs(t):
-    return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA}
+    return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
+            "mma+sum": dict(MMA, FUSE_SUM=1)}
 
 
 @pytest.mark.gpu
@@ -274,3 +275,17 @@ def test_dense_entries_refuse_the_moe_decode_keys(tmp_path, monkeypatch):
             tuned.load(path)
     finally:
         tuned.load.cache_clear()
+
+
+@slow
+def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
+    """FUSE_SUM: the FC2 GEMM's last program per token and tile writes the top-k sum (no topk_sum
+    launch): the same bits as the separate sum, twice in a row (its counters reset)."""
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    x = torch.randn(3, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, E, K, DEV)
+    t.config = MMA
+    apart = t.apply(x, w, ids)
+    t.config = dict(MMA, FUSE_SUM=1)
+    assert torch.equal(t.apply(x, w, ids), apart) and torch.equal(t.apply(x, w, ids), apart)
+    assert int(t._sum_counters.abs().sum()) == 0
