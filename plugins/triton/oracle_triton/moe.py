@@ -72,11 +72,16 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
-    whole 32-bit words by inline PTX (launch.gemv_config)."""
+    whole 32-bit words by inline PTX (launch.gemv_config); then moe_up_split_kernel (gate and up
+    rows loaded in one K loop) with 8-row tiles 512 wide in both kernels: the best of 18 variants
+    on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
+    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
-    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
-            "num_warps": 4, "num_stages": 3}
+    if words:
+        return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4}
+    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
 class TritonMoE(Kernel):
@@ -274,14 +279,16 @@ class TritonMoE(Kernel):
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
         grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
-        rounded to codes inside the GEMMs (QUANT_IN); the slots are summed by topk_sum_kernel."""
+        rounded to codes by the quantization launch (or inside the GEMMs with QUANT_IN: measured 2.3-3x
+        slower on an H200, the rounding stalls each K tile); the slots are summed by topk_sum_kernel or
+        by the FC2 GEMM itself (FUSE_SUM)."""
         from . import moe_kernels as mk
 
-        if self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
+        quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))
+        if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
-        quant = self.act in FP8_CODES
         a1 = self._input(x, topw, k)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         a_in = (a1, self._act_scale(0, a1)) if quant else self._round(0, a1)

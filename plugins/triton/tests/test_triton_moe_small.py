@@ -42,6 +42,7 @@ FAMILIES = [
     ("int4", "w4a16_int4", "bf16", {}),
 ]
 MMA = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 1}
+MMA_Q = dict(MMA, QUANT_IN=1)       # W8A8 codes rounded inside the GEMMs
 
 
 @slow
@@ -108,8 +109,10 @@ def test_tensor_core_direct_path_matches_emulation(fmt, mode, act, params):
     t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV, group=128, symmetric=False)
     x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(2, E, K, DEV)
-    t.config = MMA
-    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL[act], fmt
+    expect = ref.apply(x, w, ids)
+    for cfg in (MMA, MMA_Q) if act == "fp8" else (MMA,):
+        t.config = cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL[act], (fmt, cfg)
 
 
 @slow
@@ -128,7 +131,7 @@ def test_tensor_core_direct_path_drops_out_of_range_pairs():
 
 def _gpu_configs(t):
     return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
-            "mma+sum": dict(MMA, FUSE_SUM=1)}
+            "mma+sum": dict(MMA, FUSE_SUM=1), "mma quant-in": MMA_Q}
 
 
 @pytest.mark.gpu
