@@ -183,6 +183,16 @@ def test_cpu_selection(fmt, act, group, dtype, k, kernel):
     assert decision.status == "selected" and decision.kernel == kernel, decision.explain(layer)
 
 
+def test_int4_cpu_refuses_what_its_operators_refuse():
+    """N not a multiple of 16 (the CPU packing's tile) and groups that do not tile K leave tinygemm out."""
+    narrow = LinearLayer(name="m", in_features=256, out_features=24, weight_format="int4", group_size=128)
+    assert select_backend(narrow, Platform.cpu()).kernel == "emulation.linear"
+    ragged = LinearLayer(name="m", in_features=96, out_features=64, weight_format="int4", group_size=64)
+    decision = select_backend(ragged, Platform.cpu())
+    why = [c.reason for c in decision.candidates if c.kernel == "torch.linear.int4_cpu"]
+    assert why and "INT4 groups of 64 must tile K = 96 exactly" in why[0]
+
+
 def test_not_declared_for_a_gpu():
     for act in (None, "int8"):
         layer = LinearLayer(name="m", in_features=896, out_features=4864, weight_format="int8",
