@@ -73,8 +73,9 @@ if forward == "1":
 
 
 def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path, str]:
-    """The BF16 checkpoint (random, transformers' names) and its compressed-tensors `scheme` twin, written by
-    compressed-tensors itself (tests/checkpoint_matrix.py) or, without it, by bench/ct_w4a16.py (W4A16 only)."""
+    """The BF16 checkpoint (random, transformers' names) and a compressed-tensors `scheme` checkpoint of the same
+    geometry: the BF16 one quantized by compressed-tensors itself (tests/checkpoint_matrix.py) or, without it,
+    random W4A16 words written by bench/ct_w4a16.py (the same bytes per weight, nothing to quantize)."""
     from transformers import Qwen2Config
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -93,7 +94,7 @@ def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path
         ct_w4a16.write_random_bf16(bf16, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
     if not (quant / "config.json").is_file():
         if writer == "plain":
-            ct_w4a16.quantize_dir(bf16, quant)
+            ct_w4a16.write_random_w4a16(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
         else:
             sys.path.insert(0, str(ROOT / "tests"))
             import checkpoint_matrix as cm
@@ -140,8 +141,9 @@ def main() -> None:
     bf16, quant, writer = write(Path(args.dir), args.scheme, args.layers, args.writer)
     runs: dict[str, list[dict]] = {"bf16": [], "oracle": []}
     for _ in range(args.repeat):
-        for kind, path in (("bf16", bf16), ("oracle", quant)):
+        for kind, path in (("oracle", quant), ("bf16", bf16)):
             runs[kind].append(measure(kind, path, args.device, not args.no_forward, args.timeout))
+            print(f"{kind}: {json.dumps(runs[kind][-1])}", flush=True)     # each load as it ends
     best = {kind: min(found, key=lambda m: m["seconds"]) for kind, found in runs.items()}
     for kind, found in runs.items():       # memory: the largest peak of the repeats, not the fastest run's
         best[kind] = {**best[kind], "peak_mib": max(m["peak_mib"] for m in found),

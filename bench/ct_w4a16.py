@@ -1,16 +1,15 @@
 """Write benchmark checkpoints with torch and safetensors alone (no compressed-tensors, no network).
 
-A random BF16 checkpoint of a transformers config (the model built on the meta device for its
-tensor names and shapes, random values written shard by shard), and its compressed-tensors
-`pack-quantized` W4A16 twin: symmetric int4, one scale per group of 128 along K, the value + 8
-stored eight to an int32 along K, low nibble first, beside `weight_scale` [N, K/128] in the
-weight's dtype and `weight_shape` [2]; config.json carries the quantization_config
-compressed-tensors writes for its W4A16 preset. tests/test_bench_ct_w4a16.py checks the result
-against compressed-tensors' own decompression.
+A random BF16 checkpoint of a transformers config, and a random compressed-tensors `pack-quantized`
+W4A16 checkpoint of the same geometry (the model built on the meta device gives the tensor names and
+shapes): symmetric int4, one scale per group of 128 along K, each value + 8 stored eight to an int32
+along K, low nibble first, beside `weight_scale` [N, K/128] in BF16 and `weight_shape` [2]; its
+config.json carries the quantization_config compressed-tensors writes for its W4A16 preset. The
+codes are random words, not a quantization of the BF16 weights: a load benchmark reads and repacks
+bytes, whatever they encode, and random words take no time to make (the GPU round allows seconds).
+tests/test_bench_ct_w4a16.py checks the W4A16 files against compressed-tensors' own decompression.
 
-For machines without compressed-tensors (the GPU device): bench/bench_hf_load.py uses it there.
-The scale rule (amax / 7.5, codes clamped to -8..7) is compressed-tensors' symmetric one; only the
-file format matters for a load benchmark.
+For machines without compressed-tensors (the GPU device): bench/bench_hf_load.py --writer plain.
 """
 from __future__ import annotations
 
@@ -34,67 +33,73 @@ QUANTIZATION_CONFIG = {
     "version": "0.20.1"}
 
 
-def write_random_bf16(directory: Path, config: Any, seed: int = 0, std: float = 0.02) -> Path:
-    """A transformers-format BF16 checkpoint of `config` (a PretrainedConfig) with random weights."""
-    from safetensors.torch import save_file
+def _shapes(config: Any) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of the checkpoint transformers saves for `config` (tied heads left out)."""
     from transformers import AutoModelForCausalLM
 
-    directory.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
     if getattr(config, "tie_word_embeddings", False):
         shapes.pop("lm_head.weight", None)
-    gen = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for name, shape in shapes.items():
-        if name.endswith("norm.weight"):
-            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
-        else:
-            tensors[name] = (torch.randn(shape, generator=gen) * std).to(torch.bfloat16)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    config.save_pretrained(directory)
-    return directory
+    return shapes
 
 
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """Codes 0..15 [N, K] -> int32 [N, K/8], element 8j+i in bits 4i..4i+3 of word j."""
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
-    words = (codes.to(torch.int64).unflatten(-1, (-1, 8)) << shifts).sum(dim=-1)
-    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+POOL = 1 << 20     # random values drawn once, then laid out cyclically from a random start per tensor
 
 
-def quantize_weight(w: torch.Tensor, group: int = GROUP) -> dict[str, torch.Tensor]:
-    """One [N, K] weight -> weight_packed, weight_scale, weight_shape (compressed-tensors' names)."""
-    n, k = w.shape
-    groups = w.float().unflatten(-1, (k // group, group))
-    scale = (groups.abs().amax(dim=-1, keepdim=True) / 7.5).to(w.dtype).float()
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    codes = torch.round(groups / scale).clamp(-8, 7).flatten(-2) + 8
-    return {"weight_packed": pack_int4(codes), "weight_scale": scale.squeeze(-1).to(w.dtype),
-            "weight_shape": torch.tensor([n, k], dtype=torch.int64)}
+def _tiled(pool: torch.Tensor, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """A tensor of `shape` filled from `pool` cyclically from a random offset: random-looking values at the
+    speed of a copy (drawing 0.5B normals one by one took most of a GPU round's seconds)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    start = int(torch.randint(0, pool.numel(), (1,), generator=gen))
+    reps = (start + numel + pool.numel() - 1) // pool.numel()
+    return pool.repeat(reps)[start:start + numel].reshape(shape)      # a contiguous view of its own buffer
 
 
-def quantize_dir(plain: Path, directory: Path, group: int = GROUP) -> Path:
-    """The W4A16 twin of a BF16 checkpoint directory: every targeted linear weight packed, the rest copied."""
-    from safetensors import safe_open
+def _plain(name: str, shape: tuple[int, ...], gen: torch.Generator, pool: torch.Tensor) -> torch.Tensor:
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, dtype=torch.bfloat16)
+    return _tiled(pool, shape, gen)
+
+
+def _save(directory: Path, tensors: dict[str, torch.Tensor], config: dict) -> Path:
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    out: dict[str, torch.Tensor] = {}
-    for shard in sorted(plain.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
-                t = f.get_tensor(name)
-                if name.endswith(LINEAR_SUFFIXES) and t.dim() == 2 and t.shape[1] % group == 0:
-                    module = name.removesuffix(".weight")
-                    out.update({f"{module}.{key}": v for key, v in quantize_weight(t, group).items()})
-                else:
-                    out[name] = t
-    save_file(out, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((plain / "config.json").read_text())
-    qc = json.loads(json.dumps(QUANTIZATION_CONFIG))
-    qc["config_groups"]["group_0"]["weights"]["group_size"] = group
-    config["quantization_config"] = qc
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     return directory
+
+
+def write_random_bf16(directory: Path, config: Any, seed: int = 0, std: float = 0.02) -> Path:
+    """A transformers-format BF16 checkpoint of `config` (a PretrainedConfig) with random weights."""
+    gen = torch.Generator().manual_seed(seed)
+    pool = (torch.randn(POOL, generator=gen) * std).to(torch.bfloat16)
+    tensors = {name: _plain(name, shape, gen, pool) for name, shape in _shapes(config).items()}
+    return _save(directory, tensors, config.to_dict())
+
+
+def write_random_w4a16(directory: Path, config: Any, seed: int = 0, std: float = 0.02,
+                       group: int = GROUP) -> Path:
+    """A compressed-tensors W4A16 (pack-quantized, symmetric, group `group`) checkpoint of `config`: every
+    targeted linear weight as random int32 words and scales near std / 4, everything else random BF16."""
+    gen = torch.Generator().manual_seed(seed)
+    pool = (torch.randn(POOL, generator=gen) * std).to(torch.bfloat16)
+    words = torch.randint(-2 ** 31, 2 ** 31 - 1, (POOL,), dtype=torch.int32, generator=gen)
+    scales = ((torch.rand(POOL, generator=gen) + 0.5) * std / 4).to(torch.bfloat16)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, shape in _shapes(config).items():
+        if name.endswith(LINEAR_SUFFIXES) and len(shape) == 2 and shape[1] % group == 0:
+            n, k = shape
+            module = name.removesuffix(".weight")
+            tensors[f"{module}.weight_packed"] = _tiled(words, (n, k // 8), gen)
+            tensors[f"{module}.weight_scale"] = _tiled(scales, (n, k // group), gen)
+            tensors[f"{module}.weight_shape"] = torch.tensor([n, k], dtype=torch.int64)
+        else:
+            tensors[name] = _plain(name, shape, gen, pool)
+    qc = json.loads(json.dumps(QUANTIZATION_CONFIG))
+    qc["config_groups"]["group_0"]["weights"]["group_size"] = group
+    return _save(directory, tensors, {**config.to_dict(), "quantization_config": qc})
