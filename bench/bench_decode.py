@@ -90,7 +90,8 @@ def child(engine: str, args) -> dict:
     plan = [(1, "eager")] if engine == "emulation" else [(b, m) for b in args.batch for m in args.decode]
     for batch, mode in plan:
         m = measure(model, prompts[:batch], args.steps, mode)
-        run = {"batch": batch, "mode": mode, "tok_s": m.tok_s, "ms_step": m.ms_step, "prefill_ms": m.prefill_ms,
+        run = {"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
+               "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
                "tokens": m.tokens[0, :args.check].tolist()}
         if batch == 1 and mode == "eager":
             path = Path(args.result).with_suffix(".logits.pt")
@@ -136,10 +137,17 @@ def table(results: dict[str, dict], args) -> str:
     lines.append("ms per decode step: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
+    lines.append("warm-up s (16 tokens: first calls, Triton and torch.compile compiles, graph capture): " + "; ".join(
+        f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run.get('warmup_s', 0):.1f}" for run in r["runs"])
+        for e, r in results.items() if r.get("runs") and e != "emulation"))
+    fell = [f"{e} b{run['batch']} {run['mode']} ran as {run['ran']}" for e, r in results.items()
+            for run in r.get("runs", []) if run.get("ran", run["mode"]) != run["mode"]]
+    if fell:
+        lines.append("graph capture failed, measured without a graph: " + "; ".join(fell))
     emu, ora = results.get("emulation"), results.get("oracle")
     if emu and ora and emu.get("runs") and ora.get("runs"):
         a, b = _run(ora, 1, "eager") or ora["runs"][0], emu["runs"][0]
-        same = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), len(a["tokens"]))
+        same = _agree(a["tokens"], b["tokens"])
         err = ""
         if a.get("logits") and b.get("logits"):
             la, lb = torch.load(a["logits"]), torch.load(b["logits"])
@@ -148,14 +156,23 @@ def table(results: dict[str, dict], args) -> str:
                      f"first {same}{err}")
     for name, r in results.items():
         for b in args.batch:
-            eager, graphs = _run(r, b, "eager"), _run(r, b, "graphs")
-            if eager and graphs:
-                lines.append(f"{name} batch {b}: graph-replay tokens equal to eager: {eager['tokens'] == graphs['tokens']}")
+            eager = _run(r, b, "eager")
+            for mode in ("graphs", "compiled"):
+                other = _run(r, b, mode)
+                if eager and other:
+                    same = _agree(eager["tokens"], other["tokens"])
+                    lines.append(f"{name} batch {b}: {mode} greedy tokens equal to eager for the first {same} "
+                                 f"of {len(eager['tokens'])}")
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
         lines.extend(f"  {line}" for line in ora["kernels"])
     return "\n".join(lines)
+
+
+def _agree(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two greedy runs share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _run(result: dict, batch: int, mode: str) -> dict | None:
@@ -167,7 +184,10 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="a real model's config.json (quant_method fp8 or mxfp4)")
     ap.add_argument("--layers", type=int, help="keep this many decoder layers (default: full depth)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs"), default=["eager", "graphs"])
+    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs", "compiled"),
+                    default=["eager", "graphs", "compiled"],
+                    help="eager; graphs (whole step replayed from one CUDA graph); compiled (decoder layers "
+                         "compiled by torch.compile, and the whole step replayed from one CUDA graph)")
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=128)
