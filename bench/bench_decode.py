@@ -97,6 +97,8 @@ def child(engine: str, args) -> dict:
         if cuda:
             torch.cuda.empty_cache()
     result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
+    if args.profile and engine != "emulation":
+        result["profile"] = profile_eager(model, prompts[:1])
     if engine in ("oracle", "emulation") and args.check:     # after the timed runs: kept out of the peak
         import token_check
         for name, rel in [("check", 0.0)] + ([("perturbed", token_check.NOISE)] if engine == "emulation" else []):
@@ -105,6 +107,29 @@ def child(engine: str, args) -> dict:
             torch.save(check.pop("states"), path)
             result[name] = {**check, "states": str(path)}
     return result
+
+
+def profile_eager(model, ids, steps: int = 4) -> str:
+    """Where an eager batch-1 decode step's host time goes: torch.profiler's operators by self CPU time,
+    and kernel launches per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from oracle.hf.decode import Decoder
+
+    dec = Decoder(model, 1, ids.shape[1] + 16 + steps, "eager")
+    dec.generate(ids, 8)                      # first calls and private-graph captures happen here
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dec.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            dec.step()
+        if dec.device.type == "cuda":
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                          "cuLaunchKernelEx", "cudaGraphLaunch"))
+    return (f"per step: {launches / steps:.0f} kernel/graph launches; operators by self CPU time over {steps} steps\n"
+            + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60))
 
 
 # ---------------------------------------------------------------- the table
@@ -160,6 +185,10 @@ def table(results: dict[str, dict], args) -> str:
                     same = token_check.agree(eager["tokens"], other["tokens"])
                     lines.append(f"{name} batch {b}: {mode} greedy tokens equal to eager for the first {same} "
                                  f"of {len(eager['tokens'])}")
+    for name, r in results.items():
+        if r.get("profile") and args.profile:
+            lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
+                      *("    " + line for line in r["profile"].splitlines()[1:])]
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
@@ -186,6 +215,7 @@ def main() -> None:
     ap.add_argument("--check", type=int, default=32,
                     help="greedy tokens compared with the emulation run (0: no check); see bench/token_check.py")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per engine process")
