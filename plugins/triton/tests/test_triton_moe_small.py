@@ -292,3 +292,15 @@ def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
     t.config = dict(MMA, FUSE_SUM=1)
     assert torch.equal(t.apply(x, w, ids), apart) and torch.equal(t.apply(x, w, ids), apart)
     assert int(t._sum_counters.abs().sum()) == 0
+
+
+@pytest.mark.gpu
+def test_bf16_mode_on_gpu():
+    """The BF16 mode at a model-like shape: the rule's path (aligned tiles, 2-byte K tiles of 64 from
+    64 rows per expert on) and the direct tensor-core path with the fused top-k sum."""
+    t, w13, w2 = _bf16_moe(32, 1024, 768, 4, "cuda")
+    for m, cfg in ((1, None), (3, dict(MMA, FUSE_SUM=1)), (700, None)):
+        t.config = cfg
+        x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, 32, 4, "cuda")
+        assert rel(t.apply(x, w, ids), _bf16_reference(x, w13, w2, w, ids)) < 1e-2, m
