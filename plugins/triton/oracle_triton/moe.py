@@ -279,13 +279,14 @@ class TritonMoE(Kernel):
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
         grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
-        rounded to codes by the quantization launch (or inside the GEMMs with QUANT_IN: measured 2.3-3x
-        slower on an H200, the rounding stalls each K tile); the slots are summed by topk_sum_kernel or
-        by the FC2 GEMM itself (FUSE_SUM)."""
+        rounded to codes by the quantization launch, or inside the GEMMs: QUANT_IN 1 per K tile (measured
+        2.3-3x slower on an H200: the rounding stalls each K tile), QUANT_IN 2 each program's row whole
+        first (no quantization launches); the slots are summed by topk_sum_kernel or by the FC2 GEMM
+        itself (FUSE_SUM)."""
         from . import moe_kernels as mk
 
-        quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))
-        if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
+        quant = int(cfg.get("QUANT_IN", 0)) if self.act in FP8_CODES else 0
+        if quant == 1 and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
@@ -372,7 +373,7 @@ class TritonMoE(Kernel):
         return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None) -> None:
+              cfg, blocks, direct: bool = False, quant_in: int = 0, sum_out: torch.Tensor | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -380,8 +381,15 @@ class TritonMoE(Kernel):
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
-        codes = a_scale is not None or quant_in
+        codes = a_scale is not None or bool(quant_in)
         fp8_dot = codes and self.facts["fp8_dot"]
+        rows_a, k_pow2 = a.shape[0], 1 << max(7, (kdim - 1).bit_length())
+        if quant_in == 2:          # each program writes its row's codes (and scales) here, then reads them
+            q = torch.empty(rows_a, kdim, dtype=torch.float8_e4m3fn if fp8_dot else torch.uint8, device=a.device)
+            qs = torch.empty(-(-kdim // 128) * rows_a if self.act == ACT_GROUP else rows_a, dtype=torch.float32,
+                             device=a.device)
+        else:
+            q = qs = packed.scale
         lay = packed.layout
         w = packed.weight.view(torch.float8_e4m3fn) if fp8_dot else packed.weight
         s, z, g = packed.scale, packed.zero, packed.global_scale
@@ -400,7 +408,7 @@ class TritonMoE(Kernel):
             stride(w), stride(s), stride(z), stride(bias),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, a.shape[0],
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-            float(self.lbeta), self.experts, sum_out if sum_out is not None else out,
+            float(self.lbeta), self.experts, sum_out if sum_out is not None else out, q, qs, rows_a,
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=gated,
             INTERLEAVED=interleaved, HAS_LIMIT=self.limit is not None,
             A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
@@ -411,6 +419,7 @@ class TritonMoE(Kernel):
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
+            K_POW2=k_pow2 if quant_in == 2 else 0,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
