@@ -75,16 +75,13 @@ MMA = {"fp8": [_mma(32, 4), _mma(16, 4), _mma(64, 4), _mma(32, 3), _mma(32, 6), 
 
 #: --quick (a second round): the first round's winners and their neighbours only. FP8: the tensor-core
 #: direct path on the quantization launch's codes (the first round measured it with the rounding inside
-#: each K tile, QUANT_IN 1, 2.3-3x slower) or with each program's row rounded first (QUANT_IN 2), and no
-#: CUDA-core variants beyond the default.
+#: each K tile, QUANT_IN, 2.3-3x slower), and no CUDA-core variants beyond the default.
 QUICK_VARIANTS = {
     "fp8": ([], [_down(32, 256, 4)]),
     "w4": ([_up(8, 512, 1, 4), _up(16, 512, 1, 4), _up(8, 1024, 1, 4), _up(8, 256, 1, 2)], [_down(8, 512, 4)]),
     "nvfp4": ([_up(16, 256, 1, 4), _up(8, 256, 1, 4), _up(8, 512, 1, 4)], [_down(16, 256, 4), _down(8, 256, 4)]),
 }
-QUICK_MMA = {"fp8": [_mma(64, 3), _mma(64, 4, warps=8), dict(_mma(64, 3), QUANT_IN=2),
-                     dict(_mma(64, 4, warps=8), QUANT_IN=2), dict(_mma(128, 3, warps=8), QUANT_IN=2)],
-             "w4": [], "nvfp4": []}
+QUICK_MMA = {"fp8": [_mma(64, 3), _mma(64, 4, warps=8)], "w4": [], "nvfp4": []}
 
 
 def family(fmt: str, act: str) -> str:

@@ -16,8 +16,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, expert_operands, fp8_codes_product, fp8_codes_scale,
-                      fp8_tile_scales, e4m3_encode, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype,
-                      w4_product)
+                      fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
 from .gemv import row_amax
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
@@ -112,7 +111,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, stride_as,
-                    limit, alpha, beta, lbeta, E, sum_ptr, q_ptr, qs_ptr, stride_qs,
+                    limit, alpha, beta, lbeta, E, sum_ptr,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
@@ -121,8 +120,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
-                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = 0, FUSE_SUM: tl.constexpr = False,
-                    K_POW2: tl.constexpr = 0):
+                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -138,10 +136,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     its tile (bexp_ptr: the pairs' expert ids; an id outside [0, E) computes with expert 0 and
     writes zeros). QUANT_IN (W8A8 with DIRECT): A is the layer-dtype input, rounded to E4M3
     codes per K tile inside the loop (gemm.act_qdq_kernel's rounding; BLOCK_K = 128 for 1x128
-    groups), so no quantization launch precedes the GEMM. QUANT_IN 2: the program first rounds its
-    row of A whole (one [K_POW2] pass) into codes at q_ptr [rows, K] and scales at qs_ptr (per
-    group [K/128, rows], row stride stride_qs; per token [rows]), then runs the codes path on them,
-    whose loads the pipeliner stages (programs sharing a row write the same bytes). FUSE_SUM (STAGE 2 with DIRECT): the
+    groups), so no quantization launch precedes the GEMM (measured 2.3-3x slower than the launch on
+    an H200: the rounding stalls each K tile; kept as an option). FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
@@ -181,18 +177,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             n_w = n_g
         acc_g = tl.zeros([BLOCK_M, WN], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if A_CODES > 0 and QUANT_IN == 2:
-            if A_BY_PAIR:
-                r0 = pid_m
-            else:
-                r0 = pid_m // TOPK
-            quantize_row(a_ptr, r0, stride_am, K, q_ptr, qs_ptr, stride_qs, as_ptr, A_CODES, K_POW2, FP8_DOT)
-            tl.debug_barrier()                     # this program's codes are visible to its own loads
-            a_rows = q_ptr + arow[:, None].to(tl.int64) * K
-            stride_as = stride_qs
-            if A_CODES != 3:
-                as_ptr = qs_ptr
-        if A_CODES > 0 and QUANT_IN == 1:
+        if A_CODES > 0 and QUANT_IN:
             amax = row_amax(a_rows, valid, K, A_CODES, BLOCK_M, BLOCK_K)     # per token only (else zeros)
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 k0 = t * BLOCK_K
@@ -315,33 +300,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, DOT_F32),
                              mask=jmask)
                     tl.atomic_xchg(sorted_ptr + tile, 0)
-
-
-@triton.jit
-def quantize_row(a_ptr, r0, stride_am, K, q_ptr, qs_ptr, stride_qs, xs_ptr, A_CODES: tl.constexpr,
-                 K_POW2: tl.constexpr, FP8_DOT: tl.constexpr):
-    """Row r0 of A (layer dtype) rounded to E4M3 codes in one pass, as gemm.act_qdq_kernel rounds it:
-    codes to q_ptr[r0, :K] (float8 under FP8_DOT, else bytes), scales to qs_ptr (1x128 groups:
-    [K/128, rows] with row stride stride_qs; per token: [rows]; per tensor: read at xs_ptr)."""
-    base = a_ptr + r0.to(tl.int64) * stride_am
-    if A_CODES == 1:
-        G: tl.constexpr = K_POW2 // 128
-        gi = tl.arange(0, G)
-        offs = gi[:, None] * 128 + tl.arange(0, 128)[None, :]
-        x = tl.load(base + offs, mask=offs < K, other=0.0).to(tl.float32)
-        q, s = quantize_tile_codes(x, tl.zeros([G], dtype=tl.float32), 1, xs_ptr)
-        tl.store(qs_ptr + gi * stride_qs + r0, s, mask=gi * 128 < K)
-    else:
-        offs = tl.arange(0, K_POW2)[None, :]
-        x = tl.load(base + offs, mask=offs < K, other=0.0).to(tl.float32)
-        q, s = quantize_tile_codes(x, tl.max(tl.abs(x), axis=1), A_CODES, xs_ptr)
-        if A_CODES == 2:
-            tl.store(qs_ptr + r0 + tl.arange(0, 1), s)
-    if FP8_DOT:
-        codes = q.to(tl.float8e4nv)
-    else:
-        codes = e4m3_encode(q, x).to(tl.uint8)
-    tl.store(q_ptr + r0.to(tl.int64) * K + offs, codes, mask=offs < K)
 
 
 @triton.jit
