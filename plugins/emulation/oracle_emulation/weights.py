@@ -13,6 +13,7 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.formats import CODEC_BLOCKS
+from oracle.memory import map_large_blocks
 from oracle.tensors import check_dtype, check_finite, check_shape, require, shape_of
 
 from .formats import codec_for
@@ -92,7 +93,8 @@ def check_input(name: str, x: Any, last: int, weight: torch.Tensor) -> None:
 #: dtype (2 bytes a weight in BF16), so a call is one BF16 GEMM. "packed": the checkpoint's tensors
 #: (their own bytes: half a byte a weight for 4-bit formats) and a dequantization inside every call,
 #: so memory stays at the quantized size plus one layer's matrix while it runs, and each call pays a
-#: dequantization. Resident is the default because the emulation is the testing path, where call
+#: dequantization (large blocks are then mapped and unmapped: oracle.memory.map_large_blocks, process-wide,
+#: so freed matrices leave the resident set). Resident is the default because the emulation is the testing path, where call
 #: speed is what tests wait for; `packed` is for loading a large checkpoint on a machine whose memory
 #: holds the quantized model but not its BF16 copy (docs/user-guide.md, "Memory").
 WEIGHTS_ENV = "ORACLE_EMULATION_WEIGHTS"
@@ -115,6 +117,8 @@ class StoredWeight:
     def __init__(self, fmt: str, tensors: dict[str, Any], names: dict[str, str], lead: list[int], n: int, k: int,
                  dtype: Any, mode: str | None = None):
         self.mode = mode or weights_mode()
+        if self.mode == "packed":     # each call's matrix is made and freed: map it, so freeing returns it
+            map_large_blocks()
         matrix = dequantize_weight(fmt, tensors, names, lead, n, k).to(dtype).contiguous()
         self.device, self.shape = matrix.device, tuple(matrix.shape)
         self._matrix: torch.Tensor | None = matrix if self.mode == "resident" else None
