@@ -58,13 +58,18 @@ def build(engine: str, args) -> tuple:
 
 
 def transformers_unavailable() -> str:
-    """Why transformers' own FP8 / MXFP4 kernels cannot run here (they come from the Hugging Face hub)."""
+    """Why transformers' own FP8 / MXFP4 kernels cannot run here. Checked in transformers 5.23:
+    integrations/finegrained_fp8.py runs FP8 linears and experts through DeepGEMM or the Triton
+    `kernels-community/finegrained-fp8`, both fetched by the hub `kernels` package (no torch-only
+    fallback: without it the call raises ImportError); quantizer_mxfp4.py needs `kernels` for its
+    triton_kernels MoE and otherwise dequantizes the checkpoint to BF16, which is the bf16 row."""
     from transformers.utils import is_kernels_available
+    why = ("transformers 5.23 runs FP8 (fine-grained) only through DeepGEMM or the Triton kernels-community/"
+           "finegrained-fp8 kernel and MXFP4 only through triton_kernels, all fetched from the Hugging Face hub "
+           "by the `kernels` package; without them MXFP4 is dequantized to BF16 (the bf16 row) and FP8 fails")
     if not is_kernels_available():
-        return ("transformers' fine-grained FP8 and MXFP4 paths load their kernels from the Hugging Face hub "
-                "through the `kernels` package, which is not installed here (and the hub is unreachable)")
-    return ("transformers' quantized paths need their hub kernels downloaded (kernels-community/finegrained-fp8, "
-            "triton_kernels); this benchmark does not fetch them")
+        return why + "; `kernels` is not installed here and the hub is unreachable"
+    return why + "; this benchmark does not fetch hub kernels"
 
 
 def child(engine: str, args) -> dict:
