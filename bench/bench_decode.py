@@ -100,7 +100,13 @@ def child(engine: str, args) -> dict:
     plan = [] if engine == "emulation" else \
         [(b, m) for m in sorted(args.decode, key=("graphs", "compiled", "eager").index) for b in args.batch]
     for batch, mode in plan:
-        m = measure(model, prompts[:batch], args.steps, mode)
+        try:
+            m = measure(model, prompts[:batch], args.steps, mode)
+        except Exception as exc:  # noqa: BLE001 - one mode failing (a compile error) must not lose the others
+            result.setdefault("failed", []).append(f"b{batch} {mode}: {type(exc).__name__}: {str(exc)[:300]}")
+            print(f"b{batch} {mode} failed: {result['failed'][-1]}", flush=True)
+            save()
+            continue
         result["runs"].append({"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
                                "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
                                "tokens": m.tokens[0, :args.check].tolist()})
@@ -181,6 +187,7 @@ def table(results: dict[str, dict], args) -> str:
                      f"{peak:.2f} | {mem} | "
                      + " | ".join(cells) + " |")
     cut = [f"{e}: {r['error']}" for e, r in results.items() if r.get("error") and "build_s" in r]
+    cut += [f"{e} {why}" for e, r in results.items() for why in r.get("failed", [])]
     if cut:
         lines += ["", "cut short (the runs it finished are above; '-' was not reached): " + "; ".join(cut)]
     lines.append("")
