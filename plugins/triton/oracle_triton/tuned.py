@@ -3,9 +3,10 @@
 `tuned_configs.json` holds, per device name (as the driver reports it, e.g. "NVIDIA H200"), the
 winners of `bench/sweep_large_m.py --write-table` for each layer shape and token bucket: the
 way engines ship tuned per-device JSON for their fused MoE. `DenseGemm.config_for` and
-`TritonMoE.config_for` consult it for the tensor-core (tiled / aligned) path and fall back to
-the shape rules (launch.dense_config, moe.moe_config) where it has no entry; the one-row paths
-(GEMV, direct MoE) stay rule-based.
+`TritonMoE.config_for` consult it and fall back to the shape rules (launch.dense_config,
+moe.moe_config / moe.use_direct) where it has no entry. A MoE entry may name a decode path
+(bench/sweep_moe.py's winners): DIRECT (tensor-core tiles, one pair per program) or DECODE (the
+CUDA-core direct path); the dense GEMV stays rule-based.
 
 Key: kind ("dense" | "moe"), the mode name (weight format and activation handling), N and K of
 the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
@@ -22,13 +23,18 @@ from typing import Any
 
 from oracle.errors import PolicyError
 
-from .formats import check_config, layout_for
+from .formats import check_config, check_direct_config, layout_for
 
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+#: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
+#: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
+#: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel).
+MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2"}
+NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}
 
 
@@ -69,12 +75,15 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
             if not isinstance(e.get("mode"), str):
                 raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
             cfg = e.get("config")
-            if not isinstance(cfg, dict) or not NEEDED <= set(cfg) or not set(cfg) <= KEYS or \
+            allowed = KEYS | MOE_KEYS if e["kind"] == "moe" else KEYS
+            needed = NEEDED_DECODE if isinstance(cfg, dict) and "DECODE" in cfg else NEEDED
+            if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= allowed or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):
-                raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(NEEDED)} "
-                            f"(allowed: {sorted(KEYS)})", cfg)
+                raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(needed)} "
+                            f"(allowed: {sorted(allowed)})", cfg)
             try:
-                check_config(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
+                check = check_direct_config if "DECODE" in cfg else check_config
+                check(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
             except ValueError as exc:
                 raise _fail(path, f"{where}.config", "launch parameters the kernels cover", str(exc)) from None
             key = (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])
