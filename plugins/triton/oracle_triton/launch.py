@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, INT4, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -190,6 +190,8 @@ class DenseGemm:
 
         m = x.shape[0]
         cfg = config or self.config_for(m, act)
+        if "SWAP" in cfg:                            # few-row INT4 on tensor cores, weights as the A operand
+            return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
         xs = self.scale
@@ -238,6 +240,33 @@ class DenseGemm:
         if split == 1:
             return y, self.scale
         return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
+
+    def swap_ok(self, act: int) -> bool:
+        """Can gemm.w4_swap_kernel serve this weight: 4-bit weights with layer-dtype activations;
+        INT4 with 128-wide groups (a K tile is one group: 16 words, one 16-deep MMA step per
+        nibble), E2M1 with K a multiple of 128."""
+        lay = self.layout
+        return act == 0 and lay.pack > 1 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+
+    def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of 4-bit W4A16: gemm.w4_swap_kernel (one launch)."""
+        from .gemm import w4_swap_kernel
+
+        m = x.shape[0]
+        y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
+        grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        lay = self.layout
+        w4_swap_kernel[(grid_n, grid_m, split)](
+            x, self.weight, self.scale, self.zero, self.global_scale,
+            self.bias if self.bias is not None else self.scale, y, part, cnt,
+            m, self.n, self.k, x.stride(0), y.stride(0), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk,
+            lay.stride_zk, ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
+            GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
+            DOT_F32=self.facts["dot_f32"],
+            OUT_F16=out_dtype == torch.float16, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:

@@ -71,3 +71,18 @@ def test_nvfp4_w4a4_with_a_static_global_scale():
     e.process_weights(**tensors)
     x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV) * 2
     assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,mode,symmetric", [("int4", "w4a16_int4", False), ("int4", "w4a16_int4", True),
+                                              ("mxfp4", "w4a16_mx", True), ("nvfp4", "w4a16_nvfp4", True)])
+def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
+    """gemm.w4_swap_kernel (few-row 4-bit, weights as the MMA's A operand): partial row and column
+    tiles, split-K, a bias, the portable INT4 decoder (DECODE 0; the PTX one is compiled only and
+    checked by the GPU test), E2M1 K tiles of 128 and 256."""
+    t, e = linear_pair(fmt, 96, 512, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
+    assert t.gemm.swap_ok(0)
+    for m, bk in ((1, 128), (5, 256), (20, 128)):
+        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV) * 3
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
+               "num_stages": 1}
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)

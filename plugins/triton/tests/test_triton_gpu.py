@@ -187,3 +187,50 @@ def test_gemv_word_decoders_match_emulation(fmt, mode, group, symmetric):
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, group, split)
     assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,symmetric,dtype", [
+    ("int4", True, torch.bfloat16), ("int4", False, torch.bfloat16), ("int4", False, torch.float16),
+    ("mxfp4", True, torch.bfloat16), ("nvfp4", True, torch.float16),
+])
+def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
+    """gemm.w4_swap_kernel (4-bit weights as the MMA's A operand): INT4 with both decoders (inline
+    PTX packed subtraction and the fp32 bit trick), MXFP4 / NVFP4, split-K and a bias, M = 1..32,
+    against the reference; then captured in a CUDA graph and replayed on new activations (bitwise
+    equal to an eager call: split-K sums in a fixed order)."""
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+    from helpers import quantize
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.linear import TritonLinear
+
+    n, k = 1536, 4096
+    mode_name = {"int4": "w4a16_int4", "mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4"}[fmt]
+    layer = LinearLayer(name="swap", in_features=k, out_features=n, weight_format=fmt,
+                        group_size=128 if fmt == "int4" else None, has_bias=True,
+                        dtype="float16" if dtype == torch.float16 else "bfloat16")
+    tensors = quantize(fmt, torch.randn(n, k, device="cuda") * 0.05, 128, symmetric)
+    tensors["bias"] = torch.randn(n, device="cuda")
+    mode = Mode(weight=fmt, activation="bf16", name=mode_name)
+    t, e = TritonLinear(layer, mode, None), EmulationLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e.process_weights(**tensors)
+    assert t.gemm.swap_ok(0)
+    for m, bm in ((1, 16), (16, 16), (29, 32)):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        for decode in ((3, 0) if fmt == "int4" else (0,)):
+            for bn, split, warps in ((128, 1, 4), (64, 4, 4), (256, 2, 8)):
+                cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
+                       "num_warps": warps, "num_stages": 1}
+                y = t.gemm(x, 0, None, dtype, cfg)
+                assert y.dtype == dtype and rel(y, e.apply(x)) < TOL, (m, decode, bn, split)
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4,
+           "DECODE": 3 if fmt == "int4" else 0, "num_warps": 4, "num_stages": 1}
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    g, out = _graph(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.gemm(x, 0, None, dtype, cfg))
