@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_scale, fp8_tile_scales, group_scales, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product)
 from .gemv import split8
 
@@ -292,3 +292,34 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         u, s, z, x = un, sn, zn, xn
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                    stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
+    per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
+    as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
+    read K-major straight from memory into the pipelined dot (Triton stages the loads: num_stages);
+    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    dot_t = tl.float32 if DOT_F32 else tl.bfloat16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    a_rows = x_ptr + offs_m[:, None] * stride_xm
+    t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for t in range(t0, t1):
+        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+                    mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+        a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+        acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
+    y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
+    finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
+                M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)

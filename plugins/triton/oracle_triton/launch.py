@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, INT4, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8, INT4, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -190,7 +190,10 @@ class DenseGemm:
 
         m = x.shape[0]
         cfg = config or self.config_for(m, act)
-        if "SWAP" in cfg:                            # few-row INT4 on tensor cores, weights as the A operand
+        if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
+            if act in FP8_CODES:
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+                return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
@@ -242,11 +245,33 @@ class DenseGemm:
         return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:
-        """Can gemm.w4_swap_kernel serve this weight: 4-bit weights with layer-dtype activations;
-        INT4 with 128-wide groups (a K tile is one group: 16 words, one 16-deep MMA step per
-        nibble), E2M1 with K a multiple of 128."""
+        """Can a swap-AB kernel serve this weight: gemm.w4_swap_kernel for 4-bit weights with
+        layer-dtype activations (INT4 with 128-wide groups: a K tile is one group, 16 words, one
+        16-deep MMA step per nibble; E2M1 with K a multiple of 128), gemm.fp8_swap_kernel for FP8
+        W8A8 with scales constant along K (per-channel / per-tensor weights, per-token / per-tensor
+        activations)."""
         lay = self.layout
-        return act == 0 and lay.pack > 1 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+        if lay.elem == FP8:
+            return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
+        return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+
+    def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
+                 cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel."""
+        from .gemm import fp8_swap_kernel
+
+        m = codes.shape[0]
+        y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
+        grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        fp8_swap_kernel[(grid_n, grid_m, split)](
+            codes, xs, self.weight_operand(True), self.scale, self.bias if self.bias is not None else self.scale, y,
+            part, cnt, m, self.n, self.k, codes.stride(0), y.stride(0), self.layout.stride_wn, self.layout.stride_sn,
+            A_CODES=act, HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"])
+        return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16: gemm.w4_swap_kernel (one launch)."""

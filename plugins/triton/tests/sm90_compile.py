@@ -179,7 +179,16 @@ def swap_cases():
         "swap int4 bf16 PTX bm64 bn128 w8": lambda: swap(3, 128, c(64, 128, 8, 3)),
         "swap mxfp4 bm16 bn128": lambda: swap(1, 32, c(16, 128, 4, 0)),
         "swap nvfp4 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 0)),
+        "swap fp8 W8A8 per token bm16 bn128": lambda: fp8_swap(c(16, 128, 4, 0)),
+        "swap fp8 W8A8 per token bm64 bn128 w8": lambda: fp8_swap(c(64, 128, 8, 0)),
     }
+
+
+def fp8_swap(cfg, act=2):
+    consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1)
+    ptrs = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+    return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
 def small_batch_cases():

@@ -86,3 +86,19 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
                "num_stages": 1}
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
+    """gemm.fp8_swap_kernel (few-row W8A8, weights as the float8 MMA's A operand): a partial K tile,
+    split-K, a bias, per-token and per-tensor activation codes (dynamic per-tensor scale)."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 96, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
+    assert t.gemm.swap_ok(t.act)
+    for m in (1, 5, 20):
+        x = torch.randn(m, 320, dtype=torch.bfloat16, device=DEV) * 3
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
+        scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+        assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, m)
