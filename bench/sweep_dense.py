@@ -13,7 +13,8 @@ rotated copies), torch's tinygemm (INT4) and the HBM limit are printed beside it
     (ours), and the quantizer followed by torch._scaled_mm rowwise on the codes (a hand-off candidate).
 
     python bench/sweep_dense.py [--parts int4 fp4 fp8] [--shapes 8192x8192 ...] [--json out.json]
-                                [--budget-s 150]
+                                [--budget-s 150] [--precompile 12] [--write-table TABLE]
+    python bench/sweep_dense.py --from-json out.json --write-table ../plugins/triton/oracle_triton/tuned_configs.json
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
         for bn in (64, 128, 256):
             for nw in (4, 8):
                 if (bn == 256 and nw == 4) or (bm >= 64 and (bn, nw) not in ((128, 4), (128, 8))) or \
-                        (m == 1 and (bn, nw) != (128, 4)):
+                        (m == 1 and fmt != "int4" and (bn, nw) != (128, 4)):
                     continue
                 for bk in (128,):
                     tiles, kt = -(-n // bn) * -(-m // bm), k // bk
@@ -359,6 +360,74 @@ def precompile(workers: int, args) -> None:
     print(f"precompiled with {workers} workers in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+HOST_SHAPE, HOST_CALLS = (2048, 4096), 200
+
+
+def host_profile() -> None:
+    """Host time per eager call at M = 1 (INT4 and FP8 per-token, 2048 x 4096: GPU time far below the
+    host's) for the eager-graph replay (apply), the raw launches (forward) and BF16, and where the
+    Python time goes (cProfile, top functions by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}),
+                                        ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})):
+        n, k = HOST_SHAPE
+        w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+        t = build(fmt, n, k, w, mode_name, act, params)[0]
+        x = torch.randn(1, k, device=DEV, dtype=torch.bfloat16)
+        for label, fn in (("apply (eager graph)", lambda: t.apply(x)), ("forward (raw launches)", lambda: t.forward(x)),
+                          ("bf16 x @ w.T", lambda: x @ w.t())):
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(HOST_CALLS):
+                fn()
+            host = (time.perf_counter() - t0) / HOST_CALLS * 1e6
+            torch.cuda.synchronize()
+            print(f"host {fmt:12} {label:24} {host:6.1f} us per call", flush=True)
+            ROWS.append(dict(kind="host", fmt=fmt, call=label, host_us=host))
+            if label.startswith("bf16"):
+                continue
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(HOST_CALLS // 2):
+                fn()
+            prof.disable()
+            torch.cuda.synchronize()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+            print("\n".join(line for line in out.getvalue().splitlines()[6:26] if line.strip()), flush=True)
+
+
+MODES = {"int4": ("w4a16_int4", "int4"), "mxfp4": ("w4a16_mx", "mxfp4"), "nvfp4": ("w4a16_nvfp4", "nvfp4"),
+         "fp8ch": ("w8a8_fp8_channel", "fp8_channel")}
+
+
+def table_entries(rows: list[dict], min_gain: float = 1.02) -> list[dict]:
+    """Tuned-table entries from a sweep's rows: per shape, format and M, the fastest variant that
+    agreed with the reference, where it beats the default by min_gain (else the rules already serve
+    it); a hand-off to torch._scaled_mm is not a launch configuration (the selection's business)."""
+    from oracle_triton.tuned import bucket
+
+    default = {(r["shape"], r["fmt"], r["m"]): r["us"] for r in rows if r.get("variant") == "default" and "us" in r
+               and r.get("err", 1.0) < OK}
+    out = []
+    for r in rows:
+        if "best" not in r or not r["config"] or r["fmt"] not in MODES:
+            continue
+        d = default.get((r["shape"], r["fmt"], r["m"]))
+        if d is not None and d < r["us"] * min_gain:
+            continue
+        n, k = SHAPES[r["shape"]]
+        mode, weight = MODES[r["fmt"]]
+        out.append({"kind": "dense", "mode": mode, "weight": weight, "n": n, "k": k, "m": bucket(r["m"]),
+                    "config": r["config"], "us": round(r["us"], 2), "default_us": round(d, 2) if d else None})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="+", default=["int4", "fp8", "fp4"], choices=["int4", "fp4", "fp8"])
@@ -369,7 +438,19 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile-only", action="store_true", help="compile (--precompile N), time nothing")
     ap.add_argument("--compile-timeout-s", type=float, default=60.0)
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--host-profile", action="store_true", help="only the eager host-time profile")
+    ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
+    ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
+                    "--json (no GPU needed)")
+    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device the rows were measured on")
     args = ap.parse_args(argv)
+    if args.from_json:
+        if not args.write_table:
+            ap.error("--from-json needs --write-table")
+        from sweep_large_m import write_table
+        with open(args.from_json) as f:
+            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        return 0
     if args.compile_worker:
         i, p = map(int, args.compile_worker.split("/"))
         compile_worker(i, p, args.parts, args.shapes)
@@ -378,6 +459,12 @@ def main(argv=None) -> int:
         precompile(args.precompile, args)
         if args.precompile_only:
             return 0
+    if args.host_profile:
+        if not torch.cuda.is_available():
+            print("sweep_dense: needs a CUDA device", file=sys.stderr)
+            return 2
+        host_profile()
+        return 0
     if not start("sweep_dense"):
         return 2
     DEADLINE[0] = time.perf_counter() + args.budget_s
@@ -407,6 +494,9 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+    if args.write_table:
+        from sweep_large_m import write_table
+        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 
 

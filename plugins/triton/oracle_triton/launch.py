@@ -229,14 +229,31 @@ class DenseGemm:
         """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
         tensor-core GEMM's (the tuned table's entry for this device, shape and M bucket, else the
         shape rules). The one place the choice is made (calls and warm-up keys)."""
+        from .tuned import lookup
+        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
+        if found is not None and self.serves(found, m, act):
+            return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+                                                                       **found}
         if use_gemv(m, self.n, self.k, self.layout.elem):
             return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
                                words=self.facts["hw_fp8"] and act == 0)
-        from .tuned import lookup
-        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
-        if found is not None:
-            return {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0, **found}
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
+
+    def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
+        """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
+        not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
+        the PTX word decoders capability >= 8.9 and layer-dtype activations."""
+        if cfg.get("DECODE") == 3 and not (self.facts["hw_fp8"] and act == 0):
+            return False
+        if cfg.get("SWAP"):
+            return self.swap_ok(act)
+        if "DECODE" in cfg:
+            return m == 1
+        try:
+            check_config(cfg, self.layout)
+        except ValueError:
+            return False
+        return True
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""

@@ -1,11 +1,12 @@
 """Launch configurations measured per device and shape, shipped as data beside the kernels.
 
 `tuned_configs.json` holds, per device name (as the driver reports it, e.g. "NVIDIA H200"), the
-winners of `bench/sweep_large_m.py --write-table` for each layer shape and token bucket: the
-way engines ship tuned per-device JSON for their fused MoE. `DenseGemm.config_for` and
-`TritonMoE.config_for` consult it for the tensor-core (tiled / aligned) path and fall back to
-the shape rules (launch.dense_config, moe.moe_config) where it has no entry; the one-row paths
-(GEMV, direct MoE) stay rule-based.
+winners of `bench/sweep_large_m.py --write-table` and `bench/sweep_dense.py --write-table` for
+each layer shape and token bucket: the way engines ship tuned per-device JSON for their fused
+MoE. `DenseGemm.config_for` consults it at every M (an entry names its path: the tiled GEMM, the
+one-row GEMV (it has DECODE) or a swap-AB kernel (SWAP)); `TritonMoE.config_for` for the aligned
+path. Both fall back to the shape rules (launch.dense_config / gemv_config, moe.moe_config) where
+the table has no entry; the direct MoE path stays rule-based.
 
 Key: kind ("dense" | "moe"), the mode name (weight format and activation handling), N and K of
 the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
@@ -26,9 +27,12 @@ from .formats import check_config, layout_for
 
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU",
+KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+#: A one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) says its split.
+NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
+NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}
 
 
@@ -66,12 +70,18 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                     raise _fail(path, f"{where}.{field}", "a positive integer", e.get(field))
             if e["m"] not in BUCKETS:
                 raise _fail(path, f"{where}.m", f"a token bucket {list(BUCKETS)}", e["m"])
+            if isinstance(e.get("config"), dict) and "DECODE" in e["config"] and not e["config"].get("SWAP") \
+                    and e["m"] != 1:
+                raise _fail(path, f"{where}.m", "1 (a GEMV configuration serves one activation row)", e["m"])
             if not isinstance(e.get("mode"), str):
                 raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
             cfg = e.get("config")
-            if not isinstance(cfg, dict) or not NEEDED <= set(cfg) or not set(cfg) <= KEYS or \
+            needed = NEEDED
+            if isinstance(cfg, dict):
+                needed = NEEDED_SWAP if cfg.get("SWAP") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
+            if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= KEYS or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):
-                raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(NEEDED)} "
+                raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(needed)} "
                             f"(allowed: {sorted(KEYS)})", cfg)
             try:
                 check_config(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
