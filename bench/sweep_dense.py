@@ -377,8 +377,13 @@ def host_profile() -> None:
         w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
         t = build(fmt, n, k, w, mode_name, act, params)[0]
         x = torch.randn(1, k, device=DEV, dtype=torch.bfloat16)
+        from oracle.tensors import apply_dense
+
+        def fast():
+            t.gemm.fast = True
+            return apply_dense(x, t.k, t.n, t.device, t.dtype, t.forward)
         for label, fn in (("apply (eager graph)", lambda: t.apply(x)), ("forward (raw launches)", lambda: t.forward(x)),
-                          ("bf16 x @ w.T", lambda: x @ w.t())):
+                          ("apply_dense + fast launches", fast), ("bf16 x @ w.T", lambda: x @ w.t())):
             for _ in range(5):
                 fn()
             torch.cuda.synchronize()

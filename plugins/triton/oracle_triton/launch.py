@@ -123,13 +123,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict, launch: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
-    from .gemm import act_qdq_kernel
-
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
+    launch: DenseGemm.launch (its fast eager launches), else Triton's own."""
     m, k = x.shape
     codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
     if act == ACT_GROUP:
@@ -142,10 +141,15 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         bm, bk, k_programs = TOKEN_ROWS, TOKEN_K, 1
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
         bm, bk, k_programs = 16, 128, -(-k // 128)
-    act_qdq_kernel[(-(-m // bm), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
-                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=bm, BLOCK_K=bk,
-                                              EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                                              num_warps=4)
+    xs = act_scale if act_scale is not None else x
+    args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
+                ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True)
+    grid = (-(-m // bm), k_programs, 1)
+    if launch is not None:
+        launch("act_qdq_kernel", grid, {"num_warps": 4, "num_stages": 3}, (m, x, x.stride(0), xs, act), **args)
+    else:
+        from .gemm import act_qdq_kernel
+        act_qdq_kernel[grid](**args, num_warps=4)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
@@ -172,6 +176,27 @@ class DenseGemm:
         self.global_scale = global_scale if global_scale is not None else scale
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
+        #: eager launches through fastlaunch (the compiled kernel of an earlier identical launch);
+        #: off: every launch binds its arguments through Triton
+        self.fast = False
+        self._launchers: dict[str, Any] = {}
+        self._configs: dict[tuple[int, int], dict[str, int]] = {}
+        self._parts: dict[tuple[int, int], torch.Tensor] = {}
+
+    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], varying: tuple, **args: Any) -> None:
+        """Launch gemm/gemv's `kernel` with `args`; with `fast`, through this weight's FastLaunch, keyed
+        by the launch parameters and the specialization of the per-call values `varying` (everything
+        else a launch passes is this weight's and fixed)."""
+        fl = self._launchers.get(kernel)
+        if fl is None:
+            from . import gemm, gemv
+            from .fastlaunch import FastLaunch
+            fl = self._launchers[kernel] = FastLaunch(getattr(gemm, kernel, None) or getattr(gemv, kernel))
+        key = None
+        if self.fast:
+            from .fastlaunch import spec
+            key = (tuple(cfg.items()), spec(*varying))
+        fl(grid, key, {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}, **args)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -186,20 +211,22 @@ class DenseGemm:
 
     def __call__(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
                  config: dict[str, int] | None = None) -> torch.Tensor:
-        from .gemm import wgemm_kernel
-
         m = x.shape[0]
-        cfg = config or self.config_for(m, act)
+        cfg = config
+        if cfg is None:
+            cfg = self._configs.get((m, act))
+            if cfg is None:
+                cfg = self._configs[(m, act)] = self.config_for(m, act)
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
         xs = self.scale
         if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
-            x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+            x, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         lay = self.layout
@@ -210,19 +237,19 @@ class DenseGemm:
         split = cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         codes = act in FP8_CODES
-        wgemm_kernel[(grid_n, grid_m, split)](
-            x, self.weight_operand(codes), self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale, y, part, cnt, xs,
-            m, self.n, self.k, x.stride(0), y.stride(0),
-            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, m,
-            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+        self.launch(
+            "wgemm_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), xs, out_dtype, act),
+            x_ptr=x, w_ptr=self.weight_operand(codes), s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, as_ptr=xs,
+            M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
+            stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk,
+            stride_zk=lay.stride_zk, stride_as=m, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1))
         return y
 
     def config_for(self, m: int, act: int = 0) -> dict[str, int]:
@@ -259,7 +286,14 @@ class DenseGemm:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
+        part = self._parts.get((m, split)) if self.fast else None
+        if part is None:
+            # (kept under `fast`: a call's partials are all written before the last program of a tile
+            # reads them, and calls on one stream do not overlap; the counters are shared the same way)
+            part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
+            if self.fast:
+                self._parts[(m, split)] = part
+        return part, self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:
         """Can a swap-AB kernel serve this weight: gemm.w4_swap_kernel for 4-bit weights with
@@ -275,58 +309,55 @@ class DenseGemm:
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
                  cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel."""
-        from .gemm import fp8_swap_kernel
-
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
-        fp8_swap_kernel[(grid_n, grid_m, split)](
-            codes, xs, self.weight_operand(True), self.scale, self.bias if self.bias is not None else self.scale, y,
-            part, cnt, m, self.n, self.k, codes.stride(0), y.stride(0), self.layout.stride_wn, self.layout.stride_sn,
-            A_CODES=act, HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"],
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
-            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"])
+        self.launch(
+            "fp8_swap_kernel", (grid_n, grid_m, split), cfg, (m, codes, xs, out_dtype, act),
+            x_ptr=codes, as_ptr=xs, w_ptr=self.weight_operand(True), s_ptr=self.scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            M=m, N=self.n, K=self.k, stride_xm=codes.stride(0), stride_ym=y.stride(0),
+            stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
+            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0)
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16: gemm.w4_swap_kernel (one launch)."""
-        from .gemm import w4_swap_kernel
-
         m = x.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         lay = self.layout
-        w4_swap_kernel[(grid_n, grid_m, split)](
-            x, self.weight, self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale, y, part, cnt,
-            m, self.n, self.k, x.stride(0), y.stride(0), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk,
-            lay.stride_zk, ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
+        self.launch(
+            "w4_swap_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), out_dtype),
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wn=lay.stride_wn,
+            stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
+            ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
-            DOT_F32=self.facts["dot_f32"],
-            OUT_F16=out_dtype == torch.float16, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
-        from .gemv import gemv_kernel
-
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)
-        gemv_kernel[(grid_n, 1, split)](
-            x, self.weight, self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale,
-            act_scale if act_scale is not None else self.scale, y, part, cnt,
-            self.n, self.k, lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
-            ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
+        xs = act_scale if act_scale is not None else self.scale
+        self.launch(
+            "gemv_kernel", (grid_n, 1, split), cfg, (x, xs, out_dtype, act),
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, xs_ptr=xs, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+            stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
         return y
