@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whole-model decode, as users run it: oracle.hf against plain BF16 transformers, eager and CUDA graphs.
+"""Whole-model decode, as users run it: oracle.hf against plain BF16 transformers; eager, CUDA graphs, compiled layers + graphs.
 
 Each engine is measured in a process of its own (no engine inherits another's compiled kernels,
 attention plans or allocator state), on a model built from a real config.json with random weights
@@ -10,14 +10,14 @@ and `--steps` decode steps are timed (tokens/s = batch x steps / seconds; the st
 every step's shapes, so no step meets a sequence length the warm-up did not). Also: build time,
 weights and peak GPU memory (torch.cuda.max_memory_allocated while decoding: weights, KV caches, graph
 pools, activations; the build's own peak apart, as it holds the random weights being made), and the
-greedy tokens of batch row 0, compared with an emulation run of the same weights (oracle-emulation
-kernels: dequantized weights, the same activation rounding) together with the prefill logits'
-relative error. Engines:
+greedy tokens of batch row 0 and each layer's hidden state, compared with an emulation run of the
+same weights (oracle-emulation kernels: dequantized weights, the same activation rounding) and with
+that emulation under a perturbation far below BF16 rounding (bench/token_check.py says why). Engines:
 
   oracle        oracle.hf, the kernels oracle selects for this GPU
   bf16          transformers, BF16 weights, its default experts implementation (grouped_mm)
   transformers  transformers' own quantized path (fine-grained FP8 / MXFP4), where it can run here
-  emulation     oracle.hf with the emulation kernels (batch 1 eager, for the token check only)
+  emulation     oracle.hf with the emulation kernels (batch 1 eager, for the token check only, not timed)
 
     python bench/bench_decode.py --config examples/qwen3-30b-a3b-fp8/config.json
     python bench/bench_decode.py --config examples/deepseek-r1/config.json --layers 5 --batch 1
@@ -87,25 +87,54 @@ def child(engine: str, args) -> dict:
     gen = torch.Generator().manual_seed(args.seed + 1)
     vocab = model.config.get_text_config(decoder=True).vocab_size
     prompts = torch.randint(0, vocab, (max(args.batch), args.prompt), generator=gen).to(args.device)
-    plan = [(1, "eager")] if engine == "emulation" else [(b, m) for b in args.batch for m in args.decode]
+    plan = [] if engine == "emulation" else [(b, m) for b in args.batch for m in args.decode]
     for batch, mode in plan:
         m = measure(model, prompts[:batch], args.steps, mode)
-        run = {"batch": batch, "mode": mode, "tok_s": m.tok_s, "ms_step": m.ms_step, "prefill_ms": m.prefill_ms,
-               "tokens": m.tokens[0, :args.check].tolist()}
-        if batch == 1 and mode == "eager":
-            path = Path(args.result).with_suffix(".logits.pt")
-            torch.save(m.logits, path)
-            run["logits"] = str(path)
-        result["runs"].append(run)
+        result["runs"].append({"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
+                               "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
+                               "tokens": m.tokens[0, :args.check].tolist()})
         del m
         if cuda:
             torch.cuda.empty_cache()
     result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
+    if args.profile and engine != "emulation":
+        result["profile"] = profile_eager(model, prompts[:1])
+    if engine in ("oracle", "emulation") and args.check:     # after the timed runs: kept out of the peak
+        import token_check
+        for name, rel in [("check", 0.0)] + ([("perturbed", token_check.NOISE)] if engine == "emulation" else []):
+            check = token_check.run(model, prompts, args.check, rel)
+            path = Path(args.result).with_suffix(f".{name}.pt")
+            torch.save(check.pop("states"), path)
+            result[name] = {**check, "states": str(path)}
     return result
+
+
+def profile_eager(model, ids, steps: int = 4) -> str:
+    """Where an eager batch-1 decode step's host time goes: torch.profiler's operators by self CPU time,
+    and kernel launches per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from oracle.hf.decode import Decoder
+
+    dec = Decoder(model, 1, ids.shape[1] + 16 + steps, "eager")
+    dec.generate(ids, 8)                      # first calls and private-graph captures happen here
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dec.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            dec.step()
+        if dec.device.type == "cuda":
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                          "cuLaunchKernelEx", "cudaGraphLaunch"))
+    return (f"per step: {launches / steps:.0f} kernel/graph launches; operators by self CPU time over {steps} steps\n"
+            + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60))
 
 
 # ---------------------------------------------------------------- the table
 def table(results: dict[str, dict], args) -> str:
+    import token_check
     import torch
 
     base = results.get("bf16", {})
@@ -136,21 +165,30 @@ def table(results: dict[str, dict], args) -> str:
     lines.append("ms per decode step: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
-    emu, ora = results.get("emulation"), results.get("oracle")
-    if emu and ora and emu.get("runs") and ora.get("runs"):
-        a, b = _run(ora, 1, "eager") or ora["runs"][0], emu["runs"][0]
-        same = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), len(a["tokens"]))
-        err = ""
-        if a.get("logits") and b.get("logits"):
-            la, lb = torch.load(a["logits"]), torch.load(b["logits"])
-            err = f"; prefill logits relative error vs emulation {float((la - lb).norm() / lb.norm()):.2e}"
-        lines.append(f"greedy tokens (batch row 0, first {len(a['tokens'])}): oracle equal to emulation for the "
-                     f"first {same}{err}")
+    lines.append("warm-up s (16 tokens: first calls, Triton and torch.compile compiles, graph capture): " + "; ".join(
+        f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run.get('warmup_s', 0):.1f}" for run in r["runs"])
+        for e, r in results.items() if r.get("runs") and e != "emulation"))
+    fell = [f"{e} b{run['batch']} {run['mode']} ran as {run['ran']}" for e, r in results.items()
+            for run in r.get("runs", []) if run.get("ran", run["mode"]) != run["mode"]]
+    if fell:
+        lines.append("graph capture failed, measured without a graph: " + "; ".join(fell))
+    emu, ora = results.get("emulation", {}), results.get("oracle", {})
+    if "check" in ora and "perturbed" in emu:
+        load = (lambda c: {**c, "states": torch.load(c["states"])})
+        lines += [""] + token_check.report(load(ora["check"]), load(emu["check"]), load(emu["perturbed"])) + [""]
     for name, r in results.items():
         for b in args.batch:
-            eager, graphs = _run(r, b, "eager"), _run(r, b, "graphs")
-            if eager and graphs:
-                lines.append(f"{name} batch {b}: graph-replay tokens equal to eager: {eager['tokens'] == graphs['tokens']}")
+            eager = _run(r, b, "eager")
+            for mode in ("graphs", "compiled"):
+                other = _run(r, b, mode)
+                if eager and other:
+                    same = token_check.agree(eager["tokens"], other["tokens"])
+                    lines.append(f"{name} batch {b}: {mode} greedy tokens equal to eager for the first {same} "
+                                 f"of {len(eager['tokens'])}")
+    for name, r in results.items():
+        if r.get("profile") and args.profile:
+            lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
+                      *("    " + line for line in r["profile"].splitlines()[1:])]
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
@@ -167,12 +205,17 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="a real model's config.json (quant_method fp8 or mxfp4)")
     ap.add_argument("--layers", type=int, help="keep this many decoder layers (default: full depth)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs"), default=["eager", "graphs"])
+    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs", "compiled"),
+                    default=["eager", "graphs", "compiled"],
+                    help="eager; graphs (whole step replayed from one CUDA graph); compiled (decoder layers "
+                         "compiled by torch.compile, and the whole step replayed from one CUDA graph)")
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=128)
-    ap.add_argument("--check", type=int, default=32, help="greedy tokens compared with the emulation run")
+    ap.add_argument("--check", type=int, default=32,
+                    help="greedy tokens compared with the emulation run (0: no check); see bench/token_check.py")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per engine process")

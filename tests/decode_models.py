@@ -20,7 +20,7 @@ DEEPSEEK_TINY = dict(hidden_size=256, intermediate_size=512, moe_intermediate_si
 KINDS = ("qwen3-moe-fp8", "gpt-oss-mxfp4", "deepseek-fp8")
 
 
-def build(kind: str, tmp: Path, device: str = "cpu", engine: str = "oracle", config=None):
+def build(kind: str, tmp: Path, device: str = "cpu", engine: str = "oracle", config=None, layers: int | None = None):
     """The oracle.hf (or, engine="bf16", plain transformers) model of one tiny kind."""
     config_file = None
     if kind == "deepseek-fp8":
@@ -29,5 +29,31 @@ def build(kind: str, tmp: Path, device: str = "cpu", engine: str = "oracle", con
         config_file.write_text(json.dumps(data))
         kind = "qwen3-moe-fp8"        # the transformers fine-grained FP8 layout
     if engine == "bf16":
-        return synthetic.bf16_model(str(config_file) if config_file else None, kind, None, device)
-    return synthetic.oracle_model(str(config_file) if config_file else None, kind, None, device, config=config)
+        return synthetic.bf16_model(str(config_file) if config_file else None, kind, layers, device)
+    return synthetic.oracle_model(str(config_file) if config_file else None, kind, layers, device, config=config)
+
+
+def compiled_step_errors(model, ids, steps: int = 7):
+    """Relative logits error of inductor-compiled decode steps against eager ones, fed the same tokens
+    (batch row 0); on CUDA the compiled steps replay a CUDA graph. Also returns the compiled mode that ran."""
+    import torch
+
+    from oracle.hf.compiled import compile_layers
+    from oracle.hf.decode import Decoder
+
+    eager = Decoder(model, ids.shape[0], 32, "eager")
+    tokens = eager.generate(ids, steps + 1)
+    torch._dynamo.reset()
+    compile_layers(model, backend="inductor")
+    compiled = Decoder(model, ids.shape[0], 32, "compiled")
+    for dec in (eager, compiled):
+        dec.prefill(ids)
+    errs = []
+    for i in range(steps):
+        logits = []
+        for dec in (eager, compiled):
+            dec.token.copy_(tokens[:, i:i + 1])
+            dec.step()
+            logits.append(dec.step_logits[0].float().clone())
+        errs.append(float((logits[1] - logits[0]).norm() / logits[0].norm()))
+    return torch.tensor(errs), compiled.mode

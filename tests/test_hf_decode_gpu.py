@@ -73,3 +73,13 @@ def test_graph_decode_equals_eager_decode(model, batch):
     eager = Decoder(model, batch, 64, "eager").generate(ids, 24)
     graphs = Decoder(model, batch, 64, "graphs").generate(ids, 24)
     assert torch.equal(graphs, eager)
+
+
+def test_compiled_layers_capture_and_follow_eager(model):
+    """Inductor-compiled layers inside the captured step: the capture succeeds (no fallback) and the
+    step logits stay within the FP8 bound of tests/test_hf_decode_models.py of the eager steps'."""
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(7))
+    errs, mode = decode_models.compiled_step_errors(model, ids)
+    assert mode == "compiled", mode
+    assert errs.median() < 0.15, errs

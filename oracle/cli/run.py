@@ -2,8 +2,9 @@
 
 Prints the generated token ids (and text when the checkpoint has a tokenizer), the
 per-layer decision summary, load time, peak memory and tokens/s. Decoding runs over a static
-KV cache, each step replayed from one CUDA graph (`--decode graphs`, the default on CUDA) or
-run eagerly (`--decode eager`); `--bench` adds the steady-state table of bench/bench_decode.py. Exit 0 on success,
+KV cache, each step replayed from one CUDA graph (`--decode graphs`, the default on CUDA), run
+eagerly (`--decode eager`), or with the decoder layers compiled by torch.compile and replayed
+(`--decode compiled`); `--bench` adds the steady-state table of bench/bench_decode.py. Exit 0 on success,
 1 for bad input (a message naming file and tensor), 2 when some quantized layer has no
 kernel on this machine. torch and transformers are imported only when the command runs.
 """
@@ -42,13 +43,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     prompt.add_argument("--prompt-ids", metavar="1,2,3", help="token ids of the prompt (default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=16, metavar="N",
                    help=f"tokens to generate, 1 to {MAX_NEW_TOKENS} (default 16)")
-    p.add_argument("--decode", choices=("eager", "graphs"), default=None,
-                   help="decode steps run eagerly or replayed from one CUDA graph over a static KV cache "
+    p.add_argument("--decode", choices=("eager", "graphs", "compiled"), default=None,
+                   help="decode steps over a static KV cache: run eagerly, replayed from one CUDA graph, or "
+                        "compiled (decoder layers compiled by torch.compile, which fuses transformers' small "
+                        "kernels, then replayed from one CUDA graph; the first steps pay the compile) "
                         "(default: graphs on CUDA, eager on the CPU)")
     p.add_argument("--bench", action="store_true",
                    help="also measure steady-state decode: a 128-token prompt, 16 warm-up tokens, then "
-                        "--bench-steps timed steps, for each --batch size and decode mode (eager, and graphs on "
-                        "CUDA); prints tokens/s, ms per step and peak memory")
+                        "--bench-steps timed steps, for each --batch size and decode mode (eager, and graphs "
+                        "and compiled on CUDA); prints tokens/s, ms per step, warm-up time and peak memory")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8], metavar="N", help="batch sizes for --bench")
     p.add_argument("--bench-steps", type=int, default=128, metavar="N")
     add_choice_options(p)
@@ -103,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     decoder = Decoder(model, 1, ids.shape[1] + args.max_new_tokens + 1, mode)
     out = decoder.generate(ids, args.max_new_tokens)
     if decoder.fallback:
-        mode = f"eager (graph capture failed: {decoder.fallback})"
+        mode = f"{decoder.mode} (graph capture failed: {decoder.fallback})"
     new = _until_eos(out[0].tolist(), model)
     seconds = time.perf_counter() - start
     print(f"model     {args.model} ({model.oracle.report.model.dialect_detail})")
@@ -141,13 +144,14 @@ def _bench(model: Any, ids: Any, args: argparse.Namespace, device: str) -> None:
     from ..hf.decode import measure
 
     prompt = ids.repeat(1, -(-128 // ids.shape[1]))[:, :128]          # the user's prompt, repeated to 128
-    modes = ("eager", "graphs") if device.startswith("cuda") else ("eager",)
+    modes = ("eager", "graphs", "compiled") if device.startswith("cuda") else ("eager",)
     print(f"bench     128-token prompt, 16 warm-up tokens, {args.bench_steps} timed decode steps, static KV cache")
-    print(f"  {'batch':>5} {'decode':>7} {'tokens/s':>10} {'ms/step':>9} {'prefill ms':>11}")
+    print(f"  {'batch':>5} {'decode':>9} {'tokens/s':>10} {'ms/step':>9} {'prefill ms':>11} {'warm-up s':>10}")
     for batch in args.batch:
         for mode in modes:
             m = measure(model, prompt.repeat(batch, 1), args.bench_steps, mode)
-            print(f"  {batch:>5} {m.mode:>7} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f}")
+            print(f"  {batch:>5} {m.mode:>9} {m.tok_s:>10.1f} {m.ms_step:>9.2f} {m.prefill_ms:>11.1f} "
+                  f"{m.warmup_s:>10.1f}")
     print(f"  peak memory {_peak_mib(device) / 1024:.2f} GiB "
           f"({'GPU allocated' if device.startswith('cuda') else 'process RSS'}, weights, caches and graphs)")
 

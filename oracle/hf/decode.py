@@ -19,6 +19,8 @@ from the device. The cost is attention over `max_len` keys instead of the window
 """
 from __future__ import annotations
 
+import contextlib
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +30,10 @@ from torch import nn
 
 from ..errors import InputError
 
-MODES = ("eager", "graphs")
+#: eager: every step launched from Python; graphs: the whole step replayed from one CUDA graph;
+#: compiled: the decoder layers compiled with torch.compile (oracle.hf.compiled) and, on CUDA, the
+#: whole step replayed from one CUDA graph (on the CPU the compiled layers run without one)
+MODES = ("eager", "graphs", "compiled")
 
 
 def static_cache(model: nn.Module, max_len: int) -> Any:
@@ -50,12 +55,18 @@ class Decoder:
             raise InputError(f"CUDA graphs need a CUDA device; the model is on {device} (use --decode eager)",
                              field="--decode")
         self.model, self.batch, self.max_len, self.mode, self.device = model, batch, max_len, mode, device
+        self.compiled = mode == "compiled"
+        if self.compiled and not hasattr(model, "_oracle_compiled_layers"):   # a backend set by the caller stays
+            from .compiled import compile_layers
+            compile_layers(model)
+        self.replay = device.type == "cuda" and mode in ("graphs", "compiled")
         self.cache = static_cache(model, max_len)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)     # next step's input
         self.pos = torch.zeros(batch, 1, dtype=torch.long, device=device)       # its position
         self.length = 0                                                         # tokens in the cache (host view)
         self.graph: Any = None
-        self.logits: torch.Tensor | None = None
+        self.logits: torch.Tensor | None = None        # the prefill's next-token logits
+        self.step_logits: torch.Tensor | None = None   # the last decode step's
         self.fallback: str | None = None          # why graphs were asked for but steps run eagerly
 
     # ------------------------------------------------------------------ steps
@@ -83,7 +94,7 @@ class Decoder:
         """One decode step: feeds `self.token`, leaves the next greedy token there (no host synchronisation)."""
         if self.length + 1 > self.max_len:
             raise InputError(f"the {self.max_len}-token cache is full", field="max_len")
-        if self.mode == "graphs" and self.graph is None:
+        if self.replay and self.graph is None:
             self._capture()
         if self.graph is not None:
             self.graph.replay()
@@ -93,8 +104,11 @@ class Decoder:
         return self.token
 
     def _forward(self) -> None:
-        out = self.model(input_ids=self.token, position_ids=self.pos, past_key_values=self.cache, use_cache=True)
-        self.token.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+        from .compiled import active
+        with active(self.model) if self.compiled else contextlib.nullcontext():
+            out = self.model(input_ids=self.token, position_ids=self.pos, past_key_values=self.cache, use_cache=True)
+        self.step_logits = out.logits[:, -1]          # [batch, vocab]; under graphs the replay's output buffer
+        self.token.copy_(self.step_logits.argmax(-1, keepdim=True))
         self.pos.add_(1)
 
     def _capture(self) -> None:
@@ -113,8 +127,9 @@ class Decoder:
                 self._forward()
         except RuntimeError as exc:   # a layer whose kernel reads values back (emulation kernels on a GPU)
             torch.cuda.synchronize(self.device)
-            self.mode, self.fallback = "eager", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            warnings.warn(f"CUDA-graph capture of the decode step failed ({self.fallback}); decoding eagerly",
+            self.replay, self.fallback = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            self.mode = "compiled (no graph)" if self.compiled else "eager"
+            warnings.warn(f"CUDA-graph capture of the decode step failed ({self.fallback}); decoding without it",
                           RuntimeWarning, stacklevel=3)
         else:
             self.graph = graph
@@ -158,6 +173,7 @@ class Measurement:
     tok_s: float            # batch x steps / seconds of the timed steps
     ms_step: float
     prefill_ms: float
+    warmup_s: float         # the warm-up generation: first calls, compiles (torch.compile, Triton), capture
     tokens: torch.Tensor    # [batch, steps + 1] greedy tokens (the first from the prefill), on the CPU
     logits: torch.Tensor    # [vocab] the prefill's next-token logits of row 0, fp32, on the CPU
 
@@ -166,12 +182,13 @@ def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: 
     """Warm up (kernels compile, the graph is captured) with `warmup` tokens, prefill `ids` [batch, P]
     again and time `steps` decode steps. The static cache gives every step the same shapes, so the
     timed steps meet nothing the warm-up did not (no first-call compiles or attention plans)."""
-    import time
-
     batch = ids.shape[0]
     dec = Decoder(model, batch, ids.shape[1] + max(steps, warmup) + 8, mode)
-    dec.generate(ids, warmup)
     sync = torch.cuda.synchronize if dec.device.type == "cuda" else (lambda: None)
+    t = time.perf_counter()
+    dec.generate(ids, warmup)
+    sync()
+    warmup_s = time.perf_counter() - t
     out = torch.empty(batch, steps + 1, dtype=torch.long, device=dec.device)
     sync()
     t = time.perf_counter()
@@ -183,5 +200,5 @@ def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: 
         out[:, i + 1:i + 2] = dec.step()
     sync()
     seconds = time.perf_counter() - t
-    return Measurement(batch, dec.mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill,
+    return Measurement(batch, dec.mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill, warmup_s,
                        out.cpu(), dec.logits[0].float().cpu())

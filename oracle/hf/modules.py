@@ -25,6 +25,7 @@ class FusedRunner:
 
         self.kernel = kernel
         self.handle = ops.register(kernel)       # a Python int: a constant to Dynamo
+        self.traced_handle = self.handle         # what compiled code calls (oracle.hf.compiled shares one)
         self.in_features, self.out_features = in_features, out_features
         self._x: torch.Tensor | None = None      # held, so its memory cannot be reused by a new input
         self._version = -1
@@ -46,7 +47,7 @@ class FusedRunner:
         """Compiled: one oracle::linear node per input; the part with the last rows drops the cache, so
         no tensor stays on the runner between calls (Dynamo would guard on it and recompile each call)."""
         if x is not self._x_traced:
-            y = torch.ops.oracle.linear(x.reshape(-1, self.in_features), self.handle)
+            y = torch.ops.oracle.linear(x.reshape(-1, self.in_features), self.traced_handle)
             self._out_traced = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
             self._x_traced = x
         out = self._out_traced
@@ -83,12 +84,13 @@ class KernelExperts(nn.Module):
 
         self.kernel, self.decision = kernel, decision
         self.handle = ops.register(kernel)
+        self.traced_handle = self.handle
         kernel.check_inputs = False        # the ids come from the model's router: no host read-back per call
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            out = torch.ops.oracle.moe(hidden_states, top_k_weights.float(), top_k_index, self.handle)
+            out = torch.ops.oracle.moe(hidden_states, top_k_weights.float(), top_k_index, self.traced_handle)
         else:
             out = self.kernel.apply(hidden_states, top_k_weights.float(), top_k_index)
         return out.to(hidden_states.dtype)

@@ -26,10 +26,11 @@ API (used by oracle.hf and the vLLM plugin alike):
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -38,6 +39,7 @@ from ..formats import torch_dtype
 _kernels: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _next = itertools.count(1)
 _lock = threading.Lock()
+_bound: dict[int, int] = {}       # handle -> handle whose kernel runs instead (see `bound`)
 
 
 def register(kernel: Any) -> int:
@@ -52,10 +54,26 @@ def unregister(handle: int) -> None:
     _kernels.pop(int(handle), None)
 
 
+@contextlib.contextmanager
+def bound(mapping: dict[int, int]) -> Iterator[None]:
+    """Within the block, an op called with handle `h` runs kernel `mapping[h]` (others unchanged).
+
+    For code compiled once and run for several layers (oracle.hf.compiled): the compiled graph holds
+    the first layer's handles as constants; each later layer's call binds them to its own kernels,
+    whose shapes the caller checked are equal. Ops read the binding when they run (eagerly, or while
+    a CUDA graph records them), never when a graph replays."""
+    global _bound
+    saved, _bound = _bound, {**_bound, **mapping}
+    try:
+        yield
+    finally:
+        _bound = saved
+
+
 def kernel(handle: int) -> Any:
     """The kernel registered under `handle`; a clear error for an unknown or freed one."""
     try:
-        return _kernels[int(handle)]
+        return _kernels[_bound.get(int(handle), int(handle))]
     except KeyError:
         raise KeyError(f"oracle op handle {handle}: no kernel registered under it (never registered, "
                        "unregistered, or its model was freed)") from None
