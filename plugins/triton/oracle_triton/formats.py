@@ -68,12 +68,18 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
+    - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks);
     - tiled GEMM: FP8 K tiles of 32-128 inside one 128-wide scale block (the float8 dot needs
       K >= 32), 4-bit K tiles of whole scale groups."""
     bk = cfg.get("BLOCK_K", 0)
+    if cfg.get("SCALED_MM"):
+        if layout.elem != FP8 or layout.group != 1:
+            raise ValueError(f"SCALED_MM for {what}: torch._scaled_mm rowwise serves FP8 weights with per-channel "
+                             "or per-tensor scales only")
+        return
     if cfg.get("SWAP"):
         if cfg.get("BLOCK_M", 0) < 16:
             raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")

@@ -217,6 +217,10 @@ class DenseGemm:
             cfg = self._configs.get((m, act))
             if cfg is None:
                 cfg = self._configs[(m, act)] = self.config_for(m, act)
+        if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
+            if out_dtype == torch.bfloat16:
+                return self.scaled_mm(x, act, act_scale, out_dtype)
+            cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
@@ -266,12 +270,33 @@ class DenseGemm:
                                words=self.facts["hw_fp8"] and act == 0)
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
+    def scaled_mm_ok(self, act: int) -> bool:
+        """Can the GEMM go to torch._scaled_mm rowwise: FP8 weights with one scale per channel or per
+        tensor, W8A8 per token or per tensor (both expand to rowwise scale vectors)."""
+        return self.layout.elem == FP8 and self.layout.group == 1 and act in (ACT_TOKEN, ACT_TENSOR) and \
+            self.n % 16 == 0 and self.k % 16 == 0
+
+    def scaled_mm(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
+                  out_dtype: torch.dtype) -> torch.Tensor:
+        """W8A8 with scales constant along K: the activation codes from our quantizer (one launch),
+        the product by torch._scaled_mm with rowwise scales (cuBLASLt; measured faster than our
+        tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
+        rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
+        m = x.shape[0]
+        codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+        sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
+        sb = self.scale.reshape(1, -1).expand(1, self.n)
+        return torch._scaled_mm(codes.view(torch.float8_e4m3fn), self.weight.view(torch.float8_e4m3fn).t(),
+                                scale_a=sa.contiguous(), scale_b=sb.contiguous(), bias=self.bias, out_dtype=out_dtype)
+
     def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
         the PTX word decoders capability >= 8.9 and layer-dtype activations."""
         if cfg.get("DECODE") == 3 and not (self.facts["hw_fp8"] and act == 0):
             return False
+        if cfg.get("SCALED_MM"):
+            return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
         if cfg.get("SWAP"):
             return self.swap_ok(act)
         if "DECODE" in cfg:

@@ -102,3 +102,19 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
         scale = dynamic_tensor_scale(x) if gran == "tensor" else None
         assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, m)
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_scaled_mm_hand_off_matches_emulation(fmt, mode, gran):
+    """SCALED_MM: our activation codes and scales, the product by torch._scaled_mm with rowwise
+    scales (a per-tensor scale expanded), the bias fused; fp16 layers keep the tiles."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 96, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
+    assert t.gemm.scaled_mm_ok(t.act)
+    for m in (1, 5):
+        x = torch.randn(m, 320, dtype=torch.bfloat16, device=DEV) * 3
+        scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+        y = t.gemm(x, t.act, scale, torch.bfloat16, {"SCALED_MM": 1})
+        assert y.dtype == torch.bfloat16 and rel(y, e.apply(x)) < TOL, (fmt, m)

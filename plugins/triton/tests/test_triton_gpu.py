@@ -291,3 +291,26 @@ def test_fast_eager_launches_match_tritons_path(fmt, mode, act, params):
     view = big[1:].view(1, 4096)
     assert view.data_ptr() % 16 != 0
     assert torch.equal(t.forward(view), t.forward(view.clone()))
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_scaled_mm_hand_off_matches_emulation_and_replays(fmt, mode, gran):
+    """SCALED_MM (our activation codes, torch._scaled_mm rowwise, bias fused) at M = 1..300 against
+    the reference, and captured / replayed."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 1536, 4096, mode, "fp8", {"activation_granularity": gran}, device="cuda", bias=True)
+
+    def run(x):
+        return t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
+                      {"SCALED_MM": 1})
+    for m in (1, 16, 256, 300):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        assert rel(run(x), e.apply(x)) < TOL, m
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(run, x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, run(x)) and rel(out, e.apply(x)) < TOL

@@ -153,3 +153,14 @@ def test_gemv_and_swap_entries_are_used_and_the_calls_run_with_them(table):
     t64, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV, group=64)
     t64.gemm.facts = dict(t64.gemm.facts, name=DEVICE)
     assert "SWAP" not in t64.gemm.config_for(5)
+
+
+def test_scaled_mm_entries_only_for_per_channel_fp8(tmp_path):
+    entry = {"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 256, "k": 512, "m": 256,
+             "config": {"SCALED_MM": 1}}
+    path = _write(tmp_path, [entry])
+    assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]
+    path = _write(tmp_path, [dict(entry, mode="w8a8_block", weight="fp8_block")])
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert "[0].config" in str(err.value)
