@@ -37,7 +37,7 @@ SHAPES = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": 
           "2048x4096": (2048, 4096)}
 OK = 1e-2
 M_FP8 = [1, 16, 256]
-M_4BIT = {"int4": [1, 16, 32, 256], "mxfp4": [1, 16, 256], "nvfp4": [1, 16]}
+M_4BIT = {"int4": [1, 16, 32, 256, 4096], "mxfp4": [1, 16, 256], "nvfp4": [1, 16]}
 ROWS: list[dict] = []
 DEADLINE = [math.inf]
 
@@ -72,7 +72,7 @@ def record(shape, fmt, m, label, cfg, fn, ref, base: dict) -> float | None:
         return None
     try:
         err = rel(fn[0](), ref)
-        us = gtime(fn)
+        us = gtime(fn, 20 if m <= 32 else 4)
     except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported, never chosen
         print(f"  {shape} {fmt} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
         ROWS.append(dict(shape=shape, fmt=fmt, m=m, variant=label, config=cfg, error=f"{type(exc).__name__}"))
@@ -114,6 +114,10 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     sms = facts["sms"]
     lay = layout_for(fmt, n, k, 128)
     out = [("default", default)]
+    if m >= 256:
+        out.append(("dequant + cuBLAS", {"DEQUANT_MM": 1}))
+    if m > 256:
+        return out
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -172,8 +176,8 @@ def sweep_4bit(name, n, k, w, bw, fmt, ms):
     for m in ms:
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         ref = em.apply(x)
-        base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16]), "hbm_us": hbm}
-        if tiny:
+        base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20 if m <= 32 else 4), "hbm_us": hbm}
+        if tiny and m <= 32:          # (tinygemm takes 1-75 ms from 256 rows on: bench_peers has those figures)
             base["tinygemm_us"] = gtime([lambda f=f: f(x) for f in tiny])
         print(f"{name} {fmt} M={m}: bf16 {base['bf16_us']:.1f} us, tinygemm {base.get('tinygemm_us', 0):.1f} us, "
               f"hbm {hbm:.1f} us", flush=True)

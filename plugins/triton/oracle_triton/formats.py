@@ -68,6 +68,7 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
+    - DEQUANT_MM (the weight dequantized once, cuBLAS): any weight (layer-dtype activations);
     - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
@@ -75,6 +76,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - tiled GEMM: FP8 K tiles of 32-128 inside one 128-wide scale block (the float8 dot needs
       K >= 32), 4-bit K tiles of whole scale groups."""
     bk = cfg.get("BLOCK_K", 0)
+    if cfg.get("DEQUANT_MM"):
+        return
     if cfg.get("SCALED_MM"):
         if layout.elem != FP8 or layout.group != 1:
             raise ValueError(f"SCALED_MM for {what}: torch._scaled_mm rowwise serves FP8 weights with per-channel "

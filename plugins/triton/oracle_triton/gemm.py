@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
-                      tile_product, to_dtype, w4_product)
+                      tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 
 
@@ -323,3 +323,30 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                   ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                   HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """The whole weight W [N, K] in the layer dtype, each value x its scale rounded as the reference
+    dequantizes it (the large-M path multiplies it with cuBLAS: launch.DenseGemm.dequant_mm).
+    Grid (N / BLOCK_N, K / BLOCK_K)."""
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k0 = tl.program_id(1) * BLOCK_K
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    mask = (offs_n < N)[:, None] & (offs_k < K)[None, :]
+    if ELEM == 0:
+        codes = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk, mask=mask, other=0)
+        s = tl.load(s_ptr + (offs_n // SCALE_ROWS)[:, None] * stride_sn + (offs_k // GROUP)[None, :] * stride_sk,
+                    mask=mask, other=0.0)
+        w = to_dtype(fp8_operand(codes, False, HW_FP8, tl.float32).to(tl.float32) * s, io_t, EXACT_BF16)
+    else:
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr)
+        w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
+                    stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    tl.store(out_ptr + offs_n[:, None] * K + offs_k[None, :], w, mask=mask)

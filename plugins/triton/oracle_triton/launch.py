@@ -217,6 +217,8 @@ class DenseGemm:
             cfg = self._configs.get((m, act))
             if cfg is None:
                 cfg = self._configs[(m, act)] = self.config_for(m, act)
+        if cfg.get("DEQUANT_MM") and not act:       # many rows: dequantize once, multiply with cuBLAS
+            return self.dequant_mm(x, out_dtype)
         if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
@@ -270,6 +272,25 @@ class DenseGemm:
                                words=self.facts["hw_fp8"] and act == 0)
         return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
 
+    def dequant_mm(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """Many rows, layer-dtype activations (W8A16 / W4A16): the weight dequantized once into a
+        transient [N, K] buffer in the layer dtype (gemm.dequant_kernel: the reference's values), then
+        one cuBLAS product with the bias fused. At hundreds of rows and more the dequantizing pass
+        (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
+        once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
+        table chooses it per shape and M bucket."""
+        lay = self.layout
+        buf = torch.empty(self.n, self.k, dtype=out_dtype, device=x.device)
+        bn, bk = 64, 128
+        self.launch(
+            "dequant_kernel", (-(-self.n // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
+            (out_dtype,), w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale, out_ptr=buf,
+            N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+            stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
+            SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
+            BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+        return torch.nn.functional.linear(x, buf, self.bias)
+
     def scaled_mm_ok(self, act: int) -> bool:
         """Can the GEMM go to torch._scaled_mm rowwise: FP8 weights with one scale per channel or per
         tensor, W8A8 per token or per tensor (both expand to rowwise scale vectors)."""
@@ -297,6 +318,8 @@ class DenseGemm:
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
+        if cfg.get("DEQUANT_MM"):
+            return act == 0
         if cfg.get("SWAP"):
             return self.swap_ok(act)
         if "DECODE" in cfg:

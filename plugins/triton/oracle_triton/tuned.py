@@ -5,7 +5,8 @@ winners of `bench/sweep_large_m.py --write-table` and `bench/sweep_dense.py --wr
 each layer shape and token bucket: the way engines ship tuned per-device JSON for their fused
 MoE. `DenseGemm.config_for` consults it at every M (an entry names its path: the tiled GEMM, the
 one-row GEMV (it has DECODE), a swap-AB kernel (SWAP) or, for FP8 W8A8 per channel, our
-activation codes multiplied by torch._scaled_mm (SCALED_MM)); `TritonMoE.config_for` for the aligned
+activation codes multiplied by torch._scaled_mm (SCALED_MM), or, at many rows, the weight
+dequantized once and multiplied by cuBLAS (DEQUANT_MM)); `TritonMoE.config_for` for the aligned
 path. Both fall back to the shape rules (launch.dense_config / gemv_config, moe.moe_config) where
 the table has no entry; the direct MoE path stays rule-based.
 
@@ -29,7 +30,7 @@ from .formats import check_config, layout_for
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
-        "SCALED_MM", "num_warps", "num_stages"}
+        "SCALED_MM", "DEQUANT_MM", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: A one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) says its split.
 NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
@@ -79,7 +80,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
             cfg = e.get("config")
             needed = NEEDED
             if isinstance(cfg, dict):
-                needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else \
+                needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else {"DEQUANT_MM"} if cfg.get("DEQUANT_MM") else \
                     NEEDED_SWAP if cfg.get("SWAP") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
             if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= KEYS or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):

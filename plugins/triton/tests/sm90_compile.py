@@ -180,8 +180,18 @@ def swap_cases():
         "swap mxfp4 bm16 bn128": lambda: swap(1, 32, c(16, 128, 4, 0)),
         "swap nvfp4 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 0)),
         "swap fp8 W8A8 per token bm16 bn128": lambda: fp8_swap(c(16, 128, 4, 0)),
+        "dequant int4 zero points": lambda: dequant(3, 8, 128, zero=True),
+        "dequant mxfp4": lambda: dequant(1, 2, 32),
+        "dequant fp8_block": lambda: dequant(0, 1, 128, scale_rows=128),
         "swap fp8 W8A8 per token bm64 bn128 w8": lambda: fp8_swap(c(64, 128, 8, 0)),
     }
+
+
+def dequant(elem, pack, group, *, zero=False, scale_rows=1):
+    consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, HW_FP8=True, BLOCK_N=64,
+                  BLOCK_K=128, EXACT_BF16=False, OUT_F16=False, **_ones(elem))
+    ptrs = {"w_ptr": "*i32" if elem == 3 else "*u8", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "out_ptr": "*bf16"}
+    return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
 def fp8_swap(cfg, act=2):

@@ -118,3 +118,15 @@ def test_scaled_mm_hand_off_matches_emulation(fmt, mode, gran):
         scale = dynamic_tensor_scale(x) if gran == "tensor" else None
         y = t.gemm(x, t.act, scale, torch.bfloat16, {"SCALED_MM": 1})
         assert y.dtype == torch.bfloat16 and rel(y, e.apply(x)) < TOL, (fmt, m)
+
+
+@pytest.mark.parametrize("fmt,mode,symmetric", [("fp8_tensor", "w8a16_fp8_tensor", True),
+                                                ("fp8_channel", "w8a16_fp8_channel", True),
+                                                ("fp8_block", "w8a16_block", True), ("mxfp4", "w4a16_mx", True),
+                                                ("nvfp4", "w4a16_nvfp4", True), ("int4", "w4a16_int4", False)])
+def test_dequant_mm_matches_emulation(fmt, mode, symmetric):
+    """DEQUANT_MM (many rows): gemm.dequant_kernel writes the reference's dequantized weight (value
+    x scale rounded to the layer dtype; partial N and K tiles), then one product with the bias."""
+    t, e = linear_pair(fmt, 96, 384, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
+    x = torch.randn(5, 384, dtype=torch.bfloat16, device=DEV) * 3
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1}), e.apply(x)) < TOL

@@ -314,3 +314,23 @@ def test_scaled_mm_hand_off_matches_emulation_and_replays(fmt, mode, gran):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, run(x)) and rel(out, e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,mode", [("int4", "w4a16_int4"), ("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"),
+                                      ("fp8_block", "w8a16_block"), ("fp8_channel", "w8a16_fp8_channel")])
+def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
+    """DEQUANT_MM at M = 256 / 300 (model-sized N and K, a partial last N tile), and captured /
+    replayed (the transient weight buffer is the graph's own)."""
+    t, e = linear_pair(fmt, 2112, 7168, mode, "bf16", device="cuda", bias=True)
+
+    def run(x):
+        return t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1})
+    for m in (256, 300):
+        x = torch.randn(m, 7168, device="cuda", dtype=torch.bfloat16)
+        assert rel(run(x), e.apply(x)) < TOL, m
+    x = torch.randn(256, 7168, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(run, x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, run(x))
