@@ -38,6 +38,9 @@ SHAPES = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": 
 OK = 1e-2
 M_FP8 = [1, 16, 256]
 M_4BIT = {"int4": [1, 16, 32, 256, 4096], "mxfp4": [1, 16, 256], "nvfp4": [1, 16]}
+#: The sweep's order: (format, rows) over every shape, the targets that matter most first.
+PHASES = [("int4", [1, 16]), ("fp8ch", M_FP8), ("mxfp4", [1, 16]), ("nvfp4", [1, 16]), ("int4", [32, 256, 4096]),
+          ("mxfp4", [256])]
 ROWS: list[dict] = []
 DEADLINE = [math.inf]
 
@@ -480,20 +483,20 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     try:
-        for part in args.parts:
+        for fmt, ms in PHASES:        # most important first: a budget that runs out loses the least
+            part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[fmt]
+            if part not in args.parts:
+                continue
             for name in args.shapes:
                 if time.perf_counter() > DEADLINE[0]:
-                    print(f"budget spent: {part} {name} not run")
+                    print(f"budget spent: {fmt} M={ms} {name} not run")
                     continue
                 n, k = SHAPES[name]
                 w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
-                if part == "int4":
-                    sweep_4bit(name, n, k, w, bw, "int4", M_4BIT["int4"])
-                elif part == "fp4":
-                    for fmt in ("mxfp4", "nvfp4"):
-                        sweep_4bit(name, n, k, w, bw, fmt, M_4BIT[fmt])
+                if fmt == "fp8ch":
+                    sweep_fp8(name, n, k, w, bw, ms)
                 else:
-                    sweep_fp8(name, n, k, w, bw, M_FP8)
+                    sweep_4bit(name, n, k, w, bw, fmt, ms)
                 del w
                 torch.cuda.empty_cache()
                 if args.json:
