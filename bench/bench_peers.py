@@ -385,7 +385,12 @@ def bench_moe(ms_list, bw, rows, skipped):
 def main(argv: list[str] | None = None) -> int:
     ap = table_args(__doc__.splitlines()[0], DENSE, MOE)
     ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
+    ap.add_argument("--gemlite-budget-s", type=float, default=GEMLITE_BUDGET_S,
+                    help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
+                         "new shape and M")
     args = ap.parse_args(argv)
+    global GEMLITE_BUDGET_S
+    GEMLITE_BUDGET_S = args.gemlite_budget_s
     if not start("bench_peers"):
         return 2
     keep_shapes(args.shapes, DENSE, MOE)
