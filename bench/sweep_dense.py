@@ -208,7 +208,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(16 if m <= 16 else 32, bn, bk, nw, st) for bn in (64, 128, 256) for bk in (128, 256)
                 for nw in (4, 8) for st in (3, 5)]
         grid = [g for g in grid if not (g[1] == 256 and g[3] == 4) and not (g[1] == 64 and g[3] == 8)
-                and not (g[1] == 128 and g[3] == 8 and g[4] == 5)]
+                and not (g[1] == 128 and g[3] == 8 and g[4] == 5)
+                and (g[0] + g[1]) * g[2] * g[4] <= 224 * 1024]          # the stages' shared memory
     else:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
     for bm, bn, bk, nw, st in grid:

@@ -6,10 +6,9 @@ kernel's globals on every call; on the H200 machine's host that costs tens of mi
 than a few-row dense product takes on the GPU. The compiled object Triton returns from the first
 launch can be started again with the same argument list (Triton >= 3.3 passes every argument,
 constexprs included, to its launcher), which is what `JITFunction.run` itself does after its
-checks. The caller supplies the key that stands for the specialization: the launch parameters,
-the dtypes, and what Triton specializes values on (16-byte pointer alignment, integers equal to 1
-or divisible by 16); a call whose key was not seen, or any call while a launch hook is installed
-(profilers), takes Triton's own path.
+checks, hooks included. The caller supplies the key that stands for the specialization: the launch
+parameters, the dtypes, and what Triton specializes values on (16-byte pointer alignment, integers
+equal to 1 or divisible by 16); a call whose key was not seen takes Triton's own path.
 """
 from __future__ import annotations
 
@@ -31,9 +30,11 @@ def spec(*values: Any) -> tuple:
 
 
 def hooked() -> bool:
-    """Is a launch hook installed (a profiler wants Triton's launch metadata)?"""
+    """Is a launch hook installed (a profiler wants Triton's launch metadata)? Triton >= 3.5 keeps
+    an always-present chain of hooks (empty: none); older ones None."""
     from triton import knobs
-    return knobs.runtime.launch_enter_hook is not None
+    hook = knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def current_stream() -> int:
@@ -57,9 +58,13 @@ class FastLaunch:
         """Launch fn over grid with `args` (by name) and `options` (num_warps, num_stages); key None:
         always Triton's path (nothing cached)."""
         ck = self.compiled.get(key) if key is not None and self.enabled else None
-        if ck is not None and not hooked():
-            ck.run(grid[0], grid[1], grid[2], current_stream(), ck.function, ck.packed_metadata, None, None, None,
-                   *[args[n] if n in args else self.defaults[n] for n in self.names])
+        if ck is not None:
+            from triton import knobs
+            values = [args[n] if n in args else self.defaults[n] for n in self.names]
+            stream = current_stream()
+            enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+            meta = ck.launch_metadata(grid, stream, *values) if hooked() else None
+            ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta, enter, leave, *values)
             return
         ck = self.fn[grid](**args, **options)
         if key is not None and self.enabled and hasattr(ck, "packed_metadata"):   # the interpreter returns none

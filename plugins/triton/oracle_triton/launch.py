@@ -94,20 +94,62 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
     thread at 4 warps; an E2M1 byte holds two). BLOCK_N divides 128 so a program's rows share one
-    FP8 block scales. Split-K only until the programs cover the SMs once: more splits measured
-    slower (bench/sweep_gemv.py, H200). words: decode whole 32-bit words by inline PTX (DECODE 3;
-    compiled on capability >= 8.9, layer-dtype activations)."""
+    FP8 block scales. words: decode whole 32-bit words by inline PTX (DECODE 3; compiled on
+    capability >= 8.9, layer-dtype activations). Measured on an H200 with weights from HBM
+    (bench/sweep_dense.py, 2026-12-01 R1): INT4 words are fastest in 64-column, 256-deep tiles with
+    split-K up to three programs per SM (8192x8192: 17.4 us against 21.4 for 16-column tiles over
+    the SMs once), 32 columns where the output alone gives four programs per SM (36864x7168);
+    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0)."""
     bn = 16 if elem == 3 else 32
-    # E2M1 words: a 512-wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
-    bk = 512 if elem in (1, 2) and words else 256
+    # E2M1 words: a wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
+    bk = 1024 if elem in (1, 2) and words else 256
+    waves = 1
+    if elem == 3 and words:
+        bn = 32 if -(-n // 64) >= 4 * sms else 64
+        waves = 3
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1
-    while split < 16 and tiles * split < sms and k_tiles // (2 * split) >= 1:
-        split *= 2
+    if not (elem in (1, 2) and words):
+        while split < 16 and tiles * split < waves * sms and k_tiles // (2 * split) >= 1:
+            split *= 2
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
     return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
             "num_warps": 4, "num_stages": 3}
+
+
+#: Few rows take the swap-AB kernels up to this M (measured to 32 rows; bench/sweep_dense.py).
+SWAP_MAX_ROWS = 32
+#: From this M on, layer-dtype activations take DEQUANT_MM and FP8 W8A8 per channel SCALED_MM.
+LIBRARY_MIN_ROWS = 256
+
+
+def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dict[str, int]:
+    """gemm.w4_swap_kernel / fp8_swap_kernel launch parameters for M <= SWAP_MAX_ROWS rows.
+
+    Measured on an H200 (bench/sweep_dense.py R1, weights from HBM): INT4 at M=16 on 8192x8192
+    26.5 us in 128-column tiles at 8 warps with split-K to about 1.5 programs per SM (the tiled GEMM:
+    63.0 us); 64-column tiles once the output alone gives two programs per SM (36864x7168: 102 us);
+    E2M1 128-column tiles at 4 warps (MXFP4 46.7 us against 91.5); FP8 W8A8 64-column tiles, K tiles
+    of 128, 4 stages (8192x8192 M=16: 39.7 us with the old quantizer, 41.1 for the tiled GEMM)."""
+    bm = 16 if m <= 16 else 32
+    if elem == 0:
+        bn, bk, warps, stages = 64, 128, 4, 4
+    else:
+        bn, bk, stages = 128, 128, 1
+        warps = 8 if elem == 3 else 4
+        if -(-n // 128) >= 2 * sms:
+            bn, warps = 64, 4
+    tiles = -(-n // bn) * -(-m // bm)
+    k_tiles = -(-k // bk)
+    split = 1
+    while split < 16 and tiles * split < 1.5 * sms and k_tiles // (2 * split) >= 1:
+        split *= 2
+    cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
+           "num_stages": stages}
+    if elem != 0:
+        cfg["DECODE"] = 3 if elem == 3 and words else 0
+    return cfg
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
@@ -137,8 +179,9 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         scales = torch.empty(m, dtype=torch.float32, device=x.device)
     else:
         scales = act_scale
-    if act == ACT_TOKEN:       # a row's amax pass, then its codes: 4 rows x 1024-wide tiles per program
-        bm, bk, k_programs = TOKEN_ROWS, TOKEN_K, 1
+    warps = 4
+    if act == ACT_TOKEN:       # a row's amax pass, then its codes: one row x 4096-wide tiles per program
+        bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
         bm, bk, k_programs = 16, 128, -(-k // 128)
     xs = act_scale if act_scale is not None else x
@@ -146,21 +189,22 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True)
     grid = (-(-m // bm), k_programs, 1)
     if launch is not None:
-        launch("act_qdq_kernel", grid, {"num_warps": 4, "num_stages": 3}, (m, x, x.stride(0), xs, act), **args)
+        launch("act_qdq_kernel", grid, {"num_warps": warps, "num_stages": 3}, (m, x, x.stride(0), xs, act), **args)
     else:
         from .gemm import act_qdq_kernel
-        act_qdq_kernel[grid](**args, num_warps=4)
+        act_qdq_kernel[grid](**args, num_warps=warps)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-#: Per-token codes: rows and K width of one program. A row's scale needs its whole amax first, so
-#: each program walks its rows' K twice; the walk's length, not bandwidth, bounded the 16 x 128
-#: tiles used before (a profile on an H200: 32.4 us of the 38 us of an M=16, K=4096 W8A8 call;
-#: bench_peers). 1024-wide tiles walk K in 8x fewer steps and 4-row programs spread the rows over
-#: 4x more programs (4 x 1024 fp32 = 32 registers per thread at 4 warps; sm90_compile.py checks it).
-#: The codes and scales are the same for any tile (a max is exact in any order).
-TOKEN_ROWS, TOKEN_K = 4, 1024
+#: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
+#: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
+#: it. Measured on an H200 (bench/sweep_dense.py R1, K = 8192): one row in 4096-wide steps at 8 warps
+#: 4.1 / 4.3 / 5.4 us at M = 1 / 16 / 256, against 45.6 / 16.7 / 16.9 us for 4 rows x 1024 (the
+#: previous choice) and 7.1 / 7.2 / 7.9 us for one row x 1024 (a program per row fills the GPU from
+#: a few hundred rows; fewer steps matter more below). The codes and scales are the same for any
+#: tile (a max is exact in any order).
+TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 
 
 class DenseGemm:
@@ -267,10 +311,19 @@ class DenseGemm:
         if found is not None and self.serves(found, m, act):
             return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
-        if use_gemv(m, self.n, self.k, self.layout.elem):
-            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
-                               words=self.facts["hw_fp8"] and act == 0)
-        return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
+        lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
+        if m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
+            if act == 0:
+                return {"DEQUANT_MM": 1}
+            if self.scaled_mm_ok(act) and self.facts["fp8_dot"]:
+                return {"SCALED_MM": 1}
+        fp8_codes = lay.elem == FP8 and act in FP8_CODES
+        if m <= SWAP_MAX_ROWS and self.swap_ok(act) and (lay.elem != FP8 or fp8_codes) and \
+                not (m == 1 and use_gemv(m, self.n, self.k, lay.elem) and not fp8_codes):
+            return swap_config(m, self.n, self.k, sms, lay.elem, words)
+        if use_gemv(m, self.n, self.k, lay.elem):
+            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words)
+        return dense_config(m, self.n, self.k, sms, lay.pack)
 
     def dequant_mm(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         """Many rows, layer-dtype activations (W8A16 / W4A16): the weight dequantized once into a

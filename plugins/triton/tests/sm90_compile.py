@@ -103,12 +103,12 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
 
 
 def act_codes(act: int):
-    from oracle_triton.launch import TOKEN_K, TOKEN_ROWS
+    from oracle_triton.launch import TOKEN_K, TOKEN_ROWS, TOKEN_WARPS
 
     bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
     consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True)
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
-                          consts, 4, 2)
+                          consts, TOKEN_WARPS if act == 2 else 4, 2)
 
 
 def default_cases():

@@ -1,7 +1,8 @@
 """oracle_triton.fastlaunch on CPU with a stand-in kernel: the first launch of a key goes through
 Triton's own path and keeps its compiled object; the next one starts that object directly with
-every argument in the kernel's order (defaults filled in), on the current stream; an unseen key,
-no key, or an installed launch hook takes Triton's path. (The GPU test checks real launches.)"""
+every argument in the kernel's order (defaults filled in), on the current stream, with Triton's
+launch hooks (and their metadata when a hook is installed); an unseen key or no key takes Triton's
+path. (The GPU test checks real launches.)"""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -18,7 +19,10 @@ class _Compiled:
         self.log = log
 
     def run(self, *args):
-        self.log.append(("direct",) + args)
+        self.log.append(("direct",) + args[:7] + args[9:])
+
+    def launch_metadata(self, grid, stream, *args):
+        return ("meta-for", grid, stream)
 
 
 class _Kernel:
@@ -49,19 +53,20 @@ def test_second_launch_of_a_key_starts_the_compiled_kernel(kernel):
     fl((2, 1, 1), "k", opts, x_ptr="X", N=16, BLOCK=32)
     fl((3, 1, 2), "k", opts, x_ptr="Y", N=16, BLOCK=32)
     assert kernel.log[0] == ("triton", (2, 1, 1), {"x_ptr": "X", "N": 16, "BLOCK": 32, "num_warps": 4, "num_stages": 2})
-    assert kernel.log[1] == ("direct", 3, 1, 2, 99, "fn-handle", "meta", None, None, None, "Y", 16, 32, 7)
+    assert kernel.log[1] == ("direct", 3, 1, 2, 99, "fn-handle", "meta", None, "Y", 16, 32, 7)
 
 
-def test_unseen_or_missing_key_and_hooks_take_tritons_path(kernel, monkeypatch):
+def test_unseen_or_missing_key_take_tritons_path_and_hooks_get_metadata(kernel, monkeypatch):
     fl = fastlaunch.FastLaunch(kernel)
     opts = {"num_warps": 4, "num_stages": 2}
     fl((1, 1, 1), "a", opts, x_ptr="X", N=1, BLOCK=32)
     fl((1, 1, 1), "b", opts, x_ptr="X", N=1, BLOCK=32)
     fl((1, 1, 1), None, opts, x_ptr="X", N=1, BLOCK=32)
     fl((1, 1, 1), None, opts, x_ptr="X", N=1, BLOCK=32)
+    assert [e[0] for e in kernel.log] == ["triton"] * 4
     monkeypatch.setattr(fastlaunch, "hooked", lambda: True)
     fl((1, 1, 1), "a", opts, x_ptr="X", N=1, BLOCK=32)
-    assert [e[0] for e in kernel.log] == ["triton"] * 5
+    assert kernel.log[-1][:8] == ("direct", 1, 1, 1, 99, "fn-handle", "meta", ("meta-for", (1, 1, 1), 99))
 
 
 def test_spec_is_what_triton_specializes_on():
