@@ -120,8 +120,10 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
 
 #: Few rows take the swap-AB kernels up to this M (measured to 32 rows; bench/sweep_dense.py).
 SWAP_MAX_ROWS = 32
-#: From this M on, layer-dtype activations take DEQUANT_MM and FP8 W8A8 per channel SCALED_MM.
+#: From this M on, layer-dtype activations take DEQUANT_MM and FP8 W8A8 per channel SCALED_MM
+#: (when LIBRARY_PATHS: on once a GPU run has checked both paths at model shapes).
 LIBRARY_MIN_ROWS = 256
+LIBRARY_PATHS = False
 
 
 def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dict[str, int]:
@@ -312,7 +314,7 @@ class DenseGemm:
             return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
         lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
-        if m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
+        if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
             if act == 0:
                 return {"DEQUANT_MM": 1}
             if self.scaled_mm_ok(act) and self.facts["fp8_dot"]:
