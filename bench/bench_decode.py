@@ -58,13 +58,18 @@ def build(engine: str, args) -> tuple:
 
 
 def transformers_unavailable() -> str:
-    """Why transformers' own FP8 / MXFP4 kernels cannot run here (they come from the Hugging Face hub)."""
+    """Why transformers' own FP8 / MXFP4 kernels cannot run here. Checked in transformers 5.23:
+    integrations/finegrained_fp8.py runs FP8 linears and experts through DeepGEMM or the Triton
+    `kernels-community/finegrained-fp8`, both fetched by the hub `kernels` package (no torch-only
+    fallback: without it the call raises ImportError); quantizer_mxfp4.py needs `kernels` for its
+    triton_kernels MoE and otherwise dequantizes the checkpoint to BF16, which is the bf16 row."""
     from transformers.utils import is_kernels_available
+    why = ("transformers 5.23 runs FP8 (fine-grained) only through DeepGEMM or the Triton kernels-community/"
+           "finegrained-fp8 kernel and MXFP4 only through triton_kernels, all fetched from the Hugging Face hub "
+           "by the `kernels` package; without them MXFP4 is dequantized to BF16 (the bf16 row) and FP8 fails")
     if not is_kernels_available():
-        return ("transformers' fine-grained FP8 and MXFP4 paths load their kernels from the Hugging Face hub "
-                "through the `kernels` package, which is not installed here (and the hub is unreachable)")
-    return ("transformers' quantized paths need their hub kernels downloaded (kernels-community/finegrained-fp8, "
-            "triton_kernels); this benchmark does not fetch them")
+        return why + "; `kernels` is not installed here and the hub is unreachable"
+    return why + "; this benchmark does not fetch hub kernels"
 
 
 def child(engine: str, args) -> dict:
@@ -87,18 +92,35 @@ def child(engine: str, args) -> dict:
     gen = torch.Generator().manual_seed(args.seed + 1)
     vocab = model.config.get_text_config(decoder=True).vocab_size
     prompts = torch.randint(0, vocab, (max(args.batch), args.prompt), generator=gen).to(args.device)
-    plan = [] if engine == "emulation" else [(b, m) for b in args.batch for m in args.decode]
+    save = lambda: Path(args.result).write_text(json.dumps(result))   # noqa: E731 - after every step
+    t0 = time.perf_counter()
+    save()
+    print(f"built in {result['build_s']:.1f} s; weights {result['weights_gib']:.2f} GiB", flush=True)
+    # graph modes first: a run cut short by a time limit keeps the figures that matter most
+    plan = [] if engine == "emulation" else \
+        [(b, m) for m in sorted(args.decode, key=("graphs", "compiled", "eager").index) for b in args.batch]
     for batch, mode in plan:
-        m = measure(model, prompts[:batch], args.steps, mode)
+        try:
+            m = measure(model, prompts[:batch], args.steps, mode)
+        except Exception as exc:  # noqa: BLE001 - one mode failing (a compile error) must not lose the others
+            result.setdefault("failed", []).append(f"b{batch} {mode}: {type(exc).__name__}: {str(exc)[:300]}")
+            print(f"b{batch} {mode} failed: {result['failed'][-1]}", flush=True)
+            save()
+            continue
         result["runs"].append({"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
                                "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
                                "tokens": m.tokens[0, :args.check].tolist()})
+        result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
+        save()
+        print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step, "
+              f"warm-up {m.warmup_s:.1f} s", flush=True)
         del m
         if cuda:
             torch.cuda.empty_cache()
     result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
+        save()
     if engine in ("oracle", "emulation") and args.check:     # after the timed runs: kept out of the peak
         import token_check
         for name, rel in [("check", 0.0)] + ([("perturbed", token_check.NOISE)] if engine == "emulation" else []):
@@ -106,6 +128,8 @@ def child(engine: str, args) -> dict:
             path = Path(args.result).with_suffix(f".{name}.pt")
             torch.save(check.pop("states"), path)
             result[name] = {**check, "states": str(path)}
+            save()
+            print(f"{time.perf_counter() - t0:6.1f} s  token check {name} done", flush=True)
     return result
 
 
@@ -147,7 +171,7 @@ def table(results: dict[str, dict], args) -> str:
         r = results.get(engine)
         if r is None:
             continue
-        if "skipped" in r or "error" in r:
+        if "skipped" in r or "build_s" not in r:
             lines.append(f"| {engine} | not measured: {r.get('skipped') or r.get('error')} |")
             continue
         cells = []
@@ -157,10 +181,15 @@ def table(results: dict[str, dict], args) -> str:
                 ref = _run(base, b, m) if base else None
                 ratio = f" ({run['tok_s'] / ref['tok_s']:.2f}x)" if run and ref and engine != "bf16" else ""
                 cells.append(f"{run['tok_s']:.1f}{ratio}" if run else "-")
-        mem = f"{r['peak_gib'] / base['peak_gib']:.2f}x" if base.get("peak_gib") and engine != "bf16" else ""
+        peak = r.get("peak_gib", 0.0)
+        mem = f"{peak / base['peak_gib']:.2f}x" if base.get("peak_gib") and peak and engine != "bf16" else ""
         lines.append(f"| {engine} | {r['build_s']:.1f} | {r.get('build_peak_gib', 0):.2f} | {r['weights_gib']:.2f} | "
-                     f"{r['peak_gib']:.2f} | {mem} | "
+                     f"{peak:.2f} | {mem} | "
                      + " | ".join(cells) + " |")
+    cut = [f"{e}: {r['error']}" for e, r in results.items() if r.get("error") and "build_s" in r]
+    cut += [f"{e} {why}" for e, r in results.items() for why in r.get("failed", [])]
+    if cut:
+        lines += ["", "cut short (the runs it finished are above; '-' was not reached): " + "; ".join(cut)]
     lines.append("")
     lines.append("ms per decode step: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
@@ -218,13 +247,14 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
-    ap.add_argument("--timeout", type=int, default=900, help="seconds per engine process")
+    ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",
+                    help="seconds per engine process, for all or per engine (oracle=90 bf16=70)")
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     if args.child:
-        Path(args.result).write_text(json.dumps(child(args.child, args)))
+        child(args.child, args)
         return
     import torch
     if args.device.startswith("cuda"):
@@ -233,6 +263,7 @@ def main() -> None:
                              "--device cpu --decode eager runs the code path on the CPU")
         print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     results: dict[str, dict] = {}
+    timeouts = _timeouts(args.timeout)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     for engine in args.engines:
         if engine == "transformers":          # its kernels come from the hub: say why it is not measured
@@ -241,21 +272,51 @@ def main() -> None:
         out = tmp / f"{engine}.json"
         cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
         t = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            ok = proc.returncode == 0 and out.is_file()
-            tail = (proc.stdout + proc.stderr)[-3000:]
-        except subprocess.TimeoutExpired:
-            ok, tail = False, f"timed out after {args.timeout} s"
-        results[engine] = json.loads(out.read_text()) if ok else {"engine": engine, "error": tail.strip()[-300:]}
-        if not ok:
-            print(f"{engine}: failed\n{tail}", flush=True)
+        limit = timeouts.get(engine, timeouts.get("", 900))
+        log = tmp / f"{engine}.log"
+        with log.open("w") as sink:           # the child's progress lines go to our stdout as they come
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sink, text=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            why = _relay(proc, limit, engine)
+        partial = json.loads(out.read_text()) if out.is_file() else {"engine": engine, "runs": []}
+        if why is not None:                   # what the child measured before it failed is kept
+            tail = log.read_text()[-3000:]
+            print(f"{engine}: {why}\n{tail}", flush=True)
+            partial["error"] = why
+        results[engine] = partial
         print(f"{engine}: {time.perf_counter() - t:.0f} s", flush=True)
         _write(results, args)                 # after every engine: a later failure keeps what was measured
         if engine != args.engines[-1]:
             print(table(results, args), flush=True)
     print(table(results, args))
+
+
+def _timeouts(items: list[str]) -> dict[str, int]:
+    """--timeout 900 or --timeout oracle=90 bf16=70 (seconds per engine process; "" is the default)."""
+    out = {}
+    for item in items:
+        engine, _, value = item.rpartition("=")
+        if engine not in ("", *ENGINES) or not value.isdigit():
+            raise SystemExit(f"bench_decode.py: --timeout: expected SECONDS or ENGINE=SECONDS, got {item!r}")
+        out[engine] = int(value)
+    return out
+
+
+def _relay(proc: subprocess.Popen, limit: float, engine: str) -> str | None:
+    """Print the child's stdout lines until it ends; kill it after `limit` s. None if it succeeded."""
+    import threading
+
+    timer = threading.Timer(limit, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            print(f"  [{engine}] {line.rstrip()}", flush=True)
+        proc.wait()
+    finally:
+        timer.cancel()
+    if proc.returncode == 0:
+        return None
+    return f"timed out after {limit:.0f} s" if proc.returncode in (-9, 137) else f"failed (exit {proc.returncode})"
 
 
 def _write(results: dict[str, dict], args) -> None:

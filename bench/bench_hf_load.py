@@ -8,11 +8,14 @@ then runs in a fresh process, so its peak RSS is its own: BF16 `AutoModelForCaus
 and `oracle.hf.load_quantized` on the kernels selected for the device. Prints seconds, peak RSS
 above the process after imports (Linux VmHWM, reset after the imports), and the checkpoint sizes.
 
-    python bench/bench_hf_load.py [--scheme W4A16] [--device cpu] [--dir /tmp/bench-0.5b] [--layers 24]
+    python bench/bench_hf_load.py [--scheme W4A16] [--device cpu|cuda] [--dir /tmp/bench-0.5b] [--layers 24]
+                                  [--writer auto|compressed-tensors|plain] [--repeat 3] [--json FILE]
 
-On CPU the kernels are the emulation plugin's, which keep a dequantized BF16 copy of every weight
-(they are the testing path): expect memory near BF16 size there; the quantized size is what GPU
-kernels keep.
+On CUDA it also prints torch.cuda.max_memory_allocated during the load (the GPU peak) and what stays
+allocated after it. On CPU, int4 and int8 layers run torch's CPU integer kernels (oracle-torch's
+`torch.linear.int4_cpu`, `int8_weight_cpu`, `int8_cpu`), which keep the weights packed; other formats
+run oracle-emulation. BENCH_THREADS=N sets torch's thread count in the load processes (a machine
+shared with other jobs gives noisy times otherwise). Figures: bench/results/hf_load.md.
 """
 from __future__ import annotations
 
@@ -28,55 +31,93 @@ QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, nu
                   tie_word_embeddings=True, rope_theta=1000000.0)
 
 _MEASURE = r"""
-import json, sys, time
-kind, path, device = sys.argv[1:4]
+import json, os, sys, time
+kind, path, device, forward = sys.argv[1:5]
 import torch, transformers, oracle.hf  # imports first: not part of the load
+if os.environ.get("BENCH_THREADS"):
+    torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
 
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
+cuda = device.startswith("cuda")
+if cuda:
+    torch.zeros(1, device=device)            # the CUDA context first: not part of the load
+    torch.cuda.reset_peak_memory_stats()
 # a forked child inherits its parent's ru_maxrss: reset the kernel's high-water mark (VmHWM) instead
 open("/proc/self/clear_refs", "w").write("5")
 base = status("VmRSS")
-start = time.perf_counter()
+start, cpu0 = time.perf_counter(), time.process_time()
 if kind == "bf16":
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
 else:
     model = oracle.hf.load_quantized(path, device=device)
-seconds = time.perf_counter() - start
-with torch.no_grad():
-    model(torch.tensor([[1, 2, 3]], device=device))
-gpu = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else 0.0
-print(json.dumps({"seconds": seconds, "peak_mib": status("VmHWM") - base, "gpu_mib": gpu}))
+if cuda:
+    torch.cuda.synchronize()
+out = {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu0,
+       "peak_mib": status("VmHWM") - base, "rss_mib": status("VmRSS") - base,
+       "gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,
+       "gpu_resident_mib": torch.cuda.memory_allocated() / 2**20 if cuda else 0.0}
+if kind != "bf16":
+    out["kernels"] = sorted({k.spec.name for k in model.oracle.kernels.values() if getattr(k, "spec", None)})
+print(json.dumps(out), flush=True)
+if forward == "1":
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]], device=device))
+    out["forward_ok"] = True
+    out["peak_mib"] = status("VmHWM") - base        # with every weight touched (a mapped BF16 file counts now)
+    out["rss_mib"] = status("VmRSS") - base
+    print(json.dumps(out), flush=True)
 """
 
 
-def write(root: Path, scheme: str, layers: int) -> tuple[Path, Path]:
-    """The BF16 checkpoint (transformers' save_pretrained) and its compressed-tensors `scheme` twin."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path, str]:
+    """The BF16 checkpoint (random, transformers' names) and a compressed-tensors `scheme` checkpoint of the same
+    geometry: the BF16 one quantized by compressed-tensors itself (tests/checkpoint_matrix.py) or, without it,
+    random W4A16 words written by bench/ct_w4a16.py (the same bytes per weight, nothing to quantize)."""
+    from transformers import Qwen2Config
 
-    bf16, quant = root / "bf16", root / scheme.lower()
+    sys.path.insert(0, str(ROOT / "bench"))
+    import ct_w4a16
+
+    if writer == "auto":
+        try:
+            import compressed_tensors  # noqa: F401
+            writer = "compressed-tensors"
+        except ImportError:
+            writer = "plain"
+    if writer == "plain" and scheme != "W4A16":
+        raise SystemExit(f"the plain writer (bench/ct_w4a16.py) writes W4A16 only, not {scheme}")
+    bf16, quant = root / "bf16", root / f"{scheme.lower()}-{writer}"
     if not (bf16 / "config.json").is_file():
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}),
-                                                 dtype=torch.bfloat16)
-        model.save_pretrained(bf16)
-        del model
+        ct_w4a16.write_random_bf16(bf16, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
     if not (quant / "config.json").is_file():
-        sys.path.insert(0, str(ROOT / "tests"))
-        import checkpoint_matrix as cm
-        cm.quantize_dir(bf16, quant, scheme)
-    return bf16, quant
+        if writer == "plain":
+            ct_w4a16.write_random_w4a16(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
+        else:
+            sys.path.insert(0, str(ROOT / "tests"))
+            import checkpoint_matrix as cm
+            cm.quantize_dir(bf16, quant, scheme)
+    return bf16, quant, writer
 
 
-def measure(kind: str, path: Path, device: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, kind, str(path), device], capture_output=True, text=True,
-                         env={"TQDM_DISABLE": "1", **__import__("os").environ})
-    if out.returncode:
-        raise SystemExit(f"{kind} load failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def measure(kind: str, path: Path, device: str, forward: bool, timeout: float | None) -> dict:
+    import os
+    try:
+        out = subprocess.run([sys.executable, "-c", _MEASURE, kind, str(path), device, "1" if forward else "0"],
+                             capture_output=True, text=True, env={"TQDM_DISABLE": "1", **os.environ}, timeout=timeout)
+        stdout, stderr, code = out.stdout, out.stderr, out.returncode
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr, code = f"timed out after {timeout} s", 0
+    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:
+        raise SystemExit(f"{kind} load failed (exit {code}):\n{stderr[-3000:]}")
+    found = json.loads(lines[-1])
+    if forward and not found.get("forward_ok"):
+        found["forward_error"] = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "no forward"
+    return found
 
 
 def size_mib(path: Path) -> float:
@@ -89,20 +130,51 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dir", default="/tmp/bench-hf-load-0.5b", help="where the checkpoints are written (kept)")
     ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--writer", choices=["auto", "compressed-tensors", "plain"], default="auto",
+                    help="who writes the quantized checkpoint: compressed-tensors, or bench/ct_w4a16.py (torch + "
+                         "safetensors only, W4A16); auto: compressed-tensors when installed")
+    ap.add_argument("--repeat", type=int, default=1, help="loads of each kind, alternating; the fastest is shown")
+    ap.add_argument("--no-forward", action="store_true", help="skip the one-token forward after each load")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per load process")
+    ap.add_argument("--json", type=Path, help="also write the figures here (JSON)")
     args = ap.parse_args()
-    bf16, quant = write(Path(args.dir), args.scheme, args.layers)
-    rows = [("transformers BF16", bf16, measure("bf16", bf16, args.device)),
-            (f"oracle.hf {args.scheme}", quant, measure("oracle", quant, args.device))]
-    print(f"Qwen2.5-0.5B geometry, {args.layers} layers, random weights, device {args.device}")
-    print(f"{'load':<22} {'checkpoint MiB':>15} {'seconds':>9} {'peak RSS MiB':>13}"
-          + (f" {'GPU MiB':>9}" if args.device.startswith("cuda") else ""))
+    bf16, quant, writer = write(Path(args.dir), args.scheme, args.layers, args.writer)
+    runs: dict[str, list[dict]] = {"bf16": [], "oracle": []}
+    for _ in range(args.repeat):
+        for kind, path in (("oracle", quant), ("bf16", bf16)):
+            runs[kind].append(measure(kind, path, args.device, not args.no_forward, args.timeout))
+            print(f"{kind}: {json.dumps(runs[kind][-1])}", flush=True)     # each load as it ends
+    best = {kind: min(found, key=lambda m: m["seconds"]) for kind, found in runs.items()}
+    for kind, found in runs.items():       # memory: the largest peak of the repeats, not the fastest run's
+        best[kind] = {**best[kind], "peak_mib": max(m["peak_mib"] for m in found),
+                      "gpu_mib": max(m["gpu_mib"] for m in found)}
+    cuda = args.device.startswith("cuda")
+    rows = [("transformers BF16", bf16, best["bf16"]), (f"oracle.hf {args.scheme}", quant, best["oracle"])]
+    threads = __import__("os").environ.get("BENCH_THREADS", "torch default")
+    print(f"Qwen2.5-0.5B geometry, {args.layers} layers, random weights, device {args.device}, checkpoint written by "
+          f"{writer}, {args.repeat} load(s) each (fastest shown), torch threads: {threads}, "
+          f"load average {__import__('os').getloadavg()[0]:.1f}")
+    print(f"{'load':<22} {'checkpoint MiB':>15} {'seconds':>9} {'CPU seconds':>12} {'peak RSS MiB':>13}"
+          + (f" {'GPU peak MiB':>13} {'GPU resident MiB':>17}" if cuda else ""))
     for name, path, m in rows:
-        print(f"{name:<22} {size_mib(path):>15.0f} {m['seconds']:>9.2f} {m['peak_mib']:>13.0f}"
-              + (f" {m['gpu_mib']:>9.0f}" if args.device.startswith("cuda") else ""))
-    base, ours = rows[0][2], rows[1][2]
+        print(f"{name:<22} {size_mib(path):>15.0f} {m['seconds']:>9.2f} {m['cpu_seconds']:>12.2f} {m['peak_mib']:>13.0f}"
+              + (f" {m['gpu_mib']:>13.0f} {m['gpu_resident_mib']:>17.0f}" if cuda else ""))
+    print("peak RSS: above the process after its imports, through the load" + ("" if args.no_forward else
+          " and one 3-token forward (which touches every weight: a memory-mapped BF16 file counts from then)"))
+    base, ours = best["bf16"], best["oracle"]
+    print(f"oracle.hf kernels: {', '.join(ours.get('kernels', []))}")
     print(f"ratio oracle/BF16: load time {ours['seconds'] / base['seconds']:.2f}x, "
           f"peak RSS {ours['peak_mib'] / max(base['peak_mib'], 1):.2f}x, "
-          f"checkpoint {size_mib(quant) / size_mib(bf16):.2f}x")
+          + (f"GPU peak {ours['gpu_mib'] / max(base['gpu_mib'], 1):.2f}x, " if cuda else "")
+          + f"checkpoint {size_mib(quant) / size_mib(bf16):.2f}x")
+    for kind, m in best.items():
+        if m.get("forward_error"):
+            print(f"{kind}: the forward after the load failed: {m['forward_error']}")
+    if args.json:
+        args.json.write_text(json.dumps({"device": args.device, "layers": args.layers, "writer": writer,
+                                         "scheme": args.scheme, "runs": runs,
+                                         "checkpoint_mib": {"bf16": size_mib(bf16), "oracle": size_mib(quant)}},
+                                        indent=1))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     torch._scaled_mm on codes quantized outside the timing (the GEMM alone), gemlite], FP8 W8A16 block
     [oracle-triton], and BF16 cuBLAS (x @ w.T). Each kernel is built on its own copies of the weights
     until the copies exceed 256 MB; the timed calls cycle through the copies.
-  MoE (issue 25): per model and M, the oracle's fused MoE and BF16 experts through torch._grouped_mm
-    (routing sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
+  MoE (issue 25): per model and M, the oracle's fused MoE, the same fused MoE in its BF16 mode on
+    unquantized experts (oracle-bf16), and those BF16 experts through torch._grouped_mm (bf16; routing
+    sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
     timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
     experts touched exceed 256 MB.
 Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
@@ -303,6 +304,29 @@ def _routings(m, e, topk, count, device):
     return out
 
 
+def _sorted_routing(ids, ne, topk):
+    """(order, token of each sorted pair, expert end offsets): torch._grouped_mm's routing, sorted outside
+    the timing."""
+    flat = ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    return order, order // topk, torch.cumsum(torch.bincount(flat, minlength=ne), 0).to(torch.int32)
+
+
+def _own_bf16(layer, w13, w2):
+    """oracle-triton's fused MoE in its BF16 mode on the baseline's own BF16 experts (no copy), or None."""
+    from oracle_triton.moe import TritonMoE
+
+    try:
+        bl = layer.model_copy(update={"weight_format": "bf16"})
+        t = TritonMoE(bl, Mode(weight="bf16", activation="bf16", name="bf16"), None)
+        t.process_weights(w13=w13, w2=w2)
+        t.check_inputs = False
+        return t
+    except Exception as exc:  # noqa: BLE001 - the row says the BF16 mode is missing
+        print(f"  oracle-bf16 unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+        return None
+
+
 def bench_moe(ms_list, bw, rows, skipped):
     from oracle_emulation.moe import EmulationMoE
     from oracle_emulation.moe_activations import apply_activation
@@ -311,8 +335,6 @@ def bench_moe(ms_list, bw, rows, skipped):
 
     print("\n== fused MoE: us per call (graph / eager, host = Python time per eager call); the timed calls "
           "cycle through routings until > 256 MB of experts are touched ==")
-    skipped.append("MoE: a BF16 mode of oracle-triton's fused MoE is not built (BF16 baseline: torch._grouped_mm)")
-    print("  " + skipped[-1])
     for name, (ne, topk, h, i, fmt, mode_name, act, params, activation) in MOE.items():
         layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
                          weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
@@ -327,6 +349,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         t = TritonMoE(layer, mode, None)
         t.process_weights(**tensors)
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
+        own_bf16 = _own_bf16(layer, w13, w2)
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
         try:
             em = EmulationMoE(layer, mode, None)
@@ -352,24 +375,18 @@ def bench_moe(ms_list, bw, rows, skipped):
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
-            if fmt.startswith("fp8") and m <= 16:     # the direct two-launch path, forced (the rule keeps FP8 aligned)
-                from oracle_triton.moe import moe_gemv_config
+            if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
-                    t.config = moe_gemv_config(m, 0, 128)
-                    d_err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
-                    d = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
-                    d.update(err=d_err)
-                    row["peers"]["oracle-direct"] = d
-                except Exception as exc:  # noqa: BLE001
-                    row["peers"]["oracle-direct"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
-                t.config = None
+                    b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
+                    ob = measure([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
+                    ob.update(err=rel(own_bf16.apply(x, *routes[0]), b_ref))
+                    if m == 1:
+                        ob["launches"], ob["kernels"] = launches(lambda: own_bf16.forward(x, *routes[0]))
+                    row["peers"]["oracle-bf16"] = ob
+                except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+                    row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
             try:
-                prepared = []
-                for w_, ids in routes:
-                    flat = ids.reshape(-1).long()
-                    order = torch.argsort(flat, stable=True)
-                    prepared.append((w_, order, order // topk,
-                                     torch.cumsum(torch.bincount(flat, minlength=ne), 0).to(torch.int32)))
+                prepared = [(w_, *_sorted_routing(ids, ne, topk)) for w_, ids in routes]
                 row["bf16"] = measure([lambda p=p: _bf16_moe(x, w13, w2, p[0], p[1], p[2], p[3], act_fn)
                                        for p in prepared], m)
             except Exception as exc:  # noqa: BLE001 - a torch without _grouped_mm here
@@ -378,7 +395,7 @@ def bench_moe(ms_list, bw, rows, skipped):
                 print("  " + skipped[-1])
             rows.append(row)
             _print_row(row)
-        del t, em, w13, w2
+        del t, em, w13, w2, own_bf16
         torch.cuda.empty_cache()
 
 

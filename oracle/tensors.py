@@ -161,10 +161,9 @@ def apply_dense(x: Any, k: int, n: int, device: Any, dtype: Any, run: Any) -> An
 
 def unpack_nibbles(words: Any, dim: int) -> Any:
     """int32 words -> int32 nibbles 0..15, 8x longer along `dim`, low nibble first: the GPTQ order of
-    int4 qweight (along K) and qzeros (along N), which peers' kernels need unpacked to repack."""
+    int4 qweight (along K) and qzeros (along N), which peers' kernels need unpacked to repack.
+    (oracle.checkpoints.packing's byte-wise unpacking, widened to int32.)"""
     import torch
 
-    w = words.movedim(dim, -1)
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=w.device)
-    n = torch.bitwise_and(torch.bitwise_right_shift(w[..., None], shifts), 0xF)
-    return n.flatten(-2).movedim(-1, dim)
+    from .checkpoints.packing import unpack_nibbles as unpack_bytewise
+    return unpack_bytewise(words, dim).to(torch.int32)

@@ -220,3 +220,15 @@ def reference_model(directory: Path, *, activations: bool = False):
         state = {k: v for k, v in state.items() if ".experts." not in k}
     decompress_into(model, qc, state, activations)
     return model.to(torch.bfloat16).eval()
+
+
+def tinygemm_step(kernel) -> torch.Tensor | None:
+    """Each weight's quantization step ([N, K], its group's scale) when `kernel` is torch's tinygemm (CPU or
+    CUDA) serving int4 with zero points, else None. tinygemm keeps (8 - z) * scale as one BF16 number
+    (2**-9 relative) and rounds the dequantized weight once more: within 1/16 of this step of the library's."""
+    name = getattr(getattr(kernel, "spec", None), "name", "")
+    sz = getattr(kernel, "sz", None)
+    if name not in ("torch.linear.int4_cpu", "torch.linear.int4_tinygemm") or sz is None or not bool(sz[..., 1].any()):
+        return None
+    return sz[..., 0].float().t().repeat_interleave(kernel.group, dim=1)
+

@@ -237,20 +237,23 @@ def _ct_int4(ad: Adapter, found: dict, fmt: str, n: int, k: int, g: int | None, 
     import torch
 
     _check_weight_shape(found, n, k, module, src)
+    # pack-quantized stores value + 8, eight K-consecutive nibbles per int32, low nibble first: word [n, j]
+    # holds exactly the nibbles of GPTQ's qweight word [j, n], so the conversion is a transpose (no
+    # unpacking); zero points likewise (eight N-consecutive per word: [N/8, K/g] -> qzeros [K/g, N/8]).
     if "weight_packed" in found:
-        q = unpack_nibbles(found["weight_packed"], -1)      # [N, K], stored as value + 8
+        qweight = found["weight_packed"].transpose(0, 1).contiguous()
     elif "weight" in found:
         q = found["weight"].to(torch.int64) + 8             # int-quantized: one signed value per byte
+        qweight = pack_nibbles(q.transpose(0, 1), 0)
     else:
         raise CheckpointError("missing tensor: int4 weights in the compressed-tensors layout carry weight_packed "
                               "(int32 [N, K/8]) or weight (int8 [N, K])", tensor=f"{module}.weight_packed",
                               file=near(src, module))
-    out = {"weight": pack_nibbles(q.transpose(0, 1), 0), "weight_scale": found["weight_scale"].transpose(0, 1)
-           .to(torch.float16).contiguous()}
+    out = {"weight": qweight, "weight_scale": found["weight_scale"].transpose(0, 1).to(torch.float16).contiguous()}
     zp = found.get("weight_zero_point")
     if zp is not None:
-        zeros = unpack_nibbles(zp, 0) if zp.dtype == torch.int32 else zp.to(torch.int64) + 8   # [N, K/g]
-        out["weight_zero_point"] = pack_nibbles(zeros.transpose(0, 1), -1)
+        out["weight_zero_point"] = zp.transpose(0, 1).contiguous() if zp.dtype == torch.int32 else \
+            pack_nibbles((zp.to(torch.int64) + 8).transpose(0, 1), -1)
     return out
 
 

@@ -4,6 +4,12 @@ Only the headers are read up front (names, dtypes, shapes, and which file holds
 each); a tensor's bytes are read when an adapter asks for it, so peak memory
 follows the layer being converted, not the checkpoint. Every name handed out is
 recorded, so the loader can list the tensors nobody claimed.
+
+Bytes are read with positioned reads into memory the tensor owns, not through a memory
+map: a map kept open for the whole load (safetensors' safe_open) keeps every page it has
+touched in the process's resident set until it closes, so a load that streams layer by
+layer would still peak at the whole checkpoint's size on top of what it built. A dtype
+this reader does not know falls back to safe_open for that one tensor.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ class TensorSource:
         self.files = files                 # tensor name -> shard path
         self.root = root
         self.claimed: set[str] = set()
-        self._handles: dict[Path, Any] = {}
+        self._handles: dict[Path, Any] = {}    # shard -> open file (positioned reads)
+        self._data_start: dict[Path, int] = {}  # shard -> offset of its data (8 + header length)
         self._headers = headers            # tensor name -> its safetensors header entry, read on demand
 
     # ---- construction ---------------------------------------------------------------
@@ -104,24 +111,45 @@ class TensorSource:
         return t
 
     def get(self, name: str) -> Any:
-        """The tensor (read now), marked claimed."""
+        """The tensor (read now, into memory it owns), marked claimed."""
         path = self.files.get(name)
         if path is None:
             raise CheckpointError("missing tensor", tensor=name, file=str(self.root or "checkpoint"))
-        handle = self._handles.get(path)
-        if handle is None:
-            from safetensors import safe_open
-            try:
-                handle = safe_open(str(path), framework="pt")
-            except Exception as exc:  # safetensors raises its own error types for bad headers
-                raise CheckpointError(f"cannot open safetensors file ({exc})", tensor=name, file=str(path)) from None
-            self._handles[path] = handle
-        try:
-            tensor = handle.get_tensor(name)
-        except Exception as exc:
-            raise CheckpointError(f"cannot read tensor ({exc})", tensor=name, file=str(path)) from None
+        entry = self.header(name)
+        dtype = _torch_dtype(entry.get("dtype"))
+        tensor = self._read(path, name, entry, dtype) if dtype is not None else self._mapped(path, name)
         self.claimed.add(name)
         return tensor
+
+    def _read(self, path: Path, name: str, entry: dict, dtype: Any) -> Any:
+        import os
+
+        import torch
+        try:
+            start, end = (int(v) for v in entry["data_offsets"])
+            shape = [int(d) for d in entry["shape"]]
+            fh = self._handles.get(path)
+            if fh is None:
+                fh = self._handles[path] = path.open("rb")
+                self._data_start[path] = 8 + int.from_bytes(os.pread(fh.fileno(), 8, 0), "little")
+            size = end - start
+            data = torch.empty(size, dtype=torch.uint8)
+            if size:
+                got = os.preadv(fh.fileno(), [data.numpy()], self._data_start[path] + start)
+                if got != size:
+                    raise ValueError(f"{got} of {size} bytes read (the file is shorter than its header says)")
+            return data.view(dtype).reshape(shape)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"cannot read tensor ({exc})", tensor=name, file=str(path)) from None
+
+    def _mapped(self, path: Path, name: str) -> Any:
+        """One tensor through safetensors' own reader (dtypes _torch_dtype does not name), its map closed after."""
+        from safetensors import safe_open
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                return handle.get_tensor(name).clone()
+        except Exception as exc:  # safetensors raises its own error types for bad headers
+            raise CheckpointError(f"cannot read tensor ({exc})", tensor=name, file=str(path)) from None
 
     def stored_bytes(self) -> int:
         """Bytes of every shard this source reads (the preflight size check compares them with the config)."""
@@ -132,6 +160,8 @@ class TensorSource:
         return sorted(set(self.files) - self.claimed)
 
     def close(self) -> None:
+        for fh in self._handles.values():
+            fh.close()
         self._handles.clear()
 
 
@@ -161,6 +191,18 @@ class DictSource(TensorSource):
 
 _SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float8_e4m3fn": "F8_E4M3",
                        "uint8": "U8", "int8": "I8", "int32": "I32", "int64": "I64"}
+
+
+def _torch_dtype(name: Any) -> Any:
+    """The torch dtype of a safetensors dtype name, or None where this torch has no such dtype."""
+    import torch
+    attr = _TORCH_DTYPES.get(str(name))
+    return getattr(torch, attr, None) if attr else None
+
+
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                 "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
 
 
 def _header_names(shard: Path) -> list[str]:

@@ -7,15 +7,18 @@ from emulation_helpers import moe_tensors, quantize
 import torch
 
 from oracle import EmbeddingLayer, InputError, LinearLayer, MoELayer, Platform, select_backend
+from oracle.config import KernelConfig
 from oracle.errors import TensorError
 
 
 CPU = Platform.cpu()
+#: the emulation kernels by name: on a CPU, int4/int8 layers otherwise get torch's CPU kernels (oracle-torch)
+EMULATION = KernelConfig(linear_backend="emulation", moe_backend="emulation")
 
 
 def _linear(fmt, k=256, n=64, act=None, **kw):
     layer = LinearLayer(in_features=k, out_features=n, weight_format=fmt, activation_format=act, **kw)
-    return select_backend(layer, CPU).instantiate(layer)
+    return select_backend(layer, CPU, EMULATION).instantiate(layer)
 
 
 def _moe(fmt="mxfp4", **kw):

@@ -3,8 +3,9 @@
 No torch here: the engine imports an implementation only when a decision naming it is
 instantiated, and the device probes in `runtime` run only on a detected device.
 Peers (torch's tinygemm INT4) join the `peer` tier, placed after `optimized` here.
-`can_implement` adds the one per-layer fact YAML cannot know in advance: whether the
-probed device's blockwise scaling takes K-block counts that are not multiples of 4.
+`can_implement` adds the per-layer facts YAML cannot say: whether the probed device's
+blockwise scaling takes K-block counts that are not multiples of 4, and (tinygemm's int4
+kernels) whether the layer's groups tile K.
 It asks only about a detected platform (the engine passes it); a simulated one has no probe.
 """
 from __future__ import annotations
@@ -31,9 +32,18 @@ def register_tiers(insert):
     insert(PEER_TIER, after="optimized", ops=["linear"])
 
 
+#: tinygemm's int4 kernels (CUDA and CPU builds): their groups must tile K, which YAML cannot say
+INT4_KERNELS = ("torch.linear.int4_tinygemm", "torch.linear.int4_cpu")
+
+
 @hookimpl
-def can_implement(layer, platform):
-    """Called for torch.linear.fp8_block only (kernels.yaml declares it)."""
+def can_implement(kernel, layer, platform):
+    """Called for the kernels kernels.yaml marks: torch.linear.fp8_block and the tinygemm int4 ones."""
+    if kernel.name in INT4_KERNELS:
+        group = getattr(layer, "group_size", None)
+        if group is not None and layer.in_features % group:
+            return f"INT4 groups of {group} must tile K = {layer.in_features} exactly"
+        return None
     if platform.simulated:
         return None
     from .block_layout import PROBED_BLOCK_LAYOUTS  # no torch at import; filled by the device probe

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from oracle.formats import FP8_BLOCK, MX_BLOCK, NV_BLOCK
 
-#: Format codes the kernels branch on (constexpr).
-FP8, E2M1_MX, E2M1_NV, INT4 = 0, 1, 2, 3
+#: Format codes the kernels branch on (constexpr). BF16: unquantized experts (the fused MoE's
+#: BF16 mode, the baseline the MoE benchmark reports; weight bytes as stored, no scales).
+FP8, E2M1_MX, E2M1_NV, INT4, BF16 = 0, 1, 2, 3, 4
 #: Scale encodings.
 SCALE_F32, SCALE_E8M0, SCALE_E4M3, SCALE_F16 = 0, 1, 2, 3
 #: Activation quantization inside the GEMM prologue.
@@ -25,7 +26,7 @@ ACT_CODES = {"group": ACT_GROUP, "token": ACT_TOKEN, "tensor": ACT_TENSOR}
 class Layout:
     """Index arithmetic of one weight matrix [N, K] (per expert for MoE)."""
 
-    elem: int          # FP8 | E2M1_MX | E2M1_NV | INT4
+    elem: int          # FP8 | E2M1_MX | E2M1_NV | INT4 | BF16
     pack: int          # elements per storage unit along K
     scale_kind: int
     group: int         # K elements per scale
@@ -38,7 +39,7 @@ class Layout:
 
     def weight_bytes(self, n: int, k: int) -> int:
         """Bytes of the packed weight and its scales (what one pass over the matrix reads)."""
-        w = n * k if self.elem == FP8 else n * k // 2
+        w = n * k * 2 if self.elem == BF16 else (n * k if self.elem == FP8 else n * k // 2)
         groups = -(-k // self.group) if self.stride_sk else 1
         rows = -(-n // self.scale_rows) if self.stride_sn else 1
         s = groups * rows * {SCALE_F32: 4, SCALE_E8M0: 1, SCALE_E4M3: 1, SCALE_F16: 2}[self.scale_kind]
@@ -54,6 +55,8 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
         return Layout(FP8, 1, SCALE_F32, 1, 1, k, 1, 1, 0)
     if fmt == "fp8_block":
         return Layout(FP8, 1, SCALE_F32, FP8_BLOCK, FP8_BLOCK, k, 1, -(-k // FP8_BLOCK), 1)
+    if fmt == "bf16":
+        return Layout(BF16, 1, SCALE_F32, 1, 1, k, 1, 0, 0)
     if fmt == "mxfp4":
         return Layout(E2M1_MX, 2, SCALE_E8M0, MX_BLOCK, 1, k // 2, 1, k // MX_BLOCK, 1)
     if fmt == "nvfp4":
@@ -73,8 +76,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks);
-    - tiled GEMM: FP8 K tiles of 32-128 inside one 128-wide scale block (the float8 dot needs
-      K >= 32), 4-bit K tiles of whole scale groups."""
+    - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
+      (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
     bk = cfg.get("BLOCK_K", 0)
     if cfg.get("DEQUANT_MM"):
         return
@@ -102,9 +105,29 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")
         return
-    if layout.elem == FP8:
+    if layout.elem == BF16:
+        if bk not in (16, 32, 64, 128):
+            raise ValueError(f"BLOCK_K={bk} for {what}: BF16 K tiles must be 16-128")
+    elif layout.elem == FP8:
         if bk not in (32, 64, 128):
             raise ValueError(f"BLOCK_K={bk} for {what}: FP8 K tiles must be 32, 64 or 128 (one scale block)")
     elif bk % layout.group or bk % layout.pack:
         raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
                          f"(a group of {layout.group})")
+
+
+def check_direct_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
+    """Refuse parameters of the MoE's CUDA-core direct path (moe_gemv) that its index arithmetic
+    does not cover: power-of-two tiles, K tiles of whole scale groups (FP8 1x128 activation groups
+    and 128x128 blocks: multiples of 128), a split of at least one."""
+    for key in ("BLOCK_N", "BLOCK_K", "BLOCK_N2", "BLOCK_K2"):
+        v = cfg.get(key)
+        if v is not None and (v < 1 or v & (v - 1)):
+            raise ValueError(f"{key}={v} for {what}: tiles of the direct path are powers of two")
+    quantum = max(layout.group, 128 if layout.elem == FP8 and layout.group > 1 else 1, layout.pack * 8)
+    for key in ("BLOCK_K", "BLOCK_K2"):
+        v = cfg.get(key)
+        if v is not None and v % quantum:
+            raise ValueError(f"{key}={v} for {what}: K tiles of the direct path hold whole groups of {quantum}")
+    if cfg.get("SPLIT_K", 1) < 1 or cfg["DECODE"] not in (0, 1, 2, 3):
+        raise ValueError(f"SPLIT_K / DECODE of {what}: a split of at least 1 and a decoder code 0-3")

@@ -17,14 +17,14 @@ from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dty
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
-from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
 
 
-def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str, int]:
+def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
     """BLOCK_M from the expected rows per expert (shape-only, no device values).
 
     From 16 rows per expert on, 4-bit weights are decoded to whole tiles (FULL_TILE: one dot per
@@ -35,8 +35,16 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1) -> dict[str
     weight tile costs about as many instructions as 128 rows of its MMA, so the taller tile
     halves the decode per output (SASS of the K loop: 499 instructions per 16 MMAs at 256
     rows, 792 at 128). 4-bit FC1 stacks its gate and up rows into one weight tile (FUSE_GU: one
-    dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there)."""
-    per_expert = tokens * top_k / experts
+    dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there).
+    wide (BF16 weights, two bytes each): K tiles of 64 from 64 rows on, so the staged tiles fit
+    in shared memory as FP8's 128-wide ones do."""
+    cfg = _moe_rule(tokens * top_k / experts, pack)
+    if wide and cfg["BLOCK_M"] >= 64:
+        cfg["BLOCK_K"] = 64
+    return cfg
+
+
+def _moe_rule(per_expert: float, pack: int) -> dict[str, int]:
     if per_expert <= 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3, "FULL_TILE": 0}
     w4 = int(pack > 1)
@@ -58,17 +66,22 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     (32 experts, top 4) M=1/4/16 direct 50/156/578 us vs aligned 174/404/776 us; qwen3-235b NVFP4 W4A4
     (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
     pairs = tokens * top_k
-    return elem != 0 and pairs <= (2 * experts if words else max(1, experts // 2))
+    return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
-    whole 32-bit words by inline PTX (launch.gemv_config)."""
+    whole 32-bit words by inline PTX (launch.gemv_config); then moe_up_split_kernel (gate and up
+    rows loaded in one K loop) with 8-row tiles 512 wide in both kernels: the best of 18 variants
+    on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
+    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
-    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
-            "num_warps": 4, "num_stages": 3}
+    if words:
+        return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4}
+    return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
 class TritonMoE(Kernel):
@@ -198,6 +211,8 @@ class TritonMoE(Kernel):
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
         cfg = self.config_for(m, k)
+        if cfg.get("DIRECT"):                        # tensor-core tiles, one pair per program, no alignment
+            return self.apply_direct_mma(x, topw, ids, m, k, cfg)
         if "DECODE" in cfg:                          # the direct (one row per program) path
             return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
@@ -224,17 +239,20 @@ class TritonMoE(Kernel):
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
-        """The launch parameters a call for `tokens` tokens uses: the direct path's (it has DECODE),
-        the override (`config`), or the aligned grouped GEMM's (the tuned table's entry for this
-        device, shape and token bucket, else moe_config). The one place the choice is made."""
-        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if self.config is None and use_direct(tokens, top_k, self.experts, lay.elem, words):
-            return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
+        table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
+        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE) or the
+        aligned grouped GEMM's (moe_config). The one place the choice is made."""
         if self.config is not None:
             return self.config
         from .tuned import lookup
-        return lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts) or \
-            moe_config(tokens, top_k, self.experts, lay.pack)
+        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts)
+        if found is not None:
+            return found
+        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_direct(tokens, top_k, self.experts, lay.elem, words):
+            return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        return moe_config(tokens, top_k, self.experts, lay.pack, wide=lay.elem == BF16)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
         """FC1's input: the tokens, or one row per pair scaled by its router weight (weight on input)."""
@@ -257,10 +275,44 @@ class TritonMoE(Kernel):
             return quantize_activation_codes(a, self.act, self._act_scale(idx, a), self.facts)
         return quantize_activations(a, self.act, self._act_scale(idx, a), self.facts), None
 
+    def apply_direct_mma(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                         cfg: dict[str, int]) -> torch.Tensor:
+        """A few tokens on tensor-core tiles without the alignment launches: each program of the two
+        grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
+        rounded to codes by the quantization launch (or inside the GEMMs with QUANT_IN: measured 2.3-3x
+        slower on an H200, the rounding stalls each K tile); the slots are summed by topk_sum_kernel or
+        by the FC2 GEMM itself (FUSE_SUM)."""
+        from . import moe_kernels as mk
+
+        quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))
+        if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
+            raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
+        t, dev = m * k, self.device
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        a1 = self._input(x, topw, k)
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        a_in = (a1, self._act_scale(0, a1)) if quant else self._round(0, a1)
+        self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
+                   self.hidden, cfg, t, direct=True, quant_in=quant)
+        pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        fuse = bool(cfg.get("FUSE_SUM", 0))
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else ids
+        self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
+                   self.inter, cfg, t, direct=True, quant_in=quant, sum_out=out if fuse else None)
+        if not fuse:
+            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
+                                                             EXACT_BF16=self.facts["dot_f32"])
+        return out
+
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
-        """A few tokens: moe_gemv's up and down kernels (two launches, activations rounded inside)."""
-        from .moe_gemv import moe_down_kernel, moe_up_kernel
+        """A few tokens: moe_gemv's up and down kernels (two launches, activations rounded inside).
+        config keys: BLOCK_N/BLOCK_K/num_warps/num_stages/DECODE (both kernels unless the down
+        kernel's BLOCK_N2/BLOCK_K2/WARPS2 are given); SPLIT_K selects moe_up_split_kernel (gate
+        and up in one K loop, K split over SPLIT_K programs)."""
+        from .moe_gemv import moe_down_kernel, moe_up_kernel, moe_up_split_kernel
         from .moe_kernels import ACTIVATION_CODES
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
@@ -269,24 +321,35 @@ class TritonMoE(Kernel):
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
         common = dict(ELEM=self.w13.layout.elem, GROUP=self.w13.layout.group, SCALE_ROWS=self.w13.layout.scale_rows,
-                      ACT=self.act, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"],
-                      DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                      num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                      ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
+                      OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
         xs = self._act_scale(0, a1)
-        moe_up_kernel[(t, -(-self.inter // bn))](
-            a1, ids, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
-            _or(xs, w.scale), inter, self.experts, k, self.inter, self.rows, self.hidden, a1.stride(0), inter.stride(0),
-            *_expert_strides(w, self.b13), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
-            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair,
-            HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None, **common)
+        split = cfg.get("SPLIT_K")
+        up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
+                   _or(xs, w.scale), inter)
+        up_tail = (self.experts, k, self.inter, self.rows, self.hidden, a1.stride(0), inter.stride(0),
+                   *_expert_strides(w, self.b13), lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk,
+                   lay.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
+                   float(self.beta), float(self.lbeta))
+        up_flags = dict(ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+                        INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+                        A_BY_PAIR=by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None,
+                        BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], **common)
+        tiles_up = -(-self.inter // bn)
+        if split is None:
+            moe_up_kernel[(t, tiles_up)](a1, ids, *up_args, *up_tail, **up_flags)
+        else:
+            part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
+            cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
+            moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
+                                                      **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        tiles = -(-self.hidden // bn)
+        bn2 = cfg.get("BLOCK_N2", bn)
+        tiles = -(-self.hidden // bn2)
         part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
         cnt = self._counters(m * tiles) if k > 1 else w.scale
         moe_down_kernel[(m, tiles, k)](
@@ -294,23 +357,30 @@ class TritonMoE(Kernel):
             _or(self.b2, w.scale), _or(xs, w.scale), out, part, cnt, m, self.experts, k, self.hidden, self.inter,
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
-            WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k, **common)
+            WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
+            BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
+            **common)
         return out
 
-    def _counters(self, tiles: int) -> torch.Tensor:
-        """Arrival counters of moe_down_kernel's slot reduction (zero between calls), one per (token, tile)."""
-        have = getattr(self, "_down_counters", None)
+    def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
+        """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
+        slots (name _down_counters) or moe_up_split_kernel's K slices (_up_counters)."""
+        have = getattr(self, name, None)
         if have is None or have.numel() < tiles:
-            have = self._down_counters = torch.zeros(max(tiles, 64), dtype=torch.int32, device=self.device)
+            have = torch.zeros(max(tiles, 64), dtype=torch.int32, device=self.device)
+            setattr(self, name, have)
         return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              cfg, blocks) -> None:
-        """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round."""
+              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None) -> None:
+        """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
+        dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
+        the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
+        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
-        codes = a_scale is not None
+        codes = a_scale is not None or quant_in
         fp8_dot = codes and self.facts["fp8_dot"]
         lay = packed.layout
         w = packed.weight.view(torch.float8_e4m3fn) if fp8_dot else packed.weight
@@ -325,12 +395,12 @@ class TritonMoE(Kernel):
             not gated or interleaved or n_out % rows == 0)
         moe_gemm_kernel[(blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
-            bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if codes else s,
+            bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
             stride(w), stride(s), stride(z), stride(bias),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, a.shape[0],
             float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-            float(self.lbeta),
+            float(self.lbeta), self.experts, sum_out if sum_out is not None else out,
             STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=gated,
             INTERLEAVED=interleaved, HAS_LIMIT=self.limit is not None,
             A_BY_PAIR=by_pair, WEIGHT_OUT=not self.layer.apply_router_weight_on_input,
@@ -340,7 +410,7 @@ class TritonMoE(Kernel):
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
-            EVEN_K=kdim % cfg["BLOCK_K"] == 0,
+            EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

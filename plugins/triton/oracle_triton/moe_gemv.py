@@ -8,6 +8,10 @@ expert's rows to a tensor-core tile and spends two launches aligning them. Here:
   down: one program per (token, BLOCK_N columns of H, top-k slot): FC2 of the pair's
         intermediate row, bias, rounding, router weight; the slots of a tile are summed in slot
         order by the last to arrive (dequant.finish_tile), so the result does not depend on timing.
+moe_up_split_kernel is the up kernel for the decode path: gate and up tiles are loaded in the
+same K step (twice the bytes in flight per program), and K is split across SPLIT_K programs when
+pairs x column tiles cannot fill the GPU; the slices are summed in slice order by the last
+program to arrive (as dequant.finish_tile), which then applies the bias, rounding and activation.
 Weights are streamed and decoded as in gemv.product_tile. Pairs whose expert id is out of range
 (only possible under graph capture, where the eager check is skipped) contribute zero.
 """
@@ -16,8 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import expert_operands, finish_tile, to_dtype
-from .gemv import channel_scales, finish_row, row_amax, row_products, tile_zeros
+from .dequant import expert_operands, finish_tile, split_range, to_dtype
+from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
 from .moe_kernels import _activate, gate_up_rows
 
 
@@ -115,3 +119,126 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             acc = acc * tl.load(topw_ptr + pair)
     finish_tile(acc, part_ptr, cnt_ptr, m * tl.num_programs(1) + pid_n, slot, b_ptr, out_ptr, offs_m, offs_n,
                 M, N, stride_om, SPLIT, False, EXACT_BF16)
+
+
+@triton.jit
+def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_ptr, s_ptr, z_ptr, ws_g, ws_u, gscale,
+                     N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                     GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                     HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
+    are loaded while the current ones are multiplied (GATED False: the gate rows only)."""
+    ng0 = tl.min(n_g, axis=0)
+    nu0 = tl.min(n_u, axis=0)
+    k_end = tl.minimum(K, t1 * BLOCK_K)
+    ku_end = k_end                  # ungated: the up loads are all masked off (no traffic)
+    if not GATED:
+        ku_end = 0
+    ug, sg, zg, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+    uu, su, zu, xu, xu2 = tile_load(a_row, t0 * BLOCK_K, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+    for t in range(t0, t1):
+        k1 = (t + 1) * BLOCK_K
+        ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                           stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+        uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+        acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        if GATED:
+            acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+        ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
+        uu, su, zu = uun, sun, zun
+    return acc_g, acc_u
+
+
+@triton.jit
+def _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g, n_u, jmask, out_ptr, out_row, limit, alpha, beta, lbeta,
+                 ACTFN: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """FC1's [BLOCK_N] gate/up sums -> bias, the reference's rounding to the layer dtype, the
+    activation, stored (zeros for a pair whose expert id is out of range)."""
+    if HAS_BIAS:
+        g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask & valid, other=0.0).to(tl.float32)
+        if GATED:
+            u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask & valid, other=0.0).to(tl.float32)
+    hg = to_dtype(g, io_t, EXACT_BF16).to(tl.float32)
+    hu = to_dtype(u, io_t, EXACT_BF16).to(tl.float32)
+    y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
+    y = tl.where(valid, y, 0.0)
+    tl.store(out_row, to_dtype(y, out_ptr.dtype.element_ty, EXACT_BF16), mask=jmask)
+
+
+@triton.jit
+def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out_ptr, part_ptr, cnt_ptr,
+                        E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                        stride_we, stride_se, stride_ze, stride_be,
+                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                        limit, alpha, beta, lbeta,
+                        ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
+                        HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr,
+                        SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                        SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
+                        DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
+    cnt: one arrival counter per (pair, column tile), zero between calls."""
+    pair = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    jmask = j < N_OUT
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    valid = (e >= 0) & (e < E)
+    e = tl.where(valid, e, 0)
+    e64 = e.to(tl.int64)
+    if A_BY_PAIR:
+        arow = pair
+    else:
+        arow = pair // TOPK
+    a_row = a_ptr + arow.to(tl.int64) * stride_am
+    n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
+    ws_g = channel_scales(s_ptr + e64 * stride_se, n_g, N_W, stride_sn, ELEM, GROUP)
+    ws_u = channel_scales(s_ptr + e64 * stride_se, n_u, N_W, stride_sn, ELEM, GROUP)
+    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    if valid:
+        amax = row_amax(a_row + tl.zeros([1, 1], dtype=tl.int64), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
+        t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+        acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
+                                        ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
+                                        stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)
+    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)
+    if not GATED:
+        u = g
+    out_row = out_ptr + pair.to(tl.int64) * stride_om + j
+    if SPLIT_K > 1:
+        base = part_ptr + pair.to(tl.int64) * (2 * N_OUT) + j
+        slice_stride = tl.num_programs(0).to(tl.int64) * (2 * N_OUT)
+        tl.store(base + pid_k * slice_stride, g, mask=jmask)
+        tl.store(base + pid_k * slice_stride + N_OUT, u, mask=jmask)
+        tl.debug_barrier()
+        tile = pair * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            g = tl.zeros([BLOCK_N], dtype=tl.float32)
+            u = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                g += tl.load(base + s * slice_stride, mask=jmask, other=0.0, cache_modifier=".cg")
+                u += tl.load(base + s * slice_stride + N_OUT, mask=jmask, other=0.0, cache_modifier=".cg")
+            _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g, n_u, jmask, out_ptr, out_row, limit, alpha, beta, lbeta,
+                         ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g, n_u, jmask, out_ptr, out_row, limit, alpha, beta, lbeta,
+                     ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)

@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, expert_operands, fp8_codes_product, fp8_codes_scale,
-                      fp8_tile_scales, tile_product, to_dtype, w4_product)
+                      fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
+from .gemv import row_amax
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -110,7 +111,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     T, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, stride_as,
-                    limit, alpha, beta, lbeta,
+                    limit, alpha, beta, lbeta, E, sum_ptr,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
@@ -118,7 +119,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
-                    FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False):
+                    FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
+                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -128,14 +130,33 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     K tile share one activation tile; FUSE_GU (gated FC1) stacks the gate and up weight rows
     of the tile, interleaved (g0, u0, g1, u1, ...), into one [2*BLOCK_N]-row weight tile: one
     dot twice as wide instead of two, and the accumulator splits back into gate and up columns
-    in registers (each thread holds adjacent column pairs of an MMA accumulator)."""
+    in registers (each thread holds adjacent column pairs of an MMA accumulator).
+
+    DIRECT (a few tokens, no alignment launches): program m serves pair m alone, in row 0 of
+    its tile (bexp_ptr: the pairs' expert ids; an id outside [0, E) computes with expert 0 and
+    writes zeros). QUANT_IN (W8A8 with DIRECT): A is the layer-dtype input, rounded to E4M3
+    codes per K tile inside the loop (gemm.act_qdq_kernel's rounding; BLOCK_K = 128 for 1x128
+    groups), so no quantization launch precedes the GEMM. FUSE_SUM (STAGE 2 with DIRECT): the
+    last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
+    tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
+    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    e = tl.load(bexp_ptr + pid_m)
+    if DIRECT:
+        e = tl.load(bexp_ptr + pid_m).to(tl.int32)
+        keep = ((e >= 0) & (e < E)).to(tl.float32)
+        e = tl.where(keep > 0, e, 0)
+    else:
+        e = tl.load(bexp_ptr + pid_m)
+        keep = 1.0
     if e >= 0:
         io_t = tl.float16 if OUT_F16 else tl.bfloat16
         dot_t = tl.float32 if DOT_F32 else io_t
-        rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+        if DIRECT:
+            lane = tl.arange(0, BLOCK_M)
+            rows = tl.where(lane == 0, pid_m, T)
+        else:
+            rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
         valid = rows < T
         if A_BY_PAIR:
             arow = rows
@@ -155,7 +176,24 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             n_w = n_g
         acc_g = tl.zeros([BLOCK_M, WN], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if A_CODES > 0:
+        if A_CODES > 0 and QUANT_IN:
+            amax = row_amax(a_rows, valid, K, A_CODES, BLOCK_M, BLOCK_K)     # per token only (else zeros)
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                k0 = t * BLOCK_K
+                q, xs = quantize_tile_codes(act_tile(a_rows, valid, k0, K, BLOCK_K, EVEN_K).to(tl.float32), amax,
+                                            A_CODES, as_ptr)
+                if FP8_DOT:
+                    a = q.to(tl.float8e4nv)          # exact: q is on the E4M3 grid
+                else:
+                    a = q.to(dot_t)
+                ws_g = weight_tile_scales(s_e, k0, n_w, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS)
+                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, k0, n_w, w_e, K, N_W, stride_wn, stride_wk,
+                                          True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, False, EVEN_K)
+                if TWO:
+                    ws_u = weight_tile_scales(s_e, k0, n_u, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS)
+                    acc_u = fp8_codes_product(acc_u, a, xs, ws_u, k0, n_u, w_e, K, N_W, stride_wn, stride_wk,
+                                              True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, False, EVEN_K)
+        elif A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
             # first weight row of the tile's gate (or only) and up rows: their scale blocks (UNIFORM_WS)
@@ -195,6 +233,15 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 if TWO:
                     acc_u = fp8_codes_scale(acc_u, as_ptr, arow, valid, n_u, s_e, N_W, stride_sn, SCALE_ROWS,
                                             A_CODES)
+        elif ELEM == 4:                              # BF16 experts: the weight tile as stored
+            for t in range(0, tl.cdiv(K, BLOCK_K)):
+                k0 = t * BLOCK_K
+                x = act_tile(a_rows, valid, k0, K, BLOCK_K, EVEN_K).to(dot_t)
+                acc_g = bf16_product(acc_g, x, k0, n_w, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t, DOT_F32,
+                                     EVEN_K)
+                if TWO:
+                    acc_u = bf16_product(acc_u, x, k0, n_u, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t,
+                                         DOT_F32, EVEN_K)
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -229,12 +276,45 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             hg = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)    # the reference rounds FC1's output
             hu = to_dtype(acc_u, io_t, DOT_F32).to(tl.float32)
             y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
+            if DIRECT:
+                y = y * keep
             tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
         else:
             y = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)
             if WEIGHT_OUT:
                 y = y * tl.load(topw_ptr + rows, mask=valid, other=0.0)[:, None]
+            if DIRECT:
+                y = y * keep
             tl.store(out_rows, y, mask=omask)
+            if FUSE_SUM:
+                tl.debug_barrier()
+                tok = pid_m // TOPK
+                tile = tok * tl.num_programs(1) + pid_n
+                arrived = tl.atomic_add(sorted_ptr + tile, 1)
+                if arrived == TOPK - 1:
+                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+                    for slot in range(0, TOPK):
+                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
+                                         other=0.0, cache_modifier=".cg")
+                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, DOT_F32),
+                             mask=jmask)
+                    tl.atomic_xchg(sorted_ptr + tile, 0)
+
+
+@triton.jit
+def bf16_product(acc, x, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                 DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc + x [BM, BK] @ W[offs_n, k0:k0+BK]^T for unquantized (BF16) weights, fp32 accumulation."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+    return mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
+
+
+@triton.jit
+def weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
+    """FP8 weight scales [BN] of the rows offs_n in the K tile at k0 (block, channel or tensor scales)."""
+    return tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N, other=0.0)
 
 
 @triton.jit

@@ -65,6 +65,10 @@ def pack(fmt: str, names: dict[str, str], tensors: dict[str, Any], lead: list[in
                                  why="one fp32 scale per 128x128 block, [ceil(N/128), ceil(K/128)]")
         check_scales(sn, scale, sign="non-negative")
         return Packed(layout_for(fmt, n, k), w.contiguous().view(torch.uint8), scale.contiguous().float(), None, None)
+    if fmt == "bf16":
+        check_tensor(wn, w, dtypes=(torch.bfloat16,), shapes=[lead + [n, k]], why="unquantized BF16 weights")
+        unit = torch.ones(1, dtype=torch.float32, device=w.device)      # no scales: a pointer never read
+        return Packed(layout_for(fmt, n, k), w.contiguous(), unit, None, None)
     if fmt in ("mxfp4", "nvfp4"):
         check_tensor(wn, w, dtypes=(torch.uint8,), shapes=[lead + [n, k // 2]],
                      why="two E2M1 codes per byte along K, low nibble = even k")
@@ -105,4 +109,4 @@ def pack(fmt: str, names: dict[str, str], tensors: dict[str, Any], lead: list[in
                          why="GPTQ qzeros: 8 zero points per int32 along N")
             z = z.contiguous()
         return Packed(layout, w.contiguous(), s.contiguous(), z, None)
-    raise TensorError(wn, "a weight format oracle-triton serves (fp8_*, mxfp4, nvfp4, int4)", repr(fmt))
+    raise TensorError(wn, "a weight format oracle-triton serves (fp8_*, mxfp4, nvfp4, int4; bf16 in the fused MoE)", repr(fmt))

@@ -147,14 +147,23 @@ def gemv(elem, group, cfg, *, act=0, scale_rows=1, zero=False):
 
 
 def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
+    """moe_gemv's kernels as TritonMoE.apply_direct launches them: moe_up_split_kernel where the config
+    has SPLIT_K (else moe_up_kernel), the down kernel with its own tile (BLOCK_N2/BLOCK_K2/WARPS2)."""
+    down = stage == 2
+    bn = cfg.get("BLOCK_N2", cfg["BLOCK_N"]) if down else cfg["BLOCK_N"]
+    bk = cfg.get("BLOCK_K2", cfg["BLOCK_K"]) if down else cfg["BLOCK_K"]
+    warps = cfg.get("WARPS2", cfg["num_warps"]) if down else cfg["num_warps"]
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
-                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DECODE=cfg["DECODE"],
-                  EXACT_BF16=False, OUT_F16=False, **_ones(elem))
-    if stage == 1:
+                  BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
+                  **_ones(elem))
+    if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
-        return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, cfg["num_warps"], cfg["num_stages"])
+        if "SPLIT_K" in cfg:
+            return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"]),
+                                  warps, cfg["num_stages"])
+        return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
     consts = dict(WEIGHT_OUT=True, SPLIT=8, **common)
-    return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, cfg["num_warps"], cfg["num_stages"])
+    return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
 
 def swap(elem, group, cfg, *, zero=False, f16=False):

@@ -1,0 +1,261 @@
+"""Sweep: the fused MoE's small-M (decode) paths on a GPU, weights served from HBM.
+
+Per model of bench_peers.MOE and M (1, 8, 16), beside the aligned grouped GEMM and the path the
+shipped rules pick: variants of the CUDA-core direct path (TritonMoE.apply_direct: the old up
+kernel; moe_up_split_kernel with its BLOCK_N / BLOCK_K / SPLIT_K / warps; the down kernel's
+BLOCK_N2 / BLOCK_K2 / WARPS2) and of the tensor-core direct path (apply_direct_mma: BLOCK_M/N,
+stages). Each timed figure is one CUDA graph that cycles through routings whose experts differ
+(M = 1: disjoint expert sets) until more than 256 MB of experts are touched, so the weights come
+from HBM, not the 60 MB L2. Every variant's output is compared with the aligned grouped GEMM's
+(checked against oracle-emulation by the GPU tests); one that differs by more than the GPU tests'
+tolerance (1e-2 relative; 5e-2 with FP8 and 8e-2 with NVFP4 activations, where rounding flips of
+FC2's input differ between paths) is flagged DISAGREES and never chosen. M = 1 runs every
+variant (up variants with the default down kernel, then down variants with the best up kernel);
+M = 8 and 16 time the M = 1 winners and a few neighbours.
+
+    python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+from bench_peers import MOE, ROTATE, _routings
+from bench_triton import _quant
+from gpu_timing import copy_bandwidth, graph_ms, rel, start
+
+from oracle import MoELayer
+from oracle.catalog import Mode
+
+ORDER = ["qwen3-30b-a3b", "gpt-oss-20b", "deepseek-r1", "gpt-oss-120b", "qwen3-235b-a22b-nvfp4",
+         "qwen3-30b-a3b-int4-zp"]
+DEVICE = "cuda"      # a CPU dry run of the logic (Triton interpreter) sets "cpu"
+CHUNK = 16          # experts quantized once and repeated (the timing reads every copy from HBM)
+
+
+def _up(bn, bk, split, warps):
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps}
+
+
+def _down(bn, bk, warps):
+    return {"BLOCK_N2": bn, "BLOCK_K2": bk, "WARPS2": warps}
+
+
+#: (up variants, down variants) per weight family; the first down variant is the default.
+VARIANTS = {
+    "fp8": ([_up(32, 128, 1, 4), _up(16, 256, 1, 4), _up(16, 128, 1, 4), _up(8, 256, 1, 4), _up(16, 256, 2, 4),
+             _up(16, 512, 1, 8), _up(32, 128, 2, 4), _up(16, 256, 4, 4), _up(8, 256, 2, 4), _up(8, 128, 2, 2)],
+            [_down(32, 256, 4), _down(16, 256, 4), _down(8, 256, 4), _down(16, 128, 4), _down(32, 512, 8),
+             _down(64, 256, 8)]),
+    "w4": ([_up(16, 256, 1, 4), _up(32, 256, 1, 4), _up(16, 512, 1, 4), _up(32, 512, 1, 8), _up(64, 256, 1, 8),
+            _up(16, 1024, 1, 8), _up(32, 256, 2, 4), _up(16, 512, 2, 4), _up(8, 512, 1, 4), _up(64, 512, 2, 8)],
+           [_down(16, 256, 4), _down(32, 256, 4), _down(32, 512, 8), _down(16, 512, 4), _down(64, 256, 8),
+            _down(8, 512, 4)]),
+    "nvfp4": ([_up(16, 256, 1, 4), _up(16, 512, 1, 8), _up(32, 256, 1, 8), _up(16, 256, 2, 4), _up(8, 256, 1, 4),
+               _up(32, 128, 1, 4), _up(16, 128, 2, 4)],
+              [_down(16, 256, 4), _down(32, 256, 8), _down(16, 512, 8), _down(8, 256, 4)]),
+}
+
+
+def _mma(bn, stages, bk=128, warps=4, full=1, bm=16):
+    return {"DIRECT": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
+            "FULL_TILE": full}
+
+
+#: TritonMoE.apply_direct_mma (tensor-core tiles, one pair per program) per weight family.
+MMA = {"fp8": [_mma(32, 4), _mma(16, 4), _mma(64, 4), _mma(32, 3), _mma(32, 6), _mma(16, 6), _mma(64, 3),
+               _mma(64, 4, bm=64), _mma(32, 4, bm=64)],
+       "w4": [_mma(32, 3), _mma(64, 3), _mma(32, 4)],
+       "nvfp4": [_mma(32, 3), _mma(64, 3)]}
+
+
+def family(fmt: str, act: str) -> str:
+    if fmt.startswith("fp8"):
+        return "fp8"
+    return "nvfp4" if act == "nvfp4" else "w4"
+
+
+def build(name):
+    """TritonMoE on `name`'s shape: CHUNK experts quantized by oracle-emulation, repeated to E."""
+    from oracle_triton.moe import TritonMoE
+
+    ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
+                     weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
+    sym = not name.endswith("-zp")
+    c = min(CHUNK, ne)
+    tensors = {}
+    for key, rows, cols in (("w13", 2 * i, h), ("w2", h, i)):
+        q = _quant(fmt, torch.randn(c, rows, cols, device=DEVICE, dtype=torch.bfloat16) * 0.05, symmetric=sym)
+        for suffix in ("", "_scale", "_global_scale", "_zero_point"):
+            v = q.get(f"weight{suffix}")
+            if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == c:
+                v = v.repeat(math.ceil(ne / c), *([1] * (v.dim() - 1)))[:ne].contiguous()
+            tensors[f"{key}{suffix}"] = v
+        del q
+    t = TritonMoE(layer, Mode(weight=fmt, activation=act, name=mode_name, params=params), None)
+    t.process_weights(**tensors)
+    t.check_inputs = False
+    return t, (t.w13.nbytes() + t.w2.nbytes()) / ne
+
+
+def timed(t, x, routes) -> float:
+    """us per call: one graph cycling through the routings (>= 20 calls)."""
+    n = len(routes)
+    reps = n * max(1, math.ceil(20 / n))
+
+    def loop():
+        for j in range(reps):
+            t.forward(x, *routes[j % n])
+    return graph_ms(loop, 1) * 1e3 / reps
+
+
+def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None):
+    from oracle_triton.moe import moe_config, moe_gemv_config
+
+    ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    t0 = time.perf_counter()
+    t, per_expert = build(name)
+    lay = t.w13.layout
+    words = t.facts["hw_fp8"] and t.act == 0
+    base = moe_gemv_config(1, lay.elem, lay.group, words=words)
+    ups, downs = VARIANTS[family(fmt, act)]
+    print(f"\n== {name} ({mode_name}, E={ne} top{topk} H={h} I={i}; built in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    best_cc = best_mma = None
+    for m in ms:
+        if time.perf_counter() > deadline:
+            print(f"budget spent: {name} M={m} and later skipped", flush=True)
+            return
+        x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
+        touched_one = min(ne, m * topk) * per_expert
+        count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
+        routes = _routings(m, ne, topk, count, DEVICE)
+        touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
+        hbm = touched * per_expert / bw * 1e6
+
+        def run(label, cfg):
+            if time.perf_counter() > deadline:
+                return None
+            t.config = cfg
+            try:
+                y = t.forward(x, *routes[0])
+                err = rel(y, ref) if ref is not None else 0.0
+                us = timed(t, x, routes)
+            except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                print(f"  {name} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+                return None
+            finally:
+                t.config = None
+            ok = err < tol
+            rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm,
+                             err=err, ok=ok, routings=count))
+            save()
+            print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
+                  f"{'' if ok else '  DISAGREES'}", flush=True)
+            return us if ok else None
+
+        ref = None
+        aligned = moe_config(m, topk, ne, lay.pack)
+        t.config = aligned
+        ref = t.forward(x, *routes[0]).clone()
+        t.config = None
+        run("aligned", aligned)
+        run("shipped-rule", None)
+        old = {**moe_gemv_config(m, lay.elem, lay.group, words=words)}
+        run("direct-old", old)
+        mmas = MMA[family(fmt, act)]
+        if m == 1 or best_cc is None:
+            def cuda_core():
+                best = None
+                for up in ups:
+                    cfg = {**base, **up, **downs[0]}
+                    us = run("up " + _short(up), cfg)
+                    if us is not None and (best is None or us < best[0]):
+                        best = (us, cfg)
+                for down in downs[1:] if best is not None else []:
+                    cfg = {**best[1], **down}
+                    us = run("down " + _short(down), cfg)
+                    if us is not None and us < best[0]:
+                        best = (us, cfg)
+                return best
+
+            def tensor_core():
+                best = None
+                for cfg in mmas:
+                    us = run("mma " + _short(cfg), cfg)
+                    if us is not None and (best is None or us < best[0]):
+                        best = (us, cfg)
+                if best is not None:                 # the top-k sum inside the FC2 GEMM (one launch fewer)
+                    cfg = {**best[1], "FUSE_SUM": 1}
+                    us = run("mma best + FUSE_SUM", cfg)
+                    if us is not None and us < best[0]:
+                        best = (us, cfg)
+                return best
+            if family(fmt, act) == "fp8":            # the likelier winner first (the budget may end)
+                best_mma = tensor_core()
+                best_cc = cuda_core()
+            else:
+                best_cc = cuda_core()
+                best_mma = tensor_core()
+        else:
+            for label, b in (("cuda-core", best_cc), ("mma", best_mma)):
+                if b is not None:
+                    us = run(f"best {label} of M=1", b[1])
+            if best_cc is not None:
+                for split in (2, 4):
+                    if best_cc[1].get("SPLIT_K", 1) != split:
+                        run(f"best cuda-core of M=1, split {split}", {**best_cc[1], "SPLIT_K": split})
+            if best_mma is not None:
+                for cfg in mmas[:3]:
+                    if cfg != best_mma[1]:
+                        run("mma " + _short(cfg), cfg)
+        mine = [r for r in rows if r["shape"] == name and r["m"] == m and r.get("ok")]
+        if mine:
+            top = min(mine, key=lambda r: r["us"])
+            print(f"BEST {name} M={m}: {top['variant']} {top['us']:.1f} us ({top['us'] / hbm:.2f}x HBM {hbm:.1f}) "
+                  f"{top['config']}", flush=True)
+    del t
+    torch.cuda.empty_cache()
+
+
+def _short(cfg: dict) -> str:
+    return " ".join(f"{k.replace('BLOCK_', '').replace('num_', '')}={v}" for k, v in cfg.items())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", choices=list(MOE), default=ORDER)
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 8, 16])
+    ap.add_argument("--budget-s", type=float, default=100.0, help="no new variant starts after this")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if not start("sweep_moe"):
+        return 2
+    deadline = time.perf_counter() + args.budget_s
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    rows: list[dict] = []
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"copy_bandwidth": bw, "rows": rows}, f, indent=1, default=str)
+    try:
+        for name in args.shapes:
+            if time.perf_counter() > deadline:
+                print(f"budget spent: {name} skipped")
+                continue
+            act = MOE[name][6]
+            sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save)
+    finally:
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""The decode path's up kernel with gate and up in one K loop and K split over programs
+(moe_gemv.moe_up_split_kernel, selected by SPLIT_K in the direct path's config) and the down
+kernel's own tile (BLOCK_N2 / BLOCK_K2 / WARPS2): against oracle-emulation's MoE in Triton's
+interpreter on CPU (compiled on a GPU machine), uneven K splits, ungated activations, the router
+weight on the input, out-of-range ids dropped; and the tensor-core direct path (moe_gemm_kernel
+DIRECT, W8A8 activations rounded inside the GEMM: QUANT_IN). On a GPU (marked gpu): both paths
+at a model-like shape for every format family, and under CUDA-graph capture and replay.
+Tolerances as test_triton_moe."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import moe_pair, rel, routing
+
+slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {"bf16": 1e-2, "fp8": 5e-2, "nvfp4": 8e-2}
+E, H, I, K = 8, 256, 384, 2
+
+
+def _cfg(t, **kw):
+    from oracle_triton.moe import moe_gemv_config
+
+    lay = t.w13.layout
+    words = t.facts["hw_fp8"] and t.act == 0
+    return {**moe_gemv_config(1, lay.elem, lay.group, words=words), **kw}
+
+
+def _direct(t, x, w, ids, cfg):
+    return t.apply_direct(x, w.reshape(-1).float(), ids.reshape(-1), x.shape[0], ids.shape[1], cfg)
+
+
+FAMILIES = [
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
+    ("fp8_block", "w8a16_block", "bf16", {}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+    ("int4", "w4a16_int4", "bf16", {}),
+]
+MMA = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 1}
+MMA_Q = dict(MMA, QUANT_IN=1)       # W8A8 codes rounded inside the GEMMs
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,params", [
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+])
+def test_split_up_kernel_matches_emulation(fmt, mode, act, params):
+    """SPLIT_K 1 and 3 over K = 256 in 128-wide tiles: the third slice is empty (t0 >= t1)."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    for split in (1, 3):
+        y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=split, BLOCK_N2=16, BLOCK_K2=128))
+        assert y.shape == (2, H) and y.dtype == torch.bfloat16
+        assert rel(y, expect) < TOL[act], (fmt, split)
+
+
+@slow
+def test_split_up_kernel_asymmetric_int4():
+    t, ref = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", bias=True, device=DEV, group=128, symmetric=False)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=16, BLOCK_K=128, SPLIT_K=2))
+    assert rel(y, ref.apply(x, w, ids)) < TOL["bf16"]
+
+
+@slow
+@pytest.mark.parametrize("activation", ["relu2", "swigluoai"])
+def test_split_up_kernel_ungated_interleaved_and_weight_on_input(activation):
+    t, ref = moe_pair("mxfp4", E, H, I, 1, "w4a16_mx", "bf16", activation=activation, bias=True,
+                      router_on_input=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV) * 4
+    w, ids = routing(2, E, 1, DEV)
+    y = _direct(t, x, w, ids, _cfg(t, BLOCK_N=16, BLOCK_K=64, SPLIT_K=2))
+    assert rel(y, ref.apply(x, w, ids)) < TOL["bf16"]
+
+
+@slow
+def test_split_up_kernel_drops_out_of_range_pairs_and_resets_its_counters():
+    """An out-of-range id adds nothing; a second call (counters back at zero) gives the same bits."""
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    bad = ids.clone()
+    bad[0, 1] = E + 3
+    cfg = _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=2)
+    y = _direct(t, x, w, bad, cfg)
+    w0 = w.clone()
+    w0[0, 1] = 0.0
+    assert rel(y, ref.apply(x, w0, ids)) < TOL["fp8"]
+    assert int(t._up_counters.abs().sum()) == 0
+    assert torch.equal(y, _direct(t, x, w, bad, cfg))
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,params", FAMILIES)
+def test_tensor_core_direct_path_matches_emulation(fmt, mode, act, params):
+    """One pair per program, no alignment launches; W8A8 codes rounded inside the GEMM."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV, group=128, symmetric=False)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    for cfg in (MMA, MMA_Q) if act == "fp8" else (MMA,):
+        t.config = cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL[act], (fmt, cfg)
+
+
+@slow
+def test_tensor_core_direct_path_drops_out_of_range_pairs():
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    bad = ids.clone()
+    bad[0, 0] = -1
+    t.config, t.check_inputs = MMA, False
+    w0 = w.clone()
+    w0[0, 0] = 0.0
+    assert rel(t.apply(x, w, bad), ref.apply(x, w0, ids)) < TOL["fp8"]
+
+
+def _gpu_configs(t):
+    return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
+            "mma+sum": dict(MMA, FUSE_SUM=1), "mma quant-in": MMA_Q}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,mode,act,params", FAMILIES)
+def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params):
+    t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
+                      symmetric=False)
+    for m in (1, 3):
+        x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, 32, 4, "cuda")
+        expect = ref.apply(x, w, ids)
+        for name, cfg in _gpu_configs(t).items():
+            t.config = cfg
+            err = rel(t.apply(x, w, ids), expect)
+            assert err < TOL[act], (fmt, mode, m, name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,mode,act,params", [FAMILIES[0], FAMILIES[4]])
+def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params):
+    """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
+    equals an eager call bit for bit (the split reduction's counters are back at zero)."""
+    t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
+    for name, cfg in _gpu_configs(t).items():
+        t.config = cfg
+        x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
+        w, ids = routing(2, 32, 4, "cuda")
+        t.forward(x, w, ids)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = t.forward(x, w, ids)
+        for _ in range(3):
+            x.copy_(torch.randn_like(x))
+            nw, nids = routing(2, 32, 4, "cuda")
+            w.copy_(nw)
+            ids.copy_(nids)
+            g.replay()
+            torch.cuda.synchronize()
+            assert rel(out, ref.apply(x, w, ids)) < TOL[act], name
+            assert torch.equal(out, t.forward(x, w, ids)), name
+
+
+def _bf16_moe(e=E, h=H, i=I, k=K, device=DEV):
+    """oracle-triton's fused MoE in its BF16 mode (unquantized experts) and the expert tensors."""
+    from oracle import MoELayer
+    from oracle.catalog import Mode
+    from oracle_triton.moe import TritonMoE
+
+    layer = MoELayer(name="moe-bf16", num_experts=e, top_k=k, hidden_size=h, intermediate_size=i,
+                     weight_format="bf16", activation="silu")
+    w13 = (torch.randn(e, 2 * i, h, device=device) * 0.05).to(torch.bfloat16)
+    w2 = (torch.randn(e, h, i, device=device) * 0.05).to(torch.bfloat16)
+    t = TritonMoE(layer, Mode(weight="bf16", activation="bf16", name="bf16"), None)
+    t.process_weights(w13=w13, w2=w2)
+    return t, w13, w2
+
+
+def _bf16_reference(x, w13, w2, w, ids):
+    """Per pair in fp32, rounded to bf16 where the reference MoE rounds (FC1 output, activation,
+    FC2 output), weighted and summed over the slots."""
+    i = w2.shape[2]
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    for r in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[r, j])
+            hh = (x[r].float() @ w13[e].float().T).to(torch.bfloat16).float()
+            a = (torch.nn.functional.silu(hh[:i]) * hh[i:]).to(torch.bfloat16).float()
+            out[r] += float(w[r, j]) * (a @ w2[e].float().T).to(torch.bfloat16).float()
+    return out.to(torch.bfloat16)
+
+
+@slow
+def test_bf16_mode_on_both_tensor_core_paths():
+    """The BF16 mode (the benchmark's own BF16 baseline) on the aligned grouped GEMM (5 tokens) and
+    the direct tensor-core path (2 tokens) against a torch reference; the CUDA-core direct path
+    is never chosen for it."""
+    t, w13, w2 = _bf16_moe()
+    assert "DECODE" not in t.config_for(1, K)
+    for m, cfg in ((5, None), (2, MMA)):
+        t.config = cfg
+        x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(m, E, K, DEV)
+        assert rel(t.apply(x, w, ids), _bf16_reference(x, w13, w2, w, ids)) < 1e-2, m
+
+
+def _table(tmp_path, monkeypatch, entries):
+    import json
+
+    from oracle_triton import tuned
+
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "devices": {"NVIDIA H200": entries}}))
+    monkeypatch.setattr(tuned, "TABLE", path)
+    tuned.load.cache_clear()
+    return path
+
+
+DECODE_CFG = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 2, "num_warps": 4, "num_stages": 3,
+              "BLOCK_N2": 16, "BLOCK_K2": 256, "WARPS2": 4}
+ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * I, "k": H, "experts": E, "m": 1}
+
+
+@pytest.mark.parametrize("cfg", [DECODE_CFG, MMA])
+def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
+    """A table entry for a decode path (CUDA-core DECODE or tensor-core DIRECT) loads and wins over
+    the rules for its bucket only; the table is read on CPU (no kernel runs)."""
+    from oracle_triton import tuned
+
+    _table(tmp_path, monkeypatch, [dict(ENTRY, config=cfg)])
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    t.facts = dict(t.facts, name="NVIDIA H200")
+    try:
+        assert t.config_for(1, K) == cfg and t.config_for(2, K) != cfg
+    finally:
+        tuned.load.cache_clear()
+
+
+@pytest.mark.parametrize("bad", [dict(DECODE_CFG, BLOCK_K=192), dict(DECODE_CFG, BLOCK_N=24),
+                                 dict(DECODE_CFG, BLOCK_K2=64), dict(DECODE_CFG, DECODE=7),
+                                 {k: v for k, v in DECODE_CFG.items() if k != "num_stages"}])
+def test_tuned_decode_entries_are_checked_by_name(tmp_path, monkeypatch, bad):
+    from oracle.errors import PolicyError
+    from oracle_triton import tuned
+
+    path = _table(tmp_path, monkeypatch, [dict(ENTRY, config=bad)])
+    try:
+        with pytest.raises(PolicyError) as err:
+            tuned.load(path)
+        assert str(path) in str(err.value) and "[0].config" in str(err.value)
+    finally:
+        tuned.load.cache_clear()
+
+
+def test_dense_entries_refuse_the_moe_decode_keys(tmp_path, monkeypatch):
+    from oracle.errors import PolicyError
+    from oracle_triton import tuned
+
+    dense = {"kind": "dense", "mode": "w8a8_block", "weight": "fp8_block", "n": 256, "k": 256, "m": 1,
+             "config": dict(MMA, BLOCK_K=128)}
+    path = _table(tmp_path, monkeypatch, [dense])
+    try:
+        with pytest.raises(PolicyError):
+            tuned.load(path)
+    finally:
+        tuned.load.cache_clear()
+
+
+@slow
+def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
+    """FUSE_SUM: the FC2 GEMM's last program per token and tile writes the top-k sum (no topk_sum
+    launch): the same bits as the separate sum, twice in a row (its counters reset)."""
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    x = torch.randn(3, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, E, K, DEV)
+    t.config = MMA
+    apart = t.apply(x, w, ids)
+    t.config = dict(MMA, FUSE_SUM=1)
+    assert torch.equal(t.apply(x, w, ids), apart) and torch.equal(t.apply(x, w, ids), apart)
+    assert int(t._sum_counters.abs().sum()) == 0
