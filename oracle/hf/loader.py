@@ -15,7 +15,6 @@ model is returned: nothing half-loaded escapes.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from torch import nn
 from ..checkpoints import Adapter, CheckpointError, TensorSource, preflight
 from ..errors import InputError, NoKernelError
 from ..formats import torch_dtype
+from ..memory import release_freed_memory
 from .modules import FusedRunner, KernelExperts, KernelLinear, PartKernels
 from .naming import ModelNames
 
@@ -225,28 +225,6 @@ def _progress(total: int, wanted: bool | None, label: str) -> Iterator[Any]:
     from tqdm.auto import tqdm
     with tqdm(total=total, desc=f"loading {label}", unit="layer", file=sys.stderr, leave=False, disable=False) as bar:
         yield bar
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim() -> Any:
-    import ctypes
-    import ctypes.util
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def release_freed_memory() -> None:
-    """Hand the heap pages freed by one layer's temporaries back to the system.
-
-    glibc serves blocks below its mmap threshold from its heap and raises that threshold to the
-    largest block freed, so each layer's unpacked temporaries stay resident after they are freed:
-    a streamed load of a 0.5B model grew by ~4x its packed weights (measured, bench/bench_hf_load.py).
-    malloc_trim(0) returns whole free pages. A no-op where libc has none (musl, macOS, Windows)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 class _NoBar:

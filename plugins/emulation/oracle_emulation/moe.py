@@ -1,6 +1,7 @@
 """Emulated fused MoE: top-k routing from given ids/weights, per-expert GEMMs, activation, sum.
 
-Weights of every expert are dequantized once in process_weights. apply sorts the
+Weights of every expert are dequantized once in process_weights (ORACLE_EMULATION_WEIGHTS=packed:
+kept as checkpoint tensors and dequantized in each call, weights.StoredWeight). apply sorts the
 (token, expert) pairs by expert, pads each expert's rows to a common capacity and runs
 FC1 -> activation -> FC2 as batched GEMMs over the experts hit (a handful of launches,
 whatever the expert count), with the activation quantize-dequantize a W4A8/W4A4 kernel
@@ -22,13 +23,24 @@ from oracle.tensors import check_dtype, moe_activation_params, shape_of
 
 from .activations import quantize_dequantize
 from .moe_activations import apply_activation
-from .weights import activation_scale, check_input, check_vector, dequantize_weight
+from .weights import StoredWeight, activation_scale, check_input, check_vector
 
 
 class EmulationMoE(Kernel):
     """Reference fused MoE for every weight format, activation mode and expert activation."""
 
-    w13: torch.Tensor | None = None
+    stored13: StoredWeight | None = None
+    stored2: StoredWeight | None = None
+
+    @property
+    def w13(self) -> torch.Tensor | None:
+        """Every expert's dequantized FC1 weight [E, rows, H] (made on demand in packed mode)."""
+        return None if self.stored13 is None else self.stored13.get()
+
+    @property
+    def w2(self) -> torch.Tensor | None:
+        """Every expert's dequantized FC2 weight [E, H, I] (made on demand in packed mode)."""
+        return None if self.stored2 is None else self.stored2.get()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
@@ -42,19 +54,19 @@ class EmulationMoE(Kernel):
         self.dtype = torch_dtype(layer.dtype)
         self.params = moe_activation_params(layer.activation, layer.activation_params)
         self.experts, self.hidden, self.inter = e, h, i
-        self.w13 = dequantize_weight(
+        self.stored13 = StoredWeight(
             fmt, {"weight": w13, "scale": w13_scale, "global": w13_global_scale, "zero": w13_zero_point},
             {"weight": "w13", "scale": "w13_scale", "global": "w13_global_scale", "zero": "w13_zero_point"},
-            [e], rows, h).to(self.dtype).contiguous()
-        self.w2 = dequantize_weight(
+            [e], rows, h, self.dtype)
+        self.stored2 = StoredWeight(
             fmt, {"weight": w2, "scale": w2_scale, "global": w2_global_scale, "zero": w2_zero_point},
             {"weight": "w2", "scale": "w2_scale", "global": "w2_global_scale", "zero": "w2_zero_point"},
-            [e], h, i).to(self.dtype).contiguous()
-        dev = self.w13.device
-        self.b13 = None if w13_bias is None else \
-            check_vector("w13_bias", w13_bias, [e, rows], "one bias per expert and FC1 row").to(self.w13)
-        self.b2 = None if w2_bias is None else \
-            check_vector("w2_bias", w2_bias, [e, h], "one bias per expert and hidden unit").to(self.w13)
+            [e], h, i, self.dtype)
+        dev = self.stored13.device
+        self.b13 = None if w13_bias is None else check_vector(
+            "w13_bias", w13_bias, [e, rows], "one bias per expert and FC1 row").to(device=dev, dtype=self.dtype)
+        self.b2 = None if w2_bias is None else check_vector(
+            "w2_bias", w2_bias, [e, h], "one bias per expert and hidden unit").to(device=dev, dtype=self.dtype)
         act = self.mode.activation
         self.fc1_params: dict[str, Any] = {}
         self.fc2_params: dict[str, Any] = {}
@@ -97,9 +109,10 @@ class EmulationMoE(Kernel):
             raise TensorError("topk_weights", "finite router weights", "NaN or infinite values")
 
     def apply(self, hidden_states: Any, topk_weights: Any, topk_ids: Any) -> torch.Tensor:
-        if self.w13 is None:
+        if self.stored13 is None or self.stored2 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
-        check_input("hidden_states", hidden_states, self.hidden, self.w13)
+        w13, w2 = self.stored13.get(), self.stored2.get()
+        check_input("hidden_states", hidden_states, self.hidden, w13)
         self._check_routing(hidden_states, topk_weights, topk_ids)
         m, k = topk_ids.shape
         out = torch.zeros(m, self.hidden, dtype=torch.float32, device=hidden_states.device)
@@ -116,7 +129,7 @@ class EmulationMoE(Kernel):
         counts = torch.bincount(flat_ids, minlength=self.experts)
         cap, n_active = (int(v) for v in torch.stack((counts.max(), (counts > 0).sum())).tolist())
         pos = torch.arange(m * k, device=dev) - (torch.cumsum(counts, 0) - counts)[sorted_ids]
-        w13, w2, b13, b2 = self.w13, self.w2, self.b13, self.b2
+        b13, b2 = self.b13, self.b2
         slot, group_counts = sorted_ids, counts
         if 4 * n_active <= self.experts:          # few experts hit: gather just those weights
             experts = torch.nonzero(counts).squeeze(1)

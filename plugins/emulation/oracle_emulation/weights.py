@@ -5,12 +5,15 @@ logical [N, K], so a wrong tensor is reported with the shape it should have had.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 import torch
 
 from oracle.errors import TensorError
 from oracle.formats import CODEC_BLOCKS
+from oracle.memory import map_large_blocks
 from oracle.tensors import check_dtype, check_finite, check_shape, require, shape_of
 
 from .formats import codec_for
@@ -84,3 +87,53 @@ def check_input(name: str, x: Any, last: int, weight: torch.Tensor) -> None:
         raise TensorError(name, f"last dimension {last}", f"shape {shape_of(x)}")
     if x.device != weight.device:
         raise TensorError(name, f"a tensor on {weight.device} (where the processed weights are)", str(x.device))
+
+
+#: Where the emulation keeps its weights. "resident" (the default): dequantized once, in the layer's
+#: dtype (2 bytes a weight in BF16), so a call is one BF16 GEMM. "packed": the checkpoint's tensors
+#: (their own bytes: half a byte a weight for 4-bit formats) and a dequantization inside every call,
+#: so memory stays at the quantized size plus one layer's matrix while it runs, and each call pays a
+#: dequantization (large blocks are then mapped and unmapped: oracle.memory.map_large_blocks, process-wide,
+#: so freed matrices leave the resident set). Resident is the default because the emulation is the testing path, where call
+#: speed is what tests wait for; `packed` is for loading a large checkpoint on a machine whose memory
+#: holds the quantized model but not its BF16 copy (docs/user-guide.md, "Memory").
+WEIGHTS_ENV = "ORACLE_EMULATION_WEIGHTS"
+WEIGHTS_MODES = ("resident", "packed")
+
+
+def weights_mode() -> str:
+    value = os.environ.get(WEIGHTS_ENV, "") or "resident"
+    if value not in WEIGHTS_MODES:
+        warnings.warn(f"{WEIGHTS_ENV}={value!r} is not one of {', '.join(WEIGHTS_MODES)}; using resident",
+                      stacklevel=3)
+        return "resident"
+    return value
+
+
+class StoredWeight:
+    """One weight of a layer, dequantized to `dtype` now (which validates it) and then either kept
+    (resident) or dropped and made again from the checkpoint tensors on each `get()` (packed)."""
+
+    def __init__(self, fmt: str, tensors: dict[str, Any], names: dict[str, str], lead: list[int], n: int, k: int,
+                 dtype: Any, mode: str | None = None):
+        self.mode = mode or weights_mode()
+        if self.mode == "packed":     # each call's matrix is made and freed: map it, so freeing returns it
+            map_large_blocks()
+        matrix = dequantize_weight(fmt, tensors, names, lead, n, k).to(dtype).contiguous()
+        self.device, self.shape = matrix.device, tuple(matrix.shape)
+        self._matrix: torch.Tensor | None = matrix if self.mode == "resident" else None
+        self._recipe = None if self.mode == "resident" else (
+            fmt, {role: t for role, t in tensors.items() if t is not None}, names, lead, n, k, dtype)
+
+    def get(self) -> torch.Tensor:
+        if self._matrix is not None:
+            return self._matrix
+        fmt, tensors, names, lead, n, k, dtype = self._recipe  # type: ignore[misc]
+        return dequantize_weight(fmt, tensors, names, lead, n, k).to(dtype)
+
+    def resident_bytes(self) -> int:
+        """What this weight keeps in memory between calls."""
+        if self._matrix is not None:
+            return self._matrix.numel() * self._matrix.element_size()
+        return sum(t.numel() * t.element_size() for t in self._recipe[1].values())  # type: ignore[index]
+
