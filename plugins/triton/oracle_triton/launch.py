@@ -123,7 +123,7 @@ SWAP_MAX_ROWS = 32
 #: From this M on, layer-dtype activations take DEQUANT_MM and FP8 W8A8 per channel SCALED_MM
 #: (when LIBRARY_PATHS: on once a GPU run has checked both paths at model shapes).
 LIBRARY_MIN_ROWS = 256
-LIBRARY_PATHS = False
+LIBRARY_PATHS = True
 
 
 def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dict[str, int]:
