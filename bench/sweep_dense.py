@@ -109,8 +109,13 @@ def build(fmt, n, k, w, mode_name, act, params):
     return t, em, gs, tensors, layer, mode
 
 
+DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (rules + shipped table), nothing else
+
+
 def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     """The launch configurations tried for a 4-bit layer at M rows (default first)."""
+    if DEFAULTS_ONLY[0]:
+        return [("default", default)]
     from oracle_triton.launch import gemv_config
     from oracle_triton.formats import layout_for
 
@@ -202,6 +207,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     gemm.fp8_swap_kernel (weights as the float8 MMA's A operand)."""
     sms = facts["sms"]
     out = [("default", default)]
+    if DEFAULTS_ONLY[0]:
+        return out
     if m == 1:
         grid = [(16, 128, 256, 4, 4), (16, 64, 128, 4, 4), (16, 256, 128, 8, 4)]
     elif m <= 32:
@@ -256,7 +263,7 @@ def sweep_fp8(name, n, k, w, bw, ms):
         base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16]), "hbm_us": hbm}
         print(f"{name} fp8ch M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
         codes_ref, scales_ref = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
-        for rows_, bk, nw in QUANT_VARIANTS:
+        for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] else ():
             if time.perf_counter() > DEADLINE[0]:
                 break
             codes = torch.empty(m, k, dtype=torch.uint8, device=DEV)
@@ -285,8 +292,8 @@ def sweep_fp8(name, n, k, w, bw, ms):
             c, s = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
             return torch._scaled_mm(c.view(torch.float8_e4m3fn), wts[i], scale_a=s.reshape(m, 1), scale_b=sbs[i],
                                     out_dtype=torch.bfloat16)
-        us = record(name, "fp8ch", m, "quantizer + _scaled_mm rowwise", {},
-                    [lambda i=i: handoff(i) for i in range(len(gs))], ref, base)
+        us = None if DEFAULTS_ONLY[0] else record(name, "fp8ch", m, "quantizer + _scaled_mm rowwise", {},
+                                                  [lambda i=i: handoff(i) for i in range(len(gs))], ref, base)
         if us is not None and us < best[1]:
             best[:] = [("scaled_mm", {"SCALED_MM": 1}), us]
         if best[0] is not None:
@@ -308,29 +315,32 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
     jobs = []
     sn, sk = 256, 1024
     small = {}
-    for part in parts:
-        fmts = {"int4": ["int4"], "fp4": ["mxfp4", "nvfp4"], "fp8": ["fp8_channel"]}[part]
-        for fmt in fmts:
-            if fmt not in small:
-                mode = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
-                        "nvfp4": ("w4a16_nvfp4", "bf16", {}),
-                        "fp8_channel": ("w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})}[fmt]
-                w = torch.randn(sn, sk, device=DEV, dtype=torch.bfloat16) * 0.05
-                small[fmt] = build(fmt, sn, sk, w, *mode)[2][0]
-            g = small[fmt]
-            for name in shapes:
-                n, k = SHAPES[name]
-                fake = DenseGemm(layout_for(fmt, n, k, 128), n, k, g.weight, g.scale, None, None, None)
+    modes = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
+             "nvfp4": ("w4a16_nvfp4", "bf16", {}),
+             "fp8_channel": ("w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})}
+    for phase, ms in PHASES:
+        part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[phase]
+        if part not in parts:
+            continue
+        fmt = "fp8_channel" if phase == "fp8ch" else phase
+        if fmt not in small:
+            w = torch.randn(sn, sk, device=DEV, dtype=torch.bfloat16) * 0.05
+            small[fmt] = build(fmt, sn, sk, w, *modes[fmt])[2][0]
+        g = small[fmt]
+        for name in shapes:
+            n, k = SHAPES[name]
+            # the real layer's shape and mode: config_for consults the shipped table with them
+            fake = DenseGemm(layout_for(fmt, n, k, 128), n, k, g.weight, g.scale, None, None, None,
+                             mode=modes[fmt][0], weight_format=fmt)
+            for m in ms:
                 if part == "fp8":
-                    for m in M_FP8:
-                        for _, cfg in variants_fp8(n, k, m, facts, fake.config_for(m, ACT_TOKEN)):
-                            jobs.append(("fp8", m, ACT_TOKEN, cfg))
-                    continue
-                for m in M_4BIT[fmt]:
+                    for _, cfg in variants_fp8(n, k, m, facts, fake.config_for(m, ACT_TOKEN)):
+                        jobs.append(("fp8", m, ACT_TOKEN, cfg))
+                else:
                     for _, cfg in variants_4bit(fmt, n, k, m, facts, fake.config_for(m, 0)):
                         jobs.append((fmt, m, 0, cfg))
-        if part == "fp8":
-            for m in M_FP8:
+        if part == "fp8" and not DEFAULTS_ONLY[0]:
+            for m in ms:
                 for v in QUANT_VARIANTS:
                     jobs.append(("quant", m, 0, v))
     seen, unique = set(), []
@@ -358,8 +368,9 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
 def precompile(workers: int, args) -> None:
     import subprocess
     t0 = time.perf_counter()
+    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else [])
     procs = [subprocess.Popen([sys.executable, __file__, "--compile-worker", f"{i}/{workers}", "--parts", *args.parts,
-                               "--shapes", *args.shapes]) for i in range(workers)]
+                               "--shapes", *args.shapes, *extra]) for i in range(workers)]
     for p in procs:
         try:
             p.wait(timeout=max(1.0, args.compile_timeout_s - (time.perf_counter() - t0)))
@@ -452,6 +463,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-timeout-s", type=float, default=60.0)
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--host-profile", action="store_true", help="only the eager host-time profile")
+    ap.add_argument("--defaults-only", action="store_true",
+                    help="time only what config_for chooses (the rules and the shipped table) beside BF16 / tinygemm")
+    ap.add_argument("--phases", nargs="+", metavar="FMT:M,M", help="instead of PHASES, e.g. int4:1,16 fp8ch:256")
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
                     "--json (no GPU needed)")
@@ -464,6 +478,9 @@ def main(argv=None) -> int:
         with open(args.from_json) as f:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
+    DEFAULTS_ONLY[0] = args.defaults_only
+    if args.phases:
+        PHASES[:] = [(p.split(":")[0], [int(v) for v in p.split(":")[1].split(",")]) for p in args.phases]
     if args.compile_worker:
         i, p = map(int, args.compile_worker.split("/"))
         compile_worker(i, p, args.parts, args.shapes)
