@@ -33,8 +33,9 @@ from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
 
 ROTATE = 256 << 20
+DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
-GEMLITE_BUDGET_S = 240.0
+BUDGET = [240.0]
 BEGAN = time.perf_counter()
 WRONG = 2e-2          # a candidate further than this from emulation is computing something else
 
@@ -231,8 +232,8 @@ def bench_dense(ms_list, bw, rows, skipped):
                     if err > WRONG:
                         row["peers"][cand] = {"error": err}
                         continue
-                    if cand == "gemlite" and time.perf_counter() - BEGAN > GEMLITE_BUDGET_S:
-                        row["peers"][cand] = {"error": f"skipped: past the {GEMLITE_BUDGET_S:.0f} s gemlite budget"}
+                    if cand == "gemlite" and time.perf_counter() - BEGAN > BUDGET[0]:
+                        row["peers"][cand] = {"error": f"skipped: past the {BUDGET[0]:.0f} s gemlite budget"}
                         continue
                     try:
                         t = measure([lambda f=f: f(x) for f in fns], m)
@@ -336,6 +337,10 @@ def bench_moe(ms_list, bw, rows, skipped):
     print("\n== fused MoE: us per call (graph / eager, host = Python time per eager call); the timed calls "
           "cycle through routings until > 256 MB of experts are touched ==")
     for name, (ne, topk, h, i, fmt, mode_name, act, params, activation) in MOE.items():
+        if time.perf_counter() > DEADLINE[0]:
+            skipped.append(f"{name}: not measured (--budget-s spent)")
+            print("  " + skipped[-1], flush=True)
+            continue
         layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
                          weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
         mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
@@ -361,6 +366,10 @@ def bench_moe(ms_list, bw, rows, skipped):
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
         for m in ms_list:
+            if time.perf_counter() > DEADLINE[0]:
+                skipped.append(f"{name} M={m}: not measured (--budget-s spent)")
+                print("  " + skipped[-1], flush=True)
+                continue
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
             touched_one = min(ne, m * topk) * per_expert
             count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
@@ -380,8 +389,6 @@ def bench_moe(ms_list, bw, rows, skipped):
                     b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     ob = measure([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
                     ob.update(err=rel(own_bf16.apply(x, *routes[0]), b_ref))
-                    if m == 1:
-                        ob["launches"], ob["kernels"] = launches(lambda: own_bf16.forward(x, *routes[0]))
                     row["peers"]["oracle-bf16"] = ob
                 except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
                     row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -402,7 +409,14 @@ def bench_moe(ms_list, bw, rows, skipped):
 def main(argv: list[str] | None = None) -> int:
     ap = table_args(__doc__.splitlines()[0], DENSE, MOE)
     ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
+    ap.add_argument("--gemlite-budget-s", type=float, default=BUDGET[0],
+                    help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
+                         "new shape and M")
+    ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
     args = ap.parse_args(argv)
+    BUDGET[0] = args.gemlite_budget_s
+    if args.budget_s is not None:
+        DEADLINE[0] = time.perf_counter() + args.budget_s
     if not start("bench_peers"):
         return 2
     keep_shapes(args.shapes, DENSE, MOE)

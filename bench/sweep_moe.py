@@ -73,6 +73,17 @@ MMA = {"fp8": [_mma(32, 4), _mma(16, 4), _mma(64, 4), _mma(32, 3), _mma(32, 6), 
        "nvfp4": [_mma(32, 3), _mma(64, 3)]}
 
 
+#: --quick (a second round): the first round's winners and their neighbours only. FP8: the tensor-core
+#: direct path on the quantization launch's codes (the first round measured it with the rounding inside
+#: each K tile, QUANT_IN, 2.3-3x slower), and no CUDA-core variants beyond the default.
+QUICK_VARIANTS = {
+    "fp8": ([], [_down(32, 256, 4)]),
+    "w4": ([_up(8, 512, 1, 4), _up(16, 512, 1, 4), _up(8, 1024, 1, 4), _up(8, 256, 1, 2)], [_down(8, 512, 4)]),
+    "nvfp4": ([_up(16, 256, 1, 4), _up(8, 256, 1, 4), _up(8, 512, 1, 4)], [_down(16, 256, 4), _down(8, 256, 4)]),
+}
+QUICK_MMA = {"fp8": [_mma(64, 3), _mma(64, 4, warps=8)], "w4": [], "nvfp4": []}
+
+
 def family(fmt: str, act: str) -> str:
     if fmt.startswith("fp8"):
         return "fp8"
@@ -114,7 +125,7 @@ def timed(t, x, routes) -> float:
     return graph_ms(loop, 1) * 1e3 / reps
 
 
-def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None):
+def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=False):
     from oracle_triton.moe import moe_config, moe_gemv_config
 
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
@@ -123,7 +134,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None):
     lay = t.w13.layout
     words = t.facts["hw_fp8"] and t.act == 0
     base = moe_gemv_config(1, lay.elem, lay.group, words=words)
-    ups, downs = VARIANTS[family(fmt, act)]
+    ups, downs = (QUICK_VARIANTS if quick else VARIANTS)[family(fmt, act)]
     print(f"\n== {name} ({mode_name}, E={ne} top{topk} H={h} I={i}; built in {time.perf_counter() - t0:.1f} s)",
           flush=True)
     best_cc = best_mma = None
@@ -167,8 +178,8 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None):
         run("aligned", aligned)
         run("shipped-rule", None)
         old = {**moe_gemv_config(m, lay.elem, lay.group, words=words)}
-        run("direct-old", old)
-        mmas = MMA[family(fmt, act)]
+        run("direct (moe_gemv_config)", old)
+        mmas = (QUICK_MMA if quick else MMA)[family(fmt, act)]
         if m == 1 or best_cc is None:
             def cuda_core():
                 best = None
@@ -233,6 +244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[1, 8, 16])
     ap.add_argument("--budget-s", type=float, default=100.0, help="no new variant starts after this")
     ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true", help="the first round's winners and neighbours only")
     args = ap.parse_args(argv)
     if not start("sweep_moe"):
         return 2
@@ -251,7 +263,7 @@ def main(argv=None) -> int:
                 print(f"budget spent: {name} skipped")
                 continue
             act = MOE[name][6]
-            sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save)
+            sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
     finally:
         save()
     return 0

@@ -69,6 +69,22 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
+def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
+    """The tensor-core direct path (TritonMoE.apply_direct_mma) for W8A8 experts while the pairs are at
+    most a quarter of the experts (few pairs share an expert, so reading each pair's expert alone costs
+    little). Measured on an H200 with weights from HBM (bench/sweep_moe.py --quick, 2026-12-01):
+    qwen3-30b-a3b M=1 28.0 us against 40.5 for the aligned path (8 launches to 4), M=8 82.7 against
+    93.0; deepseek-r1 M=1 106-110 against 128, M=8 614 against 635; at M=16 on Qwen3 (pairs = experts)
+    the aligned path wins."""
+    return act in FP8_CODES and tokens * top_k <= experts // 4
+
+
+def direct_mma_config() -> dict[str, int]:
+    """16-row tiles (one pair each), 64 columns, the top-k sum in the FC2 GEMM (FUSE_SUM)."""
+    return {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+            "FULL_TILE": 1, "FUSE_SUM": 1}
+
+
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
@@ -241,8 +257,9 @@ class TritonMoE(Kernel):
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE) or the
-        aligned grouped GEMM's (moe_config). The one place the choice is made."""
+        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE), the
+        tensor-core direct path's (use_direct_mma; DIRECT) or the aligned grouped GEMM's (moe_config).
+        The one place the choice is made."""
         if self.config is not None:
             return self.config
         from .tuned import lookup
@@ -252,6 +269,8 @@ class TritonMoE(Kernel):
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+        if use_direct_mma(tokens, top_k, self.experts, self.act):
+            return direct_mma_config()
         return moe_config(tokens, top_k, self.experts, lay.pack, wide=lay.elem == BF16)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
@@ -279,9 +298,9 @@ class TritonMoE(Kernel):
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
         grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
-        rounded to codes by the quantization launch (or inside the GEMMs with QUANT_IN: measured 2.3-3x
-        slower on an H200, the rounding stalls each K tile); the slots are summed by topk_sum_kernel or
-        by the FC2 GEMM itself (FUSE_SUM)."""
+        rounded to codes by the quantization launch (or inside the GEMMs per K tile with QUANT_IN:
+        measured 2.3-3x slower on an H200, the rounding stalls each K tile); the slots are summed by
+        topk_sum_kernel or by the FC2 GEMM itself (FUSE_SUM)."""
         from . import moe_kernels as mk
 
         quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))

@@ -136,7 +136,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     its tile (bexp_ptr: the pairs' expert ids; an id outside [0, E) computes with expert 0 and
     writes zeros). QUANT_IN (W8A8 with DIRECT): A is the layer-dtype input, rounded to E4M3
     codes per K tile inside the loop (gemm.act_qdq_kernel's rounding; BLOCK_K = 128 for 1x128
-    groups), so no quantization launch precedes the GEMM. FUSE_SUM (STAGE 2 with DIRECT): the
+    groups), so no quantization launch precedes the GEMM (measured 2.3-3x slower than the launch on
+    an H200: the rounding stalls each K tile; kept as an option). FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
