@@ -100,6 +100,9 @@ def child(engine: str, args) -> dict:
     plan = [] if engine == "emulation" else \
         [(b, m) for m in sorted(args.decode, key=("graphs", "compiled", "eager").index) for b in args.batch]
     for batch, mode in plan:
+        if cuda:           # each run's own peak too: which mode holds what (the table's peak is the max)
+            result["peak_gib"] = max(result.get("peak_gib", 0.0), _gib(torch.cuda.max_memory_allocated()))
+            torch.cuda.reset_peak_memory_stats()
         try:
             m = measure(model, prompts[:batch], args.steps, mode)
         except Exception as exc:  # noqa: BLE001 - one mode failing (a compile error) must not lose the others
@@ -109,15 +112,16 @@ def child(engine: str, args) -> dict:
             continue
         result["runs"].append({"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
                                "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
-                               "tokens": m.tokens[0, :args.check].tolist()})
-        result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
+                               "tokens": m.tokens[0, :args.check].tolist(),
+                               "peak_gib": _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0})
+        result["peak_gib"] = max(result.get("peak_gib", 0.0), result["runs"][-1]["peak_gib"])   # while decoding
         save()
         print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step, "
               f"warm-up {m.warmup_s:.1f} s", flush=True)
         del m
         if cuda:
             torch.cuda.empty_cache()
-    result["peak_gib"] = _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0     # while decoding
+    result.setdefault("peak_gib", 0.0)
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
@@ -194,6 +198,9 @@ def table(results: dict[str, dict], args) -> str:
     lines.append("ms per decode step: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
+    lines.append("decode peak GiB per run: " + "; ".join(
+        f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run.get('peak_gib', 0):.2f}" for run in r["runs"])
+        for e, r in results.items() if r.get("runs") and e != "emulation"))
     lines.append("warm-up s (16 tokens: first calls, Triton and torch.compile compiles, graph capture): " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run.get('warmup_s', 0):.1f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
@@ -234,10 +241,11 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="a real model's config.json (quant_method fp8 or mxfp4)")
     ap.add_argument("--layers", type=int, help="keep this many decoder layers (default: full depth)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--decode", nargs="+", choices=("eager", "graphs", "compiled"),
+    ap.add_argument("--decode", nargs="*", choices=("eager", "graphs", "compiled"),
                     default=["eager", "graphs", "compiled"],
                     help="eager; graphs (whole step replayed from one CUDA graph); compiled (decoder layers "
-                         "compiled by torch.compile, and the whole step replayed from one CUDA graph)")
+                         "compiled by torch.compile, and the whole step replayed from one CUDA graph); none: the "
+                         "token check only")
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=128)

@@ -141,12 +141,21 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per load process")
     ap.add_argument("--json", type=Path, help="also write the figures here (JSON)")
     args = ap.parse_args()
+    import time
+    started = time.perf_counter()
     bf16, quant, writer = write(Path(args.dir), args.scheme, args.layers, args.writer)
+    print(f"checkpoints ready in {time.perf_counter() - started:.1f} s: {bf16}, {quant}", flush=True)
     runs: dict[str, list[dict]] = {"bf16": [], "oracle": []}
     for _ in range(args.repeat):
         for kind, path in (("oracle", quant), ("bf16", bf16)):
-            runs[kind].append(measure(kind, path, args.device, not args.no_forward, args.timeout))
+            try:
+                runs[kind].append(measure(kind, path, args.device, not args.no_forward, args.timeout))
+            except SystemExit as failed:       # one kind failing must not lose the other's figures
+                print(f"{kind}: {failed}", flush=True)
+                continue
             print(f"{kind}: {json.dumps(runs[kind][-1])}", flush=True)     # each load as it ends
+    if not all(runs.values()):
+        raise SystemExit("no comparison: " + ", ".join(k for k, v in runs.items() if not v) + " never loaded")
     best = {kind: min(found, key=lambda m: m["seconds"]) for kind, found in runs.items()}
     for kind, found in runs.items():       # memory: the largest peak of the repeats, not the fastest run's
         best[kind] = {**best[kind], "peak_mib": max(m["peak_mib"] for m in found),

@@ -35,7 +35,7 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
-GEMLITE_BUDGET_S = 240.0
+BUDGET = [240.0]
 BEGAN = time.perf_counter()
 WRONG = 2e-2          # a candidate further than this from emulation is computing something else
 
@@ -232,8 +232,8 @@ def bench_dense(ms_list, bw, rows, skipped):
                     if err > WRONG:
                         row["peers"][cand] = {"error": err}
                         continue
-                    if cand == "gemlite" and time.perf_counter() - BEGAN > GEMLITE_BUDGET_S:
-                        row["peers"][cand] = {"error": f"skipped: past the {GEMLITE_BUDGET_S:.0f} s gemlite budget"}
+                    if cand == "gemlite" and time.perf_counter() - BEGAN > BUDGET[0]:
+                        row["peers"][cand] = {"error": f"skipped: past the {BUDGET[0]:.0f} s gemlite budget"}
                         continue
                     try:
                         t = measure([lambda f=f: f(x) for f in fns], m)
@@ -409,8 +409,12 @@ def bench_moe(ms_list, bw, rows, skipped):
 def main(argv: list[str] | None = None) -> int:
     ap = table_args(__doc__.splitlines()[0], DENSE, MOE)
     ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
+    ap.add_argument("--gemlite-budget-s", type=float, default=BUDGET[0],
+                    help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
+                         "new shape and M")
     ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
     args = ap.parse_args(argv)
+    BUDGET[0] = args.gemlite_budget_s
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
     if not start("bench_peers"):

@@ -8,7 +8,8 @@ BF16 original. These three keep the checkpoint's bytes and multiply from them:
                                w = (q - 8) * scale + zero with bf16 (scale, zero) per group; its
                                layout and numerics are oracle_torch.tinygemm's)
   torch.linear.int8_weight_cpu aten._weight_int8pack_mm: y = (x @ q^T) * scale, int8 weights with one
-                               scale per output channel, activations in bf16/fp16/fp32 (W8A16)
+                               scale per output channel (one call) or per group of K (one call per
+                               group, summed in float32), activations in bf16/fp16/fp32 (W8A16)
   torch.linear.int8_cpu        torch._int_mm: int8 x int8 -> int32 products, activations quantized
                                per token (symmetric, amax/127, round half to even, as oracle-emulation
                                and compressed-tensors' dynamic token scheme), then
@@ -67,9 +68,11 @@ class TorchCpuInt4Linear(TorchTinyGemmInt4Linear):
         return self._mm(eye, self.packed, self.group, self.sz).t().contiguous()
 
 
-class _Int8PerChannel(Kernel):
-    """int8 [N, K] weights with one scale per output channel (compressed-tensors' channel strategy)."""
+class _Int8(Kernel):
+    """Symmetric int8 [N, K] weights with one scale per output channel, or (where `GROUPS` allows) per
+    group of K (compressed-tensors' channel and group strategies; scales [N, 1] or [N, K/g])."""
 
+    GROUPS = False
     q: torch.Tensor | None = None
 
     def process_weights(self, weight: Any, weight_scale: Any = None, weight_global_scale: Any = None,
@@ -81,19 +84,23 @@ class _Int8PerChannel(Kernel):
         if weight_scale is None:
             raise TensorError("weight_scale", "a tensor (required for int8 weights)", "None")
         check_dtype("weight_scale", weight_scale, FLOATS, "int8 weight scales")
-        if shape_of(weight_scale) not in ([n, 1], [n]):
-            raise TensorError("weight_scale", f"shape [{n}, 1] (one scale per output channel; {self.spec_name} "
-                              "takes no groups along K)", str(shape_of(weight_scale)))
+        scale = weight_scale.reshape(n, 1) if shape_of(weight_scale) == [n] else weight_scale
+        groups = scale.shape[-1] if scale.dim() == 2 and scale.shape[0] == n else 0
+        if groups != 1 and not (self.GROUPS and groups and k % groups == 0):
+            what = f"[{n}, K/g] (one scale per output channel or per group of K)" if self.GROUPS else \
+                f"[{n}, 1] (one scale per output channel; {self.spec_name} takes no groups along K)"
+            raise TensorError("weight_scale", f"shape {what}", str(shape_of(weight_scale)))
         check_finite("weight_scale", weight_scale)
         forbid("weight_zero_point", weight_zero_point, "int8 weights here are symmetric")
         for name, t in (("weight_global_scale", weight_global_scale), ("input_global_scale", input_global_scale)):
             forbid(name, t, "int8 layers take no global scales")
-        forbid("input_scale", input_scale, f"{self.spec_name} quantizes activations per token, dynamically")
+        forbid("input_scale", input_scale, f"{self.spec_name} takes no static activation scale")
         if bias is not None:
             check_tensor("bias", bias, dtypes=FLOATS, shapes=[[n]], why="one bias per output feature")
         self.device = weight.device
+        self.group = k // groups
         self.q = weight.contiguous()
-        self.scale = weight_scale.reshape(n).float()
+        self.scale = scale.float().contiguous()                       # [N, G]
         self.bias = None if bias is None else bias.to(device=self.device, dtype=self.dtype)
 
     @property
@@ -105,7 +112,8 @@ class _Int8PerChannel(Kernel):
         """q * scale in float32, rounded once to the layer's dtype (computed on demand)."""
         if self.q is None:
             raise RuntimeError(f"{type(self).__name__}: call process_weights before weight")
-        return (self.q.float() * self.scale[:, None]).to(self.dtype)
+        w = self.q.float().unflatten(-1, (-1, self.group)) * self.scale[..., None]
+        return w.flatten(-2).to(self.dtype)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.q is None:
@@ -120,22 +128,45 @@ class _Int8PerChannel(Kernel):
         raise NotImplementedError
 
 
-class TorchInt8WeightLinear(_Int8PerChannel):
-    """W8A16: aten._weight_int8pack_mm (activations stay in the layer's dtype; the scale is applied to
-    the float32 sum, in the activations' dtype as the operator requires)."""
+class TorchInt8WeightLinear(_Int8):
+    """W8A16: aten._weight_int8pack_mm, which takes one scale per output row. Per-channel layers are one
+    call in the activations' dtype (the scale applied to the float32 sum); grouped ones (compressed-tensors'
+    W8A16 preset: groups of 128) are one call per group of K on float32 activations with that group's
+    scales, summed in float32: the weights stay int8 and every product is exact in float32."""
 
+    GROUPS = True
     #: the operator's CPU kernel reads K in chunks of 16: other K crash the process (torch 2.13)
     K_MULTIPLE = 16
 
     def process_weights(self, **tensors: Any) -> None:
-        if self.layer.in_features % self.K_MULTIPLE:
-            raise TensorError("weight", f"K divisible by {self.K_MULTIPLE} (aten._weight_int8pack_mm's CPU kernel "
-                              "crashes or computes garbage otherwise)", f"K = {self.layer.in_features}")
         super().process_weights(**tensors)
-        self.op_scale = self.scale.to(self.dtype)
+        if self.group % self.K_MULTIPLE:
+            self.q = None
+            raise TensorError("weight", f"K (or its groups) divisible by {self.K_MULTIPLE} (aten._weight_int8pack_mm's "
+                              "CPU kernel crashes or computes garbage otherwise)", f"{self.group}")
+        groups = self.scale.shape[1]
+        if groups == 1:
+            self.op_scale = self.scale[:, 0].to(self.dtype)
+        else:                                                          # [G, N, g] and [G, N], each contiguous
+            self.q_groups = self.q.unflatten(-1, (groups, self.group)).transpose(0, 1).contiguous()
+            self.scale_groups = self.scale.t().contiguous()
+            self.q = self.q_groups                                     # one copy kept (weight reads it back)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        if self.q is not None and self.q.dim() == 3:
+            w = self.q.float() * self.scale_groups[..., None]         # [G, N, g]
+            return w.transpose(0, 1).flatten(-2).to(self.dtype)
+        return super().weight
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x2, self.q, self.op_scale)
+        if self.q.dim() == 2:
+            return torch.ops.aten._weight_int8pack_mm(x2, self.q, self.op_scale)
+        xg = x2.float().unflatten(-1, (-1, self.group))               # [M, G, g]
+        y = torch.ops.aten._weight_int8pack_mm(xg[:, 0].contiguous(), self.q[0], self.scale_groups[0])
+        for g in range(1, self.q.shape[0]):
+            y += torch.ops.aten._weight_int8pack_mm(xg[:, g].contiguous(), self.q[g], self.scale_groups[g])
+        return y.to(self.dtype)
 
 
 def quantize_per_token(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,14 +178,15 @@ def quantize_per_token(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(xf / scale).clamp(-QMAX, QMAX).to(torch.int8), scale
 
 
-class TorchInt8DynamicLinear(_Int8PerChannel):
+class TorchInt8DynamicLinear(_Int8):
     """W8A8: torch._int_mm on per-token int8 activations and per-channel int8 weights."""
 
     def process_weights(self, **tensors: Any) -> None:
         super().process_weights(**tensors)
         self.q_t = self.q.t()                     # [K, N] view: _int_mm takes B column-major as is
+        self.channel_scale = self.scale[:, 0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         xq, sx = quantize_per_token(x2)
         acc = torch._int_mm(xq, self.q_t)
-        return (acc.float() * sx * self.scale[None, :]).to(self.dtype)
+        return (acc.float() * sx * self.channel_scale[None, :]).to(self.dtype)

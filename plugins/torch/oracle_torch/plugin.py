@@ -5,7 +5,7 @@ instantiated, and the device probes in `runtime` run only on a detected device.
 Peers (torch's tinygemm INT4) join the `peer` tier, placed after `optimized` here.
 `can_implement` adds the per-layer facts YAML cannot say: whether the probed device's
 blockwise scaling takes K-block counts that are not multiples of 4, and (tinygemm's int4
-kernels) whether the layer's groups tile K.
+kernels, grouped int8 on a CPU) whether the layer's groups tile K.
 It asks only about a detected platform (the engine passes it); a simulated one has no probe.
 """
 from __future__ import annotations
@@ -32,17 +32,18 @@ def register_tiers(insert):
     insert(PEER_TIER, after="optimized", ops=["linear"])
 
 
-#: tinygemm's int4 kernels (CUDA and CPU builds): their groups must tile K, which YAML cannot say
-INT4_KERNELS = ("torch.linear.int4_tinygemm", "torch.linear.int4_cpu")
+#: kernels with groups along K (tinygemm's int4, CUDA and CPU; grouped int8 W8A16 on a CPU): the groups
+#: must tile K, which YAML cannot say
+GROUPED_KERNELS = ("torch.linear.int4_tinygemm", "torch.linear.int4_cpu", "torch.linear.int8_weight_cpu")
 
 
 @hookimpl
 def can_implement(kernel, layer, platform):
-    """Called for the kernels kernels.yaml marks: torch.linear.fp8_block and the tinygemm int4 ones."""
-    if kernel.name in INT4_KERNELS:
+    """Called for the kernels kernels.yaml marks: torch.linear.fp8_block and the GROUPED_KERNELS."""
+    if kernel.name in GROUPED_KERNELS:
         group = getattr(layer, "group_size", None)
         if group is not None and layer.in_features % group:
-            return f"INT4 groups of {group} must tile K = {layer.in_features} exactly"
+            return f"{layer.weight_format.upper()} groups of {group} must tile K = {layer.in_features} exactly"
         return None
     if platform.simulated:
         return None

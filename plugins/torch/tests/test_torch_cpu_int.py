@@ -40,8 +40,9 @@ def _layer(n, k, fmt="int8", group=None, dtype="bfloat16"):
                        group_size=group, dtype=dtype)
 
 
-def _int8(n, k):
-    return codec_for("int8").quantize(torch.randn(n, k) * 0.05, "int8")      # per-channel scales [N, 1]
+def _int8(n, k, group=None):
+    """Per-channel scales [N, 1], or [N, K/group] (compressed-tensors' W8A16 preset: groups of 128)."""
+    return codec_for("int8").quantize(torch.randn(n, k) * 0.05, "int8", group_size=group)
 
 
 def _rel(a, b):
@@ -69,6 +70,23 @@ def test_int8_kernels_agree_with_emulation(cls, mode, n, k):
         y = fast.apply(x)
         assert y.dtype == torch.bfloat16 and y.shape == (m, n)
         assert _rel(y, ref.apply(x)) < TOLERANCE
+
+
+@pytest.mark.parametrize("n,k,group", [(64, 256, 128), (48, 896, 128), (32, 96, 32), (16, 64, 16)])
+def test_grouped_w8a16_agrees_with_emulation_and_float64(n, k, group):
+    layer, t = _layer(n, k, group=group), _int8(n, k, group)
+    assert list(t["weight_scale"].shape) == [n, k // group]
+    ref = EmulationLinear(layer, W8A16, None)
+    ref.process_weights(**t)
+    fast = TorchInt8WeightLinear(layer, W8A16, None)
+    fast.process_weights(**t)
+    assert fast.q.dtype == torch.int8 and fast.q.numel() == n * k            # one byte a weight, one copy
+    assert torch.equal(fast.weight, ref.weight)
+    x = torch.randn(5, k).to(torch.bfloat16)
+    y = fast.apply(x)
+    assert y.dtype == torch.bfloat16 and _rel(y, ref.apply(x)) < TOLERANCE
+    w = t["weight"].double().unflatten(-1, (-1, group)) * t["weight_scale"].double()[..., None]
+    assert _rel(y, x.double() @ w.flatten(-2).t()) < 4e-3
 
 
 def test_w8a16_is_the_float64_product_of_its_operands():
@@ -137,10 +155,10 @@ def test_int4_symmetric_weight_is_the_emulations_and_output_agrees():
 
 @pytest.mark.parametrize("tensors,match", [
     (lambda t: {**t, "weight_scale": t["weight_scale"].reshape(1, -1)}, "one scale per output channel"),
-    (lambda t: {**t, "weight_scale": torch.ones(64, 2)}, "one scale per output channel"),
+    (lambda t: {**t, "weight_scale": torch.ones(64, 3)}, "one scale per output channel"),
     (lambda t: {**t, "weight": t["weight"].float()}, "int8"),
     (lambda t: {**t, "weight_zero_point": torch.zeros(64, 1, dtype=torch.int8)}, "symmetric"),
-    (lambda t: {**t, "input_scale": torch.ones(())}, "per token"),
+    (lambda t: {**t, "input_scale": torch.ones(())}, "no static activation scale"),
     (lambda t: {**t, "weight_scale": torch.full((64, 1), float("nan"))}, "finite"),
 ])
 def test_bad_tensors_are_refused_with_the_name(tensors, match):
@@ -153,7 +171,7 @@ def test_bad_tensors_are_refused_with_the_name(tensors, match):
 def test_w8a16_refuses_k_the_operator_cannot_read():
     """K = 40 crashes aten._weight_int8pack_mm (SIGSEGV) in torch 2.13: refused before it is ever called."""
     t = _int8(24, 40)
-    with pytest.raises(TensorError, match="K divisible by 16"):
+    with pytest.raises(TensorError, match="divisible by 16"):
         TorchInt8WeightLinear(_layer(24, 40), W8A16, None).process_weights(**t)
     w8a8 = TorchInt8DynamicLinear(_layer(24, 40), W8A8, None)       # torch._int_mm takes any K
     w8a8.process_weights(**t)
@@ -170,7 +188,9 @@ def test_apply_before_process_weights_says_so():
     ("int4", None, 128, "bfloat16", 896, "torch.linear.int4_cpu"),
     ("int8", None, None, "bfloat16", 896, "torch.linear.int8_weight_cpu"),
     ("int8", "int8", None, "bfloat16", 896, "torch.linear.int8_cpu"),
-    ("int8", None, 64, "bfloat16", 896, "emulation.linear"),    # groups along K: not the operator's layout
+    ("int8", None, 128, "bfloat16", 896, "torch.linear.int8_weight_cpu"),  # compressed-tensors' W8A16 preset
+    ("int8", None, 8, "bfloat16", 896, "emulation.linear"),     # groups of 8: the operator reads K by 16
+    ("int8", "int8", 128, "bfloat16", 896, "emulation.linear"), # W8A8 with groups: _int_mm has one scale a row
     ("int8", None, None, "bfloat16", 904, "emulation.linear"),  # K not a multiple of 16 (W8A16 operator)
     ("int8", "int8", None, "bfloat16", 904, "torch.linear.int8_cpu"),
     ("int4", None, 128, "float16", 896, "emulation.linear"),    # tinygemm takes bfloat16 activations only

@@ -70,9 +70,41 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
 
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
-    hand, e.g. a benchmark sweep): FP8 K tiles of 32-128 inside one 128-wide scale block (the
-    float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
-    bk = cfg["BLOCK_K"]
+    hand, e.g. a benchmark sweep or the tuned table), per path:
+    - DEQUANT_MM (the weight dequantized once, cuBLAS): any weight (layer-dtype activations);
+    - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
+    - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
+      INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
+    - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks);
+    - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
+      (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
+    bk = cfg.get("BLOCK_K", 0)
+    if cfg.get("DEQUANT_MM"):
+        return
+    if cfg.get("SCALED_MM"):
+        if layout.elem != FP8 or layout.group != 1:
+            raise ValueError(f"SCALED_MM for {what}: torch._scaled_mm rowwise serves FP8 weights with per-channel "
+                             "or per-tensor scales only")
+        return
+    if cfg.get("SWAP"):
+        if cfg.get("BLOCK_M", 0) < 16:
+            raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")
+        if layout.elem == FP8:
+            if layout.group != 1:
+                raise ValueError(f"SWAP for {what}: the FP8 swap kernel serves per-channel / per-tensor scales only")
+            if bk not in (32, 64, 128, 256):
+                raise ValueError(f"BLOCK_K={bk} for {what}: FP8 swap K tiles must be 32, 64, 128 or 256")
+        elif layout.elem == INT4:
+            if layout.group != 128:
+                raise ValueError(f"SWAP for {what}: the INT4 swap kernel needs 128-wide groups, not {layout.group}")
+        elif bk % 128:
+            raise ValueError(f"BLOCK_K={bk} for {what}: E2M1 swap K tiles must be whole 128s")
+        return
+    if "DECODE" in cfg:
+        unit = 128 if layout.elem == FP8 and layout.group > 1 else max(layout.group, 8)
+        if bk <= 0 or bk % unit:
+            raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")
+        return
     if layout.elem == BF16:
         if bk not in (16, 32, 64, 128):
             raise ValueError(f"BLOCK_K={bk} for {what}: BF16 K tiles must be 16-128")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      fp8_scale, fp8_tile_scales, quantize_tile, quantize_tile_codes, split_range, tile_product,
-                      to_dtype, w4_product)
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      tile_product, to_dtype, w4_product, w4_tile)
+from .gemv import split8
 
 
 @triton.jit
@@ -135,3 +136,217 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
 
+
+
+#: One GPTQ word (8 nibbles, low first = k order) and its zero point as the 16-bit pair
+#: {B + z, B + z} -> the 8 differences q - z in the layer dtype (outputs in k order): each nibble
+#: pair (i, i + 4) is ORed into the pair {B + q_i, B + q_i+4} (B = 128 in bf16: 0x4300, 1024 in
+#: fp16: 0x6400, where the integers up to B + 15 are exact) and one packed subtraction gives both
+#: differences exactly; the halves are the outputs (no conversion instruction at all).
+def _int4_word_halves(base: int, sub: str) -> str:
+    lines = [".reg .b32 t<4>;"]
+    for i in range(4):
+        src = "$8" if i == 0 else f"t{i}"
+        if i:
+            lines.append(f"shr.b32 t{i}, $8, {4 * i};")
+        lines += [f"and.b32 t{i}, {src}, 0x000F000F;", f"or.b32 t{i}, t{i}, {base * 65537:#x};",
+                  f"{sub} t{i}, t{i}, $9;", f"mov.b32 {{${i}, ${i + 4}}}, t{i};"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_INT4_BF16_PTX = tl.constexpr(_int4_word_halves(0x4300, "sub.rn.bf16x2"))
+_INT4_F16_PTX = tl.constexpr(_int4_word_halves(0x6400, "sub.rn.f16x2"))
+
+
+@triton.jit
+def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
+    """GPTQ words u [A, B] (int32) and their zero points z (int32 0..15, broadcast to u) -> the 8
+    tensors q_i - z [A, B] (i = nibble = k % 8), exact: in io_t by inline PTX (DECODE 3, sm_90:
+    packed bf16x2/f16x2 subtraction), else fp32 by the 2**23 + q bit trick (any device, the
+    interpreter)."""
+    if DECODE == 3:     # 16-bit outputs declared int16 ("=h") and reinterpreted: no conversion
+        if io_t == tl.bfloat16:
+            zp = ((z | 0x4300) * 65537) + tl.zeros_like(u)
+            h = tl.inline_asm_elementwise(_INT4_BF16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, zp],
+                                          dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+        else:
+            zp = ((z | 0x6400) * 65537) + tl.zeros_like(u)
+            h = tl.inline_asm_elementwise(_INT4_F16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, zp],
+                                          dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+        w0, w1, w2, w3 = h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
+            h[3].to(io_t, bitcast=True)
+        w4, w5, w6, w7 = h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), h[6].to(io_t, bitcast=True), \
+            h[7].to(io_t, bitcast=True)
+    else:
+        zf = z.to(tl.float32) + 8388608.0
+        w0 = ((u & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w1 = (((u >> 4) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w2 = (((u >> 8) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w3 = (((u >> 12) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w4 = (((u >> 16) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w5 = (((u >> 20) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w6 = (((u >> 24) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+        w7 = (((u >> 28) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
+    return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+@triton.jit
+def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
+                    stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
+                    UJ: tl.constexpr):
+    """The loads of K tile t (UJ 32-bit words of 8 codes along K per weight row): words [BN, UJ],
+    scales (INT4: [BN], the tile is one group; E2M1: raw [BN, groups of the tile]), zero points
+    [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i)."""
+    n_ok = offs_n < N
+    jrow = t * UJ + tl.arange(0, UJ)
+    if ELEM == 3:       # GPTQ [K/8, N] words
+        u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=n_ok[:, None], other=0)
+        s = tl.load(s_ptr + t * stride_sk + offs_n, mask=n_ok, other=0.0)
+        if HAS_ZERO:
+            zw = tl.load(z_ptr + t * stride_zk + offs_n // 8, mask=n_ok, other=0)
+            z = (zw >> ((offs_n % 8) * 4)) & 15
+        else:
+            z = tl.full(offs_n.shape, 8, tl.int32)
+    else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
+        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
+                    mask=n_ok[:, None], other=0)
+        G: tl.constexpr = UJ * 8 // GROUP
+        gk = t * G + tl.arange(0, G)
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk, mask=n_ok[:, None], other=0)
+        z = s
+    kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
+    x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None], other=0.0)
+    return u, s, z, x
+
+
+@triton.jit
+def _e2m1_operand(u, i: tl.constexpr, sfull, io_t: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
+    """Nibble i of E2M1 words u [BN, UJ] times its group scale, rounded to the layer dtype as the
+    reference dequantizes it, as a dot operand."""
+    return to_dtype(e2m1_bits((u >> (4 * i)) & 15) * sfull, io_t, DOT_F32).to(dot_t)
+
+
+@triton.jit
+def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                   ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   DECODE: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr):
+    """Few-row 4-bit GEMM: y^T = W x^T, the weights as the MMA's A operand (BLOCK_N rows: the
+    tensor-core tile's tall side) and the few activation rows as its narrow N side (BLOCK_M = 16
+    or 32), so a 16-row call is not padded to a 64-row tile and the decoded weights go from
+    registers straight into the MMA. A K tile is BLOCK_K / 8 words of 8 codes per weight row; code i
+    of every word forms one [BN, BK/8] operand (k = 8 * word + i), multiplied with the activations
+    at stride 8 (no shuffle of the decoded weights).
+
+    INT4 (GPTQ [K/8, N], BLOCK_K = GROUP: a tile is one group): the operands are q - z, exact, and
+    the group's sum is scaled once per (n, row): closer to the exact product than the reference's
+    per-weight rounding. E2M1 (MXFP4 / NVFP4 [N, K/2]): each weight is value x group scale rounded
+    to the layer dtype, as the reference dequantizes it. The next tile's loads are issued before the
+    current one is computed (registers double-buffer them). Grid (N/BN, M/BM, SPLIT_K)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    dot_t = tl.float32 if DOT_F32 else io_t
+    UJ: tl.constexpr = BLOCK_K // 8
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = tl.load(g_ptr)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
+                                 stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                 ELEM, HAS_ZERO, GROUP, UJ)
+    for t in range(t0, t1):
+        un, sn, zn, xn = _swap_tile_load(tl.minimum(t + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
+                                         z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                         ELEM, HAS_ZERO, GROUP, UJ)
+        x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
+        if ELEM == 3:
+            w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
+            p = mma_acc(w0.to(dot_t), x0, tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), DOT_F32)
+            p = mma_acc(w1.to(dot_t), x1, p, DOT_F32)
+            p = mma_acc(w2.to(dot_t), x2, p, DOT_F32)
+            p = mma_acc(w3.to(dot_t), x3, p, DOT_F32)
+            p = mma_acc(w4.to(dot_t), x4, p, DOT_F32)
+            p = mma_acc(w5.to(dot_t), x5, p, DOT_F32)
+            p = mma_acc(w6.to(dot_t), x6, p, DOT_F32)
+            p = mma_acc(w7.to(dot_t), x7, p, DOT_F32)
+            acc += p * s.to(tl.float32)[:, None]
+        else:
+            G: tl.constexpr = BLOCK_K // GROUP
+            sg = group_scales(s, gscale, ELEM)
+            sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+            acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 2, sfull, io_t, dot_t, DOT_F32), x2, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 3, sfull, io_t, dot_t, DOT_F32), x3, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 4, sfull, io_t, dot_t, DOT_F32), x4, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
+            acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
+        u, s, z, x = un, sn, zn, xn
+    finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
+                offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                    stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
+    per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
+    as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
+    read K-major straight from memory into the pipelined dot (Triton stages the loads: num_stages);
+    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    dot_t = tl.float32 if DOT_F32 else tl.bfloat16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    a_rows = x_ptr + offs_m[:, None] * stride_xm
+    t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for t in range(t0, t1):
+        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+                    mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+        a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+        acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
+    y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
+    finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
+                M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                   ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                   HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """The whole weight W [N, K] in the layer dtype, each value x its scale rounded as the reference
+    dequantizes it (the large-M path multiplies it with cuBLAS: launch.DenseGemm.dequant_mm).
+    Grid (N / BLOCK_N, K / BLOCK_K)."""
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k0 = tl.program_id(1) * BLOCK_K
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    mask = (offs_n < N)[:, None] & (offs_k < K)[None, :]
+    if ELEM == 0:
+        codes = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk, mask=mask, other=0)
+        s = tl.load(s_ptr + (offs_n // SCALE_ROWS)[:, None] * stride_sn + (offs_k // GROUP)[None, :] * stride_sk,
+                    mask=mask, other=0.0)
+        w = to_dtype(fp8_operand(codes, False, HW_FP8, tl.float32).to(tl.float32) * s, io_t, EXACT_BF16)
+    else:
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr)
+        w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
+                    stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+    tl.store(out_ptr + offs_n[:, None] * K + offs_k[None, :], w, mask=mask)

@@ -379,13 +379,13 @@ def _int4_word_products(u, zpair, x):
     [G, UJ, 8] (k order) -> [G, UJ, BN] sums of (q - z) x activation over each word's 8 values."""
     w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
         _INT4_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [u, zpair], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-    x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x.to(tl.float32))
+    x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32))
     return (w0 * x0[:, :, None] + w1 * x1[:, :, None] + w2 * x2[:, :, None] + w3 * x3[:, :, None]
             + w4 * x4[:, :, None] + w5 * x5[:, :, None] + w6 * x6[:, :, None] + w7 * x7[:, :, None])
 
 
 @triton.jit
-def _split8(x):
+def split8(x):
     """[A, B, 8] -> its 8 slices [A, B] along the last dim, in order."""
     xa, xb = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], 2, 2, 2]))      # even, odd index
     xa0, xa1 = tl.split(xa)
@@ -403,7 +403,7 @@ def _fp4_word_products(u, x):
     (k order) -> [BN, G, UW], values x 2**-6 (_E2M1_WORD_PTX)."""
     w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
         _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-    x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x.to(tl.float32))
+    x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32))
     return (w0 * x0[None, :, :] + w1 * x1[None, :, :] + w2 * x2[None, :, :] + w3 * x3[None, :, :]
             + w4 * x4[None, :, :] + w5 * x5[None, :, :] + w6 * x6[None, :, :] + w7 * x7[None, :, :])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8, INT4, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -94,20 +94,64 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
     thread at 4 warps; an E2M1 byte holds two). BLOCK_N divides 128 so a program's rows share one
-    FP8 block scales. Split-K only until the programs cover the SMs once: more splits measured
-    slower (bench/sweep_gemv.py, H200). words: decode whole 32-bit words by inline PTX (DECODE 3;
-    compiled on capability >= 8.9, layer-dtype activations)."""
+    FP8 block scales. words: decode whole 32-bit words by inline PTX (DECODE 3; compiled on
+    capability >= 8.9, layer-dtype activations). Measured on an H200 with weights from HBM
+    (bench/sweep_dense.py, 2026-12-01 R1): INT4 words are fastest in 64-column, 256-deep tiles with
+    split-K up to three programs per SM (8192x8192: 17.4 us against 21.4 for 16-column tiles over
+    the SMs once), 32 columns where the output alone gives four programs per SM (36864x7168);
+    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0)."""
     bn = 16 if elem == 3 else 32
-    # E2M1 words: a 512-wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
-    bk = 512 if elem in (1, 2) and words else 256
+    # E2M1 words: a wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
+    bk = 1024 if elem in (1, 2) and words else 256
+    waves = 1
+    if elem == 3 and words:
+        bn = 32 if -(-n // 64) >= 4 * sms else 64
+        waves = 3
     tiles = -(-n // bn)
     k_tiles = -(-k // bk)
     split = 1
-    while split < 16 and tiles * split < sms and k_tiles // (2 * split) >= 1:
-        split *= 2
+    if not (elem in (1, 2) and words):
+        while split < 16 and tiles * split < waves * sms and k_tiles // (2 * split) >= 1:
+            split *= 2
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
     return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
             "num_warps": 4, "num_stages": 3}
+
+
+#: Few rows take the swap-AB kernels up to this M (measured to 32 rows; bench/sweep_dense.py).
+SWAP_MAX_ROWS = 32
+#: From this M on, layer-dtype activations take DEQUANT_MM and FP8 W8A8 per channel SCALED_MM
+#: (when LIBRARY_PATHS: on once a GPU run has checked both paths at model shapes).
+LIBRARY_MIN_ROWS = 256
+LIBRARY_PATHS = True
+
+
+def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dict[str, int]:
+    """gemm.w4_swap_kernel / fp8_swap_kernel launch parameters for M <= SWAP_MAX_ROWS rows.
+
+    Measured on an H200 (bench/sweep_dense.py R1, weights from HBM): INT4 at M=16 on 8192x8192
+    26.5 us in 128-column tiles at 8 warps with split-K to about 1.5 programs per SM (the tiled GEMM:
+    63.0 us); 64-column tiles once the output alone gives two programs per SM (36864x7168: 102 us);
+    E2M1 128-column tiles at 4 warps (MXFP4 46.7 us against 91.5); FP8 W8A8 64-column tiles, K tiles
+    of 128, 4 stages (8192x8192 M=16: 39.7 us with the old quantizer, 41.1 for the tiled GEMM)."""
+    bm = 16 if m <= 16 else 32
+    if elem == 0:
+        bn, bk, warps, stages = 64, 128, 4, 4
+    else:
+        bn, bk, stages = 128, 128, 1
+        warps = 8 if elem == 3 else 4
+        if -(-n // 128) >= 2 * sms:
+            bn, warps = 64, 4
+    tiles = -(-n // bn) * -(-m // bm)
+    k_tiles = -(-k // bk)
+    split = 1
+    while split < 16 and tiles * split < 1.5 * sms and k_tiles // (2 * split) >= 1:
+        split *= 2
+    cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
+           "num_stages": stages}
+    if elem != 0:
+        cfg["DECODE"] = 3 if elem == 3 and words else 0
+    return cfg
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
@@ -123,13 +167,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict, launch: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
-    from .gemm import act_qdq_kernel
-
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
+    launch: DenseGemm.launch (its fast eager launches), else Triton's own."""
     m, k = x.shape
     codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
     if act == ACT_GROUP:
@@ -138,25 +181,32 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         scales = torch.empty(m, dtype=torch.float32, device=x.device)
     else:
         scales = act_scale
-    if act == ACT_TOKEN:       # a row's amax pass, then its codes: 4 rows x 1024-wide tiles per program
-        bm, bk, k_programs = TOKEN_ROWS, TOKEN_K, 1
+    warps = 4
+    if act == ACT_TOKEN:       # a row's amax pass, then its codes: one row x 4096-wide tiles per program
+        bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
         bm, bk, k_programs = 16, 128, -(-k // 128)
-    act_qdq_kernel[(-(-m // bm), k_programs)](x, act_scale if act_scale is not None else x, codes, m, k,
-                                              x.stride(0), codes.stride(0), ACT=act, BLOCK_M=bm, BLOCK_K=bk,
-                                              EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                                              num_warps=4)
+    xs = act_scale if act_scale is not None else x
+    args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
+                ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True)
+    grid = (-(-m // bm), k_programs, 1)
+    if launch is not None:
+        launch("act_qdq_kernel", grid, {"num_warps": warps, "num_stages": 3}, (m, x, x.stride(0), xs, act), **args)
+    else:
+        from .gemm import act_qdq_kernel
+        act_qdq_kernel[grid](**args, num_warps=warps)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-#: Per-token codes: rows and K width of one program. A row's scale needs its whole amax first, so
-#: each program walks its rows' K twice; the walk's length, not bandwidth, bounded the 16 x 128
-#: tiles used before (a profile on an H200: 32.4 us of the 38 us of an M=16, K=4096 W8A8 call;
-#: bench_peers). 1024-wide tiles walk K in 8x fewer steps and 4-row programs spread the rows over
-#: 4x more programs (4 x 1024 fp32 = 32 registers per thread at 4 warps; sm90_compile.py checks it).
-#: The codes and scales are the same for any tile (a max is exact in any order).
-TOKEN_ROWS, TOKEN_K = 4, 1024
+#: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
+#: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
+#: it. Measured on an H200 (bench/sweep_dense.py R1, K = 8192): one row in 4096-wide steps at 8 warps
+#: 4.1 / 4.3 / 5.4 us at M = 1 / 16 / 256, against 45.6 / 16.7 / 16.9 us for 4 rows x 1024 (the
+#: previous choice) and 7.1 / 7.2 / 7.9 us for one row x 1024 (a program per row fills the GPU from
+#: a few hundred rows; fewer steps matter more below). The codes and scales are the same for any
+#: tile (a max is exact in any order).
+TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 
 
 class DenseGemm:
@@ -172,6 +222,27 @@ class DenseGemm:
         self.global_scale = global_scale if global_scale is not None else scale
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
+        #: eager launches through fastlaunch (the compiled kernel of an earlier identical launch);
+        #: off: every launch binds its arguments through Triton
+        self.fast = False
+        self._launchers: dict[str, Any] = {}
+        self._configs: dict[tuple[int, int], dict[str, int]] = {}
+        self._parts: dict[tuple[int, int], torch.Tensor] = {}
+
+    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], varying: tuple, **args: Any) -> None:
+        """Launch gemm/gemv's `kernel` with `args`; with `fast`, through this weight's FastLaunch, keyed
+        by the launch parameters and the specialization of the per-call values `varying` (everything
+        else a launch passes is this weight's and fixed)."""
+        fl = self._launchers.get(kernel)
+        if fl is None:
+            from . import gemm, gemv
+            from .fastlaunch import FastLaunch
+            fl = self._launchers[kernel] = FastLaunch(getattr(gemm, kernel, None) or getattr(gemv, kernel))
+        key = None
+        if self.fast:
+            from .fastlaunch import spec
+            key = (tuple(cfg.items()), spec(*varying))
+        fl(grid, key, {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}, **args)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -186,15 +257,28 @@ class DenseGemm:
 
     def __call__(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
                  config: dict[str, int] | None = None) -> torch.Tensor:
-        from .gemm import wgemm_kernel
-
         m = x.shape[0]
-        cfg = config or self.config_for(m, act)
+        cfg = config
+        if cfg is None:
+            cfg = self._configs.get((m, act))
+            if cfg is None:
+                cfg = self._configs[(m, act)] = self.config_for(m, act)
+        if cfg.get("DEQUANT_MM") and not act:       # many rows: dequantize once, multiply with cuBLAS
+            return self.dequant_mm(x, out_dtype)
+        if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
+            if out_dtype == torch.bfloat16:
+                return self.scaled_mm(x, act, act_scale, out_dtype)
+            cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
+        if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
+            if act in FP8_CODES:
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+                return self.fp8_swap(codes, xs, act, out_dtype, cfg)
+            return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
         xs = self.scale
         if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
-            x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+            x, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         lay = self.layout
@@ -205,57 +289,178 @@ class DenseGemm:
         split = cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         codes = act in FP8_CODES
-        wgemm_kernel[(grid_n, grid_m, split)](
-            x, self.weight_operand(codes), self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale, y, part, cnt, xs,
-            m, self.n, self.k, x.stride(0), y.stride(0),
-            lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk, m,
-            ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
+        self.launch(
+            "wgemm_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), xs, out_dtype, act),
+            x_ptr=x, w_ptr=self.weight_operand(codes), s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, as_ptr=xs,
+            M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
+            stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk,
+            stride_zk=lay.stride_zk, stride_as=m, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group, SCALE_ROWS=lay.scale_rows,
             HAS_ZERO=lay.stride_zk != 0, EXACT_W=bool(act), HAS_BIAS=self.bias is not None, SPLIT_K=split,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1))
         return y
 
     def config_for(self, m: int, act: int = 0) -> dict[str, int]:
         """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
         tensor-core GEMM's (the tuned table's entry for this device, shape and M bucket, else the
         shape rules). The one place the choice is made (calls and warm-up keys)."""
-        if use_gemv(m, self.n, self.k, self.layout.elem):
-            return gemv_config(self.n, self.k, self.facts["sms"], self.layout.elem, self.layout.group,
-                               words=self.facts["hw_fp8"] and act == 0)
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
-        if found is not None:
-            return {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0, **found}
-        return dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)
+        if found is not None and self.serves(found, m, act):
+            return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+                                                                       **found}
+        lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
+        if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
+            if act == 0:
+                return {"DEQUANT_MM": 1}
+            if self.scaled_mm_ok(act) and self.facts["fp8_dot"]:
+                return {"SCALED_MM": 1}
+        fp8_codes = lay.elem == FP8 and act in FP8_CODES
+        if m <= SWAP_MAX_ROWS and self.swap_ok(act) and (lay.elem != FP8 or fp8_codes) and \
+                not (m == 1 and use_gemv(m, self.n, self.k, lay.elem) and not fp8_codes):
+            return swap_config(m, self.n, self.k, sms, lay.elem, words)
+        if use_gemv(m, self.n, self.k, lay.elem):
+            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words)
+        return dense_config(m, self.n, self.k, sms, lay.pack)
+
+    def dequant_mm(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """Many rows, layer-dtype activations (W8A16 / W4A16): the weight dequantized once into a
+        transient [N, K] buffer in the layer dtype (gemm.dequant_kernel: the reference's values), then
+        one cuBLAS product with the bias fused. At hundreds of rows and more the dequantizing pass
+        (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
+        once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
+        table chooses it per shape and M bucket."""
+        lay = self.layout
+        buf = torch.empty(self.n, self.k, dtype=out_dtype, device=x.device)
+        bn, bk = 64, 128
+        self.launch(
+            "dequant_kernel", (-(-self.n // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
+            (out_dtype,), w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale, out_ptr=buf,
+            N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+            stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
+            SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
+            BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+        return torch.nn.functional.linear(x, buf, self.bias)
+
+    def scaled_mm_ok(self, act: int) -> bool:
+        """Can the GEMM go to torch._scaled_mm rowwise: FP8 weights with one scale per channel or per
+        tensor, W8A8 per token or per tensor (both expand to rowwise scale vectors)."""
+        return self.layout.elem == FP8 and self.layout.group == 1 and act in (ACT_TOKEN, ACT_TENSOR) and \
+            self.n % 16 == 0 and self.k % 16 == 0
+
+    def scaled_mm(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
+                  out_dtype: torch.dtype) -> torch.Tensor:
+        """W8A8 with scales constant along K: the activation codes from our quantizer (one launch),
+        the product by torch._scaled_mm with rowwise scales (cuBLASLt; measured faster than our
+        tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
+        rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
+        m = x.shape[0]
+        codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+        sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
+        sb = self.scale.reshape(1, -1).expand(1, self.n)
+        return torch._scaled_mm(codes.view(torch.float8_e4m3fn), self.weight.view(torch.float8_e4m3fn).t(),
+                                scale_a=sa.contiguous(), scale_b=sb.contiguous(), bias=self.bias, out_dtype=out_dtype)
+
+    def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
+        """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
+        not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
+        the PTX word decoders capability >= 8.9 and layer-dtype activations."""
+        if cfg.get("DECODE") == 3 and not (self.facts["hw_fp8"] and act == 0):
+            return False
+        if cfg.get("SCALED_MM"):
+            return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
+        if cfg.get("DEQUANT_MM"):
+            return act == 0
+        if cfg.get("SWAP"):
+            return self.swap_ok(act)
+        if "DECODE" in cfg:
+            return m == 1
+        try:
+            check_config(cfg, self.layout)
+        except ValueError:
+            return False
+        return True
 
     def workspace(self, m: int, tiles: int, split: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        return torch.empty(split, m, self.n, dtype=torch.float32, device=y.device), self.counters(tiles, split)
+        part = self._parts.get((m, split)) if self.fast else None
+        if part is None:
+            # (kept under `fast`: a call's partials are all written before the last program of a tile
+            # reads them, and calls on one stream do not overlap; the counters are shared the same way)
+            part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
+            if self.fast:
+                self._parts[(m, split)] = part
+        return part, self.counters(tiles, split)
+
+    def swap_ok(self, act: int) -> bool:
+        """Can a swap-AB kernel serve this weight: gemm.w4_swap_kernel for 4-bit weights with
+        layer-dtype activations (INT4 with 128-wide groups: a K tile is one group, 16 words, one
+        16-deep MMA step per nibble; E2M1 with K a multiple of 128), gemm.fp8_swap_kernel for FP8
+        W8A8 with scales constant along K (per-channel / per-tensor weights, per-token / per-tensor
+        activations)."""
+        lay = self.layout
+        if lay.elem == FP8:
+            return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
+        return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+
+    def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
+                 cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel."""
+        m = codes.shape[0]
+        y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
+        grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        self.launch(
+            "fp8_swap_kernel", (grid_n, grid_m, split), cfg, (m, codes, xs, out_dtype, act),
+            x_ptr=codes, as_ptr=xs, w_ptr=self.weight_operand(True), s_ptr=self.scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            M=m, N=self.n, K=self.k, stride_xm=codes.stride(0), stride_ym=y.stride(0),
+            stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
+            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0)
+        return y
+
+    def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of 4-bit W4A16: gemm.w4_swap_kernel (one launch)."""
+        m = x.shape[0]
+        y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
+        grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        lay = self.layout
+        self.launch(
+            "w4_swap_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), out_dtype),
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wn=lay.stride_wn,
+            stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
+            ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
+            GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
+            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+        return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
-        from .gemv import gemv_kernel
-
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)
-        gemv_kernel[(grid_n, 1, split)](
-            x, self.weight, self.scale, self.zero, self.global_scale,
-            self.bias if self.bias is not None else self.scale,
-            act_scale if act_scale is not None else self.scale, y, part, cnt,
-            self.n, self.k, lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
-            ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
+        xs = act_scale if act_scale is not None else self.scale
+        self.launch(
+            "gemv_kernel", (grid_n, 1, split), cfg, (x, xs, out_dtype, act),
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, xs_ptr=xs, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+            stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
         return y

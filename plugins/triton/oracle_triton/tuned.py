@@ -1,12 +1,15 @@
 """Launch configurations measured per device and shape, shipped as data beside the kernels.
 
 `tuned_configs.json` holds, per device name (as the driver reports it, e.g. "NVIDIA H200"), the
-winners of `bench/sweep_large_m.py --write-table` for each layer shape and token bucket: the
-way engines ship tuned per-device JSON for their fused MoE. `DenseGemm.config_for` and
-`TritonMoE.config_for` consult it and fall back to the shape rules (launch.dense_config,
-moe.moe_config / moe.use_direct) where it has no entry. A MoE entry may name a decode path
-(bench/sweep_moe.py's winners): DIRECT (tensor-core tiles, one pair per program) or DECODE (the
-CUDA-core direct path); the dense GEMV stays rule-based.
+winners of `bench/sweep_large_m.py --write-table`, `bench/sweep_dense.py --write-table` and
+`bench/sweep_moe.py` for each layer shape and token bucket: the way engines ship tuned per-device
+JSON for their fused MoE. `DenseGemm.config_for` consults it at every M (an entry names its path:
+the tiled GEMM, the one-row GEMV (it has DECODE), a swap-AB kernel (SWAP) or, for FP8 W8A8 per
+channel, our activation codes multiplied by torch._scaled_mm (SCALED_MM), or, at many rows, the
+weight dequantized once and multiplied by cuBLAS (DEQUANT_MM)); `TritonMoE.config_for` likewise
+(a MoE entry may name a decode path: DIRECT, tensor-core tiles with one pair per program, or
+DECODE, the CUDA-core direct path). Both fall back to the shape rules (launch.dense_config /
+gemv_config / swap_config, moe.moe_config / moe.use_direct) where the table has no entry.
 
 Key: kind ("dense" | "moe"), the mode name (weight format and activation handling), N and K of
 the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
@@ -27,9 +30,12 @@ from .formats import check_config, check_direct_config, layout_for
 
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU",
-        "num_warps", "num_stages"}
+KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
+        "SCALED_MM", "DEQUANT_MM", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+#: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) says its split.
+NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
+NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel).
@@ -72,17 +78,27 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                     raise _fail(path, f"{where}.{field}", "a positive integer", e.get(field))
             if e["m"] not in BUCKETS:
                 raise _fail(path, f"{where}.m", f"a token bucket {list(BUCKETS)}", e["m"])
+            if e["kind"] == "dense" and isinstance(e.get("config"), dict) and "DECODE" in e["config"] \
+                    and not e["config"].get("SWAP") and e["m"] != 1:
+                raise _fail(path, f"{where}.m", "1 (a GEMV configuration serves one activation row)", e["m"])
             if not isinstance(e.get("mode"), str):
                 raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
             cfg = e.get("config")
-            allowed = KEYS | MOE_KEYS if e["kind"] == "moe" else KEYS
-            needed = NEEDED_DECODE if isinstance(cfg, dict) and "DECODE" in cfg else NEEDED
+            moe = e["kind"] == "moe"
+            allowed = KEYS | MOE_KEYS if moe else KEYS
+            needed = NEEDED
+            if isinstance(cfg, dict):
+                if moe:
+                    needed = NEEDED_DECODE if "DECODE" in cfg else NEEDED
+                else:
+                    needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else {"DEQUANT_MM"} if cfg.get("DEQUANT_MM") \
+                        else NEEDED_SWAP if cfg.get("SWAP") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
             if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= allowed or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):
                 raise _fail(path, f"{where}.config", f"integer launch parameters with {sorted(needed)} "
                             f"(allowed: {sorted(allowed)})", cfg)
             try:
-                check = check_direct_config if "DECODE" in cfg else check_config
+                check = check_direct_config if moe and "DECODE" in cfg else check_config
                 check(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
             except ValueError as exc:
                 raise _fail(path, f"{where}.config", "launch parameters the kernels cover", str(exc)) from None

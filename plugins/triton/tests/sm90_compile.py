@@ -6,7 +6,8 @@ The interpreter (the CPU tests) runs kernels as Python: what only the compiler c
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [small]     # one line per kernel; small: the one-row paths
+    python plugins/triton/tests/sm90_compile.py [small|swap]   # one line per kernel; small: the one-row paths,
+                                                                # swap: the few-row 4-bit kernel
 """
 from __future__ import annotations
 
@@ -102,12 +103,12 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
 
 
 def act_codes(act: int):
-    from oracle_triton.launch import TOKEN_K, TOKEN_ROWS
+    from oracle_triton.launch import TOKEN_K, TOKEN_ROWS, TOKEN_WARPS
 
     bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
     consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True)
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
-                          consts, 4, 2)
+                          consts, TOKEN_WARPS if act == 2 else 4, 2)
 
 
 def default_cases():
@@ -165,6 +166,50 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
 
+def swap(elem, group, cfg, *, zero=False, f16=False):
+    consts = dict(ELEM=elem, HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], GROUP=group,
+                  BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=group if elem == 3 else cfg["BLOCK_K"],
+                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, **_ones(elem))
+    ptrs = {**_small_ptrs(elem), **({"x_ptr": "*fp16", "y_ptr": "*fp16", "b_ptr": "*fp16"} if f16 else {})}
+    return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def swap_cases():
+    """gemm.w4_swap_kernel (few-row 4-bit, weights as the MMA's A operand): the PTX INT4 decoder in
+    both layer dtypes, the portable one, E2M1."""
+    def c(bm, bn, warps, decode, split=2):
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
+                "num_warps": warps, "num_stages": 1}
+    return {
+        "swap int4 bf16 PTX bm16 bn128": lambda: swap(3, 128, c(16, 128, 4, 3)),
+        "swap int4 fp16 PTX zero points bm16 bn128": lambda: swap(3, 128, c(16, 128, 4, 3), zero=True, f16=True),
+        "swap int4 bf16 portable bm16 bn128": lambda: swap(3, 128, c(16, 128, 4, 0)),
+        "swap int4 bf16 PTX bm32 bn256 w8": lambda: swap(3, 128, c(32, 256, 8, 3)),
+        "swap int4 bf16 PTX bm64 bn128 w8": lambda: swap(3, 128, c(64, 128, 8, 3)),
+        "swap mxfp4 bm16 bn128": lambda: swap(1, 32, c(16, 128, 4, 0)),
+        "swap nvfp4 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 0)),
+        "swap fp8 W8A8 per token bm16 bn128": lambda: fp8_swap(c(16, 128, 4, 0)),
+        "dequant int4 zero points": lambda: dequant(3, 8, 128, zero=True),
+        "dequant mxfp4": lambda: dequant(1, 2, 32),
+        "dequant fp8_block": lambda: dequant(0, 1, 128, scale_rows=128),
+        "swap fp8 W8A8 per token bm64 bn128 w8": lambda: fp8_swap(c(64, 128, 8, 0)),
+    }
+
+
+def dequant(elem, pack, group, *, zero=False, scale_rows=1):
+    consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, HW_FP8=True, BLOCK_N=64,
+                  BLOCK_K=128, EXACT_BF16=False, OUT_F16=False, **_ones(elem))
+    ptrs = {"w_ptr": "*i32" if elem == 3 else "*u8", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "out_ptr": "*bf16"}
+    return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
+
+
+def fp8_swap(cfg, act=2):
+    consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1)
+    ptrs = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+    return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
+
+
 def small_batch_cases():
     """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
     included (what the interpreter cannot run)."""
@@ -189,7 +234,7 @@ def small_batch_cases():
 
 def main(argv: list[str]) -> int:
     bad = 0
-    cases = small_batch_cases() if argv[:1] == ["small"] else default_cases()
+    cases = {"small": small_batch_cases, "swap": swap_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()

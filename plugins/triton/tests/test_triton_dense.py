@@ -71,3 +71,62 @@ def test_nvfp4_w4a4_with_a_static_global_scale():
     e.process_weights(**tensors)
     x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV) * 2
     assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,mode,symmetric", [("int4", "w4a16_int4", False), ("int4", "w4a16_int4", True),
+                                              ("mxfp4", "w4a16_mx", True), ("nvfp4", "w4a16_nvfp4", True)])
+def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
+    """gemm.w4_swap_kernel (few-row 4-bit, weights as the MMA's A operand): partial row and column
+    tiles, split-K, a bias, the portable INT4 decoder (DECODE 0; the PTX one is compiled only and
+    checked by the GPU test), E2M1 K tiles of 128 and 256."""
+    t, e = linear_pair(fmt, 96, 512, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
+    assert t.gemm.swap_ok(0)
+    for m, bk in ((1, 128), (5, 256), (20, 128)):
+        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV) * 3
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
+               "num_stages": 1}
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
+    """gemm.fp8_swap_kernel (few-row W8A8, weights as the float8 MMA's A operand): a partial K tile,
+    split-K, a bias, per-token and per-tensor activation codes (dynamic per-tensor scale)."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 96, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
+    assert t.gemm.swap_ok(t.act)
+    for m in (1, 5, 20):
+        x = torch.randn(m, 320, dtype=torch.bfloat16, device=DEV) * 3
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
+        scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+        assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, m)
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_scaled_mm_hand_off_matches_emulation(fmt, mode, gran):
+    """SCALED_MM: our activation codes and scales, the product by torch._scaled_mm with rowwise
+    scales (a per-tensor scale expanded), the bias fused; fp16 layers keep the tiles."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 96, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
+    assert t.gemm.scaled_mm_ok(t.act)
+    for m in (1, 5):
+        x = torch.randn(m, 320, dtype=torch.bfloat16, device=DEV) * 3
+        scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+        y = t.gemm(x, t.act, scale, torch.bfloat16, {"SCALED_MM": 1})
+        assert y.dtype == torch.bfloat16 and rel(y, e.apply(x)) < TOL, (fmt, m)
+
+
+@pytest.mark.parametrize("fmt,mode,symmetric", [("fp8_tensor", "w8a16_fp8_tensor", True),
+                                                ("fp8_channel", "w8a16_fp8_channel", True),
+                                                ("fp8_block", "w8a16_block", True), ("mxfp4", "w4a16_mx", True),
+                                                ("nvfp4", "w4a16_nvfp4", True), ("int4", "w4a16_int4", False)])
+def test_dequant_mm_matches_emulation(fmt, mode, symmetric):
+    """DEQUANT_MM (many rows): gemm.dequant_kernel writes the reference's dequantized weight (value
+    x scale rounded to the layer dtype; partial N and K tiles), then one product with the bias."""
+    t, e = linear_pair(fmt, 96, 384, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
+    x = torch.randn(5, 384, dtype=torch.bfloat16, device=DEV) * 3
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1}), e.apply(x)) < TOL

@@ -187,3 +187,150 @@ def test_gemv_word_decoders_match_emulation(fmt, mode, group, symmetric):
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, group, split)
     assert rel(t.apply(x), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,symmetric,dtype", [
+    ("int4", True, torch.bfloat16), ("int4", False, torch.bfloat16), ("int4", False, torch.float16),
+    ("mxfp4", True, torch.bfloat16), ("nvfp4", True, torch.float16),
+])
+def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
+    """gemm.w4_swap_kernel (4-bit weights as the MMA's A operand): INT4 with both decoders (inline
+    PTX packed subtraction and the fp32 bit trick), MXFP4 / NVFP4, split-K and a bias, M = 1..32,
+    against the reference; then captured in a CUDA graph and replayed on new activations (bitwise
+    equal to an eager call: split-K sums in a fixed order)."""
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+    from helpers import quantize
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.linear import TritonLinear
+
+    n, k = 1536, 4096
+    mode_name = {"int4": "w4a16_int4", "mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4"}[fmt]
+    layer = LinearLayer(name="swap", in_features=k, out_features=n, weight_format=fmt,
+                        group_size=128 if fmt == "int4" else None, has_bias=True,
+                        dtype="float16" if dtype == torch.float16 else "bfloat16")
+    tensors = quantize(fmt, torch.randn(n, k, device="cuda") * 0.05, 128, symmetric)
+    tensors["bias"] = torch.randn(n, device="cuda")
+    mode = Mode(weight=fmt, activation="bf16", name=mode_name)
+    t, e = TritonLinear(layer, mode, None), EmulationLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e.process_weights(**tensors)
+    assert t.gemm.swap_ok(0)
+    for m, bm in ((1, 16), (16, 16), (29, 32)):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        for decode in ((3, 0) if fmt == "int4" else (0,)):
+            for bn, split, warps in ((128, 1, 4), (256, 2, 8)):
+                cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
+                       "num_warps": warps, "num_stages": 1}
+                y = t.gemm(x, 0, None, dtype, cfg)
+                assert y.dtype == dtype and rel(y, e.apply(x)) < TOL, (m, decode, bn, split)
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4,
+           "DECODE": 3 if fmt == "int4" else 0, "num_warps": 4, "num_stages": 1}
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    g, out = _graph(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.gemm(x, 0, None, dtype, cfg))
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
+    """gemm.fp8_swap_kernel on float8 tensor cores: M = 1..256 with 16- to 128-row tiles, K tiles of
+    128 and 256, split-K, a bias, against the reference; captured and replayed (bitwise equal to an
+    eager call)."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 1536, 4096, mode, "fp8", {"activation_granularity": gran}, device="cuda", bias=True)
+    assert t.gemm.swap_ok(t.act)
+    for m, bm in ((1, 16), (16, 16), (29, 32), (256, 64), (200, 128)):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+        for bn, bk, split, warps in ((128, 128, 1, 4), (256, 128, 2, 8), (64, 256, 4, 4)):
+            cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
+                   "num_stages": 3}
+            assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, bm, bn, bk, split)
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 4}
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,
+                                      torch.bfloat16, cfg), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None,
+                                       torch.bfloat16, cfg))
+
+
+@pytest.mark.parametrize("fmt,mode,act,params", [
+    ("int4", "w4a16_int4", "bf16", {}), ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+])
+def test_fast_eager_launches_match_tritons_path(fmt, mode, act, params):
+    """DenseGemm.fast (oracle_triton.fastlaunch: later launches start the compiled kernel of the
+    first directly, split-K workspaces kept) computes bit for bit what Triton's own launches do, for
+    new activations each call, at M = 1 / 16 / 100; a misaligned activation view (another
+    specialization) takes Triton's path and agrees too."""
+    t, e = linear_pair(fmt, 1536, 4096, mode, act, params, device="cuda", bias=True)
+    g = t.gemm
+    for m in (1, 16, 100):
+        xs = [torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        slow = [t.forward(x) for x in xs]
+        g.fast = True
+        fast = [t.forward(x) for x in xs] + [t.forward(x) for x in xs]
+        g.fast = False
+        for i, x in enumerate(xs):
+            assert torch.equal(fast[i], slow[i]) and torch.equal(fast[i + 3], slow[i]), (m, i)
+            assert rel(slow[i], e.apply(x)) < TOL
+    g.fast = True
+    big = torch.randn(4096 + 1, device="cuda", dtype=torch.bfloat16)
+    view = big[1:].view(1, 4096)
+    assert view.data_ptr() % 16 != 0
+    assert torch.equal(t.forward(view), t.forward(view.clone()))
+
+
+def _replay_agrees(run, x, ref):
+    """Capture run(x), replay it on new activations: bitwise what an eager call gives, and close to
+    the reference."""
+    g, out = _graph(run, x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, run(x)) and rel(out, ref.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_scaled_mm_hand_off_matches_emulation_and_replays(fmt, mode, gran):
+    """SCALED_MM (our activation codes, torch._scaled_mm rowwise, bias fused) at M = 1..300 against
+    the reference, and captured / replayed."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 1536, 4096, mode, "fp8", {"activation_granularity": gran}, device="cuda", bias=True)
+
+    def run(x):
+        return t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
+                      {"SCALED_MM": 1})
+    for m in (1, 16, 256, 300):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        assert rel(run(x), e.apply(x)) < TOL, m
+    _replay_agrees(run, torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), e)
+
+
+@pytest.mark.parametrize("fmt,mode", [("int4", "w4a16_int4"), ("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"),
+                                      ("fp8_block", "w8a16_block"), ("fp8_channel", "w8a16_fp8_channel")])
+def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
+    """DEQUANT_MM at M = 256 / 300 (model-sized N and K, a partial last N tile), and captured /
+    replayed (the transient weight buffer is the graph's own)."""
+    t, e = linear_pair(fmt, 2112, 7168, mode, "bf16", device="cuda", bias=True)
+
+    def run(x):
+        return t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1})
+    for m in (256, 300):
+        x = torch.randn(m, 7168, device="cuda", dtype=torch.bfloat16)
+        assert rel(run(x), e.apply(x)) < TOL, m
+    _replay_agrees(run, torch.randn(256, 7168, device="cuda", dtype=torch.bfloat16), e)

@@ -116,3 +116,51 @@ def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     with pytest.raises(PolicyError):
         write_table(str(path), DEVICE, [dict(entry, m=3)])
     assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
+
+
+SWAP_CFG = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
+            "num_stages": 1}
+GEMV_CFG = {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.mark.parametrize("weight,mode,config,m,field", [
+    ("int4", "w4a16_int4", GEMV_CFG, 16, "[0].m"),                                   # a GEMV serves one row
+    ("fp8_block", "w8a8_block", dict(SWAP_CFG, BLOCK_K=128), 16, "[0].config"),       # block scales: no FP8 swap
+    ("mxfp4", "w4a16_mx", dict(SWAP_CFG, BLOCK_K=64), 16, "[0].config"),              # E2M1 swap tiles of 128s
+    ("int4", "w4a16_int4", dict(SWAP_CFG, BLOCK_M=8), 16, "[0].config"),
+    ("int4", "w4a16_int4", {k: v for k, v in SWAP_CFG.items() if k != "SPLIT_K"}, 16, "[0].config"),
+])
+def test_bad_gemv_and_swap_entries_are_refused_at_load(tmp_path, weight, mode, config, m, field):
+    path = _write(tmp_path, [{"kind": "dense", "mode": mode, "weight": weight, "n": 256, "k": 512, "m": m,
+                              "config": config}])
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+@pytest.mark.slow
+def test_gemv_and_swap_entries_are_used_and_the_calls_run_with_them(table):
+    """A tuned GEMV entry serves M = 1 and a swap entry M = 5 (bucket 8); both calls agree with the
+    reference; an INT4 layer with 64-wide groups ignores the swap entry (the swap kernel needs 128)."""
+    t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
+    table([{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 1, "config": GEMV_CFG},
+           {"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 8, "config": SWAP_CFG}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    assert t.gemm.config_for(1) == GEMV_CFG and t.gemm.config_for(5) == SWAP_CFG
+    for m in (1, 5):
+        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV)
+        assert rel(t.apply(x), ref.apply(x)) < 1e-2
+    t64, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV, group=64)
+    t64.gemm.facts = dict(t64.gemm.facts, name=DEVICE)
+    assert "SWAP" not in t64.gemm.config_for(5)
+
+
+def test_scaled_mm_entries_only_for_per_channel_fp8(tmp_path):
+    entry = {"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 256, "k": 512, "m": 256,
+             "config": {"SCALED_MM": 1}}
+    path = _write(tmp_path, [entry])
+    assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]
+    path = _write(tmp_path, [dict(entry, mode="w8a8_block", weight="fp8_block")])
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert "[0].config" in str(err.value)

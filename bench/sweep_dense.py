@@ -1,0 +1,534 @@
+"""Exploration sweep of the dense small-M paths on a GPU, weights served from HBM (issue 26).
+
+One process; per shape N x K (issue 26's four) and weight format, the weights are copied until the
+copies exceed 256 MB and every timed call takes the next copy (the H200's L2 is 60 MB). Each
+variant runs under CUDA-graph replay and its output is compared with oracle-emulation's (a
+variant further than 1e-2 is flagged DISAGREES and never chosen); BF16 cuBLAS (`x @ w.T`, its own
+rotated copies), torch's tinygemm (INT4) and the HBM limit are printed beside it.
+
+  M = 1: gemv.gemv_kernel over BLOCK_N x BLOCK_K x SPLIT_K x warps (INT4, MXFP4, NVFP4).
+  M = 1, 16, 32: gemm.w4_swap_kernel (INT4: weights as the MMA's A operand) over BLOCK_N x warps x
+    SPLIT_K x decoder; the tiled wgemm_kernel's default for comparison.
+  FP8 W8A8 per-token: the activation quantizer alone (rows x K width x warps), the whole call
+    (ours), and the quantizer followed by torch._scaled_mm rowwise on the codes (a hand-off candidate).
+
+    python bench/sweep_dense.py [--parts int4 fp4 fp8] [--shapes 8192x8192 ...] [--json out.json]
+                                [--budget-s 150] [--precompile 12] [--write-table TABLE]
+    python bench/sweep_dense.py --from-json out.json --write-table ../plugins/triton/oracle_triton/tuned_configs.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+from bench_triton import _quant
+from gpu_timing import copy_bandwidth, graph_ms, rel, start
+
+from oracle import LinearLayer
+from oracle.catalog import Mode
+
+ROTATE = 256 << 20
+DEV = "cuda"        # the smoke test (tests/test_bench_scripts or by hand) runs it on CPU under the interpreter
+SHAPES = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),
+          "2048x4096": (2048, 4096)}
+OK = 1e-2
+M_FP8 = [1, 16, 256]
+M_4BIT = {"int4": [1, 16, 32, 256, 4096], "mxfp4": [1, 16, 256], "nvfp4": [1, 16]}
+#: The sweep's order: (format, rows) over every shape, the targets that matter most first.
+PHASES = [("int4", [1, 16]), ("fp8ch", M_FP8), ("mxfp4", [1, 16]), ("nvfp4", [1, 16]), ("int4", [32, 256, 4096]),
+          ("mxfp4", [256])]
+ROWS: list[dict] = []
+DEADLINE = [math.inf]
+
+
+def gtime(calls: list, reps: int = 20) -> float:
+    """us per call under graph replay, each call the next of `calls` (one per weight copy)."""
+    n = len(calls)
+    r = n * max(1, math.ceil(reps / n))
+
+    def loop():
+        for i in range(r):
+            calls[i % n]()
+    loop()
+    torch.cuda.synchronize()
+    return graph_ms(loop, 1) * 1e3 / r
+
+
+def copies(nbytes: int) -> int:
+    return max(2, ROTATE // max(1, nbytes) + 1)
+
+
+def fill_split(tiles: int, k_tiles: int, sms: int, waves: float) -> int:
+    """The smallest power-of-two split-K with tiles * split >= waves * sms (at least 2 K tiles each)."""
+    s = 1
+    while s < 32 and tiles * s < waves * sms and k_tiles // (2 * s) >= 1:
+        s *= 2
+    return s
+
+
+def record(shape, fmt, m, label, cfg, fn, ref, base: dict) -> float | None:
+    if time.perf_counter() > DEADLINE[0]:
+        return None
+    try:
+        err = rel(fn[0](), ref)
+        us = gtime(fn, 20 if m <= 32 else 4)
+    except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported, never chosen
+        print(f"  {shape} {fmt} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+        ROWS.append(dict(shape=shape, fmt=fmt, m=m, variant=label, config=cfg, error=f"{type(exc).__name__}"))
+        return None
+    ok = err < OK
+    ROWS.append(dict(shape=shape, fmt=fmt, m=m, variant=label, config=cfg, us=us, err=err, **base))
+    bf = base.get("bf16_us")
+    print(f"  {shape:11} {fmt:6} M={m:<3} {label:34} {us:8.1f} us  xBF16 {bf / us if bf else 0:5.2f}  "
+          f"xHBM {us / base['hbm_us']:5.2f}  err {err:.1e}{'' if ok else '  DISAGREES'}", flush=True)
+    return us if ok else None
+
+
+def build(fmt, n, k, w, mode_name, act, params):
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.launch import DenseGemm
+    from oracle_triton.linear import TritonLinear
+
+    layer = LinearLayer(name=f"{n}x{k}", in_features=k, out_features=n, weight_format=fmt,
+                        group_size=128 if fmt == "int4" else None)
+    mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+    tensors = _quant(fmt, w)
+    t = TritonLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    em = EmulationLinear(layer, mode, None)
+    em.process_weights(**tensors)
+    g = t.gemm
+    gs = [g] + [DenseGemm(g.layout, n, k, g.weight.clone(), g.scale.clone(),
+                          None if g.zero is g.scale else g.zero.clone(),
+                          None if g.global_scale is g.scale else g.global_scale.clone(), None)
+                for _ in range(copies(t.packed.nbytes()) - 1)]
+    return t, em, gs, tensors, layer, mode
+
+
+DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (rules + shipped table), nothing else
+
+
+def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
+    """The launch configurations tried for a 4-bit layer at M rows (default first)."""
+    if DEFAULTS_ONLY[0]:
+        return [("default", default)]
+    from oracle_triton.launch import gemv_config
+    from oracle_triton.formats import layout_for
+
+    sms = facts["sms"]
+    lay = layout_for(fmt, n, k, 128)
+    out = [("default", default)]
+    if m >= 256:
+        out.append(("dequant + cuBLAS", {"DEQUANT_MM": 1}))
+    if m > 256:
+        return out
+    if m == 1:
+        d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
+        if fmt == "int4":
+            grid = [(bn, bk, nw) for bn in (32, 64, 128) for bk in (128, 256, 512) for nw in (4, 8)]
+        else:
+            grid = [(bn, bk, nw) for bn in (16, 32, 64) for bk in (512, 1024) for nw in (4, 8)]
+        for bn, bk, nw in grid:
+            if bn * bk > 128 * 512 or (nw == 8 and bn * bk < 128 * 256):
+                continue
+            tiles, kt = -(-n // bn), -(-k // bk)
+            for waves in (1, 2):
+                sp = fill_split(tiles, kt, sms, waves)
+                if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
+                    continue
+                out.append((f"gemv bn{bn} bk{bk} s{sp} w{nw}",
+                            {**d, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw}))
+    bms = (64, 128) if m >= 128 else ((16,) if m <= 16 else (32,))
+    for bm in bms:
+        for bn in (64, 128, 256):
+            for nw in (4, 8):
+                if (bn == 256 and nw == 4) or (bm >= 64 and (bn, nw) not in ((128, 4), (128, 8))) or \
+                        (m == 1 and fmt != "int4" and (bn, nw) != (128, 4)):
+                    continue
+                for bk in (128,):
+                    tiles, kt = -(-n // bn) * -(-m // bm), k // bk
+                    for waves in (1, 2):
+                        sp = fill_split(tiles, kt, sms, waves)
+                        if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
+                            continue
+                        decs = (3, 0) if fmt == "int4" and (bn, nw, waves, bm) == (128, 4, 1, 16) else \
+                            ((3,) if fmt == "int4" else (0,))
+                        for dec in decs:
+                            out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} d{dec}",
+                                        {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
+                                         "DECODE": dec, "num_warps": nw, "num_stages": 1}))
+    return out
+
+
+def sweep_4bit(name, n, k, w, bw, fmt, ms):
+    mode_name = {"int4": "w4a16_int4", "mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4"}[fmt]
+    t, em, gs, tensors, layer, mode = build(fmt, n, k, w, mode_name, "bf16", {})
+    g = gs[0]
+    hbm = t.packed.nbytes() / bw * 1e6
+    tiny = []
+    if fmt == "int4":
+        try:
+            from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+            for _ in range(copies(t.packed.nbytes())):
+                tg = TorchTinyGemmInt4Linear(layer, mode, None)
+                tg.process_weights(**{kk: (v.clone() if isinstance(v, torch.Tensor) else v) for kk, v in tensors.items()})
+                tiny.append(tg.forward)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  tinygemm skipped: {type(exc).__name__}: {exc}")
+    del tensors
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    for m in ms:
+        x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+        ref = em.apply(x)
+        base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20 if m <= 32 else 4), "hbm_us": hbm}
+        if tiny and m <= 32:          # (tinygemm takes 1-75 ms from 256 rows on: bench_peers has those figures)
+            base["tinygemm_us"] = gtime([lambda f=f: f(x) for f in tiny])
+        print(f"{name} {fmt} M={m}: bf16 {base['bf16_us']:.1f} us, tinygemm {base.get('tinygemm_us', 0):.1f} us, "
+              f"hbm {hbm:.1f} us", flush=True)
+        best = [None, math.inf]
+        for label, cfg in variants_4bit(fmt, n, k, m, g.facts, g.config_for(m, 0)):
+            us = record(name, fmt, m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
+                                                   for gg in gs], ref, base)
+            if us is not None and us < best[1]:
+                best[:] = [(label, cfg), us]
+        if best[0] is not None:
+            print(f"BEST {name} {fmt} M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
+                  f"x tinygemm {base.get('tinygemm_us', 0) / best[1]:.2f}  {best[0][1]}", flush=True)
+            ROWS.append(dict(shape=name, fmt=fmt, m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+    del t, em, gs, bf16
+
+
+def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
+    """W8A8 per-token launch configurations tried at M rows: the default (tiled GEMM or GEMV) and
+    gemm.fp8_swap_kernel (weights as the float8 MMA's A operand)."""
+    sms = facts["sms"]
+    out = [("default", default)]
+    if DEFAULTS_ONLY[0]:
+        return out
+    if m == 1:
+        grid = [(16, 128, 256, 4, 4), (16, 64, 128, 4, 4), (16, 256, 128, 8, 4)]
+    elif m <= 32:
+        grid = [(16 if m <= 16 else 32, bn, bk, nw, st) for bn in (64, 128, 256) for bk in (128, 256)
+                for nw in (4, 8) for st in (3, 5)]
+        grid = [g for g in grid if not (g[1] == 256 and g[3] == 4) and not (g[1] == 64 and g[3] == 8)
+                and not (g[1] == 128 and g[3] == 8 and g[4] == 5)
+                and (g[0] + g[1]) * g[2] * g[4] <= 224 * 1024]          # the stages' shared memory
+    else:
+        grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
+    for bm, bn, bk, nw, st in grid:
+        tiles, kt = -(-n // bn) * -(-m // bm), k // bk
+        for waves in ((1,) if m == 1 else (1, 2)):
+            sp = fill_split(tiles, kt, sms, waves)
+            if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
+                continue
+            out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st}",
+                        {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
+                         "num_stages": st}))
+    return out
+
+
+#: Per-token quantizer variants: rows per program, K width of a tile, warps.
+QUANT_VARIANTS = ((4, 1024, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8), (2, 2048, 4), (8, 512, 4), (16, 512, 8))
+
+
+def run_quantizer(x, codes, scales, rows_, bk, nw):
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.gemm import act_qdq_kernel
+
+    m, k = x.shape
+    act_qdq_kernel[(-(-m // rows_), 1)](x, x, codes, m, k, x.stride(0), codes.stride(0), ACT=ACT_TOKEN,
+                                        BLOCK_M=rows_, BLOCK_K=bk, EXACT_BF16=False, scales_ptr=scales,
+                                        CODES=True, num_warps=nw)
+
+
+def sweep_fp8(name, n, k, w, bw, ms):
+    from oracle_triton.launch import quantize_activation_codes
+    from oracle_triton.formats import ACT_TOKEN
+
+    t, em, gs, tensors, layer, mode = build("fp8_channel", n, k, w, "w8a8_fp8_channel", "fp8",
+                                            {"activation_granularity": "token"})
+    g = gs[0]
+    hbm = t.packed.nbytes() / bw * 1e6
+    del tensors
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    wts = [gg.weight.view(torch.float8_e4m3fn).t() for gg in gs]
+    sbs = [gg.scale.reshape(1, n).contiguous() for gg in gs]
+    for m in ms:
+        x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+        ref = em.apply(x)
+        base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16]), "hbm_us": hbm}
+        print(f"{name} fp8ch M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
+        codes_ref, scales_ref = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
+        for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] else ():
+            if time.perf_counter() > DEADLINE[0]:
+                break
+            codes = torch.empty(m, k, dtype=torch.uint8, device=DEV)
+            scales = torch.empty(m, dtype=torch.float32, device=DEV)
+
+            def q(codes=codes, scales=scales, rows_=rows_, bk=bk, nw=nw):
+                run_quantizer(x, codes, scales, rows_, bk, nw)
+            try:
+                q()
+                same = bool(torch.equal(codes, codes_ref.view(torch.uint8)) and torch.equal(scales, scales_ref))
+                us = gtime([q])
+            except Exception as exc:  # noqa: BLE001
+                print(f"  quantizer r{rows_} k{bk} w{nw}: FAILED {type(exc).__name__}: {str(exc)[:160]}")
+                continue
+            ROWS.append(dict(shape=name, fmt="fp8ch-quant", m=m, variant=f"r{rows_} k{bk} w{nw}", us=us, same=same))
+            print(f"  {name:11} quantizer M={m:<4} r{rows_} k{bk} w{nw}: {us:7.1f} us{'' if same else '  DIFFERS'}",
+                  flush=True)
+        best = [None, math.inf]
+        for label, cfg in variants_fp8(n, k, m, g.facts, g.config_for(m, ACT_TOKEN)):
+            us = record(name, "fp8ch", m, label, cfg,
+                        [lambda gg=gg, cfg=cfg: gg(x, ACT_TOKEN, None, torch.bfloat16, cfg) for gg in gs], ref, base)
+            if us is not None and us < best[1]:
+                best[:] = [(label, cfg), us]
+
+        def handoff(i):
+            c, s = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
+            return torch._scaled_mm(c.view(torch.float8_e4m3fn), wts[i], scale_a=s.reshape(m, 1), scale_b=sbs[i],
+                                    out_dtype=torch.bfloat16)
+        us = None if DEFAULTS_ONLY[0] else record(name, "fp8ch", m, "quantizer + _scaled_mm rowwise", {},
+                                                  [lambda i=i: handoff(i) for i in range(len(gs))], ref, base)
+        if us is not None and us < best[1]:
+            best[:] = [("scaled_mm", {"SCALED_MM": 1}), us]
+        if best[0] is not None:
+            print(f"BEST {name} fp8ch M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
+                  f"{best[0][1]}", flush=True)
+            ROWS.append(dict(shape=name, fmt="fp8ch", m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+    del t, em, gs, bf16, wts
+
+
+def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]) -> None:
+    """Compile (launch once, on small weights) every `workers`-th variant the sweep will time, so the
+    timing process finds the kernels in Triton's cache: the variants' launch parameters are the
+    compiled constants; N and K are runtime values (all of issue 26's shapes are multiples of 16, so
+    a small one compiles the same specializations)."""
+    from oracle_triton.launch import DenseGemm, device_facts
+    from oracle_triton.formats import ACT_TOKEN, layout_for
+
+    facts = device_facts(torch.device(DEV))
+    jobs = []
+    sn, sk = 256, 1024
+    small = {}
+    modes = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
+             "nvfp4": ("w4a16_nvfp4", "bf16", {}),
+             "fp8_channel": ("w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})}
+    for phase, ms in PHASES:
+        part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[phase]
+        if part not in parts:
+            continue
+        fmt = "fp8_channel" if phase == "fp8ch" else phase
+        if fmt not in small:
+            w = torch.randn(sn, sk, device=DEV, dtype=torch.bfloat16) * 0.05
+            small[fmt] = build(fmt, sn, sk, w, *modes[fmt])[2][0]
+        g = small[fmt]
+        for name in shapes:
+            n, k = SHAPES[name]
+            # the real layer's shape and mode: config_for consults the shipped table with them
+            fake = DenseGemm(layout_for(fmt, n, k, 128), n, k, g.weight, g.scale, None, None, None,
+                             mode=modes[fmt][0], weight_format=fmt)
+            for m in ms:
+                if part == "fp8":
+                    for _, cfg in variants_fp8(n, k, m, facts, fake.config_for(m, ACT_TOKEN)):
+                        jobs.append(("fp8", m, ACT_TOKEN, cfg))
+                else:
+                    for _, cfg in variants_4bit(fmt, n, k, m, facts, fake.config_for(m, 0)):
+                        jobs.append((fmt, m, 0, cfg))
+        if part == "fp8" and not DEFAULTS_ONLY[0]:
+            for m in ms:
+                for v in QUANT_VARIANTS:
+                    jobs.append(("quant", m, 0, v))
+    seen, unique = set(), []
+    for j in jobs:
+        key = repr(j)
+        if key not in seen:
+            seen.add(key)
+            unique.append(j)
+    mine = unique[index::workers]
+    print(f"compile worker {index}/{workers}: {len(mine)} of {len(unique)} variants", flush=True)
+    for fmt, m, act, cfg in mine:
+        try:
+            if fmt == "quant":
+                x = torch.randn(m, sk, device=DEV, dtype=torch.bfloat16)
+                run_quantizer(x, torch.empty(m, sk, dtype=torch.uint8, device=DEV),
+                              torch.empty(m, dtype=torch.float32, device=DEV), *cfg)
+            else:
+                g = small["fp8_channel" if fmt == "fp8" else fmt]
+                g(torch.randn(m, sk, device=DEV, dtype=torch.bfloat16), act, None, torch.bfloat16, cfg)
+        except Exception as exc:  # noqa: BLE001 - the timing process reports it
+            print(f"  compile worker: {fmt} M={m} {cfg}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+    torch.cuda.synchronize()
+
+
+def precompile(workers: int, args) -> None:
+    import subprocess
+    t0 = time.perf_counter()
+    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else [])
+    procs = [subprocess.Popen([sys.executable, __file__, "--compile-worker", f"{i}/{workers}", "--parts", *args.parts,
+                               "--shapes", *args.shapes, *extra]) for i in range(workers)]
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, args.compile_timeout_s - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    print(f"precompiled with {workers} workers in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+HOST_SHAPE, HOST_CALLS = (2048, 4096), 200
+
+
+def host_profile() -> None:
+    """Host time per eager call at M = 1 (INT4 and FP8 per-token, 2048 x 4096: GPU time far below the
+    host's) for the eager-graph replay (apply), the raw launches (forward) and BF16, and where the
+    Python time goes (cProfile, top functions by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}),
+                                        ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})):
+        n, k = HOST_SHAPE
+        w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+        t = build(fmt, n, k, w, mode_name, act, params)[0]
+        x = torch.randn(1, k, device=DEV, dtype=torch.bfloat16)
+        from oracle.tensors import apply_dense
+
+        def fast():
+            t.gemm.fast = True
+            return apply_dense(x, t.k, t.n, t.device, t.dtype, t.forward)
+        for label, fn in (("apply (eager graph)", lambda: t.apply(x)), ("forward (raw launches)", lambda: t.forward(x)),
+                          ("apply_dense + fast launches", fast), ("bf16 x @ w.T", lambda: x @ w.t())):
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(HOST_CALLS):
+                fn()
+            host = (time.perf_counter() - t0) / HOST_CALLS * 1e6
+            torch.cuda.synchronize()
+            print(f"host {fmt:12} {label:24} {host:6.1f} us per call", flush=True)
+            ROWS.append(dict(kind="host", fmt=fmt, call=label, host_us=host))
+            if label.startswith("bf16"):
+                continue
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(HOST_CALLS // 2):
+                fn()
+            prof.disable()
+            torch.cuda.synchronize()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+            print("\n".join(line for line in out.getvalue().splitlines()[6:26] if line.strip()), flush=True)
+
+
+MODES = {"int4": ("w4a16_int4", "int4"), "mxfp4": ("w4a16_mx", "mxfp4"), "nvfp4": ("w4a16_nvfp4", "nvfp4"),
+         "fp8ch": ("w8a8_fp8_channel", "fp8_channel")}
+
+
+def table_entries(rows: list[dict], min_gain: float = 1.02) -> list[dict]:
+    """Tuned-table entries from a sweep's rows: per shape, format and M, the fastest variant that
+    agreed with the reference, where it beats the default by min_gain (else the rules already serve
+    it); a hand-off to torch._scaled_mm is not a launch configuration (the selection's business)."""
+    from oracle_triton.tuned import bucket
+
+    default = {(r["shape"], r["fmt"], r["m"]): r["us"] for r in rows if r.get("variant") == "default" and "us" in r
+               and r.get("err", 1.0) < OK}
+    out = []
+    for r in rows:
+        if "best" not in r or not r["config"] or r["fmt"] not in MODES:
+            continue
+        d = default.get((r["shape"], r["fmt"], r["m"]))
+        if d is not None and d < r["us"] * min_gain:
+            continue
+        n, k = SHAPES[r["shape"]]
+        mode, weight = MODES[r["fmt"]]
+        out.append({"kind": "dense", "mode": mode, "weight": weight, "n": n, "k": k, "m": bucket(r["m"]),
+                    "config": r["config"], "us": round(r["us"], 2), "default_us": round(d, 2) if d else None})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["int4", "fp8", "fp4"], choices=["int4", "fp4", "fp8"])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--json")
+    ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting variants after this")
+    ap.add_argument("--precompile", type=int, default=0, help="compile the variants in this many processes first")
+    ap.add_argument("--precompile-only", action="store_true", help="compile (--precompile N), time nothing")
+    ap.add_argument("--compile-timeout-s", type=float, default=60.0)
+    ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--host-profile", action="store_true", help="only the eager host-time profile")
+    ap.add_argument("--defaults-only", action="store_true",
+                    help="time only what config_for chooses (the rules and the shipped table) beside BF16 / tinygemm")
+    ap.add_argument("--phases", nargs="+", metavar="FMT:M,M", help="instead of PHASES, e.g. int4:1,16 fp8ch:256")
+    ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
+    ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
+                    "--json (no GPU needed)")
+    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device the rows were measured on")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        if not args.write_table:
+            ap.error("--from-json needs --write-table")
+        from sweep_large_m import write_table
+        with open(args.from_json) as f:
+            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        return 0
+    DEFAULTS_ONLY[0] = args.defaults_only
+    if args.phases:
+        PHASES[:] = [(p.split(":")[0], [int(v) for v in p.split(":")[1].split(",")]) for p in args.phases]
+    if args.compile_worker:
+        i, p = map(int, args.compile_worker.split("/"))
+        compile_worker(i, p, args.parts, args.shapes)
+        return 0
+    if args.precompile:
+        precompile(args.precompile, args)
+        if args.precompile_only:
+            return 0
+    if args.host_profile:
+        if not torch.cuda.is_available():
+            print("sweep_dense: needs a CUDA device", file=sys.stderr)
+            return 2
+        host_profile()
+        return 0
+    if not start("sweep_dense"):
+        return 2
+    DEADLINE[0] = time.perf_counter() + args.budget_s
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    try:
+        for fmt, ms in PHASES:        # most important first: a budget that runs out loses the least
+            part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[fmt]
+            if part not in args.parts:
+                continue
+            for name in args.shapes:
+                if time.perf_counter() > DEADLINE[0]:
+                    print(f"budget spent: {fmt} M={ms} {name} not run")
+                    continue
+                n, k = SHAPES[name]
+                w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+                if fmt == "fp8ch":
+                    sweep_fp8(name, n, k, w, bw, ms)
+                else:
+                    sweep_4bit(name, n, k, w, bw, fmt, ms)
+                del w
+                torch.cuda.empty_cache()
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+    finally:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+    if args.write_table:
+        from sweep_large_m import write_table
+        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
