@@ -141,7 +141,10 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per load process")
     ap.add_argument("--json", type=Path, help="also write the figures here (JSON)")
     args = ap.parse_args()
+    import time
+    started = time.perf_counter()
     bf16, quant, writer = write(Path(args.dir), args.scheme, args.layers, args.writer)
+    print(f"checkpoints ready in {time.perf_counter() - started:.1f} s: {bf16}, {quant}", flush=True)
     runs: dict[str, list[dict]] = {"bf16": [], "oracle": []}
     for _ in range(args.repeat):
         for kind, path in (("oracle", quant), ("bf16", bf16)):

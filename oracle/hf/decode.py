@@ -1,4 +1,5 @@
-"""Greedy decoding over a static KV cache, each decode step run eagerly or replayed from a CUDA graph.
+"""Greedy decoding over a static KV cache, each decode step run eagerly or replayed from a CUDA graph
+(of transformers' layers as they are, or compiled by torch.compile).
 
     dec = Decoder(model, batch=8, max_len=512, mode="graphs")
     tokens = dec.generate(ids, new_tokens=128)        # [batch, 128]
@@ -10,7 +11,9 @@ transformers' static cache keeps the KV tensors and its write position on the de
 token and position inputs live in buffers this class owns, and the captured step ends by
 writing the next greedy token into the input buffer and advancing the position, so a replay
 needs no host work at all. Eager mode runs the very same step without the graph (same cache,
-same masks), so the two differ only in launch overhead.
+same masks), so the two differ only in launch overhead. Compiled mode also routes the decoder
+layers through one torch.compile'd step (oracle.hf.compiled) before capturing, so transformers'
+own small kernels are fused as well; it changes rounding (fused BF16 ops), not the kernels.
 
 Every layer uses a full-length static cache layer, sliding-window layers too: transformers'
 sliding static layer keeps its position in a Python int (baked into a graph at capture time),
