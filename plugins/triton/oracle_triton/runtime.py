@@ -89,7 +89,7 @@ def _run(fmt: str, op: str, device: Any):
     layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format=fmt)
     kernel = TritonLinear(layer, mode, None)
     kernel.process_weights(**tensors)
-    xd = x.to(device)       # one row takes the GEMV, three the tensor-core GEMM
+    xd = x.to(device)       # one row takes the GEMV, three a tensor-core tile (4-bit: the swap-AB kernel)
     return torch.cat([kernel.apply(xd[:1]), kernel.apply(xd[1:])]).cpu(), x.float() @ w.t()
 
 
