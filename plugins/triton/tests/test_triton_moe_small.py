@@ -303,3 +303,15 @@ def test_bf16_mode_on_gpu():
         x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
         w, ids = routing(m, 32, 4, "cuda")
         assert rel(t.apply(x, w, ids), _bf16_reference(x, w13, w2, w, ids)) < 1e-2, m
+
+
+def test_w8a8_few_pairs_take_the_tensor_core_direct_path():
+    """The rule (moe.use_direct_mma): W8A8 experts while pairs <= experts / 4, with the fused top-k sum;
+    the aligned tiles above that; W8A16 never (no table entry on CPU: the rules alone decide)."""
+    t, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    t.facts = dict(t.facts, name=None)
+    assert t.config_for(2, 4).get("DIRECT") == 1 and t.config_for(2, 4).get("FUSE_SUM") == 1
+    assert "DIRECT" not in t.config_for(3, 4) and "DECODE" not in t.config_for(3, 4)
+    a16, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a16_block", "bf16", device=DEV)
+    a16.facts = dict(a16.facts, name=None)
+    assert "DIRECT" not in a16.config_for(1, 4)
