@@ -8,6 +8,8 @@ must be bit-equal to eager, a fused q/k/v or gate/up kernel must still run once 
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -25,7 +27,9 @@ def test_compiled_model_runs_each_kernel_once_and_equals_eager(tmp_path, monkeyp
         monkeypatch.setattr(kernel, "apply", lambda *a, _f=kernel.apply, _n=name, **k: calls.append(_n) or _f(*a, **k))
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager")
-    with torch.no_grad():
+    # config.patch, not monkeypatch: undoing a monkeypatch deletes the option from torch's config
+    # module, which breaks every later compile in the process
+    with torch.no_grad(), contextlib.ExitStack() as later:
         for seed in range(3):
             ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(seed))
             want = model(ids).logits
@@ -35,4 +39,4 @@ def test_compiled_model_runs_each_kernel_once_and_equals_eager(tmp_path, monkeyp
             assert sorted(calls) == sorted(eager_calls) == sorted(model.oracle.kernels)
             calls.clear()
             if seed == 0:
-                monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+                later.enter_context(torch._dynamo.config.patch(error_on_recompile=True))
