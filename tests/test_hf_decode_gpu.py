@@ -14,6 +14,8 @@ pytest.importorskip("transformers")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
+pytestmark = pytest.mark.gpu     # so scripts/gpu-check (`pytest -m gpu`) runs them
+
 import decode_models  # noqa: E402
 
 from oracle.hf.decode import Decoder  # noqa: E402
