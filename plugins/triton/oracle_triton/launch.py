@@ -167,12 +167,11 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict, launch: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
-    launch: DenseGemm.launch (its fast eager launches), else Triton's own."""
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
     m, k = x.shape
     codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
     if act == ACT_GROUP:
@@ -190,11 +189,8 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True)
     grid = (-(-m // bm), k_programs, 1)
-    if launch is not None:
-        launch("act_qdq_kernel", grid, {"num_warps": warps, "num_stages": 3}, (m, x, x.stride(0), xs, act), **args)
-    else:
-        from .gemm import act_qdq_kernel
-        act_qdq_kernel[grid](**args, num_warps=warps)
+    from .gemm import act_qdq_kernel
+    act_qdq_kernel[grid](**args, num_warps=warps)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
@@ -222,27 +218,13 @@ class DenseGemm:
         self.global_scale = global_scale if global_scale is not None else scale
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
-        #: eager launches through fastlaunch (the compiled kernel of an earlier identical launch);
-        #: off: every launch binds its arguments through Triton
-        self.fast = False
-        self._launchers: dict[str, Any] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
-        self._parts: dict[tuple[int, int], torch.Tensor] = {}
 
-    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], varying: tuple, **args: Any) -> None:
-        """Launch gemm/gemv's `kernel` with `args`; with `fast`, through this weight's FastLaunch, keyed
-        by the launch parameters and the specialization of the per-call values `varying` (everything
-        else a launch passes is this weight's and fixed)."""
-        fl = self._launchers.get(kernel)
-        if fl is None:
-            from . import gemm, gemv
-            from .fastlaunch import FastLaunch
-            fl = self._launchers[kernel] = FastLaunch(getattr(gemm, kernel, None) or getattr(gemv, kernel))
-        key = None
-        if self.fast:
-            from .fastlaunch import spec
-            key = (tuple(cfg.items()), spec(*varying))
-        fl(grid, key, {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}, **args)
+    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
+        """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
+        from . import gemm, gemv
+        fn = getattr(gemm, kernel, None) or getattr(gemv, kernel)
+        fn[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -271,14 +253,14 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
         xs = self.scale
         if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
-            x, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+            x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         lay = self.layout
@@ -290,7 +272,7 @@ class DenseGemm:
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         codes = act in FP8_CODES
         self.launch(
-            "wgemm_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), xs, out_dtype, act),
+            "wgemm_kernel", (grid_n, grid_m, split), cfg,
             x_ptr=x, w_ptr=self.weight_operand(codes), s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, as_ptr=xs,
             M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
@@ -339,7 +321,7 @@ class DenseGemm:
         bn, bk = 64, 128
         self.launch(
             "dequant_kernel", (-(-self.n // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
-            (out_dtype,), w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale, out_ptr=buf,
+            w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale, out_ptr=buf,
             N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
@@ -359,7 +341,7 @@ class DenseGemm:
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
         rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
         m = x.shape[0]
-        codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.launch)
+        codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
         sb = self.scale.reshape(1, -1).expand(1, self.n)
         return torch._scaled_mm(codes.view(torch.float8_e4m3fn), self.weight.view(torch.float8_e4m3fn).t(),
@@ -389,13 +371,7 @@ class DenseGemm:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        part = self._parts.get((m, split)) if self.fast else None
-        if part is None:
-            # (kept under `fast`: a call's partials are all written before the last program of a tile
-            # reads them, and calls on one stream do not overlap; the counters are shared the same way)
-            part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
-            if self.fast:
-                self._parts[(m, split)] = part
+        part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
         return part, self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:
@@ -417,7 +393,7 @@ class DenseGemm:
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         self.launch(
-            "fp8_swap_kernel", (grid_n, grid_m, split), cfg, (m, codes, xs, out_dtype, act),
+            "fp8_swap_kernel", (grid_n, grid_m, split), cfg,
             x_ptr=codes, as_ptr=xs, w_ptr=self.weight_operand(True), s_ptr=self.scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
             M=m, N=self.n, K=self.k, stride_xm=codes.stride(0), stride_ym=y.stride(0),
@@ -435,7 +411,7 @@ class DenseGemm:
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         lay = self.layout
         self.launch(
-            "w4_swap_kernel", (grid_n, grid_m, split), cfg, (m, x, x.stride(0), out_dtype),
+            "w4_swap_kernel", (grid_n, grid_m, split), cfg,
             x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
             M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wn=lay.stride_wn,
@@ -455,7 +431,7 @@ class DenseGemm:
         part, cnt = self.workspace(1, grid_n, split, y)
         xs = act_scale if act_scale is not None else self.scale
         self.launch(
-            "gemv_kernel", (grid_n, 1, split), cfg, (x, xs, out_dtype, act),
+            "gemv_kernel", (grid_n, 1, split), cfg,
             x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
             b_ptr=self.bias if self.bias is not None else self.scale, xs_ptr=xs, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
             N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,

@@ -3,8 +3,7 @@
 W8A16/W4A16 modes multiply the layer-dtype activations in one launch; W8A8 (W4A4) modes
 first round them to E4M3 (NVFP4) in one pass (per 1x128 group, per token, or per tensor:
 static input_scale or the dynamic amax/448), exactly as oracle-emulation rounds them.
-Eager few-row calls replay a private CUDA graph of `forward` (oracle.integration.eager_graphs), or
-with FAST_EAGER launch directly through oracle_triton.fastlaunch.
+Eager few-row calls replay a private CUDA graph of `forward` (oracle.integration.eager_graphs).
 """
 from __future__ import annotations
 
@@ -23,9 +22,6 @@ from .launch import DenseGemm
 from .weights import pack
 
 FLOATS = float_dtypes()
-#: Eager calls launch through oracle_triton.fastlaunch (the compiled kernel of an earlier identical
-#: launch, started directly) instead of replaying a private CUDA graph (copy in, replay, copy out).
-FAST_EAGER = False
 
 
 class TritonLinear(Kernel):
@@ -71,8 +67,7 @@ class TritonLinear(Kernel):
                               None if packed.zero is None else packed.zero.to(dev),
                               None if packed.global_scale is None else packed.global_scale.to(dev), b,
                               mode=self.mode.name, weight_format=self.mode.weight)
-        self.gemm.fast = FAST_EAGER
-        self.eager = self.forward if FAST_EAGER else EagerGraphs(self.forward)
+        self.eager = EagerGraphs(self.forward)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
