@@ -74,7 +74,9 @@ def _write(root: Path) -> dict[str, Path]:
 
 def _scenarios(paths: dict[str, Path], tmp: Path) -> list[dict]:
     policy = tmp / "no-oracle-linear.yaml"
-    policy.write_text("version: 1\ndisabled_kernels: [emulation.linear]\n")
+    # every oracle kernel that serves a W4A16 linear on a CPU: the reference one and oracle-torch's
+    # tinygemm CPU peer (#27), so the linears have no oracle kernel and vLLM's stay
+    policy.write_text("version: 1\ndisabled_kernels: [emulation.linear, torch.linear.int4_cpu]\n")
 
     def sc(id_: str, model: str, oracle: dict | None, **more) -> dict:
         if oracle is not None:
