@@ -47,6 +47,23 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
 }
 
 
+def dense_pair(name, fmt, n, k, w, mode_name, act, params):
+    """oracle-triton's linear and oracle-emulation's reference for one weight, from the same
+    checkpoint tensors: (triton, emulation, tensors, layer, mode)."""
+    from oracle_emulation.linear import EmulationLinear
+    from oracle_triton.linear import TritonLinear
+
+    layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
+                        group_size=128 if fmt == "int4" else None)
+    mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+    tensors = _quant(fmt, w)
+    t = TritonLinear(layer, mode, None)
+    t.process_weights(**tensors)
+    e = EmulationLinear(layer, mode, None)
+    e.process_weights(**tensors)
+    return t, e, tensors, layer, mode
+
+
 def _quant(fmt, w, group=128, symmetric=True):
     """Checkpoint tensors from oracle-emulation's quantizer; experts in chunks (bounded temporaries).
     int4: symmetric (zero point 8) unless `symmetric` is False (GPTQ zero points per group)."""
@@ -67,24 +84,13 @@ def _reps(m):
 
 
 def bench_dense(ms_list, bw, rows):
-    from oracle_emulation.linear import EmulationLinear
-    from oracle_triton.linear import TritonLinear
-
     print("\n== dense: time per call (us) under CUDA-graph replay; speed-up = BF16 / Triton ==")
     print(f"{'shape':32} {'mode':14} {'M':>5} {'triton':>8} {'bf16':>8} {'emul':>8} {'hbm':>7} "
           f"{'xBF16':>6} {'xHBM':>6} {'MB':>7} {'MB bf16':>8}")
     for name, (n, k) in DENSE.items():
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
         for fmt, mode_name, act, params in DENSE_MODES:
-            layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
-                                group_size=128 if fmt == "int4" else None)
-            mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
-            tensors = _quant(fmt, w)
-            t = TritonLinear(layer, mode, None)
-            t.process_weights(**tensors)
-            e = EmulationLinear(layer, mode, None)
-            e.process_weights(**tensors)
-            del tensors
+            t, e = dense_pair(name, fmt, n, k, w, mode_name, act, params)[:2]
             packed = t.packed.nbytes()
             for m in ms_list:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

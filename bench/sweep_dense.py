@@ -25,11 +25,9 @@ import sys
 import time
 
 import torch
-from bench_triton import _quant
+from bench_triton import dense_pair
 from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
-from oracle import LinearLayer
-from oracle.catalog import Mode
 
 ROTATE = 256 << 20
 DEV = "cuda"        # the smoke test (tests/test_bench_scripts or by hand) runs it on CPU under the interpreter
@@ -89,18 +87,9 @@ def record(shape, fmt, m, label, cfg, fn, ref, base: dict) -> float | None:
 
 
 def build(fmt, n, k, w, mode_name, act, params):
-    from oracle_emulation.linear import EmulationLinear
     from oracle_triton.launch import DenseGemm
-    from oracle_triton.linear import TritonLinear
 
-    layer = LinearLayer(name=f"{n}x{k}", in_features=k, out_features=n, weight_format=fmt,
-                        group_size=128 if fmt == "int4" else None)
-    mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
-    tensors = _quant(fmt, w)
-    t = TritonLinear(layer, mode, None)
-    t.process_weights(**tensors)
-    em = EmulationLinear(layer, mode, None)
-    em.process_weights(**tensors)
+    t, em, tensors, layer, mode = dense_pair(f"{n}x{k}", fmt, n, k, w, mode_name, act, params)
     g = t.gemm
     gs = [g] + [DenseGemm(g.layout, n, k, g.weight.clone(), g.scale.clone(),
                           None if g.zero is g.scale else g.zero.clone(),
