@@ -205,6 +205,14 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 
 
+@functools.cache
+def _jit_kernel(name: str) -> Any:
+    """gemm's or gemv's @triton.jit function of that name (imported on first use: launch.py's
+    shape rules import no Triton)."""
+    from . import gemm, gemv
+    return getattr(gemm, name, None) or getattr(gemv, name)
+
+
 class DenseGemm:
     """A packed weight and the launch of wgemm_kernel over it; owns the split-K counters."""
 
@@ -222,9 +230,7 @@ class DenseGemm:
 
     def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        from . import gemm, gemv
-        fn = getattr(gemm, kernel, None) or getattr(gemv, kernel)
-        fn[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        _jit_kernel(kernel)[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
