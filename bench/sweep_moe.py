@@ -14,6 +14,7 @@ variant (up variants with the default down kernel, then down variants with the b
 M = 8 and 16 time the M = 1 winners and a few neighbours.
 
     python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
+                              [--quick | --configs variants.json]
 """
 from __future__ import annotations
 
@@ -234,6 +235,48 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
     torch.cuda.empty_cache()
 
 
+def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
+    """Time the shipped rule's path and each of `configs` (label -> config) on `name`, M in ms; every
+    variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
+    ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    t0 = time.perf_counter()
+    t, per_expert = build(name)
+    print(f"\n== {name} ({mode_name}, E={ne} top{topk} H={h} I={i}; built in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    for m in ms:
+        x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
+        touched_one = min(ne, m * topk) * per_expert
+        count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
+        routes = _routings(m, ne, topk, count, DEVICE)
+        touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
+        hbm = touched * per_expert / bw * 1e6
+        ref = None
+        for label, cfg in [("shipped-rule", None), *configs.items()]:
+            if time.perf_counter() > deadline:
+                print(f"budget spent: {name} M={m} {label} and later skipped", flush=True)
+                break
+            t.config = cfg
+            try:
+                y = t.forward(x, *routes[0])
+                if ref is None:
+                    ref = y.clone()
+                err = rel(y, ref)
+                us = timed(t, x, routes)
+            except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                print(f"  {name} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                continue
+            finally:
+                t.config = None
+            ok = err < tol
+            rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm,
+                             err=err, ok=ok, routings=count))
+            save()
+            print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
+                  f"{'' if ok else '  DISAGREES'}", flush=True)
+    del t
+    torch.cuda.empty_cache()
+
+
 def _short(cfg: dict) -> str:
     return " ".join(f"{k.replace('BLOCK_', '').replace('num_', '')}={v}" for k, v in cfg.items())
 
@@ -245,6 +288,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=100.0, help="no new variant starts after this")
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="the first round's winners and neighbours only")
+    ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
+                    "rule and these only")
     args = ap.parse_args(argv)
     if not start("sweep_moe"):
         return 2
@@ -263,6 +308,14 @@ def main(argv=None) -> int:
                 print(f"budget spent: {name} skipped")
                 continue
             act = MOE[name][6]
+            tol = {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2)
+            if args.configs:
+                with open(args.configs) as f:
+                    configs = json.load(f)
+                if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
+                    configs = configs.get(name, {})
+                explicit(name, args.m, bw, rows, deadline, tol, configs, save)
+                continue
             sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
     finally:
         save()

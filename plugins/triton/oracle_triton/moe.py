@@ -297,29 +297,43 @@ class TritonMoE(Kernel):
     def apply_direct_mma(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
-        grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
-        rounded to codes by the quantization launch (or inside the GEMMs per K tile with QUANT_IN:
-        measured 2.3-3x slower on an H200, the rounding stalls each K tile); the slots are summed by
-        topk_sum_kernel or by the FC2 GEMM itself (FUSE_SUM)."""
+        grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT). W8A8 activations are
+        rounded to codes by a quantization launch per GEMM, or inside the GEMMs: QUANT_IN rounds each
+        GEMM's input row per K tile, QUANT_OUT has the FC1 GEMM write FC2's input as codes and group
+        scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with both, the call is two launches.
+        The slots are summed by topk_sum_kernel or by the FC2 GEMM itself (FUSE_SUM)."""
         from . import moe_kernels as mk
 
-        quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))
+        fp8 = self.act in FP8_CODES
+        quant = fp8 and bool(cfg.get("QUANT_IN", 0))
+        quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
         if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
+        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
+        if quant_out and (self.act != ACT_GROUP or bn1 != 128):
+            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
+                             f"activations), not BLOCK_N1={bn1} with {self.mode.name}")
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         a_in = (a1, self._act_scale(0, a1)) if quant else self._round(0, a1)
+        if quant_out:
+            inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
+            inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
+        else:
+            inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
-                   self.hidden, cfg, t, direct=True, quant_in=quant)
+                   self.hidden, cfg, t, direct=True, quant_in=quant, out_scales=inter_scales)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
-        a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
+        if quant_out:
+            a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
+        else:
+            a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else ids
         self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
-                   self.inter, cfg, t, direct=True, quant_in=quant, sum_out=out if fuse else None)
+                   self.inter, cfg, t, direct=True, quant_in=quant and not quant_out, sum_out=out if fuse else None)
         if not fuse:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])
@@ -391,11 +405,13 @@ class TritonMoE(Kernel):
         return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None) -> None:
+              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
+              out_scales: torch.Tensor | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
-        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters)."""
+        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters); out_scales (stage 1,
+        direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -430,6 +446,7 @@ class TritonMoE(Kernel):
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
+            os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
