@@ -227,6 +227,8 @@ class TritonMoE(Kernel):
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
         cfg = self.config_for(m, k)
+        if cfg.get("SWAP"):                          # 4-bit weights as the MMA's tall side, one pair per program
+            return self.apply_swap(x, topw, ids, m, k, cfg)
         if cfg.get("DIRECT"):                        # tensor-core tiles, one pair per program, no alignment
             return self.apply_direct_mma(x, topw, ids, m, k, cfg)
         if "DECODE" in cfg:                          # the direct (one row per program) path
@@ -337,6 +339,45 @@ class TritonMoE(Kernel):
         if not fuse:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])
+        return out
+
+    def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                   cfg: dict[str, int]) -> torch.Tensor:
+        """A few tokens, 4-bit W4A16 experts, two launches (moe_gemv.moe_swap_kernel): the weight rows
+        are the tensor-core tile's tall side and each pair's row a 16-wide column block; FC2 sums the
+        top-k slots itself. BLOCK_N1 / BLOCK_N: weight rows (gate and up rows each) per FC1 / FC2
+        program; SCALED_DOT 0 decodes MXFP4 by hand instead of tl.dot_scaled (which the interpreter
+        lacks, so it is off there)."""
+        from .moe_gemv import moe_swap_kernel
+        from .moe_kernels import ACTIVATION_CODES
+
+        lay = self.w13.layout
+        if lay.pack == 1 or self.act != ACT_NONE:
+            raise ValueError(f"SWAP: 4-bit weights with unquantized activations (W4A16), not {self.mode.name}")
+        t, dev = m * k, self.device
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        a1 = self._input(x, topw, k)
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
+        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
+        for stage, a, packed, bias, dst, n_out, n_w, kdim, bn in (
+                (1, a1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden,
+                 cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
+                (2, inter, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
+            w, ly = packed, packed.layout
+            moe_swap_kernel[(t, -(-n_out // bn))](
+                a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
+                _or(bias, w.scale), dst, cnt, out, self.experts, k, n_out, n_w, kdim, a.stride(0), dst.stride(0),
+                *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn, ly.stride_sk, ly.stride_zk,
+                float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+                float(self.lbeta), STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+                INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+                A_BY_PAIR=by_pair, WEIGHT_OUT=not by_pair, ELEM=ly.elem, PACK=ly.pack, GROUP=ly.group,
+                HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None, SCALED_DOT=scaled, BLOCK_N=bn,
+                BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return out
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,

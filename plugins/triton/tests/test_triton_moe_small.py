@@ -46,6 +46,8 @@ MMA_Q = dict(MMA, QUANT_IN=1)       # W8A8 codes rounded inside the GEMMs, per K
 MMA_SUM = dict(MMA, FUSE_SUM=1)     # the top-k sum inside the FC2 GEMM
 #: two launches: FC1's input rounded inside the FC1 GEMM, FC2's input written as codes by FC1's epilogue
 MMA_FUSED = dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=1, QUANT_OUT=1)
+#: W4A16: the weight rows as the tensor-core tile's tall side, the pair's row padded to 16 columns
+SWAP = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
 
 
 @slow
@@ -127,10 +129,16 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 
 def _gpu_configs(t):
     return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
-            "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED}
+            "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
+            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64)}
 
 
-PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused"]
+PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap"]
+
+
+def _skip_swap(path, fmt, act):
+    if path == "swap" and (fmt.startswith("fp8") or act != "bf16"):
+        pytest.skip("the swap-AB path serves 4-bit weights with unquantized activations (W4A16)")
 
 
 @pytest.mark.gpu
@@ -141,6 +149,7 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
         pytest.skip("activations are rounded inside the GEMM for W8A8 only")
     if path == "mma_quant_fused" and params.get("activation_granularity") != "group":
         pytest.skip("FC1's epilogue writes FC2's codes for 1x128 activation groups only")
+    _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
                       symmetric=False)
     t.config = _gpu_configs(t)[path]
@@ -157,6 +166,7 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
 def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
     """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
     equals an eager call bit for bit (the split reduction's counters are back at zero)."""
+    _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     for name, cfg in ((path, _gpu_configs(t)[path]),):
         t.config = cfg
@@ -342,6 +352,41 @@ def test_two_launch_direct_path_refuses_what_it_cannot_round():
     g.config = dict(MMA_FUSED, BLOCK_N1=64)
     with pytest.raises(ValueError, match="BLOCK_N1=64"):
         g.apply(x, w, ids)
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,activation,router_on_input", [
+    ("mxfp4", "w4a16_mx", "swigluoai", False), ("int4", "w4a16_int4", "silu", False),
+    ("nvfp4", "w4a16_nvfp4", "relu2", True)])
+def test_swap_ab_path_matches_emulation(fmt, mode, activation, router_on_input):
+    """SWAP (moe_gemv.moe_swap_kernel, by hand-decoded tiles in the interpreter): gated interleaved,
+    gated halves with zero points, ungated with the router weight on the input; with the weight on
+    the output, an out-of-range id adds nothing and the top-k arrival counters are back at zero."""
+    k = 1 if router_on_input else K
+    t, ref = moe_pair(fmt, E, H, I, k, mode, "bf16", {}, activation=activation, bias=True, device=DEV, group=128,
+                      symmetric=False, router_on_input=router_on_input)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, k, DEV)
+    t.config = SWAP
+    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL["bf16"]
+    if router_on_input:
+        return                   # a zero weight on the input still adds act(bias) @ w2: not a dropped pair
+    bad = ids.clone()
+    bad[1, 0] = E + 1
+    t.check_inputs = False
+    w0 = w.clone()
+    w0[1, 0] = 0.0
+    y = t.apply(x, w, bad)
+    assert rel(y, ref.apply(x, w0, ids)) < TOL["bf16"] and int(t._sum_counters.abs().sum()) == 0
+
+
+def test_swap_ab_path_refuses_quantized_activations():
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = SWAP
+    with pytest.raises(ValueError, match="SWAP"):
+        t.apply(x, w, ids)
 
 
 @pytest.mark.gpu
