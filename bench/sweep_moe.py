@@ -236,8 +236,8 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
 
 
 def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
-    """Time the shipped rule's path and each of `configs` (label -> config) on `name`, M in ms; every
-    variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
+    """Time the shipped rule's path and each of `configs` (label -> config; ONLY_M: at that M only) on
+    `name`, M in ms; every variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
     t0 = time.perf_counter()
     t, per_expert = build(name)
@@ -252,6 +252,10 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
         hbm = touched * per_expert / bw * 1e6
         ref = None
         for label, cfg in [("shipped-rule", None), *configs.items()]:
+            if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count
+                if cfg["ONLY_M"] != m:
+                    continue
+                cfg = {k: v for k, v in cfg.items() if k != "ONLY_M"}
             if time.perf_counter() > deadline:
                 print(f"budget spent: {name} M={m} {label} and later skipped", flush=True)
                 break

@@ -236,14 +236,8 @@ class TritonMoE(Kernel):
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         bm = cfg["BLOCK_M"]
-        blocks = -(-t // bm) + min(self.experts, t)
+        sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         dev = self.device
-        rank = torch.empty(t, dtype=torch.int32, device=dev)
-        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
-        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
-        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
-        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         a1 = self._input(x, topw, k)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
@@ -343,42 +337,67 @@ class TritonMoE(Kernel):
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                    cfg: dict[str, int]) -> torch.Tensor:
-        """A few tokens, 4-bit W4A16 experts, two launches (moe_gemv.moe_swap_kernel): the weight rows
-        are the tensor-core tile's tall side and each pair's row a 16-wide column block; FC2 sums the
-        top-k slots itself. BLOCK_N1 / BLOCK_N: weight rows (gate and up rows each) per FC1 / FC2
-        program; SCALED_DOT 0 decodes MXFP4 by hand instead of tl.dot_scaled (which the interpreter
-        lacks, so it is off there)."""
+        """4-bit W4A16 experts on swap-AB tensor-core tiles (moe_gemv.moe_swap_kernel): the weight rows
+        are the tile's tall side and up to 16 pairs its 16 columns. SWAP 1 (a few tokens): one pair per
+        program, two launches (FC2 sums the top-k slots itself); SWAP 2: blocks of 16 pairs of one
+        expert from the alignment launches, then topk_sum_kernel (five launches). BLOCK_N1 / BLOCK_N:
+        weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
+        instead of tl.dot_scaled (which the interpreter lacks, so it is off there)."""
+        from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
-        from .moe_kernels import ACTIVATION_CODES
 
         lay = self.w13.layout
         if lay.pack == 1 or self.act != ACT_NONE:
             raise ValueError(f"SWAP: 4-bit weights with unquantized activations (W4A16), not {self.mode.name}")
+        aligned = cfg["SWAP"] == 2
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
+        if aligned:
+            sorted_ids, block_expert, blocks = self._align(ids, t, 16)
+        else:
+            sorted_ids, block_expert, blocks = ids, ids, t
         a1 = self._input(x, topw, k)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
+        cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
         scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
         for stage, a, packed, bias, dst, n_out, n_w, kdim, bn in (
                 (1, a1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden,
                  cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
                 (2, inter, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
             w, ly = packed, packed.layout
-            moe_swap_kernel[(t, -(-n_out // bn))](
+            moe_swap_kernel[(blocks, -(-n_out // bn))](
                 a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
-                _or(bias, w.scale), dst, cnt, out, self.experts, k, n_out, n_w, kdim, a.stride(0), dst.stride(0),
-                *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn, ly.stride_sk, ly.stride_zk,
-                float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-                float(self.lbeta), STAGE=stage, ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-                INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
-                A_BY_PAIR=by_pair, WEIGHT_OUT=not by_pair, ELEM=ly.elem, PACK=ly.pack, GROUP=ly.group,
-                HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None, SCALED_DOT=scaled, BLOCK_N=bn,
-                BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, t, self.experts, k, n_out, n_w, kdim,
+                a.stride(0), dst.stride(0), *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn,
+                ly.stride_sk, ly.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
+                float(self.beta), float(self.lbeta), STAGE=stage, ACTFN=mk.ACTIVATION_CODES[self.layer.activation],
+                GATED=self.gated, INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS,
+                HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair, WEIGHT_OUT=not by_pair, ELEM=ly.elem,
+                PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
+                SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
+                EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        if aligned:
+            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
+                                                             EXACT_BF16=self.facts["dot_f32"])
         return out
+
+    def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The count and align launches: pair ids sorted by expert in BLOCK_M-row blocks (padded with t),
+        each block's expert (-1: unused), and the static bound on the number of blocks."""
+        from . import moe_kernels as mk
+
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        return sorted_ids, block_expert, blocks
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:

@@ -245,19 +245,17 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
 
 
 @triton.jit
-def swap_product(acc, x_row, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
-                 stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
-                 SCALED_DOT: tl.constexpr, WN: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr,
-                 DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
-    """acc [WN, 16] + W[n_w, k0 : k0 + BLOCK_K] @ X^T, the weight rows as the MMA's tall A operand and
-    the pair's activation row as column 0 of a 16-wide B operand (columns 1-15 zero). SCALED_DOT
-    (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to tl.dot_scaled as stored, which
-    the compiler upcasts to the activation dtype and pipelines as a dot operand; else the tile is
-    decoded by dequant.w4_tile (the values the reference dequantizes) and multiplied by tl.dot."""
+def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, stride_wk, stride_sn,
+                 stride_sk, stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
+                 HAS_ZERO: tl.constexpr, SCALED_DOT: tl.constexpr, WN: tl.constexpr, BLOCK_K: tl.constexpr,
+                 io_t: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc [WN, 16] + W[n_w, k0 : k0 + BLOCK_K] @ X^T: the weight rows are the MMA's tall A operand and
+    the activation rows (x_cols [1, 16]: row bases; col_ok: which of the 16 columns hold a row) its
+    16-wide B operand. SCALED_DOT (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to
+    tl.dot_scaled as stored, which the compiler upcasts to the activation dtype and pipelines as a
+    dot operand; else the tile is decoded by dequant.w4_tile (the values the reference dequantizes)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
-    col = tl.arange(0, 16)
-    x = tl.load(x_row + offs_k, mask=k_in(offs_k, K, EVEN_K), other=0.0)
-    xt = tl.where(col[None, :] == 0, x[:, None], 0.0).to(io_t)             # [BLOCK_K, 16]
+    xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
     if SCALED_DOT:
         kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
         ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
@@ -279,87 +277,102 @@ def swap_product(acc, x_row, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, 
 
 @triton.jit
 def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, out_ptr, cnt_ptr, sum_ptr,
-                    E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                    sorted_ptr, bexp_ptr, T, E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                     limit, alpha, beta, lbeta,
                     STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, EVEN_K: tl.constexpr):
-    """Swap-AB grouped GEMM for a few tokens with 4-bit weights (W4A16): grid (pairs, N_OUT / BLOCK_N),
-    one (token, slot) pair per program and no alignment launches, as moe_gemm_kernel DIRECT, but the
-    weight rows are the MMA's M side (64-128 rows: Hopper's warp-group MMA) and the pair's row is
-    padded to 16 columns, instead of one row padded to a 16-row A tile against the weight tile.
+                    HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
+                    EVEN_K: tl.constexpr):
+    """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
+    the MMA's M side (64-128 rows: Hopper's warp-group MMA) and up to 16 pairs its N side, instead of
+    16 pair rows against the weight tile as moe_gemm_kernel's N side. Grid (blocks, N_OUT / BLOCK_N).
+    ALIGNED: block b holds the 16 pairs sorted_ptr[16b : 16b + 16] of expert bexp_ptr[b] (the
+    alignment launches' output, BLOCK_M = 16; T pads; -1: unused block). Else (a few tokens, no
+    alignment) block b is pair b alone, in column 0 (an expert id outside [0, E) computes with
+    expert 0 and contributes zeros).
 
     STAGE 1: out[pair, j] = act(X[token or pair] @ w13[e]^T + b13) in the layer dtype; gated FC1
     stacks the tile's gate and up rows (g0, u0, g1, u1, ...) into one 2*BLOCK_N-row A tile.
-    STAGE 2: out[pair, n] = (X[pair] @ w2[e]^T + b2) rounded (x router weight if WEIGHT_OUT), fp32;
-    the last of a token's TOPK programs of a column tile to arrive (counter per token and tile at
-    cnt_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr [M, N_OUT]
-    (what topk_sum_kernel computes). An expert id outside [0, E) computes with expert 0 and
-    contributes zeros."""
-    pair = tl.program_id(0)
+    STAGE 2: out[pair, n] = (X[pair] @ w2[e]^T + b2) rounded (x router weight if WEIGHT_OUT), fp32.
+    FUSE_SUM (STAGE 2, not ALIGNED): the last of a token's TOPK programs of a column tile to arrive
+    (counter per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot
+    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes)."""
+    pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
-    e = tl.load(ids_ptr + pair).to(tl.int32)
-    keep = ((e >= 0) & (e < E)).to(tl.float32)
-    e = tl.where(keep > 0, e, 0)
-    e64 = e.to(tl.int64)
-    if A_BY_PAIR or STAGE == 2:
-        arow = pair
+    col = tl.arange(0, 16)
+    if ALIGNED:
+        e = tl.load(bexp_ptr + pid)
+        rows = tl.load(sorted_ptr + pid * 16 + col)
+        keep = 1.0
     else:
-        arow = pair // TOPK
-    x_row = a_ptr + arow.to(tl.int64) * stride_am
-    w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
-    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    jmask = j < N_OUT
-    TWO: tl.constexpr = STAGE == 1 and GATED
-    WN: tl.constexpr = BLOCK_N * (1 + TWO)
-    n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
-    if TWO:
-        n_w = tl.reshape(tl.join(n_g, n_u), [WN])
-    else:
-        n_w = j
-    acc = tl.zeros([WN, 16], dtype=tl.float32)
-    for t in range(0, tl.cdiv(K, BLOCK_K)):
-        acc = swap_product(acc, x_row, t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, stride_wk,
-                           stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO, SCALED_DOT, WN, BLOCK_K,
-                           io_t, EXACT_BF16, EVEN_K)
-    y = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :], acc, 0.0), axis=1)   # column 0: the pair
-    if STAGE == 1:
-        if TWO:
-            g, u = tl.split(tl.reshape(y, [BLOCK_N, 2]))
+        e = tl.load(ids_ptr + pid).to(tl.int32)
+        keep = ((e >= 0) & (e < E)).to(tl.float32)
+        e = tl.where(keep > 0, e, 0)
+        rows = tl.where(col == 0, pid, T)
+    if e >= 0:
+        row_ok = rows < T
+        if A_BY_PAIR or STAGE == 2:
+            arow = rows
         else:
-            g = y
-            u = y
-        if HAS_BIAS:
-            g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)
-            if GATED:
-                u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)
-        hg = to_dtype(g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
-        hu = to_dtype(u, io_t, EXACT_BF16).to(tl.float32)
-        act = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta) * keep
-        tl.store(out_ptr + pair.to(tl.int64) * stride_om + j, to_dtype(act, out_ptr.dtype.element_ty, EXACT_BF16),
-                 mask=jmask)
-    else:
-        if HAS_BIAS:
-            y += tl.load(b_ptr + e64 * stride_be + j, mask=jmask, other=0.0).to(tl.float32)
-        y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)          # the reference rounds FC2's output
-        if WEIGHT_OUT:
-            y = y * tl.load(topw_ptr + pair)
-        y = y * keep
-        tl.store(out_ptr + pair.to(tl.int64) * stride_om + j, y, mask=jmask)
-        tl.debug_barrier()
-        tok = pair // TOPK
-        tile = tok * tl.num_programs(1) + pid_n
-        arrived = tl.atomic_add(cnt_ptr + tile, 1)
-        if arrived == TOPK - 1:
-            total = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for slot in range(0, TOPK):
-                total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask, other=0.0,
-                                 cache_modifier=".cg")
-            tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16),
-                     mask=jmask)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
+            arow = rows // TOPK
+        x_cols = a_ptr + arow[None, :].to(tl.int64) * stride_am
+        e64 = e.to(tl.int64)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze,
+                                                ELEM)
+        j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        jmask = j < N_OUT
+        TWO: tl.constexpr = STAGE == 1 and GATED
+        WN: tl.constexpr = BLOCK_N * (1 + TWO)
+        n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
+        if TWO:
+            n_w = tl.reshape(tl.join(n_g, n_u), [WN])
+        else:
+            n_w = j
+        acc = tl.zeros([WN, 16], dtype=tl.float32)
+        for t in range(0, tl.cdiv(K, BLOCK_K)):
+            acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
+                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
+                               SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
+        y = tl.trans(acc)                                     # [16, WN]: one row per pair
+        omask = row_ok[:, None] & jmask[None, :]
+        out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
+        if STAGE == 1:
+            if TWO:
+                g, u = tl.split(tl.reshape(y, [16, BLOCK_N, 2]))
+            else:
+                g = y
+                u = y
+            if HAS_BIAS:
+                g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
+                if GATED:
+                    u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            hg = to_dtype(g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
+            hu = to_dtype(u, io_t, EXACT_BF16).to(tl.float32)
+            act = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta) * keep
+            tl.store(out_rows, to_dtype(act, out_ptr.dtype.element_ty, EXACT_BF16), mask=omask)
+        else:
+            if HAS_BIAS:
+                y += tl.load(b_ptr + e64 * stride_be + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)          # the reference rounds FC2's output
+            if WEIGHT_OUT:
+                y = y * tl.load(topw_ptr + rows, mask=row_ok, other=0.0)[:, None]
+            y = y * keep
+            tl.store(out_rows, y, mask=omask)
+            if FUSE_SUM:
+                tl.debug_barrier()
+                tok = pid // TOPK
+                tile = tok * tl.num_programs(1) + pid_n
+                arrived = tl.atomic_add(cnt_ptr + tile, 1)
+                if arrived == TOPK - 1:
+                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+                    for slot in range(0, TOPK):
+                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
+                                         other=0.0, cache_modifier=".cg")
+                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j,
+                             to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16), mask=jmask)
+                    tl.atomic_xchg(cnt_ptr + tile, 0)

@@ -130,14 +130,14 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 def _gpu_configs(t):
     return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
-            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64)}
+            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64)}
 
 
-PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap"]
+PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap", "swap_aligned"]
 
 
 def _skip_swap(path, fmt, act):
-    if path == "swap" and (fmt.startswith("fp8") or act != "bf16"):
+    if path.startswith("swap") and (fmt.startswith("fp8") or act != "bf16"):
         pytest.skip("the swap-AB path serves 4-bit weights with unquantized activations (W4A16)")
 
 
@@ -359,16 +359,20 @@ def test_two_launch_direct_path_refuses_what_it_cannot_round():
     ("mxfp4", "w4a16_mx", "swigluoai", False), ("int4", "w4a16_int4", "silu", False),
     ("nvfp4", "w4a16_nvfp4", "relu2", True)])
 def test_swap_ab_path_matches_emulation(fmt, mode, activation, router_on_input):
-    """SWAP (moe_gemv.moe_swap_kernel, by hand-decoded tiles in the interpreter): gated interleaved,
-    gated halves with zero points, ungated with the router weight on the input; with the weight on
+    """SWAP 1 (one pair per program) and 2 (aligned blocks of 16 pairs) of moe_gemv.moe_swap_kernel, by
+    hand-decoded tiles in the interpreter: gated interleaved, gated halves with zero points, ungated
+    with the router weight on the input; with SWAP 1 and the weight on
     the output, an out-of-range id adds nothing and the top-k arrival counters are back at zero."""
     k = 1 if router_on_input else K
     t, ref = moe_pair(fmt, E, H, I, k, mode, "bf16", {}, activation=activation, bias=True, device=DEV, group=128,
                       symmetric=False, router_on_input=router_on_input)
     x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(2, E, k, DEV)
+    expect = ref.apply(x, w, ids)
+    for cfg in (SWAP, dict(SWAP, SWAP=2)):
+        t.config = cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL["bf16"], cfg
     t.config = SWAP
-    assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL["bf16"]
     if router_on_input:
         return                   # a zero weight on the input still adds act(bias) @ w2: not a dropped pair
     bad = ids.clone()
