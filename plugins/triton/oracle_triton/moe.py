@@ -338,34 +338,36 @@ class TritonMoE(Kernel):
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                    cfg: dict[str, int]) -> torch.Tensor:
         """4-bit W4A16 experts on swap-AB tensor-core tiles (moe_gemv.moe_swap_kernel): the weight rows
-        are the tile's tall side and up to 16 pairs its 16 columns. SWAP 1 (a few tokens): one pair per
-        program, two launches (FC2 sums the top-k slots itself); SWAP 2: blocks of 16 pairs of one
-        expert from the alignment launches, then topk_sum_kernel (five launches). BLOCK_N1 / BLOCK_N:
+        are the tile's tall side and the pairs its columns. SWAP 1 (a few tokens): one pair per program
+        (16 columns, one used), two launches (FC2 sums the top-k slots itself); SWAP 2: blocks of
+        BLOCK_M pairs of one expert from the alignment launches, then topk_sum_kernel (five launches).
+        NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
         instead of tl.dot_scaled (which the interpreter lacks, so it is off there)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
         lay = self.w13.layout
-        if lay.pack == 1 or self.act != ACT_NONE:
-            raise ValueError(f"SWAP: 4-bit weights with unquantized activations (W4A16), not {self.mode.name}")
+        if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
+            raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
         aligned = cfg["SWAP"] == 2
+        bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         if aligned:
-            sorted_ids, block_expert, blocks = self._align(ids, t, 16)
+            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         else:
             sorted_ids, block_expert, blocks = ids, ids, t
-        a1 = self._input(x, topw, k)
+        a1 = self._round(0, self._input(x, topw, k))[0]      # W4A4: rounded to NVFP4 values, as the reference
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
         scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
-        for stage, a, packed, bias, dst, n_out, n_w, kdim, bn in (
-                (1, a1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden,
-                 cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
-                (2, inter, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
+        for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
+                (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
+                (2, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
+            a = a1 if stage == 1 else self._round(1, inter)[0]
             w, ly = packed, packed.layout
             moe_swap_kernel[(blocks, -(-n_out // bn))](
                 a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
@@ -376,8 +378,8 @@ class TritonMoE(Kernel):
                 GATED=self.gated, INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS,
                 HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair, WEIGHT_OUT=not by_pair, ELEM=ly.elem,
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
-                SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
-                EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
+                BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         if aligned:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,

@@ -249,9 +249,9 @@ def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, st
                  stride_sk, stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
                  HAS_ZERO: tl.constexpr, SCALED_DOT: tl.constexpr, WN: tl.constexpr, BLOCK_K: tl.constexpr,
                  io_t: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
-    """acc [WN, 16] + W[n_w, k0 : k0 + BLOCK_K] @ X^T: the weight rows are the MMA's tall A operand and
-    the activation rows (x_cols [1, 16]: row bases; col_ok: which of the 16 columns hold a row) its
-    16-wide B operand. SCALED_DOT (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to
+    """acc [WN, BLOCK_M] + W[n_w, k0 : k0 + BLOCK_K] @ X^T: the weight rows are the MMA's tall A operand
+    and the activation rows (x_cols [1, BLOCK_M]: row bases; col_ok: which columns hold a row) its
+    BLOCK_M-wide B operand. SCALED_DOT (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to
     tl.dot_scaled as stored, which the compiler upcasts to the activation dtype and pipelines as a
     dot operand; else the tile is decoded by dequant.w4_tile (the values the reference dequantizes)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -285,15 +285,15 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
-                    EVEN_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
+                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
-    the MMA's M side (64-128 rows: Hopper's warp-group MMA) and up to 16 pairs its N side, instead of
-    16 pair rows against the weight tile as moe_gemm_kernel's N side. Grid (blocks, N_OUT / BLOCK_N).
-    ALIGNED: block b holds the 16 pairs sorted_ptr[16b : 16b + 16] of expert bexp_ptr[b] (the
-    alignment launches' output, BLOCK_M = 16; T pads; -1: unused block). Else (a few tokens, no
-    alignment) block b is pair b alone, in column 0 (an expert id outside [0, E) computes with
-    expert 0 and contributes zeros).
+    the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
+    few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
+    N_OUT / BLOCK_N). ALIGNED: block b holds the BLOCK_M pairs sorted_ptr[BLOCK_M * b : ...] of
+    expert bexp_ptr[b] (the alignment launches' output; T pads; -1: unused block). Else (a few
+    tokens, no alignment) block b is pair b alone, in column 0 (an expert id outside [0, E)
+    computes with expert 0 and contributes zeros).
 
     STAGE 1: out[pair, j] = act(X[token or pair] @ w13[e]^T + b13) in the layer dtype; gated FC1
     stacks the tile's gate and up rows (g0, u0, g1, u1, ...) into one 2*BLOCK_N-row A tile.
@@ -304,10 +304,10 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
-    col = tl.arange(0, 16)
+    col = tl.arange(0, BLOCK_M)
     if ALIGNED:
         e = tl.load(bexp_ptr + pid)
-        rows = tl.load(sorted_ptr + pid * 16 + col)
+        rows = tl.load(sorted_ptr + pid * BLOCK_M + col)
         keep = 1.0
     else:
         e = tl.load(ids_ptr + pid).to(tl.int32)
@@ -333,17 +333,17 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             n_w = tl.reshape(tl.join(n_g, n_u), [WN])
         else:
             n_w = j
-        acc = tl.zeros([WN, 16], dtype=tl.float32)
+        acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
         for t in range(0, tl.cdiv(K, BLOCK_K)):
             acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
                                SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
-        y = tl.trans(acc)                                     # [16, WN]: one row per pair
+        y = tl.trans(acc)                                     # [BLOCK_M, WN]: one row per pair
         omask = row_ok[:, None] & jmask[None, :]
         out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
         if STAGE == 1:
             if TWO:
-                g, u = tl.split(tl.reshape(y, [16, BLOCK_N, 2]))
+                g, u = tl.split(tl.reshape(y, [BLOCK_M, BLOCK_N, 2]))
             else:
                 g = y
                 u = y

@@ -137,8 +137,8 @@ PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap",
 
 
 def _skip_swap(path, fmt, act):
-    if path.startswith("swap") and (fmt.startswith("fp8") or act != "bf16"):
-        pytest.skip("the swap-AB path serves 4-bit weights with unquantized activations (W4A16)")
+    if path.startswith("swap") and fmt.startswith("fp8"):
+        pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
 
 
 @pytest.mark.gpu
@@ -355,23 +355,23 @@ def test_two_launch_direct_path_refuses_what_it_cannot_round():
 
 
 @slow
-@pytest.mark.parametrize("fmt,mode,activation,router_on_input", [
-    ("mxfp4", "w4a16_mx", "swigluoai", False), ("int4", "w4a16_int4", "silu", False),
-    ("nvfp4", "w4a16_nvfp4", "relu2", True)])
-def test_swap_ab_path_matches_emulation(fmt, mode, activation, router_on_input):
+@pytest.mark.parametrize("fmt,mode,act,activation,router_on_input", [
+    ("mxfp4", "w4a16_mx", "bf16", "swigluoai", False), ("int4", "w4a16_int4", "bf16", "silu", False),
+    ("nvfp4", "w4a16_nvfp4", "bf16", "relu2", True), ("nvfp4", "w4a4_nvfp4", "nvfp4", "silu", False)])
+def test_swap_ab_path_matches_emulation(fmt, mode, act, activation, router_on_input):
     """SWAP 1 (one pair per program) and 2 (aligned blocks of 16 pairs) of moe_gemv.moe_swap_kernel, by
     hand-decoded tiles in the interpreter: gated interleaved, gated halves with zero points, ungated
-    with the router weight on the input; with SWAP 1 and the weight on
-    the output, an out-of-range id adds nothing and the top-k arrival counters are back at zero."""
+    with the router weight on the input, NVFP4 activations (W4A4); with SWAP 1 and the weight on the
+    output, an out-of-range id adds nothing and the top-k arrival counters are back at zero."""
     k = 1 if router_on_input else K
-    t, ref = moe_pair(fmt, E, H, I, k, mode, "bf16", {}, activation=activation, bias=True, device=DEV, group=128,
+    t, ref = moe_pair(fmt, E, H, I, k, mode, act, {}, activation=activation, bias=True, device=DEV, group=128,
                       symmetric=False, router_on_input=router_on_input)
     x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(2, E, k, DEV)
     expect = ref.apply(x, w, ids)
     for cfg in (SWAP, dict(SWAP, SWAP=2)):
         t.config = cfg
-        assert rel(t.apply(x, w, ids), expect) < TOL["bf16"], cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL[act], cfg
     t.config = SWAP
     if router_on_input:
         return                   # a zero weight on the input still adds act(bias) @ w2: not a dropped pair
@@ -381,7 +381,7 @@ def test_swap_ab_path_matches_emulation(fmt, mode, activation, router_on_input):
     w0 = w.clone()
     w0[1, 0] = 0.0
     y = t.apply(x, w, bad)
-    assert rel(y, ref.apply(x, w0, ids)) < TOL["bf16"] and int(t._sum_counters.abs().sum()) == 0
+    assert rel(y, ref.apply(x, w0, ids)) < TOL[act] and int(t._sum_counters.abs().sum()) == 0
 
 
 def test_swap_ab_path_refuses_quantized_activations():
