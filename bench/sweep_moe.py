@@ -126,6 +126,17 @@ def timed(t, x, routes) -> float:
     return graph_ms(loop, 1) * 1e3 / reps
 
 
+def _inputs(m, ne, topk, h, per_expert, bw):
+    """Tokens, the routings a timed graph cycles through (until > ROTATE bytes of experts are touched;
+    M = 1: disjoint expert sets), their number and the HBM limit in us (experts touched / bandwidth)."""
+    x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
+    touched_one = min(ne, m * topk) * per_expert
+    count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
+    routes = _routings(m, ne, topk, count, DEVICE)
+    touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
+    return x, routes, count, touched * per_expert / bw * 1e6
+
+
 def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=False):
     from oracle_triton.moe import moe_config, moe_gemv_config
 
@@ -143,12 +154,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
         if time.perf_counter() > deadline:
             print(f"budget spent: {name} M={m} and later skipped", flush=True)
             return
-        x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
-        touched_one = min(ne, m * topk) * per_expert
-        count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-        routes = _routings(m, ne, topk, count, DEVICE)
-        touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
-        hbm = touched * per_expert / bw * 1e6
+        x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
 
         def run(label, cfg):
             if time.perf_counter() > deadline:
@@ -244,12 +250,7 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
     print(f"\n== {name} ({mode_name}, E={ne} top{topk} H={h} I={i}; built in {time.perf_counter() - t0:.1f} s)",
           flush=True)
     for m in ms:
-        x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
-        touched_one = min(ne, m * topk) * per_expert
-        count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-        routes = _routings(m, ne, topk, count, DEVICE)
-        touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
-        hbm = touched * per_expert / bw * 1e6
+        x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
         ref = None
         for label, cfg in [("shipped-rule", None), *configs.items()]:
             if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
-from .moe_kernels import _activate, gate_up_rows
+from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
 @triton.jit
@@ -364,15 +364,4 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             y = y * keep
             tl.store(out_rows, y, mask=omask)
             if FUSE_SUM:
-                tl.debug_barrier()
-                tok = pid // TOPK
-                tile = tok * tl.num_programs(1) + pid_n
-                arrived = tl.atomic_add(cnt_ptr + tile, 1)
-                if arrived == TOPK - 1:
-                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-                    for slot in range(0, TOPK):
-                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
-                                         other=0.0, cache_modifier=".cg")
-                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j,
-                             to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16), mask=jmask)
-                    tl.atomic_xchg(cnt_ptr + tile, 0)
+                sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N, EXACT_BF16)

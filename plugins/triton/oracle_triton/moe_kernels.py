@@ -183,6 +183,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             n_w = n_g
         acc_g = tl.zeros([BLOCK_M, WN], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        # first weight row of the tile's gate (or only) and up rows: their FP8 scale blocks (UNIFORM_WS)
+        if GATED and INTERLEAVED:
+            n0_g = 2 * pid_n * BLOCK_N
+            n0_u = n0_g + 1
+        else:
+            n0_g = pid_n * BLOCK_N
+            n0_u = n0_g + N_OUT
         if A_CODES > 0 and QUANT_IN:                # DIRECT only (the host checks): the pair's row alone
             if A_BY_PAIR:
                 x_row = a_ptr + pid_m.to(tl.int64) * stride_am
@@ -191,12 +198,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             amax1 = tl.zeros([1], dtype=tl.float32)
             if A_CODES == 2:                        # per token: the row's amax first
                 amax1 += tl.max(row_amax(a_rows, valid, K, A_CODES, BLOCK_M, BLOCK_K), axis=0)
-            if GATED and INTERLEAVED:
-                n0_g = 2 * pid_n * BLOCK_N
-                n0_u = n0_g + 1
-            else:
-                n0_g = pid_n * BLOCK_N
-                n0_u = n0_g + N_OUT
             k_tiles = tl.cdiv(K, BLOCK_K)
             offs_kv = tl.arange(0, BLOCK_K)
             xv = tl.load(x_row + offs_kv, mask=offs_kv < K, other=0.0)
@@ -233,13 +234,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         elif A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
-            # first weight row of the tile's gate (or only) and up rows: their scale blocks (UNIFORM_WS)
-            if GATED and INTERLEAVED:
-                n0_g = 2 * pid_n * BLOCK_N
-                n0_u = n0_g + 1
-            else:
-                n0_g = pid_n * BLOCK_N
-                n0_u = n0_g + N_OUT
             xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, n0_g, s_e, N_W, stride_sn, stride_sk,
                                        A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             ws_u = ws_g
@@ -330,18 +324,29 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
             if FUSE_SUM:
-                tl.debug_barrier()
-                tok = pid_m // TOPK
-                tile = tok * tl.num_programs(1) + pid_n
-                arrived = tl.atomic_add(sorted_ptr + tile, 1)
-                if arrived == TOPK - 1:
-                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-                    for slot in range(0, TOPK):
-                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
-                                         other=0.0, cache_modifier=".cg")
-                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, DOT_F32),
-                             mask=jmask)
-                    tl.atomic_xchg(sorted_ptr + tile, 0)
+                sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N,
+                          DOT_F32)
+
+
+@triton.jit
+def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, jmask,
+              BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """The top-k sum inside an FC2 GEMM with one pair per program (after the pair's row j of pairs_ptr
+    is stored): the last of a token's TOPK programs of column tile pid_n to arrive (an arrival counter
+    per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot order into
+    sum_ptr [M, N] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
+    tl.debug_barrier()
+    tok = pair // TOPK
+    tile = tok * tl.num_programs(1) + pid_n
+    arrived = tl.atomic_add(cnt_ptr + tile, 1)
+    if arrived == TOPK - 1:
+        total = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for slot in range(0, TOPK):
+            total += tl.load(pairs_ptr + (tok * TOPK + slot).to(tl.int64) * stride_pm + j, mask=jmask, other=0.0,
+                             cache_modifier=".cg")
+        tl.store(sum_ptr + tok.to(tl.int64) * N + j, to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16),
+                 mask=jmask)
+        tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
 @triton.jit
