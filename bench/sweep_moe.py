@@ -137,6 +137,17 @@ def _inputs(m, ne, topk, h, per_expert, bw):
     return x, routes, count, touched * per_expert / bw * 1e6
 
 
+def _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count) -> bool:
+    """One timed variant: a row (saved at once) and its line; True if it agrees within tol."""
+    ok = err < tol
+    rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm, err=err, ok=ok,
+                     routings=count))
+    save()
+    print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
+          f"{'' if ok else '  DISAGREES'}", flush=True)
+    return ok
+
+
 def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=False):
     from oracle_triton.moe import moe_config, moe_gemv_config
 
@@ -169,13 +180,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
                 return None
             finally:
                 t.config = None
-            ok = err < tol
-            rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm,
-                             err=err, ok=ok, routings=count))
-            save()
-            print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
-                  f"{'' if ok else '  DISAGREES'}", flush=True)
-            return us if ok else None
+            return us if _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count) else None
 
         ref = None
         aligned = moe_config(m, topk, ne, lay.pack)
@@ -272,12 +277,7 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
                 continue
             finally:
                 t.config = None
-            ok = err < tol
-            rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm,
-                             err=err, ok=ok, routings=count))
-            save()
-            print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
-                  f"{'' if ok else '  DISAGREES'}", flush=True)
+            _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count)
     del t
     torch.cuda.empty_cache()
 
