@@ -343,7 +343,8 @@ class TritonMoE(Kernel):
         BLOCK_M pairs of one expert from the alignment launches, then topk_sum_kernel (five launches).
         NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
-        instead of tl.dot_scaled (which the interpreter lacks, so it is off there)."""
+        instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 loads the
+        next K tile's bytes before tl.dot_scaled multiplies the current one."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -380,7 +381,8 @@ class TritonMoE(Kernel):
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                EVEN_K=kdim % cfg["BLOCK_K"] == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
         if aligned:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])

@@ -245,6 +245,21 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
 
 
 @triton.jit
+def mx_swap_load(x_cols, col_ok, k0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K: tl.constexpr,
+                 io_t: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K tile of the MXFP4 swap-AB product as stored: the packed E2M1 bytes [WN, BLOCK_K / 2], their
+    E8M0 scales [WN, BLOCK_K / 32] and the activation columns [BLOCK_K, BLOCK_M] (tl.dot_scaled's operands)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
+    kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    nmask = (n_w < N_W)[:, None]
+    w = tl.load(w_e + n_w[:, None] * stride_wn + kb[None, :], mask=nmask & k_in(kb, K // 2, EVEN_K)[None, :], other=0)
+    s = tl.load(s_e + n_w[:, None] * stride_sn + ks[None, :], mask=nmask & k_in(ks, K // 32, EVEN_K)[None, :], other=0)
+    return w, s, xt
+
+
+@triton.jit
 def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, stride_wk, stride_sn,
                  stride_sk, stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
                  HAS_ZERO: tl.constexpr, SCALED_DOT: tl.constexpr, WN: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -252,20 +267,14 @@ def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, st
     """acc [WN, BLOCK_M] + W[n_w, k0 : k0 + BLOCK_K] @ X^T: the weight rows are the MMA's tall A operand
     and the activation rows (x_cols [1, BLOCK_M]: row bases; col_ok: which columns hold a row) its
     BLOCK_M-wide B operand. SCALED_DOT (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to
-    tl.dot_scaled as stored, which the compiler upcasts to the activation dtype and pipelines as a
-    dot operand; else the tile is decoded by dequant.w4_tile (the values the reference dequantizes)."""
-    offs_k = k0 + tl.arange(0, BLOCK_K)
-    xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
+    tl.dot_scaled as stored, which the compiler upcasts to the activation dtype; else the tile is
+    decoded by dequant.w4_tile (the values the reference dequantizes)."""
     if SCALED_DOT:
-        kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        nmask = (n_w < N_W)[:, None]
-        w = tl.load(w_e + n_w[:, None] * stride_wn + kb[None, :], mask=nmask & k_in(kb, K // 2, EVEN_K)[None, :],
-                    other=0)
-        s = tl.load(s_e + n_w[:, None] * stride_sn + ks[None, :], mask=nmask & k_in(ks, K // 32, EVEN_K)[None, :],
-                    other=0)
+        w, s, xt = mx_swap_load(x_cols, col_ok, k0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
         out = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
     else:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
         wt = w4_tile(k0, n_w, w_e, s_e, z_e, gscale, K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                      ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, DOT_F32, EVEN_K)
         if DOT_F32:                              # the interpreter: fp32 operands (bf16 ones are raw bits there)
@@ -286,7 +295,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr):
+                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -300,7 +309,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     STAGE 2: out[pair, n] = (X[pair] @ w2[e]^T + b2) rounded (x router weight if WEIGHT_OUT), fp32.
     FUSE_SUM (STAGE 2, not ALIGNED): the last of a token's TOPK programs of a column tile to arrive
     (counter per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot
-    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes)."""
+    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes). PREFETCH (with SCALED_DOT): the next
+    K tile's bytes are loaded before the current tile's dot (registers double-buffer them)."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
@@ -334,10 +344,20 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         else:
             n_w = j
         acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
-        for t in range(0, tl.cdiv(K, BLOCK_K)):
-            acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
-                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
-                               SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        if PREFETCH and SCALED_DOT:                 # the next tile's bytes in flight while this one multiplies
+            w, s, xt = mx_swap_load(x_cols, row_ok[None, :], 0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K,
+                                    io_t, EVEN_K)
+            for t in range(0, k_tiles):
+                wn, sn, xn = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(t + 1, k_tiles - 1) * BLOCK_K, K, n_w,
+                                          w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+                acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
+                w, s, xt = wn, sn, xn
+        else:
+            for t in range(0, k_tiles):
+                acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
+                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
+                                   SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
         y = tl.trans(acc)                                     # [BLOCK_M, WN]: one row per pair
         omask = row_ok[:, None] & jmask[None, :]
         out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
