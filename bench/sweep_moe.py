@@ -14,7 +14,7 @@ variant (up variants with the default down kernel, then down variants with the b
 M = 8 and 16 time the M = 1 winners and a few neighbours.
 
     python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
-                              [--quick | --configs variants.json]
+                              [--quick | --configs variants.json [--precompile N]]
 """
 from __future__ import annotations
 
@@ -282,6 +282,53 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
     torch.cuda.empty_cache()
 
 
+def _jobs(ms, configs) -> list[tuple[int, dict | None]]:
+    """(M, config) of every variant explicit() times (None: the shipped rule)."""
+    out = []
+    for m in ms:
+        for cfg in [None, *configs.values()]:
+            if cfg is not None and cfg.get("ONLY_M", m) != m:
+                continue
+            out.append((m, None if cfg is None else {k: v for k, v in cfg.items() if k != "ONLY_M"}))
+    return out
+
+
+def _compile_some(name, jobs) -> str:
+    """A worker: build `name`, run each job's call once (Triton compiles into its on-disk cache, which
+    the timing process then reads)."""
+    t, per_expert = build(name)
+    ne, topk, h = MOE[name][:3]
+    done = 0
+    for m, cfg in jobs:
+        x, routes, _, _ = _inputs(m, ne, topk, h, per_expert, 1.0)
+        t.config = cfg
+        try:
+            t.forward(x, *routes[0])
+            done += 1
+        except Exception:  # noqa: BLE001 - the timing process reports the failure
+            pass
+    torch.cuda.synchronize()
+    return f"{done}/{len(jobs)}"
+
+
+def precompile(name, ms, configs, workers: int, timeout_s: float) -> None:
+    """Compile explicit()'s variants in `workers` processes at once (Triton's compiler is single-threaded
+    per process): a device round's seconds then go to timing, not compiling. Best effort: a failure or
+    the timeout only leaves the compiling to the timing process."""
+    import multiprocessing
+
+    jobs = _jobs(ms, configs)
+    chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
+    t0 = time.perf_counter()
+    try:
+        with multiprocessing.get_context("spawn").Pool(len(chunks)) as pool:
+            res = pool.starmap_async(_compile_some, [(name, c) for c in chunks]).get(timeout=timeout_s)
+        print(f"precompiled {name}: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        print(f"precompile {name}: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+
 def _short(cfg: dict) -> str:
     return " ".join(f"{k.replace('BLOCK_', '').replace('num_', '')}={v}" for k, v in cfg.items())
 
@@ -293,6 +340,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=100.0, help="no new variant starts after this")
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="the first round's winners and neighbours only")
+    ap.add_argument("--precompile", type=int, default=0, metavar="N",
+                    help="with --configs: compile the variants in N processes first")
+    ap.add_argument("--precompile-timeout-s", type=float, default=30.0)
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
                     "rule and these only")
     args = ap.parse_args(argv)
@@ -319,6 +369,8 @@ def main(argv=None) -> int:
                     configs = json.load(f)
                 if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
                     configs = configs.get(name, {})
+                if args.precompile:
+                    precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
                 explicit(name, args.m, bw, rows, deadline, tol, configs, save)
                 continue
             sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
