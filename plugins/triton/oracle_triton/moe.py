@@ -294,16 +294,18 @@ class TritonMoE(Kernel):
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
         grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT). W8A8 activations are
-        rounded to codes by a quantization launch per GEMM, or inside the GEMMs: QUANT_IN rounds each
-        GEMM's input row per K tile, QUANT_OUT has the FC1 GEMM write FC2's input as codes and group
-        scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with both, the call is two launches.
-        The slots are summed by topk_sum_kernel or by the FC2 GEMM itself (FUSE_SUM)."""
+        rounded to codes by a quantization launch per GEMM, or inside the GEMMs: QUANT_IN (bit 1: FC1,
+        bit 2: FC2) rounds that GEMM's input row per K tile, QUANT_OUT has the FC1 GEMM write FC2's
+        input as codes and group scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with FC1's
+        QUANT_IN and QUANT_OUT, the call is two launches. The slots are summed by topk_sum_kernel or by
+        the FC2 GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
         from . import moe_kernels as mk
 
         fp8 = self.act in FP8_CODES
-        quant = fp8 and bool(cfg.get("QUANT_IN", 0))
+        quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
-        if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
+        quant2 = fp8 and bool(cfg.get("QUANT_IN", 0) & 2) and not quant_out
+        if (quant1 or quant2) and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
         bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
         if quant_out and (self.act != ACT_GROUP or bn1 != 128):
@@ -312,24 +314,25 @@ class TritonMoE(Kernel):
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
-        a_in = (a1, self._act_scale(0, a1)) if quant else self._round(0, a1)
+        a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
         if quant_out:
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
-                   self.hidden, cfg, t, direct=True, quant_in=quant, out_scales=inter_scales)
+                   self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         if quant_out:
             a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
         else:
-            a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
+            a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
-        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else ids
+        bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
+        cnt = self._counters(m * -(-self.hidden // bn2), "_sum_counters") if fuse else ids
         self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
-                   self.inter, cfg, t, direct=True, quant_in=quant and not quant_out, sum_out=out if fuse else None)
+                   self.inter, cfg, t, direct=True, quant_in=quant2, sum_out=out if fuse else None)
         if not fuse:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])
@@ -343,8 +346,8 @@ class TritonMoE(Kernel):
         BLOCK_M pairs of one expert from the alignment launches, then topk_sum_kernel (five launches).
         NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
-        instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 loads the
-        next K tile's bytes before tl.dot_scaled multiplies the current one."""
+        instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 / 2 loads
+        the K tile one / two ahead before tl.dot_scaled multiplies the current one."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -381,7 +384,7 @@ class TritonMoE(Kernel):
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
@@ -487,6 +490,10 @@ class TritonMoE(Kernel):
         stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
+        warps, stages = cfg["num_warps"], cfg["num_stages"]
+        if direct and stage == 2:                   # the direct path's FC2 may have its own tile
+            bn = cfg.get("BLOCK_N2", bn)
+            warps, stages = cfg.get("WARPS2", warps), cfg.get("STAGES2", stages)
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
         interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
@@ -511,7 +518,7 @@ class TritonMoE(Kernel):
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            num_warps=warps, num_stages=stages)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

@@ -295,7 +295,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = False):
+                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -309,8 +309,9 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     STAGE 2: out[pair, n] = (X[pair] @ w2[e]^T + b2) rounded (x router weight if WEIGHT_OUT), fp32.
     FUSE_SUM (STAGE 2, not ALIGNED): the last of a token's TOPK programs of a column tile to arrive
     (counter per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot
-    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes). PREFETCH (with SCALED_DOT): the next
-    K tile's bytes are loaded before the current tile's dot (registers double-buffer them)."""
+    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes). PREFETCH 1 / 2 (with SCALED_DOT): the
+    K tile one / two ahead is loaded before the current tile's dot (registers buffer them; Triton 3.6
+    does not pipeline tl.dot_scaled's operands on Hopper: num_stages had no effect in the R4 sweep)."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
@@ -345,7 +346,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             n_w = j
         acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
         k_tiles = tl.cdiv(K, BLOCK_K)
-        if PREFETCH and SCALED_DOT:                 # the next tile's bytes in flight while this one multiplies
+        if PREFETCH == 1 and SCALED_DOT:            # the next tile's bytes in flight while this one multiplies
             w, s, xt = mx_swap_load(x_cols, row_ok[None, :], 0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K,
                                     io_t, EVEN_K)
             for t in range(0, k_tiles):
@@ -353,6 +354,17 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                                           w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
                 acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
                 w, s, xt = wn, sn, xn
+        elif PREFETCH == 2 and SCALED_DOT:          # two tiles ahead
+            w, s, xt = mx_swap_load(x_cols, row_ok[None, :], 0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K,
+                                    io_t, EVEN_K)
+            w1, s1, x1 = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(1, k_tiles - 1) * BLOCK_K, K, n_w, w_e,
+                                      s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+            for t in range(0, k_tiles):
+                wn, sn, xn = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(t + 2, k_tiles - 1) * BLOCK_K, K, n_w,
+                                          w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+                acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
+                w, s, xt = w1, s1, x1
+                w1, s1, x1 = wn, sn, xn
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,

@@ -42,7 +42,7 @@ FAMILIES = [
     ("int4", "w4a16_int4", "bf16", {}),
 ]
 MMA = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 1}
-MMA_Q = dict(MMA, QUANT_IN=1)       # W8A8 codes rounded inside the GEMMs, per K tile
+MMA_Q = dict(MMA, QUANT_IN=3)       # W8A8 codes rounded inside both GEMMs, per K tile
 MMA_SUM = dict(MMA, FUSE_SUM=1)     # the top-k sum inside the FC2 GEMM
 #: two launches: FC1's input rounded inside the FC1 GEMM, FC2's input written as codes by FC1's epilogue
 MMA_FUSED = dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=1, QUANT_OUT=1)
@@ -310,7 +310,8 @@ def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
 @slow
 def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
     """QUANT_IN + QUANT_OUT (1x128 groups): FC1's input rounded in the FC1 GEMM and FC2's input written
-    as codes and group scales by FC1's epilogue give the same bits as the two quantization launches
+    as codes and group scales by FC1's epilogue (or rounded in the FC2 GEMM: QUANT_IN bit 2, here with
+    FC2's own tile) give the same bits as the two quantization launches
     (whose codes are oracle-emulation's, test_triton_moe), with a router weight on the input too; the
     codes the epilogue writes equal the launch's codes of the layer-dtype intermediate."""
     from oracle_triton.launch import quantize_activation_codes
@@ -323,9 +324,11 @@ def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
         w, ids = routing(2, E, K, DEV)
         t.config = dict(MMA_SUM, BLOCK_N1=128)
         apart = t.apply(x, w, ids)
-        t.config = MMA_FUSED
-        fused = t.apply(x, w, ids)
-        assert torch.equal(fused, apart), on_input
+        for cfg in (MMA_FUSED, dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=2, BLOCK_N2=16, WARPS2=2, STAGES2=2),
+                    dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=3)):
+            t.config = cfg
+            fused = t.apply(x, w, ids)
+            assert torch.equal(fused, apart), (on_input, cfg)
         assert rel(fused, ref.apply(x, w, ids)) < TOL["fp8"]
     topw, flat = w.reshape(-1).float(), ids.reshape(-1).contiguous()
     inter = torch.empty(2 * K, I, dtype=torch.bfloat16, device=DEV)
