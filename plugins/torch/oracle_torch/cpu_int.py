@@ -171,9 +171,11 @@ class TorchInt8WeightLinear(_Int8):
 
 def quantize_per_token(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[M, K] -> int8 codes and float32 scales [M, 1]: amax/127 per row, round half to even, clamp
-    to +-127 (an all-zero row gets scale 1); the rule of oracle-emulation's int8 activations."""
+    to +-127 (an all-zero row gets scale 1); the rule of oracle-emulation's int8 activations, on any
+    device (oracle_torch.int8 falls back to it on CUDA)."""
     xf = x2.float()
-    scale = xf.abs().amax(dim=-1, keepdim=True) / QMAX
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scale = amax / torch.full_like(amax, QMAX)            # a tensor divisor: IEEE division on CUDA too
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     return torch.round(xf / scale).clamp(-QMAX, QMAX).to(torch.int8), scale
 

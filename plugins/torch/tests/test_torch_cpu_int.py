@@ -214,11 +214,14 @@ def test_int4_cpu_refuses_what_its_operators_refuse():
 
 
 def test_not_declared_for_a_gpu():
-    for act in (None, "int8"):
+    """The CPU kernels never serve a GPU: there W8A8 goes to torch.linear.int8 (torch._int_mm on CUDA,
+    test_torch_int8_gpu.py) and grouped W8A16 to oracle-emulation."""
+    served = {None: "emulation.linear", "int8": "torch.linear.int8"}
+    for act, kernel in served.items():
         layer = LinearLayer(name="m", in_features=896, out_features=4864, weight_format="int8",
-                            activation_format=act)
+                            activation_format=act, group_size=None if act else 128)
         decision = select_backend(layer, Platform.preset("h200"))
-        assert not decision.kernel.startswith("torch.linear.int8"), decision.kernel
+        assert decision.kernel == kernel, decision.kernel
 
 
 def test_runtime_check_finds_the_cpu_operators():
