@@ -416,11 +416,17 @@ def test_bf16_mode_on_gpu():
 
 
 def test_w8a8_few_pairs_take_the_tensor_core_direct_path():
-    """The rule (moe.use_direct_mma): W8A8 experts while pairs <= experts / 4, with the fused top-k sum;
-    the aligned tiles above that; W8A16 never (no table entry on CPU: the rules alone decide)."""
+    """The rule (moe.use_direct_mma): W8A8 experts while pairs <= experts / 4, with the fused top-k sum
+    (and FC1's input rounded in its prologue for 1x128 groups); the aligned tiles above that; W8A16
+    never (no table entry on CPU: the rules alone decide)."""
     t, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
     t.facts = dict(t.facts, name=None)
     assert t.config_for(2, 4).get("DIRECT") == 1 and t.config_for(2, 4).get("FUSE_SUM") == 1
+    assert t.config_for(2, 4).get("QUANT_PRO") == 1          # 1x128 groups: rounded in FC1's prologue
+    ch, _ = moe_pair("fp8_channel", 32, H, I, 4, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                     device=DEV)
+    ch.facts = dict(ch.facts, name=None)
+    assert ch.config_for(2, 4).get("DIRECT") == 1 and "QUANT_PRO" not in ch.config_for(2, 4)
     assert "DIRECT" not in t.config_for(3, 4) and "DECODE" not in t.config_for(3, 4)
     a16, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a16_block", "bf16", device=DEV)
     a16.facts = dict(a16.facts, name=None)
