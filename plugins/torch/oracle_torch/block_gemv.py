@@ -33,6 +33,8 @@ MAX_ROWS = 16
 #: output rows per program (16, 32, 64 or 128), warps, unrolled group loop (else a pipelined loop of
 #: STAGES): the H200 figures in bench/results
 BLOCK_N, WARPS, UNROLL, STAGES, DOT = 16, 4, True, 4, "bf16"
+#: K above this runs the pipelined loop: an unrolled body per 128 columns grows the code (and compile) with K
+UNROLL_MAX_K = 8192
 _DOTS = {"bf16": 0, "fp8": 1, "fp32": 2}
 
 
@@ -79,7 +81,7 @@ def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, N, stride_xm, stride_ym, str
 
 
 def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor,
-               out_dtype: torch.dtype, block_n: int = BLOCK_N, warps: int = WARPS, unroll: bool = UNROLL,
+               out_dtype: torch.dtype, block_n: int = BLOCK_N, warps: int = WARPS, unroll: bool | None = None,
                stages: int = STAGES, dot: str = DOT) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, K % 128 == 0) x weight [N, K] e4m3 (row-major), weight_scale_t the
     [K/128, N/128] fp32 block scales (any strides) -> [M, N] in out_dtype."""
@@ -89,6 +91,7 @@ def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tens
         raise ValueError(f"block_gemv: expected M <= {MAX_ROWS}, K % {FP8_BLOCK} == 0, row-major operands; "
                          f"got x {tuple(x.shape)} strides {x.stride()}, weight strides {weight.stride()}")
     bn = block_n
+    unroll = (UNROLL and k <= UNROLL_MAX_K) if unroll is None else unroll
     if x.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         dot = "fp32"          # the interpreter's bf16 and TF32 dots are not exact
     y = torch.empty(m, n, dtype=out_dtype, device=x.device)

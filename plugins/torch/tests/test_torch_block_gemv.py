@@ -4,7 +4,7 @@ Reference, independent of the kernel: the activation codes and 1x128 scales of o
 rounding (checked here against oracle_emulation.activations) times the weight codes and their
 128x128 block scales, summed per group in float64. The kernel's fp32 output must agree to fp32
 rounding (its products are exact; only the summation order differs), for one row, a few rows with an
-all-zero row and an all-zero group, and the most rows it serves."""
+all-zero row and an all-zero group, the most rows it serves, and the pipelined (not unrolled) loop."""
 from __future__ import annotations
 
 import os
@@ -21,14 +21,14 @@ import torch
 from oracle_emulation import activations as ref
 from oracle_torch import block_gemv as B, gemm, quantize as Q
 torch.manual_seed(0)
-for m, n, k in [(1, 256, 384), (3, 128, 256), (B.MAX_ROWS, 384, 256)]:
+for m, n, k, unroll in [(1, 256, 384, True), (3, 128, 256, True), (B.MAX_ROWS, 384, 256, True), (3, 128, 384, False)]:
     x = (torch.randn(m, k) * torch.logspace(-2, 2, m)[:, None]).to(torch.bfloat16)
     if m > 2:
         x[1] = 0
         x[2, :128] = 0
     w = (torch.randn(n, k) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
     ws = torch.rand(n // 128, k // 128) + 0.01
-    y = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32)
+    y = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, unroll=unroll)
     xq, sx = Q.fp8_per_group(x)
     deq = (xq.float().reshape(m, k // 128, 128) * sx[..., None]).reshape(m, k)
     assert torch.equal(deq.to(torch.bfloat16), ref.fp8_qdq(x, "group")), "codes differ from emulation's"
