@@ -19,8 +19,9 @@ ROTATE = 256 << 20
 SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536),
           "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
 #: (name, block_n, warps, unroll, stages, dot)
-VARIANTS = [("bn16 w4 unroll bf16", 16, 4, True, 4, "bf16"), ("bn16 w4 pipe4 bf16", 16, 4, False, 4, "bf16"),
-            ("bn16 w4 unroll fp8", 16, 4, True, 4, "fp8"), ("bn32 w4 unroll bf16", 32, 4, True, 4, "bf16")]
+VARIANTS = [("bn16 w4 pipe4 bf16", 16, 4, False, 4, "bf16"), ("bn16 w4 pipe8 bf16", 16, 4, False, 8, "bf16"),
+            ("bn16 w4 unroll bf16", 16, 4, True, 4, "bf16"), ("bn16 w4 pipe4 fp8", 16, 4, False, 4, "fp8"),
+            ("bn32 w4 pipe4 bf16", 32, 4, False, 4, "bf16"), ("bn16 w8 pipe4 bf16", 16, 8, False, 4, "bf16")]
 
 
 def main() -> None:
