@@ -118,7 +118,7 @@ def child(engine: str, args) -> dict:
         print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step, "
               f"warm-up {m.warmup_s:.1f} s", flush=True)
         del m
-        if cuda and mode in args.profile_kernels and f"b{batch} {mode}" not in result.get("kernel_profile", {}):
+        if cuda and mode in args.profile_kernels and batch == min(args.batch):
             result.setdefault("kernel_profile", {})[f"b{batch} {mode}"] = profile_kernels(model, prompts[:batch], mode)
             save()
             print(result["kernel_profile"][f"b{batch} {mode}"], flush=True)
@@ -296,7 +296,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
     ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
-                    help="after each batch size's first run of these modes: GPU time per kernel name over 4 steps")
+                    help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",

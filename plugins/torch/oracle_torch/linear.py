@@ -148,7 +148,7 @@ class TorchChannelFP8Linear(_ScaledLinear):
 
 class TorchBlockFP8Linear(_ScaledLinear):
     """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling;
-    up to block_gemv.MAX_ROWS rows on CUDA, one Triton launch that quantizes inside the GEMV."""
+    one row on CUDA, one Triton launch that quantizes inside the GEMV (oracle_torch.block_gemv)."""
 
     def _validate(self, weight_scale: Any, input_scale: Any, **_: Any) -> None:
         if self.n % gemm.BLOCK or self.k % gemm.BLOCK:
@@ -193,12 +193,13 @@ class TorchBlockFP8Linear(_ScaledLinear):
 
     @staticmethod
     def _few_rows(x2: torch.Tensor) -> bool:
-        """Decode sizes on CUDA go to the one-launch Triton GEMV (oracle_torch.block_gemv), unless the
-        fused quantizers are switched off (ORACLE_TORCH_QUANT=eager) or it failed to compile here."""
+        """One row on CUDA goes to the one-launch Triton GEMV (oracle_torch.block_gemv), unless the fused
+        quantizers are switched off (ORACLE_TORCH_QUANT=eager), ORACLE_TORCH_BLOCK_GEMV=0, or it failed
+        to compile here."""
         if not x2.is_cuda or os.environ.get(QUANT_ENV) == "eager" or "block_gemv" in _FUSED_FAILED:
             return False
-        from .block_gemv import MAX_ROWS
-        return x2.shape[0] <= MAX_ROWS
+        from . import block_gemv
+        return x2.shape[0] <= block_gemv.MAX_ROWS and block_gemv.enabled()
 
 
 class TorchMXFP8Linear(_ScaledLinear):
