@@ -18,14 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-@triton.jit
-def _round_half_even(t):
-    """Nearest integer of t >= 0, ties to the even one."""
-    r = tl.floor(t + 0.5)
-    tie = (r - t) == 0.5
-    odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
-    return tl.where(tie & odd, r - 1.0, r)
-
+from .quantize_triton import _round_half_even   # nearest integer of t >= 0, ties to even
 
 @triton.jit
 def _row_kernel(x_ptr, q_ptr, s_ptr, M, K, BLOCK: tl.constexpr):
