@@ -113,8 +113,17 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m >= 256:
         out.append(("dequant + cuBLAS", {"DEQUANT_MM": 1}))
-    if m > 256:
+        if facts["hw_fp8"]:      # 4-bit whole tiles decoded by words inside the tensor-core GEMM (FULL_TILE 2)
+            for bm, bn, bk, nw, ns in ((128, 128, 128, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3),
+                                       (256, 128, 64, 8, 3), (128, 128, 128, 4, 3), (64, 128, 128, 4, 4)):
+                out.append((f"words bm{bm} bn{bn} bk{bk} w{nw} s{ns}",
+                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
+                             "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
         return out
+    if fmt != "int4" and facts["hw_fp8"] and default.get("DECODE") in (0, 3, 4, 5):   # E2M1 bit placement vs the rest
+        others = (4,) if "SWAP" in default else tuple(d for d in (3, 4, 5) if d != default["DECODE"])
+        for other in others:
+            out.append((f"default d{other}", {**default, "DECODE": other}))
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -129,8 +138,9 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                 sp = fill_split(tiles, kt, sms, waves)
                 if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                     continue
-                out.append((f"gemv bn{bn} bk{bk} s{sp} w{nw}",
-                            {**d, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw}))
+                for dec in ((d["DECODE"], 5) if fmt != "int4" and d["DECODE"] == 4 else (d["DECODE"],)):
+                    out.append((f"gemv bn{bn} bk{bk} s{sp} w{nw} d{dec}",
+                                {**d, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw, "DECODE": dec}))
     bms = (64, 128) if m >= 128 else ((16,) if m <= 16 else (32,))
     for bm in bms:
         for bn in (64, 128, 256):
@@ -145,7 +155,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                         if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                             continue
                         decs = (3, 0) if fmt == "int4" and (bn, nw, waves, bm) == (128, 4, 1, 16) else \
-                            ((3,) if fmt == "int4" else (0,))
+                            ((3,) if fmt == "int4" else (4, 0) if (bn, nw, waves, bm) == (128, 4, 1, 16) else (4,))
                         for dec in decs:
                             out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} d{dec}",
                                         {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
@@ -196,6 +206,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     gemm.fp8_swap_kernel (weights as the float8 MMA's A operand)."""
     sms = facts["sms"]
     out = [("default", default)]
+    if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM (the default) against the quantizer launch
+        out.append(("default + quantizer launch", {**default, "QUANT_IN": 0}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:
@@ -221,7 +233,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
 
 
 #: Per-token quantizer variants: rows per program, K width of a tile, warps.
-QUANT_VARIANTS = ((4, 1024, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8), (2, 2048, 4), (8, 512, 4), (16, 512, 8))
+QUANT_VARIANTS = ((1, 4096, 8), (1, 2048, 4), (2, 2048, 4))
 
 
 def run_quantizer(x, codes, scales, rows_, bk, nw):
@@ -252,6 +264,9 @@ def sweep_fp8(name, n, k, w, bw, ms):
         base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16]), "hbm_us": hbm}
         print(f"{name} fp8ch M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
         codes_ref, scales_ref = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
+        qus = gtime([lambda: quantize_activation_codes(x, ACT_TOKEN, None, g.facts)])
+        ROWS.append(dict(shape=name, fmt="fp8ch-quant", m=m, variant="default", us=qus, same=True))
+        print(f"  {name:11} quantizer M={m:<4} default (launch.quantize_activation_codes): {qus:7.1f} us", flush=True)
         for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] else ():
             if time.perf_counter() > DEADLINE[0]:
                 break

@@ -15,16 +15,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
-from .gemv import split8
+from .gemv import e2m1_word_ptx, split8
 
 
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                   scales_ptr=None, CODES: tl.constexpr = False):
+                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -32,32 +32,51 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     CODES (FP8 activations for the float8 GEMM): out gets the E4M3 bytes (uint8) and scales_ptr
     the fp32 scales: [ceil(K/128), M] per 1x128 group (ACT 1), [M] per token (ACT 2); per tensor
     (ACT 3) the scale is xs_ptr's. Same codes and scales as the values written otherwise
-    (values = codes x scales, rounded to out's dtype)."""
+    (values = codes x scales, rounded to out's dtype).
+
+    ONE_TILE (per token, ACT 2, with BLOCK_K >= K and one program along K): the rows are loaded once,
+    their amax, codes and scales computed from the registers (one memory round trip, not two passes)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    if ACT == 2:
-        for t in range(0, k_tiles):
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                         mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-            amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
-        if CODES:
-            tl.store(scales_ptr + offs_m, fp8_scale(amax_rows), mask=row_ok & (tl.program_id(1) == 0))
-    for t in range(tl.program_id(1), k_tiles, tl.num_programs(1)):
-        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+    if ONE_TILE:
+        offs_k = tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (offs_k[None, :] < K)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        if ACT == 2:
+            amax_rows = tl.max(tl.abs(x), axis=1)
         outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
         if CODES:
             q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
             tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
-            if ACT == 1:
-                tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
+            if ACT != 3:
+                tl.store(scales_ptr + offs_m, s, mask=row_ok)
         else:
-            xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
-            tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+            tl.store(outp, to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K),
+                                    out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+    else:
+        if ACT == 2:
+            for t in range(0, k_tiles):
+                offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+                xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                             mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+                amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
+            if CODES:
+                tl.store(scales_ptr + offs_m, fp8_scale(amax_rows), mask=row_ok & (tl.program_id(1) == 0))
+        for t in range(tl.program_id(1), k_tiles, tl.num_programs(1)):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            mask = row_ok[:, None] & (offs_k[None, :] < K)
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
+            if CODES:
+                q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
+                tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
+                if ACT == 1:
+                    tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
+            else:
+                xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+                tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 
 @triton.jit
@@ -69,7 +88,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
-                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
+                 FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
@@ -120,6 +139,16 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
+    elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX)
+        for t in range(t0, t1):
+            x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
+            if ELEM == 3:
+                w = int4_words_tile(t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wk, stride_sk, stride_zk,
+                                    HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, io_t, EVEN_K)
+            else:
+                w = e2m1_words_tile(t * BLOCK_K, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk,
+                                    ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, EVEN_K)
+            acc = mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
     elif FULL_TILE:
         for t in range(t0, t1):
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -188,6 +217,87 @@ def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
         w6 = (((u >> 24) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
         w7 = (((u >> 28) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - zf
     return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+_E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False, True, False))
+_E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True, True, False))
+
+
+@triton.jit
+def e2m1_word_values(u, sg, io_t: tl.constexpr):
+    """E2M1 words u [A, B] (int32) and their group scales sg (fp32, broadcast to u) -> the 8
+    tensors value x scale [A, B] in io_t (nibble i = k % 8), rounded once as the reference
+    dequantizes (gemv.e2m1_word_ptx: bit placement and two packed multiplies per pair; inline PTX,
+    compiled only)."""
+    sp = (sg.to(io_t).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537 + tl.zeros_like(u)
+    if io_t == tl.bfloat16:
+        h = tl.inline_asm_elementwise(_E2M1_BF16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    else:
+        h = tl.inline_asm_elementwise(_E2M1_F16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    return h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
+        h[3].to(io_t, bitcast=True), h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), \
+        h[6].to(io_t, bitcast=True), h[7].to(io_t, bitcast=True)
+
+
+@triton.jit
+def e2m1_words_tile(k0, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk,
+                    ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    io_t: tl.constexpr, EVEN_K: tl.constexpr):
+    """The dequantized E2M1 tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K] in io_t, k in
+    order, as dequant.w4_tile gives it, but decoded a 32-bit word (8 values) at a time by
+    e2m1_word_values (FULL_TILE 2: the large-M GEMM and the dequantizing pass on sm_89+)."""
+    UJ: tl.constexpr = BLOCK_K // 8
+    G: tl.constexpr = BLOCK_K // GROUP
+    n = offs_n[:, None]
+    j = (k0 // 8 + tl.arange(0, UJ))[None, :]
+    u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
+                mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
+    g = (k0 // GROUP + tl.arange(0, G))[None, :]
+    sg = group_scales(tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K),
+                              other=0), gscale, ELEM)
+    sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+    w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
+    even = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
+    odd = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
+    return tl.interleave(even, odd)
+
+
+@triton.jit
+def int4_words_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wk, stride_sk, stride_zk,
+                    HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    io_t: tl.constexpr, EVEN_K: tl.constexpr):
+    """The dequantized GPTQ tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K] in io_t, k in order,
+    as dequant.w4_tile gives it, decoded a word at a time (int4_word_values: q - z exact in io_t by one
+    packed subtraction per pair), then times the group scale in fp32 and rounded once (the
+    reference's value). Words [BK/8, BN] (N contiguous); each of the 8 nibble tiles is transposed
+    (a layout change) and interleaved along K."""
+    UJ: tl.constexpr = BLOCK_K // 8
+    jj = tl.arange(0, UJ)
+    j = (k0 // 8 + jj)[:, None]
+    n = offs_n[None, :]
+    ok = (n < N) & k_in(j, K // 8, EVEN_K)
+    u = tl.load(w_ptr + j * stride_wk + n, mask=ok, other=0)
+    g = ((k0 + 8 * jj) // GROUP)[:, None]
+    sf = tl.load(s_ptr + g * stride_sk + n, mask=ok, other=0.0).to(tl.float32)
+    if HAS_ZERO:
+        zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=ok, other=0)
+        z = (zw >> ((n % 8) * 4)) & 15
+    else:
+        z = tl.full([1, BLOCK_N], 8, tl.int32)
+    w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z, 3, io_t)
+    v0 = tl.trans(to_dtype(w0.to(tl.float32) * sf, io_t, False))
+    v1 = tl.trans(to_dtype(w1.to(tl.float32) * sf, io_t, False))
+    v2 = tl.trans(to_dtype(w2.to(tl.float32) * sf, io_t, False))
+    v3 = tl.trans(to_dtype(w3.to(tl.float32) * sf, io_t, False))
+    v4 = tl.trans(to_dtype(w4.to(tl.float32) * sf, io_t, False))
+    v5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
+    v6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
+    v7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
+    even = tl.interleave(tl.interleave(v0, v4), tl.interleave(v2, v6))
+    odd = tl.interleave(tl.interleave(v1, v5), tl.interleave(v3, v7))
+    return tl.interleave(even, odd)
 
 
 @triton.jit
@@ -281,14 +391,25 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             G: tl.constexpr = BLOCK_K // GROUP
             sg = group_scales(s, gscale, ELEM)
             sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-            acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 2, sfull, io_t, dot_t, DOT_F32), x2, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 3, sfull, io_t, dot_t, DOT_F32), x3, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 4, sfull, io_t, dot_t, DOT_F32), x4, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
+            if DECODE == 4:     # whole words by bit placement (inline PTX)
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
+                acc = mma_acc(w0.to(dot_t), x0, acc, DOT_F32)
+                acc = mma_acc(w1.to(dot_t), x1, acc, DOT_F32)
+                acc = mma_acc(w2.to(dot_t), x2, acc, DOT_F32)
+                acc = mma_acc(w3.to(dot_t), x3, acc, DOT_F32)
+                acc = mma_acc(w4.to(dot_t), x4, acc, DOT_F32)
+                acc = mma_acc(w5.to(dot_t), x5, acc, DOT_F32)
+                acc = mma_acc(w6.to(dot_t), x6, acc, DOT_F32)
+                acc = mma_acc(w7.to(dot_t), x7, acc, DOT_F32)
+            else:
+                acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 2, sfull, io_t, dot_t, DOT_F32), x2, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 3, sfull, io_t, dot_t, DOT_F32), x3, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 4, sfull, io_t, dot_t, DOT_F32), x4, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
         u, s, z, x = un, sn, zn, xn
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
@@ -298,12 +419,19 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
+                    AMAX_K: tl.constexpr = 1024):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
     read K-major straight from memory into the pipelined dot (Triton stages the loads: num_stages);
-    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K)."""
+    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K).
+
+    QUANT_IN (one activation row, M = 1): x holds the activations in the layer dtype, and each
+    program rounds them itself (the row's amax in AMAX_K-wide steps, or the per-tensor scale at
+    as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
+    codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
+    operand is rounded (the others are zeros)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -314,13 +442,33 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if QUANT_IN:
+        if A_CODES == 2:
+            amax = tl.zeros([1], dtype=tl.float32)
+            for t in range(0, tl.cdiv(K, AMAX_K)):
+                offs_a = t * AMAX_K + tl.arange(0, AMAX_K)
+                xa = tl.load(x_ptr + offs_a, mask=offs_a < K, other=0.0).to(tl.float32)
+                amax = tl.maximum(amax, tl.max(tl.abs(xa[None, :]), axis=1))
+            xs = fp8_scale(amax)
+        else:
+            xs = tl.load(as_ptr + tl.zeros([1], tl.int32))
+        first = (tl.arange(0, BLOCK_M) == 0)[:, None]
     for t in range(t0, t1):
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+        if QUANT_IN:
+            xr = tl.load(x_ptr + offs_k[None, :], mask=k_in(offs_k, K, EVEN_K)[None, :], other=0.0).to(tl.float32)
+            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
+            a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
+        else:
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
         acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
-    y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
+    if QUANT_IN:
+        ws = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
+        y = tl.trans(acc) * xs[:, None] * ws[None, :]
+    else:
+        y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
@@ -329,7 +477,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
 def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                    HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, WORDS: tl.constexpr = False):
     """The whole weight W [N, K] in the layer dtype, each value x its scale rounded as the reference
     dequantizes it (the large-M path multiplies it with cuBLAS: launch.DenseGemm.dequant_mm).
     Grid (N / BLOCK_N, K / BLOCK_K)."""
@@ -343,6 +491,12 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
         s = tl.load(s_ptr + (offs_n // SCALE_ROWS)[:, None] * stride_sn + (offs_k // GROUP)[None, :] * stride_sk,
                     mask=mask, other=0.0)
         w = to_dtype(fp8_operand(codes, False, HW_FP8, tl.float32).to(tl.float32) * s, io_t, EXACT_BF16)
+    elif WORDS:
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr)
+        w = e2m1_words_tile(k0, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk, ELEM, GROUP,
+                            BLOCK_N, BLOCK_K, io_t, False)
     else:
         gscale = 1.0
         if ELEM == 2:
