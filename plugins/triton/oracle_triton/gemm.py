@@ -453,13 +453,15 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         else:
             xs = tl.load(as_ptr + tl.zeros([1], tl.int32))
         first = (tl.arange(0, BLOCK_M) == 0)[:, None]
+        xr = _row_tile(x_ptr, tl.minimum(t0, t1 - 1), K, BLOCK_K, EVEN_K)
     for t in range(t0, t1):
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        if QUANT_IN:
-            xr = tl.load(x_ptr + offs_k[None, :], mask=k_in(offs_k, K, EVEN_K)[None, :], other=0.0).to(tl.float32)
+        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+            xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
             q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
+            xr = xr_next
             a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
         else:
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
@@ -471,6 +473,13 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def _row_tile(x_ptr, t, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """K tile t of one activation row as fp32 [1, BLOCK_K] (zeros past K)."""
+    offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+    return tl.load(x_ptr + offs_k[None, :], mask=k_in(offs_k, K, EVEN_K)[None, :], other=0.0).to(tl.float32)
 
 
 @triton.jit

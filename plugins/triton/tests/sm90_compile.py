@@ -209,7 +209,7 @@ def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
 def fp8_swap(cfg, act=2, quant_in=False):
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in)
+                  QUANT_IN=quant_in, AMAX_K=8192)
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
             "cnt_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
