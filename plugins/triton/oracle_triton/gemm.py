@@ -139,16 +139,18 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
-    elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX)
+    elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX), loads one tile ahead
+        u, s, z = words_tile_load(tl.minimum(t0, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn,
+                                  stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
+                                  EVEN_K)
         for t in range(t0, t1):
+            un, sn, zn = words_tile_load(tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N,
+                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
+                                         BLOCK_N, BLOCK_K, EVEN_K)
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
-            if ELEM == 3:
-                w = int4_words_tile(t * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wk, stride_sk, stride_zk,
-                                    HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, io_t, EVEN_K)
-            else:
-                w = e2m1_words_tile(t * BLOCK_K, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk,
-                                    ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, EVEN_K)
+            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
             acc = mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
+            u, s, z = un, sn, zn
     elif FULL_TILE:
         for t in range(t0, t1):
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -242,61 +244,67 @@ def e2m1_word_values(u, sg, io_t: tl.constexpr):
 
 
 @triton.jit
-def e2m1_words_tile(k0, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk,
-                    ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    io_t: tl.constexpr, EVEN_K: tl.constexpr):
-    """The dequantized E2M1 tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K] in io_t, k in
-    order, as dequant.w4_tile gives it, but decoded a 32-bit word (8 values) at a time by
-    e2m1_word_values (FULL_TILE 2: the large-M GEMM and the dequantizing pass on sm_89+)."""
+def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The loads of one whole-tile word decode (words_tile_decode) of W[offs_n, k0 : k0 + BLOCK_K]:
+    E2M1 words [BN, BK/8] and raw group scales [BN, groups] (zeros: the scales again); GPTQ words
+    [BK/8, BN] (N contiguous), each word row's group scales and zero points [BK/8, BN]. Split from
+    the decode so the large-M loop can issue the next tile's loads before decoding this one (Triton
+    pipelines only loads that feed tl.dot; the packed weights feed the decode)."""
     UJ: tl.constexpr = BLOCK_K // 8
-    G: tl.constexpr = BLOCK_K // GROUP
-    n = offs_n[:, None]
-    j = (k0 // 8 + tl.arange(0, UJ))[None, :]
-    u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
-                mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
-    g = (k0 // GROUP + tl.arange(0, G))[None, :]
-    sg = group_scales(tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K),
-                              other=0), gscale, ELEM)
-    sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-    w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
-    even = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
-    odd = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
-    return tl.interleave(even, odd)
+    if ELEM == 3:
+        jj = tl.arange(0, UJ)
+        j = (k0 // 8 + jj)[:, None]
+        n = offs_n[None, :]
+        ok = (n < N) & k_in(j, K // 8, EVEN_K)
+        u = tl.load(w_ptr + j * stride_wk + n, mask=ok, other=0)
+        g = ((k0 + 8 * jj) // GROUP)[:, None]
+        s = tl.load(s_ptr + g * stride_sk + n, mask=ok, other=0.0)
+        if HAS_ZERO:
+            zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=ok, other=0)
+            z = (zw >> ((n % 8) * 4)) & 15
+        else:
+            z = tl.full([UJ, BLOCK_N], 8, tl.int32)
+    else:
+        G: tl.constexpr = BLOCK_K // GROUP
+        n = offs_n[:, None]
+        j = (k0 // 8 + tl.arange(0, UJ))[None, :]
+        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
+                    mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
+        g = (k0 // GROUP + tl.arange(0, G))[None, :]
+        s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
+        z = s
+    return u, s, z
 
 
 @triton.jit
-def int4_words_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wk, stride_sk, stride_zk,
-                    HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    io_t: tl.constexpr, EVEN_K: tl.constexpr):
-    """The dequantized GPTQ tile W[offs_n, k0 : k0 + BLOCK_K] as [BLOCK_N, BLOCK_K] in io_t, k in order,
-    as dequant.w4_tile gives it, decoded a word at a time (int4_word_values: q - z exact in io_t by one
-    packed subtraction per pair), then times the group scale in fp32 and rounded once (the
-    reference's value). Words [BK/8, BN] (N contiguous); each of the 8 nibble tiles is transposed
-    (a layout change) and interleaved along K."""
+def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, io_t: tl.constexpr):
+    """words_tile_load's tile -> the dequantized [BLOCK_N, BLOCK_K] tile in io_t, k in order, the
+    reference's values (as dequant.w4_tile gives them), decoded a 32-bit word (8 values) at a time.
+    E2M1: e2m1_word_values (bit placement, value x scale rounded once). GPTQ: int4_word_values
+    (q - z exact by one packed subtraction per pair), times the group scale in fp32, rounded once;
+    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave."""
     UJ: tl.constexpr = BLOCK_K // 8
-    jj = tl.arange(0, UJ)
-    j = (k0 // 8 + jj)[:, None]
-    n = offs_n[None, :]
-    ok = (n < N) & k_in(j, K // 8, EVEN_K)
-    u = tl.load(w_ptr + j * stride_wk + n, mask=ok, other=0)
-    g = ((k0 + 8 * jj) // GROUP)[:, None]
-    sf = tl.load(s_ptr + g * stride_sk + n, mask=ok, other=0.0).to(tl.float32)
-    if HAS_ZERO:
-        zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=ok, other=0)
-        z = (zw >> ((n % 8) * 4)) & 15
+    if ELEM == 3:
+        sf = s.to(tl.float32)
+        w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z, 3, io_t)
+        w0 = tl.trans(to_dtype(w0.to(tl.float32) * sf, io_t, False))
+        w1 = tl.trans(to_dtype(w1.to(tl.float32) * sf, io_t, False))
+        w2 = tl.trans(to_dtype(w2.to(tl.float32) * sf, io_t, False))
+        w3 = tl.trans(to_dtype(w3.to(tl.float32) * sf, io_t, False))
+        w4 = tl.trans(to_dtype(w4.to(tl.float32) * sf, io_t, False))
+        w5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
+        w6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
+        w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
     else:
-        z = tl.full([1, BLOCK_N], 8, tl.int32)
-    w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z, 3, io_t)
-    v0 = tl.trans(to_dtype(w0.to(tl.float32) * sf, io_t, False))
-    v1 = tl.trans(to_dtype(w1.to(tl.float32) * sf, io_t, False))
-    v2 = tl.trans(to_dtype(w2.to(tl.float32) * sf, io_t, False))
-    v3 = tl.trans(to_dtype(w3.to(tl.float32) * sf, io_t, False))
-    v4 = tl.trans(to_dtype(w4.to(tl.float32) * sf, io_t, False))
-    v5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
-    v6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
-    v7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
-    even = tl.interleave(tl.interleave(v0, v4), tl.interleave(v2, v6))
-    odd = tl.interleave(tl.interleave(v1, v5), tl.interleave(v3, v7))
+        G: tl.constexpr = BLOCK_K // GROUP
+        sg = group_scales(s, gscale, ELEM)
+        sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
+    even = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
+    odd = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
     return tl.interleave(even, odd)
 
 
@@ -504,8 +512,9 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
         gscale = 1.0
         if ELEM == 2:
             gscale = tl.load(g_ptr)
-        w = e2m1_words_tile(k0, offs_n, w_ptr, s_ptr, gscale, K, N, stride_wn, stride_sn, stride_sk, ELEM, GROUP,
-                            BLOCK_N, BLOCK_K, io_t, False)
+        u, s, z = words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
+                                  stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, False)
+        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
     else:
         gscale = 1.0
         if ELEM == 2:

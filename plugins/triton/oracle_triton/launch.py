@@ -357,7 +357,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
             BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"])
+            WORDS=lay.pack > 1 and self.facts["hw_fp8"])
         return buf
 
     def scaled_mm_ok(self, act: int) -> bool:

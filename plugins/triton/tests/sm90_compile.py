@@ -256,6 +256,7 @@ def words_cases():
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
+        "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
         "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=True),
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
