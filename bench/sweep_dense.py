@@ -394,7 +394,7 @@ def host_profile() -> None:
     import io
     import pstats
 
-    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}),
+    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}), ("mxfp4", "w4a16_mx", "bf16", {}),
                                         ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})):
         n, k = HOST_SHAPE
         w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05

@@ -338,6 +338,20 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
 
 
 @triton.jit
+def _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t: tl.constexpr,
+          DOT_F32: tl.constexpr):
+    """acc + sum over i of w_i @ x_i (the 8 nibble operands of a swap-AB K tile, each a 16-deep MMA step)."""
+    acc = mma_acc(w0.to(dot_t), x0, acc, DOT_F32)
+    acc = mma_acc(w1.to(dot_t), x1, acc, DOT_F32)
+    acc = mma_acc(w2.to(dot_t), x2, acc, DOT_F32)
+    acc = mma_acc(w3.to(dot_t), x3, acc, DOT_F32)
+    acc = mma_acc(w4.to(dot_t), x4, acc, DOT_F32)
+    acc = mma_acc(w5.to(dot_t), x5, acc, DOT_F32)
+    acc = mma_acc(w6.to(dot_t), x6, acc, DOT_F32)
+    return mma_acc(w7.to(dot_t), x7, acc, DOT_F32)
+
+
+@triton.jit
 def _e2m1_operand(u, i: tl.constexpr, sfull, io_t: tl.constexpr, dot_t: tl.constexpr, DOT_F32: tl.constexpr):
     """Nibble i of E2M1 words u [BN, UJ] times its group scale, rounded to the layer dtype as the
     reference dequantizes it, as a dot operand."""
@@ -386,14 +400,8 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
         if ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
-            p = mma_acc(w0.to(dot_t), x0, tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), DOT_F32)
-            p = mma_acc(w1.to(dot_t), x1, p, DOT_F32)
-            p = mma_acc(w2.to(dot_t), x2, p, DOT_F32)
-            p = mma_acc(w3.to(dot_t), x3, p, DOT_F32)
-            p = mma_acc(w4.to(dot_t), x4, p, DOT_F32)
-            p = mma_acc(w5.to(dot_t), x5, p, DOT_F32)
-            p = mma_acc(w6.to(dot_t), x6, p, DOT_F32)
-            p = mma_acc(w7.to(dot_t), x7, p, DOT_F32)
+            p = _mma8(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), w0, w1, w2, w3, w4, w5, w6, w7,
+                      x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         else:
             G: tl.constexpr = BLOCK_K // GROUP
@@ -401,14 +409,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
             if DECODE == 4:     # whole words by bit placement (inline PTX)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
-                acc = mma_acc(w0.to(dot_t), x0, acc, DOT_F32)
-                acc = mma_acc(w1.to(dot_t), x1, acc, DOT_F32)
-                acc = mma_acc(w2.to(dot_t), x2, acc, DOT_F32)
-                acc = mma_acc(w3.to(dot_t), x3, acc, DOT_F32)
-                acc = mma_acc(w4.to(dot_t), x4, acc, DOT_F32)
-                acc = mma_acc(w5.to(dot_t), x5, acc, DOT_F32)
-                acc = mma_acc(w6.to(dot_t), x6, acc, DOT_F32)
-                acc = mma_acc(w7.to(dot_t), x7, acc, DOT_F32)
+                acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             else:
                 acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
                 acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
