@@ -8,8 +8,9 @@ then runs in a fresh process, so its peak RSS is its own: BF16 `AutoModelForCaus
 and `oracle.hf.load_quantized` on the kernels selected for the device. Prints seconds, peak RSS
 above the process after imports (Linux VmHWM, reset after the imports), and the checkpoint sizes.
 
-    python bench/bench_hf_load.py [--scheme W4A16] [--device cpu|cuda] [--dir /tmp/bench-0.5b] [--layers 24]
-                                  [--writer auto|compressed-tensors|plain] [--repeat 3] [--json FILE]
+    python bench/bench_hf_load.py [--scheme W4A16 [W8A8 ...]] [--device cpu|cuda] [--dir /tmp/bench-0.5b]
+                                  [--layers 24] [--writer auto|compressed-tensors|plain] [--repeat 3]
+                                  [--timeout S] [--write-only] [--json FILE]
 
 On CUDA it also prints torch.cuda.max_memory_allocated during the load (the GPU peak) and what stays
 allocated after it. On CPU, int4 and int8 layers run torch's CPU integer kernels (oracle-torch's
@@ -78,7 +79,8 @@ if forward == "1":
 def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path, str]:
     """The BF16 checkpoint (random, transformers' names) and a compressed-tensors `scheme` checkpoint of the same
     geometry: the BF16 one quantized by compressed-tensors itself (tests/checkpoint_matrix.py) or, without it,
-    random W4A16 words written by bench/ct_w4a16.py (the same bytes per weight, nothing to quantize)."""
+    random codes written by bench/ct_w4a16.py (W4A16, W8A16, W8A8, FP8_DYNAMIC: the same bytes per weight,
+    nothing to quantize)."""
     from transformers import Qwen2Config
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -90,14 +92,14 @@ def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path
             writer = "compressed-tensors"
         except ImportError:
             writer = "plain"
-    if writer == "plain" and scheme != "W4A16":
-        raise SystemExit(f"the plain writer (bench/ct_w4a16.py) writes W4A16 only, not {scheme}")
+    if writer == "plain" and scheme not in ct_w4a16.SCHEMES:
+        raise SystemExit(f"the plain writer (bench/ct_w4a16.py) writes {sorted(ct_w4a16.SCHEMES)}, not {scheme}")
     bf16, quant = root / "bf16", root / f"{scheme.lower()}-{writer}"
     if not (bf16 / "config.json").is_file():
         ct_w4a16.write_random_bf16(bf16, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
     if not (quant / "config.json").is_file():
         if writer == "plain":
-            ct_w4a16.write_random_w4a16(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
+            ct_w4a16.write_random(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}), scheme)
         else:
             sys.path.insert(0, str(ROOT / "tests"))
             import checkpoint_matrix as cm
@@ -129,69 +131,88 @@ def size_mib(path: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scheme", default="W4A16", help="compressed-tensors preset (default W4A16)")
+    ap.add_argument("--scheme", nargs="+", default=["W4A16"],
+                    help="compressed-tensors preset(s) (default W4A16); BF16 is loaded once beside them")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dir", default="/tmp/bench-hf-load-0.5b", help="where the checkpoints are written (kept)")
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--writer", choices=["auto", "compressed-tensors", "plain"], default="auto",
                     help="who writes the quantized checkpoint: compressed-tensors, or bench/ct_w4a16.py (torch + "
-                         "safetensors only, W4A16); auto: compressed-tensors when installed")
+                         "safetensors only: W4A16, W8A16, W8A8, FP8_DYNAMIC); auto: compressed-tensors when installed")
     ap.add_argument("--repeat", type=int, default=1, help="loads of each kind, alternating; the fastest is shown")
     ap.add_argument("--no-forward", action="store_true", help="skip the one-token forward after each load")
+    ap.add_argument("--write-only", action="store_true", help="write the checkpoints and stop")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per load process")
     ap.add_argument("--json", type=Path, help="also write the figures here (JSON)")
     args = ap.parse_args()
+    import os
     import time
     started = time.perf_counter()
-    bf16, quant, writer = write(Path(args.dir), args.scheme, args.layers, args.writer)
-    print(f"checkpoints ready in {time.perf_counter() - started:.1f} s: {bf16}, {quant}", flush=True)
-    runs: dict[str, list[dict]] = {"bf16": [], "oracle": []}
+    quants: dict[str, Path] = {}
+    for scheme in args.scheme:
+        bf16, quants[scheme], writer = write(Path(args.dir), scheme, args.layers, args.writer)
+        print(f"checkpoint {scheme} ready at {time.perf_counter() - started:.1f} s: {quants[scheme]}", flush=True)
+    if args.write_only:
+        return
+    runs: dict[str, list[dict]] = {"bf16": [], **{s: [] for s in quants}}
+    paths = {**quants, "bf16": bf16}
     for _ in range(args.repeat):
-        for kind, path in (("oracle", quant), ("bf16", bf16)):
+        kinds = [*quants]
+        for kind in kinds[:1] + ["bf16"] + kinds[1:]:        # BF16 right after the first scheme (a killed run
+                                                            # keeps the main comparison)
             try:
-                runs[kind].append(measure(kind, path, args.device, not args.no_forward, args.timeout))
-            except SystemExit as failed:       # one kind failing must not lose the other's figures
+                found = measure("bf16" if kind == "bf16" else "oracle", paths[kind], args.device,
+                                not args.no_forward, args.timeout)
+            except SystemExit as failed:       # one kind failing must not lose the others' figures
                 print(f"{kind}: {failed}", flush=True)
                 continue
-            print(f"{kind}: {json.dumps(runs[kind][-1])}", flush=True)     # each load as it ends
-    if not all(runs.values()):
-        raise SystemExit("no comparison: " + ", ".join(k for k, v in runs.items() if not v) + " never loaded")
-    best = {kind: min(found, key=lambda m: m["seconds"]) for kind, found in runs.items()}
+            runs[kind].append(found)
+            print(f"{kind}: {json.dumps(found)}", flush=True)     # each load as it ends
+    if not runs["bf16"]:
+        raise SystemExit("no comparison: BF16 transformers never loaded")
+    best = {}
     for kind, found in runs.items():       # memory: the largest peak of the repeats, not the fastest run's
-        best[kind] = {**best[kind], "peak_mib": max(m["peak_mib"] for m in found),
-                      "gpu_mib": max(m["gpu_mib"] for m in found)}
+        if found:
+            best[kind] = {**min(found, key=lambda m: m["seconds"]), "peak_mib": max(m["peak_mib"] for m in found),
+                          "gpu_mib": max(m["gpu_mib"] for m in found)}
     cuda = args.device.startswith("cuda")
-    rows = [("transformers BF16", bf16, best["bf16"]), (f"oracle.hf {args.scheme}", quant, best["oracle"])]
-    threads = __import__("os").environ.get("BENCH_THREADS", "torch default")
-    print(f"Qwen2.5-0.5B geometry, {args.layers} layers, random weights, device {args.device}, checkpoint written by "
+    threads = os.environ.get("BENCH_THREADS", "torch default")
+    print(f"Qwen2.5-0.5B geometry, {args.layers} layers, random weights, device {args.device}, checkpoints written by "
           f"{writer}, {args.repeat} load(s) each (fastest shown), torch threads: {threads}, "
-          f"load average {__import__('os').getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f}")
     first = not args.no_forward
-    print(f"{'load':<22} {'checkpoint MiB':>15} {'seconds':>9} {'CPU seconds':>12}"
+    print(f"{'load':<24} {'checkpoint MiB':>15} {'seconds':>9} {'CPU seconds':>12}"
           + (f" {'to 1st token':>13}" if first else "") + f" {'peak RSS MiB':>13}"
-          + (f" {'GPU peak MiB':>13} {'GPU resident MiB':>17}" if cuda else ""))
-    for name, path, m in rows:
-        print(f"{name:<22} {size_mib(path):>15.0f} {m['seconds']:>9.2f} {m['cpu_seconds']:>12.2f}"
+          + (f" {'GPU peak MiB':>13} {'GPU resident MiB':>17}" if cuda else "") + "  kernels")
+    for kind, m in best.items():
+        name = "transformers BF16" if kind == "bf16" else f"oracle.hf {kind}"
+        print(f"{name:<24} {size_mib(paths[kind]):>15.0f} {m['seconds']:>9.2f} {m['cpu_seconds']:>12.2f}"
               + (f" {m.get('first_token_seconds', float('nan')):>13.2f}" if first else "") + f" {m['peak_mib']:>13.0f}"
-              + (f" {m['gpu_mib']:>13.0f} {m['gpu_resident_mib']:>17.0f}" if cuda else ""))
+              + (f" {m['gpu_mib']:>13.0f} {m['gpu_resident_mib']:>17.0f}" if cuda else "")
+              + f"  {', '.join(m.get('kernels', []))}")
     if first:
         print("to 1st token: the load and one 3-token forward (transformers maps a BF16 file and reads its pages "
               "in that forward; the oracle reads every tensor during the load)")
     print("peak RSS: above the process after its imports, through the load" + ("" if args.no_forward else
           " and one 3-token forward (which touches every weight: a memory-mapped BF16 file counts from then)"))
-    base, ours = best["bf16"], best["oracle"]
-    print(f"oracle.hf kernels: {', '.join(ours.get('kernels', []))}")
-    print(f"ratio oracle/BF16: load time {ours['seconds'] / base['seconds']:.2f}x, "
-          f"peak RSS {ours['peak_mib'] / max(base['peak_mib'], 1):.2f}x, "
-          + (f"GPU peak {ours['gpu_mib'] / max(base['gpu_mib'], 1):.2f}x, " if cuda else "")
-          + f"checkpoint {size_mib(quant) / size_mib(bf16):.2f}x")
+    base = best["bf16"]
+    for kind, ours in best.items():
+        if kind == "bf16":
+            continue
+        size = size_mib(paths[kind])
+        print(f"{kind}: oracle/BF16 load time {ours['seconds'] / base['seconds']:.2f}x, "
+              f"peak RSS {ours['peak_mib'] / max(base['peak_mib'], 1):.2f}x, "
+              + (f"GPU peak {ours['gpu_mib'] / max(base['gpu_mib'], 1):.2f}x BF16's and "
+                 f"{ours['gpu_mib'] / size:.2f}x the checkpoint, GPU resident "
+                 f"{ours['gpu_resident_mib'] / max(base['gpu_resident_mib'], 1):.2f}x, " if cuda else "")
+              + f"checkpoint {size / size_mib(bf16):.2f}x")
     for kind, m in best.items():
         if m.get("forward_error"):
             print(f"{kind}: the forward after the load failed: {m['forward_error']}")
     if args.json:
         args.json.write_text(json.dumps({"device": args.device, "layers": args.layers, "writer": writer,
-                                         "scheme": args.scheme, "runs": runs,
-                                         "checkpoint_mib": {"bf16": size_mib(bf16), "oracle": size_mib(quant)}},
+                                         "schemes": args.scheme, "runs": runs,
+                                         "checkpoint_mib": {k: size_mib(p) for k, p in paths.items()}},
                                         indent=1))
 
 

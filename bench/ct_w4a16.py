@@ -1,13 +1,19 @@
 """Write benchmark checkpoints with torch and safetensors alone (no compressed-tensors, no network).
 
-A random BF16 checkpoint of a transformers config, and a random compressed-tensors `pack-quantized`
-W4A16 checkpoint of the same geometry (the model built on the meta device gives the tensor names and
-shapes): symmetric int4, one scale per group of 128 along K, each value + 8 stored eight to an int32
-along K, low nibble first, beside `weight_scale` [N, K/128] in BF16 and `weight_shape` [2]; its
-config.json carries the quantization_config compressed-tensors writes for its W4A16 preset. The
-codes are random words, not a quantization of the BF16 weights: a load benchmark reads and repacks
+A random BF16 checkpoint of a transformers config, and random compressed-tensors checkpoints of the
+same geometry (the model built on the meta device gives the tensor names and shapes), each as
+compressed-tensors writes its preset, with the quantization_config it writes:
+  W4A16        `pack-quantized`: symmetric int4, one BF16 scale per group of 128 along K, each value + 8
+               stored eight to an int32 along K, low nibble first (`weight_packed` [N, K/8],
+               `weight_scale` [N, K/128], `weight_shape` [2])
+  W8A16        `pack-quantized` int8: each value + 128 stored four to an int32 along K, groups of 128
+  W8A8         `int-quantized`: int8 `weight` [N, K], one BF16 scale per output channel [N, 1],
+               activations int8 per token (dynamic)
+  FP8_DYNAMIC  `float-quantized`: float8_e4m3fn `weight` [N, K], BF16 scales [N, 1], activations FP8
+               per token (dynamic)
+The codes are random words, not a quantization of the BF16 weights: a load benchmark reads and repacks
 bytes, whatever they encode, and random words take no time to make (the GPU round allows seconds).
-tests/test_bench_ct_w4a16.py checks the W4A16 files against compressed-tensors' own decompression.
+tests/test_bench_ct_w4a16.py checks every scheme against compressed-tensors' own decompression.
 
 For machines without compressed-tensors (the GPU device): bench/bench_hf_load.py --writer plain.
 """
@@ -102,4 +108,62 @@ def write_random_w4a16(directory: Path, config: Any, seed: int = 0, std: float =
             tensors[name] = _plain(name, shape, gen, pool)
     qc = json.loads(json.dumps(QUANTIZATION_CONFIG))
     qc["config_groups"]["group_0"]["weights"]["group_size"] = group
+    return _save(directory, tensors, {**config.to_dict(), "quantization_config": qc})
+
+
+def _group(bits: int, group: int | None, fmt: str, activations: dict | None, typ: str = "int") -> dict:
+    weights = {"dynamic": False, "group_size": group, "num_bits": bits, "strategy": "group" if group else "channel",
+               "symmetric": True, "type": typ}
+    return {"format": fmt, "input_activations": activations, "output_activations": None, "targets": ["Linear"],
+            "weights": weights}
+
+
+def _token(typ: str) -> dict:
+    return {"dynamic": True, "group_size": None, "num_bits": 8, "strategy": "token", "symmetric": True, "type": typ}
+
+
+#: scheme -> (quantization_config's group_0, bits a weight); W4A16 is QUANTIZATION_CONFIG's
+SCHEMES = {
+    "W4A16": (QUANTIZATION_CONFIG["config_groups"]["group_0"], 4),
+    "W8A16": (_group(8, GROUP, "pack-quantized", None), 8),
+    "W8A8": (_group(8, None, "int-quantized", _token("int")), 8),
+    "FP8_DYNAMIC": (_group(8, None, "float-quantized", _token("float"), "float"), 8),
+}
+
+
+def write_random(directory: Path, config: Any, scheme: str, seed: int = 0, std: float = 0.02) -> Path:
+    """A compressed-tensors `scheme` checkpoint (SCHEMES) of `config` with random codes: every targeted
+    linear weight quantized as the preset lays it out, everything else random BF16."""
+    if scheme == "W4A16":
+        return write_random_w4a16(directory, config, seed, std)
+    if scheme not in SCHEMES:
+        raise ValueError(f"bench/ct_w4a16.py writes {sorted(SCHEMES)}, not {scheme!r}")
+    group_cfg, _ = SCHEMES[scheme]
+    gen = torch.Generator().manual_seed(seed)
+    pool = (torch.randn(POOL, generator=gen) * std).to(torch.bfloat16)
+    if scheme == "FP8_DYNAMIC":       # finite E4M3 values (a random byte can be NaN)
+        codes = (torch.randn(POOL, generator=gen) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+        scales = ((torch.rand(POOL, generator=gen) + 0.5) * std / 64).to(torch.bfloat16)
+    elif scheme == "W8A8":
+        codes = torch.randint(-127, 128, (POOL,), dtype=torch.int8, generator=gen)
+        scales = ((torch.rand(POOL, generator=gen) + 0.5) * std / 64).to(torch.bfloat16)
+    else:                             # W8A16: four (value + 128) bytes to an int32 word
+        codes = torch.randint(-2 ** 31, 2 ** 31 - 1, (POOL,), dtype=torch.int32, generator=gen)
+        scales = ((torch.rand(POOL, generator=gen) + 0.5) * std / 64).to(torch.bfloat16)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, shape in _shapes(config).items():
+        module = name.removesuffix(".weight")
+        if not (name.endswith(LINEAR_SUFFIXES) and len(shape) == 2 and shape[1] % GROUP == 0):
+            tensors[name] = _plain(name, shape, gen, pool)
+        elif scheme == "W8A16":
+            n, k = shape
+            tensors[f"{module}.weight_packed"] = _tiled(codes, (n, k // 4), gen)
+            tensors[f"{module}.weight_scale"] = _tiled(scales, (n, k // GROUP), gen)
+            tensors[f"{module}.weight_shape"] = torch.tensor([n, k], dtype=torch.int64)
+        else:
+            tensors[name] = _tiled(codes, shape, gen)
+            tensors[f"{module}.weight_scale"] = _tiled(scales, (shape[0], 1), gen)
+    qc = json.loads(json.dumps(QUANTIZATION_CONFIG))
+    qc["config_groups"]["group_0"] = json.loads(json.dumps(group_cfg))
+    qc["format"] = group_cfg["format"]
     return _save(directory, tensors, {**config.to_dict(), "quantization_config": qc})

@@ -1,7 +1,8 @@
 """bench/ct_w4a16.py writes checkpoints without compressed-tensors (for the GPU device, which has none):
-its W4A16 files must be what compressed-tensors itself reads. Checked with the library's own
-decompression (tests/checkpoint_matrix.reference_tree) against an independent reading of the words,
-and loaded by oracle.hf on a CPU."""
+its W4A16, W8A16, W8A8 and FP8_DYNAMIC files must be what compressed-tensors itself reads. Checked
+with the library's own decompression (tests/checkpoint_matrix.reference_tree) against an independent
+reading of the stored codes, and loaded by oracle.hf on a CPU (every kernel's weight equal to the
+library's decompression, a finite forward)."""
 from __future__ import annotations
 
 import sys
@@ -27,17 +28,29 @@ def _config():
                        tie_word_embeddings=True)
 
 
-def test_random_w4a16_is_what_compressed_tensors_decompresses(tmp_path):
-    quant = ct_w4a16.write_random_w4a16(tmp_path / "w4a16", _config())
+def _independent_reading(scheme, state, name):
+    """The weight the stored codes stand for, read without the library (its documented layout)."""
+    scale = state[f"{name}.weight_scale"].float()
+    if scheme in ("W4A16", "W8A16"):
+        bits = 4 if scheme == "W4A16" else 8
+        words = state[f"{name}.weight_packed"]
+        assert words.dtype == torch.int32 and list(state[f"{name}.weight_shape"]) == [256, 512]
+        mask, offset = (1 << bits) - 1, 1 << (bits - 1)
+        codes = torch.stack([(words >> (bits * i)) & mask for i in range(32 // bits)], -1).flatten(-2) - offset
+        return (codes.float() * scale.repeat_interleave(128, dim=1)).to(torch.bfloat16)     # low bits first
+    w = state[f"{name}.weight"]
+    assert w.dtype == (torch.int8 if scheme == "W8A8" else torch.float8_e4m3fn) and list(scale.shape) == [256, 1]
+    return (w.float() * scale).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("scheme", list(ct_w4a16.SCHEMES))
+def test_random_checkpoint_is_what_compressed_tensors_decompresses(tmp_path, scheme):
+    quant = ct_w4a16.write_random(tmp_path / scheme, _config(), scheme)
     ref = cm.reference_tree(quant, activations=False)
     from safetensors.torch import load_file
     state = load_file(str(quant / "model.safetensors"))
     name = "model.layers.1.mlp.down_proj"
-    words, scale = state[f"{name}.weight_packed"], state[f"{name}.weight_scale"]
-    assert words.dtype == torch.int32 and list(state[f"{name}.weight_shape"]) == [256, 512]
-    codes = torch.stack([(words >> (4 * i)) & 0xF for i in range(8)], dim=-1).flatten(-2) - 8   # low nibble first
-    mine = (codes.float() * scale.float().repeat_interleave(128, dim=1)).to(torch.bfloat16)
-    assert torch.equal(ref.get_submodule(name).weight, mine)
+    assert torch.equal(ref.get_submodule(name).weight, _independent_reading(scheme, state, name))
     model = oracle.hf.load_quantized(quant, device="cpu")
     assert model.oracle.kernels
     for row_name, kernel in model.oracle.kernels.items():

@@ -325,7 +325,58 @@ def render_page() -> str:
               "## gpt-oss MXFP4", "", "Experts against transformers' `convert_moe_packed_tensors`: exact.", "",
               "Run: `pytest tests/test_hf_conformance.py` (the cells outside llama and mixtral, and outside W4A16 "
               "and FP8_DYNAMIC, are marked `slow`; CI runs them all).", ""]
+    lines += _kernel_lines() + [""]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- which kernel serves the integer presets
+#: integer presets -> (weight format, activation format, group size) of their linear layers
+INT_PRESETS = {"W4A16": ("int4", None, 128), "W8A16": ("int8", None, 128), "W8A8": ("int8", "int8", None),
+               "W4A8": ("int4", "int8", 128), "W4AFP8": ("int4", "fp8", 128)}
+#: why a preset stays on oracle-emulation on an H200; the page and a test check these are exactly the ones
+#: the engine sends there
+EMULATION_WHY = {
+    "W8A16": "torch has no int8 x BF16 kernel with groups along K on CUDA: its CUDA `aten._weight_int8pack_mm` "
+             "takes one scale per output row and is one thread per output looping over K in float32 "
+             "(aten/src/ATen/native/cuda/int8mm.cu), and oracle-triton's dense kernels decode int4/FP4/FP8 "
+             "weights, not int8. The emulation keeps a dequantized BF16 copy (BF16 memory, cuBLAS BF16 speed)",
+    "W4A8": "no int4 x int8 kernel for Hopper in torch or the shipped plugins (vLLM's CUTLASS W4A8 is outside "
+            "torch); on CPUs torch's only int4 x int8 operator, `aten._dyn_quant_matmul_4bit` (Arm KleidiAI, a "
+            "reference loop on x86), rounds activations asymmetrically per row, not as compressed-tensors' "
+            "symmetric per-token scheme, so it is not declared",
+    "W4AFP8": "no int4 x FP8 kernel in torch or the shipped plugins (vLLM's CUTLASS W4A8-FP8 for SM90 is "
+              "outside torch)",
+}
+
+
+def int_preset_kernels() -> dict[str, tuple[str, str]]:
+    """preset -> (kernel on this CPU, kernel on the H200 preset) for a 4096 x 4096 linear layer."""
+    from oracle import LinearLayer, Platform, select_backend
+
+    out = {}
+    for name, (w, a, g) in INT_PRESETS.items():
+        layer = LinearLayer(name="model.layers.0.mlp.down_proj", in_features=4096, out_features=4096,
+                            weight_format=w, activation_format=a, group_size=g)
+        out[name] = tuple(select_backend(layer, p).kernel for p in (Platform.cpu(), Platform.preset("h200")))
+    return out
+
+
+def test_emulation_reasons_name_exactly_the_presets_left_on_emulation():
+    on_emulation = {name for name, (_, gpu) in int_preset_kernels().items() if gpu.startswith("emulation.")}
+    assert on_emulation == set(EMULATION_WHY)
+
+
+def _kernel_lines() -> list[str]:
+    lines = ["", "## Kernels for the integer presets", "",
+             "What the engine selects for one 4096 x 4096 linear layer of each preset (generated: "
+             "`select_backend` on this CPU's torch and on the `h200` platform preset). The conformance "
+             "matrix above runs on CPU; the GPU kernels are tested in plugins/*/tests (`-m gpu`).", "",
+             "| preset | CPU | H200 |", "|---|---|---|"]
+    kernels = int_preset_kernels()
+    lines += [f"| {name} | `{cpu}` | `{gpu}` |" for name, (cpu, gpu) in kernels.items()]
+    lines += ["", "Why a preset stays on oracle-emulation on an H200:", ""]
+    lines += [f"- {name}: {why}." for name, why in EMULATION_WHY.items()]
+    return lines
 
 
 def test_docs_page_is_current():

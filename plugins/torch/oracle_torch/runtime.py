@@ -50,6 +50,8 @@ def _probe(kernel: str, device_index: int) -> tuple[bool, str | None]:
         if not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
             return False, f"torch {torch.__version__} has no aten._weight_int4pack_mm (tinygemm)"
         return probe_product("int4", 32, 256, 256, torch.device("cuda", device_index))
+    if kernel == "torch.linear.int8":
+        return probe_product("int8", 32, 256, 256, torch.device("cuda", device_index))
     fmt = {"torch.linear.fp8_tensor": "fp8_tensor", "torch.linear.fp8_channel": "fp8_channel",
            "torch.linear.mxfp8": "mxfp8", "torch.linear.nvfp4": "nvfp4"}.get(kernel)
     if fmt is None:
@@ -78,6 +80,9 @@ def _layer_and_mode(fmt: str, m: int, n: int, k: int) -> tuple[Any, Any]:
     from oracle import LinearLayer
     from oracle.catalog import Mode
 
+    if fmt == "int8":
+        layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format="int8", activation_format="int8")
+        return layer, Mode(weight="int8", activation="int8", name="probe")
     if fmt == "int4":
         layer = LinearLayer(name="probe", in_features=k, out_features=n, weight_format="int4", group_size=128)
         return layer, Mode(weight="int4", activation="bf16", name="probe")
@@ -97,6 +102,15 @@ def _run(fmt: str, m: int, n: int, k: int, device: Any):
     layer, mode = _layer_and_mode(fmt, m, n, k)
     if fmt == "int4":
         return _run_int4(layer, mode, x, gen)
+    if fmt == "int8":
+        from .cpu_int import quantize_per_token
+        from .int8 import TorchInt8Linear
+        wq = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).to(device)
+        ws = (torch.rand(n, 1, generator=gen) * 0.01 + 0.005).to(device)
+        impl = TorchInt8Linear(layer, mode, None)
+        impl.process_weights(weight=wq, weight_scale=ws)
+        xq, xs = quantize_per_token(x)
+        return impl.apply(x), (xq.float() * xs) @ (wq.float() * ws).t()
     if fmt in ("fp8_tensor", "fp8_channel", "mxfp8"):
         wq = w.to(torch.float8_e4m3fn)
         if fmt == "fp8_tensor":

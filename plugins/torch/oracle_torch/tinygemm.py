@@ -99,14 +99,16 @@ class TorchTinyGemmInt4Linear(Kernel):
             raise TensorError("weight_scale", "finite scales", "a NaN or infinite scale")
         self.device = weight.device
         self.group = group
-        q = unpack_nibbles(weight, dim=0).t().contiguous()                       # [N, K]
         z = None if weight_zero_point is None else unpack_nibbles(weight_zero_point.to(self.device), dim=1)
-        self.packed = pack_weight(q, inner_k_tiles(k))
-        del q
+        self.packed = self._pack(weight, k)
         self.sz = scales_and_zeros(weight_scale.to(self.device), z)
         self.bias = None if bias is None else bias.to(device=self.device, dtype=torch.bfloat16)
         self._mm = torch.ops.aten._weight_int4pack_mm if self.device.type == "cuda" else \
             torch.ops.aten._weight_int4pack_mm_for_cpu
+
+    def _pack(self, weight: torch.Tensor, k: int) -> torch.Tensor:
+        """GPTQ qweight [K/8, N] -> the operator's packed layout (oracle_torch.cpu_int packs a CPU's directly)."""
+        return pack_weight(unpack_nibbles(weight, dim=0).t().contiguous(), inner_k_tiles(k))
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.packed is None:

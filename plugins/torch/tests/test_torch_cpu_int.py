@@ -153,6 +153,37 @@ def test_int4_symmetric_weight_is_the_emulations_and_output_agrees():
     assert _rel(fast.apply(x), ref.apply(x)) < TOLERANCE
 
 
+@pytest.mark.parametrize("n,k", [(64, 128), (80, 128), (112, 256), (176, 256), (16, 64), (4864, 896),
+                                 (896, 4864)])
+def test_direct_int4_packing_gives_the_operators_bytes(n, k):
+    """pack_int4_for_cpu (bytes to bytes) against aten._convert_weight_to_int4pack_for_cpu on the same words
+    widened to int32 nibbles: full 64-row blocks and 16/32/48-row tails. On a CPU build with another layout
+    the kernel does not use it (direct_int4_packing() is False) and this comparison is what says why."""
+    from oracle.tensors import unpack_nibbles
+
+    if not cpu_int.direct_int4_packing():
+        pytest.skip(f"this torch's CPU int4 layout ({torch.backends.cpu.get_cpu_capability()}) is not the "
+                    "AVX-512 one: the operator packs")
+    words = torch.randint(-2 ** 31, 2 ** 31 - 1, (n, k // 8), dtype=torch.int32)
+    nibbles = unpack_nibbles(words.t(), dim=0).t().contiguous()
+    assert torch.equal(cpu_int.pack_int4_for_cpu(words), torch.ops.aten._convert_weight_to_int4pack_for_cpu(nibbles, 8))
+
+
+def test_int4_kernel_packed_directly_computes_what_the_operator_packing_computes():
+    from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+
+    n, k, group = 208, 512, 128
+    layer = _layer(n, k, "int4", group)
+    q = codec_for("int4").quantize(torch.randn(n, k) * 0.05, "int4", group_size=group, symmetric=False)
+    tensors = {name: t for name, t in q.items() if t is not None}
+    fast, plain = TorchCpuInt4Linear(layer, W4A16, None), TorchTinyGemmInt4Linear(layer, W4A16, None)
+    fast.process_weights(**tensors)
+    plain.process_weights(**tensors)                      # the base class: unpack to int32, then the operator
+    assert torch.equal(fast.packed, plain.packed)
+    x = torch.randn(3, k).to(torch.bfloat16)
+    assert torch.equal(fast.apply(x), plain.apply(x))
+
+
 @pytest.mark.parametrize("tensors,match", [
     (lambda t: {**t, "weight_scale": t["weight_scale"].reshape(1, -1)}, "one scale per output channel"),
     (lambda t: {**t, "weight_scale": torch.ones(64, 3)}, "one scale per output channel"),
@@ -214,11 +245,14 @@ def test_int4_cpu_refuses_what_its_operators_refuse():
 
 
 def test_not_declared_for_a_gpu():
-    for act in (None, "int8"):
+    """The CPU kernels never serve a GPU: there W8A8 goes to torch.linear.int8 (torch._int_mm on CUDA,
+    test_torch_int8_gpu.py) and grouped W8A16 to oracle-emulation."""
+    served = {None: "emulation.linear", "int8": "torch.linear.int8"}
+    for act, kernel in served.items():
         layer = LinearLayer(name="m", in_features=896, out_features=4864, weight_format="int8",
-                            activation_format=act)
+                            activation_format=act, group_size=None if act else 128)
         decision = select_backend(layer, Platform.preset("h200"))
-        assert not decision.kernel.startswith("torch.linear.int8"), decision.kernel
+        assert decision.kernel == kernel, decision.kernel
 
 
 def test_runtime_check_finds_the_cpu_operators():
