@@ -114,16 +114,17 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     if m >= 256:
         out.append(("dequant + cuBLAS", {"DEQUANT_MM": 1}))
         if facts["hw_fp8"]:      # 4-bit whole tiles decoded by words inside the tensor-core GEMM (FULL_TILE 2)
-            for bm, bn, bk, nw, ns in ((128, 128, 128, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3),
-                                       (256, 128, 64, 8, 3), (128, 128, 128, 4, 3), (64, 128, 128, 4, 4)):
+            for bm, bn, bk, nw, ns in ((128, 128, 128, 8, 3), (128, 128, 64, 8, 4), (256, 128, 64, 8, 3),
+                                       (128, 128, 128, 4, 3), (256, 128, 128, 8, 2)):
+                if bk % lay.group:          # INT4: a K tile holds whole groups
+                    continue
                 out.append((f"words bm{bm} bn{bn} bk{bk} w{nw} s{ns}",
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
                              "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
         return out
-    if fmt != "int4" and facts["hw_fp8"] and default.get("DECODE") in (0, 3, 4, 5):   # E2M1 bit placement vs the rest
-        others = (4,) if "SWAP" in default else tuple(d for d in (3, 4, 5) if d != default["DECODE"])
-        for other in others:
-            out.append((f"default d{other}", {**default, "DECODE": other}))
+    if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
+        other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
+        out.append((f"default d{other}", {**default, "DECODE": other}))
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -138,9 +139,8 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                 sp = fill_split(tiles, kt, sms, waves)
                 if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                     continue
-                for dec in ((d["DECODE"], 5) if fmt != "int4" and d["DECODE"] == 4 else (d["DECODE"],)):
-                    out.append((f"gemv bn{bn} bk{bk} s{sp} w{nw} d{dec}",
-                                {**d, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw, "DECODE": dec}))
+                out.append((f"gemv bn{bn} bk{bk} s{sp} w{nw}",
+                            {**d, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw}))
     bms = (64, 128) if m >= 128 else ((16,) if m <= 16 else (32,))
     for bm in bms:
         for bn in (64, 128, 256):
@@ -206,8 +206,9 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     gemm.fp8_swap_kernel (weights as the float8 MMA's A operand)."""
     sms = facts["sms"]
     out = [("default", default)]
-    if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM (the default) against the quantizer launch
-        out.append(("default + quantizer launch", {**default, "QUANT_IN": 0}))
+    if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
+        out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
+        out.append(("default, row rounded inside", {**default, "QUANT_IN": 1}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:

@@ -18,7 +18,7 @@ import triton.language as tl
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
-from .gemv import e2m1_word_ptx, split8
+from .gemv import split8
 
 
 @triton.jit
@@ -221,15 +221,39 @@ def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
     return w0, w1, w2, w3, w4, w5, w6, w7
 
 
-_E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False, True, False))
-_E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True, True, False))
+def e2m1_word_ptx(f16: bool) -> str:
+    """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) and the group-scale
+    pair $9 ({s, s} in the 16-bit type) -> the 8 values x scale as 16-bit halves $0..$7 (k order).
+
+    Pair i of the word (nibbles i and i + 4) becomes one 16-bit pair by bit placement alone: the
+    word shifted left by 12 - 4i puts both sign bits at bits 15 / 31 and the 3 magnitude bits at
+    12-14 / 28-30; shifted right by 6 (bf16; 3 for fp16) they land on the exponent's two low bits
+    and the mantissa's top bit. That pattern is the E2M1 value times 2**-126 (bf16; 2**-14 for
+    fp16), the code 0.5 a subnormal, exactly; a packed multiply by {2**126, 2**126} (fp16: 2**14;
+    written as an FMA with -0, which keeps signs of zero and handles subnormals) gives the values,
+    a second one by the scale pair gives value x scale rounded once to the 16-bit type, as the
+    reference dequantizes (exact for MXFP4's powers of two). The scale is not folded into the first
+    factor: 2**126 x an E8M0 scale above 2 overflows bf16. No conversion instruction at all."""
+    shift, mask, one = (3, 0x0E000E00, 0x74007400) if f16 else (6, 0x01C001C0, 0x7E807E80)
+    typ = "f16x2" if f16 else "bf16x2"
+    lines = [".reg .b32 q, a, b, c, z;", f"mov.b32 c, {one:#x};", "mov.b32 z, 0x80008000;"]
+    for i in range(4):
+        lines.append(f"shl.b32 q, $8, {12 - 4 * i};" if i < 3 else "mov.b32 q, $8;")
+        lines += [f"shr.b32 a, q, {shift};", f"and.b32 a, a, {mask:#x};", "and.b32 b, q, 0x80008000;",
+                  "or.b32 a, a, b;", f"fma.rn.{typ} a, a, c, z;", f"fma.rn.{typ} a, a, $9, z;",
+                  f"mov.b32 {{${i}, ${i + 4}}}, a;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False))
+_E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
 
 
 @triton.jit
 def e2m1_word_values(u, sg, io_t: tl.constexpr):
     """E2M1 words u [A, B] (int32) and their group scales sg (fp32, broadcast to u) -> the 8
     tensors value x scale [A, B] in io_t (nibble i = k % 8), rounded once as the reference
-    dequantizes (gemv.e2m1_word_ptx: bit placement and two packed multiplies per pair; inline PTX,
+    dequantizes (e2m1_word_ptx: bit placement and two packed multiplies per pair; inline PTX,
     compiled only)."""
     sp = (sg.to(io_t).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537 + tl.zeros_like(u)
     if io_t == tl.bfloat16:

@@ -26,52 +26,7 @@ from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantiz
 #: whole 32-bit words by inline PTX (_E2M1_WORD_PTX; capability >= 8.9, compiled only: the
 #: interpreter has no PTX). DECODE 3 also reads FP8 (_E4M3_WORD_PTX) and GPTQ int4 (_INT4_WORD_PTX)
 #: weights a word at a time; it serves activations in the layer dtype only (W8A16, W4A16).
-#: DECODE 4 (DECODE_BF16_PTX, E2M1 words only, capability >= 8.9): each nibble's bits placed where
-#: a bf16 keeps them (e2m1_word_ptx), no conversion instruction at all: 4-5 integer operations and
-#: one packed bf16 multiply per pair of values. DECODE 5: the same placement into fp16 patterns, then
-#: hardware fp16 -> fp32 conversions (values x 2**-14), for the GEMV only.
-DECODE_INT, DECODE_E4M3, DECODE_F16, DECODE_E4M3_PTX, DECODE_BF16_PTX, DECODE_F16_PTX = 0, 1, 2, 3, 4, 5
-
-
-def e2m1_word_ptx(f16: bool, scaled: bool, f32_out: bool) -> str:
-    """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) -> its 8 values.
-
-    Pair i of the word (nibbles i and i + 4) becomes one 16-bit pair by bit placement alone: the
-    word shifted left by 12 - 4i puts both sign bits at bits 15 / 31 and the 3 magnitude bits at
-    12-14 / 28-30; shifted right by 6 (bf16; 3 for fp16) they land on the exponent's two low bits
-    and the mantissa's top bit. That pattern is the E2M1 value times 2**-126 (bf16; 2**-14 for
-    fp16), the code 0.5 a subnormal, exactly; one packed multiply by {2**126, 2**126} (fp16: 2**14,
-    done as an FMA with -0, which keeps signs of zero and handles subnormals) gives the values,
-    and (scaled) a second packed multiply by the group-scale pair $9 gives value x scale rounded
-    once to the 16-bit type, as the reference dequantizes (exact for MXFP4's powers of two).
-    Outputs $0..$7 in k order: 16-bit halves (bitcast by the caller) or (f32_out) fp32 values (a bf16
-    is the top half of an fp32: no conversion either).
-    (f16 and f32_out: the fp16 patterns converted to fp32 as they are, values x 2**-14 exactly,
-    no multiply: the caller multiplies the power of two back once per sum.)"""
-    shift, mask, one = (3, 0x0E000E00, 0x74007400) if f16 else (6, 0x01C001C0, 0x7E807E80)
-    typ = "f16x2" if f16 else "bf16x2"
-    lines = [".reg .b32 q, a, b, c, z;", ".reg .b16 l, h;", f"mov.b32 c, {one:#x};", "mov.b32 z, 0x80008000;"]
-    for i in range(4):
-        lines.append(f"shl.b32 q, $8, {12 - 4 * i};" if i < 3 else "mov.b32 q, $8;")
-        lines += [f"shr.b32 a, q, {shift};", f"and.b32 a, a, {mask:#x};", "and.b32 b, q, 0x80008000;",
-                  "or.b32 a, a, b;"]
-        if f16 and f32_out:
-            lines += ["mov.b32 {l, h}, a;", f"cvt.f32.f16 ${i}, l;", f"cvt.f32.f16 ${i + 4}, h;"]
-            continue
-        lines.append(f"fma.rn.{typ} a, a, c, z;")
-        if scaled:
-            lines.append(f"fma.rn.{typ} a, a, $9, z;")
-        if f32_out:
-            lines += [f"shl.b32 ${i}, a, 16;", f"and.b32 ${i + 4}, a, 0xFFFF0000;"]
-        else:
-            lines.append(f"mov.b32 {{${i}, ${i + 4}}}, a;")
-    return "{\n" + "\n".join(lines) + "\n}"
-
-
-_E2M1_WORD_F32_PTX = tl.constexpr(e2m1_word_ptx(False, False, True))
-#: DECODE 5: as DECODE 4 through fp16 patterns and cvt.f32.f16 (values x 2**-14: no packed multiply,
-#: conversions instead of integer unpacking; which is faster is measured, bench/sweep_dense.py).
-_E2M1_WORD_F16_F32_PTX = tl.constexpr(e2m1_word_ptx(True, False, True))
+DECODE_INT, DECODE_E4M3, DECODE_F16, DECODE_E4M3_PTX = 0, 1, 2, 3
 
 def _f16x2_to_f32(pairs: list[tuple[str, int, int]]) -> str:
     """PTX lines: each f16x2 register of `pairs` (register, output of its low half, of its high
@@ -209,7 +164,7 @@ def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, B
         acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
     elif ELEM == 0:
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    elif DECODE >= 3:
+    elif DECODE == 3:
         acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 8], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP, GROUP // 2], dtype=tl.float32)
@@ -229,7 +184,7 @@ def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr):
         r = tl.sum(tl.sum(acc, axis=2), axis=1)
         if DECODE == 1 or DECODE == 3:
             r = r * 64.0
-        elif DECODE == 2 or DECODE == 5:
+        elif DECODE == 2:
             r = r * 16384.0
     return r
 
@@ -284,7 +239,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         z = u
         x = tl.load(a_row + offs_k, mask=offs_k < k_end, other=0.0)
         x2 = u
-    elif DECODE >= 3:   # whole words: 8 E2M1 values each (W4A16 only)
+    elif DECODE == 3:   # whole words: 8 E2M1 values each (W4A16 only)
         G4: tl.constexpr = BLOCK_K // GROUP
         UW: tl.constexpr = GROUP // 8
         gg = tl.arange(0, G4)
@@ -368,8 +323,6 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
             res = acc + w * (xf * s)[None, :]
     elif DECODE == 3:
         res = acc + _fp4_word_products(u, x) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
-    elif DECODE >= 4:     # bit placement (4: exact values; 5: values x 2**-14, undone by tile_reduce)
-        res = acc + _fp4_word_products_bf16(u, x, DECODE) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
     else:
         lo, hi = _fp4_pair(u, DECODE)
         if ACT == 4:
@@ -450,21 +403,6 @@ def _fp4_word_products(u, x):
     (k order) -> [BN, G, UW], values x 2**-6 (_E2M1_WORD_PTX)."""
     w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
         _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-    x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32))
-    return (w0 * x0[None, :, :] + w1 * x1[None, :, :] + w2 * x2[None, :, :] + w3 * x3[None, :, :]
-            + w4 * x4[None, :, :] + w5 * x5[None, :, :] + w6 * x6[None, :, :] + w7 * x7[None, :, :])
-
-
-@triton.jit
-def _fp4_word_products_bf16(u, x, DECODE: tl.constexpr):
-    """As _fp4_word_products, the values by e2m1_word_ptx's bit placement: exact (DECODE 4, bf16
-    patterns) or x 2**-14 (DECODE 5, fp16 patterns converted)."""
-    if DECODE == 4:
-        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-            _E2M1_WORD_F32_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-    else:
-        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-            _E2M1_WORD_F16_F32_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
     x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32))
     return (w0 * x0[None, :, :] + w1 * x1[None, :, :] + w2 * x2[None, :, :] + w3 * x3[None, :, :]
             + w4 * x4[None, :, :] + w5 * x5[None, :, :] + w6 * x6[None, :, :] + w7 * x7[None, :, :])

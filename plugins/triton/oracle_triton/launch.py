@@ -113,12 +113,9 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
     if not (elem in (1, 2) and words):
         while split < 16 and tiles * split < waves * sms and k_tiles // (2 * split) >= 1:
             split *= 2
-    from .gemv import DECODE_BF16_PTX, DECODE_E4M3_PTX, DECODE_F16
-    decode = (DECODE_BF16_PTX if elem in (1, 2) else DECODE_E4M3_PTX) if words else DECODE_F16
-    # E2M1 bit placement keeps 8 fp32 values per word live: 32 x 1024 tiles need 8 warps to stay unspilled
-    warps = 8 if decode == DECODE_BF16_PTX and bn * bk >= 32 * 1024 else 4
-    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": decode,
-            "num_warps": warps, "num_stages": 3}
+    from .gemv import DECODE_E4M3_PTX, DECODE_F16
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "DECODE": DECODE_E4M3_PTX if words else DECODE_F16,
+            "num_warps": 4, "num_stages": 3}
 
 
 #: Few rows take the swap-AB kernels up to this M (measured to 32 rows; bench/sweep_dense.py).
@@ -202,6 +199,11 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
+#: FP8 W8A8 at M = 1 rounds its row inside the swap GEMM (QUANT_IN) up to this many weights, else
+#: a quantizer launch first. Measured on an H200 (bench/sweep_dense.py R4, weights from HBM): 2048x4096
+#: 8.7 us fused against 9.3 with the launch; the large shapes lost with the fused loop (8192x8192
+#: 25.6 against 23.7, 7168x18432 54.9 against 47.9: every program rounds its K tiles itself).
+QUANT_IN_MAX_ELEMENTS = 1 << 24
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
 #: it. Measured on an H200 (bench/sweep_dense.py R1, K = 8192): one row in 4096-wide steps at 8 warps
@@ -269,7 +271,8 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
+                if m == 1 and cfg.get("QUANT_IN", self.n * self.k <= QUANT_IN_MAX_ELEMENTS) and \
+                        act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
@@ -383,7 +386,7 @@ class DenseGemm:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
         the PTX word decoders capability >= 8.9 and layer-dtype activations."""
-        if cfg.get("DECODE") in (3, 4, 5) and not (self.facts["hw_fp8"] and act == 0):
+        if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
@@ -421,8 +424,8 @@ class DenseGemm:
                  cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
-        per-tensor scale, or anything per token), so no quantizer launch (launch.py's default at M = 1,
-        cfg QUANT_IN=0 turns it off)."""
+        per-tensor scale, or anything per token), so no quantizer launch (the default at M = 1 up to
+        QUANT_IN_MAX_ELEMENTS weights; cfg QUANT_IN 0 / 1 overrides it)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]

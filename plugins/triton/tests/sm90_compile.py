@@ -238,8 +238,9 @@ def small_batch_cases():
 
 
 def words_cases():
-    """The E2M1 bit-placement word decoder (gemv.e2m1_word_ptx) in each kernel that uses it."""
-    from oracle_triton.launch import gemv_config, swap_config
+    """The E2M1 bit-placement word decoder (gemm.e2m1_word_ptx) in each kernel that uses it, the words
+    GEMM, FP8 QUANT_IN and the one-load quantizer."""
+    from oracle_triton.launch import swap_config
 
     def c(bm, bn, warps, decode, split=2):
         return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
@@ -247,10 +248,6 @@ def words_cases():
     big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 8, "FULL_TILE": 2,
            "num_warps": 8, "num_stages": 3}
     return {
-        "gemv mxfp4 bit placement": lambda: gemv(1, 32, gemv_config(8192, 8192, 132, 1, 32, words=True)),
-        "gemv nvfp4 bit placement": lambda: gemv(2, 16, gemv_config(8192, 8192, 132, 2, 16, words=True)),
-        "gemv mxfp4 fp16 bit placement": lambda: gemv(1, 32, dict(gemv_config(8192, 8192, 132, 1, 32, words=True),
-                                                                  DECODE=5)),
         "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
         "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
@@ -262,8 +259,8 @@ def words_cases():
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
         "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
         "dense int4 words 128x128x128 w8": lambda: dense(3, 8, 128, big),
-        "dense int4 zero points words 256x128x64 w8": lambda: dense(3, 8, 128, dict(big, BLOCK_M=256, BLOCK_K=64),
-                                                                    zero=True),
+        "dense int4 zero points words 256x128x128 w8": lambda: dense(3, 8, 128, dict(big, BLOCK_M=256, num_stages=2),
+                                                                     zero=True),
     }
 
 
