@@ -14,6 +14,7 @@ variant (up variants with the default down kernel, then down variants with the b
 M = 8 and 16 time the M = 1 winners and a few neighbours.
 
     python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
+                              [--quick | --configs variants.json [--precompile N]]
 """
 from __future__ import annotations
 
@@ -125,6 +126,28 @@ def timed(t, x, routes) -> float:
     return graph_ms(loop, 1) * 1e3 / reps
 
 
+def _inputs(m, ne, topk, h, per_expert, bw):
+    """Tokens, the routings a timed graph cycles through (until > ROTATE bytes of experts are touched;
+    M = 1: disjoint expert sets), their number and the HBM limit in us (experts touched / bandwidth)."""
+    x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
+    touched_one = min(ne, m * topk) * per_expert
+    count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
+    routes = _routings(m, ne, topk, count, DEVICE)
+    touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
+    return x, routes, count, touched * per_expert / bw * 1e6
+
+
+def _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count) -> bool:
+    """One timed variant: a row (saved at once) and its line; True if it agrees within tol."""
+    ok = err < tol
+    rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm, err=err, ok=ok,
+                     routings=count))
+    save()
+    print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
+          f"{'' if ok else '  DISAGREES'}", flush=True)
+    return ok
+
+
 def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=False):
     from oracle_triton.moe import moe_config, moe_gemv_config
 
@@ -142,12 +165,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
         if time.perf_counter() > deadline:
             print(f"budget spent: {name} M={m} and later skipped", flush=True)
             return
-        x = torch.randn(m, h, device=DEVICE, dtype=torch.bfloat16)
-        touched_one = min(ne, m * topk) * per_expert
-        count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-        routes = _routings(m, ne, topk, count, DEVICE)
-        touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
-        hbm = touched * per_expert / bw * 1e6
+        x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
 
         def run(label, cfg):
             if time.perf_counter() > deadline:
@@ -162,13 +180,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
                 return None
             finally:
                 t.config = None
-            ok = err < tol
-            rows.append(dict(shape=name, mode=mode_name, m=m, variant=label, config=cfg, us=us, hbm_us=hbm,
-                             err=err, ok=ok, routings=count))
-            save()
-            print(f"  {name:22} M={m:<3} {label:34} {us:8.1f} us  {us / hbm:5.2f}x HBM ({hbm:.1f})  err {err:.1e}"
-                  f"{'' if ok else '  DISAGREES'}", flush=True)
-            return us if ok else None
+            return us if _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count) else None
 
         ref = None
         aligned = moe_config(m, topk, ne, lay.pack)
@@ -234,6 +246,89 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
     torch.cuda.empty_cache()
 
 
+def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
+    """Time the shipped rule's path and each of `configs` (label -> config; ONLY_M: at that M only) on
+    `name`, M in ms; every variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
+    ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    t0 = time.perf_counter()
+    t, per_expert = build(name)
+    print(f"\n== {name} ({mode_name}, E={ne} top{topk} H={h} I={i}; built in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    for m in ms:
+        x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
+        ref = None
+        for label, cfg in [("shipped-rule", None), *configs.items()]:
+            if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count
+                if cfg["ONLY_M"] != m:
+                    continue
+                cfg = {k: v for k, v in cfg.items() if k != "ONLY_M"}
+            if time.perf_counter() > deadline:
+                print(f"budget spent: {name} M={m} {label} and later skipped", flush=True)
+                break
+            t.config = cfg
+            try:
+                y = t.forward(x, *routes[0])
+                if ref is None:
+                    ref = y.clone()
+                err = rel(y, ref)
+                us = timed(t, x, routes)
+            except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                print(f"  {name} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                continue
+            finally:
+                t.config = None
+            _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count)
+    del t
+    torch.cuda.empty_cache()
+
+
+def _jobs(ms, configs) -> list[tuple[int, dict | None]]:
+    """(M, config) of every variant explicit() times (None: the shipped rule)."""
+    out = []
+    for m in ms:
+        for cfg in [None, *configs.values()]:
+            if cfg is not None and cfg.get("ONLY_M", m) != m:
+                continue
+            out.append((m, None if cfg is None else {k: v for k, v in cfg.items() if k != "ONLY_M"}))
+    return out
+
+
+def _compile_some(name, jobs) -> str:
+    """A worker: build `name`, run each job's call once (Triton compiles into its on-disk cache, which
+    the timing process then reads)."""
+    t, per_expert = build(name)
+    ne, topk, h = MOE[name][:3]
+    done = 0
+    for m, cfg in jobs:
+        x, routes, _, _ = _inputs(m, ne, topk, h, per_expert, 1.0)
+        t.config = cfg
+        try:
+            t.forward(x, *routes[0])
+            done += 1
+        except Exception:  # noqa: BLE001 - the timing process reports the failure
+            pass
+    torch.cuda.synchronize()
+    return f"{done}/{len(jobs)}"
+
+
+def precompile(name, ms, configs, workers: int, timeout_s: float) -> None:
+    """Compile explicit()'s variants in `workers` processes at once (Triton's compiler is single-threaded
+    per process): a device round's seconds then go to timing, not compiling. Best effort: a failure or
+    the timeout only leaves the compiling to the timing process."""
+    import multiprocessing
+
+    jobs = _jobs(ms, configs)
+    chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
+    t0 = time.perf_counter()
+    try:
+        with multiprocessing.get_context("spawn").Pool(len(chunks)) as pool:
+            res = pool.starmap_async(_compile_some, [(name, c) for c in chunks]).get(timeout=timeout_s)
+        print(f"precompiled {name}: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        print(f"precompile {name}: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+
 def _short(cfg: dict) -> str:
     return " ".join(f"{k.replace('BLOCK_', '').replace('num_', '')}={v}" for k, v in cfg.items())
 
@@ -245,6 +340,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=100.0, help="no new variant starts after this")
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="the first round's winners and neighbours only")
+    ap.add_argument("--precompile", type=int, default=0, metavar="N",
+                    help="with --configs: compile the variants in N processes first")
+    ap.add_argument("--precompile-timeout-s", type=float, default=30.0)
+    ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
+                    "rule and these only")
     args = ap.parse_args(argv)
     if not start("sweep_moe"):
         return 2
@@ -263,6 +363,16 @@ def main(argv=None) -> int:
                 print(f"budget spent: {name} skipped")
                 continue
             act = MOE[name][6]
+            tol = {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2)
+            if args.configs:
+                with open(args.configs) as f:
+                    configs = json.load(f)
+                if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
+                    configs = configs.get(name, {})
+                if args.precompile:
+                    precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
+                explicit(name, args.m, bw, rows, deadline, tol, configs, save)
+                continue
             sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
     finally:
         save()

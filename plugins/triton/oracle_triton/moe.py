@@ -227,6 +227,8 @@ class TritonMoE(Kernel):
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
         cfg = self.config_for(m, k)
+        if cfg.get("SWAP"):                          # 4-bit weights as the MMA's tall side, one pair per program
+            return self.apply_swap(x, topw, ids, m, k, cfg)
         if cfg.get("DIRECT"):                        # tensor-core tiles, one pair per program, no alignment
             return self.apply_direct_mma(x, topw, ids, m, k, cfg)
         if "DECODE" in cfg:                          # the direct (one row per program) path
@@ -234,14 +236,8 @@ class TritonMoE(Kernel):
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         bm = cfg["BLOCK_M"]
-        blocks = -(-t // bm) + min(self.experts, t)
+        sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         dev = self.device
-        rank = torch.empty(t, dtype=torch.int32, device=dev)
-        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
-        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
-        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
-        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         a1 = self._input(x, topw, k)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
@@ -297,33 +293,118 @@ class TritonMoE(Kernel):
     def apply_direct_mma(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                          cfg: dict[str, int]) -> torch.Tensor:
         """A few tokens on tensor-core tiles without the alignment launches: each program of the two
-        grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT); W8A8 activations are
-        rounded to codes by the quantization launch (or inside the GEMMs per K tile with QUANT_IN:
-        measured 2.3-3x slower on an H200, the rounding stalls each K tile); the slots are summed by
-        topk_sum_kernel or by the FC2 GEMM itself (FUSE_SUM)."""
+        grouped GEMMs serves one (token, slot) pair (moe_gemm_kernel DIRECT). W8A8 activations are
+        rounded to codes by a quantization launch per GEMM, or inside the GEMMs: QUANT_IN (bit 1: FC1,
+        bit 2: FC2) rounds that GEMM's input row per K tile, QUANT_OUT has the FC1 GEMM write FC2's
+        input as codes and group scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with FC1's
+        QUANT_IN and QUANT_OUT, the call is two launches. The slots are summed by topk_sum_kernel or by
+        the FC2 GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
         from . import moe_kernels as mk
 
-        quant = self.act in FP8_CODES and bool(cfg.get("QUANT_IN", 0))
-        if quant and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
+        fp8 = self.act in FP8_CODES
+        quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
+        quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
+        quant2 = fp8 and bool(cfg.get("QUANT_IN", 0) & 2) and not quant_out
+        if (quant1 or quant2) and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
+        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
+        if quant_out and (self.act != ACT_GROUP or bn1 != 128):
+            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
+                             f"activations), not BLOCK_N1={bn1} with {self.mode.name}")
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        a_in = (a1, self._act_scale(0, a1)) if quant else self._round(0, a1)
+        a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
+        if quant_out:
+            inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
+            inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
+        else:
+            inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
-                   self.hidden, cfg, t, direct=True, quant_in=quant)
+                   self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
-        a_in = (inter, self._act_scale(1, inter)) if quant else self._round(1, inter)
+        if quant_out:
+            a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
+        else:
+            a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
-        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else ids
+        bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
+        cnt = self._counters(m * -(-self.hidden // bn2), "_sum_counters") if fuse else ids
         self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
-                   self.inter, cfg, t, direct=True, quant_in=quant, sum_out=out if fuse else None)
+                   self.inter, cfg, t, direct=True, quant_in=quant2, sum_out=out if fuse else None)
         if not fuse:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])
         return out
+
+    def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                   cfg: dict[str, int]) -> torch.Tensor:
+        """4-bit W4A16 experts on swap-AB tensor-core tiles (moe_gemv.moe_swap_kernel): the weight rows
+        are the tile's tall side and the pairs its columns. SWAP 1 (a few tokens): one pair per program
+        (16 columns, one used), two launches (FC2 sums the top-k slots itself); SWAP 2: blocks of
+        BLOCK_M pairs of one expert from the alignment launches, then topk_sum_kernel (five launches).
+        NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
+        weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
+        instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 / 2 loads
+        the K tile one / two ahead before tl.dot_scaled multiplies the current one."""
+        from . import moe_kernels as mk
+        from .moe_gemv import moe_swap_kernel
+
+        lay = self.w13.layout
+        if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
+            raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
+        aligned = cfg["SWAP"] == 2
+        bm = cfg["BLOCK_M"] if aligned else 16
+        t, dev = m * k, self.device
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        if aligned:
+            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
+        else:
+            sorted_ids, block_expert, blocks = ids, ids, t
+        a1 = self._round(0, self._input(x, topw, k))[0]      # W4A4: rounded to NVFP4 values, as the reference
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
+        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
+        for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
+                (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
+                (2, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
+            a = a1 if stage == 1 else self._round(1, inter)[0]
+            w, ly = packed, packed.layout
+            moe_swap_kernel[(blocks, -(-n_out // bn))](
+                a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
+                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, t, self.experts, k, n_out, n_w, kdim,
+                a.stride(0), dst.stride(0), *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn,
+                ly.stride_sk, ly.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
+                float(self.beta), float(self.lbeta), STAGE=stage, ACTFN=mk.ACTIVATION_CODES[self.layer.activation],
+                GATED=self.gated, INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS,
+                HAS_LIMIT=self.limit is not None, A_BY_PAIR=by_pair, WEIGHT_OUT=not by_pair, ELEM=ly.elem,
+                PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
+                SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
+                BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
+        if aligned:
+            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
+                                                             EXACT_BF16=self.facts["dot_f32"])
+        return out
+
+    def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The count and align launches: pair ids sorted by expert in BLOCK_M-row blocks (padded with t),
+        each block's expert (-1: unused), and the static bound on the number of blocks."""
+        from . import moe_kernels as mk
+
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        return sorted_ids, block_expert, blocks
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -391,11 +472,13 @@ class TritonMoE(Kernel):
         return have
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
-              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None) -> None:
+              cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
+              out_scales: torch.Tensor | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
-        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters)."""
+        there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters); out_scales (stage 1,
+        direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -407,6 +490,10 @@ class TritonMoE(Kernel):
         stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
+        warps, stages = cfg["num_warps"], cfg["num_stages"]
+        if direct and stage == 2:                   # the direct path's FC2 may have its own tile
+            bn = cfg.get("BLOCK_N2", bn)
+            warps, stages = cfg.get("WARPS2", warps), cfg.get("STAGES2", stages)
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
         interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
@@ -430,7 +517,8 @@ class TritonMoE(Kernel):
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            os_ptr=out_scales, QUANT_OUT=out_scales is not None,
+            num_warps=warps, num_stages=stages)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

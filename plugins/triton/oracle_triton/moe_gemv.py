@@ -20,9 +20,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import expert_operands, finish_tile, split_range, to_dtype
+from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
-from .moe_kernels import _activate, gate_up_rows
+from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
 @triton.jit
@@ -242,3 +242,158 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     else:
         _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g, n_u, jmask, out_ptr, out_row, limit, alpha, beta, lbeta,
                      ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
+
+
+@triton.jit
+def mx_swap_load(x_cols, col_ok, k0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K: tl.constexpr,
+                 io_t: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K tile of the MXFP4 swap-AB product as stored: the packed E2M1 bytes [WN, BLOCK_K / 2], their
+    E8M0 scales [WN, BLOCK_K / 32] and the activation columns [BLOCK_K, BLOCK_M] (tl.dot_scaled's operands)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
+    kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    nmask = (n_w < N_W)[:, None]
+    w = tl.load(w_e + n_w[:, None] * stride_wn + kb[None, :], mask=nmask & k_in(kb, K // 2, EVEN_K)[None, :], other=0)
+    s = tl.load(s_e + n_w[:, None] * stride_sn + ks[None, :], mask=nmask & k_in(ks, K // 32, EVEN_K)[None, :], other=0)
+    return w, s, xt
+
+
+@triton.jit
+def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, stride_wn, stride_wk, stride_sn,
+                 stride_sk, stride_zk, ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr,
+                 HAS_ZERO: tl.constexpr, SCALED_DOT: tl.constexpr, WN: tl.constexpr, BLOCK_K: tl.constexpr,
+                 io_t: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc [WN, BLOCK_M] + W[n_w, k0 : k0 + BLOCK_K] @ X^T: the weight rows are the MMA's tall A operand
+    and the activation rows (x_cols [1, BLOCK_M]: row bases; col_ok: which columns hold a row) its
+    BLOCK_M-wide B operand. SCALED_DOT (MXFP4 on a GPU): the packed E2M1 tile and its E8M0 scales go to
+    tl.dot_scaled as stored, which the compiler upcasts to the activation dtype; else the tile is
+    decoded by dequant.w4_tile (the values the reference dequantizes)."""
+    if SCALED_DOT:
+        w, s, xt = mx_swap_load(x_cols, col_ok, k0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+        out = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
+    else:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        xt = tl.load(x_cols + offs_k[:, None], mask=k_in(offs_k, K, EVEN_K)[:, None] & col_ok, other=0.0).to(io_t)
+        wt = w4_tile(k0, n_w, w_e, s_e, z_e, gscale, K, N_W, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                     ELEM, PACK, GROUP, HAS_ZERO, WN, BLOCK_K, io_t, DOT_F32, EVEN_K)
+        if DOT_F32:                              # the interpreter: fp32 operands (bf16 ones are raw bits there)
+            out = mma_acc(wt.to(tl.float32), xt.to(tl.float32), acc, DOT_F32)
+        else:
+            out = mma_acc(wt, xt, acc, DOT_F32)
+    return out
+
+
+@triton.jit
+def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, out_ptr, cnt_ptr, sum_ptr,
+                    sorted_ptr, bexp_ptr, T, E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                    stride_we, stride_se, stride_ze, stride_be,
+                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    limit, alpha, beta, lbeta,
+                    STAGE: tl.constexpr, ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
+                    HAS_LIMIT: tl.constexpr, A_BY_PAIR: tl.constexpr, WEIGHT_OUT: tl.constexpr,
+                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
+                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0):
+    """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
+    the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
+    few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
+    N_OUT / BLOCK_N). ALIGNED: block b holds the BLOCK_M pairs sorted_ptr[BLOCK_M * b : ...] of
+    expert bexp_ptr[b] (the alignment launches' output; T pads; -1: unused block). Else (a few
+    tokens, no alignment) block b is pair b alone, in column 0 (an expert id outside [0, E)
+    computes with expert 0 and contributes zeros).
+
+    STAGE 1: out[pair, j] = act(X[token or pair] @ w13[e]^T + b13) in the layer dtype; gated FC1
+    stacks the tile's gate and up rows (g0, u0, g1, u1, ...) into one 2*BLOCK_N-row A tile.
+    STAGE 2: out[pair, n] = (X[pair] @ w2[e]^T + b2) rounded (x router weight if WEIGHT_OUT), fp32.
+    FUSE_SUM (STAGE 2, not ALIGNED): the last of a token's TOPK programs of a column tile to arrive
+    (counter per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot
+    order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes). PREFETCH 1 / 2 (with SCALED_DOT): the
+    K tile one / two ahead is loaded before the current tile's dot (registers buffer them; Triton 3.6
+    does not pipeline tl.dot_scaled's operands on Hopper: num_stages had no effect in the R4 sweep)."""
+    pid = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    col = tl.arange(0, BLOCK_M)
+    if ALIGNED:
+        e = tl.load(bexp_ptr + pid)
+        rows = tl.load(sorted_ptr + pid * BLOCK_M + col)
+        keep = 1.0
+    else:
+        e = tl.load(ids_ptr + pid).to(tl.int32)
+        keep = ((e >= 0) & (e < E)).to(tl.float32)
+        e = tl.where(keep > 0, e, 0)
+        rows = tl.where(col == 0, pid, T)
+    if e >= 0:
+        row_ok = rows < T
+        if A_BY_PAIR or STAGE == 2:
+            arow = rows
+        else:
+            arow = rows // TOPK
+        x_cols = a_ptr + arow[None, :].to(tl.int64) * stride_am
+        e64 = e.to(tl.int64)
+        w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze,
+                                                ELEM)
+        j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        jmask = j < N_OUT
+        TWO: tl.constexpr = STAGE == 1 and GATED
+        WN: tl.constexpr = BLOCK_N * (1 + TWO)
+        n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
+        if TWO:
+            n_w = tl.reshape(tl.join(n_g, n_u), [WN])
+        else:
+            n_w = j
+        acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        if PREFETCH == 1 and SCALED_DOT:            # the next tile's bytes in flight while this one multiplies
+            w, s, xt = mx_swap_load(x_cols, row_ok[None, :], 0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K,
+                                    io_t, EVEN_K)
+            for t in range(0, k_tiles):
+                wn, sn, xn = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(t + 1, k_tiles - 1) * BLOCK_K, K, n_w,
+                                          w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+                acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
+                w, s, xt = wn, sn, xn
+        elif PREFETCH == 2 and SCALED_DOT:          # two tiles ahead
+            w, s, xt = mx_swap_load(x_cols, row_ok[None, :], 0, K, n_w, w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K,
+                                    io_t, EVEN_K)
+            w1, s1, x1 = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(1, k_tiles - 1) * BLOCK_K, K, n_w, w_e,
+                                      s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+            for t in range(0, k_tiles):
+                wn, sn, xn = mx_swap_load(x_cols, row_ok[None, :], tl.minimum(t + 2, k_tiles - 1) * BLOCK_K, K, n_w,
+                                          w_e, s_e, N_W, stride_wn, stride_sn, BLOCK_K, io_t, EVEN_K)
+                acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
+                w, s, xt = w1, s1, x1
+                w1, s1, x1 = wn, sn, xn
+        else:
+            for t in range(0, k_tiles):
+                acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
+                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
+                                   SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
+        y = tl.trans(acc)                                     # [BLOCK_M, WN]: one row per pair
+        omask = row_ok[:, None] & jmask[None, :]
+        out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
+        if STAGE == 1:
+            if TWO:
+                g, u = tl.split(tl.reshape(y, [BLOCK_M, BLOCK_N, 2]))
+            else:
+                g = y
+                u = y
+            if HAS_BIAS:
+                g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
+                if GATED:
+                    u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            hg = to_dtype(g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
+            hu = to_dtype(u, io_t, EXACT_BF16).to(tl.float32)
+            act = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta) * keep
+            tl.store(out_rows, to_dtype(act, out_ptr.dtype.element_ty, EXACT_BF16), mask=omask)
+        else:
+            if HAS_BIAS:
+                y += tl.load(b_ptr + e64 * stride_be + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
+            y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)          # the reference rounds FC2's output
+            if WEIGHT_OUT:
+                y = y * tl.load(topw_ptr + rows, mask=row_ok, other=0.0)[:, None]
+            y = y * keep
+            tl.store(out_rows, y, mask=omask)
+            if FUSE_SUM:
+                sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N, EXACT_BF16)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, expert_operands, fp8_codes_product, fp8_codes_scale,
+from .dequant import (act_codes_tile, act_tile, e4m3_encode, expert_operands, fp8_codes_product, fp8_codes_scale,
                       fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
 from .gemv import row_amax
 
@@ -120,7 +120,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
-                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False):
+                    DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
+                    os_ptr=None, QUANT_OUT: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -136,8 +137,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     its tile (bexp_ptr: the pairs' expert ids; an id outside [0, E) computes with expert 0 and
     writes zeros). QUANT_IN (W8A8 with DIRECT): A is the layer-dtype input, rounded to E4M3
     codes per K tile inside the loop (gemm.act_qdq_kernel's rounding; BLOCK_K = 128 for 1x128
-    groups), so no quantization launch precedes the GEMM (measured 2.3-3x slower than the launch on
-    an H200: the rounding stalls each K tile; kept as an option). FUSE_SUM (STAGE 2 with DIRECT): the
+    groups), so no quantization launch precedes the GEMM. Only the pair's row is loaded and rounded
+    (one value per thread, not a 16-row tile), a K tile ahead of its use: the first version, which
+    loaded and rounded whole tiles at the point of use, stalled every K tile (2.3-3x slower than
+    the launch on an H200). QUANT_OUT (STAGE 1 with 1x128 activation groups, BLOCK_N = 128: the
+    tile is one group): out gets FC2's input as E4M3 codes (uint8) and os_ptr its group scales
+    [N_OUT / 128, T], exactly what gemm.act_qdq_kernel writes for the layer-dtype output, so no
+    quantization launch sits between the GEMMs. FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
@@ -177,33 +183,57 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             n_w = n_g
         acc_g = tl.zeros([BLOCK_M, WN], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if A_CODES > 0 and QUANT_IN:
-            amax = row_amax(a_rows, valid, K, A_CODES, BLOCK_M, BLOCK_K)     # per token only (else zeros)
-            for t in range(0, tl.cdiv(K, BLOCK_K)):
-                k0 = t * BLOCK_K
-                q, xs = quantize_tile_codes(act_tile(a_rows, valid, k0, K, BLOCK_K, EVEN_K).to(tl.float32), amax,
-                                            A_CODES, as_ptr)
+        # first weight row of the tile's gate (or only) and up rows: their FP8 scale blocks (UNIFORM_WS)
+        if GATED and INTERLEAVED:
+            n0_g = 2 * pid_n * BLOCK_N
+            n0_u = n0_g + 1
+        else:
+            n0_g = pid_n * BLOCK_N
+            n0_u = n0_g + N_OUT
+        if A_CODES > 0 and QUANT_IN:                # DIRECT only (the host checks): the pair's row alone
+            if A_BY_PAIR:
+                x_row = a_ptr + pid_m.to(tl.int64) * stride_am
+            else:
+                x_row = a_ptr + (pid_m // TOPK).to(tl.int64) * stride_am
+            amax1 = tl.zeros([1], dtype=tl.float32)
+            if A_CODES == 2:                        # per token: the row's amax first
+                amax1 += tl.max(row_amax(a_rows, valid, K, A_CODES, BLOCK_M, BLOCK_K), axis=0)
+            k_tiles = tl.cdiv(K, BLOCK_K)
+            offs_kv = tl.arange(0, BLOCK_K)
+            xv = tl.load(x_row + offs_kv, mask=offs_kv < K, other=0.0)
+            ws_g = weight_scales_at(s_e, 0, n_w, n0_g, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS, UNIFORM_WS)
+            ws_u = ws_g
+            if TWO:
+                ws_u = weight_scales_at(s_e, 0, n_u, n0_u, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS, UNIFORM_WS)
+            for t in range(0, k_tiles):
+                # the next K tile's activations and weight scales, loaded a tile ahead (their latency hides
+                # behind this tile's rounding and MMA; the weight tiles are pipelined by the compiler)
+                k1 = (t + 1) * BLOCK_K
+                x_next = tl.load(x_row + k1 + offs_kv, mask=k1 + offs_kv < K, other=0.0)
+                kn = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
+                wsg_next = weight_scales_at(s_e, kn, n_w, n0_g, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS,
+                                            UNIFORM_WS)
+                wsu_next = wsg_next
+                if TWO:
+                    wsu_next = weight_scales_at(s_e, kn, n_u, n0_u, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS,
+                                                UNIFORM_WS)
+                q1, s1 = quantize_tile_codes(xv.to(tl.float32)[None, :], amax1, A_CODES, as_ptr)   # [1, BK], [1]
+                q = tl.where(valid[:, None], q1, 0.0)          # the pair in row 0, zeros below
+                xs = tl.where(valid, s1, 0.0)
                 if FP8_DOT:
                     a = q.to(tl.float8e4nv)          # exact: q is on the E4M3 grid
                 else:
                     a = q.to(dot_t)
-                ws_g = weight_tile_scales(s_e, k0, n_w, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS)
-                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, k0, n_w, w_e, K, N_W, stride_wn, stride_wk,
-                                          True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, False, EVEN_K)
+                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
+                                          True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
                 if TWO:
-                    ws_u = weight_tile_scales(s_e, k0, n_u, N_W, stride_sn, stride_sk, GROUP, SCALE_ROWS)
-                    acc_u = fp8_codes_product(acc_u, a, xs, ws_u, k0, n_u, w_e, K, N_W, stride_wn, stride_wk,
-                                              True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, False, EVEN_K)
+                    acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                              stride_wk, True, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS,
+                                              EVEN_K)
+                xv, ws_g, ws_u = x_next, wsg_next, wsu_next
         elif A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
-            # first weight row of the tile's gate (or only) and up rows: their scale blocks (UNIFORM_WS)
-            if GATED and INTERLEAVED:
-                n0_g = 2 * pid_n * BLOCK_N
-                n0_u = n0_g + 1
-            else:
-                n0_g = pid_n * BLOCK_N
-                n0_u = n0_g + N_OUT
             xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, n0_g, s_e, N_W, stride_sn, stride_sk,
                                        A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             ws_u = ws_g
@@ -279,7 +309,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
             if DIRECT:
                 y = y * keep
-            tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
+            if QUANT_OUT:                           # FC2's input as E4M3 codes of its 1x128 groups (one per tile)
+                yq = to_dtype(y, io_t, DOT_F32).to(tl.float32)      # the layer-dtype value the reference rounds
+                q, s = quantize_tile_codes(yq, tl.zeros([BLOCK_M], dtype=tl.float32), 1, os_ptr)
+                tl.store(out_rows, e4m3_encode(q, yq).to(tl.uint8), mask=omask)
+                tl.store(os_ptr + pid_n * T + rows, s, mask=valid)
+            else:
+                tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
         else:
             y = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)
             if WEIGHT_OUT:
@@ -288,18 +324,29 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
             if FUSE_SUM:
-                tl.debug_barrier()
-                tok = pid_m // TOPK
-                tile = tok * tl.num_programs(1) + pid_n
-                arrived = tl.atomic_add(sorted_ptr + tile, 1)
-                if arrived == TOPK - 1:
-                    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-                    for slot in range(0, TOPK):
-                        total += tl.load(out_ptr + (tok * TOPK + slot).to(tl.int64) * stride_om + j, mask=jmask,
-                                         other=0.0, cache_modifier=".cg")
-                    tl.store(sum_ptr + tok.to(tl.int64) * N_OUT + j, to_dtype(total, sum_ptr.dtype.element_ty, DOT_F32),
-                             mask=jmask)
-                    tl.atomic_xchg(sorted_ptr + tile, 0)
+                sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N,
+                          DOT_F32)
+
+
+@triton.jit
+def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, jmask,
+              BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """The top-k sum inside an FC2 GEMM with one pair per program (after the pair's row j of pairs_ptr
+    is stored): the last of a token's TOPK programs of column tile pid_n to arrive (an arrival counter
+    per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot order into
+    sum_ptr [M, N] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
+    tl.debug_barrier()
+    tok = pair // TOPK
+    tile = tok * tl.num_programs(1) + pid_n
+    arrived = tl.atomic_add(cnt_ptr + tile, 1)
+    if arrived == TOPK - 1:
+        total = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for slot in range(0, TOPK):
+            total += tl.load(pairs_ptr + (tok * TOPK + slot).to(tl.int64) * stride_pm + j, mask=jmask, other=0.0,
+                             cache_modifier=".cg")
+        tl.store(sum_ptr + tok.to(tl.int64) * N + j, to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16),
+                 mask=jmask)
+        tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
 @triton.jit
@@ -316,6 +363,18 @@ def bf16_product(acc, x, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, BLOCK_K:
 def weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
     """FP8 weight scales [BN] of the rows offs_n in the K tile at k0 (block, channel or tensor scales)."""
     return tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N, other=0.0)
+
+
+@triton.jit
+def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
+                     UNIFORM_WS: tl.constexpr):
+    """FP8 weight scales of the K tile at k0: one scalar (UNIFORM_WS: the tile's rows share the scale
+    block of row n0) or [BN] per row (weight_tile_scales)."""
+    if UNIFORM_WS:
+        ws = tl.load(s_ptr + (n0 // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk)
+    else:
+        ws = weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
+    return ws
 
 
 @triton.jit

@@ -42,8 +42,12 @@ FAMILIES = [
     ("int4", "w4a16_int4", "bf16", {}),
 ]
 MMA = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 1}
-MMA_Q = dict(MMA, QUANT_IN=1)       # W8A8 codes rounded inside the GEMMs, per K tile
+MMA_Q = dict(MMA, QUANT_IN=3)       # W8A8 codes rounded inside both GEMMs, per K tile
 MMA_SUM = dict(MMA, FUSE_SUM=1)     # the top-k sum inside the FC2 GEMM
+#: two launches: FC1's input rounded inside the FC1 GEMM, FC2's input written as codes by FC1's epilogue
+MMA_FUSED = dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=1, QUANT_OUT=1)
+#: W4A16: the weight rows as the tensor-core tile's tall side, the pair's row padded to 16 columns
+SWAP = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
 
 
 @slow
@@ -125,10 +129,16 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 
 def _gpu_configs(t):
     return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
-            "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q}
+            "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
+            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64)}
 
 
-PATHS = ["split", "mma", "mma_sum", "mma_quant_tile"]
+PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap", "swap_aligned"]
+
+
+def _skip_swap(path, fmt, act):
+    if path.startswith("swap") and fmt.startswith("fp8"):
+        pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
 
 
 @pytest.mark.gpu
@@ -137,6 +147,9 @@ PATHS = ["split", "mma", "mma_sum", "mma_quant_tile"]
 def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
     if "quant" in path and act != "fp8":
         pytest.skip("activations are rounded inside the GEMM for W8A8 only")
+    if path == "mma_quant_fused" and params.get("activation_granularity") != "group":
+        pytest.skip("FC1's epilogue writes FC2's codes for 1x128 activation groups only")
+    _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
                       symmetric=False)
     t.config = _gpu_configs(t)[path]
@@ -153,6 +166,7 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
 def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
     """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
     equals an eager call bit for bit (the split reduction's counters are back at zero)."""
+    _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     for name, cfg in ((path, _gpu_configs(t)[path]),):
         t.config = cfg
@@ -291,6 +305,95 @@ def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
     t.config = dict(MMA, FUSE_SUM=1)
     assert torch.equal(t.apply(x, w, ids), apart) and torch.equal(t.apply(x, w, ids), apart)
     assert int(t._sum_counters.abs().sum()) == 0
+
+
+@slow
+def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
+    """QUANT_IN + QUANT_OUT (1x128 groups): FC1's input rounded in the FC1 GEMM and FC2's input written
+    as codes and group scales by FC1's epilogue (or rounded in the FC2 GEMM: QUANT_IN bit 2, here with
+    FC2's own tile) give the same bits as the two quantization launches
+    (whose codes are oracle-emulation's, test_triton_moe), with a router weight on the input too; the
+    codes the epilogue writes equal the launch's codes of the layer-dtype intermediate."""
+    from oracle_triton.launch import quantize_activation_codes
+
+    params = {"activation_granularity": "group"}
+    for on_input in (False, True):
+        t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", params, bias=True, device=DEV,
+                          router_on_input=on_input)
+        x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(2, E, K, DEV)
+        t.config = dict(MMA_SUM, BLOCK_N1=128)
+        apart = t.apply(x, w, ids)
+        for cfg in (MMA_FUSED, dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=2, BLOCK_N2=16, WARPS2=2, STAGES2=2),
+                    dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=3)):
+            t.config = cfg
+            fused = t.apply(x, w, ids)
+            assert torch.equal(fused, apart), (on_input, cfg)
+        assert rel(fused, ref.apply(x, w, ids)) < TOL["fp8"]
+    topw, flat = w.reshape(-1).float(), ids.reshape(-1).contiguous()
+    inter = torch.empty(2 * K, I, dtype=torch.bfloat16, device=DEV)
+    codes = torch.empty(2 * K, I, dtype=torch.uint8, device=DEV)
+    scales = torch.empty(I // 128, 2 * K, dtype=torch.float32, device=DEV)
+    a_in = t._round(0, t._input(x, topw, K))
+    for out, sc in ((inter, None), (codes, scales)):
+        t._gemm(1, a_in, t.layer.apply_router_weight_on_input, t.w13, t.b13, topw, flat, flat, out, 2 * K, K, I,
+                t.rows, H, MMA_FUSED, 2 * K, direct=True, out_scales=sc)
+    want, want_scales = quantize_activation_codes(inter, t.act, None, t.facts)
+    assert torch.equal(codes, want.view(torch.uint8)) and torch.equal(scales, want_scales)
+
+
+def test_two_launch_direct_path_refuses_what_it_cannot_round():
+    """QUANT_OUT rounds one 1x128 group per FC1 tile: other tile widths or activation scales are named."""
+    t, _ = moe_pair("fp8_channel", E, H, I, K, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                    device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = MMA_FUSED
+    with pytest.raises(ValueError, match="QUANT_OUT"):
+        t.apply(x, w, ids)
+    g, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    g.config = dict(MMA_FUSED, BLOCK_N1=64)
+    with pytest.raises(ValueError, match="BLOCK_N1=64"):
+        g.apply(x, w, ids)
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,activation,router_on_input", [
+    ("mxfp4", "w4a16_mx", "bf16", "swigluoai", False), ("int4", "w4a16_int4", "bf16", "silu", False),
+    ("nvfp4", "w4a16_nvfp4", "bf16", "relu2", True), ("nvfp4", "w4a4_nvfp4", "nvfp4", "silu", False)])
+def test_swap_ab_path_matches_emulation(fmt, mode, act, activation, router_on_input):
+    """SWAP 1 (one pair per program) and 2 (aligned blocks of 16 pairs) of moe_gemv.moe_swap_kernel, by
+    hand-decoded tiles in the interpreter: gated interleaved, gated halves with zero points, ungated
+    with the router weight on the input, NVFP4 activations (W4A4); with SWAP 1 and the weight on the
+    output, an out-of-range id adds nothing and the top-k arrival counters are back at zero."""
+    k = 1 if router_on_input else K
+    t, ref = moe_pair(fmt, E, H, I, k, mode, act, {}, activation=activation, bias=True, device=DEV, group=128,
+                      symmetric=False, router_on_input=router_on_input)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, k, DEV)
+    expect = ref.apply(x, w, ids)
+    for cfg in (SWAP, dict(SWAP, SWAP=2)):
+        t.config = cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL[act], cfg
+    t.config = SWAP
+    if router_on_input:
+        return                   # a zero weight on the input still adds act(bias) @ w2: not a dropped pair
+    bad = ids.clone()
+    bad[1, 0] = E + 1
+    t.check_inputs = False
+    w0 = w.clone()
+    w0[1, 0] = 0.0
+    y = t.apply(x, w, bad)
+    assert rel(y, ref.apply(x, w0, ids)) < TOL[act] and int(t._sum_counters.abs().sum()) == 0
+
+
+def test_swap_ab_path_refuses_quantized_activations():
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = SWAP
+    with pytest.raises(ValueError, match="SWAP"):
+        t.apply(x, w, ids)
 
 
 @pytest.mark.gpu
