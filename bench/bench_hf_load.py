@@ -10,13 +10,15 @@ above the process after imports (Linux VmHWM, reset after the imports), and the 
 
     python bench/bench_hf_load.py [--scheme W4A16 [W8A8 ...]] [--device cpu|cuda] [--dir /tmp/bench-0.5b]
                                   [--layers 24] [--writer auto|compressed-tensors|plain] [--repeat 3]
-                                  [--timeout S] [--write-only] [--json FILE]
+                                  [--timeout S] [--write-only] [--no-bf16] [--json FILE]
 
 On CUDA it also prints torch.cuda.max_memory_allocated during the load (the GPU peak) and what stays
 allocated after it. On CPU, int4 and int8 layers run torch's CPU integer kernels (oracle-torch's
 `torch.linear.int4_cpu`, `int8_weight_cpu`, `int8_cpu`), which keep the weights packed; other formats
 run oracle-emulation. BENCH_THREADS=N sets torch's thread count in the load processes (a machine
-shared with other jobs gives noisy times otherwise). Figures: bench/results/hf_load.md.
+shared with other jobs gives noisy times otherwise); BENCH_PROGRESS=1 shows the loader's progress bar on
+stderr, BENCH_STACK_AT=S prints every thread's stack after S seconds of a load process (stderr; both are
+printed when a load overruns --timeout). Figures: bench/results/hf_load.md.
 """
 from __future__ import annotations
 
