@@ -83,15 +83,17 @@ if forward == "1":
 """
 
 
-def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path, str]:
+def write(root: Path, scheme: str, layers: int, writer: str, bf16_needed: bool = True) -> tuple[Path, Path, str]:
     """The BF16 checkpoint (random, transformers' names) and a compressed-tensors `scheme` checkpoint of the same
     geometry: the BF16 one quantized by compressed-tensors itself (tests/checkpoint_matrix.py) or, without it,
     random codes written by bench/ct_w4a16.py (W4A16, W8A16, W8A8, FP8_DYNAMIC: the same bytes per weight,
     nothing to quantize)."""
-    from transformers import Qwen2Config
-
     sys.path.insert(0, str(ROOT / "bench"))
     import ct_w4a16
+
+    def config():                    # transformers is imported only when something is written (seconds)
+        from transformers import Qwen2Config
+        return Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers})
 
     if writer == "auto":
         try:
@@ -102,15 +104,14 @@ def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path
     if writer == "plain" and scheme not in ct_w4a16.SCHEMES:
         raise SystemExit(f"the plain writer (bench/ct_w4a16.py) writes {sorted(ct_w4a16.SCHEMES)}, not {scheme}")
     bf16, quant = root / "bf16", root / f"{scheme.lower()}-{writer}"
-    if not (bf16 / "config.json").is_file():
-        ct_w4a16.write_random_bf16(bf16, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
+    if writer == "plain" and not (quant / "config.json").is_file():       # the quantized one first: a load
+        ct_w4a16.write_random(quant, config(), scheme)                       # can start while BF16 is written
+    if not (bf16 / "config.json").is_file() and (bf16_needed or writer != "plain"):
+        ct_w4a16.write_random_bf16(bf16, config())
     if not (quant / "config.json").is_file():
-        if writer == "plain":
-            ct_w4a16.write_random(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}), scheme)
-        else:
-            sys.path.insert(0, str(ROOT / "tests"))
-            import checkpoint_matrix as cm
-            cm.quantize_dir(bf16, quant, scheme)
+        sys.path.insert(0, str(ROOT / "tests"))
+        import checkpoint_matrix as cm
+        cm.quantize_dir(bf16, quant, scheme)
     return bf16, quant, writer
 
 
@@ -159,7 +160,7 @@ def main() -> None:
     started = time.perf_counter()
     quants: dict[str, Path] = {}
     for scheme in args.scheme:
-        bf16, quants[scheme], writer = write(Path(args.dir), scheme, args.layers, args.writer)
+        bf16, quants[scheme], writer = write(Path(args.dir), scheme, args.layers, args.writer, not args.no_bf16)
         print(f"checkpoint {scheme} ready at {time.perf_counter() - started:.1f} s: {quants[scheme]}", flush=True)
     if args.write_only:
         return
