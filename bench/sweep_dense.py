@@ -113,8 +113,18 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m >= 256:
         out.append(("dequant + cuBLAS", {"DEQUANT_MM": 1}))
-    if m > 256:
+        if facts["hw_fp8"]:      # 4-bit whole tiles decoded by words inside the tensor-core GEMM (FULL_TILE 2)
+            for bm, bn, bk, nw, ns in ((128, 128, 128, 8, 3), (128, 128, 64, 8, 4), (256, 128, 64, 8, 3),
+                                       (128, 128, 128, 4, 3), (256, 128, 128, 8, 2)):
+                if bk % lay.group:          # INT4: a K tile holds whole groups
+                    continue
+                out.append((f"words bm{bm} bn{bn} bk{bk} w{nw} s{ns}",
+                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
+                             "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
         return out
+    if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
+        other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
+        out.append((f"default d{other}", {**default, "DECODE": other}))
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -145,7 +155,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                         if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                             continue
                         decs = (3, 0) if fmt == "int4" and (bn, nw, waves, bm) == (128, 4, 1, 16) else \
-                            ((3,) if fmt == "int4" else (0,))
+                            ((3,) if fmt == "int4" else (4, 0) if (bn, nw, waves, bm) == (128, 4, 1, 16) else (4,))
                         for dec in decs:
                             out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} d{dec}",
                                         {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
@@ -196,6 +206,9 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     gemm.fp8_swap_kernel (weights as the float8 MMA's A operand)."""
     sms = facts["sms"]
     out = [("default", default)]
+    if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
+        out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
+        out.append(("default, row rounded inside", {**default, "QUANT_IN": 1}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:
@@ -221,7 +234,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
 
 
 #: Per-token quantizer variants: rows per program, K width of a tile, warps.
-QUANT_VARIANTS = ((4, 1024, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8), (2, 2048, 4), (8, 512, 4), (16, 512, 8))
+QUANT_VARIANTS = ((1, 4096, 8), (1, 2048, 4), (2, 2048, 4))
 
 
 def run_quantizer(x, codes, scales, rows_, bk, nw):
@@ -252,6 +265,9 @@ def sweep_fp8(name, n, k, w, bw, ms):
         base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16]), "hbm_us": hbm}
         print(f"{name} fp8ch M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
         codes_ref, scales_ref = quantize_activation_codes(x, ACT_TOKEN, None, g.facts)
+        qus = gtime([lambda: quantize_activation_codes(x, ACT_TOKEN, None, g.facts)])
+        ROWS.append(dict(shape=name, fmt="fp8ch-quant", m=m, variant="default", us=qus, same=True))
+        print(f"  {name:11} quantizer M={m:<4} default (launch.quantize_activation_codes): {qus:7.1f} us", flush=True)
         for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] else ():
             if time.perf_counter() > DEADLINE[0]:
                 break
@@ -379,7 +395,7 @@ def host_profile() -> None:
     import io
     import pstats
 
-    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}),
+    for fmt, mode_name, act, params in (("int4", "w4a16_int4", "bf16", {}), ("mxfp4", "w4a16_mx", "bf16", {}),
                                         ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})):
         n, k = HOST_SHAPE
         w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05

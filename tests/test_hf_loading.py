@@ -137,7 +137,8 @@ def test_progress_bar_on_request(mixtral, capsys, monkeypatch):
 
 
 def test_loading_on_cpu_needs_no_triton(mixtral):
-    """With `import triton` failing, a CPU load still works: oracle imports no GPU compiler for CPU kernels."""
+    """With `import triton` failing, a CPU load still works: oracle imports no GPU compiler for CPU kernels,
+    and of the plugins only their registration modules and the chosen kernels' implementations."""
     code = textwrap.dedent(f"""
         import sys
         class Block:
@@ -149,11 +150,19 @@ def test_loading_on_cpu_needs_no_triton(mixtral):
         m = oracle.hf.load_quantized({str(mixtral)!r}, device="cpu")
         with torch.no_grad():
             m(torch.tensor([[1, 2, 3]]))
+        print(sorted(n for n in sys.modules if n.startswith(("oracle_triton", "oracle_torch", "oracle_b12x."))))
+        print(sorted({{k.spec.name for k in m.oracle.kernels.values()}}))
         print("ok", "triton" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[-2:] == ["ok", "False"]
+    modules, kernels, last = out.stdout.strip().splitlines()[-3:]
+    assert last.split() == ["ok", "False"]
+    assert eval(kernels) == ["emulation.moe", "torch.linear.int4_cpu"]      # noqa: S307 - our own repr
+    # int4_cpu is oracle_torch.cpu_int (with tinygemm's shared code); no GPU kernel module of any plugin
+    assert set(eval(modules)) <= {"oracle_torch", "oracle_torch.plugin", "oracle_torch.cpu_int",  # noqa: S307
+                                  "oracle_torch.tinygemm", "oracle_triton", "oracle_triton.plugin",
+                                  "oracle_b12x.plugin", "oracle_b12x.provider", "oracle_b12x.errors"}, modules
 
 
 def test_transformers_per_tensor_fp8_with_fused_parts_keeps_each_scale(tmp_path):

@@ -10,7 +10,8 @@ written as zero codes with scale 1 in the same launch, so no separate fill runs.
 
 `scale_epilogue` turns the int32 products into the layer's dtype in one launch:
 y = (acc * s_x[m]) * s_w[n] in float32, rounded once, then + bias in that dtype (the order of
-the CPU kernel, so both give the same values for the same products).
+the CPU kernel, so both give the same values for the same products; compiled without fused
+multiply-adds, which would skip the product's rounding before the bias in float32 output).
 """
 from __future__ import annotations
 
@@ -18,14 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-@triton.jit
-def _round_half_even(t):
-    """Nearest integer of t >= 0, ties to the even one."""
-    r = tl.floor(t + 0.5)
-    tie = (r - t) == 0.5
-    odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
-    return tl.where(tie & odd, r - 1.0, r)
-
+from .quantize_triton import _round_half_even   # nearest integer of t >= 0, ties to even
 
 @triton.jit
 def _row_kernel(x_ptr, q_ptr, s_ptr, M, K, BLOCK: tl.constexpr):
@@ -75,12 +69,17 @@ def int8_per_token(x: torch.Tensor, rows: int | None = None) -> tuple[torch.Tens
     return q, s
 
 
+#: the epilogue's columns per program and warps (bench/bench_int8.py --epilogue-sweep times others)
+EPILOGUE_BLOCK, EPILOGUE_WARPS = 1024, 4
+
+
 def scale_epilogue(acc: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor, bias: torch.Tensor | None,
-                   m: int, dtype: torch.dtype) -> torch.Tensor:
+                   m: int, dtype: torch.dtype, block: int | None = None, warps: int | None = None) -> torch.Tensor:
     """int32 acc [>= m, N], fp32 sx [>= m, 1], fp32 sw [N] -> [m, N] in `dtype` (+ bias [N] in `dtype`)."""
     n = acc.shape[1]
     y = torch.empty(m, n, dtype=dtype, device=acc.device)
-    block = 1024
+    block = block or EPILOGUE_BLOCK
     _epilogue_kernel[(m, triton.cdiv(n, block))](acc, sx, sw, y if bias is None else bias, y, n,
-                                                 HAS_BIAS=bias is not None, BLOCK=block)
+                                                 HAS_BIAS=bias is not None, BLOCK=block,
+                                                 num_warps=warps or EPILOGUE_WARPS, enable_fp_fusion=False)
     return y

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
@@ -24,7 +24,7 @@ from .gemv import split8
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                   scales_ptr=None, CODES: tl.constexpr = False):
+                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -32,32 +32,51 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     CODES (FP8 activations for the float8 GEMM): out gets the E4M3 bytes (uint8) and scales_ptr
     the fp32 scales: [ceil(K/128), M] per 1x128 group (ACT 1), [M] per token (ACT 2); per tensor
     (ACT 3) the scale is xs_ptr's. Same codes and scales as the values written otherwise
-    (values = codes x scales, rounded to out's dtype)."""
+    (values = codes x scales, rounded to out's dtype).
+
+    ONE_TILE (per token, ACT 2, with BLOCK_K >= K and one program along K): the rows are loaded once,
+    their amax, codes and scales computed from the registers (one memory round trip, not two passes)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    if ACT == 2:
-        for t in range(0, k_tiles):
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                         mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-            amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
-        if CODES:
-            tl.store(scales_ptr + offs_m, fp8_scale(amax_rows), mask=row_ok & (tl.program_id(1) == 0))
-    for t in range(tl.program_id(1), k_tiles, tl.num_programs(1)):
-        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+    if ONE_TILE:
+        offs_k = tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (offs_k[None, :] < K)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        if ACT == 2:
+            amax_rows = tl.max(tl.abs(x), axis=1)
         outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
         if CODES:
             q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
             tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
-            if ACT == 1:
-                tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
+            if ACT != 3:
+                tl.store(scales_ptr + offs_m, s, mask=row_ok)
         else:
-            xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
-            tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+            tl.store(outp, to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K),
+                                    out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
+    else:
+        if ACT == 2:
+            for t in range(0, k_tiles):
+                offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+                xa = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                             mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+                amax_rows = tl.maximum(amax_rows, tl.max(tl.abs(xa), axis=1))
+            if CODES:
+                tl.store(scales_ptr + offs_m, fp8_scale(amax_rows), mask=row_ok & (tl.program_id(1) == 0))
+        for t in range(tl.program_id(1), k_tiles, tl.num_programs(1)):
+            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+            mask = row_ok[:, None] & (offs_k[None, :] < K)
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
+            if CODES:
+                q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
+                tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
+                if ACT == 1:
+                    tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
+            else:
+                xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+                tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 
 @triton.jit
@@ -69,7 +88,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
-                 FULL_TILE: tl.constexpr = False, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
+                 FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
@@ -120,6 +139,18 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
+    elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX), loads one tile ahead
+        u, s, z = words_tile_load(tl.minimum(t0, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn,
+                                  stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
+                                  EVEN_K)
+        for t in range(t0, t1):
+            un, sn, zn = words_tile_load(tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N,
+                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
+                                         BLOCK_N, BLOCK_K, EVEN_K)
+            x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
+            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+            acc = mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
+            u, s, z = un, sn, zn
     elif FULL_TILE:
         for t in range(t0, t1):
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -190,6 +221,117 @@ def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
     return w0, w1, w2, w3, w4, w5, w6, w7
 
 
+def e2m1_word_ptx(f16: bool) -> str:
+    """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) and the group-scale
+    pair $9 ({s, s} in the 16-bit type) -> the 8 values x scale as 16-bit halves $0..$7 (k order).
+
+    Pair i of the word (nibbles i and i + 4) becomes one 16-bit pair by bit placement alone: the
+    word shifted left by 12 - 4i puts both sign bits at bits 15 / 31 and the 3 magnitude bits at
+    12-14 / 28-30; shifted right by 6 (bf16; 3 for fp16) they land on the exponent's two low bits
+    and the mantissa's top bit. That pattern is the E2M1 value times 2**-126 (bf16; 2**-14 for
+    fp16), the code 0.5 a subnormal, exactly; a packed multiply by {2**126, 2**126} (fp16: 2**14;
+    written as an FMA with -0, which keeps signs of zero and handles subnormals) gives the values,
+    a second one by the scale pair gives value x scale rounded once to the 16-bit type, as the
+    reference dequantizes (exact for MXFP4's powers of two). The scale is not folded into the first
+    factor: 2**126 x an E8M0 scale above 2 overflows bf16. No conversion instruction at all."""
+    shift, mask, one = (3, 0x0E000E00, 0x74007400) if f16 else (6, 0x01C001C0, 0x7E807E80)
+    typ = "f16x2" if f16 else "bf16x2"
+    lines = [".reg .b32 q, a, b, c, z;", f"mov.b32 c, {one:#x};", "mov.b32 z, 0x80008000;"]
+    for i in range(4):
+        lines.append(f"shl.b32 q, $8, {12 - 4 * i};" if i < 3 else "mov.b32 q, $8;")
+        lines += [f"shr.b32 a, q, {shift};", f"and.b32 a, a, {mask:#x};", "and.b32 b, q, 0x80008000;",
+                  "or.b32 a, a, b;", f"fma.rn.{typ} a, a, c, z;", f"fma.rn.{typ} a, a, $9, z;",
+                  f"mov.b32 {{${i}, ${i + 4}}}, a;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False))
+_E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
+
+
+@triton.jit
+def e2m1_word_values(u, sg, io_t: tl.constexpr):
+    """E2M1 words u [A, B] (int32) and their group scales sg (fp32, broadcast to u) -> the 8
+    tensors value x scale [A, B] in io_t (nibble i = k % 8), rounded once as the reference
+    dequantizes (e2m1_word_ptx: bit placement and two packed multiplies per pair; inline PTX,
+    compiled only)."""
+    sp = (sg.to(io_t).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537 + tl.zeros_like(u)
+    if io_t == tl.bfloat16:
+        h = tl.inline_asm_elementwise(_E2M1_BF16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    else:
+        h = tl.inline_asm_elementwise(_E2M1_F16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    return h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
+        h[3].to(io_t, bitcast=True), h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), \
+        h[6].to(io_t, bitcast=True), h[7].to(io_t, bitcast=True)
+
+
+@triton.jit
+def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The loads of one whole-tile word decode (words_tile_decode) of W[offs_n, k0 : k0 + BLOCK_K]:
+    E2M1 words [BN, BK/8] and raw group scales [BN, groups] (zeros: the scales again); GPTQ words
+    [BK/8, BN] (N contiguous), each word row's group scales and zero points [BK/8, BN]. Split from
+    the decode so the large-M loop can issue the next tile's loads before decoding this one (Triton
+    pipelines only loads that feed tl.dot; the packed weights feed the decode)."""
+    UJ: tl.constexpr = BLOCK_K // 8
+    if ELEM == 3:
+        jj = tl.arange(0, UJ)
+        j = (k0 // 8 + jj)[:, None]
+        n = offs_n[None, :]
+        ok = (n < N) & k_in(j, K // 8, EVEN_K)
+        u = tl.load(w_ptr + j * stride_wk + n, mask=ok, other=0)
+        g = ((k0 + 8 * jj) // GROUP)[:, None]
+        s = tl.load(s_ptr + g * stride_sk + n, mask=ok, other=0.0)
+        if HAS_ZERO:
+            zw = tl.load(z_ptr + g * stride_zk + n // 8, mask=ok, other=0)
+            z = (zw >> ((n % 8) * 4)) & 15
+        else:
+            z = tl.full([UJ, BLOCK_N], 8, tl.int32)
+    else:
+        G: tl.constexpr = BLOCK_K // GROUP
+        n = offs_n[:, None]
+        j = (k0 // 8 + tl.arange(0, UJ))[None, :]
+        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
+                    mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
+        g = (k0 // GROUP + tl.arange(0, G))[None, :]
+        s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
+        z = s
+    return u, s, z
+
+
+@triton.jit
+def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, io_t: tl.constexpr):
+    """words_tile_load's tile -> the dequantized [BLOCK_N, BLOCK_K] tile in io_t, k in order, the
+    reference's values (as dequant.w4_tile gives them), decoded a 32-bit word (8 values) at a time.
+    E2M1: e2m1_word_values (bit placement, value x scale rounded once). GPTQ: int4_word_values
+    (q - z exact by one packed subtraction per pair), times the group scale in fp32, rounded once;
+    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave."""
+    UJ: tl.constexpr = BLOCK_K // 8
+    if ELEM == 3:
+        sf = s.to(tl.float32)
+        w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z, 3, io_t)
+        w0 = tl.trans(to_dtype(w0.to(tl.float32) * sf, io_t, False))
+        w1 = tl.trans(to_dtype(w1.to(tl.float32) * sf, io_t, False))
+        w2 = tl.trans(to_dtype(w2.to(tl.float32) * sf, io_t, False))
+        w3 = tl.trans(to_dtype(w3.to(tl.float32) * sf, io_t, False))
+        w4 = tl.trans(to_dtype(w4.to(tl.float32) * sf, io_t, False))
+        w5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
+        w6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
+        w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
+    else:
+        G: tl.constexpr = BLOCK_K // GROUP
+        sg = group_scales(s, gscale, ELEM)
+        sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
+    even = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
+    odd = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
+    return tl.interleave(even, odd)
+
+
 @triton.jit
 def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
                     stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
@@ -217,6 +359,20 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
     kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
     x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None], other=0.0)
     return u, s, z, x
+
+
+@triton.jit
+def _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t: tl.constexpr,
+          DOT_F32: tl.constexpr):
+    """acc + sum over i of w_i @ x_i (the 8 nibble operands of a swap-AB K tile, each a 16-deep MMA step)."""
+    acc = mma_acc(w0.to(dot_t), x0, acc, DOT_F32)
+    acc = mma_acc(w1.to(dot_t), x1, acc, DOT_F32)
+    acc = mma_acc(w2.to(dot_t), x2, acc, DOT_F32)
+    acc = mma_acc(w3.to(dot_t), x3, acc, DOT_F32)
+    acc = mma_acc(w4.to(dot_t), x4, acc, DOT_F32)
+    acc = mma_acc(w5.to(dot_t), x5, acc, DOT_F32)
+    acc = mma_acc(w6.to(dot_t), x6, acc, DOT_F32)
+    return mma_acc(w7.to(dot_t), x7, acc, DOT_F32)
 
 
 @triton.jit
@@ -268,27 +424,25 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
         if ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
-            p = mma_acc(w0.to(dot_t), x0, tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), DOT_F32)
-            p = mma_acc(w1.to(dot_t), x1, p, DOT_F32)
-            p = mma_acc(w2.to(dot_t), x2, p, DOT_F32)
-            p = mma_acc(w3.to(dot_t), x3, p, DOT_F32)
-            p = mma_acc(w4.to(dot_t), x4, p, DOT_F32)
-            p = mma_acc(w5.to(dot_t), x5, p, DOT_F32)
-            p = mma_acc(w6.to(dot_t), x6, p, DOT_F32)
-            p = mma_acc(w7.to(dot_t), x7, p, DOT_F32)
+            p = _mma8(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), w0, w1, w2, w3, w4, w5, w6, w7,
+                      x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         else:
             G: tl.constexpr = BLOCK_K // GROUP
             sg = group_scales(s, gscale, ELEM)
             sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-            acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 2, sfull, io_t, dot_t, DOT_F32), x2, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 3, sfull, io_t, dot_t, DOT_F32), x3, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 4, sfull, io_t, dot_t, DOT_F32), x4, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
-            acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
+            if DECODE == 4:     # whole words by bit placement (inline PTX)
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
+                acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
+            else:
+                acc = mma_acc(_e2m1_operand(u, 0, sfull, io_t, dot_t, DOT_F32), x0, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 1, sfull, io_t, dot_t, DOT_F32), x1, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 2, sfull, io_t, dot_t, DOT_F32), x2, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 3, sfull, io_t, dot_t, DOT_F32), x3, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 4, sfull, io_t, dot_t, DOT_F32), x4, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
+                acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
         u, s, z, x = un, sn, zn, xn
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
@@ -298,12 +452,19 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr):
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
+                    AMAX_K: tl.constexpr = 1024):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
     read K-major straight from memory into the pipelined dot (Triton stages the loads: num_stages);
-    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K)."""
+    the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K).
+
+    QUANT_IN (one activation row, M = 1): x holds the activations in the layer dtype, and each
+    program rounds them itself (the row's amax in AMAX_K-wide steps, or the per-tensor scale at
+    as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
+    codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
+    operand is rounded (the others are zeros)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -314,22 +475,51 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if QUANT_IN:
+        if A_CODES == 2:
+            amax = tl.zeros([1], dtype=tl.float32)
+            for t in range(0, tl.cdiv(K, AMAX_K)):
+                offs_a = t * AMAX_K + tl.arange(0, AMAX_K)
+                xa = tl.load(x_ptr + offs_a, mask=offs_a < K, other=0.0).to(tl.float32)
+                amax = tl.maximum(amax, tl.max(tl.abs(xa[None, :]), axis=1))
+            xs = fp8_scale(amax)
+        else:
+            xs = tl.load(as_ptr + tl.zeros([1], tl.int32))
+        first = (tl.arange(0, BLOCK_M) == 0)[:, None]
+        xr = _row_tile(x_ptr, tl.minimum(t0, t1 - 1), K, BLOCK_K, EVEN_K)
     for t in range(t0, t1):
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+            xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
+            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
+            xr = xr_next
+            a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
+        else:
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
         acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
-    y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
+    if QUANT_IN:
+        ws = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
+        y = tl.trans(acc) * xs[:, None] * ws[None, :]
+    else:
+        y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def _row_tile(x_ptr, t, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """K tile t of one activation row as fp32 [1, BLOCK_K] (zeros past K)."""
+    offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+    return tl.load(x_ptr + offs_k[None, :], mask=k_in(offs_k, K, EVEN_K)[None, :], other=0.0).to(tl.float32)
 
 
 @triton.jit
 def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                    HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, WORDS: tl.constexpr = False):
     """The whole weight W [N, K] in the layer dtype, each value x its scale rounded as the reference
     dequantizes it (the large-M path multiplies it with cuBLAS: launch.DenseGemm.dequant_mm).
     Grid (N / BLOCK_N, K / BLOCK_K)."""
@@ -343,6 +533,13 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
         s = tl.load(s_ptr + (offs_n // SCALE_ROWS)[:, None] * stride_sn + (offs_k // GROUP)[None, :] * stride_sk,
                     mask=mask, other=0.0)
         w = to_dtype(fp8_operand(codes, False, HW_FP8, tl.float32).to(tl.float32) * s, io_t, EXACT_BF16)
+    elif WORDS:
+        gscale = 1.0
+        if ELEM == 2:
+            gscale = tl.load(g_ptr)
+        u, s, z = words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
+                                  stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, False)
+        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
     else:
         gscale = 1.0
         if ELEM == 2:

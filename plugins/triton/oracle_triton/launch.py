@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, FP8, INT4, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
 
 
 def interpreting() -> bool:
@@ -149,8 +149,8 @@ def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dic
         split *= 2
     cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
            "num_stages": stages}
-    if elem != 0:
-        cfg["DECODE"] = 3 if elem == 3 and words else 0
+    if elem != 0:       # the word decoders (inline PTX): INT4 packed subtraction, E2M1 bit placement
+        cfg["DECODE"] = (3 if elem == 3 else 4) if words else 0
     return cfg
 
 
@@ -180,14 +180,18 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         scales = torch.empty(m, dtype=torch.float32, device=x.device)
     else:
         scales = act_scale
-    warps = 4
-    if act == ACT_TOKEN:       # a row's amax pass, then its codes: one row x 4096-wide tiles per program
+    warps, one = 4, False
+    if act == ACT_TOKEN and k <= ONE_TILE_MAX_K:    # the whole row in registers: loaded once
+        bm, bk, k_programs, one = 1, 1 << (k - 1).bit_length(), 1, True
+        warps = 8 if bk <= 8192 else 16
+    elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
         bm, bk, k_programs = 16, 128, -(-k // 128)
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
-                ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True)
+                ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
+                ONE_TILE=one)
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
     act_qdq_kernel[grid](**args, num_warps=warps)
@@ -195,6 +199,11 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
+#: FP8 W8A8 at M = 1 rounds its row inside the swap GEMM (QUANT_IN) up to this many weights, else
+#: a quantizer launch first. Measured on an H200 (bench/sweep_dense.py R4, weights from HBM): 2048x4096
+#: 8.7 us fused against 9.3 with the launch; the large shapes lost with the fused loop (8192x8192
+#: 25.6 against 23.7, 7168x18432 54.9 against 47.9: every program rounds its K tiles itself).
+QUANT_IN_MAX_ELEMENTS = 1 << 24
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
 #: it. Measured on an H200 (bench/sweep_dense.py R1, K = 8192): one row in 4096-wide steps at 8 warps
@@ -203,6 +212,9 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: a few hundred rows; fewer steps matter more below). The codes and scales are the same for any
 #: tile (a max is exact in any order).
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
+#: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
+#: values per thread at 16 warps); longer rows take the two passes above.
+ONE_TILE_MAX_K = 16384
 
 
 @functools.cache
@@ -259,6 +271,9 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
+                if m == 1 and cfg.get("QUANT_IN", self.n * self.k <= QUANT_IN_MAX_ELEMENTS) and \
+                        act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
+                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
@@ -289,8 +304,16 @@ class DenseGemm:
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, GROUP_M=cfg.get("GROUP_M", 1))
+            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1))
         return y
+
+    def full_tile(self, cfg: dict[str, int]) -> int:
+        """wgemm_kernel's FULL_TILE for cfg: 0 per-nibble sub-tiles, 1 whole 4-bit tiles, 2 whole 4-bit
+        tiles (E2M1 and INT4) decoded a word at a time by inline PTX (needs capability >= 8.9; else 1)."""
+        full = cfg.get("FULL_TILE", 0) if self.layout.pack > 1 else 0
+        if full == 2 and not self.facts["hw_fp8"]:
+            full = 1
+        return full
 
     def config_for(self, m: int, act: int = 0) -> dict[str, int]:
         """The launch parameters an M-row call uses: a GEMV configuration (it has DECODE) or the
@@ -322,8 +345,13 @@ class DenseGemm:
         (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
         once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
         table chooses it per shape and M bucket."""
+        return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
+
+    def dequantized(self, out_dtype: torch.dtype) -> torch.Tensor:
+        """The whole weight [N, K] in out_dtype as the reference dequantizes it (gemm.dequant_kernel;
+        E2M1 words by bit placement where the device has the PTX decoders)."""
         lay = self.layout
-        buf = torch.empty(self.n, self.k, dtype=out_dtype, device=x.device)
+        buf = torch.empty(self.n, self.k, dtype=out_dtype, device=self.weight.device)
         bn, bk = 64, 128
         self.launch(
             "dequant_kernel", (-(-self.n // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
@@ -331,8 +359,9 @@ class DenseGemm:
             N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
-            BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
-        return torch.nn.functional.linear(x, buf, self.bias)
+            BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
+            WORDS=lay.pack > 1 and self.facts["hw_fp8"])
+        return buf
 
     def scaled_mm_ok(self, act: int) -> bool:
         """Can the GEMM go to torch._scaled_mm rowwise: FP8 weights with one scale per channel or per
@@ -357,7 +386,7 @@ class DenseGemm:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
         the PTX word decoders capability >= 8.9 and layer-dtype activations."""
-        if cfg.get("DECODE") == 3 and not (self.facts["hw_fp8"] and act == 0):
+        if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
@@ -392,8 +421,11 @@ class DenseGemm:
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int]) -> torch.Tensor:
-        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel."""
+                 cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
+        `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
+        per-tensor scale, or anything per token), so no quantizer launch (the default at M = 1 up to
+        QUANT_IN_MAX_ELEMENTS weights; cfg QUANT_IN 0 / 1 overrides it)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
@@ -406,7 +438,8 @@ class DenseGemm:
             stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
-            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0)
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192))    # the row's amax in at most a few loads
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -78,7 +78,7 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
-                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
+                  FULL_TILE=int(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
                   UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
@@ -102,13 +102,16 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
     return compile_kernel(mk.moe_gemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
-def act_codes(act: int):
+def act_codes(act: int, one_tile_k: int = 0):
     from oracle_triton.launch import TOKEN_K, TOKEN_ROWS, TOKEN_WARPS
 
     bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
-    consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True)
+    warps = TOKEN_WARPS if act == 2 else 4
+    if one_tile_k:
+        bm, bk, warps = 1, one_tile_k, 8 if one_tile_k <= 8192 else 16
+    consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True, ONE_TILE=bool(one_tile_k))
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
-                          consts, TOKEN_WARPS if act == 2 else 4, 2)
+                          consts, warps, 2)
 
 
 def default_cases():
@@ -196,17 +199,19 @@ def swap_cases():
     }
 
 
-def dequant(elem, pack, group, *, zero=False, scale_rows=1):
+def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, HW_FP8=True, BLOCK_N=64,
-                  BLOCK_K=128, EXACT_BF16=False, OUT_F16=False, **_ones(elem))
+                  BLOCK_K=128, EXACT_BF16=False, OUT_F16=False, WORDS=words, **_ones(elem))
     ptrs = {"w_ptr": "*i32" if elem == 3 else "*u8", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "out_ptr": "*bf16"}
     return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
-def fp8_swap(cfg, act=2):
+def fp8_swap(cfg, act=2, quant_in=False):
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                  BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1)
-    ptrs = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+                  BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
+                  QUANT_IN=quant_in, AMAX_K=8192)
+    ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
+            "cnt_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
@@ -232,9 +237,36 @@ def small_batch_cases():
     }
 
 
+def words_cases():
+    """The E2M1 bit-placement word decoder (gemm.e2m1_word_ptx) in each kernel that uses it, the words
+    GEMM, FP8 QUANT_IN and the one-load quantizer."""
+    from oracle_triton.launch import swap_config
+
+    def c(bm, bn, warps, decode, split=2):
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
+                "num_warps": warps, "num_stages": 1}
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 8, "FULL_TILE": 2,
+           "num_warps": 8, "num_stages": 3}
+    return {
+        "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
+        "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
+        "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
+        "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
+        "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
+        "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
+        "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=True),
+        "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
+        "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
+        "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
+        "dense int4 words 128x128x128 w8": lambda: dense(3, 8, 128, big),
+        "dense int4 zero points words 256x128x128 w8": lambda: dense(3, 8, 128, dict(big, BLOCK_M=256, num_stages=2),
+                                                                     zero=True),
+    }
+
+
 def main(argv: list[str]) -> int:
     bad = 0
-    cases = {"small": small_batch_cases, "swap": swap_cases}.get(argv[0] if argv else "", default_cases)()
+    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()

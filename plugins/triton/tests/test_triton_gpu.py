@@ -218,14 +218,14 @@ def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
     assert t.gemm.swap_ok(0)
     for m, bm in ((1, 16), (16, 16), (29, 32)):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
-        for decode in ((3, 0) if fmt == "int4" else (0,)):
+        for decode in ((3, 0) if fmt == "int4" else (4, 0)):
             for bn, split, warps in ((128, 1, 4), (256, 2, 8)):
                 cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "DECODE": decode,
                        "num_warps": warps, "num_stages": 1}
                 y = t.gemm(x, 0, None, dtype, cfg)
                 assert y.dtype == dtype and rel(y, e.apply(x)) < TOL, (m, decode, bn, split)
     cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4,
-           "DECODE": 3 if fmt == "int4" else 0, "num_warps": 4, "num_stages": 1}
+           "DECODE": 3 if fmt == "int4" else 4, "num_warps": 4, "num_stages": 1}
     x = torch.randn(16, k, device="cuda", dtype=dtype)
     g, out = _graph(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x)
     for _ in range(2):
@@ -234,6 +234,61 @@ def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
         torch.cuda.synchronize()
         assert rel(out, e.apply(x)) < TOL
         assert torch.equal(out, t.gemm(x, 0, None, dtype, cfg))
+
+
+@pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
+def test_words_full_tile_gemm_matches_emulation_and_replays(fmt, dtype):
+    """The large-M 4-bit GEMM with whole tiles decoded by words (FULL_TILE 2: E2M1 bit placement,
+    GPTQ packed subtraction with zero points) against the reference, with a bias and a row tail,
+    then captured in a CUDA graph and replayed."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1024, 2048, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128 if fmt == "int4" else 64, "SPLIT_K": 1, "GROUP_M": 8,
+           "FULL_TILE": 2, "num_warps": 8, "num_stages": 3}
+    x = torch.randn(200, 2048, device="cuda", dtype=dtype)
+    ref = e.apply(x)
+    assert rel(t.gemm(x, 0, None, dtype, cfg), ref) < TOL
+    g, out = _graph(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel(out, e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16),
+                                       ("mxfp4", torch.float16)])
+def test_e2m1_bit_placement_decoder_exact(fmt, dtype):
+    """gemm.e2m1_word_ptx (E2M1 bits placed in a bf16/fp16, times 2**126 / 2**14, times the group
+    scale) against oracle-emulation's dequantized weight, every code pair at many scales: MXFP4
+    (powers of two) bit for bit, E8M0 bytes 100-140 included (scales above 2, where value x 2**126
+    x scale would overflow if folded into one factor); NVFP4 (scale E4M3 x global rounded to the
+    16-bit type first) within one rounding of the reference."""
+    from helpers import quantize
+    from oracle import LinearLayer
+    from oracle.catalog import Mode
+    from oracle_emulation.weights import dequantize_weight
+    from oracle_triton.linear import TritonLinear
+
+    n, k = 256, 1024
+    tensors = quantize(fmt, torch.randn(n, k, device="cuda") * 0.05)
+    idx = torch.arange(n * k // 2, device="cuda", dtype=torch.int64)
+    tensors["weight"] = ((idx * 7 + (idx >> 3)) & 255).to(torch.uint8).reshape(n, k // 2)     # all 256 code pairs
+    if fmt == "mxfp4":
+        sidx = torch.arange(tensors["weight_scale"].numel(), device="cuda")
+        tensors["weight_scale"] = (100 + sidx % 41).to(torch.uint8).reshape(tensors["weight_scale"].shape)
+    layer = LinearLayer(name="exact", in_features=k, out_features=n, weight_format=fmt, has_bias=False,
+                        dtype="float16" if dtype == torch.float16 else "bfloat16")
+    t = TritonLinear(layer, Mode(weight=fmt, activation="bf16", name="w4a16_mx" if fmt == "mxfp4" else "w4a16_nvfp4"),
+                     None)
+    t.process_weights(**tensors)
+    names = {"weight": "weight", "scale": "weight_scale", "global": "weight_global_scale"}
+    roles = {"weight": "weight", "weight_scale": "scale", "weight_global_scale": "global"}
+    ref = dequantize_weight(fmt, {roles[kk]: v for kk, v in tensors.items()}, names, [], n, k).to(dtype)
+    got = t.gemm.dequantized(dtype)
+    if fmt == "mxfp4":
+        assert torch.equal(got, ref)
+    else:
+        assert ((got.float() - ref.float()).abs() <= ref.float().abs() * 2.0 ** -7).all()
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
@@ -253,7 +308,17 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
                    "num_stages": 3}
             assert rel(t.gemm(x, t.act, scale, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, bm, bn, bk, split)
+            if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
+                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
+                                   t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
     cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 4}
+    x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,
+                                      torch.bfloat16, cfg), x1)
+    x1.copy_(torch.randn_like(x1))
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel(out, e.apply(x1)) < TOL
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,
                                       torch.bfloat16, cfg), x)
@@ -274,6 +339,35 @@ def _replay_agrees(run, x, ref):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, run(x)) and rel(out, ref.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16),
+                                       ("mxfp4", torch.float16)])
+def test_e2m1_bit_placement_decoder_exact(fmt, dtype):
+    """gemm.e2m1_word_ptx (E2M1 bits placed in a bf16/fp16, times 2**126 / 2**14, times the group
+    scale) against oracle-emulation's dequantized weight, every code at many scales: MXFP4 (powers of
+    two) bit for bit, E8M0 bytes 100-140 included (scales above 2, where value x 2**126 x scale would
+    overflow if folded into one factor); NVFP4 (scale E4M3 x global rounded to the 16-bit type
+    first) within one rounding of the reference."""
+    from oracle_emulation.weights import StoredWeight  # noqa: F401 - the reference's resident copy below
+    from oracle_triton.formats import E2M1_MX
+
+    n, k = 256, 1024
+    t, e = linear_pair(fmt, n, k, "w4a16_mx" if fmt == "mxfp4" else "w4a16_nvfp4", "bf16", device="cuda")
+    codes = torch.arange(n * k // 2, device="cuda", dtype=torch.int64)
+    byte = ((codes * 7 + (codes >> 3)) & 255).to(torch.uint8).reshape(n, k // 2)     # all 256 code pairs
+    t.gemm.weight.copy_(byte.view(t.gemm.weight.dtype).reshape(t.gemm.weight.shape))
+    if t.gemm.layout.elem == E2M1_MX:
+        sc = (100 + torch.arange(t.gemm.scale.numel(), device="cuda") % 41).to(torch.uint8)
+        t.gemm.scale.copy_(sc.reshape(t.gemm.scale.shape))
+    tensors = {name: v for name, v in t.raw_tensors().items()}
+    from oracle_emulation.weights import dequantize_weight
+    ref = dequantize_weight(fmt, tensors, t.tensor_names(), [], n, k).to(dtype)
+    got = t.gemm.dequantized(dtype)
+    if fmt == "mxfp4":
+        assert torch.equal(got, ref)
+    else:
+        assert ((got.float() - ref.float()).abs() <= ref.float().abs() * 2.0 ** -7 + 1e-30).all()
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
