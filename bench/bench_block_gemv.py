@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """FP8 block W8A8 (1x128 activation groups x 128x128 weight blocks) at decode sizes, one process:
-oracle-torch's one-launch Triton GEMV (oracle_torch.block_gemv, its launch variants; one row) against
+oracle-torch's Triton GEMV (oracle_torch.block_gemv, its launch variants, split over N and K; one row) against
 the cuBLASLt blockwise path it replaces (pad to 16 rows, quantize, M-major scales, torch._scaled_mm)
 and BF16 cuBLAS (x @ w.T). Microseconds per call under CUDA-graph replay, weights served from HBM
 (each candidate cycles through copies of its weights exceeding 256 MB), and the relative error of
-each against the cuBLASLt path.
+each against the cuBLASLt path; TB/s counts the FP8 weight bytes only (HBM column: those bytes at 4.2 TB/s).
 
     python bench/bench_block_gemv.py [--m 1 8] [--shapes qwen3-qkv qwen3-o] [--variants 0 1]
 """
@@ -18,11 +18,11 @@ import torch
 ROTATE = 256 << 20
 SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536), "dsr1-kv_b": (32768, 512),
           "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
-#: (name, block_n, groups per load, warps); the first is block_gemv's default
-#: one-warp programs first: compiled for sm_90 they have no barrier at all (the reductions stay in the warp;
-#: bn8 g2 w1: 215 registers, no spills), where the default has about ten per 512-column chunk
-VARIANTS = [("bn16 g4 w4", 16, 4, 4), ("bn8 g2 w1", 8, 2, 1), ("bn16 g1 w1", 16, 1, 1), ("bn16 g8 w8", 16, 8, 8),
-            ("bn16 g4 w8", 16, 4, 8), ("bn8 g4 w2", 8, 4, 2), ("bn32 g4 w8", 32, 4, 8), ("bn16 g2 w4", 16, 2, 4)]
+#: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's); the first is block_gemv's default,
+#: the second the first version's launch (16 rows per program over the whole K: about 2 programs per SM)
+VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None), ("old bn16 g4 w4 s1", 16, 4, 4, 1), ("bn4 g4 w2 auto", 4, 4, 2, None),
+            ("bn8 g2 w1 auto", 8, 2, 1, None), ("bn16 g4 w4 auto", 16, 4, 4, None), ("bn8 g4 w4 s4", 8, 4, 4, 4),
+            ("bn8 g8 w4 auto", 8, 8, 4, None), ("bn8 g2 w2 auto", 8, 2, 2, None)]
 
 
 def main() -> None:
@@ -56,16 +56,18 @@ def main() -> None:
             ref = cublas(0).float()
             row = [f"{shape:10s} N={n} K={k} M={m:<3d} HBM(fp8) {n * k / 4.2e6:5.1f}"]
             us = 1e3 * graph_ms(lambda: [cublas(i) for i in range(copies)], 1) / copies
-            row.append(f"cublas {us:6.1f}")
+            row.append(f"cublas {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s")
             us = 1e3 * graph_ms(lambda: [x @ w.t() for w in bf], 1) / len(bf)
             row.append(f"bf16 {us:6.1f}")
-            for name, bn, groups, warps in (variants if m <= block_gemv.MAX_ROWS else []):
+            for name, bn, groups, warps, split in (variants if m <= block_gemv.MAX_ROWS else []):
                 try:
                     run = (lambda i, x=x: block_gemv.block_gemv(x, ws[i], scales[i], torch.bfloat16, bn, groups,
-                                                                warps))
+                                                                warps, split))
                     err = rel(run(0), ref)
                     us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
-                    row.append(f"{name} {us:6.1f} (err {err:.1e})")
+                    p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)
+                    row.append(f"{name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
+                               f"(err {err:.1e})")
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
                     row.append(f"{name} FAILED {type(exc).__name__}: {str(exc)[:120]}")
             print(" | ".join(row), flush=True)

@@ -148,7 +148,8 @@ class TorchChannelFP8Linear(_ScaledLinear):
 
 class TorchBlockFP8Linear(_ScaledLinear):
     """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling;
-    one row on CUDA, one Triton launch that quantizes inside the GEMV (oracle_torch.block_gemv)."""
+    one row on CUDA, a Triton GEMV that quantizes inside (oracle_torch.block_gemv; one launch, two when it
+    splits K)."""
 
     def _validate(self, weight_scale: Any, input_scale: Any, **_: Any) -> None:
         if self.n % gemm.BLOCK or self.k % gemm.BLOCK:
@@ -193,7 +194,7 @@ class TorchBlockFP8Linear(_ScaledLinear):
 
     @staticmethod
     def _few_rows(x2: torch.Tensor) -> bool:
-        """One row on CUDA goes to the one-launch Triton GEMV (oracle_torch.block_gemv), unless the fused
+        """One row on CUDA goes to the Triton GEMV (oracle_torch.block_gemv), unless the fused
         quantizers are switched off (ORACLE_TORCH_QUANT=eager), ORACLE_TORCH_BLOCK_GEMV=0, or it failed
         to compile here."""
         if not x2.is_cuda or os.environ.get(QUANT_ENV) == "eager" or "block_gemv" in _FUSED_FAILED:
