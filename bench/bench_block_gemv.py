@@ -62,7 +62,8 @@ def main() -> None:
             us = 1e3 * graph_ms(lambda: [cublas(i) for i in range(copies)], 1) / copies
             row.append(f"cublas {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s")
             us = 1e3 * graph_ms(lambda: [x @ w.t() for w in bf], 1) / len(bf)
-            row.append(f"bf16 {us:6.1f}")
+            row.append(f"bf16 {us:6.1f} = {2 * n * k / us / 1e6:4.2f} TB/s")
+            print(" | ".join(row), flush=True)            # then one line per variant, so a cut run keeps them
             cnt = block_gemv.counter(n, dev)
             for name, bn, groups, warps, split, one in (variants if m <= block_gemv.MAX_ROWS else []):
                 try:
@@ -71,11 +72,10 @@ def main() -> None:
                     err = rel(run(0), ref)
                     us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
                     p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)
-                    row.append(f"{name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
-                               f"(err {err:.1e})")
+                    print(f"    {name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
+                          f"(err {err:.1e})", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
-                    row.append(f"{name} FAILED {type(exc).__name__}: {str(exc)[:120]}")
-            print(" | ".join(row), flush=True)
+                    print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         del ws, scales, bf
         torch.cuda.empty_cache()
 
