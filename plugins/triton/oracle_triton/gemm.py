@@ -20,23 +20,11 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 
-try:        # programmatic dependent launch (sm_90): present in the Triton builds this plugin supports
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover - launch.device_facts then never asks for PDL
-    @triton.jit
-    def gdc_launch_dependents():
-        pass
-
-    @triton.jit
-    def gdc_wait():
-        pass
-
 
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
-                   PDL: tl.constexpr = False):
+                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -47,11 +35,7 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     (values = codes x scales, rounded to out's dtype).
 
     ONE_TILE (per token, ACT 2, with BLOCK_K >= K and one program along K): the rows are loaded once,
-    their amax, codes and scales computed from the registers (one memory round trip, not two passes).
-    PDL: lets the next kernel (the GEMM, launched with programmatic dependent launch) start at once;
-    it waits for these codes itself (fp8_swap_kernel PDL)."""
-    if PDL:
-        gdc_launch_dependents()
+    their amax, codes and scales computed from the registers (one memory round trip, not two passes)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -469,7 +453,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
-                    AMAX_K: tl.constexpr = 1024, PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 2):
+                    AMAX_K: tl.constexpr = 1024):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -480,12 +464,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     program rounds them itself (the row's amax in AMAX_K-wide steps, or the per-tensor scale at
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
-    operand is rounded (the others are zeros).
-
-    PDL (launched with programmatic dependent launch, sm_90): the program may start while the
-    kernel before it (the quantizer, or the previous layer) still runs; it asks L2 for its first
-    PREFETCH K tiles of weights (static data), then waits (griddepcontrol.wait) before it reads
-    anything a previous kernel wrote (activations, codes, counters) or writes anything."""
+    operand is rounded (the others are zeros)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -495,14 +474,6 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     row_ok = offs_m < M
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
-    if PDL:
-        if PREFETCH > 0:    # one 128-byte line per weight row and 128 codes of K, the first PREFETCH tiles
-            lines = t0 * BLOCK_K + tl.arange(0, PREFETCH * BLOCK_K // 128) * 128
-            addr = (w_ptr + tl.minimum(offs_n, N - 1)[:, None] * stride_wn
-                    + tl.minimum(lines, K - 1)[None, :]).to(tl.int64, bitcast=True)
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [addr], dtype=tl.int32,
-                                      is_pure=False, pack=1)
-        gdc_wait()
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     if QUANT_IN:
         if A_CODES == 2:

@@ -36,15 +36,13 @@ def _device_name(index: int) -> str:
 
 def device_facts(device: torch.device) -> dict[str, Any]:
     """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
-    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables),
-    pdl (programmatic dependent launch, 9.0 and up; ORACLE_TRITON_PDL=0 turns it off)."""
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables)."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None, "pdl": False}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
     hw = _capability(index) >= (8, 9) and not force_int
-    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index),
-            "pdl": _capability(index) >= (9, 0) and os.environ.get("ORACLE_TRITON_PDL") != "0"}
+    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index)}
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
@@ -169,12 +167,11 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict, pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True). pdl: the
-    next launch (the swap GEMM) is a programmatic dependent launch that may start right away."""
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
     m, k = x.shape
     codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
     if act == ACT_GROUP:
@@ -194,7 +191,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                ONE_TILE=one, PDL=pdl)
+                ONE_TILE=one)
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
     act_qdq_kernel[grid](**args, num_warps=warps)
@@ -277,7 +274,7 @@ class DenseGemm:
                 if m == 1 and cfg.get("QUANT_IN", self.n * self.k <= QUANT_IN_MAX_ELEMENTS) and \
                         act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, self.facts["pdl"])
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
@@ -442,8 +439,7 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
-            **({"PDL": True, "launch_pdl": True} if self.facts["pdl"] and cfg.get("PDL", 1) else {}))
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192))    # the row's amax in at most a few loads
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
