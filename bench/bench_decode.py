@@ -96,9 +96,8 @@ def child(engine: str, args) -> dict:
     t0 = time.perf_counter()
     save()
     print(f"built in {result['build_s']:.1f} s; weights {result['weights_gib']:.2f} GiB", flush=True)
-    # graph modes first: a run cut short by a time limit keeps the figures that matter most
-    plan = [] if engine == "emulation" else \
-        [(b, m) for m in sorted(args.decode, key=("graphs", "compiled", "eager").index) for b in args.batch]
+    # in --decode's order (graph modes first by default): a run cut short keeps the figures that matter most
+    plan = [] if engine == "emulation" else [(b, m) for m in args.decode for b in args.batch]
     for batch, mode in plan:
         if cuda:           # each run's own peak too: which mode holds what (the table's peak is the max)
             result["peak_gib"] = max(result.get("peak_gib", 0.0), _gib(torch.cuda.max_memory_allocated()))
@@ -119,6 +118,10 @@ def child(engine: str, args) -> dict:
         print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step, "
               f"warm-up {m.warmup_s:.1f} s", flush=True)
         del m
+        if cuda and mode in args.profile_kernels and batch == min(args.batch):
+            result.setdefault("kernel_profile", {})[f"b{batch} {mode}"] = profile_kernels(model, prompts[:batch], mode)
+            save()
+            print(result["kernel_profile"][f"b{batch} {mode}"], flush=True)
         if cuda:
             torch.cuda.empty_cache()
     result.setdefault("peak_gib", 0.0)
@@ -135,6 +138,42 @@ def child(engine: str, args) -> dict:
             save()
             print(f"{time.perf_counter() - t0:6.1f} s  token check {name} done", flush=True)
     return result
+
+
+def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
+    """Where a decode step's GPU time goes: torch.profiler's CUDA kernels over `steps` steps of `mode`
+    (graph replays included: CUPTI traces the kernels of a replayed graph), summed by kernel name,
+    per step and per decoder layer, largest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from oracle.hf.compiled import decoder_layers
+    from oracle.hf.decode import Decoder
+
+    layers = len(decoder_layers(model))
+    dec = Decoder(model, ids.shape[0], ids.shape[1] + 16 + steps, mode)
+    cuda = dec.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    dec.generate(ids, 8)                      # compiles and the capture happen here
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            dec.step()
+        sync()
+    by_name: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type.name != ("CUDA" if cuda else "CPU"):     # the CPU: a dry run of this code
+            continue
+        slot = by_name.setdefault(e.name, [0.0, 0])
+        slot[0] += e.time_range.elapsed_us()
+        slot[1] += 1
+    total = sum(v[0] for v in by_name.values()) / steps
+    lines = [f"b{ids.shape[0]} {dec.mode}: GPU kernel time {total:.0f} us per step ({total / layers:.1f} us per "
+             f"layer over {layers} layers), {sum(v[1] for v in by_name.values()) / steps:.0f} kernels per step",
+             "| kernel | us per step | per layer | calls per step |", "|---|---|---|---|"]
+    for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:40]:
+        lines.append(f"| {name[:110]} | {us / steps:.1f} | {us / steps / layers:.2f} | {n / steps:.1f} |")
+    return "\n".join(lines)
 
 
 def profile_eager(model, ids, steps: int = 4) -> str:
@@ -225,6 +264,9 @@ def table(results: dict[str, dict], args) -> str:
         if r.get("profile") and args.profile:
             lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
                       *("    " + line for line in r["profile"].splitlines()[1:])]
+    for name, r in results.items():
+        for key, text in r.get("kernel_profile", {}).items():
+            lines += ["", f"{name} {key} kernel profile:", "", *text.splitlines()]
     if ora and ora.get("kernels"):
         lines.append("")
         lines.append("oracle kernels per layer kind:")
@@ -242,7 +284,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, help="keep this many decoder layers (default: full depth)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--decode", nargs="*", choices=("eager", "graphs", "compiled"),
-                    default=["eager", "graphs", "compiled"],
+                    default=["graphs", "compiled", "eager"],
                     help="eager; graphs (whole step replayed from one CUDA graph); compiled (decoder layers "
                          "compiled by torch.compile, and the whole step replayed from one CUDA graph); none: the "
                          "token check only")
@@ -253,6 +295,8 @@ def main() -> None:
                     help="greedy tokens compared with the emulation run (0: no check); see bench/token_check.py")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
+    ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
+                    help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",

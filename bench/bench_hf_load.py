@@ -10,13 +10,15 @@ above the process after imports (Linux VmHWM, reset after the imports), and the 
 
     python bench/bench_hf_load.py [--scheme W4A16 [W8A8 ...]] [--device cpu|cuda] [--dir /tmp/bench-0.5b]
                                   [--layers 24] [--writer auto|compressed-tensors|plain] [--repeat 3]
-                                  [--timeout S] [--write-only] [--json FILE]
+                                  [--timeout S] [--write-only] [--no-bf16] [--json FILE]
 
 On CUDA it also prints torch.cuda.max_memory_allocated during the load (the GPU peak) and what stays
 allocated after it. On CPU, int4 and int8 layers run torch's CPU integer kernels (oracle-torch's
 `torch.linear.int4_cpu`, `int8_weight_cpu`, `int8_cpu`), which keep the weights packed; other formats
 run oracle-emulation. BENCH_THREADS=N sets torch's thread count in the load processes (a machine
-shared with other jobs gives noisy times otherwise). Figures: bench/results/hf_load.md.
+shared with other jobs gives noisy times otherwise); BENCH_PROGRESS=1 shows the loader's progress bar on
+stderr, BENCH_STACK_AT=S prints every thread's stack after S seconds of a load process (stderr; both are
+printed when a load overruns --timeout). Figures: bench/results/hf_load.md.
 """
 from __future__ import annotations
 
@@ -33,7 +35,11 @@ QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, nu
 
 _MEASURE = r"""
 import json, os, sys, time
+began = time.perf_counter()
 kind, path, device, forward = sys.argv[1:5]
+if os.environ.get("BENCH_STACK_AT"):     # a load that overruns prints where it is (stderr, shown on a timeout)
+    import faulthandler
+    faulthandler.dump_traceback_later(float(os.environ["BENCH_STACK_AT"]), exit=False)
 import torch, transformers, oracle.hf  # imports first: not part of the load
 if os.environ.get("BENCH_THREADS"):
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
@@ -50,10 +56,11 @@ if cuda:
 open("/proc/self/clear_refs", "w").write("5")
 base = status("VmRSS")
 start, cpu0 = time.perf_counter(), time.process_time()
+print(f"imports and device ready after {start - began:.1f} s", file=sys.stderr, flush=True)
 if kind == "bf16":
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
 else:
-    model = oracle.hf.load_quantized(path, device=device)
+    model = oracle.hf.load_quantized(path, device=device, progress=True if os.environ.get("BENCH_PROGRESS") else None)
 if cuda:
     torch.cuda.synchronize()
 out = {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu0,
@@ -76,15 +83,17 @@ if forward == "1":
 """
 
 
-def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path, str]:
+def write(root: Path, scheme: str, layers: int, writer: str, bf16_needed: bool = True) -> tuple[Path, Path, str]:
     """The BF16 checkpoint (random, transformers' names) and a compressed-tensors `scheme` checkpoint of the same
     geometry: the BF16 one quantized by compressed-tensors itself (tests/checkpoint_matrix.py) or, without it,
     random codes written by bench/ct_w4a16.py (W4A16, W8A16, W8A8, FP8_DYNAMIC: the same bytes per weight,
     nothing to quantize)."""
-    from transformers import Qwen2Config
-
     sys.path.insert(0, str(ROOT / "bench"))
     import ct_w4a16
+
+    def config():                    # transformers is imported only when something is written (seconds)
+        from transformers import Qwen2Config
+        return Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers})
 
     if writer == "auto":
         try:
@@ -95,15 +104,14 @@ def write(root: Path, scheme: str, layers: int, writer: str) -> tuple[Path, Path
     if writer == "plain" and scheme not in ct_w4a16.SCHEMES:
         raise SystemExit(f"the plain writer (bench/ct_w4a16.py) writes {sorted(ct_w4a16.SCHEMES)}, not {scheme}")
     bf16, quant = root / "bf16", root / f"{scheme.lower()}-{writer}"
-    if not (bf16 / "config.json").is_file():
-        ct_w4a16.write_random_bf16(bf16, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}))
+    if writer == "plain" and not (quant / "config.json").is_file():       # the quantized one first: a load
+        ct_w4a16.write_random(quant, config(), scheme)                       # can start while BF16 is written
+    if not (bf16 / "config.json").is_file() and (bf16_needed or writer != "plain"):
+        ct_w4a16.write_random_bf16(bf16, config())
     if not (quant / "config.json").is_file():
-        if writer == "plain":
-            ct_w4a16.write_random(quant, Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": layers}), scheme)
-        else:
-            sys.path.insert(0, str(ROOT / "tests"))
-            import checkpoint_matrix as cm
-            cm.quantize_dir(bf16, quant, scheme)
+        sys.path.insert(0, str(ROOT / "tests"))
+        import checkpoint_matrix as cm
+        cm.quantize_dir(bf16, quant, scheme)
     return bf16, quant, writer
 
 
@@ -115,10 +123,11 @@ def measure(kind: str, path: Path, device: str, forward: bool, timeout: float | 
         stdout, stderr, code = out.stdout, out.stderr, out.returncode
     except subprocess.TimeoutExpired as exc:
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr, code = f"timed out after {timeout} s", 0
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        stderr, code = f"timed out after {timeout} s; its stderr ended with:\n{err[-6000:]}", 0
     lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
     if not lines:
-        raise SystemExit(f"{kind} load failed (exit {code}):\n{stderr[-3000:]}")
+        raise SystemExit(f"{kind} load failed (exit {code}):\n{stderr[-6500:]}")
     found = json.loads(lines[-1])
     if forward and not found.get("forward_ok"):
         found["forward_error"] = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "no forward"
@@ -142,6 +151,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="loads of each kind, alternating; the fastest is shown")
     ap.add_argument("--no-forward", action="store_true", help="skip the one-token forward after each load")
     ap.add_argument("--write-only", action="store_true", help="write the checkpoints and stop")
+    ap.add_argument("--no-bf16", action="store_true", help="load only the quantized checkpoints (a warm-up run)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per load process")
     ap.add_argument("--json", type=Path, help="also write the figures here (JSON)")
     args = ap.parse_args()
@@ -150,7 +160,7 @@ def main() -> None:
     started = time.perf_counter()
     quants: dict[str, Path] = {}
     for scheme in args.scheme:
-        bf16, quants[scheme], writer = write(Path(args.dir), scheme, args.layers, args.writer)
+        bf16, quants[scheme], writer = write(Path(args.dir), scheme, args.layers, args.writer, not args.no_bf16)
         print(f"checkpoint {scheme} ready at {time.perf_counter() - started:.1f} s: {quants[scheme]}", flush=True)
     if args.write_only:
         return
@@ -158,8 +168,8 @@ def main() -> None:
     paths = {**quants, "bf16": bf16}
     for _ in range(args.repeat):
         kinds = [*quants]
-        for kind in kinds[:1] + ["bf16"] + kinds[1:]:        # BF16 right after the first scheme (a killed run
-                                                            # keeps the main comparison)
+        for kind in kinds[:1] + ([] if args.no_bf16 else ["bf16"]) + kinds[1:]:   # BF16 right after the first
+                                                            # scheme (a killed run keeps the main comparison)
             try:
                 found = measure("bf16" if kind == "bf16" else "oracle", paths[kind], args.device,
                                 not args.no_forward, args.timeout)
@@ -169,7 +179,8 @@ def main() -> None:
             runs[kind].append(found)
             print(f"{kind}: {json.dumps(found)}", flush=True)     # each load as it ends
     if not runs["bf16"]:
-        raise SystemExit("no comparison: BF16 transformers never loaded")
+        raise SystemExit("no comparison: BF16 transformers " + ("not loaded (--no-bf16)" if args.no_bf16 else
+                                                                "never loaded"))
     best = {}
     for kind, found in runs.items():       # memory: the largest peak of the repeats, not the fastest run's
         if found:

@@ -77,14 +77,39 @@ def _candidates(n: int, k: int, x_ref: torch.Tensor) -> tuple[dict, float]:
     return out, int8_bytes
 
 
+def epilogue_sweep(shapes: list[str], m: int = 4096) -> None:
+    """The two Triton launches alone at M rows (graph replay): the per-token quantizer and the scale epilogue
+    for several (columns per program, warps), with the bandwidth each reaches (bytes read + written / time)."""
+    from gpu_timing import graph_ms
+
+    from oracle_torch import int8_triton
+
+    for name in shapes:
+        n, k = SHAPES[name]
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        acc = torch.randint(-2 ** 20, 2 ** 20, (m, n), device="cuda", dtype=torch.int32)
+        sw = torch.rand(n, device="cuda")
+        q, s = int8_triton.int8_per_token(x)
+        us = graph_ms(lambda: int8_triton.int8_per_token(x), 5) * 1e3
+        print(f"{name} M={m}: quantize {us:7.1f} us, {(m * k * 3) / us / 1e6:6.2f} TB/s", flush=True)
+        for block, warps in ((1024, 4), (1024, 8), (2048, 8), (4096, 8), (512, 4)):
+            us = graph_ms(lambda: int8_triton.scale_epilogue(acc, s, sw, None, m, torch.bfloat16, block, warps), 5) * 1e3
+            print(f"{name} M={m}: epilogue block {block:5} warps {warps}: {us:7.1f} us, "
+                  f"{(m * n * 6) / us / 1e6:6.2f} TB/s", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 256, 4096])
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["4096x4096", "14336x4096"])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--epilogue-sweep", action="store_true", help="time the quantize and epilogue launches alone")
     args = ap.parse_args()
     if not start("bench_int8"):
         raise SystemExit(2)
+    if args.epilogue_sweep:
+        epilogue_sweep(args.shapes)
+        return
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; us per call, graph/eager, h = host us per eager call, "
           "x = BF16 graph time / this; weights rotated through > 256 MB of copies", flush=True)

@@ -116,8 +116,10 @@ class Decoder:
 
     def _capture(self) -> None:
         """Warm the step up on a side stream (kernels compile and plan there), put the state back, capture."""
+        from ..integration.eager_graphs import capture_stream
+
         saved = self._state()
-        side = torch.cuda.Stream(self.device)
+        side = capture_stream(self.device)    # one per device: each new stream would hold its own cuBLAS workspace
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(2):
@@ -126,7 +128,7 @@ class Decoder:
         self._restore(saved)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=side):
                 self._forward()
         except RuntimeError as exc:   # a layer whose kernel reads values back (emulation kernels on a GPU)
             torch.cuda.synchronize(self.device)

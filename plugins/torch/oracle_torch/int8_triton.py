@@ -69,12 +69,17 @@ def int8_per_token(x: torch.Tensor, rows: int | None = None) -> tuple[torch.Tens
     return q, s
 
 
+#: the epilogue's columns per program and warps (bench/bench_int8.py --epilogue-sweep times others)
+EPILOGUE_BLOCK, EPILOGUE_WARPS = 1024, 4
+
+
 def scale_epilogue(acc: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor, bias: torch.Tensor | None,
-                   m: int, dtype: torch.dtype) -> torch.Tensor:
+                   m: int, dtype: torch.dtype, block: int | None = None, warps: int | None = None) -> torch.Tensor:
     """int32 acc [>= m, N], fp32 sx [>= m, 1], fp32 sw [N] -> [m, N] in `dtype` (+ bias [N] in `dtype`)."""
     n = acc.shape[1]
     y = torch.empty(m, n, dtype=dtype, device=acc.device)
-    block = 1024
+    block = block or EPILOGUE_BLOCK
     _epilogue_kernel[(m, triton.cdiv(n, block))](acc, sx, sw, y if bias is None else bias, y, n,
-                                                 HAS_BIAS=bias is not None, BLOCK=block, enable_fp_fusion=False)
+                                                 HAS_BIAS=bias is not None, BLOCK=block,
+                                                 num_warps=warps or EPILOGUE_WARPS, enable_fp_fusion=False)
     return y

@@ -147,7 +147,9 @@ class TorchChannelFP8Linear(_ScaledLinear):
 
 
 class TorchBlockFP8Linear(_ScaledLinear):
-    """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling."""
+    """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling;
+    one row on CUDA, a Triton GEMV that quantizes inside (oracle_torch.block_gemv; one launch, two when it
+    splits K)."""
 
     def _validate(self, weight_scale: Any, input_scale: Any, **_: Any) -> None:
         if self.n % gemm.BLOCK or self.k % gemm.BLOCK:
@@ -173,12 +175,32 @@ class TorchBlockFP8Linear(_ScaledLinear):
 
     def _gemm(self, x2: torch.Tensor) -> torch.Tensor:
         m = x2.shape[0]
+        if m and self._few_rows(x2):
+            try:
+                from . import block_gemv
+                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype)
+            except Exception as exc:  # noqa: BLE001 - a compiler problem falls back to cuBLASLt
+                _FUSED_FAILED.add("block_gemv")
+                import structlog
+                structlog.get_logger("oracle_torch").warning(
+                    "block_gemv_failed", error=f"{type(exc).__name__}: {exc}"[:500], fallback="cuBLASLt blockwise")
         pad = (-m) % gemm.BLOCK_M_MULTIPLE
         if pad:
             x2 = torch.nn.functional.pad(x2, (0, 0, 0, pad))
         xq, sx = _quantizer("fp8_per_group", x2)(x2)
         y = gemm.blockwise(xq, self.w_t, gemm.m_major(sx), self.sw, self.dtype)
         return y[:m] if pad else y
+
+
+    @staticmethod
+    def _few_rows(x2: torch.Tensor) -> bool:
+        """One row on CUDA goes to the Triton GEMV (oracle_torch.block_gemv), unless the fused
+        quantizers are switched off (ORACLE_TORCH_QUANT=eager), ORACLE_TORCH_BLOCK_GEMV=0, or it failed
+        to compile here."""
+        if not x2.is_cuda or os.environ.get(QUANT_ENV) == "eager" or "block_gemv" in _FUSED_FAILED:
+            return False
+        from . import block_gemv
+        return x2.shape[0] <= block_gemv.MAX_ROWS and block_gemv.enabled()
 
 
 class TorchMXFP8Linear(_ScaledLinear):

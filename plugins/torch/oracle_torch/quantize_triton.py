@@ -36,12 +36,18 @@ def _exp2i(e):
 
 
 @triton.jit
-def _to_e4m3(x, s):
+def _e4m3_values(x, s):
+    """x / s rounded to the E4M3 grid, as fp32 values (exactly the codes' values)."""
     v = tl.math.div_rn(x, s)
     a = tl.minimum(tl.abs(v), _E4M3_MAX)
     e = tl.maximum(((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)   # floor(log2 a), >= -6
     q = _round_half_even(a * _exp2i(3 - e)) * _exp2i(e - 3)                     # exact power-of-two scalings
-    return tl.where(v < 0, -q, q).to(tl.float8e4nv)
+    return tl.where(v < 0, -q, q)
+
+
+@triton.jit
+def _to_e4m3(x, s):
+    return _e4m3_values(x, s).to(tl.float8e4nv)
 
 
 @triton.jit

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""FP8 block W8A8 (1x128 activation groups x 128x128 weight blocks) at decode sizes, one process:
+oracle-torch's Triton GEMV (oracle_torch.block_gemv, its launch variants, split over N and K; one row) against
+the cuBLASLt blockwise path it replaces (pad to 16 rows, quantize, M-major scales, torch._scaled_mm)
+and BF16 cuBLAS (x @ w.T). Microseconds per call under CUDA-graph replay, weights served from HBM
+(each candidate cycles through copies of its weights exceeding 256 MB), and the relative error of
+each against the cuBLASLt path; TB/s counts the FP8 weight bytes only (HBM column: those bytes at 4.2 TB/s).
+
+    python bench/bench_block_gemv.py [--m 1 8] [--shapes qwen3-qkv qwen3-o] [--variants 0 1]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+ROTATE = 256 << 20
+SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536), "dsr1-kv_b": (32768, 512),
+          "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
+#: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's); the first is block_gemv's default,
+#: the second the first version's launch (16 rows per program over the whole K: about 2 programs per SM).
+#: Compiled for sm_90 (Triton's ptxas): bn8 g4 w4 72 registers (7 programs per SM), bn16 g4 w4 196,
+#: bn4 g4 w2 126, bn8 g2 w1 213 and no barrier; none spills
+VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None), ("old bn16 g4 w4 s1", 16, 4, 4, 1), ("bn4 g4 w2 auto", 4, 4, 2, None),
+            ("bn8 g2 w1 auto", 8, 2, 1, None), ("bn8 g4 w4 s1", 8, 4, 4, 1), ("bn8 g4 w4 s4", 8, 4, 4, 4),
+            ("bn8 g8 w4 auto", 8, 8, 4, None), ("bn16 g4 w4 auto", 16, 4, 4, None)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--m", type=int, nargs="+", default=[1], help="rows (the GEMV serves 1; more: cuBLAS, BF16)")
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-qkv", "qwen3-o"])
+    ap.add_argument("--variants", type=int, nargs="+", help="indices into VARIANTS (default: all)")
+    args = ap.parse_args()
+    from gpu_timing import graph_ms, rel, start
+    if not start("bench_block_gemv.py"):
+        sys.exit(2)
+    from oracle_torch import block_gemv, gemm, quantize_triton
+    variants = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
+    dev = "cuda"
+    for shape in args.shapes:
+        n, k = SHAPES[shape]
+        copies = max(2, -(-ROTATE // (n * k)))
+        ws = [(torch.randn(n, k, device=dev) * 30).clamp(-448, 448).to(torch.float8_e4m3fn) for _ in range(copies)]
+        scales = [gemm.block_weight_scale(torch.rand(n // 128, k // 128, device=dev) + 0.01, "kblocks")
+                  for _ in range(copies)]
+        bf = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(max(2, -(-ROTATE // (2 * n * k))))]
+        for m in args.m:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+
+            def cublas(i, x=x, m=m):
+                pad = (-m) % gemm.BLOCK_M_MULTIPLE
+                x2 = torch.nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
+                xq, sx = quantize_triton.fp8_per_group(x2)
+                return gemm.blockwise(xq, ws[i].t(), gemm.m_major(sx), scales[i], torch.bfloat16)[:m]
+
+            ref = cublas(0).float()
+            row = [f"{shape:10s} N={n} K={k} M={m:<3d} HBM(fp8) {n * k / 4.2e6:5.1f}"]
+            us = 1e3 * graph_ms(lambda: [cublas(i) for i in range(copies)], 1) / copies
+            row.append(f"cublas {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s")
+            us = 1e3 * graph_ms(lambda: [x @ w.t() for w in bf], 1) / len(bf)
+            row.append(f"bf16 {us:6.1f}")
+            for name, bn, groups, warps, split in (variants if m <= block_gemv.MAX_ROWS else []):
+                try:
+                    run = (lambda i, x=x: block_gemv.block_gemv(x, ws[i], scales[i], torch.bfloat16, bn, groups,
+                                                                warps, split))
+                    err = rel(run(0), ref)
+                    us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
+                    p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)
+                    row.append(f"{name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
+                               f"(err {err:.1e})")
+                except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                    row.append(f"{name} FAILED {type(exc).__name__}: {str(exc)[:120]}")
+            print(" | ".join(row), flush=True)
+        del ws, scales, bf
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
