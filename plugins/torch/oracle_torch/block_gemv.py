@@ -60,15 +60,12 @@ class Plan(NamedTuple):
 
 
 @triton.jit
-def _chunk(acc, w, x_ptr, ws_col, k0, stride_wsk, G: tl.constexpr, GROUP: tl.constexpr):
-    """acc + the K chunk [k0, k0 + G*128): the row's G groups quantized here, times the weight codes
-    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales."""
-    offs_g = tl.arange(0, G)
-    offs_k = tl.arange(0, GROUP)
-    x = tl.load(x_ptr + k0 + offs_g[:, None] * GROUP + offs_k[None, :]).to(tl.float32)     # [G, 128]
+def _chunk(acc, w, x, ws):
+    """acc + one K chunk: the row's G groups x [G, 128] quantized here, times the weight codes
+    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales (ws [G]: the weights')."""
+    x = x.to(tl.float32)
     s = _scale_of(tl.max(tl.abs(x), axis=1))                                             # [G]
     part = tl.sum(w.to(tl.float32) * _e4m3_values(x, s[:, None])[None, :, :], axis=2)   # [BN, G]
-    ws = tl.load(ws_col + (k0 // GROUP + offs_g) * stride_wsk)                           # [G]
     return acc + tl.sum(part * (s * ws)[None, :], axis=1)
 
 
@@ -90,12 +87,19 @@ def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, part_ptr, y_ptr, cnt_ptr, N, stride
         tl.arange(0, GROUP)[None, None, :]                                                 # [BN, G, 128]
     ws_col = ws_ptr + (n0 // GROUP) * stride_wsn       # the tile lies in one 128-row block (BLOCK_N | 128)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    x_ptrs = x_ptr + k_lo + tl.arange(0, G)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]      # [G, 128]
+    ws_ptrs = ws_col + (k_lo // GROUP + tl.arange(0, G)) * stride_wsk                             # [G]
+    # each chunk's three loads (weights, row, weight scales) are issued before the previous chunk's arithmetic
     w_next = tl.load(w_ptrs, mask=n_ok[:, None, None], other=0.0)
-    for c in range(0, slice_k // chunk - 1):   # the next chunk's load is issued before this chunk's arithmetic
-        w = w_next
+    x_next = tl.load(x_ptrs)
+    ws_next = tl.load(ws_ptrs)
+    for c in range(0, slice_k // chunk - 1):
+        w, x, ws = w_next, x_next, ws_next
         w_next = tl.load(w_ptrs + (c + 1) * chunk, mask=n_ok[:, None, None], other=0.0)
-        acc = _chunk(acc, w, x_ptr, ws_col, k_lo + c * chunk, stride_wsk, G, GROUP)
-    acc = _chunk(acc, w_next, x_ptr, ws_col, k_lo + slice_k - chunk, stride_wsk, G, GROUP)
+        x_next = tl.load(x_ptrs + (c + 1) * chunk)
+        ws_next = tl.load(ws_ptrs + (c + 1) * G * stride_wsk)
+        acc = _chunk(acc, w, x, ws)
+    acc = _chunk(acc, w_next, x_next, ws_next)
     if SPLIT == 1:
         tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
     else:
