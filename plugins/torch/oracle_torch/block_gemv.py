@@ -1,27 +1,33 @@
-"""FP8 block W8A8 for one row in one launch (Triton): the activation's 1x128 groups quantized inside
-the GEMV, then multiplied with the 128x128-block weights on CUDA cores.
+"""FP8 block W8A8 for one row (Triton): the activation's 1x128 groups quantized inside the GEMV, then
+multiplied with the 128x128-block weights on CUDA cores, the work split over N and over K so that the
+weights stream with many loads in flight.
 
 Why: at decode sizes the cuBLASLt blockwise path (`gemm.blockwise`) is four launches per call (pad
 M to 16, since cuBLAS refuses M = 1; quantize; lay the scales out M-major; the GEMM): 13.6 us for
 Qwen3-30B's fused q/k/v projection on an H200 (bench/bench_block_gemv.py), whose FP8 weights stream
-in 2.5 us and whose BF16 weights take cuBLAS 8.2 us. Here every program quantizes the row itself (the
-fused quantizer's arithmetic, `quantize_triton._e4m3_values`: the same codes and scales as
-oracle-emulation) and multiplies it with its BLOCK_N output rows.
+in 2.5 us and whose BF16 weights take cuBLAS 8.2 us. Here every program quantizes its K slice of the
+row itself (the fused quantizer's arithmetic, `quantize_triton._e4m3_values`: the same codes and
+scales as oracle-emulation) and multiplies it with its BLOCK_N output rows.
 
 Numerics, as the cuBLASLt path: the products of two E4M3 values are exact in fp32; each 128-wide
 group's fp32 sum is multiplied by its activation scale times its weight-block scale and added in
-fp32, then rounded once to the layer's dtype.
+fp32, then rounded once to the layer's dtype. Split over K, each slice's fp32 sum is written apart and
+added in a fixed order (deterministic): by the tile's last program to arrive (an atomic arrival counter
+the caller owns, as oracle-triton's split-K tiles do), or, without a counter, by a second small launch.
 
-Only one row: a first version padded the rows to 16 for a tensor-core dot and quantized all 16 in
-every program; it took 77-80 us for that projection (H200, r4). Each program here quantizes the K
-values of the row (its share of the redundant work: 2048 divisions over 128 threads for K=2048).
-Loads: Triton does not pipeline loads that feed no tensor-core dot, and the cross-warp reductions put
-a barrier in every group, past which no load is hoisted; so the weights come G groups at a time and
-the next chunk's load is issued by hand before the current chunk's arithmetic (two chunks in flight).
+Parallelism: a first one-row version ran 16 output rows per program over the whole K, 320 programs
+for that projection (about 2 per SM), each a chain of dependent 512-column chunks with about ten
+barriers each: latency bound at 13.2 us, ~0.8 TB/s (H200, r5). `plan` now picks 8 output rows per
+program (the row's quantization, redone per program, stays a quarter of the weight bytes read) and
+splits K until there are at least `PROGRAMS_PER_SM` programs per SM. Within a program the weights
+still come G groups at a time with the next chunk's load issued before this chunk's arithmetic:
+Triton does not pipeline loads that feed no tensor-core dot.
 """
 from __future__ import annotations
 
+import functools
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -33,9 +39,10 @@ from .quantize_triton import _e4m3_values, _scale_of
 
 #: rows served here; more go to cuBLASLt
 MAX_ROWS = 1
-#: output rows per program (a power of two up to 128), 128-wide groups per load (at most) and warps:
-#: the H200 figures in bench/results
-BLOCK_N, GROUPS, WARPS = 16, 4, 4
+#: default output rows per program (a power of two dividing 128), 128-wide groups per load (at most), warps
+BLOCK_N, GROUPS, WARPS = 8, 4, 4
+#: K is split until the grid has this many programs per SM (or a slice is one load of G groups)
+PROGRAMS_PER_SM = 6
 #: ORACLE_TORCH_BLOCK_GEMV=0 keeps one-row calls on the cuBLASLt path (benchmarks compare the two)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
 
@@ -44,37 +51,79 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
+class Plan(NamedTuple):
+    """One launch's shape: output rows per program, groups per load, K slices, warps."""
+    block_n: int
+    groups: int
+    split: int
+    warps: int
+
+
 @triton.jit
-def _chunk(acc, w, x_ptr, ws_col, k0, stride_wsk, G: tl.constexpr, GROUP: tl.constexpr):
-    """acc + the K chunk [k0, k0 + G*128): the row's G groups quantized here, times the weight codes
-    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales."""
-    offs_g = tl.arange(0, G)
-    offs_k = tl.arange(0, GROUP)
-    x = tl.load(x_ptr + k0 + offs_g[:, None] * GROUP + offs_k[None, :]).to(tl.float32)     # [G, 128]
+def _chunk(acc, w, x, ws):
+    """acc + one K chunk: the row's G groups x [G, 128] quantized here, times the weight codes
+    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales (ws [G]: the weights')."""
+    x = x.to(tl.float32)
     s = _scale_of(tl.max(tl.abs(x), axis=1))                                             # [G]
     part = tl.sum(w.to(tl.float32) * _e4m3_values(x, s[:, None])[None, :, :], axis=2)   # [BN, G]
-    ws = tl.load(ws_col + (k0 // GROUP + offs_g) * stride_wsk)                           # [G]
     return acc + tl.sum(part * (s * ws)[None, :], axis=1)
 
 
 @triton.jit
-def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, N, stride_wsk, stride_wsn,
-                       K: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr, GROUP: tl.constexpr):
+def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, part_ptr, y_ptr, cnt_ptr, N, stride_wsk, stride_wsn,
+                       K: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
+                       GROUP: tl.constexpr, TICKET: tl.constexpr):
+    """Program (i, j): output rows [i*BLOCK_N, +BLOCK_N) over the K slice j of SPLIT. Unsplit it writes y;
+    split, its fp32 sums go to part[j] and, with TICKET, the tile's last program to arrive (atomic
+    counter) adds the slices in order, writes y and resets the counter (so a graph replay finds it at
+    zero); without, _sum_slices_kernel does that in a second launch."""
     n0 = tl.program_id(0) * BLOCK_N
+    slice_k: tl.constexpr = K // SPLIT
+    k_lo = tl.program_id(1) * slice_k
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     chunk: tl.constexpr = G * GROUP
-    w_ptrs = w_ptr + offs_n[:, None, None] * K + tl.arange(0, G)[None, :, None] * GROUP + \
+    w_ptrs = w_ptr + offs_n[:, None, None] * K + k_lo + tl.arange(0, G)[None, :, None] * GROUP + \
         tl.arange(0, GROUP)[None, None, :]                                                 # [BN, G, 128]
     ws_col = ws_ptr + (n0 // GROUP) * stride_wsn       # the tile lies in one 128-row block (BLOCK_N | 128)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    x_ptrs = x_ptr + k_lo + tl.arange(0, G)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]      # [G, 128]
+    ws_ptrs = ws_col + (k_lo // GROUP + tl.arange(0, G)) * stride_wsk                             # [G]
+    # each chunk's three loads (weights, row, weight scales) are issued before the previous chunk's arithmetic
     w_next = tl.load(w_ptrs, mask=n_ok[:, None, None], other=0.0)
-    for c in range(0, K // chunk - 1):     # the next chunk's load is issued before this chunk's arithmetic
-        w = w_next
+    x_next = tl.load(x_ptrs)
+    ws_next = tl.load(ws_ptrs)
+    for c in range(0, slice_k // chunk - 1):
+        w, x, ws = w_next, x_next, ws_next
         w_next = tl.load(w_ptrs + (c + 1) * chunk, mask=n_ok[:, None, None], other=0.0)
-        acc = _chunk(acc, w, x_ptr, ws_col, c * chunk, stride_wsk, G, GROUP)
-    acc = _chunk(acc, w_next, x_ptr, ws_col, K - chunk, stride_wsk, G, GROUP)
-    tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+        x_next = tl.load(x_ptrs + (c + 1) * chunk)
+        ws_next = tl.load(ws_ptrs + (c + 1) * G * stride_wsk)
+        acc = _chunk(acc, w, x, ws)
+    acc = _chunk(acc, w_next, x_next, ws_next)
+    if SPLIT == 1:
+        tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+    else:
+        tl.store(part_ptr + tl.program_id(1) * N + offs_n, acc, mask=n_ok)
+        if TICKET:
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + tl.program_id(0), 1)
+            if arrived == SPLIT - 1:
+                acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+                for j in range(0, SPLIT):
+                    acc += tl.load(part_ptr + j * N + offs_n, mask=n_ok, other=0.0, cache_modifier=".cg")
+                tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+                tl.atomic_xchg(cnt_ptr + tl.program_id(0), 0)
+
+
+@triton.jit
+def _sum_slices_kernel(part_ptr, y_ptr, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """y[n] = the fp32 sum of part[0..SPLIT, n] in slice order, rounded once to y's dtype."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < N
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in range(SPLIT):
+        acc += tl.load(part_ptr + j * N + offs, mask=ok, other=0.0)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 def groups_per_chunk(k: int, most: int) -> int:
@@ -85,19 +134,55 @@ def groups_per_chunk(k: int, most: int) -> int:
     return g
 
 
+@functools.cache
+def sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def plan(n: int, k: int, sms: int, block_n: int = BLOCK_N, groups: int = GROUPS, warps: int = WARPS,
+         split: int | None = None) -> Plan:
+    """The launch for N x K on `sms` SMs: K halved (while each slice stays whole loads of G groups)
+    until there are PROGRAMS_PER_SM programs per SM, unless `split` is given."""
+    g = groups_per_chunk(k, groups)
+    if split is None:
+        split, tiles = 1, -(-n // block_n)
+        while tiles * split < PROGRAMS_PER_SM * sms and (k // FP8_BLOCK) % (2 * split * g) == 0:
+            split *= 2
+    g = groups_per_chunk(k // split, g)
+    return Plan(block_n, g, split, warps)
+
+
+def counter(n: int, device: torch.device | str) -> torch.Tensor:
+    """The arrival counters of block_gemv's one-launch split (`counter=`): one per tile of N at the
+    smallest BLOCK_N used, zero between calls. A caller keeps its own (a layer's calls run in order)."""
+    return torch.zeros(-(-n // 4), dtype=torch.int32, device=device)
+
+
 def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor,
                out_dtype: torch.dtype, block_n: int = BLOCK_N, groups: int = GROUPS,
-               warps: int = WARPS) -> torch.Tensor:
+               warps: int = WARPS, split: int | None = None, counter: torch.Tensor | None = None) -> torch.Tensor:
     """x [1, K] (K % 128 == 0) x weight [N, K] e4m3 (row-major), weight_scale_t the [K/128, N/128]
-    fp32 block scales (any strides) -> [1, N] in out_dtype."""
+    fp32 block scales (any strides) -> [1, N] in out_dtype. `split` fixes the K slices (default: `plan`);
+    split K is summed in the same launch when `counter` (from `counter()`, not shared with a call that
+    may run at the same time) is given, else by a second launch."""
     m, k = x.shape
     n = weight.shape[0]
     if m > MAX_ROWS or k % FP8_BLOCK or weight.stride() != (k, 1) or x.stride(1) != 1 or FP8_BLOCK % block_n:
         raise ValueError(f"block_gemv: expected M <= {MAX_ROWS}, K % {FP8_BLOCK} == 0, row-major operands, "
                          f"BLOCK_N dividing {FP8_BLOCK}; got x {tuple(x.shape)} strides {x.stride()}, weight "
                          f"strides {weight.stride()}, BLOCK_N {block_n}")
+    sms = sm_count(x.device.index or 0) if x.is_cuda else 1
+    p = plan(n, k, sms, block_n, groups, warps, split)
+    if (k // FP8_BLOCK) % p.split:
+        raise ValueError(f"block_gemv: split {p.split} does not divide K/{FP8_BLOCK} = {k // FP8_BLOCK}")
+    tiles = triton.cdiv(n, p.block_n)
+    ticket = p.split > 1 and counter is not None and counter.numel() >= tiles
     y = torch.empty(m, n, dtype=out_dtype, device=x.device)
-    _block_gemv_kernel[(triton.cdiv(n, block_n),)](
-        x, weight, weight_scale_t, y, n, weight_scale_t.stride(0), weight_scale_t.stride(1),
-        K=k, BLOCK_N=block_n, G=groups_per_chunk(k, groups), GROUP=FP8_BLOCK, num_warps=warps, num_stages=1)
+    part = y if p.split == 1 else torch.empty(p.split, n, dtype=torch.float32, device=x.device)
+    _block_gemv_kernel[(tiles, p.split)](
+        x, weight, weight_scale_t, part, y, counter if ticket else y, n, weight_scale_t.stride(0),
+        weight_scale_t.stride(1), K=k, SPLIT=p.split, BLOCK_N=p.block_n, G=p.groups, GROUP=FP8_BLOCK,
+        TICKET=ticket, num_warps=p.warps, num_stages=1)
+    if p.split > 1 and not ticket:
+        _sum_slices_kernel[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=p.split, BLOCK=1024, num_warps=4)
     return y

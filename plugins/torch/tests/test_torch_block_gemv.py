@@ -4,7 +4,9 @@ Reference, independent of the kernel: the activation codes and 1x128 scales of o
 rounding (checked here against oracle_emulation.activations) times the weight codes and their
 128x128 block scales, summed per group in float64. The kernel's fp32 output must agree to fp32
 rounding (its products are exact; only the summation order differs), for one row with an all-zero
-group, an all-zero row, tiles of 8 to 128 output rows, and 1 to 8 groups per load (K of one, two or more chunks)."""
+group, an all-zero row, tiles of 8 to 128 output rows, N not a multiple of 128, 1 to 8 groups per load (K of
+one, two or more chunks) and K split in 1, 2 or 4 slices, summed in order by a second launch or by the
+last program to arrive (arrival counters, back at zero after each call)."""
 from __future__ import annotations
 
 import os
@@ -21,15 +23,21 @@ import torch
 from oracle_emulation import activations as ref
 from oracle_torch import block_gemv as B, gemm, quantize as Q
 torch.manual_seed(0)
-for m, n, k, bn, groups in [(1, 256, 384, 16, 4), (1, 128, 256, 128, 2), (1, 384, 1024, 8, 4), (1, 128, 256, 16, 1), (1, 256, 1024, 32, 8)]:
+cnt = B.counter(384, "cpu")
+for m, n, k, bn, groups, split, ticket in [
+        (1, 256, 384, 16, 4, 1, 0), (1, 128, 256, 128, 2, 1, 0), (1, 384, 1024, 8, 4, 1, 0), (1, 128, 256, 16, 1, 1, 0),
+        (1, 256, 1024, 32, 8, 1, 0), (1, 256, 1024, 8, 2, 4, 0), (1, 136, 512, 8, 4, 2, 0), (1, 128, 256, 16, 1, 2, 0),
+        (1, 256, 1024, 8, 2, 4, 1), (1, 136, 512, 4, 4, 2, 1), (1, 136, 512, 4, 4, 2, 1)]:
     x = (torch.randn(m, k) * torch.logspace(-2, 2, m)[:, None]).to(torch.bfloat16)
     if k == 1024:
         x[0, :128] = 0                     # an all-zero group: scale 1
     if n == 128 and bn == 16:
         x[0] = 0                           # an all-zero row
     w = (torch.randn(n, k) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
-    ws = torch.rand(n // 128, k // 128) + 0.01
-    y = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, block_n=bn, groups=groups)
+    ws = torch.rand(-(-n // 128), k // 128) + 0.01
+    y = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, block_n=bn, groups=groups,
+                     split=split, counter=cnt if ticket else None)
+    assert not cnt.any(), "arrival counters not reset"
     xq, sx = Q.fp8_per_group(x)
     deq = (xq.float().reshape(m, k // 128, 128) * sx[..., None]).reshape(m, k)
     assert torch.equal(deq.to(torch.bfloat16), ref.fp8_qdq(x, "group")), "codes differ from emulation's"
@@ -37,7 +45,7 @@ for m, n, k, bn, groups in [(1, 256, 384, 16, 4), (1, 128, 256, 128, 2), (1, 384
     for g in range(k // 128):
         cols = slice(128 * g, 128 * g + 128)
         want += (xq[:, cols].double() @ w[:, cols].double().T) * sx[:, g:g + 1].double() \
-            * ws[:, g].repeat_interleave(128)[None, :].double()
+            * ws[:, g].repeat_interleave(128)[None, :n].double()
     err = ((y.double() - want).abs().max() / want.abs().max()).item()
     assert y.shape == (m, n) and (err < 1e-6 or want.abs().max() == 0 and not y.any()), (m, n, k, err)
 try:
@@ -47,6 +55,13 @@ except ValueError as exc:
     assert "M <=" in str(exc)
 else:
     raise AssertionError("too many rows accepted")
+try:
+    B.block_gemv(torch.zeros(1, 384), (torch.zeros(128, 384)).to(torch.float8_e4m3fn),
+                 gemm.block_weight_scale(torch.ones(1, 3), "kblocks"), torch.float32, split=2)
+except ValueError as exc:
+    assert "split 2" in str(exc)
+else:
+    raise AssertionError("a split that does not divide K/128 accepted")
 print("ok")
 """
 
@@ -55,3 +70,16 @@ def test_block_gemv_matches_the_codes_times_scales_reference_under_the_interpret
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_plan_splits_k_until_every_sm_has_several_programs():
+    from oracle_torch import block_gemv as B
+
+    for n, k in [(5120, 2048), (2048, 4096), (7168, 16384), (32768, 512), (24576, 1536), (128, 128)]:
+        p = B.plan(n, k, 132)
+        slice_groups = k // 128 // p.split
+        assert (k // 128) % p.split == 0 and slice_groups % p.groups == 0, (n, k, p)
+        tiles = -(-n // p.block_n)
+        # either enough programs, or K cannot be halved any further into whole loads
+        assert tiles * p.split >= B.PROGRAMS_PER_SM * 132 or slice_groups % (2 * p.groups), (n, k, p)
+    assert B.plan(5120, 2048, 132, split=1).split == 1

@@ -79,10 +79,16 @@ def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
     return act in FP8_CODES and tokens * top_k <= experts // 4
 
 
-def direct_mma_config() -> dict[str, int]:
-    """16-row tiles (one pair each), 64 columns, the top-k sum in the FC2 GEMM (FUSE_SUM)."""
-    return {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
-            "FULL_TILE": 1, "FUSE_SUM": 1}
+def direct_mma_config(act: int) -> dict[str, int]:
+    """16-row tiles (one pair each), 64 columns, the top-k sum in the FC2 GEMM (FUSE_SUM); with 1x128
+    activation groups each FC1 program rounds its pair's input row before its K loop (QUANT_PRO: no
+    quantization launch before FC1). Measured on an H200 (bench/sweep_moe.py --configs, R5): Qwen3-30B
+    M=1 25.4 us against 28.1 with the launch; DeepSeek-R1 106.7 against 107.5."""
+    cfg = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+           "FULL_TILE": 1, "FUSE_SUM": 1}
+    if act == ACT_GROUP:
+        cfg["QUANT_PRO"] = 1
+    return cfg
 
 
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
@@ -266,7 +272,7 @@ class TritonMoE(Kernel):
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):
-            return direct_mma_config()
+            return direct_mma_config(self.act)
         return moe_config(tokens, top_k, self.experts, lay.pack, wide=lay.elem == BF16)
 
     def _input(self, x: torch.Tensor, topw: torch.Tensor, k: int) -> torch.Tensor:
@@ -297,8 +303,10 @@ class TritonMoE(Kernel):
         rounded to codes by a quantization launch per GEMM, or inside the GEMMs: QUANT_IN (bit 1: FC1,
         bit 2: FC2) rounds that GEMM's input row per K tile, QUANT_OUT has the FC1 GEMM write FC2's
         input as codes and group scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with FC1's
-        QUANT_IN and QUANT_OUT, the call is two launches. The slots are summed by topk_sum_kernel or by
-        the FC2 GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
+        QUANT_IN and QUANT_OUT, the call is two launches. QUANT_PRO: each FC1 program rounds its pair's
+        whole input row into codes before its K loop, which then runs on them as on the launch's (no
+        per-tile rounding in the loop). The slots are summed by topk_sum_kernel or by the FC2 GEMM itself
+        (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
         from . import moe_kernels as mk
 
         fp8 = self.act in FP8_CODES
@@ -314,14 +322,24 @@ class TritonMoE(Kernel):
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
-        a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
+        pro = fp8 and bool(cfg.get("QUANT_PRO", 0))
+        if pro and (self.act != ACT_GROUP or quant1):
+            raise ValueError(f"QUANT_PRO: 1x128 activation groups rounded before FC1's loop (not with FC1's "
+                             f"QUANT_IN), not {self.mode.name}")
+        if pro:                                      # codes and scales written by the FC1 GEMM's programs
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
+            scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
+            a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
+        else:
+            a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
         if quant_out:
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
-                   self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales)
+                   self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
+                   pro=(a1, codes) if pro else None)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         if quant_out:
             a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
@@ -473,12 +491,14 @@ class TritonMoE(Kernel):
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
-              out_scales: torch.Tensor | None = None) -> None:
+              out_scales: torch.Tensor | None = None, pro: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
         there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters); out_scales (stage 1,
-        direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT)."""
+        direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT);
+        pro (stage 1, direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
+        programs before their loops (QUANT_PRO)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -518,6 +538,8 @@ class TritonMoE(Kernel):
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
+            xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
+            QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1,
             num_warps=warps, num_stages=stages)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

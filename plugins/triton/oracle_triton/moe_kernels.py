@@ -121,7 +121,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False, FULL_TILE: tl.constexpr = False,
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
-                    os_ptr=None, QUANT_OUT: tl.constexpr = False):
+                    os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
+                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -143,7 +144,12 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     the launch on an H200). QUANT_OUT (STAGE 1 with 1x128 activation groups, BLOCK_N = 128: the
     tile is one group): out gets FC2's input as E4M3 codes (uint8) and os_ptr its group scales
     [N_OUT / 128, T], exactly what gemm.act_qdq_kernel writes for the layer-dtype output, so no
-    quantization launch sits between the GEMMs. FUSE_SUM (STAGE 2 with DIRECT): the
+    quantization launch sits between the GEMMs. QUANT_PRO (STAGE 1, DIRECT, 1x128 groups): before its
+    K loop each program rounds its pair's input row (xq_ptr, layer dtype; K_GROUPS: the next power of
+    two >= K / 128) in one [K_GROUPS, 128] tile and stores the codes (qc_ptr: a uint8 view of a_ptr's
+    buffer) and group scales (as_ptr) that its loop then reads as the quantization launch's (every
+    program of a token writes the same bytes, so the redundant writes are harmless; a barrier orders
+    each program's own writes before its reads). FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
@@ -169,6 +175,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             arow = rows
         else:
             arow = rows // TOPK
+        if QUANT_PRO:       # DIRECT, 1x128 groups: this pair's input row -> its codes and scales, then as stored
+            if A_BY_PAIR:
+                src = pid_m
+            else:
+                src = pid_m // TOPK
+            quantize_row_codes(xq_ptr + src.to(tl.int64) * stride_xq, qc_ptr + src.to(tl.int64) * stride_am,
+                               as_ptr + src, stride_as, K, K_GROUPS)
         a_rows = a_ptr + arow[:, None].to(tl.int64) * stride_am
         e64 = e.to(tl.int64)
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
@@ -363,6 +376,21 @@ def bf16_product(acc, x, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, BLOCK_K:
 def weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr):
     """FP8 weight scales [BN] of the rows offs_n in the K tile at k0 (block, channel or tensor scales)."""
     return tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn + (k0 // GROUP) * stride_sk, mask=offs_n < N, other=0.0)
+
+
+@triton.jit
+def quantize_row_codes(x_row, codes_row, scales_col, stride_s, K, K_GROUPS: tl.constexpr):
+    """One activation row's 1x128-group E4M3 codes and scales (gemm.act_qdq_kernel's, bit for bit),
+    the whole row in one [K_GROUPS, 128] tile: codes_row[k] (uint8), scales_col[g * stride_s]; then a
+    barrier, so the program's later loads of them see its stores."""
+    g = tl.arange(0, K_GROUPS)
+    offs = g[:, None] * 128 + tl.arange(0, 128)[None, :]
+    ok = offs < K
+    x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
+    q, s = quantize_tile_codes(x, tl.zeros([K_GROUPS], dtype=tl.float32), 1, scales_col)
+    tl.store(codes_row + offs, e4m3_encode(q, x).to(tl.uint8), mask=ok)
+    tl.store(scales_col + g * stride_s, s, mask=g * 128 < K)
+    tl.debug_barrier()
 
 
 @triton.jit

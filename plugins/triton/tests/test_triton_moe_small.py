@@ -130,10 +130,11 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 def _gpu_configs(t):
     return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
+            "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64)}
 
 
-PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "swap", "swap_aligned"]
+PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "swap", "swap_aligned"]
 
 
 def _skip_swap(path, fmt, act):
@@ -147,8 +148,8 @@ def _skip_swap(path, fmt, act):
 def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
     if "quant" in path and act != "fp8":
         pytest.skip("activations are rounded inside the GEMM for W8A8 only")
-    if path == "mma_quant_fused" and params.get("activation_granularity") != "group":
-        pytest.skip("FC1's epilogue writes FC2's codes for 1x128 activation groups only")
+    if path in ("mma_quant_fused", "mma_quant_pro") and params.get("activation_granularity") != "group":
+        pytest.skip("FC1 writes codes inside its GEMM for 1x128 activation groups only")
     _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
                       symmetric=False)
@@ -248,7 +249,8 @@ DECODE_CFG = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 2, "num_war
 ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * I, "k": H, "experts": E, "m": 1}
 
 
-@pytest.mark.parametrize("cfg", [DECODE_CFG, MMA])
+@pytest.mark.parametrize("cfg", [DECODE_CFG, MMA, dict(MMA_SUM, QUANT_PRO=1, QUANT_IN=2, BLOCK_N2=32, WARPS2=4,
+                                                         STAGES2=3)])
 def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
     """A table entry for a decode path (CUDA-core DECODE or tensor-core DIRECT) loads and wins over
     the rules for its bucket only; the table is read on CPU (no kernel runs)."""
@@ -311,7 +313,8 @@ def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
 def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
     """QUANT_IN + QUANT_OUT (1x128 groups): FC1's input rounded in the FC1 GEMM and FC2's input written
     as codes and group scales by FC1's epilogue (or rounded in the FC2 GEMM: QUANT_IN bit 2, here with
-    FC2's own tile) give the same bits as the two quantization launches
+    FC2's own tile; or FC1's whole input row rounded before its loop: QUANT_PRO) give the same bits as
+    the two quantization launches
     (whose codes are oracle-emulation's, test_triton_moe), with a router weight on the input too; the
     codes the epilogue writes equal the launch's codes of the layer-dtype intermediate."""
     from oracle_triton.launch import quantize_activation_codes
@@ -325,7 +328,7 @@ def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
         t.config = dict(MMA_SUM, BLOCK_N1=128)
         apart = t.apply(x, w, ids)
         for cfg in (MMA_FUSED, dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=2, BLOCK_N2=16, WARPS2=2, STAGES2=2),
-                    dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=3)):
+                    dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=3), dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=1, QUANT_IN=2)):
             t.config = cfg
             fused = t.apply(x, w, ids)
             assert torch.equal(fused, apart), (on_input, cfg)
@@ -343,7 +346,8 @@ def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
 
 
 def test_two_launch_direct_path_refuses_what_it_cannot_round():
-    """QUANT_OUT rounds one 1x128 group per FC1 tile: other tile widths or activation scales are named."""
+    """QUANT_OUT rounds one 1x128 group per FC1 tile, QUANT_PRO 1x128 groups: other tile widths or
+    activation scales are named."""
     t, _ = moe_pair("fp8_channel", E, H, I, K, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                     device=DEV)
     x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
@@ -355,6 +359,9 @@ def test_two_launch_direct_path_refuses_what_it_cannot_round():
     g.config = dict(MMA_FUSED, BLOCK_N1=64)
     with pytest.raises(ValueError, match="BLOCK_N1=64"):
         g.apply(x, w, ids)
+    t.config = dict(MMA_SUM, QUANT_PRO=1)
+    with pytest.raises(ValueError, match="QUANT_PRO"):
+        t.apply(x, w, ids)
 
 
 @slow
@@ -409,11 +416,17 @@ def test_bf16_mode_on_gpu():
 
 
 def test_w8a8_few_pairs_take_the_tensor_core_direct_path():
-    """The rule (moe.use_direct_mma): W8A8 experts while pairs <= experts / 4, with the fused top-k sum;
-    the aligned tiles above that; W8A16 never (no table entry on CPU: the rules alone decide)."""
+    """The rule (moe.use_direct_mma): W8A8 experts while pairs <= experts / 4, with the fused top-k sum
+    (and FC1's input rounded in its prologue for 1x128 groups); the aligned tiles above that; W8A16
+    never (no table entry on CPU: the rules alone decide)."""
     t, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
     t.facts = dict(t.facts, name=None)
     assert t.config_for(2, 4).get("DIRECT") == 1 and t.config_for(2, 4).get("FUSE_SUM") == 1
+    assert t.config_for(2, 4).get("QUANT_PRO") == 1          # 1x128 groups: rounded in FC1's prologue
+    ch, _ = moe_pair("fp8_channel", 32, H, I, 4, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                     device=DEV)
+    ch.facts = dict(ch.facts, name=None)
+    assert ch.config_for(2, 4).get("DIRECT") == 1 and "QUANT_PRO" not in ch.config_for(2, 4)
     assert "DIRECT" not in t.config_for(3, 4) and "DECODE" not in t.config_for(3, 4)
     a16, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a16_block", "bf16", device=DEV)
     a16.facts = dict(a16.facts, name=None)
