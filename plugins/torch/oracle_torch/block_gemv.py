@@ -43,12 +43,21 @@ MAX_ROWS = 1
 BLOCK_N, GROUPS, WARPS = 8, 4, 4
 #: K is split until the grid has this many programs per SM (or a slice is one load of G groups)
 PROGRAMS_PER_SM = 6
+#: weights (N x K) served here. H200 r6, one row, graph replay, HBM-resident (bench/bench_block_gemv.py):
+#: the GEMV leads the cuBLASLt path on Qwen3-30B's projections (5120x2048: 10.2 vs 13.7 us; 2048x4096:
+#: 9.4 vs 18.8) and trails it on DeepSeek-R1's (24576x1536: 36.4 vs 20.4; 7168x16384: 94.6 vs 48.7)
+MAX_WEIGHTS = 16 * 1024 * 1024
 #: ORACLE_TORCH_BLOCK_GEMV=0 keeps one-row calls on the cuBLASLt path (benchmarks compare the two)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
+
+
+def serves(n: int, k: int) -> bool:
+    """Whether a one-row call of an N x K layer is faster here than on the cuBLASLt path (MAX_WEIGHTS)."""
+    return n * k <= MAX_WEIGHTS
 
 
 class Plan(NamedTuple):

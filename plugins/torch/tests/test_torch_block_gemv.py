@@ -83,3 +83,25 @@ def test_plan_splits_k_until_every_sm_has_several_programs():
         # either enough programs, or K cannot be halved any further into whole loads
         assert tiles * p.split >= B.PROGRAMS_PER_SM * 132 or slice_groups % (2 * p.groups), (n, k, p)
     assert B.plan(5120, 2048, 132, split=1).split == 1
+
+
+def test_one_row_takes_the_gemv_only_on_layers_where_it_led_cublas(monkeypatch):
+    """r6 (H200): the GEMV led cuBLASLt on Qwen3-30B's q/k/v and o_proj and trailed it ~2x on
+    DeepSeek-R1's q_b and o_proj, so the layer picks it by weight count, not by row count alone."""
+    from oracle_torch import block_gemv as B, linear
+
+    class OneCudaRow:                      # what the choice reads of an activation; no GPU needed
+        is_cuda, shape = True, (1, 0)
+
+    monkeypatch.delenv(linear.QUANT_ENV, raising=False)
+    monkeypatch.delenv(B.ENV, raising=False)
+    layer = linear.TorchBlockFP8Linear.__new__(linear.TorchBlockFP8Linear)
+    for (n, k), want in {(5120, 2048): True, (2048, 4096): True, (24576, 1536): False, (7168, 16384): False}.items():
+        layer.n, layer.k = n, k
+        assert layer._gemv_serves(OneCudaRow()) is want, (n, k)
+    OneCudaRow.shape = (2, 0)
+    layer.n, layer.k = 5120, 2048
+    assert not layer._gemv_serves(OneCudaRow())
+    monkeypatch.setenv(B.ENV, "0")
+    OneCudaRow.shape = (1, 0)
+    assert not layer._gemv_serves(OneCudaRow())
