@@ -18,11 +18,15 @@ import torch
 ROTATE = 256 << 20
 SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536), "dsr1-kv_b": (32768, 512),
           "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
-#: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's); the first is block_gemv's default,
-#: the second the first version's launch (16 rows per program over the whole K: about 2 programs per SM)
-VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None), ("old bn16 g4 w4 s1", 16, 4, 4, 1), ("bn4 g4 w2 auto", 4, 4, 2, None),
-            ("bn8 g2 w1 auto", 8, 2, 1, None), ("bn16 g4 w4 auto", 16, 4, 4, None), ("bn8 g4 w4 s4", 8, 4, 4, 4),
-            ("bn8 g8 w4 auto", 8, 8, 4, None), ("bn8 g2 w2 auto", 8, 2, 2, None)]
+#: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's, split K summed in the same launch
+#: (arrival counter) or by a second one); the first is what oracle-torch's layers run, the second the first
+#: version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
+#: (Triton's ptxas): bn8 g4 w4 72 registers (7 programs per SM), bn16 g4 w4 196, bn4 g4 w2 72 when split,
+#: bn8 g2 w1 214 and no barrier in its loop; none spills
+VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None, True), ("old bn16 g4 w4 s1", 16, 4, 4, 1, False),
+            ("bn8 g4 w4 auto 2-launch", 8, 4, 4, None, False), ("bn4 g4 w2 auto", 4, 4, 2, None, True),
+            ("bn8 g2 w1 auto", 8, 2, 1, None, True), ("bn8 g4 w4 s1", 8, 4, 4, 1, False),
+            ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True)]
 
 
 def main() -> None:
@@ -58,19 +62,20 @@ def main() -> None:
             us = 1e3 * graph_ms(lambda: [cublas(i) for i in range(copies)], 1) / copies
             row.append(f"cublas {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s")
             us = 1e3 * graph_ms(lambda: [x @ w.t() for w in bf], 1) / len(bf)
-            row.append(f"bf16 {us:6.1f}")
-            for name, bn, groups, warps, split in (variants if m <= block_gemv.MAX_ROWS else []):
+            row.append(f"bf16 {us:6.1f} = {2 * n * k / us / 1e6:4.2f} TB/s")
+            print(" | ".join(row), flush=True)            # then one line per variant, so a cut run keeps them
+            cnt = block_gemv.counter(n, dev)
+            for name, bn, groups, warps, split, one in (variants if m <= block_gemv.MAX_ROWS else []):
                 try:
                     run = (lambda i, x=x: block_gemv.block_gemv(x, ws[i], scales[i], torch.bfloat16, bn, groups,
-                                                                warps, split))
+                                                                warps, split, cnt if one else None))
                     err = rel(run(0), ref)
                     us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
                     p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)
-                    row.append(f"{name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
-                               f"(err {err:.1e})")
+                    print(f"    {name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
+                          f"(err {err:.1e})", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
-                    row.append(f"{name} FAILED {type(exc).__name__}: {str(exc)[:120]}")
-            print(" | ".join(row), flush=True)
+                    print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         del ws, scales, bf
         torch.cuda.empty_cache()
 

@@ -146,7 +146,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
         for bn in (64, 128, 256):
             for nw in (4, 8):
                 if (bn == 256 and nw == 4) or (bm >= 64 and (bn, nw) not in ((128, 4), (128, 8))) or \
-                        (m == 1 and fmt != "int4" and (bn, nw) != (128, 4)):
+                        (m == 1 and fmt != "int4" and bn == 256):
                     continue
                 for bk in (128,):
                     tiles, kt = -(-n // bn) * -(-m // bm), k // bk
@@ -208,7 +208,6 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
-        out.append(("default, row rounded inside", {**default, "QUANT_IN": 1}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:

@@ -11,8 +11,9 @@ scales as oracle-emulation) and multiplies it with its BLOCK_N output rows.
 
 Numerics, as the cuBLASLt path: the products of two E4M3 values are exact in fp32; each 128-wide
 group's fp32 sum is multiplied by its activation scale times its weight-block scale and added in
-fp32, then rounded once to the layer's dtype. Split over K, each slice's fp32 sum is written apart
-and a second small launch adds the slices in a fixed order: deterministic, no atomics.
+fp32, then rounded once to the layer's dtype. Split over K, each slice's fp32 sum is written apart and
+added in a fixed order (deterministic): by the tile's last program to arrive (an atomic arrival counter
+the caller owns, as oracle-triton's split-K tiles do), or, without a counter, by a second small launch.
 
 Parallelism: a first one-row version ran 16 output rows per program over the whole K, 320 programs
 for that projection (about 2 per SM), each a chain of dependent 512-column chunks with about ten
@@ -42,12 +43,21 @@ MAX_ROWS = 1
 BLOCK_N, GROUPS, WARPS = 8, 4, 4
 #: K is split until the grid has this many programs per SM (or a slice is one load of G groups)
 PROGRAMS_PER_SM = 6
+#: weights (N x K) served here. H200 r6, one row, graph replay, HBM-resident (bench/bench_block_gemv.py):
+#: the GEMV leads the cuBLASLt path on Qwen3-30B's projections (5120x2048: 10.2 vs 13.7 us; 2048x4096:
+#: 9.4 vs 18.8) and trails it on DeepSeek-R1's (24576x1536: 36.4 vs 20.4; 7168x16384: 94.6 vs 48.7)
+MAX_WEIGHTS = 16 * 1024 * 1024
 #: ORACLE_TORCH_BLOCK_GEMV=0 keeps one-row calls on the cuBLASLt path (benchmarks compare the two)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
+
+
+def serves(n: int, k: int) -> bool:
+    """Whether a one-row call of an N x K layer is faster here than on the cuBLASLt path (MAX_WEIGHTS)."""
+    return n * k <= MAX_WEIGHTS
 
 
 class Plan(NamedTuple):
@@ -59,26 +69,26 @@ class Plan(NamedTuple):
 
 
 @triton.jit
-def _chunk(acc, w, x_ptr, ws_col, k0, stride_wsk, G: tl.constexpr, GROUP: tl.constexpr):
-    """acc + the K chunk [k0, k0 + G*128): the row's G groups quantized here, times the weight codes
-    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales."""
-    offs_g = tl.arange(0, G)
-    offs_k = tl.arange(0, GROUP)
-    x = tl.load(x_ptr + k0 + offs_g[:, None] * GROUP + offs_k[None, :]).to(tl.float32)     # [G, 128]
+def _chunk(acc, w, x, ws):
+    """acc + one K chunk: the row's G groups x [G, 128] quantized here, times the weight codes
+    w [BN, G, 128] (exact products), each group's fp32 sum times its two scales (ws [G]: the weights')."""
+    x = x.to(tl.float32)
     s = _scale_of(tl.max(tl.abs(x), axis=1))                                             # [G]
     part = tl.sum(w.to(tl.float32) * _e4m3_values(x, s[:, None])[None, :, :], axis=2)   # [BN, G]
-    ws = tl.load(ws_col + (k0 // GROUP + offs_g) * stride_wsk)                           # [G]
     return acc + tl.sum(part * (s * ws)[None, :], axis=1)
 
 
 @triton.jit
-def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, N, stride_wsk, stride_wsn,
-                       K: tl.constexpr, SLICE: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
-                       GROUP: tl.constexpr):
-    """Program (i, j): output rows [i*BLOCK_N, +BLOCK_N) over the K slice [j*SLICE, +SLICE); writes
-    out[j, rows] (fp32 partial sums when K is split, else the result in out's dtype)."""
+def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, part_ptr, y_ptr, cnt_ptr, N, stride_wsk, stride_wsn,
+                       K: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
+                       GROUP: tl.constexpr, TICKET: tl.constexpr):
+    """Program (i, j): output rows [i*BLOCK_N, +BLOCK_N) over the K slice j of SPLIT. Unsplit it writes y;
+    split, its fp32 sums go to part[j] and, with TICKET, the tile's last program to arrive (atomic
+    counter) adds the slices in order, writes y and resets the counter (so a graph replay finds it at
+    zero); without, _sum_slices_kernel does that in a second launch."""
     n0 = tl.program_id(0) * BLOCK_N
-    k_lo = tl.program_id(1) * SLICE
+    slice_k: tl.constexpr = K // SPLIT
+    k_lo = tl.program_id(1) * slice_k
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     chunk: tl.constexpr = G * GROUP
@@ -86,13 +96,32 @@ def _block_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, N, stride_wsk, stride_wsn,
         tl.arange(0, GROUP)[None, None, :]                                                 # [BN, G, 128]
     ws_col = ws_ptr + (n0 // GROUP) * stride_wsn       # the tile lies in one 128-row block (BLOCK_N | 128)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    x_ptrs = x_ptr + k_lo + tl.arange(0, G)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]      # [G, 128]
+    ws_ptrs = ws_col + (k_lo // GROUP + tl.arange(0, G)) * stride_wsk                             # [G]
+    # each chunk's three loads (weights, row, weight scales) are issued before the previous chunk's arithmetic
     w_next = tl.load(w_ptrs, mask=n_ok[:, None, None], other=0.0)
-    for c in range(0, SLICE // chunk - 1):     # the next chunk's load is issued before this chunk's arithmetic
-        w = w_next
+    x_next = tl.load(x_ptrs)
+    ws_next = tl.load(ws_ptrs)
+    for c in range(0, slice_k // chunk - 1):
+        w, x, ws = w_next, x_next, ws_next
         w_next = tl.load(w_ptrs + (c + 1) * chunk, mask=n_ok[:, None, None], other=0.0)
-        acc = _chunk(acc, w, x_ptr, ws_col, k_lo + c * chunk, stride_wsk, G, GROUP)
-    acc = _chunk(acc, w_next, x_ptr, ws_col, k_lo + SLICE - chunk, stride_wsk, G, GROUP)
-    tl.store(out_ptr + tl.program_id(1) * N + offs_n, acc.to(out_ptr.dtype.element_ty), mask=n_ok)
+        x_next = tl.load(x_ptrs + (c + 1) * chunk)
+        ws_next = tl.load(ws_ptrs + (c + 1) * G * stride_wsk)
+        acc = _chunk(acc, w, x, ws)
+    acc = _chunk(acc, w_next, x_next, ws_next)
+    if SPLIT == 1:
+        tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+    else:
+        tl.store(part_ptr + tl.program_id(1) * N + offs_n, acc, mask=n_ok)
+        if TICKET:
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + tl.program_id(0), 1)
+            if arrived == SPLIT - 1:
+                acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+                for j in range(0, SPLIT):
+                    acc += tl.load(part_ptr + j * N + offs_n, mask=n_ok, other=0.0, cache_modifier=".cg")
+                tl.store(y_ptr + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+                tl.atomic_xchg(cnt_ptr + tl.program_id(0), 0)
 
 
 @triton.jit
@@ -132,11 +161,19 @@ def plan(n: int, k: int, sms: int, block_n: int = BLOCK_N, groups: int = GROUPS,
     return Plan(block_n, g, split, warps)
 
 
+def counter(n: int, device: torch.device | str) -> torch.Tensor:
+    """The arrival counters of block_gemv's one-launch split (`counter=`): one per tile of N at the
+    smallest BLOCK_N used, zero between calls. A caller keeps its own (a layer's calls run in order)."""
+    return torch.zeros(-(-n // 4), dtype=torch.int32, device=device)
+
+
 def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor,
                out_dtype: torch.dtype, block_n: int = BLOCK_N, groups: int = GROUPS,
-               warps: int = WARPS, split: int | None = None) -> torch.Tensor:
+               warps: int = WARPS, split: int | None = None, counter: torch.Tensor | None = None) -> torch.Tensor:
     """x [1, K] (K % 128 == 0) x weight [N, K] e4m3 (row-major), weight_scale_t the [K/128, N/128]
-    fp32 block scales (any strides) -> [1, N] in out_dtype. `split` fixes the K slices (default: `plan`)."""
+    fp32 block scales (any strides) -> [1, N] in out_dtype. `split` fixes the K slices (default: `plan`);
+    split K is summed in the same launch when `counter` (from `counter()`, not shared with a call that
+    may run at the same time) is given, else by a second launch."""
     m, k = x.shape
     n = weight.shape[0]
     if m > MAX_ROWS or k % FP8_BLOCK or weight.stride() != (k, 1) or x.stride(1) != 1 or FP8_BLOCK % block_n:
@@ -147,12 +184,14 @@ def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tens
     p = plan(n, k, sms, block_n, groups, warps, split)
     if (k // FP8_BLOCK) % p.split:
         raise ValueError(f"block_gemv: split {p.split} does not divide K/{FP8_BLOCK} = {k // FP8_BLOCK}")
+    tiles = triton.cdiv(n, p.block_n)
+    ticket = p.split > 1 and counter is not None and counter.numel() >= tiles
     y = torch.empty(m, n, dtype=out_dtype, device=x.device)
-    out = y if p.split == 1 else torch.empty(p.split, n, dtype=torch.float32, device=x.device)
-    _block_gemv_kernel[(triton.cdiv(n, p.block_n), p.split)](
-        x, weight, weight_scale_t, out, n, weight_scale_t.stride(0), weight_scale_t.stride(1),
-        K=k, SLICE=k // p.split, BLOCK_N=p.block_n, G=p.groups, GROUP=FP8_BLOCK, num_warps=p.warps,
-        num_stages=1)
-    if p.split > 1:
-        _sum_slices_kernel[(triton.cdiv(n, 1024),)](out, y, n, SPLIT=p.split, BLOCK=1024, num_warps=4)
+    part = y if p.split == 1 else torch.empty(p.split, n, dtype=torch.float32, device=x.device)
+    _block_gemv_kernel[(tiles, p.split)](
+        x, weight, weight_scale_t, part, y, counter if ticket else y, n, weight_scale_t.stride(0),
+        weight_scale_t.stride(1), K=k, SPLIT=p.split, BLOCK_N=p.block_n, G=p.groups, GROUP=FP8_BLOCK,
+        TICKET=ticket, num_warps=p.warps, num_stages=1)
+    if p.split > 1 and not ticket:
+        _sum_slices_kernel[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=p.split, BLOCK=1024, num_warps=4)
     return y

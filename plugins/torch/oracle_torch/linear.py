@@ -148,8 +148,8 @@ class TorchChannelFP8Linear(_ScaledLinear):
 
 class TorchBlockFP8Linear(_ScaledLinear):
     """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling;
-    one row on CUDA, a Triton GEMV that quantizes inside (oracle_torch.block_gemv; one launch, two when it
-    splits K)."""
+    one row on CUDA of a layer small enough (block_gemv.serves), one launch of a Triton GEMV that
+    quantizes inside (oracle_torch.block_gemv)."""
 
     def _validate(self, weight_scale: Any, input_scale: Any, **_: Any) -> None:
         if self.n % gemm.BLOCK or self.k % gemm.BLOCK:
@@ -172,13 +172,18 @@ class TorchBlockFP8Linear(_ScaledLinear):
             raise TensorError("weight", "K/128 divisible by 4 (this torch's blockwise scaling accepts only "
                               "K-block counts that are multiples of 4)", f"K={self.k}")
         self.sw = gemm.block_weight_scale(weight_scale.to(self.device), "kblocks" if layout == "kblocks" else "l4")
+        self.gemv_counter = None
+        if torch.device(self.device).type == "cuda":
+            from . import block_gemv
+            self.gemv_counter = block_gemv.counter(self.n, self.device)    # the GEMV's one-launch split-K sum
 
     def _gemm(self, x2: torch.Tensor) -> torch.Tensor:
         m = x2.shape[0]
-        if m and self._few_rows(x2):
+        if m and self._gemv_serves(x2):
             try:
                 from . import block_gemv
-                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype)
+                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype,
+                                             counter=self.gemv_counter)
             except Exception as exc:  # noqa: BLE001 - a compiler problem falls back to cuBLASLt
                 _FUSED_FAILED.add("block_gemv")
                 import structlog
@@ -192,15 +197,14 @@ class TorchBlockFP8Linear(_ScaledLinear):
         return y[:m] if pad else y
 
 
-    @staticmethod
-    def _few_rows(x2: torch.Tensor) -> bool:
-        """One row on CUDA goes to the Triton GEMV (oracle_torch.block_gemv), unless the fused
-        quantizers are switched off (ORACLE_TORCH_QUANT=eager), ORACLE_TORCH_BLOCK_GEMV=0, or it failed
-        to compile here."""
+    def _gemv_serves(self, x2: torch.Tensor) -> bool:
+        """One row on CUDA goes to the Triton GEMV (oracle_torch.block_gemv) where it is the faster
+        path (block_gemv.serves: layers up to MAX_WEIGHTS weights), unless the fused quantizers are
+        switched off (ORACLE_TORCH_QUANT=eager), ORACLE_TORCH_BLOCK_GEMV=0, or it failed to compile here."""
         if not x2.is_cuda or os.environ.get(QUANT_ENV) == "eager" or "block_gemv" in _FUSED_FAILED:
             return False
         from . import block_gemv
-        return x2.shape[0] <= block_gemv.MAX_ROWS and block_gemv.enabled()
+        return x2.shape[0] <= block_gemv.MAX_ROWS and block_gemv.enabled() and block_gemv.serves(self.n, self.k)
 
 
 class TorchMXFP8Linear(_ScaledLinear):

@@ -5,7 +5,8 @@ rounding (checked here against oracle_emulation.activations) times the weight co
 128x128 block scales, summed per group in float64. The kernel's fp32 output must agree to fp32
 rounding (its products are exact; only the summation order differs), for one row with an all-zero
 group, an all-zero row, tiles of 8 to 128 output rows, N not a multiple of 128, 1 to 8 groups per load (K of
-one, two or more chunks) and K split in 1, 2 or 4 slices (the second launch's ordered sum)."""
+one, two or more chunks) and K split in 1, 2 or 4 slices, summed in order by a second launch or by the
+last program to arrive (arrival counters, back at zero after each call)."""
 from __future__ import annotations
 
 import os
@@ -22,9 +23,11 @@ import torch
 from oracle_emulation import activations as ref
 from oracle_torch import block_gemv as B, gemm, quantize as Q
 torch.manual_seed(0)
-for m, n, k, bn, groups, split in [(1, 256, 384, 16, 4, 1), (1, 128, 256, 128, 2, 1), (1, 384, 1024, 8, 4, 1),
-                                   (1, 128, 256, 16, 1, 1), (1, 256, 1024, 32, 8, 1), (1, 256, 1024, 8, 2, 4),
-                                   (1, 136, 512, 8, 4, 2), (1, 128, 256, 16, 1, 2)]:
+cnt = B.counter(384, "cpu")
+for m, n, k, bn, groups, split, ticket in [
+        (1, 256, 384, 16, 4, 1, 0), (1, 128, 256, 128, 2, 1, 0), (1, 384, 1024, 8, 4, 1, 0), (1, 128, 256, 16, 1, 1, 0),
+        (1, 256, 1024, 32, 8, 1, 0), (1, 256, 1024, 8, 2, 4, 0), (1, 136, 512, 8, 4, 2, 0), (1, 128, 256, 16, 1, 2, 0),
+        (1, 256, 1024, 8, 2, 4, 1), (1, 136, 512, 4, 4, 2, 1), (1, 136, 512, 4, 4, 2, 1)]:
     x = (torch.randn(m, k) * torch.logspace(-2, 2, m)[:, None]).to(torch.bfloat16)
     if k == 1024:
         x[0, :128] = 0                     # an all-zero group: scale 1
@@ -33,7 +36,8 @@ for m, n, k, bn, groups, split in [(1, 256, 384, 16, 4, 1), (1, 128, 256, 128, 2
     w = (torch.randn(n, k) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
     ws = torch.rand(-(-n // 128), k // 128) + 0.01
     y = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, block_n=bn, groups=groups,
-                     split=split)
+                     split=split, counter=cnt if ticket else None)
+    assert not cnt.any(), "arrival counters not reset"
     xq, sx = Q.fp8_per_group(x)
     deq = (xq.float().reshape(m, k // 128, 128) * sx[..., None]).reshape(m, k)
     assert torch.equal(deq.to(torch.bfloat16), ref.fp8_qdq(x, "group")), "codes differ from emulation's"
@@ -79,3 +83,25 @@ def test_plan_splits_k_until_every_sm_has_several_programs():
         # either enough programs, or K cannot be halved any further into whole loads
         assert tiles * p.split >= B.PROGRAMS_PER_SM * 132 or slice_groups % (2 * p.groups), (n, k, p)
     assert B.plan(5120, 2048, 132, split=1).split == 1
+
+
+def test_one_row_takes_the_gemv_only_on_layers_where_it_led_cublas(monkeypatch):
+    """r6 (H200): the GEMV led cuBLASLt on Qwen3-30B's q/k/v and o_proj and trailed it ~2x on
+    DeepSeek-R1's q_b and o_proj, so the layer picks it by weight count, not by row count alone."""
+    from oracle_torch import block_gemv as B, linear
+
+    class OneCudaRow:                      # what the choice reads of an activation; no GPU needed
+        is_cuda, shape = True, (1, 0)
+
+    monkeypatch.delenv(linear.QUANT_ENV, raising=False)
+    monkeypatch.delenv(B.ENV, raising=False)
+    layer = linear.TorchBlockFP8Linear.__new__(linear.TorchBlockFP8Linear)
+    for (n, k), want in {(5120, 2048): True, (2048, 4096): True, (24576, 1536): False, (7168, 16384): False}.items():
+        layer.n, layer.k = n, k
+        assert layer._gemv_serves(OneCudaRow()) is want, (n, k)
+    OneCudaRow.shape = (2, 0)
+    layer.n, layer.k = 5120, 2048
+    assert not layer._gemv_serves(OneCudaRow())
+    monkeypatch.setenv(B.ENV, "0")
+    OneCudaRow.shape = (1, 0)
+    assert not layer._gemv_serves(OneCudaRow())

@@ -222,26 +222,35 @@ def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
 
 
 def e2m1_word_ptx(f16: bool) -> str:
-    """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) and the group-scale
-    pair $9 ({s, s} in the 16-bit type) -> the 8 values x scale as 16-bit halves $0..$7 (k order).
+    """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) and its group scale
+    $9 -> the 8 values x scale as 16-bit halves $0..$7 (k order), rounded once, as the reference
+    dequantizes (value x scale in fp32, rounded to the layer dtype).
 
     Pair i of the word (nibbles i and i + 4) becomes one 16-bit pair by bit placement alone: the
     word shifted left by 12 - 4i puts both sign bits at bits 15 / 31 and the 3 magnitude bits at
     12-14 / 28-30; shifted right by 6 (bf16; 3 for fp16) they land on the exponent's two low bits
     and the mantissa's top bit. That pattern is the E2M1 value times 2**-126 (bf16; 2**-14 for
-    fp16), the code 0.5 a subnormal, exactly; a packed multiply by {2**126, 2**126} (fp16: 2**14;
-    written as an FMA with -0, which keeps signs of zero and handles subnormals) gives the values,
-    a second one by the scale pair gives value x scale rounded once to the 16-bit type, as the
-    reference dequantizes (exact for MXFP4's powers of two). The scale is not folded into the first
-    factor: 2**126 x an E8M0 scale above 2 overflows bf16. No conversion instruction at all."""
-    shift, mask, one = (3, 0x0E000E00, 0x74007400) if f16 else (6, 0x01C001C0, 0x7E807E80)
-    typ = "f16x2" if f16 else "bf16x2"
-    lines = [".reg .b32 q, a, b, c, z;", f"mov.b32 c, {one:#x};", "mov.b32 z, 0x80008000;"]
+    fp16), the code 0.5 a subnormal, exactly. bf16 ($9 the pair {s, s} in bf16): a packed multiply
+    by {2**126, 2**126} gives the values (written as an FMA with -0, which keeps signs of zero and
+    handles subnormals), a second one by the scale pair the weights (exact for MXFP4's powers of
+    two; the scale is not folded into the first factor: 2**126 x an E8M0 scale above 2 overflows
+    bf16). fp16 ($9 the fp32 scale): fp16's range is too narrow for the scale itself (an E8M0 scale
+    below 2**-24 is 0 in fp16, while value x scale may not be), so each pattern is converted to
+    fp32, multiplied by 2**14 and the scale there, and the pair rounded once to fp16."""
+    shift, mask = (3, 0x0E000E00) if f16 else (6, 0x01C001C0)
+    lines = [".reg .b32 q, a, b, c, z;", ".reg .b16 l, h;", ".reg .f32 f0, f1;", "mov.b32 c, 0x7E807E80;",
+             "mov.b32 z, 0x80008000;"]
     for i in range(4):
         lines.append(f"shl.b32 q, $8, {12 - 4 * i};" if i < 3 else "mov.b32 q, $8;")
         lines += [f"shr.b32 a, q, {shift};", f"and.b32 a, a, {mask:#x};", "and.b32 b, q, 0x80008000;",
-                  "or.b32 a, a, b;", f"fma.rn.{typ} a, a, c, z;", f"fma.rn.{typ} a, a, $9, z;",
-                  f"mov.b32 {{${i}, ${i + 4}}}, a;"]
+                  "or.b32 a, a, b;"]
+        if f16:
+            lines += ["mov.b32 {l, h}, a;", "cvt.f32.f16 f0, l;", "cvt.f32.f16 f1, h;",
+                      "mul.rn.f32 f0, f0, 0f46800000;", "mul.rn.f32 f1, f1, 0f46800000;",     # x 2**14
+                      "mul.rn.f32 f0, f0, $9;", "mul.rn.f32 f1, f1, $9;", "cvt.rn.f16x2.f32 a, f1, f0;"]
+        else:
+            lines += ["fma.rn.bf16x2 a, a, c, z;", "fma.rn.bf16x2 a, a, $9, z;"]
+        lines.append(f"mov.b32 {{${i}, ${i + 4}}}, a;")
     return "{\n" + "\n".join(lines) + "\n}"
 
 
@@ -253,14 +262,15 @@ _E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
 def e2m1_word_values(u, sg, io_t: tl.constexpr):
     """E2M1 words u [A, B] (int32) and their group scales sg (fp32, broadcast to u) -> the 8
     tensors value x scale [A, B] in io_t (nibble i = k % 8), rounded once as the reference
-    dequantizes (e2m1_word_ptx: bit placement and two packed multiplies per pair; inline PTX,
-    compiled only)."""
-    sp = (sg.to(io_t).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537 + tl.zeros_like(u)
+    dequantizes (e2m1_word_ptx: bit placement, then two packed bf16 multiplies per pair, or fp32
+    multiplies for fp16 layers; inline PTX, compiled only)."""
     if io_t == tl.bfloat16:
+        sp = (sg.to(io_t).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537 + tl.zeros_like(u)
         h = tl.inline_asm_elementwise(_E2M1_BF16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
                                       dtype=(tl.int16,) * 8, is_pure=True, pack=1)
     else:
-        h = tl.inline_asm_elementwise(_E2M1_F16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sp],
+        sf = sg.to(tl.float32) + tl.zeros_like(u).to(tl.float32)
+        h = tl.inline_asm_elementwise(_E2M1_F16_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,f", [u, sf],
                                       dtype=(tl.int16,) * 8, is_pure=True, pack=1)
     return h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
         h[3].to(io_t, bitcast=True), h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), \

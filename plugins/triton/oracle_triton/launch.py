@@ -199,11 +199,6 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
-#: FP8 W8A8 at M = 1 rounds its row inside the swap GEMM (QUANT_IN) up to this many weights, else
-#: a quantizer launch first. Measured on an H200 (bench/sweep_dense.py R4, weights from HBM): 2048x4096
-#: 8.7 us fused against 9.3 with the launch; the large shapes lost with the fused loop (8192x8192
-#: 25.6 against 23.7, 7168x18432 54.9 against 47.9: every program rounds its K tiles itself).
-QUANT_IN_MAX_ELEMENTS = 1 << 24
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
 #: it. Measured on an H200 (bench/sweep_dense.py R1, K = 8192): one row in 4096-wide steps at 8 warps
@@ -271,8 +266,7 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                if m == 1 and cfg.get("QUANT_IN", self.n * self.k <= QUANT_IN_MAX_ELEMENTS) and \
-                        act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
+                if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
@@ -360,7 +354,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
             BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            WORDS=lay.pack > 1 and self.facts["hw_fp8"])
+            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"])
         return buf
 
     def scaled_mm_ok(self, act: int) -> bool:
@@ -424,8 +418,11 @@ class DenseGemm:
                  cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
-        per-tensor scale, or anything per token), so no quantizer launch (the default at M = 1 up to
-        QUANT_IN_MAX_ELEMENTS weights; cfg QUANT_IN 0 / 1 overrides it)."""
+        per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
+        QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
+        replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
+        69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
+        row's amax in every program)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
