@@ -26,10 +26,10 @@ import sys
 import time
 
 import torch
-from bench_triton import _bf16_moe, _quant
+from bench_triton import _bf16_moe, _quant, dense_reference
 from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args
 
-from oracle import LinearLayer, MoELayer
+from oracle import MoELayer
 from oracle.catalog import Mode
 
 ROTATE = 256 << 20
@@ -190,8 +190,6 @@ def build_dense(cand, fmt, layer, mode, tensors):
 
 
 def bench_dense(ms_list, bw, rows, skipped):
-    from oracle_emulation.linear import EmulationLinear
-
     print("\n== dense: us per call; graph = CUDA-graph replay, eager = back-to-back calls, host = Python "
           "time per eager call; weights rotated through > 256 MB of copies ==")
     for name, (n, k) in DENSE.items():
@@ -202,12 +200,7 @@ def bench_dense(ms_list, bw, rows, skipped):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             bf16_t[m] = measure([lambda ww=ww: x @ ww.t() for ww in bf16], m)
         for fmt, mode_name, act, params, peers in DENSE_MODES:
-            layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
-                                group_size=128 if fmt == "int4" else None)
-            mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
-            tensors = _quant(fmt, w)
-            ref = EmulationLinear(layer, mode, None)
-            ref.process_weights(**tensors)
+            ref, tensors, layer, mode = dense_reference(name, fmt, n, k, w, mode_name, act, params)
             xr = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
             yref = ref.apply(xr)
             del ref

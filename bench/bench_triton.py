@@ -47,20 +47,28 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
 }
 
 
-def dense_pair(name, fmt, n, k, w, mode_name, act, params):
-    """oracle-triton's linear and oracle-emulation's reference for one weight, from the same
-    checkpoint tensors: (triton, emulation, tensors, layer, mode)."""
+def dense_reference(name, fmt, n, k, w, mode_name, act, params):
+    """oracle-emulation's reference for one weight and the checkpoint tensors it was built from:
+    (emulation, tensors, layer, mode); every kernel timed beside it takes the same tensors."""
     from oracle_emulation.linear import EmulationLinear
-    from oracle_triton.linear import TritonLinear
 
     layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
                         group_size=128 if fmt == "int4" else None)
     mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
     tensors = _quant(fmt, w)
-    t = TritonLinear(layer, mode, None)
-    t.process_weights(**tensors)
     e = EmulationLinear(layer, mode, None)
     e.process_weights(**tensors)
+    return e, tensors, layer, mode
+
+
+def dense_pair(name, fmt, n, k, w, mode_name, act, params):
+    """oracle-triton's linear and oracle-emulation's reference for one weight, from the same
+    checkpoint tensors: (triton, emulation, tensors, layer, mode)."""
+    from oracle_triton.linear import TritonLinear
+
+    e, tensors, layer, mode = dense_reference(name, fmt, n, k, w, mode_name, act, params)
+    t = TritonLinear(layer, mode, None)
+    t.process_weights(**tensors)
     return t, e, tensors, layer, mode
 
 
