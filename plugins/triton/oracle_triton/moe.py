@@ -224,8 +224,6 @@ class TritonMoE(Kernel):
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked inputs (what an eager graph captures)."""
-        from . import moe_kernels as mk
-
         x = hidden_states.to(self.dtype).contiguous()
         m, k = topk_ids.shape
         t = m * k
@@ -252,8 +250,7 @@ class TritonMoE(Kernel):
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                                     EXACT_BF16=self.facts["dot_f32"])
+        self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -307,8 +304,6 @@ class TritonMoE(Kernel):
         whole input row into codes before its K loop, which then runs on them as on the launch's (no
         per-tile rounding in the loop). The slots are summed by topk_sum_kernel or by the FC2 GEMM itself
         (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
-        from . import moe_kernels as mk
-
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -352,8 +347,7 @@ class TritonMoE(Kernel):
         self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
                    self.inter, cfg, t, direct=True, quant_in=quant2, sum_out=out if fuse else None)
         if not fuse:
-            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                             EXACT_BF16=self.facts["dot_f32"])
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
@@ -405,8 +399,7 @@ class TritonMoE(Kernel):
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
-            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                             EXACT_BF16=self.facts["dot_f32"])
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -423,6 +416,13 @@ class TritonMoE(Kernel):
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         return sorted_ids, block_expert, blocks
+
+    def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
+        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing."""
+        from . import moe_kernels as mk
+
+        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
+                                                         BLOCK=1024, EXACT_BF16=self.facts["dot_f32"])
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:

@@ -406,12 +406,16 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
 
 
 @triton.jit
-def topk_sum_kernel(pairs_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order)."""
+def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK: tl.constexpr,
+                    EXACT_BF16: tl.constexpr):
+    """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order). A slot
+    whose expert id is outside [0, E) adds nothing: the alignment launches drop such a pair, so no GEMM
+    writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids."""
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in range(0, TOPK):
-        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok, other=0.0)
+        e = tl.load(ids_ptr + m * TOPK + j).to(tl.int32)
+        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok & (e >= 0) & (e < E), other=0.0)
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)
