@@ -240,17 +240,28 @@ class TritonMoE(Kernel):
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         bm = cfg["BLOCK_M"]
-        sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         dev = self.device
         a1 = self._input(x, topw, k)
+        fuse = bool(cfg.get("FUSE_SUM", 0))
+        if fuse and not cfg.get("PREP"):
+            raise ValueError("FUSE_SUM on the aligned tiles needs PREP (its launch zeroes the rows of tokens "
+                             "with no expert id in range, which no FC2 program sums)")
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
+            sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
+        else:
+            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
+            a_in = self._round(0, a1)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
+        self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
                    self.inter, self.rows, self.hidden, cfg, blocks)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
-                   self.hidden, self.hidden, self.inter, cfg, blocks)
-        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        self._topk_sum(pairs, ids, out, m, k)
+                   self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
+                   pair_ids=ids if fuse else None)
+        if not fuse:
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -431,6 +442,35 @@ class TritonMoE(Kernel):
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         return sorted_ids, block_expert, blocks
 
+    def _prep(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor, zero_out: torch.Tensor | None, k: int):
+        """_align's result and FC1's input as _round gives it, from one launch (moe_kernels.prep_kernel) where
+        the input is rounded to 1x128-group codes; other activations are rounded as _round does. zero_out:
+        the output, whose rows of tokens with no expert id in range that launch zeroes (FUSE_SUM)."""
+        from . import moe_kernels as mk
+
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        quant = self.act == ACT_GROUP
+        if quant:
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
+            scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
+        else:
+            codes, scales = rank, rank
+        mk.prep_kernel[(1 + (a1.shape[0] if quant else 0),)](
+            ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts, blocks,
+            a1, codes, scales, a1.stride(0), codes.stride(0) if quant else 0, scales.stride(0) if quant else 0,
+            self.hidden, zero_out if zero_out is not None else a1, k, self.hidden, BLOCK_M=bm,
+            E_POW2=triton_pow2(self.experts), BLOCK=256, QUANT=quant, K_GROUPS=triton_pow2(-(-self.hidden // 128)),
+            ZERO_OUT=zero_out is not None)
+        if quant:
+            a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
+        else:
+            a_in = self._round(0, a1)
+        return sorted_ids, block_expert, blocks, a_in
+
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
         """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing."""
         from . import moe_kernels as mk
@@ -505,7 +545,8 @@ class TritonMoE(Kernel):
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
-              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0) -> None:
+              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
+              cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -513,7 +554,8 @@ class TritonMoE(Kernel):
         direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT);
         pro (direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
         programs before their loops (QUANT_PRO). gdc: moe_gemm_kernel's GDC (programmatic dependent
-        launch; 2 and 3 launch this GEMM with launch_pdl)."""
+        launch; 2 and 3 launch this GEMM with launch_pdl). cnt, pair_ids (stage 2, aligned, with sum_out):
+        the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -555,6 +597,7 @@ class TritonMoE(Kernel):
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
+            cnt_ptr=cnt, ids_ptr=pair_ids,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

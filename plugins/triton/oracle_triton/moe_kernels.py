@@ -8,7 +8,9 @@ Alignment runs in two launches and never synchronizes with the host:
          (-1: unused), scatters pair ids to offset + rank, pads with the sentinel T
          (= number of pairs), and resets the counts for the next call (graph replay).
 The grid of the GEMMs is the static bound cdiv(T, BLOCK_M) + min(E, T) on the number of
-blocks; programs of unused blocks exit at once.
+blocks; programs of unused blocks exit at once. prep_kernel does both steps in one program
+(a few hundred pairs), its other programs rounding FC1's input rows to codes (one launch for
+three).
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGL
 
 
 @triton.jit
-def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def count_pairs(ids_ptr, cnt_ptr, rank_ptr, p0, T, E, BLOCK: tl.constexpr):
+    """Pairs p0 .. p0 + BLOCK: each takes its rank inside its expert (atomic add on the expert's count)."""
+    offs = p0 + tl.arange(0, BLOCK)
     e = tl.load(ids_ptr + offs, mask=offs < T, other=0).to(tl.int32)
     ok = (offs < T) & (e >= 0) & (e < E)          # out-of-range ids never index memory (dropped)
     rank = tl.atomic_add(cnt_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=ok)
@@ -34,8 +37,14 @@ def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
-                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
+    count_pairs(ids_ptr, cnt_ptr, rank_ptr, tl.program_id(0) * BLOCK, T, E, BLOCK)
+
+
+@triton.jit
+def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    """The align step on complete counts and ranks (one program; see the module docstring)."""
     ex = tl.arange(0, E_POW2)
     emask = ex < E
     c = tl.load(cnt_ptr + ex, mask=emask, other=0)
@@ -60,6 +69,50 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
         pos = tl.load(off_ptr + e, mask=ok, other=0) + tl.load(rank_ptr + pairs, mask=ok, other=0)
         tl.store(sorted_ptr + pos, pairs, mask=ok)
     tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+
+
+@triton.jit
+def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
+                E_POW2, BLOCK)
+
+
+@triton.jit
+def prep_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                x_ptr, q_ptr, qs_ptr, stride_x, stride_q, stride_qs, K, out_ptr, TOPK, H,
+                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr, QUANT: tl.constexpr,
+                K_GROUPS: tl.constexpr, ZERO_OUT: tl.constexpr = False):
+    """The count and align steps and FC1's input codes in one launch (a few hundred pairs): program 0
+    counts every pair (BLOCK at a time), waits for its own atomics at a barrier and aligns them;
+    with QUANT, program 1 + r rounds token row r of x into 1x128-group E4M3 codes (q_ptr) and scales
+    (qs_ptr: [K / 128, M]), gemm.act_qdq_kernel's bits (quantize_row_codes). ZERO_OUT (the FC2 GEMM
+    sums the slots itself, which only happens for tokens with a pair in range): program 0 also writes
+    zeros to out_ptr [T / TOPK, H] rows of tokens whose every expert id is out of range."""
+    pid = tl.program_id(0)
+    if pid == 0:
+        for p0 in range(0, T, BLOCK):
+            count_pairs(ids_ptr, cnt_ptr, rank_ptr, p0, T, E, BLOCK)
+        tl.debug_barrier()
+        align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
+                    E_POW2, BLOCK)
+        if ZERO_OUT:
+            m = T // TOPK
+            for t0 in range(0, m, BLOCK):
+                tok = t0 + tl.arange(0, BLOCK)
+                live = tl.zeros([BLOCK], dtype=tl.int32)
+                for slot in range(0, TOPK):
+                    e = tl.load(ids_ptr + tok * TOPK + slot, mask=tok < m, other=-1).to(tl.int32)
+                    live += ((e >= 0) & (e < E)).to(tl.int32)
+                dead = (tok < m) & (live == 0)
+                for h0 in range(0, H, 64):
+                    hh = h0 + tl.arange(0, 64)
+                    tl.store(out_ptr + tok[:, None].to(tl.int64) * H + hh[None, :],
+                             tl.zeros([BLOCK, 64], dtype=out_ptr.dtype.element_ty),
+                             mask=dead[:, None] & (hh < H)[None, :])
+    elif QUANT:
+        r = (pid - 1).to(tl.int64)
+        quantize_row_codes(x_ptr + r * stride_x, q_ptr + r * stride_q, qs_ptr + r, stride_qs, K, K_GROUPS)
 
 
 @triton.jit
@@ -122,7 +175,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
-                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0):
+                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
+                    cnt_ptr=None, ids_ptr=None):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -158,7 +212,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
-    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
+    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter. FUSE_SUM without
+    DIRECT (the aligned blocks): sum_rows with arrival counters at cnt_ptr and the pairs' expert ids
+    at ids_ptr (a token's out-of-range slots never arrive and are not summed)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if DIRECT:
@@ -349,9 +405,12 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if DIRECT:
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
-            if FUSE_SUM:
+            if FUSE_SUM and DIRECT:
                 sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N,
                           DOT_F32)
+            elif FUSE_SUM:
+                sum_rows(out_ptr, stride_om, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n, TOPK, E, N_OUT, j, jmask,
+                         BLOCK_M, BLOCK_N, DOT_F32)
 
 
 @triton.jit
@@ -399,6 +458,34 @@ def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, j
         tl.store(sum_ptr + tok.to(tl.int64) * N + j, to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16),
                  mask=jmask)
         tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+@triton.jit
+def sum_rows(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n, TOPK, E, N, j, jmask,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """The top-k sum inside the aligned FC2 GEMM (after this program's pair rows are stored): each row
+    bumps its token's arrival counter for column tile pid_n (cnt_ptr, zero between calls); the row
+    whose arrival completes the token's in-range slots sums those slots' rows in slot order into
+    sum_ptr [M, N] (topk_sum_kernel's bits) and resets the counter."""
+    tl.debug_barrier()
+    tok = rows // TOPK
+    tile = tok * tl.num_programs(1) + pid_n
+    arrived = tl.atomic_add(cnt_ptr + tile, tl.full([BLOCK_M], 1, tl.int32), mask=valid)
+    need = tl.zeros([BLOCK_M], dtype=tl.int32)
+    for slot in range(0, TOPK):
+        e = tl.load(ids_ptr + tok * TOPK + slot, mask=valid, other=-1).to(tl.int32)
+        need += ((e >= 0) & (e < E)).to(tl.int32)
+    last = valid & (arrived == need - 1)
+    total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for slot in range(0, TOPK):
+        pair = tok * TOPK + slot
+        e = tl.load(ids_ptr + pair, mask=last, other=-1).to(tl.int32)
+        ok = last & (e >= 0) & (e < E)
+        total += tl.load(pairs_ptr + pair[:, None].to(tl.int64) * stride_pm + j[None, :],
+                         mask=ok[:, None] & jmask[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(sum_ptr + tok[:, None].to(tl.int64) * N + j[None, :],
+             to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16), mask=last[:, None] & jmask[None, :])
+    tl.atomic_xchg(cnt_ptr + tile, tl.zeros([BLOCK_M], dtype=tl.int32), mask=last)
 
 
 @triton.jit
