@@ -52,8 +52,9 @@ def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
     ends = tl.cumsum(padded, axis=0)
     total = tl.sum(padded, axis=0)
     tl.store(off_ptr + ex, ends - padded, mask=emask)
-    for b0 in range(0, NUM_BLOCKS, BLOCK):
-        blocks = b0 + tl.arange(0, BLOCK)
+    LBLOCK: tl.constexpr = max(16, 8192 // E_POW2)      # blocks labelled per step ([LBLOCK, E_POW2] in registers)
+    for b0 in range(0, NUM_BLOCKS, LBLOCK):
+        blocks = b0 + tl.arange(0, LBLOCK)
         first_row = blocks * BLOCK_M
         expert = tl.sum(((ends[None, :] <= first_row[:, None]) & emask[None, :]).to(tl.int32), axis=1)
         expert = tl.where(first_row < total, expert, -1)
