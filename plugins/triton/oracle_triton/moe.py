@@ -576,7 +576,8 @@ class TritonMoE(Kernel):
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)
-        moe_gemm_kernel[(blocks, -(-n_out // bn))](
+        n_fast = bool(cfg.get("N_FAST", 0)) and not direct
+        moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
@@ -597,7 +598,7 @@ class TritonMoE(Kernel):
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
-            cnt_ptr=cnt, ids_ptr=pair_ids,
+            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -177,7 +177,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
                     QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
-                    cnt_ptr=None, ids_ptr=None):
+                    cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -215,9 +215,16 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter. FUSE_SUM without
     DIRECT (the aligned blocks): sum_rows with arrival counters at cnt_ptr and the pairs' expert ids
-    at ids_ptr (a token's out-of-range slots never arrive and are not summed)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    at ids_ptr (a token's out-of-range slots never arrive and are not summed). N_FAST (aligned blocks):
+    grid (column tiles, blocks), so the programs running together are one block's column tiles, which
+    read the same activation rows (from L2 after the first) instead of every block's rows per column
+    tile (an FC1 input larger than L2 was read once per column tile from HBM)."""
+    if N_FAST:
+        pid_m = tl.program_id(1)
+        pid_n = tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
     if DIRECT:
         e = tl.load(bexp_ptr + pid_m).to(tl.int32)
         keep = ((e >= 0) & (e < E)).to(tl.float32)
@@ -470,7 +477,7 @@ def sum_rows(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n
     sum_ptr [M, N] (topk_sum_kernel's bits) and resets the counter."""
     tl.debug_barrier()
     tok = rows // TOPK
-    tile = tok * tl.num_programs(1) + pid_n
+    tile = tok * tl.cdiv(N, BLOCK_N) + pid_n
     arrived = tl.atomic_add(cnt_ptr + tile, tl.full([BLOCK_M], 1, tl.int32), mask=valid)
     need = tl.zeros([BLOCK_M], dtype=tl.int32)
     for slot in range(0, TOPK):

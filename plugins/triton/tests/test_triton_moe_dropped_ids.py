@@ -1,6 +1,7 @@
 """Out-of-range expert ids on the aligned grouped-GEMM path add nothing to their token's output, and
-the aligned path's one-launch preparation (PREP: count, align, FC1's input codes) and its top-k sum
-inside the FC2 GEMM (FUSE_SUM) give the bits of the separate launches.
+the aligned path's one-launch preparation (PREP: count, align, FC1's input codes), its top-k sum
+inside the FC2 GEMM (FUSE_SUM) and its column-tile-first grid (N_FAST) give the bits of the
+separate launches.
 
 The eager expert-id check reads the ids back (a host sync), so it is skipped under graph capture and
 when an engine vouches for its router (check_inputs False). The alignment launches then drop such a
@@ -69,8 +70,9 @@ def test_aligned_path_drops_out_of_range_pairs():
 @pytest.mark.parametrize("fmt,mode,act,params,on_input", [
     (*FP8, False), (*FP8, True), ("fp8_block", "w8a16_block", "bf16", {}, False)])
 def test_prep_launch_and_fused_sum_give_the_aligned_bits(fmt, mode, act, params, on_input):
-    """PREP and PREP + FUSE_SUM against the five-launch aligned path: the same bits, a token whose ids
-    are all out of range gives zeros, and the sum's counters are back at zero (a second call agrees)."""
+    """PREP and PREP + FUSE_SUM (and N_FAST: the grid walks a block's column tiles first) against the
+    five-launch aligned path: the same bits, a token whose ids are all out of range gives zeros, and the
+    sum's counters are back at zero (a second call agrees)."""
     t, ref = moe_pair(fmt, 8, 256, 128, 2, mode, act, params, device=DEV, router_on_input=on_input)
     t.check_inputs = False
     x = torch.randn(4, 256, dtype=torch.bfloat16, device=DEV)
@@ -79,7 +81,8 @@ def test_prep_launch_and_fused_sum_give_the_aligned_bits(fmt, mode, act, params,
     t.config = _aligned(t, 4)
     apart = t.apply(x, w, ids)
     assert torch.equal(apart[3], torch.zeros_like(apart[3]))
-    for cfg in (_aligned(t, 4, PREP=1), _aligned(t, 4, PREP=1, FUSE_SUM=1)):
+    for cfg in (_aligned(t, 4, PREP=1), _aligned(t, 4, PREP=1, FUSE_SUM=1), _aligned(t, 4, N_FAST=1),
+                _aligned(t, 4, N_FAST=1, PREP=1, FUSE_SUM=1)):
         t.config = cfg
         out = t.apply(x, w, ids)
         assert torch.equal(out, apart), cfg
@@ -99,7 +102,7 @@ def test_fused_sum_on_aligned_tiles_needs_the_prep_launch():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,mode,act,params,extra", [(*FP8, {}), ("mxfp4", "w4a16_mx", "bf16", {}, {}),
-                                                      (*FP8, {"PREP": 1, "FUSE_SUM": 1})])
+                                                      (*FP8, {"PREP": 1, "FUSE_SUM": 1, "N_FAST": 1})])
 def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params, extra):
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     t.check_inputs = False
