@@ -321,7 +321,9 @@ class TritonMoE(Kernel):
         (no quantization launch between the GEMMs). The slots are summed by topk_sum_kernel or by the FC2
         GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2. PDL (sm_90): the FC2
         GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
-        for it on the device (1), and also ask L2 for their own weight rows before waiting (2)."""
+        for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
+        (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
+        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -352,9 +354,13 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+        lay2 = self.w2.layout
+        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
+        pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
-                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0)
+                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
+                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if quant_out:
@@ -366,8 +372,6 @@ class TritonMoE(Kernel):
             pro_in = (inter, codes2)
         else:
             a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
-        lay2 = self.w2.layout
-        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
         bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
@@ -550,7 +554,8 @@ class TritonMoE(Kernel):
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
-              cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None) -> None:
+              cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
+              prefetch: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -559,7 +564,9 @@ class TritonMoE(Kernel):
         pro (direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
         programs before their loops (QUANT_PRO). gdc: moe_gemm_kernel's GDC (programmatic dependent
         launch; 2 and 3 launch this GEMM with launch_pdl). cnt, pair_ids (stage 2, aligned, with sum_out):
-        the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows)."""
+        the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
+        direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
+        each program after its store (PF_NEXT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -602,7 +609,9 @@ class TritonMoE(Kernel):
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
-            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast,
+            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
+            pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
+            pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -177,7 +177,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
                     QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
-                    cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False):
+                    cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
+                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -218,7 +219,11 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     at ids_ptr (a token's out-of-range slots never arrive and are not summed). N_FAST (aligned blocks):
     grid (column tiles, blocks), so the programs running together are one block's column tiles, which
     read the same activation rows (from L2 after the first) instead of every block's rows per column
-    tile (an FC1 input larger than L2 was read once per column tile from HBM)."""
+    tile (an FC1 input larger than L2 was read once per column tile from HBM). PF_NEXT (STAGE 1,
+    DIRECT): after its store, each program asks L2 for pf_bytes of the next GEMM's weights of its
+    pair's expert (pf_ptr, expert stride pf_stride_e, pf_total bytes per expert), at offset
+    pid_n * pf_bytes: the FC2 programs that run first then find their rows in L2, fetched while FC1
+    drains and FC2 launches (HBM otherwise idles there)."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -399,6 +404,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
             if DIRECT:
                 y = y * keep
+            if PF_NEXT:
+                off = pid_n.to(tl.int64) * pf_bytes
+                if off < pf_total:
+                    prefetch_rows_l2(pf_ptr + e64 * pf_stride_e + off, tl.minimum(pf_bytes, pf_total - off))
             if QUANT_OUT:                           # FC2's input as E4M3 codes of its 1x128 groups (one per tile)
                 yq = to_dtype(y, io_t, DOT_F32).to(tl.float32)      # the layer-dtype value the reference rounds
                 q, s = quantize_tile_codes(yq, tl.zeros([BLOCK_M], dtype=tl.float32), 1, os_ptr)
