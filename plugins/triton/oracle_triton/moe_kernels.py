@@ -80,6 +80,47 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
 
 
 @triton.jit
+def align_small_kernel(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M: tl.constexpr,
+                       E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """The count and align steps as one launch of E programs, without atomics (a few hundred pairs):
+    program e histograms every pair's expert id ([CHUNK, E_POW2] compares at a time; ids out of
+    range match no expert and are dropped), takes its block-padded offset from the exclusive prefix
+    sum, labels its blocks and writes its pairs in pair order, then the sentinel T up to its padded
+    end; program 0 labels the blocks after the last expert's -1. align_kernel's blocks, labels and
+    padding, and the same pairs in each block (in pair order, where the atomics' order may differ:
+    a row's products do not depend on its place in the block)."""
+    e = tl.program_id(0)
+    ex = tl.arange(0, E_POW2)
+    counts = tl.zeros([E_POW2], dtype=tl.int32)
+    for p0 in range(0, T, CHUNK):
+        p = p0 + tl.arange(0, CHUNK)
+        ide = tl.load(ids_ptr + p, mask=p < T, other=-1).to(tl.int32)
+        counts += tl.sum((ide[:, None] == ex[None, :]).to(tl.int32), axis=0)
+    counts = tl.where(ex < E, counts, 0)
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    total = tl.sum(padded, axis=0)
+    start = tl.sum(tl.where(ex < e, padded, 0), axis=0)
+    mine = tl.sum(tl.where(ex == e, padded, 0), axis=0)
+    have = tl.sum(tl.where(ex == e, counts, 0), axis=0)
+    for b in range(start // BLOCK_M, (start + mine) // BLOCK_M):
+        tl.store(block_expert_ptr + b, e)
+    if e == 0:
+        for b in range(total // BLOCK_M, NUM_BLOCKS):
+            tl.store(block_expert_ptr + b, -1)
+    if mine > 0:
+        placed = start
+        for p0 in range(0, T, CHUNK):
+            p = p0 + tl.arange(0, CHUNK)
+            hit = (tl.load(ids_ptr + p, mask=p < T, other=-1).to(tl.int32) == e) & (p < T)
+            pos = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+            tl.store(sorted_ptr + pos, p, mask=hit)
+            placed += tl.sum(hit.to(tl.int32), axis=0)
+        for r0 in range(start + have, start + mine, BLOCK_M):
+            r = r0 + tl.arange(0, BLOCK_M)
+            tl.store(sorted_ptr + r, tl.full([BLOCK_M], 0, tl.int32) + T, mask=r < start + mine)
+
+
+@triton.jit
 def prep_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
                 x_ptr, q_ptr, qs_ptr, stride_x, stride_q, stride_qs, K, out_ptr, TOPK, H,
                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr, QUANT: tl.constexpr,

@@ -124,3 +124,36 @@ def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, par
     tol = {"bf16": 1e-2, "fp8": 5e-2}[act]
     assert torch.isfinite(out.float()).all()
     assert rel(out, _reference(ref, x, w, ids, 32)) < tol
+
+
+@pytest.mark.parametrize("t,e,bm", [(37, 8, 16), (128, 128, 16), (300, 100, 64)])
+def test_one_launch_alignment_gives_the_blocks_of_the_two_launches(t, e, bm):
+    """moe_kernels.align_small_kernel against count_kernel + align_kernel on ids with duplicates and
+    out-of-range entries: the same block labels, and each labelled block holds the same pairs (the
+    order inside a block may differ: the atomics decide it there)."""
+    from oracle_triton import moe_kernels as mk
+    from oracle_triton.moe import triton_pow2
+
+    ids = torch.randint(-2, e + 2, (t,), dtype=torch.int32, device=DEV)
+    blocks = -(-t // bm) + min(e, t)
+    got = []
+    for small in (False, True):
+        sorted_ids = torch.full((blocks * bm,), -7, dtype=torch.int32, device=DEV)
+        labels = torch.full((blocks,), -7, dtype=torch.int32, device=DEV)
+        if small:
+            mk.align_small_kernel[(e,)](ids, sorted_ids, labels, t, e, blocks, BLOCK_M=bm, E_POW2=triton_pow2(e),
+                                        CHUNK=max(16, 16384 // triton_pow2(e)))
+        else:
+            counts = torch.zeros(e, dtype=torch.int32, device=DEV)
+            rank = torch.empty(t, dtype=torch.int32, device=DEV)
+            mk.count_kernel[(-(-t // 1024),)](ids, counts, rank, t, e, BLOCK=1024)
+            mk.align_kernel[(1,)](ids, rank, counts, torch.empty_like(counts), sorted_ids, labels, t, e, blocks,
+                                  BLOCK_M=bm, E_POW2=triton_pow2(e), BLOCK=256)
+        got.append((labels.clone(), sorted_ids.view(blocks, bm).clone()))
+    (la, sa), (lb, sb) = got
+    assert torch.equal(la, lb)
+    used = la >= 0
+    assert torch.equal(sa[used].sort(1).values, sb[used].sort(1).values)
+    for b in torch.nonzero(used).flatten().tolist():
+        real = sa[b][sa[b] < t]
+        assert (ids[real.long()] == la[b]).all()
