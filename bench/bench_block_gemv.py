@@ -27,6 +27,12 @@ VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None, True), ("old bn16 g4 w4 s1", 16, 4
             ("bn8 g4 w4 auto 2-launch", 8, 4, 4, None, False), ("bn4 g4 w2 auto", 4, 4, 2, None, True),
             ("bn8 g2 w1 auto", 8, 2, 1, None, True), ("bn8 g4 w4 s1", 8, 4, 4, 1, False),
             ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True)]
+#: the tensor-core variant (block_gemv.block_gemv_tc: FP8 MMA with the row in column 0 of a 16-wide operand,
+#: weight loads pipelined): (name, block_n, warps, stages, K slices: None = block_gemv.plan_tc's)
+TC_VARIANTS = [("tc bn64 w4 st3 auto", 64, 4, 3, None), ("tc bn64 w4 st4 auto", 64, 4, 4, None),
+               ("tc bn64 w4 st3 s1", 64, 4, 3, 1), ("tc bn64 w4 st3 s2", 64, 4, 3, 2),
+               ("tc bn128 w4 st3 auto", 128, 4, 3, None), ("tc bn128 w8 st3 auto", 128, 8, 3, None),
+               ("tc bn32 w4 st3 auto", 32, 4, 3, None), ("tc bn64 w4 st2 auto", 64, 4, 2, None)]
 
 
 def main() -> None:
@@ -34,6 +40,7 @@ def main() -> None:
     ap.add_argument("--m", type=int, nargs="+", default=[1], help="rows (the GEMV serves 1; more: cuBLAS, BF16)")
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-qkv", "qwen3-o"])
     ap.add_argument("--variants", type=int, nargs="+", help="indices into VARIANTS (default: all)")
+    ap.add_argument("--tc", type=int, nargs="*", default=[], help="indices into TC_VARIANTS (none by default)")
     args = ap.parse_args()
     from gpu_timing import graph_ms, rel, start
     if not start("bench_block_gemv.py"):
@@ -75,6 +82,17 @@ def main() -> None:
                     print(f"    {name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
                           f"(err {err:.1e})", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                    print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            for name, bn, warps, stages, split in ([TC_VARIANTS[i] for i in args.tc] if m <= block_gemv.MAX_ROWS
+                                                   else []):
+                try:
+                    run = (lambda i, x=x: block_gemv.block_gemv_tc(x, ws[i], scales[i], torch.bfloat16, bn, warps,
+                                                                   stages, split))
+                    err = rel(run(0), ref)
+                    us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
+                    s = block_gemv.plan_tc(n, k, block_gemv.sm_count(0), bn, split)
+                    print(f"    {name} [s{s}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s (err {err:.1e})", flush=True)
+                except Exception as exc:  # noqa: BLE001
                     print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         del ws, scales, bf
         torch.cuda.empty_cache()

@@ -47,12 +47,34 @@ PROGRAMS_PER_SM = 6
 #: the GEMV leads the cuBLASLt path on Qwen3-30B's projections (5120x2048: 10.2 vs 13.7 us; 2048x4096:
 #: 9.4 vs 18.8) and trails it on DeepSeek-R1's (24576x1536: 36.4 vs 20.4; 7168x16384: 94.6 vs 48.7)
 MAX_WEIGHTS = 16 * 1024 * 1024
-#: ORACLE_TORCH_BLOCK_GEMV=0 keeps one-row calls on the cuBLASLt path (benchmarks compare the two)
+#: ORACLE_TORCH_BLOCK_GEMV picks the one-row path: "0" the cuBLASLt path, "cores" this CUDA-core GEMV,
+#: "tc" the tensor-core one (`block_gemv_tc`); unset or "1": DEFAULT (benchmarks compare them)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
+VARIANTS = ("cores", "tc")
+DEFAULT = "cores"
+
+
+def variant() -> str | None:
+    """The one-row GEMV the layers run (None: the cuBLASLt path); an unknown value is an error, not a guess."""
+    v = os.environ.get(ENV, "1")
+    if v == "0":
+        return None
+    v = DEFAULT if v == "1" else v
+    if v not in VARIANTS:
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 0, 1 or one of {', '.join(VARIANTS)}")
+    return v
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+    return variant() is not None
+
+
+def one_row(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """What a layer's one-row call runs: the `variant()` GEMV with its default launch, K slices summed by
+    a second launch (r6: 0.4-0.7 us faster than the in-launch sum on Qwen3-30B's projections)."""
+    if variant() == "tc" and weight.shape[0] % TC_BLOCK_N == 0:
+        return block_gemv_tc(x, weight, weight_scale_t, out_dtype)
+    return block_gemv(x, weight, weight_scale_t, out_dtype)
 
 
 def serves(n: int, k: int) -> bool:
@@ -194,4 +216,82 @@ def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tens
         TICKET=ticket, num_warps=p.warps, num_stages=1)
     if p.split > 1 and not ticket:
         _sum_slices_kernel[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=p.split, BLOCK=1024, num_warps=4)
+    return y
+
+
+# ---------------------------------------------------------------- tensor-core variant (FP8 MMA, swap-AB)
+#: its default output rows per program (one warpgroup's MMA is 64 rows), warps, pipeline stages
+TC_BLOCK_N, TC_WARPS, TC_STAGES = 64, 4, 3
+#: K is split until the grid has this many programs per SM (each slice keeps at least TC_MIN_TILES K tiles)
+TC_PROGRAMS_PER_SM, TC_MIN_TILES = 2, 2
+#: the activation column padded to the smallest tensor-core tile width Triton's dot takes
+_TC_COLS = 16
+
+
+@triton.jit
+def _block_gemv_tc_kernel(x_ptr, w_ptr, ws_ptr, part_ptr, y_ptr, stride_wsk, stride_wsn,
+                          K: tl.constexpr, N: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
+                          GROUP: tl.constexpr, COLS: tl.constexpr, STAGES: tl.constexpr):
+    """Program (i, j): output rows [i*BLOCK_N, +BLOCK_N) over K slice j. Per 128-wide K tile: the row's
+    group rounded to E4M3 here (emulation's codes and scale), put in column 0 of a [128, COLS] operand
+    (the other columns zero), one FP8 tensor-core dot with the [BLOCK_N, 128] weight codes (exact
+    products, fp32 sum of one group), times the group's two scales, added in fp32. The weight loads
+    feed a dot, so Triton pipelines them (STAGES) -- what the CUDA-core kernel above cannot get."""
+    n0 = tl.program_id(0) * BLOCK_N
+    slice_k: tl.constexpr = K // SPLIT
+    k_lo = tl.program_id(1) * slice_k
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, GROUP)
+    col0 = tl.arange(0, COLS)[None, :] == 0
+    w_ptrs = w_ptr + offs_n[:, None] * K + k_lo + offs_k[None, :]                      # [BN, 128]
+    ws_ptrs = ws_ptr + (n0 // GROUP) * stride_wsn + (k_lo // GROUP) * stride_wsk      # BN | 128: one block row
+    acc = tl.zeros([BLOCK_N, COLS], dtype=tl.float32)
+    for t in tl.range(0, slice_k // GROUP, num_stages=STAGES):
+        w = tl.load(w_ptrs + t * GROUP)
+        x = tl.load(x_ptr + k_lo + t * GROUP + offs_k).to(tl.float32)
+        s = _scale_of(tl.max(tl.abs(x), axis=0))
+        b = tl.where(col0, _e4m3_values(x, s)[:, None], 0.0).to(tl.float8e4nv)        # [128, COLS]
+        acc += tl.dot(w, b) * (s * tl.load(ws_ptrs + t * stride_wsk))
+    y = tl.sum(acc, axis=1)                      # the zero columns add nothing
+    if SPLIT == 1:
+        tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty))
+    else:
+        tl.store(part_ptr + tl.program_id(1) * N + offs_n, y)
+
+
+def plan_tc(n: int, k: int, sms: int, block_n: int = TC_BLOCK_N, split: int | None = None) -> int:
+    """K slices of the tensor-core launch: halved until TC_PROGRAMS_PER_SM programs per SM, each slice
+    keeping at least TC_MIN_TILES K tiles (the pipeline needs a loop to overlap), unless given."""
+    if split is not None:
+        return split
+    split, tiles = 1, -(-n // block_n)
+    while tiles * split < TC_PROGRAMS_PER_SM * sms and (k // FP8_BLOCK) % (2 * split) == 0 \
+            and k // FP8_BLOCK // (2 * split) >= TC_MIN_TILES:
+        split *= 2
+    return split
+
+
+def block_gemv_tc(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor, out_dtype: torch.dtype,
+                  block_n: int = TC_BLOCK_N, warps: int = TC_WARPS, stages: int = TC_STAGES,
+                  split: int | None = None) -> torch.Tensor:
+    """`block_gemv` on FP8 tensor cores (see `_block_gemv_tc_kernel`): x [1, K], weight [N, K] e4m3
+    row-major with N a multiple of BLOCK_N, weight_scale_t [K/128, N/128] -> [1, N]; split K is summed
+    in slice order by a second launch."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if m > MAX_ROWS or k % FP8_BLOCK or n % block_n or FP8_BLOCK % block_n or weight.stride() != (k, 1) \
+            or x.stride(1) != 1:
+        raise ValueError(f"block_gemv_tc: expected M <= {MAX_ROWS}, K % {FP8_BLOCK} == 0, N % BLOCK_N == 0, "
+                         f"BLOCK_N dividing {FP8_BLOCK}, row-major operands; got x {tuple(x.shape)} strides "
+                         f"{x.stride()}, weight {tuple(weight.shape)} strides {weight.stride()}, BLOCK_N {block_n}")
+    s = plan_tc(n, k, sm_count(x.device.index or 0) if x.is_cuda else 1, block_n, split)
+    if (k // FP8_BLOCK) % s:
+        raise ValueError(f"block_gemv_tc: split {s} does not divide K/{FP8_BLOCK} = {k // FP8_BLOCK}")
+    y = torch.empty(m, n, dtype=out_dtype, device=x.device)
+    part = y if s == 1 else torch.empty(s, n, dtype=torch.float32, device=x.device)
+    _block_gemv_tc_kernel[(n // block_n, s)](
+        x, weight, weight_scale_t, part, y, weight_scale_t.stride(0), weight_scale_t.stride(1), K=k, N=n,
+        SPLIT=s, BLOCK_N=block_n, GROUP=FP8_BLOCK, COLS=_TC_COLS, STAGES=stages, num_warps=warps)
+    if s > 1:
+        _sum_slices_kernel[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=s, BLOCK=1024, num_warps=4)
     return y
