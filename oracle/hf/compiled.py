@@ -70,7 +70,11 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> None:
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_VARIANTS)
-    step = torch.compile(_layer_step, backend=backend, dynamic=False)
+    options = None
+    if backend == "inductor":              # routers' top-k in one launch (oracle.hf.topk), both engines alike
+        from .topk import post_grad_pass
+        options = {"post_grad_custom_post_pass": post_grad_pass()}
+    step = torch.compile(_layer_step, backend=backend, dynamic=False, options=options)
     templates: dict[tuple, dict[str, Any]] = {}
     for layer in decoder_layers(model):
         plain = layer._oracle_plain_forward if hasattr(layer, "_oracle_plain_forward") else type(layer).forward
