@@ -71,9 +71,9 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> None:
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_VARIANTS)
     options = None
-    if backend == "inductor":              # routers' top-k in one launch (oracle.hf.topk), both engines alike
-        from .topk import post_grad_pass
-        options = {"post_grad_custom_post_pass": post_grad_pass()}
+    from . import topk
+    if backend == "inductor" and topk.enabled():   # routers' top-k in one launch, both engines alike
+        options = {"post_grad_custom_post_pass": topk.post_grad_pass()}
     step = torch.compile(_layer_step, backend=backend, dynamic=False, options=options)
     templates: dict[tuple, dict[str, Any]] = {}
     for layer in decoder_layers(model):

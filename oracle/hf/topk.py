@@ -11,11 +11,13 @@ Same result as torch.topk(x, k, dim=-1, largest=True, sorted=True): the k larges
 descending order (copied, not recomputed) and their indices; among equal values the smaller index
 comes first (torch leaves that order unspecified). Rows holding NaN are outside the contract of a
 router; the CPU (and anything not CUDA) runs torch.topk itself. The pass is part of the compiled
-decode mode, so a benchmark's BF16 baseline, compiled by the same `compile_layers`, gets it too.
+decode mode, so a benchmark's BF16 baseline, compiled by the same `compile_layers`, gets it too;
+ORACLE_ROUTER_TOPK=0 leaves torch.topk in place.
 """
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -103,6 +105,12 @@ def rewrite(graph: Any) -> int:
         graph.erase_node(node)
         count += 1
     return count
+
+
+def enabled() -> bool:
+    """On unless ORACLE_ROUTER_TOPK is "0" (benchmarks compare the two)."""
+    from ..envvars import ROUTER_TOPK, flag
+    return os.environ.get(ROUTER_TOPK) is None or flag(os.environ, ROUTER_TOPK)
 
 
 def post_grad_pass() -> Any:
