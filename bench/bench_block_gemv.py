@@ -19,8 +19,8 @@ ROTATE = 256 << 20
 SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536), "dsr1-kv_b": (32768, 512),
           "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
 #: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's, split K summed in the same launch
-#: (arrival counter) or by a second one); the first is what oracle-torch's layers run, the second the first
-#: version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
+#: (arrival counter) or by a second one); the third is what oracle-torch's layers run (since r7), the second the
+#: first version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
 #: (Triton's ptxas): bn8 g4 w4 72 registers (7 programs per SM), bn16 g4 w4 196, bn4 g4 w2 72 when split,
 #: bn8 g2 w1 214 and no barrier in its loop; none spills
 VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None, True), ("old bn16 g4 w4 s1", 16, 4, 4, 1, False),

@@ -81,3 +81,15 @@ def test_inductor_runs_the_pass_and_equals_eager(monkeypatch):
     for got, want in zip(fn(logits), _router(logits)):
         assert torch.allclose(got.float(), want.float(), rtol=1e-6, atol=0) and got.dtype == want.dtype
     assert rewrites == [1]
+
+
+def test_probe_turns_the_pass_off_with_one_warning_when_the_op_fails(monkeypatch):
+    """A device where the op fails or disagrees (faked: a CUDA device, an op that raises) gets a warning and
+    compiled steps keep torch.topk; the CPU needs no probe."""
+    assert T.works(torch.device("cpu"))
+    T.works.cache_clear()
+    monkeypatch.setattr(T, "topk", lambda x, k: (_ for _ in ()).throw(RuntimeError("no kernel image")))
+    monkeypatch.setattr(torch, "randperm", lambda n, device=None: torch.arange(n))
+    with pytest.warns(RuntimeWarning, match="no kernel image"):
+        assert not T.works(torch.device("cuda", 0))
+    T.works.cache_clear()

@@ -72,7 +72,8 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> None:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_VARIANTS)
     options = None
     from . import topk
-    if backend == "inductor" and topk.enabled():   # routers' top-k in one launch, both engines alike
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if backend == "inductor" and topk.enabled() and topk.works(device):   # routers' top-k: one launch, any engine
         options = {"post_grad_custom_post_pass": topk.post_grad_pass()}
     step = torch.compile(_layer_step, backend=backend, dynamic=False, options=options)
     templates: dict[tuple, dict[str, Any]] = {}

@@ -113,6 +113,26 @@ def enabled() -> bool:
     return os.environ.get(ROUTER_TOPK) is None or flag(os.environ, ROUTER_TOPK)
 
 
+@functools.cache
+def works(device: torch.device) -> bool:
+    """Whether the op gives torch.topk's result on `device` (a probe run once per device before a compile
+    relies on it; a failure is one warning and compiled steps keep torch.topk, never a failed decode)."""
+    if device.type != "cuda":
+        return True                       # the op runs torch.topk itself there
+    try:
+        x = torch.randperm(256, device=device).float().reshape(2, 128)
+        got, want = topk(x, 8), torch.topk(x, 8)
+        if all(torch.equal(a, b) for a, b in zip(got, want)):
+            return True
+        why = "it disagreed with torch.topk"
+    except Exception as exc:  # noqa: BLE001 - a Triton problem must not stop the decode
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+    import warnings
+    warnings.warn(f"oracle::topk is not used in compiled decode steps on {device}: {why}", RuntimeWarning,
+                  stacklevel=2)
+    return False
+
+
 def post_grad_pass() -> Any:
     """The inductor post-grad pass object (`torch.compile(options={"post_grad_custom_post_pass": ...})`)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass

@@ -47,39 +47,12 @@ PROGRAMS_PER_SM = 6
 #: the GEMV leads the cuBLASLt path on Qwen3-30B's projections (5120x2048: 10.2 vs 13.7 us; 2048x4096:
 #: 9.4 vs 18.8) and trails it on DeepSeek-R1's (24576x1536: 36.4 vs 20.4; 7168x16384: 94.6 vs 48.7)
 MAX_WEIGHTS = 16 * 1024 * 1024
-#: ORACLE_TORCH_BLOCK_GEMV picks the one-row path: "0" the cuBLASLt path, "cores" this CUDA-core GEMV,
-#: "tc" the tensor-core one (`block_gemv_tc`); unset or "1": DEFAULT (benchmarks compare them)
+#: ORACLE_TORCH_BLOCK_GEMV=0 keeps one-row calls on the cuBLASLt path (benchmarks compare the two)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
-VARIANTS = ("cores", "tc")
-DEFAULT = "cores"
-
-
-def variant() -> str | None:
-    """The one-row GEMV the layers run (None: the cuBLASLt path); an unknown value is an error, not a guess."""
-    v = os.environ.get(ENV, "1")
-    if v == "0":
-        return None
-    v = DEFAULT if v == "1" else v
-    if v not in VARIANTS:
-        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 0, 1 or one of {', '.join(VARIANTS)}")
-    return v
 
 
 def enabled() -> bool:
-    return variant() is not None
-
-
-def one_row(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """What a layer's one-row call runs: the `variant()` GEMV with its default launch, K slices summed by
-    a second launch (r6: 0.4-0.7 us faster than the in-launch sum on Qwen3-30B's projections)."""
-    if variant() == "tc" and weight.shape[0] % TC_BLOCK_N == 0:
-        return block_gemv_tc(x, weight, weight_scale_t, out_dtype)
-    return block_gemv(x, weight, weight_scale_t, out_dtype)
-
-
-def serves(n: int, k: int) -> bool:
-    """Whether a one-row call of an N x K layer is faster here than on the cuBLASLt path (MAX_WEIGHTS)."""
-    return n * k <= MAX_WEIGHTS
+    return os.environ.get(ENV, "1") != "0"
 
 
 class Plan(NamedTuple):
@@ -220,6 +193,12 @@ def block_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale_t: torch.Tens
 
 
 # ---------------------------------------------------------------- tensor-core variant (FP8 MMA, swap-AB)
+# Measured slower, kept for bench/bench_block_gemv.py (--tc) and not used by the layers. H200, r7, one row,
+# graph replay, HBM-resident weights: Qwen3's q/k/v 5120 x 2048 best 11.3 us (128 rows, 8 warps, K in 8
+# slices; 64 rows: 15.2) against 9.5 for the CUDA-core GEMV; o_proj 2048 x 4096 best 10.7 against 9.0.
+# Unsplit, 64 rows over K = 2048 took 39.8 us: ~2.5 us per 128-wide K tile, a serial chain per tile (the
+# row's group max across warps, its codes stored for the MMA's shared-memory operand, the MMA, its wait)
+# that the weight pipeline does not hide; splitting K only spreads that chain over more programs.
 #: its default output rows per program (one warpgroup's MMA is 64 rows), warps, pipeline stages
 TC_BLOCK_N, TC_WARPS, TC_STAGES = 64, 4, 3
 #: K is split until the grid has this many programs per SM (each slice keeps at least TC_MIN_TILES K tiles)

@@ -178,7 +178,8 @@ class TorchBlockFP8Linear(_ScaledLinear):
         if m and self._gemv_serves(x2):
             try:
                 from . import block_gemv
-                return block_gemv.one_row(x2.contiguous(), self.w_t.t(), self.sw, self.dtype)
+                # K slices summed by a second launch: 0.3-0.7 us faster than the in-launch sum (H200, r6, r7)
+                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype)
             except Exception as exc:  # noqa: BLE001 - a compiler problem falls back to cuBLASLt
                 _FUSED_FAILED.add("block_gemv")
                 import structlog
