@@ -55,6 +55,11 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
+def serves(n: int, k: int) -> bool:
+    """Whether a one-row call of an N x K layer is faster here than on the cuBLASLt path (MAX_WEIGHTS)."""
+    return n * k <= MAX_WEIGHTS
+
+
 class Plan(NamedTuple):
     """One launch's shape: output rows per program, groups per load, K slices, warps."""
     block_n: int
