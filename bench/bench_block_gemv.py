@@ -23,10 +23,15 @@ SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576
 #: first version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
 #: (Triton's ptxas): bn8 g4 w4 72 registers (7 programs per SM), bn16 g4 w4 196, bn4 g4 w2 72 when split,
 #: bn8 g2 w1 214 and no barrier in its loop; none spills
+#: (a last True: `prequant`, the row rounded by the fused quantizer's launch first)
 VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None, True), ("old bn16 g4 w4 s1", 16, 4, 4, 1, False),
             ("bn8 g4 w4 auto 2-launch", 8, 4, 4, None, False), ("bn4 g4 w2 auto", 4, 4, 2, None, True),
             ("bn8 g2 w1 auto", 8, 2, 1, None, True), ("bn8 g4 w4 s1", 8, 4, 4, 1, False),
-            ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True)]
+            ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True),
+            ("bn8 g4 w4 auto 2-launch prequant", 8, 4, 4, None, False, True),
+            ("bn16 g4 w4 auto 2-launch prequant", 16, 4, 4, None, False, True),
+            ("bn32 g4 w4 auto 2-launch prequant", 32, 4, 4, None, False, True),
+            ("bn16 g8 w8 auto 2-launch prequant", 16, 8, 8, None, False, True)]
 #: the tensor-core variant (block_gemv.block_gemv_tc: FP8 MMA with the row in column 0 of a 16-wide operand,
 #: weight loads pipelined): (name, block_n, warps, stages, K slices: None = block_gemv.plan_tc's)
 TC_VARIANTS = [("tc bn64 w4 st3 auto", 64, 4, 3, None), ("tc bn64 w4 st4 auto", 64, 4, 4, None),
@@ -72,10 +77,10 @@ def main() -> None:
             row.append(f"bf16 {us:6.1f} = {2 * n * k / us / 1e6:4.2f} TB/s")
             print(" | ".join(row), flush=True)            # then one line per variant, so a cut run keeps them
             cnt = block_gemv.counter(n, dev)
-            for name, bn, groups, warps, split, one in (variants if m <= block_gemv.MAX_ROWS else []):
+            for name, bn, groups, warps, split, one, *pre in (variants if m <= block_gemv.MAX_ROWS else []):
                 try:
                     run = (lambda i, x=x: block_gemv.block_gemv(x, ws[i], scales[i], torch.bfloat16, bn, groups,
-                                                                warps, split, cnt if one else None))
+                                                                warps, split, cnt if one else None, bool(pre and pre[0])))
                     err = rel(run(0), ref)
                     us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
                     p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)

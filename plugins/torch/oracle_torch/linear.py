@@ -179,7 +179,8 @@ class TorchBlockFP8Linear(_ScaledLinear):
             try:
                 from . import block_gemv
                 # K slices summed by a second launch: 0.3-0.7 us faster than the in-launch sum (H200, r6, r7)
-                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype)
+                return block_gemv.block_gemv(x2.contiguous(), self.w_t.t(), self.sw, self.dtype,
+                                             prequant=block_gemv.prequant())
             except Exception as exc:  # noqa: BLE001 - a compiler problem falls back to cuBLASLt
                 _FUSED_FAILED.add("block_gemv")
                 import structlog
