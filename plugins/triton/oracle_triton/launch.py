@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from . import fastlaunch
 from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
 
 
@@ -158,11 +159,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
     from .gemm import act_qdq_kernel
 
-    out = torch.empty_like(x)
+    out = fastlaunch.temp(torch.empty_like(x))
     m, k = x.shape
-    act_qdq_kernel[(-(-m // 16), -(-k // 128))](x, act_scale if act_scale is not None else x, out, m, k,
-                                   x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
-                                   EXACT_BF16=facts["dot_f32"], num_warps=4)
+    fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
+                      xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,
+                      stride_xm=x.stride(0), stride_om=out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                      EXACT_BF16=facts["dot_f32"])
     return out
 
 
@@ -173,11 +175,11 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
     are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
     m, k = x.shape
-    codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
+    codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
-        scales = torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device))
     elif act == ACT_TOKEN:
-        scales = torch.empty(m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
     else:
         scales = act_scale
     warps, one = 4, False
@@ -194,7 +196,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
                 ONE_TILE=one)
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
-    act_qdq_kernel[grid](**args, num_warps=warps)
+    fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
@@ -213,6 +215,11 @@ ONE_TILE_MAX_K = 16384
 
 
 @functools.cache
+#: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
+#: shapes take the ordinary path (the eager graphs, bounded the same way).
+MAX_PLANS = 8
+
+
 def _jit_kernel(name: str) -> Any:
     """gemm's or gemv's @triton.jit function of that name (imported on first use: launch.py's
     shape rules import no Triton)."""
@@ -234,10 +241,34 @@ class DenseGemm:
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
+        self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        _jit_kernel(kernel)[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
+
+    def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, act: int, act_scale: torch.Tensor | None,
+                out_dtype: torch.dtype) -> torch.Tensor | None:
+        """`self(x.view(rows, K), ...)` reshaped to out_shape, replayed from a plan (fastlaunch) from the
+        second call of the same key on (x contiguous on the layer's device), or None where the caller
+        should take its ordinary path: a call whose launches cannot be planned (cuBLAS paths; remembered
+        per key so it is not recorded again), a graph being captured, launch hooks set. The first call
+        of a key runs the ordinary launches while recording them."""
+        key = (rows, act, out_dtype, x.dtype, x.data_ptr() % 16 == 0, act_scale is None)
+        plan = self._plans.get(key)
+        if plan:
+            return plan(x, act_scale, out_shape)
+        if plan is not None or len(self._plans) >= MAX_PLANS or torch.cuda.is_current_stream_capturing():
+            return None
+        x2 = x.view(rows, self.k)
+        rec = fastlaunch.recording()
+        try:
+            y = self(x2, act, act_scale, out_dtype)
+        finally:
+            fastlaunch.stop()
+        own = [self.weight, self.scale, self.zero, self.global_scale, self.bias, *self._counters.values()]
+        self._plans[key] = fastlaunch.Plan.build(rec, x2, act_scale, y, own) or False
+        return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -339,6 +370,7 @@ class DenseGemm:
         (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
         once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
         table chooses it per shape and M bucket."""
+        fastlaunch.spoil("cuBLAS product")
         return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
 
     def dequantized(self, out_dtype: torch.dtype) -> torch.Tensor:
@@ -370,6 +402,7 @@ class DenseGemm:
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
         rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
         m = x.shape[0]
+        fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
         sb = self.scale.reshape(1, -1).expand(1, self.n)
@@ -400,7 +433,7 @@ class DenseGemm:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
+        part = fastlaunch.temp(torch.empty(split, m, self.n, dtype=torch.float32, device=y.device))
         return part, self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:

@@ -22,6 +22,9 @@ from .launch import DenseGemm
 from .weights import pack
 
 FLOATS = float_dtypes()
+#: Eager calls up to this many rows take DenseGemm.planned (one launch plan per row count);
+#: the plans that cannot be recorded (cuBLAS paths, from LIBRARY_MIN_ROWS) keep the ordinary path.
+PLANNED_MAX_ROWS = 64
 
 
 class TritonLinear(Kernel):
@@ -68,10 +71,21 @@ class TritonLinear(Kernel):
                               None if packed.global_scale is None else packed.global_scale.to(dev), b,
                               mode=self.mode.name, weight_format=self.mode.weight)
         self.eager = EagerGraphs(self.forward)
+        # calls whose launches need no torch op first (not a dynamic per-tensor scale) replay a launch
+        # plan (DenseGemm.planned, fastlaunch): on the H200's host cheaper than the eager graph's copy
+        # in, replay and copy out
+        self.planned = dev.type == "cuda" and (self.act not in (ACT_TENSOR, ACT_NVFP4) or self.static is not None)
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
+        if self.planned and type(x) is torch.Tensor and x.dtype is self.dtype and x.device == self.device and \
+                0 < x.dim() and x.shape[-1] == self.k and x.is_contiguous() and not x.requires_grad:
+            rows = x.numel() // self.k
+            if 0 < rows <= PLANNED_MAX_ROWS:     # already checked: one launch plan away
+                y = self.gemm.planned(x, rows, x.shape[:-1] + (self.n,), self.act, self.static, self.dtype)
+                if y is not None:
+                    return y
         return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
