@@ -214,12 +214,12 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 ONE_TILE_MAX_K = 16384
 
 
-@functools.cache
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
 
 
+@functools.cache
 def _jit_kernel(name: str) -> Any:
     """gemm's or gemv's @triton.jit function of that name (imported on first use: launch.py's
     shape rules import no Triton)."""
