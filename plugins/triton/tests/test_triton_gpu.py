@@ -382,31 +382,42 @@ def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
     ("mxfp4", "w4a16_mx", "bf16", {}),
     ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
     ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
 ])
 def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params):
     """fastlaunch: from the second eager call of a shape on, `apply` replays the recorded launches
     with Triton's launcher directly; the outputs are bit for bit those of the ordinary launches, for
     new activations, a [1, 1, K] input, an input not 16-byte aligned (its own plan) and under a
-    caller's CUDA-graph capture; one and two launches per call (FP8 at 16 rows: quantizer + GEMM)."""
+    caller's CUDA-graph capture; one and two launches per call (FP8 at 16 rows: quantizer + GEMM).
+    A dynamic per-tensor FP8 row is its own tensor: planned with the GEMM computing its scale, equal
+    to the call with dynamic_tensor_scale."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
     t, e = linear_pair(fmt, 1536, 4096, mode, act, params, device="cuda", bias=True)
+
+    def ordinary(x):
+        x2 = x.reshape(-1, 4096)
+        scale = dynamic_tensor_scale(x2) if params.get("activation_granularity") == "tensor" else None
+        return t.gemm(x2, t.act, scale, torch.bfloat16).reshape(*x.shape[:-1], 1536)
     for m in (1, 16):
         for trial in range(3):
             x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
             got = t.apply(x)
-            assert torch.equal(got, t.gemm(x, t.act, None, torch.bfloat16)), (m, trial)
+            assert torch.equal(got, ordinary(x)), (m, trial)
             assert rel(got, e.apply(x)) < TOL_Q[act]
-        key = (m, t.act, torch.bfloat16, torch.bfloat16, True, True)
-        assert t.gemm._plans.get(key), (m, t.gemm._plans)       # the call was planned
+        if t.row_act(m) is not None:
+            key = (m, t.row_act(m), torch.bfloat16, torch.bfloat16, True, True)
+            assert t.gemm._plans.get(key), (m, t.gemm._plans)       # the call was planned
     x3 = torch.randn(1, 1, 4096, device="cuda", dtype=torch.bfloat16)
     for _ in range(2):
         y3 = t.apply(x3)
-    assert y3.shape == (1, 1, 1536) and torch.equal(y3[0], t.gemm(x3[0], t.act, None, torch.bfloat16))
+    assert y3.shape == (1, 1, 1536) and torch.equal(y3, ordinary(x3))
     odd = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(1, 4096)   # 2 bytes off alignment
     for _ in range(2):
-        assert torch.equal(t.apply(odd), t.gemm(odd, t.act, None, torch.bfloat16))
+        assert torch.equal(t.apply(odd), ordinary(odd))
     xs = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     g, out = _graph(t.apply, xs)
     xs.copy_(torch.randn_like(xs))
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, t.gemm(xs, t.act, None, torch.bfloat16))
+    assert torch.equal(out, ordinary(xs))
