@@ -208,8 +208,6 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
-    if 1 < m <= default.get("BLOCK_M", 0) and "SWAP" in default:     # every row rounded inside: one launch
-        out.append(("default, rows rounded inside", {**default, "QUANT_IN": 2}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:      # more bytes in flight per SM (deeper K tiles, more stages, wider N) against more programs
@@ -229,11 +227,9 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
             sp = fill_split(tiles, kt, sms, waves)
             if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                 continue
-            cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
-                   "num_stages": st}
-            out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st}", cfg))
-            if 1 < m <= bm and waves == 1:      # the same tile with its rows rounded inside (QUANT_IN 2)
-                out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st} rows in", {**cfg, "QUANT_IN": 2}))
+            out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st}",
+                        {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
+                         "num_stages": st}))
     return out
 
 

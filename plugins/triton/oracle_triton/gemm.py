@@ -462,7 +462,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
                     AMAX_K: tl.constexpr = 1024):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
@@ -470,12 +470,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     read K-major straight from memory into the pipelined dot (Triton stages the loads: num_stages);
     the unscaled sum is multiplied by both scales once. Grid (N/BN, M/BM, SPLIT_K).
 
-    QUANT_IN 1 (one activation row, M = 1): x holds the activations in the layer dtype, and each
+    QUANT_IN (one activation row, M = 1): x holds the activations in the layer dtype, and each
     program rounds them itself (the row's amax in AMAX_K-wide steps, or the per-tensor scale at
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
-    operand is rounded (the others are zeros). QUANT_IN 2: the same for every row of the BLOCK_M
-    tile (each program reads its rows' whole K once more for their amax, [BLOCK_M, AMAX_K] a step)."""
+    operand is rounded (the others are zeros)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -486,7 +485,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if QUANT_IN == 1:
+    if QUANT_IN:
         if A_CODES == 2:
             amax = tl.zeros([1], dtype=tl.float32)
             for t in range(0, tl.cdiv(K, AMAX_K)):
@@ -498,51 +497,25 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
             xs = tl.load(as_ptr + tl.zeros([1], tl.int32))
         first = (tl.arange(0, BLOCK_M) == 0)[:, None]
         xr = _row_tile(x_ptr, tl.minimum(t0, t1 - 1), K, BLOCK_K, EVEN_K)
-    elif QUANT_IN == 2:
-        if A_CODES == 2:
-            amax = tl.zeros([BLOCK_M], dtype=tl.float32)
-            for t in range(0, tl.cdiv(K, AMAX_K)):
-                offs_a = t * AMAX_K + tl.arange(0, AMAX_K)
-                xa = tl.load(a_rows + offs_a[None, :], mask=row_ok[:, None] & (offs_a < K)[None, :],
-                             other=0.0).to(tl.float32)
-                amax = tl.maximum(amax, tl.max(tl.abs(xa), axis=1))
-            xs = fp8_scale(amax)
-        else:
-            xs = tl.load(as_ptr + tl.zeros([BLOCK_M], tl.int32))
-        xr = _rows_tile(a_rows, row_ok, tl.minimum(t0, t1 - 1), K, BLOCK_K, EVEN_K)
     for t in range(t0, t1):
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        if QUANT_IN == 1:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
             q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
-            xr = xr_next
-            a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
-        elif QUANT_IN == 2:
-            xr_next = _rows_tile(a_rows, row_ok, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
-            q = tl.where(row_ok[:, None], round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
             xr = xr_next
             a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
         else:
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
         acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
-    if QUANT_IN != 0:
+    if QUANT_IN:
         ws = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
         y = tl.trans(acc) * xs[:, None] * ws[None, :]
     else:
         y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
-
-
-@triton.jit
-def _rows_tile(a_rows, row_ok, t, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """K tile t of the activation rows at a_rows ([BM, 1] pointers) as fp32 [BM, BLOCK_K] (zeros
-    past K and in rows past M)."""
-    offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-    return tl.load(a_rows + offs_k[None, :], mask=row_ok[:, None] & k_in(offs_k, K, EVEN_K)[None, :],
-                   other=0.0).to(tl.float32)
 
 
 @triton.jit

@@ -297,10 +297,8 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                quant_in = cfg.get("QUANT_IN", 1) if m == 1 else cfg.get("QUANT_IN", 0)
-                if quant_in and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1 and m <= cfg["BLOCK_M"]:
-                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg,
-                                         1 if m == 1 else 2)
+                if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
+                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg)
             return self.swap(x, out_dtype, cfg)
@@ -450,12 +448,11 @@ class DenseGemm:
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: int = 0) -> torch.Tensor:
-        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in 1 (one row)
-        or 2 (up to BLOCK_M rows, one row tile): `codes` are the rows themselves in the layer dtype,
-        rounded inside the kernel (QUANT_IN; xs: the per-tensor scale, or anything per token), so no
-        quantizer launch: the default at M = 1 (cfg QUANT_IN 0 turns it off); from 2 rows on where
-        the configuration says QUANT_IN 2. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
+                 cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
+        `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
+        per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
+        QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program)."""
@@ -472,8 +469,7 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192 if quant_in < 2 else 8192 // cfg["BLOCK_M"]))
-        # the rows' amax in a few loads of at most 8192 values
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192))    # the row's amax in at most a few loads
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

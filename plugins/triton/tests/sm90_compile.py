@@ -206,10 +206,10 @@ def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
     return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
-def fp8_swap(cfg, act=2, quant_in=0):
+def fp8_swap(cfg, act=2, quant_in=False):
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in, AMAX_K=8192 if quant_in < 2 else 8192 // cfg["BLOCK_M"])
+                  QUANT_IN=quant_in, AMAX_K=8192)
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
             "cnt_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
@@ -254,11 +254,8 @@ def words_cases():
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
         "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
-        "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1),
-        "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=1),
-        "fp8 swap W8A8 per token, 16 rows rounded inside": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=2),
-        "fp8 swap W8A8 per token, 16 rows rounded inside, bn128 bk256": lambda: fp8_swap(
-            dict(c(16, 128, 4, 0), BLOCK_K=256), quant_in=2),
+        "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=True),
+        "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
         "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
         "dense int4 words 128x128x128 w8": lambda: dense(3, 8, 128, big),

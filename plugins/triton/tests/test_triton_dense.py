@@ -105,8 +105,6 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         assert rel(y, e.apply(x)) < TOL, (fmt, m)
         if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default) = the quantizer's codes
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-        elif m <= 16:   # every row of the tile rounded inside (QUANT_IN 2) = the quantizer's codes
-            assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 2}))
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),

@@ -311,9 +311,6 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif m == 16:   # every row of the tile rounded inside (QUANT_IN 2): the quantizer's codes too
-                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
-                                   t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 2}))
     cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 4}
     x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,
