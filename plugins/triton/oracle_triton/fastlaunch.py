@@ -9,8 +9,7 @@ call at M = 1 on a host where BF16's `x @ w.T` alone takes about 24 us.
 How: the first call of a given shape runs the ordinary path while `recording()` collects what each
 `launch()` started (the compiled kernel, the grid, the arguments in the kernel's parameter order).
 `Plan.build` then keeps every argument fixed except the call's own tensors, which it finds by
-device pointer: the activation `x`, an activation scale, the output `y` (allocated again on every
-call) and the call's registered temporaries (`temp()`: split-K partials, activation codes). Small
+device pointer: the activation `x`, the output `y` (allocated again on every call) and the call's registered temporaries (`temp()`: split-K partials, activation codes). Small
 temporaries are kept by the plan and reused; larger ones are allocated again on every call. A
 later call of the same key allocates its output and starts the same compiled kernels directly.
 
@@ -125,11 +124,11 @@ def current_stream() -> Any:
     return _STREAM[0](_STREAM[1]())
 
 
-X, SCALE, Y = -1, -2, -3       # slot kinds besides temporaries' indices
+X, Y = -1, -2       # slot kinds besides temporaries' indices
 
 
 class Plan:
-    """A recorded call's launches with the call's own tensors as slots: `plan(x, scale, out_shape)`."""
+    """A recorded call's launches with the call's own tensors as slots: `plan(x, out_shape)`."""
 
     def __init__(self, steps: list[tuple[Any, Any, Any, tuple, list, list[tuple[int, int]]]],
                  fresh: list[tuple[int, tuple, torch.dtype]], kept: list[torch.Tensor], out_dtype: torch.dtype,
@@ -138,14 +137,12 @@ class Plan:
         self.kept = kept            # the reused temporaries live as long as the plan
 
     @classmethod
-    def build(cls, rec: Recording, x: torch.Tensor, scale: torch.Tensor | None, y: torch.Tensor,
-              persistent: Sequence[torch.Tensor]) -> "Plan | None":
+    def build(cls, rec: Recording, x: torch.Tensor, y: torch.Tensor,
+              persistent: Sequence[torch.Tensor | None]) -> "Plan | None":
         """The plan of a recorded call, or None where replaying it could differ from the call."""
         if rec.spoiled or not rec.launches or not supported():
             return None
         kinds = {x.data_ptr(): X, y.data_ptr(): Y}
-        if scale is not None:
-            kinds.setdefault(scale.data_ptr(), SCALE)
         fresh: list[tuple[int, tuple, torch.dtype]] = []
         kept: dict[int, torch.Tensor] = {}
         for i, t in enumerate(rec.temps):
@@ -172,12 +169,12 @@ class Plan:
             steps.append((compiled.run, compiled.function, compiled.packed_metadata, grid, values, slots))
         return cls(steps, fresh, list(kept.values()), y.dtype, y.device)
 
-    def __call__(self, x: torch.Tensor, scale: torch.Tensor | None, out_shape: tuple) -> torch.Tensor | None:
+    def __call__(self, x: torch.Tensor, out_shape: tuple) -> torch.Tensor | None:
         """The call's output, or None (nothing launched) while launch hooks are set."""
         if not hooks_idle():
             return None
         y = torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
-        tensors = {X: x, SCALE: scale, Y: y}
+        tensors = {X: x, Y: y}
         for i, shape, dtype in self.fresh:
             tensors[i] = torch.empty(shape, dtype=dtype, device=self.device)
         stream = current_stream()

@@ -185,7 +185,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     warps, one = 4, False
     if act == ACT_TOKEN and k <= ONE_TILE_MAX_K:    # the whole row in registers: loaded once
         bm, bk, k_programs, one = 1, 1 << (k - 1).bit_length(), 1, True
-        warps = 8 if bk <= 8192 else 16
+        warps = 8 if bk <= 8192 else (16 if bk <= 16384 else 32)
     elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
@@ -200,6 +200,22 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
 
 
+#: Activations up to this many values get their dynamic per-tensor scale from one program
+#: (tensor_scale: one launch a plan can repeat); larger ones from torch's reduction.
+TENSOR_SCALE_MAX = 1 << 16
+
+
+def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """oracle-emulation's dynamic per-tensor scale of x (contiguous, at most TENSOR_SCALE_MAX values):
+    amax / divisor, 1 where the amax is 0, as fp32 [1] (gemm.tensor_scale_kernel, one program)."""
+    from .gemm import tensor_scale_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=x.device))
+    fastlaunch.launch(tensor_scale_kernel, (1, 1, 1), 4, x_ptr=x, s_ptr=s, numel=x.numel(), DIV=float(divisor),
+                      BLOCK=1024)
+    return s
+
+
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
@@ -210,8 +226,10 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: tile (a max is exact in any order).
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 #: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
-#: values per thread at 16 warps); longer rows take the two passes above.
-ONE_TILE_MAX_K = 16384
+#: values per thread at 16 warps, 32 warps from 16384 on); longer rows take the two passes above.
+#: The two passes walk K = 18432 (DeepSeek's down projection) in nine dependent steps twice: 9.6 us
+#: at M = 1 on an H200 (R7) against 3.6 us for one load of K = 8192.
+ONE_TILE_MAX_K = 32768
 
 
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
@@ -247,27 +265,29 @@ class DenseGemm:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
         fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
 
-    def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, act: int, act_scale: torch.Tensor | None,
-                out_dtype: torch.dtype) -> torch.Tensor | None:
-        """`self(x.view(rows, K), ...)` reshaped to out_shape, replayed from a plan (fastlaunch) from the
-        second call of the same key on (x contiguous on the layer's device), or None where the caller
-        should take its ordinary path: a call whose launches cannot be planned (cuBLAS paths; remembered
-        per key so it is not recorded again), a graph being captured, launch hooks set. The first call
-        of a key runs the ordinary launches while recording them."""
-        key = (rows, act, out_dtype, x.dtype, x.data_ptr() % 16 == 0, act_scale is None)
+    def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, call: Any,
+                keep: tuple = ()) -> torch.Tensor | None:
+        """`call(x.view(rows, K))` reshaped to out_shape, replayed from a plan (fastlaunch) from the
+        second call of the same row count on (x contiguous on the layer's device; `call` the owner's
+        launches of one call on this gemm, always the same for a row count; `keep` its persistent
+        tensors besides the gemm's own, e.g. a static activation scale), or None where the caller
+        should take its ordinary path: a call whose launches cannot be planned (cuBLAS paths;
+        remembered so it is not recorded again), a graph being captured, launch hooks set. The first
+        call of a row count runs the ordinary launches while recording them."""
+        key = (rows, x.dtype, x.data_ptr() % 16 == 0)
         plan = self._plans.get(key)
         if plan:
-            return plan(x, act_scale, out_shape)
+            return plan(x, out_shape)
         if plan is not None or len(self._plans) >= MAX_PLANS or torch.cuda.is_current_stream_capturing():
             return None
         x2 = x.view(rows, self.k)
         rec = fastlaunch.recording()
         try:
-            y = self(x2, act, act_scale, out_dtype)
+            y = call(x2)
         finally:
             fastlaunch.stop()
-        own = [self.weight, self.scale, self.zero, self.global_scale, self.bias, *self._counters.values()]
-        self._plans[key] = fastlaunch.Plan.build(rec, x2, act_scale, y, own) or False
+        own = [self.weight, self.scale, self.zero, self.global_scale, self.bias, *self._counters.values(), *keep]
+        self._plans[key] = fastlaunch.Plan.build(rec, x2, y, own) or False
         return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:

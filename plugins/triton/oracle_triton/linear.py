@@ -18,7 +18,7 @@ from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import apply_dense, check_scales, check_tensor, float_dtypes, forbid
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR, ACT_TOKEN
-from .launch import DenseGemm
+from .launch import TENSOR_SCALE_MAX, DenseGemm, tensor_scale
 from .weights import pack
 
 FLOATS = float_dtypes()
@@ -81,28 +81,34 @@ class TritonLinear(Kernel):
         if self.planned and type(x) is torch.Tensor and x.dtype is self.dtype and x.device == self.device and \
                 0 < x.dim() and x.shape[-1] == self.k and x.is_contiguous() and not x.requires_grad:
             rows = x.numel() // self.k
-            act = self.row_act(rows)
-            if 0 < rows <= PLANNED_MAX_ROWS and act is not None:     # already checked: one launch plan away
-                y = self.gemm.planned(x, rows, x.shape[:-1] + (self.n,), act, self.static, self.dtype)
+            if 0 < rows <= PLANNED_MAX_ROWS and self.row_act(rows) is not None:   # checked: a launch plan away
+                y = self.gemm.planned(x, rows, x.shape[:-1] + (self.n,), self.forward, (self.static,))
                 if y is not None:
                     return y
         return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
 
     def row_act(self, rows: int) -> int | None:
-        """The activation handling the GEMM gets for `rows` rows without a torch op first, or None
-        where a dynamic per-tensor scale must be computed first (dynamic_tensor_scale). One row of a
-        dynamic per-tensor FP8 layer is its own tensor: its scale is the row's per-token scale (the
-        same amax / 448), which the GEMM computes itself."""
+        """The activation handling the GEMM gets for `rows` rows when the call is Triton launches
+        only (a launch plan can repeat it), or None where torch computes a dynamic per-tensor scale
+        first (dynamic_tensor_scale; more than TENSOR_SCALE_MAX values). One row of a dynamic
+        per-tensor FP8 layer is its own tensor: its scale is the row's per-token scale (the same
+        amax / 448), which the GEMM computes itself; other small dynamic ones take launch.tensor_scale."""
         if self.act not in (ACT_TENSOR, ACT_NVFP4) or self.static is not None:
             return self.act
-        return ACT_TOKEN if self.act == ACT_TENSOR and rows == 1 else None
+        if self.act == ACT_TENSOR and rows == 1:
+            return ACT_TOKEN
+        return self.act if rows * self.k <= TENSOR_SCALE_MAX else None
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked [M, K] activations (what an eager graph captures)."""
         act = self.row_act(x2.shape[0])
         if act is None:
             return self.gemm(x2, self.act, dynamic_tensor_scale(x2, self.act), self.dtype)
-        return self.gemm(x2, act, self.static if act in (ACT_TENSOR, ACT_NVFP4) else None, self.dtype)
+        scale = None
+        if act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static if self.static is not None else \
+                tensor_scale(x2, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+        return self.gemm(x2, act, scale, self.dtype)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

@@ -65,24 +65,24 @@ def _record(fn, x, w, big_part=False):
 def test_replay_puts_the_call_tensors_in_their_slots_and_keeps_the_rest():
     fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
     rec, y, part = _record(fn, x, w)
-    plan = fastlaunch.Plan.build(rec, x, None, y, [w])
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
     assert plan is not None
     x2 = torch.full((1, 8), 2.0)
-    out = plan(x2, None, (1, 1, 4))
+    out = plan(x2, (1, 1, 4))
     assert out.shape == (1, 1, 4) and out.dtype == y.dtype
     grid, stream, args = fn.compiled.calls[-1]
     assert grid == (3, 1, 1) and stream == "stream"
     assert args[0] is x2 and args[1] is w and args[2] is out and args[4] == 1 and args[5] == 64
     assert args[3] is part                       # a small temporary is kept and reused
-    out2 = plan(x2, None, (1, 4))
+    out2 = plan(x2, (1, 4))
     assert fn.compiled.calls[-1][2][2] is out2 and out2 is not out   # a fresh output every call
 
 
 def test_a_large_temporary_is_allocated_per_call():
     fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
     rec, y, part = _record(fn, x, w, big_part=True)
-    plan = fastlaunch.Plan.build(rec, x, None, y, [w])
-    plan(x, None, (1, 4))
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    plan(x, (1, 4))
     fresh = fn.compiled.calls[-1][2][3]
     assert fresh is not part and fresh.shape == part.shape and fresh.dtype == part.dtype
 
@@ -90,7 +90,7 @@ def test_a_large_temporary_is_allocated_per_call():
 def test_an_unregistered_tensor_refuses_the_plan():
     fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
     rec, y, _ = _record(fn, x, w)
-    assert fastlaunch.Plan.build(rec, x, None, y, []) is None       # w is no one's: it could be stale
+    assert fastlaunch.Plan.build(rec, x, y, []) is None       # w is no one's: it could be stale
 
 
 def test_a_spoiled_or_empty_recording_refuses_the_plan():
@@ -100,10 +100,10 @@ def test_a_spoiled_or_empty_recording_refuses_the_plan():
         fastlaunch.spoil("cuBLAS product")
     finally:
         fastlaunch.stop()
-    assert fastlaunch.Plan.build(rec, x, None, torch.empty(1, 4), [w]) is None
+    assert fastlaunch.Plan.build(rec, x, torch.empty(1, 4), [w]) is None
     rec, y, _ = _record(fn, x, w)
     rec.spoiled = "torch._scaled_mm"
-    assert fastlaunch.Plan.build(rec, x, None, y, [w]) is None
+    assert fastlaunch.Plan.build(rec, x, y, [w]) is None
 
 
 def test_launch_outside_a_recording_only_launches():
@@ -127,6 +127,6 @@ def test_an_interpreted_launch_spoils_the_recording():
 def test_a_plan_launches_nothing_while_launch_hooks_are_set(monkeypatch):
     fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
     rec, y, _ = _record(fn, x, w)
-    plan = fastlaunch.Plan.build(rec, x, None, y, [w])
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
     monkeypatch.setattr(fastlaunch, "hooks_idle", lambda: False)
-    assert plan(x, None, (1, 4)) is None and fn.compiled.calls == []
+    assert plan(x, (1, 4)) is None and fn.compiled.calls == []
