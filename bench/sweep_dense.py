@@ -101,6 +101,12 @@ def build(fmt, n, k, w, mode_name, act, params):
 DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (rules + shipped table), nothing else
 
 
+#: fp4_gemv.fp4_rows_kernel variants: (ROWS, BLOCK_N, BLOCK_K, warps).
+ROWS_GRID = [(256, 32, 1024, 4), (128, 16, 1024, 2), (512, 32, 1024, 4), (256, 32, 512, 4), (256, 16, 512, 2),
+             (256, 16, 2048, 4), (64, 8, 1024, 1)]
+ONLY: list[list[str]] = [[]]     # --only: the variant labels to time start with one of these (and the default)
+
+
 def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     """The launch configurations tried for a 4-bit layer at M rows (default first)."""
     if DEFAULTS_ONLY[0]:
@@ -125,6 +131,13 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
+    if m == 1 and fmt != "int4":     # the row-walking E2M1 GEMV (fp4_gemv): rows per program x rows per step x K chunk
+        for rows, bn, bk, nw in ROWS_GRID:
+            out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",
+                        {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk),
+                         "DECODE": 3 if facts["hw_fp8"] else 0, "num_warps": nw, "num_stages": 1}))
+    if ONLY[0]:
+        return [v for v in out if v[0] == "default" or any(v[0].startswith(p) for p in ONLY[0])]
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -317,7 +330,7 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
 
     facts = device_facts(torch.device(DEV))
     jobs = []
-    sn, sk = 256, 1024
+    sn, sk = 256, 4096      # K: more than one 2048-wide chunk (fp4_rows_kernel's SPLIT)
     small = {}
     modes = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
              "nvfp4": ("w4a16_nvfp4", "bf16", {}),
@@ -372,7 +385,8 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
 def precompile(workers: int, args) -> None:
     import subprocess
     t0 = time.perf_counter()
-    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else [])
+    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else []) \
+        + (["--only", *args.only] if args.only else [])
     procs = [subprocess.Popen([sys.executable, __file__, "--compile-worker", f"{i}/{workers}", "--parts", *args.parts,
                                "--shapes", *args.shapes, *extra]) for i in range(workers)]
     for p in procs:
@@ -468,6 +482,8 @@ def main(argv=None) -> int:
     ap.add_argument("--host-profile", action="store_true", help="only the eager host-time profile")
     ap.add_argument("--defaults-only", action="store_true",
                     help="time only what config_for chooses (the rules and the shipped table) beside BF16 / tinygemm")
+    ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
+                    help="time only the default and the variants whose label starts with one of these (e.g. rows)")
     ap.add_argument("--phases", nargs="+", metavar="FMT:M,M", help="instead of PHASES, e.g. int4:1,16 fp8ch:256")
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
@@ -482,6 +498,7 @@ def main(argv=None) -> int:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
     DEFAULTS_ONLY[0] = args.defaults_only
+    ONLY[0] = args.only
     if args.phases:
         PHASES[:] = [(p.split(":")[0], [int(v) for v in p.split(":")[1].split(",")]) for p in args.phases]
     if args.compile_worker:

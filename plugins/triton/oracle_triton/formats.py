@@ -75,7 +75,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
-    - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks);
+    - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
+      row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
       (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
     bk = cfg.get("BLOCK_K", 0)
@@ -99,6 +100,14 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                 raise ValueError(f"SWAP for {what}: the INT4 swap kernel needs 128-wide groups, not {layout.group}")
         elif bk % 128:
             raise ValueError(f"BLOCK_K={bk} for {what}: E2M1 swap K tiles must be whole 128s")
+        return
+    if cfg.get("ROWS"):
+        bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]
+        if layout.elem not in (E2M1_MX, E2M1_NV):
+            raise ValueError(f"ROWS for {what}: the row-walking GEMV (fp4_gemv) serves MXFP4 / NVFP4 weights only")
+        if bk < 64 or bk & (bk - 1) or bn < 1 or bn & (bn - 1) or rows % bn:
+            raise ValueError(f"BLOCK_K={bk}, BLOCK_N={bn}, ROWS={rows} for {what}: the row-walking GEMV needs "
+                             "power-of-two K chunks of at least 64 and BLOCK_N a power of two dividing ROWS")
         return
     if "DECODE" in cfg:
         unit = 128 if layout.elem == FP8 and layout.group > 1 else max(layout.group, 8)

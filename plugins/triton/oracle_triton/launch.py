@@ -388,6 +388,8 @@ class DenseGemm:
             return act == 0
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("ROWS"):
+            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV)
         if "DECODE" in cfg:
             return m == 1
         try:
@@ -460,7 +462,10 @@ class DenseGemm:
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:
-        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
+        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
+        with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
+        if cfg.get("ROWS"):
+            return self.fp4_rows(x, out_dtype, cfg)
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
@@ -475,4 +480,19 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
             EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+        return y
+
+    def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """One row of E2M1 W4A16: fp4_gemv.fp4_rows_kernel, K in chunks of BLOCK_K (one program
+        per chunk and ROWS weight rows; split-K is the chunk count, whatever cfg's SPLIT_K says)."""
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["ROWS"]), -(-self.k // cfg["BLOCK_K"])
+        part, cnt = self.workspace(1, grid_n, split, y)
+        from .fp4_gemv import fp4_rows_kernel
+        fp4_rows_kernel[(grid_n, split, 1)](
+            x, self.weight, self.scale, self.global_scale, self.bias if self.bias is not None else self.scale, y,
+            part, cnt, self.n, self.k, self.layout.stride_wn, self.layout.stride_sn, ELEM=self.layout.elem,
+            HAS_BIAS=self.bias is not None, SPLIT=split > 1, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"], OUT_F16=out_dtype == torch.float16, PTX=cfg["DECODE"] == 3,
+            EXACT_BF16=self.facts["dot_f32"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return y
