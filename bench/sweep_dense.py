@@ -102,8 +102,7 @@ DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (ru
 
 
 #: fp4_gemv.fp4_rows_kernel variants: (ROWS, BLOCK_N, BLOCK_K, warps).
-ROWS_GRID = [(256, 32, 1024, 4), (128, 16, 1024, 2), (512, 32, 1024, 4), (256, 32, 512, 4), (256, 16, 512, 2),
-             (256, 16, 2048, 4), (64, 8, 1024, 1)]
+ROWS_GRID = [(256, 32, 1024, 4), (128, 16, 1024, 2), (256, 32, 512, 4), (256, 16, 2048, 4), (64, 8, 1024, 1)]
 ONLY: list[list[str]] = [[]]     # --only: the variant labels to time start with one of these (and the default)
 
 
@@ -136,6 +135,17 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
             out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",
                         {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk),
                          "DECODE": 3 if facts["hw_fp8"] else 0, "num_warps": nw, "num_stages": 1}))
+    if 1 < m <= 32 and "SWAP" in default and default.get("DECODE") in (3, 4):   # one dot per K tile (JOIN)
+        out.append(("join default", {**default, "FULL_TILE": 1}))
+        sp = default["SPLIT_K"]
+        out.append((f"join s{sp * 2}", {**default, "FULL_TILE": 1, "SPLIT_K": sp * 2}))
+        if fmt != "int4":
+            out.append(("join bk256", {**default, "FULL_TILE": 1, "BLOCK_K": 256}))
+            out.append((f"join bk256 w{12 - default['num_warps']}",
+                        {**default, "FULL_TILE": 1, "BLOCK_K": 256, "num_warps": 12 - default["num_warps"]}))
+        else:
+            out.append(("join w8" if default["num_warps"] == 4 else "join w4",
+                        {**default, "FULL_TILE": 1, "num_warps": 12 - default["num_warps"]}))
     if ONLY[0]:
         return [v for v in out if v[0] == "default" or any(v[0].startswith(p) for p in ONLY[0])]
     if m == 1:

@@ -74,6 +74,7 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - DEQUANT_MM (the weight dequantized once, cuBLAS): any weight (layer-dtype activations);
     - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
+      FULL_TILE (one dot per K tile) on E2M1 only with the word decoder (DECODE 4);
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
@@ -100,6 +101,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                 raise ValueError(f"SWAP for {what}: the INT4 swap kernel needs 128-wide groups, not {layout.group}")
         elif bk % 128:
             raise ValueError(f"BLOCK_K={bk} for {what}: E2M1 swap K tiles must be whole 128s")
+        elif cfg.get("FULL_TILE") and cfg.get("DECODE") != 4:
+            raise ValueError(f"FULL_TILE for {what}: the E2M1 swap kernel joins whole tiles from the word decoder "
+                             "(DECODE 4) only")
         return
     if cfg.get("ROWS"):
         bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]
