@@ -106,6 +106,13 @@ ROWS_GRID = [(256, 32, 1024, 4), (128, 16, 1024, 2), (256, 32, 512, 4), (256, 16
 ONLY: list[list[str]] = [[]]     # --only: the variant labels to time start with one of these (and the default)
 
 
+def only(variants: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The default and the variants --only names (all without --only)."""
+    if not ONLY[0]:
+        return variants
+    return [v for v in variants if v[0] == "default" or any(v[0].startswith(p) for p in ONLY[0])]
+
+
 def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     """The launch configurations tried for a 4-bit layer at M rows (default first)."""
     if DEFAULTS_ONLY[0]:
@@ -126,7 +133,14 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                 out.append((f"words bm{bm} bn{bn} bk{bk} w{nw} s{ns}",
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
                              "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
-        return out
+            # the swap-AB kernel on whole decoded tiles (JOIN): each weight tile decoded once per BM rows
+            for bm, bn, nw in ((128, 128, 8), (64, 128, 8), (128, 64, 4)):
+                tiles, kt = -(-n // bn) * -(-m // bm), k // 128
+                sp = fill_split(tiles, kt, sms, 1)
+                out.append((f"join bm{bm} bn{bn} s{sp} w{nw}",
+                            {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
+                             "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1, "FULL_TILE": 1}))
+        return only(out)
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
@@ -147,7 +161,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
             out.append(("join w8" if default["num_warps"] == 4 else "join w4",
                         {**default, "FULL_TILE": 1, "num_warps": 12 - default["num_warps"]}))
     if ONLY[0]:
-        return [v for v in out if v[0] == "default" or any(v[0].startswith(p) for p in ONLY[0])]
+        return only(out)
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
