@@ -102,7 +102,7 @@ DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (ru
 
 
 #: fp4_gemv.fp4_rows_kernel variants: (ROWS, BLOCK_N, BLOCK_K, warps).
-ROWS_GRID = [(256, 32, 1024, 4), (128, 16, 1024, 2), (256, 32, 512, 4), (256, 16, 2048, 4), (64, 8, 1024, 1)]
+ROWS_GRID = [(256, 32, 1024, 4), (128, 32, 1024, 4), (256, 32, 512, 4), (64, 8, 1024, 1)]
 ONLY: list[list[str]] = [[]]     # --only: the variant labels to time start with one of these (and the default)
 
 
@@ -134,32 +134,43 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
                              "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
             # the swap-AB kernel on whole decoded tiles (JOIN): each weight tile decoded once per BM rows
-            for bm, bn, nw in ((128, 128, 8), (64, 128, 8), (128, 64, 4)):
+            shapes = ((128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 8, 2), (64, 64, 4, 2)) if fmt == "int4" else \
+                ((128, 128, 8, 1), (128, 128, 8, 2), (64, 128, 8, 2), (64, 64, 4, 2))   # (larger tiles at PF2 spill)
+            for bm, bn, nw, pf in shapes:
                 tiles, kt = -(-n // bn) * -(-m // bm), k // 128
                 sp = fill_split(tiles, kt, sms, 1)
-                out.append((f"join bm{bm} bn{bn} s{sp} w{nw}",
+                out.append((f"join bm{bm} bn{bn} s{sp} w{nw} pf{pf}",
                             {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
-                             "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1, "FULL_TILE": 1}))
+                             "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1,
+                             "FULL_TILE": int(fmt != "int4"), "PREFETCH": pf}))
         return only(out)
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
+    if m == 1 and "DECODE" in default and not default.get("ROWS") and "SWAP" not in default:
+        # the GEMV with loads two K tiles ahead (PREFETCH 2)
+        out.append(("pf2 gemv default", {**default, "PREFETCH": 2}))
+        if fmt != "int4":
+            for bn, bk in ((32, 512),):
+                if (bn, bk) != (default["BLOCK_N"], default["BLOCK_K"]):
+                    out.append((f"pf2 gemv bn{bn} bk{bk}", {**default, "BLOCK_N": bn, "BLOCK_K": bk, "PREFETCH": 2}))
     if m == 1 and fmt != "int4":     # the row-walking E2M1 GEMV (fp4_gemv): rows per program x rows per step x K chunk
         for rows, bn, bk, nw in ROWS_GRID:
             out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",
                         {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk),
                          "DECODE": 3 if facts["hw_fp8"] else 0, "num_warps": nw, "num_stages": 1}))
-    if 1 < m <= 32 and "SWAP" in default and default.get("DECODE") in (3, 4):   # one dot per K tile (JOIN)
-        out.append(("join default", {**default, "FULL_TILE": 1}))
+    if 1 < m <= 32 and "SWAP" in default and default.get("DECODE") in (3, 4):
+        # loads two K tiles ahead (PREFETCH 2), one dot per K tile (JOIN, E2M1), the split doubled
         sp = default["SPLIT_K"]
-        out.append((f"join s{sp * 2}", {**default, "FULL_TILE": 1, "SPLIT_K": sp * 2}))
+        out.append(("pf2 default", {**default, "PREFETCH": 2}))
+        out.append((f"pf2 s{sp * 2}", {**default, "PREFETCH": 2, "SPLIT_K": sp * 2}))
         if fmt != "int4":
-            out.append(("join bk256", {**default, "FULL_TILE": 1, "BLOCK_K": 256}))
-            out.append((f"join bk256 w{12 - default['num_warps']}",
-                        {**default, "FULL_TILE": 1, "BLOCK_K": 256, "num_warps": 12 - default["num_warps"]}))
+            out.append(("join default", {**default, "FULL_TILE": 1}))
+            out.append(("join pf2", {**default, "FULL_TILE": 1, "PREFETCH": 2}))
+            out.append((f"join pf2 s{sp * 2}", {**default, "FULL_TILE": 1, "PREFETCH": 2, "SPLIT_K": sp * 2}))
         else:
-            out.append(("join w8" if default["num_warps"] == 4 else "join w4",
-                        {**default, "FULL_TILE": 1, "num_warps": 12 - default["num_warps"]}))
+            out.append((f"pf2 w{12 - default['num_warps']}",
+                        {**default, "PREFETCH": 2, "num_warps": 12 - default["num_warps"]}))
     if ONLY[0]:
         return only(out)
     if m == 1:

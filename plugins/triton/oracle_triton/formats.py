@@ -91,6 +91,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     if cfg.get("SWAP"):
         if cfg.get("BLOCK_M", 0) < 16:
             raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")
+        if cfg.get("PREFETCH", 1) not in (1, 2) or (cfg.get("PREFETCH", 1) == 2 and layout.elem == FP8):
+            raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the 4-bit swap kernel loads 1 or 2 K tiles "
+                             "ahead (the FP8 one: its pipelined dot, no PREFETCH)")
         if layout.elem == FP8:
             if layout.group != 1:
                 raise ValueError(f"SWAP for {what}: the FP8 swap kernel serves per-channel / per-tensor scales only")
@@ -114,6 +117,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              "power-of-two K chunks of at least 64 and BLOCK_N a power of two dividing ROWS")
         return
     if "DECODE" in cfg:
+        if cfg.get("PREFETCH", 1) not in (1, 2):
+            raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the GEMV loads 1 or 2 K tiles ahead")
         unit = 128 if layout.elem == FP8 and layout.group > 1 else max(layout.group, 8)
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")

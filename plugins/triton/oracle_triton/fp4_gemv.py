@@ -45,16 +45,21 @@ def _quad_sums(u, x0, x1, x2, x3, x4, x5, x6, x7, PTX: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(w_ptr, s_ptr, offs_n, jw, gq, N, K, stride_wn, stride_sn, ELEM: tl.constexpr):
-    gq = gq * (stride_sn // stride_sn)
-    """The words [BN, Q, 4] and raw scales of rows offs_n over the chunk's quads: MX [BN, Q] (one
-    per quad), NV [BN, Q, 2] (one per word pair)."""
-    n_ok = (offs_n < N)[:, None, None]
+def _load_rows(w_ptr, s_ptr, offs_n, n_end, jw, gq, K, stride_wn, stride_sn, ELEM: tl.constexpr, EVEN_K: tl.constexpr):
+    """The words [BN, Q, 4] and raw scales of rows offs_n (those below n_end) over the chunk's quads:
+    MX [BN, Q] (one per quad), NV [BN, Q, 2] (one per word pair). EVEN_K: the chunk is whole (no
+    mask along K, so the words load 16 bytes at a time)."""
+    gq = gq * (stride_sn // stride_sn)      # no contiguity known: each lane loads its own scale byte
+    n_ok = (offs_n < n_end)[:, None, None]
+    if EVEN_K:
+        wmask = n_ok
+    else:
+        wmask = n_ok & (jw[None, :, :] < K // 8)
     u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4) + jw[None, :, :],
-                mask=n_ok & (jw[None, :, :] < K // 8), other=0)
+                mask=wmask, other=0)
     if ELEM == 1:
         s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gq[None, :],
-                    mask=(offs_n < N)[:, None] & (gq[None, :] < K // 32), other=0)
+                    mask=(offs_n < n_end)[:, None] & (gq[None, :] < K // 32), other=0)
     else:
         g2 = (2 * gq)[:, None] + tl.arange(0, 2)[None, :]                                  # [Q, 2]
         s = tl.load(s_ptr + offs_n[:, None, None] * stride_sn + g2[None, :, :],
@@ -82,10 +87,10 @@ def _row_sums(u, s, gscale, x0, x1, x2, x3, x4, x5, x6, x7, ELEM: tl.constexpr, 
 def fp4_rows_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, N, K, stride_wn, stride_sn,
                     ELEM: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, ROWS: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OUT_F16: tl.constexpr, PTX: tl.constexpr,
-                    EXACT_BF16: tl.constexpr):
+                    EXACT_BF16: tl.constexpr, EVEN_K: tl.constexpr):
     """y[0, n] = sum_k x[0, k] W[n, k]. Grid (cdiv(N, ROWS), cdiv(K, BLOCK_K)); SPLIT: more than one
-    chunk (a runtime count, so one compiled kernel serves every K); BLOCK_K a power of two >= 64,
-    BLOCK_N divides ROWS."""
+    chunk (a runtime count, so one compiled kernel serves every K); EVEN_K: BLOCK_K divides K;
+    BLOCK_K a power of two >= 64, BLOCK_N divides ROWS."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     chunks = tl.num_programs(1)
@@ -98,17 +103,23 @@ def fp4_rows_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr,
     if ELEM == 2:
         gscale = tl.load(g_ptr)
     n_first = pid_n * ROWS
+    n_end = tl.minimum(N, n_first + ROWS)
     offs = tl.arange(0, BLOCK_N)
-    u, s = _load_rows(w_ptr, s_ptr, n_first + offs, jw, gq, N, K, stride_wn, stride_sn, ELEM)
-    for r in range(0, ROWS, BLOCK_N):       # the next rows' loads are issued before these rows' products
-        un, sn = _load_rows(w_ptr, s_ptr, n_first + r + BLOCK_N + offs, jw, gq, N, K, stride_wn, stride_sn, ELEM)
+    # rows two steps ahead are in flight while a step is multiplied (one step ahead was not enough:
+    # ptxas schedules those loads late in the loop body, leaving the next step to wait for memory)
+    u, s = _load_rows(w_ptr, s_ptr, n_first + offs, n_end, jw, gq, K, stride_wn, stride_sn, ELEM, EVEN_K)
+    u1, s1 = _load_rows(w_ptr, s_ptr, n_first + BLOCK_N + offs, n_end, jw, gq, K, stride_wn, stride_sn, ELEM, EVEN_K)
+    for r in range(0, ROWS, BLOCK_N):
+        u2, s2 = _load_rows(w_ptr, s_ptr, n_first + r + 2 * BLOCK_N + offs, n_end, jw, gq, K, stride_wn, stride_sn,
+                            ELEM, EVEN_K)
         y = _row_sums(u, s, gscale, x0, x1, x2, x3, x4, x5, x6, x7, ELEM, PTX)
         offs_n = n_first + r + offs
         if not SPLIT:
             _store_rows(y, offs_n, b_ptr, y_ptr, N, HAS_BIAS, OUT_F16, EXACT_BF16)
         else:
             tl.store(part_ptr + pid_k * N + offs_n, y, mask=offs_n < N)
-        u, s = un, sn
+        u, s = u1, s1
+        u1, s1 = u2, s2
     if SPLIT:               # the last chunk to finish sums the row block's chunks in order
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + pid_n, 1)

@@ -407,7 +407,8 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   DECODE: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr, JOIN: tl.constexpr = False):
+                   DECODE: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr, JOIN: tl.constexpr = False,
+                   PREFETCH: tl.constexpr = 1):
     """Few-row 4-bit GEMM: y^T = W x^T, the weights as the MMA's A operand (BLOCK_N rows: the
     tensor-core tile's tall side) and the few activation rows as its narrow N side (BLOCK_M = 16
     or 32), so a 16-row call is not padded to a 64-row tile and the decoded weights go from
@@ -424,7 +425,11 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     JOIN (word decoders, DECODE 3 / 4): the 8 nibble operands are interleaved into the whole
     [BN, BK] tile in k order and multiplied by one dot with the activations [BK, BM] read as they
     lie: one trip of the decoded tile through shared memory and one MMA wait per K tile instead of
-    eight (on sm_90 each dot from registers stores its operand, fences and waits)."""
+    eight (on sm_90 each dot from registers stores its operand, fences and waits).
+
+    PREFETCH 2: the loads of the K tile two steps ahead are in flight while a tile is decoded and
+    multiplied (ptxas places the loads late in the loop body; one step ahead leaves the next step
+    waiting for memory)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -442,10 +447,14 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
                                  stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                  ELEM, HAS_ZERO, GROUP, UJ, JOIN)
+    if PREFETCH == 2:
+        u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
+                                          z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN)
     for t in range(t0, t1):
-        un, sn, zn, xn = _swap_tile_load(tl.minimum(t + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
-                                         z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                         ELEM, HAS_ZERO, GROUP, UJ, JOIN)
+        un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
+                                         s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN)
         if JOIN and ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
             p = mma_acc(interleave8(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
@@ -477,7 +486,11 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                 acc = mma_acc(_e2m1_operand(u, 5, sfull, io_t, dot_t, DOT_F32), x5, acc, DOT_F32)
                 acc = mma_acc(_e2m1_operand(u, 6, sfull, io_t, dot_t, DOT_F32), x6, acc, DOT_F32)
                 acc = mma_acc(_e2m1_operand(u, 7, sfull, io_t, dot_t, DOT_F32), x7, acc, DOT_F32)
-        u, s, z, x = un, sn, zn, xn
+        if PREFETCH == 2:
+            u, s, z, x = u1, s1, z1, x1_
+            u1, s1, z1, x1_ = un, sn, zn, xn
+        else:
+            u, s, z, x = un, sn, zn, xn
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
