@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from . import fastlaunch
 from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
 
 
@@ -160,11 +161,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
     from .gemm import act_qdq_kernel
 
-    out = torch.empty_like(x)
+    out = fastlaunch.temp(torch.empty_like(x))
     m, k = x.shape
-    act_qdq_kernel[(-(-m // 16), -(-k // 128))](x, act_scale if act_scale is not None else x, out, m, k,
-                                   x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
-                                   EXACT_BF16=facts["dot_f32"], num_warps=4)
+    fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
+                      xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,
+                      stride_xm=x.stride(0), stride_om=out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                      EXACT_BF16=facts["dot_f32"])
     return out
 
 
@@ -175,17 +177,17 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
     are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
     m, k = x.shape
-    codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
+    codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
-        scales = torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device))
     elif act == ACT_TOKEN:
-        scales = torch.empty(m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
     else:
         scales = act_scale
     warps, one = 4, False
     if act == ACT_TOKEN and k <= ONE_TILE_MAX_K:    # the whole row in registers: loaded once
         bm, bk, k_programs, one = 1, 1 << (k - 1).bit_length(), 1, True
-        warps = 8 if bk <= 8192 else 16
+        warps = 8 if bk <= 8192 else (16 if bk <= 16384 else 32)
     elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
@@ -196,8 +198,24 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
                 ONE_TILE=one)
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
-    act_qdq_kernel[grid](**args, num_warps=warps)
+    fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
+
+
+#: Activations up to this many values get their dynamic per-tensor scale from one program
+#: (tensor_scale: one launch a plan can repeat); larger ones from torch's reduction.
+TENSOR_SCALE_MAX = 1 << 16
+
+
+def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """oracle-emulation's dynamic per-tensor scale of x (contiguous, at most TENSOR_SCALE_MAX values):
+    amax / divisor, 1 where the amax is 0, as fp32 [1] (gemm.tensor_scale_kernel, one program)."""
+    from .gemm import tensor_scale_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=x.device))
+    fastlaunch.launch(tensor_scale_kernel, (1, 1, 1), 4, x_ptr=x, s_ptr=s, numel=x.numel(), DIV=float(divisor),
+                      BLOCK=1024)
+    return s
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
@@ -210,16 +228,23 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: tile (a max is exact in any order).
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 #: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
-#: values per thread at 16 warps); longer rows take the two passes above.
-ONE_TILE_MAX_K = 16384
+#: values per thread at 16 warps, 32 warps from 16384 on); longer rows take the two passes above.
+#: The two passes walk K = 18432 (DeepSeek's down projection) in nine dependent steps twice: 9.6 us
+#: at M = 1 on an H200 (R7) against 3.6 us for one load of K = 8192.
+ONE_TILE_MAX_K = 32768
+
+
+#: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
+#: shapes take the ordinary path (the eager graphs, bounded the same way).
+MAX_PLANS = 8
 
 
 @functools.cache
 def _jit_kernel(name: str) -> Any:
-    """gemm's or gemv's @triton.jit function of that name (imported on first use: launch.py's
-    shape rules import no Triton)."""
-    from . import gemm, gemv
-    return getattr(gemm, name, None) or getattr(gemv, name)
+    """gemm's, gemv's or fp4_gemv's @triton.jit function of that name (imported on first use:
+    launch.py's shape rules import no Triton)."""
+    from . import fp4_gemv, gemm, gemv
+    return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(fp4_gemv, name)
 
 
 class DenseGemm:
@@ -236,10 +261,36 @@ class DenseGemm:
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
+        self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        _jit_kernel(kernel)[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
+
+    def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, call: Any,
+                keep: tuple = ()) -> torch.Tensor | None:
+        """`call(x.view(rows, K))` reshaped to out_shape, replayed from a plan (fastlaunch) from the
+        second call of the same row count on (x contiguous on the layer's device; `call` the owner's
+        launches of one call on this gemm, always the same for a row count; `keep` its persistent
+        tensors besides the gemm's own, e.g. a static activation scale), or None where the caller
+        should take its ordinary path: a call whose launches cannot be planned (cuBLAS paths;
+        remembered so it is not recorded again), a graph being captured, launch hooks set. The first
+        call of a row count runs the ordinary launches while recording them."""
+        key = (rows, x.dtype, x.data_ptr() % 16 == 0)
+        plan = self._plans.get(key)
+        if plan:
+            return plan(x, out_shape)
+        if plan is not None or len(self._plans) >= MAX_PLANS or torch.cuda.is_current_stream_capturing():
+            return None
+        x2 = x.view(rows, self.k)
+        rec = fastlaunch.recording()
+        try:
+            y = call(x2)
+        finally:
+            fastlaunch.stop()
+        own = [self.weight, self.scale, self.zero, self.global_scale, self.bias, *self._counters.values(), *keep]
+        self._plans[key] = fastlaunch.Plan.build(rec, x2, y, own) or False
+        return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -341,6 +392,7 @@ class DenseGemm:
         (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
         once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
         table chooses it per shape and M bucket."""
+        fastlaunch.spoil("cuBLAS product")
         return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
 
     def dequantized(self, out_dtype: torch.dtype) -> torch.Tensor:
@@ -372,6 +424,7 @@ class DenseGemm:
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
         rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
         m = x.shape[0]
+        fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
         sb = self.scale.reshape(1, -1).expand(1, self.n)
@@ -390,6 +443,8 @@ class DenseGemm:
             return act == 0
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("ROWS"):
+            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV)
         if "DECODE" in cfg:
             return m == 1
         try:
@@ -402,7 +457,7 @@ class DenseGemm:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
+        part = fastlaunch.temp(torch.empty(split, m, self.n, dtype=torch.float32, device=y.device))
         return part, self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:
@@ -457,12 +512,16 @@ class DenseGemm:
             ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
-            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+            PREFETCH=cfg.get("PREFETCH", 1))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:
-        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
+        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
+        with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
+        if cfg.get("ROWS"):
+            return self.fp4_rows(x, out_dtype, cfg)
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
@@ -476,5 +535,21 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, PREFETCH=cfg.get("PREFETCH", 1))
+        return y
+
+    def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """One row of E2M1 W4A16: fp4_gemv.fp4_rows_kernel, K in chunks of BLOCK_K (one program
+        per chunk and ROWS weight rows; split-K is the chunk count, whatever cfg's SPLIT_K says)."""
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["ROWS"]), -(-self.k // cfg["BLOCK_K"])
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "fp4_rows_kernel", (grid_n, split, 1), cfg,
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, N=self.n,
+            K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, ELEM=self.layout.elem,
+            HAS_BIAS=self.bias is not None, SPLIT=split > 1, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"], OUT_F16=out_dtype == torch.float16, PTX=cfg["DECODE"] == 3,
+            EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0)
         return y

@@ -86,6 +86,11 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
                "num_stages": 1}
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)
+        if fmt == "int4":       # one dot per K tile on the interleaved whole tile (E2M1 joins PTX-decoded words only)
+            assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1}), e.apply(x)) < TOL, (m, symmetric)
+        # loads two K tiles ahead: the same products
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}),
+                           t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric)
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
@@ -133,3 +138,18 @@ def test_dequant_mm_matches_emulation(fmt, mode, symmetric):
     t, e = linear_pair(fmt, 96, 384, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
     x = torch.randn(5, 384, dtype=torch.bfloat16, device=DEV) * 3
     assert rel(t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1}), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("shape", [(1, 320), (5, 320), (3, 2100)])
+def test_tensor_scale_is_the_dynamic_per_tensor_scale(shape):
+    """launch.tensor_scale (one Triton program, so a launch plan can repeat it) gives
+    dynamic_tensor_scale's value bit for bit: amax / 448 (FP8), amax / (6 * 448) (NVFP4 global), 1 for
+    all zeros; over several 1024-wide steps and a partial one."""
+    from oracle_triton.formats import ACT_NVFP4, ACT_TENSOR
+    from oracle_triton.launch import tensor_scale
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    x = torch.randn(*shape, dtype=torch.bfloat16, device=DEV) * 3
+    for act, div in ((ACT_TENSOR, 448.0), (ACT_NVFP4, 6 * 448.0)):
+        assert torch.equal(tensor_scale(x, div), dynamic_tensor_scale(x, act)), act
+    assert tensor_scale(torch.zeros(*shape, dtype=torch.bfloat16, device=DEV), 448.0).tolist() == [1.0]
