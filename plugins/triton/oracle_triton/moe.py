@@ -365,13 +365,20 @@ class TritonMoE(Kernel):
         NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
         instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 / 2 loads
-        the K tile one / two ahead before tl.dot_scaled multiplies the current one."""
+        the K tile one / two ahead before tl.dot_scaled multiplies the current one. WORDS 1: the dense
+        few-row kernel's K loop (gemm.w4_swap_tiles: whole 32-bit words decoded by inline PTX, DECODE
+        4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
+        BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
+        over that many programs per tile (a few pairs cannot fill the GPU)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
         lay = self.w13.layout
         if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
             raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
+        if cfg.get("WORDS") and (cfg["BLOCK_K"] % 128 or (lay.elem == INT4 and cfg["BLOCK_K"] != lay.group)):
+            raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
+                             f"not {lay.group})")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -385,15 +392,26 @@ class TritonMoE(Kernel):
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
-        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
+        words = bool(cfg.get("WORDS", 0))
+        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
+        decode = 0 if interpreting() else cfg.get("DECODE", 3 if lay.elem == INT4 else 4)
+        split = int(cfg.get("SPLIT_K", 1)) if words else 1
         for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
                 (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
                 (2, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
             a = a1 if stage == 1 else self._round(1, inter)[0]
             w, ly = packed, packed.layout
-            moe_swap_kernel[(blocks, -(-n_out // bn))](
+            tiles = blocks * -(-n_out // bn)
+            if split > 1:                            # K slices and their arrival counters (zero between calls)
+                wn = bn * (2 if stage == 1 and self.gated else 1)
+                part = torch.empty(split, tiles, wn, bm, dtype=torch.float32, device=dev)
+                kcnt = self._counters(tiles, "_split_counters")
+            else:
+                part, kcnt = dst, cnt
+            moe_swap_kernel[(blocks, -(-n_out // bn), split)](
                 a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
-                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, t, self.experts, k, n_out, n_w, kdim,
+                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, part, kcnt, t, self.experts, k, n_out,
+                n_w, kdim,
                 a.stride(0), dst.stride(0), *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn,
                 ly.stride_sk, ly.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
                 float(self.beta), float(self.lbeta), STAGE=stage, ACTFN=mk.ACTIVATION_CODES[self.layer.activation],
@@ -402,8 +420,8 @@ class TritonMoE(Kernel):
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"])
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
+                SPLIT_K=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         if aligned:
             mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
                                                              EXACT_BF16=self.facts["dot_f32"])

@@ -394,6 +394,39 @@ def test_swap_ab_path_matches_emulation(fmt, mode, act, activation, router_on_in
     assert rel(y, ref.apply(x, w0, ids)) < TOL[act] and int(t._sum_counters.abs().sum()) == 0
 
 
+@slow
+@pytest.mark.parametrize("fmt,mode,act,activation,inter", [
+    ("mxfp4", "w4a16_mx", "bf16", "swigluoai", 320), ("int4", "w4a16_int4", "bf16", "silu", 384),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", "silu", 384)])
+def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
+    """WORDS (the dense few-row kernel's K loop, gemm.w4_swap_tiles) in both swap modes and with K split
+    over programs: against emulation, with zero points (INT4), FC2's K (320) not a multiple of the
+    128-wide tile (MXFP4: its tail read as zeros), NVFP4 activations; the split counters are back at
+    zero and a second call gives the same bits."""
+    t, ref = moe_pair(fmt, E, H, inter, K, mode, act, {}, activation=activation, bias=True, device=DEV, group=128,
+                      symmetric=False)
+    x = torch.randn(3, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    words = dict(SWAP, WORDS=1)
+    for cfg in (dict(words, SPLIT_K=2), dict(words, SWAP=2, BLOCK_N1=16), dict(words, SWAP=2, SPLIT_K=3)):
+        t.config = cfg
+        y = t.apply(x, w, ids)
+        assert rel(y, expect) < TOL[act], cfg
+        assert int(t._split_counters.abs().sum()) == 0 if cfg.get("SPLIT_K", 1) > 1 else True
+        assert torch.equal(y, t.apply(x, w, ids)), cfg
+
+
+def test_swap_words_refuses_partial_tiles():
+    """WORDS needs K tiles of whole 128s (INT4: one 128-wide group per tile)."""
+    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", {}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = dict(SWAP, WORDS=1, BLOCK_K=64)
+    with pytest.raises(ValueError, match="WORDS"):
+        t.apply(x, w, ids)
+
+
 def test_swap_ab_path_refuses_quantized_activations():
     t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
     x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
