@@ -69,6 +69,33 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
+def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, group: int, act: int, words: bool) -> bool:
+    """The swap-AB tensor-core path with word decoding (TritonMoE.apply_swap, WORDS; swap_words_config)
+    for 4-bit experts with layer-dtype or NVFP4 activations once a block of one expert's pairs holds
+    about two of them (pairs over 1.5x the experts): each weight is decoded once for its block,
+    where the CUDA-core direct path decodes it for every pair. words: the PTX word decoders
+    (capability >= 8.9, compiled). INT4 only with 128-wide groups (a K tile is one group).
+    Measured on an H200 (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json, weights from
+    HBM): gpt-oss-20b M=16 (64 pairs, 32 experts) 307.7 us against 475 for the direct path; at M=1
+    (4 pairs) 59 against 39, so the direct path keeps the few pairs."""
+    pairs = tokens * top_k
+    fmt_ok = elem in (E2M1_MX, E2M1_NV) or (elem == INT4 and group == 128)
+    return words and fmt_ok and act in (ACT_NONE, ACT_NVFP4) and 1.5 * experts < pairs <= SWAP_MAX_PAIRS * experts
+
+
+#: use_swap_words up to this many pairs per expert (blocks of 16 pairs: above that the aligned tiles).
+SWAP_MAX_PAIRS = 2
+
+
+def swap_words_config() -> dict[str, int]:
+    """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
+    32 gate + 32 up rows per FC1 program, K tiles of 128, 4 warps, registers double-buffering the
+    loads (num_stages 1): the best of 10 tilings on gpt-oss-20b M=16 (R7, 307.7 us; 64/64 rows 337.5,
+    128/64 at 8 warps 314.3, 128/128 460.2, K tiles of 256 420.4)."""
+    return {"SWAP": 2, "WORDS": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128, "SPLIT_K": 1,
+            "num_warps": 4, "num_stages": 1}
+
+
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
     """The tensor-core direct path (TritonMoE.apply_direct_mma) for W8A8 experts while the pairs are at
     most a quarter of the experts (few pairs share an expert, so reading each pair's expert alone costs
@@ -259,8 +286,9 @@ class TritonMoE(Kernel):
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE), the
-        tensor-core direct path's (use_direct_mma; DIRECT) or the aligned grouped GEMM's (moe_config).
+        tiles), else the rules: the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
+        direct path's (use_direct; it has DECODE), the tensor-core direct path's (use_direct_mma;
+        DIRECT) or the aligned grouped GEMM's (moe_config).
         The one place the choice is made."""
         if self.config is not None:
             return self.config
@@ -269,6 +297,9 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_swap_words(tokens, top_k, self.experts, lay.elem, lay.group, self.act,
+                          self.facts["hw_fp8"] and not interpreting()):
+            return swap_words_config()
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):
@@ -394,7 +425,7 @@ class TritonMoE(Kernel):
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
         words = bool(cfg.get("WORDS", 0))
         scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
-        decode = 0 if interpreting() else cfg.get("DECODE", 3 if lay.elem == INT4 else 4)
+        decode = cfg.get("DECODE", 3 if lay.elem == INT4 else 4) if self.facts["hw_fp8"] and not interpreting() else 0
         split = int(cfg.get("SPLIT_K", 1)) if words else 1
         for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
                 (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),

@@ -420,6 +420,24 @@ def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
         assert torch.equal(y, t.apply(x, w, ids)), cfg
 
 
+def test_swap_words_rule():
+    """moe.use_swap_words: 4-bit experts (INT4 with 128-wide groups) with layer-dtype or NVFP4 activations,
+    where the PTX word decoders compile, from 1.5 pairs per expert up to SWAP_MAX_PAIRS; its config passes
+    the kernels' own check."""
+    from oracle_triton.formats import ACT_GROUP, ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, FP8, INT4, check_config, layout_for
+    from oracle_triton.moe import SWAP_MAX_PAIRS, swap_words_config, use_swap_words
+
+    assert use_swap_words(16, 4, 32, E2M1_MX, 32, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
+    assert not use_swap_words(1, 4, 32, E2M1_MX, 32, ACT_NONE, True)              # M=1: the direct path
+    assert not use_swap_words(12, 4, 32, E2M1_MX, 32, ACT_NONE, True)             # 48 pairs: 1.5 per expert
+    assert not use_swap_words(16, 4, 32, E2M1_MX, 32, ACT_NONE, False)            # no word decoders
+    assert use_swap_words(16, 4, 32, E2M1_NV, 16, ACT_NVFP4, True)
+    assert use_swap_words(16, 4, 32, INT4, 128, ACT_NONE, True) and not use_swap_words(16, 4, 32, INT4, 32, ACT_NONE, True)
+    assert not use_swap_words(16, 4, 32, FP8, 128, ACT_GROUP, True)
+    assert not use_swap_words(8 * SWAP_MAX_PAIRS + 1, 4, 32, E2M1_MX, 32, ACT_NONE, True)
+    check_config(swap_words_config(), layout_for("mxfp4", 5760, 2880))
+
+
 def test_swap_words_refuses_partial_tiles():
     """WORDS needs K tiles of whole 128s (INT4: one 128-wide group per tile)."""
     t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", {}, device=DEV)
