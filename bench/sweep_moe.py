@@ -14,7 +14,7 @@ variant (up variants with the default down kernel, then down variants with the b
 M = 8 and 16 time the M = 1 winners and a few neighbours.
 
     python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
-                              [--quick | --configs variants.json [--precompile N]]
+                              [--quick | --configs variants.json [--precompile N] [--split]]
 """
 from __future__ import annotations
 
@@ -124,6 +124,27 @@ def timed(t, x, routes) -> float:
         for j in range(reps):
             t.forward(x, *routes[j % n])
     return graph_ms(loop, 1) * 1e3 / reps
+
+
+def kernel_split(t, x, routes, calls: int = 8) -> str:
+    """Device time of each launch of one call (name:us, in launch order), averaged over `calls` eager calls
+    cycling through the routings (so the weights come from HBM as in the timed graph), from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n = min(calls, len(routes))
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for j in range(n):
+                t.forward(x, *routes[j])
+            torch.cuda.synchronize()
+        ops = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+        per = len(ops) // n
+        if per == 0 or per * n != len(ops):
+            return f"{len(ops)} GPU ops in {n} calls"
+        avg = [sum(ops[c * per + p].device_time for c in range(n)) / n for p in range(per)]
+        return ", ".join(f"{ops[p].name[:22]}:{a:.1f}" for p, a in enumerate(avg)) + f" (sum {sum(avg):.1f})"
+    except Exception as exc:  # noqa: BLE001 - a split is a detail, never a failure
+        return f"no split ({type(exc).__name__}: {str(exc)[:80]})"
 
 
 def _inputs(m, ne, topk, h, per_expert, bw):
@@ -246,7 +267,7 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
     torch.cuda.empty_cache()
 
 
-def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
+def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, split=False):
     """Time the shipped rule's path and each of `configs` (label -> config; ONLY_M: at that M only) on
     `name`, M in ms; every variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
@@ -272,12 +293,16 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None):
                     ref = y.clone()
                 err = rel(y, ref)
                 us = timed(t, x, routes)
+                kernels = kernel_split(t, x, routes) if split else None
             except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
                 print(f"  {name} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
                 continue
             finally:
                 t.config = None
             _record(rows, save, name, mode_name, m, label, cfg, us, hbm, err, tol, count)
+            if kernels:
+                rows[-1]["kernels"] = kernels
+                print(f"      launches (eager, device us): {kernels}", flush=True)
     del t
     torch.cuda.empty_cache()
 
@@ -343,6 +368,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="with --configs: compile the variants in N processes first")
     ap.add_argument("--precompile-timeout-s", type=float, default=30.0)
+    ap.add_argument("--split", action="store_true", help="with --configs: also each launch's device time "
+                    "(torch.profiler over eager calls on the rotated routings)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
                     "rule and these only")
     args = ap.parse_args(argv)
@@ -371,7 +398,7 @@ def main(argv=None) -> int:
                     configs = configs.get(name, {})
                 if args.precompile:
                     precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
-                explicit(name, args.m, bw, rows, deadline, tol, configs, save)
+                explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split)
                 continue
             sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
     finally:

@@ -575,3 +575,16 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
         w = w4_tile(k0, offs_n, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
                     stride_zk, ELEM, PACK, GROUP, HAS_ZERO, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
     tl.store(out_ptr + offs_n[:, None] * K + offs_k[None, :], w, mask=mask)
+
+
+@triton.jit
+def tensor_scale_kernel(x_ptr, s_ptr, numel, DIV: tl.constexpr, BLOCK: tl.constexpr):
+    """The dynamic per-tensor scale of x (numel contiguous values) in one program: amax / DIV (IEEE
+    division), 1 where the amax is 0: linear.dynamic_tensor_scale's value (a NaN is not propagated:
+    its activations poison the product anyway). For small activations only (launch.tensor_scale)."""
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)))
+    s = tl.math.div_rn(tl.max(amax, axis=0), DIV)
+    tl.store(s_ptr, tl.where(s > 0, s, 1.0))

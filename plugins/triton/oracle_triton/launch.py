@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from . import fastlaunch
 from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
 
 
@@ -36,13 +37,15 @@ def _device_name(index: int) -> str:
 
 def device_facts(device: torch.device) -> dict[str, Any]:
     """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
-    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables)."""
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables), pdl
+    (programmatic dependent launch, griddepcontrol: capability >= 9.0)."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None, "pdl": False}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
     hw = _capability(index) >= (8, 9) and not force_int
-    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index)}
+    return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index),
+            "pdl": _capability(index) >= (9, 0)}
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
@@ -158,11 +161,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
     from .gemm import act_qdq_kernel
 
-    out = torch.empty_like(x)
+    out = fastlaunch.temp(torch.empty_like(x))
     m, k = x.shape
-    act_qdq_kernel[(-(-m // 16), -(-k // 128))](x, act_scale if act_scale is not None else x, out, m, k,
-                                   x.stride(0), out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
-                                   EXACT_BF16=facts["dot_f32"], num_warps=4)
+    fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
+                      xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,
+                      stride_xm=x.stride(0), stride_om=out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
+                      EXACT_BF16=facts["dot_f32"])
     return out
 
 
@@ -173,17 +177,17 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
     are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
     m, k = x.shape
-    codes = torch.empty(m, k, dtype=torch.uint8, device=x.device)
+    codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
-        scales = torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device))
     elif act == ACT_TOKEN:
-        scales = torch.empty(m, dtype=torch.float32, device=x.device)
+        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
     else:
         scales = act_scale
     warps, one = 4, False
     if act == ACT_TOKEN and k <= ONE_TILE_MAX_K:    # the whole row in registers: loaded once
         bm, bk, k_programs, one = 1, 1 << (k - 1).bit_length(), 1, True
-        warps = 8 if bk <= 8192 else 16
+        warps = 8 if bk <= 8192 else (16 if bk <= 16384 else 32)
     elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
@@ -194,8 +198,24 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
                 ONE_TILE=one)
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
-    act_qdq_kernel[grid](**args, num_warps=warps)
+    fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
+
+
+#: Activations up to this many values get their dynamic per-tensor scale from one program
+#: (tensor_scale: one launch a plan can repeat); larger ones from torch's reduction.
+TENSOR_SCALE_MAX = 1 << 16
+
+
+def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """oracle-emulation's dynamic per-tensor scale of x (contiguous, at most TENSOR_SCALE_MAX values):
+    amax / divisor, 1 where the amax is 0, as fp32 [1] (gemm.tensor_scale_kernel, one program)."""
+    from .gemm import tensor_scale_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=x.device))
+    fastlaunch.launch(tensor_scale_kernel, (1, 1, 1), 4, x_ptr=x, s_ptr=s, numel=x.numel(), DIV=float(divisor),
+                      BLOCK=1024)
+    return s
 
 
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
@@ -208,8 +228,15 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: tile (a max is exact in any order).
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 #: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
-#: values per thread at 16 warps); longer rows take the two passes above.
-ONE_TILE_MAX_K = 16384
+#: values per thread at 16 warps, 32 warps from 16384 on); longer rows take the two passes above.
+#: The two passes walk K = 18432 (DeepSeek's down projection) in nine dependent steps twice: 9.6 us
+#: at M = 1 on an H200 (R7) against 3.6 us for one load of K = 8192.
+ONE_TILE_MAX_K = 32768
+
+
+#: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
+#: shapes take the ordinary path (the eager graphs, bounded the same way).
+MAX_PLANS = 8
 
 
 @functools.cache
@@ -234,10 +261,36 @@ class DenseGemm:
         self.facts = device_facts(weight.device)
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
+        self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        _jit_kernel(kernel)[grid](**args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
+
+    def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, call: Any,
+                keep: tuple = ()) -> torch.Tensor | None:
+        """`call(x.view(rows, K))` reshaped to out_shape, replayed from a plan (fastlaunch) from the
+        second call of the same row count on (x contiguous on the layer's device; `call` the owner's
+        launches of one call on this gemm, always the same for a row count; `keep` its persistent
+        tensors besides the gemm's own, e.g. a static activation scale), or None where the caller
+        should take its ordinary path: a call whose launches cannot be planned (cuBLAS paths;
+        remembered so it is not recorded again), a graph being captured, launch hooks set. The first
+        call of a row count runs the ordinary launches while recording them."""
+        key = (rows, x.dtype, x.data_ptr() % 16 == 0)
+        plan = self._plans.get(key)
+        if plan:
+            return plan(x, out_shape)
+        if plan is not None or len(self._plans) >= MAX_PLANS or torch.cuda.is_current_stream_capturing():
+            return None
+        x2 = x.view(rows, self.k)
+        rec = fastlaunch.recording()
+        try:
+            y = call(x2)
+        finally:
+            fastlaunch.stop()
+        own = [self.weight, self.scale, self.zero, self.global_scale, self.bias, *self._counters.values(), *keep]
+        self._plans[key] = fastlaunch.Plan.build(rec, x2, y, own) or False
+        return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
         key = (tiles, split)
@@ -339,6 +392,7 @@ class DenseGemm:
         (read the packed weight, write 2 bytes per weight) costs less than decoding every weight tile
         once per row tile inside our own GEMM; the buffer (N x K x 2 bytes) is the price, so the tuned
         table chooses it per shape and M bucket."""
+        fastlaunch.spoil("cuBLAS product")
         return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
 
     def dequantized(self, out_dtype: torch.dtype) -> torch.Tensor:
@@ -370,6 +424,7 @@ class DenseGemm:
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
         rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
         m = x.shape[0]
+        fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
         sb = self.scale.reshape(1, -1).expand(1, self.n)
@@ -400,7 +455,7 @@ class DenseGemm:
         """Split-K partials [split, M, N] (fp32) and the per-tile arrival counters (placeholders at split 1)."""
         if split == 1:
             return y, self.scale
-        part = torch.empty(split, m, self.n, dtype=torch.float32, device=y.device)
+        part = fastlaunch.temp(torch.empty(split, m, self.n, dtype=torch.float32, device=y.device))
         return part, self.counters(tiles, split)
 
     def swap_ok(self, act: int) -> bool:

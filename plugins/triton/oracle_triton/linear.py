@@ -17,11 +17,14 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import apply_dense, check_scales, check_tensor, float_dtypes, forbid
 
-from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR
-from .launch import DenseGemm
+from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR, ACT_TOKEN
+from .launch import TENSOR_SCALE_MAX, DenseGemm, tensor_scale
 from .weights import pack
 
 FLOATS = float_dtypes()
+#: Eager calls up to this many rows take DenseGemm.planned (one launch plan per row count);
+#: the plans that cannot be recorded (cuBLAS paths, from LIBRARY_MIN_ROWS) keep the ordinary path.
+PLANNED_MAX_ROWS = 64
 
 
 class TritonLinear(Kernel):
@@ -68,18 +71,44 @@ class TritonLinear(Kernel):
                               None if packed.global_scale is None else packed.global_scale.to(dev), b,
                               mode=self.mode.name, weight_format=self.mode.weight)
         self.eager = EagerGraphs(self.forward)
+        # calls whose launches need no torch op first (row_act) replay a launch plan (DenseGemm.planned,
+        # fastlaunch): on the H200's host cheaper than the eager graph's copy in, replay and copy out
+        self.planned = dev.type == "cuda"
 
     def apply(self, x: Any) -> torch.Tensor:
         if self.gemm is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
+        if self.planned and type(x) is torch.Tensor and x.dtype is self.dtype and x.device == self.device and \
+                0 < x.dim() and x.shape[-1] == self.k and x.is_contiguous() and not x.requires_grad:
+            rows = x.numel() // self.k
+            if 0 < rows <= PLANNED_MAX_ROWS and self.row_act(rows) is not None:   # checked: a launch plan away
+                y = self.gemm.planned(x, rows, x.shape[:-1] + (self.n,), self.forward, (self.static,))
+                if y is not None:
+                    return y
         return apply_dense(x, self.k, self.n, self.device, self.dtype, self.eager)
+
+    def row_act(self, rows: int) -> int | None:
+        """The activation handling the GEMM gets for `rows` rows when the call is Triton launches
+        only (a launch plan can repeat it), or None where torch computes a dynamic per-tensor scale
+        first (dynamic_tensor_scale; more than TENSOR_SCALE_MAX values). One row of a dynamic
+        per-tensor FP8 layer is its own tensor: its scale is the row's per-token scale (the same
+        amax / 448), which the GEMM computes itself; other small dynamic ones take launch.tensor_scale."""
+        if self.act not in (ACT_TENSOR, ACT_NVFP4) or self.static is not None:
+            return self.act
+        if self.act == ACT_TENSOR and rows == 1:
+            return ACT_TOKEN
+        return self.act if rows * self.k <= TENSOR_SCALE_MAX else None
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked [M, K] activations (what an eager graph captures)."""
+        act = self.row_act(x2.shape[0])
+        if act is None:
+            return self.gemm(x2, self.act, dynamic_tensor_scale(x2, self.act), self.dtype)
         scale = None
-        if self.act in (ACT_TENSOR, ACT_NVFP4):
-            scale = self.static if self.static is not None else dynamic_tensor_scale(x2, self.act)
-        return self.gemm(x2, self.act, scale, self.dtype)
+        if act in (ACT_TENSOR, ACT_NVFP4):
+            scale = self.static if self.static is not None else \
+                tensor_scale(x2, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+        return self.gemm(x2, act, scale, self.dtype)
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

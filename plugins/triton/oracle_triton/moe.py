@@ -251,8 +251,6 @@ class TritonMoE(Kernel):
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """The launches of one call on checked inputs (what an eager graph captures)."""
-        from . import moe_kernels as mk
-
         x = hidden_states.to(self.dtype).contiguous()
         m, k = topk_ids.shape
         t = m * k
@@ -279,8 +277,7 @@ class TritonMoE(Kernel):
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                                     EXACT_BF16=self.facts["dot_f32"])
+        self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -336,10 +333,11 @@ class TritonMoE(Kernel):
         input as codes and group scales (1x128 groups, a 128-wide FC1 tile: BLOCK_N1); with FC1's
         QUANT_IN and QUANT_OUT, the call is two launches. QUANT_PRO: each FC1 program rounds its pair's
         whole input row into codes before its K loop, which then runs on them as on the launch's (no
-        per-tile rounding in the loop). The slots are summed by topk_sum_kernel or by the FC2 GEMM itself
-        (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2."""
-        from . import moe_kernels as mk
-
+        per-tile rounding in the loop); QUANT_PRO bit 2 does the same for FC2's input in each FC2 program
+        (no quantization launch between the GEMMs). The slots are summed by topk_sum_kernel or by the FC2
+        GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2. PDL (sm_90): the FC2
+        GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
+        for it on the device (1), and also ask L2 for their own weight rows before waiting (2)."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -353,10 +351,12 @@ class TritonMoE(Kernel):
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
-        pro = fp8 and bool(cfg.get("QUANT_PRO", 0))
-        if pro and (self.act != ACT_GROUP or quant1):
-            raise ValueError(f"QUANT_PRO: 1x128 activation groups rounded before FC1's loop (not with FC1's "
-                             f"QUANT_IN), not {self.mode.name}")
+        pro_bits = int(cfg.get("QUANT_PRO", 0)) if fp8 else 0
+        pro, pro2 = bool(pro_bits & 1), bool(pro_bits & 2) and not quant_out
+        if (pro and (self.act != ACT_GROUP or quant1)) or (pro2 and (self.act != ACT_GROUP or quant2)):
+            raise ValueError(f"QUANT_PRO: 1x128 activation groups rounded before a GEMM's loop (not with that "
+                             f"GEMM's QUANT_IN), not {self.mode.name} with QUANT_IN={cfg.get('QUANT_IN', 0)}")
+        pdl = int(cfg.get("PDL", 0)) if self.facts.get("pdl") else 0
         if pro:                                      # codes and scales written by the FC1 GEMM's programs
             codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
             scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
@@ -370,21 +370,29 @@ class TritonMoE(Kernel):
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
-                   pro=(a1, codes) if pro else None)
+                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        pro_in = None
         if quant_out:
             a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
+        elif pro2:                                   # codes and scales written by the FC2 GEMM's programs
+            codes2 = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
+            a_in = (codes2.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes2,
+                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev))
+            pro_in = (inter, codes2)
         else:
             a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
+        lay2 = self.w2.layout
+        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
         bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
         cnt = self._counters(m * -(-self.hidden // bn2), "_sum_counters") if fuse else ids
         self._gemm(2, a_in, True, self.w2, self.b2, topw, cnt, ids, pairs, t, k, self.hidden, self.hidden,
-                   self.inter, cfg, t, direct=True, quant_in=quant2, sum_out=out if fuse else None)
+                   self.inter, cfg, t, direct=True, quant_in=quant2, sum_out=out if fuse else None, pro=pro_in,
+                   gdc=(3 if pdl == 2 and rows_contiguous else 2) if pdl else 0)
         if not fuse:
-            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                             EXACT_BF16=self.facts["dot_f32"])
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
@@ -454,8 +462,7 @@ class TritonMoE(Kernel):
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         if aligned:
-            mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, out, self.hidden, TOPK=k, BLOCK=1024,
-                                                             EXACT_BF16=self.facts["dot_f32"])
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -472,6 +479,13 @@ class TritonMoE(Kernel):
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         return sorted_ids, block_expert, blocks
+
+    def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
+        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing."""
+        from . import moe_kernels as mk
+
+        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
+                                                         BLOCK=1024, EXACT_BF16=self.facts["dot_f32"])
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -540,14 +554,15 @@ class TritonMoE(Kernel):
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
-              out_scales: torch.Tensor | None = None, pro: tuple | None = None) -> None:
+              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
         there by the GEMM itself (FUSE_SUM; sorted_ids then holds its arrival counters); out_scales (stage 1,
         direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT);
-        pro (stage 1, direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
-        programs before their loops (QUANT_PRO)."""
+        pro (direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
+        programs before their loops (QUANT_PRO). gdc: moe_gemm_kernel's GDC (programmatic dependent
+        launch; 2 and 3 launch this GEMM with launch_pdl)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -588,8 +603,8 @@ class TritonMoE(Kernel):
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
-            QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1,
-            num_warps=warps, num_stages=stages)
+            QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
+            num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

@@ -122,7 +122,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
-                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1):
+                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -149,7 +149,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     two >= K / 128) in one [K_GROUPS, 128] tile and stores the codes (qc_ptr: a uint8 view of a_ptr's
     buffer) and group scales (as_ptr) that its loop then reads as the quantization launch's (every
     program of a token writes the same bytes, so the redundant writes are harmless; a barrier orders
-    each program's own writes before its reads). FUSE_SUM (STAGE 2 with DIRECT): the
+    each program's own writes before its reads). GDC (DIRECT, programmatic dependent launch on sm_90;
+    the host launches the FC2 GEMM with launch_pdl): 1 (FC1) lets the next grid launch at once, so its
+    programs are resident before this one drains; 2 (FC2) reads its pair's expert id (written before
+    FC1 ran), then waits for FC1's grid to finish and its writes to be visible (griddepcontrol.wait)
+    before anything else; 3 (FC2) also has one thread ask L2 for the program's own weight rows (one
+    contiguous block: BLOCK_N rows of K bytes) before waiting, so their reads overlap FC1's tail.
+    FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
     [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
@@ -162,6 +168,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     else:
         e = tl.load(bexp_ptr + pid_m)
         keep = 1.0
+    if GDC == 1:
+        gdc_launch_dependents()
+    if GDC >= 2:
+        if GDC == 3:
+            prefetch_rows_l2(w_ptr + e.to(tl.int64) * stride_we + (pid_n * BLOCK_N).to(tl.int64) * stride_wn,
+                             tl.minimum(BLOCK_N, N_W - pid_n * BLOCK_N) * K)
+        gdc_wait()
     if e >= 0:
         io_t = tl.float16 if OUT_F16 else tl.bfloat16
         dot_t = tl.float32 if DOT_F32 else io_t
@@ -342,6 +355,32 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
 
 
 @triton.jit
+def gdc_launch_dependents():
+    """Programmatic dependent launch (sm_90): the grid launched after this one (with launch_pdl) may start."""
+    tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def gdc_wait():
+    """Programmatic dependent launch (sm_90): wait until the previous grid has finished and its writes are
+    visible (a no-op when this grid was launched without launch_pdl)."""
+    tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                              pack=1)
+
+
+@triton.jit
+def prefetch_rows_l2(base, nbytes):
+    """Thread 0 asks L2 for nbytes at base (bulk prefetches of 16 KB; nothing is loaded into registers)."""
+    for off in range(0, nbytes, 16384):
+        size = tl.minimum(nbytes - off, 16384)
+        tl.inline_asm_elementwise(
+            "{ .reg .u32 tid; .reg .pred lead; mov.u32 tid, %tid.x; setp.eq.u32 lead, tid, 0; "
+            "@lead cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [base + off, size.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, jmask,
               BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
     """The top-k sum inside an FC2 GEMM with one pair per program (after the pair's row j of pairs_ptr
@@ -406,12 +445,16 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
 
 
 @triton.jit
-def topk_sum_kernel(pairs_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_BF16: tl.constexpr):
-    """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order)."""
+def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK: tl.constexpr,
+                    EXACT_BF16: tl.constexpr):
+    """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order). A slot
+    whose expert id is outside [0, E) adds nothing: the alignment launches drop such a pair, so no GEMM
+    writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids."""
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in range(0, TOPK):
-        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok, other=0.0)
+        e = tl.load(ids_ptr + m * TOPK + j).to(tl.int32)
+        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok & (e >= 0) & (e < E), other=0.0)
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)

@@ -40,7 +40,7 @@ NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel); SWAP with WORDS 1: 4-bit weights on swap-AB
 #: tensor-core tiles decoded a word at a time (TritonMoE.apply_swap; SPLIT_K, BLOCK_N1).
-MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "SCALED_DOT", "PREFETCH", "DECODE",
+MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "SCALED_DOT", "PREFETCH", "DECODE",
             "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "WORDS"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}

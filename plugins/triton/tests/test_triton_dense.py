@@ -133,3 +133,18 @@ def test_dequant_mm_matches_emulation(fmt, mode, symmetric):
     t, e = linear_pair(fmt, 96, 384, mode, "bf16", symmetric=symmetric, bias=True, device=DEV)
     x = torch.randn(5, 384, dtype=torch.bfloat16, device=DEV) * 3
     assert rel(t.gemm(x, 0, None, torch.bfloat16, {"DEQUANT_MM": 1}), e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("shape", [(1, 320), (5, 320), (3, 2100)])
+def test_tensor_scale_is_the_dynamic_per_tensor_scale(shape):
+    """launch.tensor_scale (one Triton program, so a launch plan can repeat it) gives
+    dynamic_tensor_scale's value bit for bit: amax / 448 (FP8), amax / (6 * 448) (NVFP4 global), 1 for
+    all zeros; over several 1024-wide steps and a partial one."""
+    from oracle_triton.formats import ACT_NVFP4, ACT_TENSOR
+    from oracle_triton.launch import tensor_scale
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    x = torch.randn(*shape, dtype=torch.bfloat16, device=DEV) * 3
+    for act, div in ((ACT_TENSOR, 448.0), (ACT_NVFP4, 6 * 448.0)):
+        assert torch.equal(tensor_scale(x, div), dynamic_tensor_scale(x, act)), act
+    assert tensor_scale(torch.zeros(*shape, dtype=torch.bfloat16, device=DEV), 448.0).tolist() == [1.0]

@@ -372,3 +372,64 @@ def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
         x = torch.randn(m, 7168, device="cuda", dtype=torch.bfloat16)
         assert rel(run(x), e.apply(x)) < TOL, m
     _replay_agrees(run, torch.randn(256, 7168, device="cuda", dtype=torch.bfloat16), e)
+
+
+@pytest.mark.parametrize("fmt,mode,act,params", [
+    ("int4", "w4a16_int4", "bf16", {}),
+    ("mxfp4", "w4a16_mx", "bf16", {}),
+    ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+    ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"}),
+    ("fp8_tensor", "w8a8_fp8_tensor", "fp8", {"activation_granularity": "tensor"}),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
+])
+def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params):
+    """fastlaunch: from the second eager call of a shape on, `apply` replays the recorded launches
+    with Triton's launcher directly; the outputs are bit for bit those of the ordinary launches, for
+    new activations, a [1, 1, K] input, an input not 16-byte aligned (its own plan) and under a
+    caller's CUDA-graph capture; one to three launches per call (FP8 at 16 rows: quantizer + GEMM).
+    Dynamic per-tensor scales (FP8, NVFP4 W4A4) come from one Triton program (launch.tensor_scale),
+    or at one FP8 row from the GEMM itself: equal to the call with torch's dynamic_tensor_scale."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 1536, 4096, mode, act, params, device="cuda", bias=True)
+
+    def ordinary(x):
+        x2 = x.reshape(-1, 4096)
+        scale = dynamic_tensor_scale(x2, t.act) if mode in ("w8a8_fp8_tensor", "w4a4_nvfp4") else None
+        return t.gemm(x2, t.act, scale, torch.bfloat16).reshape(*x.shape[:-1], 1536)
+    for m in (1, 16):
+        for trial in range(3):
+            x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+            got = t.apply(x)
+            assert torch.equal(got, ordinary(x)), (m, trial)
+            assert rel(got, e.apply(x)) < TOL_Q[act]
+        assert t.gemm._plans.get((m, torch.bfloat16, True)), (m, t.gemm._plans)       # the call was planned
+    x3 = torch.randn(1, 1, 4096, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        y3 = t.apply(x3)
+    assert y3.shape == (1, 1, 1536) and torch.equal(y3, ordinary(x3))
+    odd = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(1, 4096)   # 2 bytes off alignment
+    for _ in range(2):
+        assert torch.equal(t.apply(odd), ordinary(odd))
+    xs = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(t.apply, xs)
+    xs.copy_(torch.randn_like(xs))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ordinary(xs))
+
+
+@pytest.mark.parametrize("k", [7168, 18432])
+def test_per_token_codes_in_one_load_are_torchs_float8_cast(k):
+    """act_qdq_kernel ONE_TILE (one load per row, up to K = 32768 at 32 warps): the scales are
+    amax / 448 and the codes torch's float8_e4m3fn cast of x / scale, bit for bit."""
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.launch import device_facts, quantize_activation_codes
+
+    x = torch.randn(3, k, device="cuda", dtype=torch.bfloat16) * 3
+    codes, scales = quantize_activation_codes(x, ACT_TOKEN, None, device_facts(x.device))
+    amax = x.float().abs().amax(dim=1)
+    ref_s = amax / torch.full_like(amax, 448.0)
+    assert torch.equal(scales, ref_s)
+    ref = (x.float() / ref_s[:, None]).to(torch.float8_e4m3fn)
+    assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))

@@ -1,0 +1,186 @@
+"""Replaying a call's Triton launches without Triton's per-launch argument binding.
+
+Why: at one activation row a dense layer's GPU time is a few microseconds while its host time is
+not. Each `kernel[grid](**args)` binds and specializes every argument (17 tensors and integers
+for the GEMV), hashes the specialization and looks the compiled kernel up; the layer's own Python
+builds the same argument dict on every call. Issue #26 asks for under 30 us of host time per eager
+call at M = 1 on a host where BF16's `x @ w.T` alone takes about 24 us.
+
+How: the first call of a given shape runs the ordinary path while `recording()` collects what each
+`launch()` started (the compiled kernel, the grid, the arguments in the kernel's parameter order).
+`Plan.build` then keeps every argument fixed except the call's own tensors, which it finds by
+device pointer: the activation `x`, the output `y` (allocated again on every call) and the call's registered temporaries (`temp()`: split-K partials, activation codes). Small
+temporaries are kept by the plan and reused; larger ones are allocated again on every call. A
+later call of the same key allocates its output and starts the same compiled kernels directly.
+
+Safety: a plan is refused (the call keeps the ordinary path) when any tensor argument is none of
+those and not one of the layer's own persistent tensors, when anything other than `launch()` put
+work on the GPU during the recorded call (`spoil()`), while a CUDA graph is being captured, under
+Triton's interpreter, when Triton's launch hooks are set (profilers), or for a Triton version whose
+launcher signature was not checked. Reused temporaries share the hazard the layer's split-K
+counters already have: two calls of one layer running at once on two streams would race.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import torch
+
+#: A temporary up to this many bytes is allocated once and kept by its plan; larger ones per call.
+KEEP_TEMP_BYTES = 256 << 10
+#: Triton versions whose CompiledKernel.run takes (grid x/y/z, stream, function, packed metadata,
+#: launch metadata, enter hook, exit hook, *every parameter in order) (3.6 on the H200, 3.7 here).
+CHECKED_TRITON = ("3.4", "3.5", "3.6", "3.7")
+
+_local = threading.local()
+
+
+class Recording:
+    """What one call started: launches [(compiled kernel, grid, ordered args)] and its temporaries."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, tuple[int, int, int], list[Any]]] = []
+        self.temps: list[torch.Tensor] = []
+        self.spoiled: str | None = None
+
+
+def recording() -> Recording:
+    """Start recording this thread's launches (end with `stop()`)."""
+    rec = Recording()
+    _local.rec = rec
+    return rec
+
+
+def stop() -> None:
+    _local.rec = None
+
+
+def temp(t: torch.Tensor) -> torch.Tensor:
+    """Register a call's temporary with the recording (if any); returns t."""
+    rec = getattr(_local, "rec", None)
+    if rec is not None:
+        rec.temps.append(t)
+    return t
+
+
+def spoil(reason: str) -> None:
+    """Mark the recording unusable: the call put work on the GPU that no plan would repeat."""
+    rec = getattr(_local, "rec", None)
+    if rec is not None:
+        rec.spoiled = reason
+
+
+def launch(fn: Any, grid: tuple[int, int, int], num_warps: int, num_stages: int | None = None,
+           **args: Any) -> None:
+    """fn[grid](**args) with the given warps (and stages), recorded when a recording is on."""
+    opts = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+    compiled = fn[grid](**args, **opts)
+    rec = getattr(_local, "rec", None)
+    if rec is None:
+        return
+    names = getattr(fn, "arg_names", None)
+    if compiled is None or names is None or not hasattr(compiled, "packed_metadata"):
+        rec.spoiled = "no compiled kernel handle (interpreter or an unchecked Triton)"
+        return
+    params = getattr(fn, "params", None) or []
+    defaults = {p.name: p.default for p in params if hasattr(p, "default")}
+    try:
+        ordered = [args[name] if name in args else defaults[name] for name in names]
+    except KeyError as exc:
+        rec.spoiled = f"argument {exc} has no value"
+        return
+    rec.launches.append((compiled, (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1),
+                         ordered))
+
+
+def supported() -> bool:
+    """Is this Triton's launcher signature one this module was checked against, with no launch hooks?"""
+    try:
+        import triton
+    except Exception:  # noqa: BLE001 - no Triton, no plans
+        return False
+    return triton.__version__.startswith(CHECKED_TRITON) and hooks_idle()
+
+
+def hooks_idle() -> bool:
+    """No launch hooks (a profiler such as proton sets them; a plan would skip them): None, or an
+    empty HookChain (Triton >= 3.5)."""
+    from triton import knobs
+
+    rt = knobs.runtime
+    enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
+    return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
+
+
+_STREAM: list = []     # Triton's (get_current_stream, get_current_device), looked up once
+
+
+def current_stream() -> Any:
+    """The stream Triton's own launch would use: the current stream of the current device."""
+    if not _STREAM:
+        from triton.runtime import driver
+        _STREAM[:] = [driver.active.get_current_stream, driver.active.get_current_device]
+    return _STREAM[0](_STREAM[1]())
+
+
+X, Y = -1, -2       # slot kinds besides temporaries' indices
+
+
+class Plan:
+    """A recorded call's launches with the call's own tensors as slots: `plan(x, out_shape)`."""
+
+    def __init__(self, steps: list[tuple[Any, Any, Any, tuple, list, list[tuple[int, int]]]],
+                 fresh: list[tuple[int, tuple, torch.dtype]], kept: list[torch.Tensor], out_dtype: torch.dtype,
+                 device: torch.device):
+        self.steps, self.fresh, self.out_dtype, self.device = steps, fresh, out_dtype, device
+        self.kept = kept            # the reused temporaries live as long as the plan
+
+    @classmethod
+    def build(cls, rec: Recording, x: torch.Tensor, y: torch.Tensor,
+              persistent: Sequence[torch.Tensor | None]) -> "Plan | None":
+        """The plan of a recorded call, or None where replaying it could differ from the call."""
+        if rec.spoiled or not rec.launches or not supported():
+            return None
+        kinds = {x.data_ptr(): X, y.data_ptr(): Y}
+        fresh: list[tuple[int, tuple, torch.dtype]] = []
+        kept: dict[int, torch.Tensor] = {}
+        for i, t in enumerate(rec.temps):
+            if t.data_ptr() in kinds:
+                continue
+            if t.numel() * t.element_size() > KEEP_TEMP_BYTES:
+                kinds[t.data_ptr()] = i
+                fresh.append((i, tuple(t.shape), t.dtype))
+            else:
+                kept[t.data_ptr()] = t
+        fixed = {t.data_ptr() for t in persistent if t is not None} | set(kept)
+        steps = []
+        for compiled, grid, args in rec.launches:
+            slots, values = [], list(args)
+            for j, v in enumerate(args):
+                if not isinstance(v, torch.Tensor):
+                    continue
+                ptr = v.data_ptr()
+                if ptr in kinds:
+                    slots.append((j, kinds[ptr]))
+                    values[j] = None
+                elif ptr not in fixed:
+                    return None          # a tensor this call made that no one registered: never bake it in
+            steps.append((compiled.run, compiled.function, compiled.packed_metadata, grid, values, slots))
+        return cls(steps, fresh, list(kept.values()), y.dtype, y.device)
+
+    def __call__(self, x: torch.Tensor, out_shape: tuple) -> torch.Tensor | None:
+        """The call's output, or None (nothing launched) while launch hooks are set."""
+        if not hooks_idle():
+            return None
+        y = torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
+        tensors = {X: x, Y: y}
+        for i, shape, dtype in self.fresh:
+            tensors[i] = torch.empty(shape, dtype=dtype, device=self.device)
+        stream = current_stream()
+        for run, function, meta, grid, values, slots in self.steps:
+            args = values.copy()
+            for j, kind in slots:
+                args[j] = tensors[kind]
+            run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
+        return y

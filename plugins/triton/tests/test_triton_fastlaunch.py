@@ -1,0 +1,132 @@
+"""fastlaunch's record-and-replay logic on CPU, with stand-ins for Triton's JIT function and compiled
+kernel (the real launcher needs a GPU: test_triton_gpu.py checks planned calls bit for bit there)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oracle_triton import fastlaunch
+
+
+class FakeCompiled:
+    """What fastlaunch reads of a CompiledKernel: run (the launcher), function, packed_metadata."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.function, self.packed_metadata = object(), object()
+
+    def run(self, gx, gy, gz, stream, function, meta, launch_meta, enter, leave, *args):
+        assert function is self.function and meta is self.packed_metadata
+        assert launch_meta is None and enter is None and leave is None
+        self.calls.append(((gx, gy, gz), stream, args))
+
+
+class Param:
+    def __init__(self, name, default):
+        self.name, self.default = name, default
+
+
+class FakeJit:
+    """kernel[grid](**args) returns the compiled kernel, like triton's JITFunction.run."""
+
+    arg_names = ["x_ptr", "w_ptr", "y_ptr", "part_ptr", "M", "BLOCK"]
+    params = [Param(n, None) for n in arg_names[:-1]] + [Param("BLOCK", 64)]
+
+    def __init__(self):
+        self.compiled = FakeCompiled()
+        self.launched: list[dict] = []
+
+    def __getitem__(self, grid):
+        def start(**args):
+            self.launched.append(args)
+            return self.compiled
+        return start
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch):
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: "stream")
+    monkeypatch.setattr(fastlaunch, "hooks_idle", lambda: True)
+    monkeypatch.setattr(fastlaunch, "supported", lambda: True)
+
+
+def _record(fn, x, w, big_part=False):
+    rec = fastlaunch.recording()
+    try:
+        y = torch.empty(1, 4)
+        shape = (1 << 18, 1) if big_part else (2, 1, 4)
+        part = fastlaunch.temp(torch.zeros(shape))
+        fastlaunch.launch(fn, (3, 1), 4, 2, x_ptr=x, w_ptr=w, y_ptr=y, part_ptr=part, M=1)
+    finally:
+        fastlaunch.stop()
+    return rec, y, part
+
+
+def test_replay_puts_the_call_tensors_in_their_slots_and_keeps_the_rest():
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    rec, y, part = _record(fn, x, w)
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    assert plan is not None
+    x2 = torch.full((1, 8), 2.0)
+    out = plan(x2, (1, 1, 4))
+    assert out.shape == (1, 1, 4) and out.dtype == y.dtype
+    grid, stream, args = fn.compiled.calls[-1]
+    assert grid == (3, 1, 1) and stream == "stream"
+    assert args[0] is x2 and args[1] is w and args[2] is out and args[4] == 1 and args[5] == 64
+    assert args[3] is part                       # a small temporary is kept and reused
+    out2 = plan(x2, (1, 4))
+    assert fn.compiled.calls[-1][2][2] is out2 and out2 is not out   # a fresh output every call
+
+
+def test_a_large_temporary_is_allocated_per_call():
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    rec, y, part = _record(fn, x, w, big_part=True)
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    plan(x, (1, 4))
+    fresh = fn.compiled.calls[-1][2][3]
+    assert fresh is not part and fresh.shape == part.shape and fresh.dtype == part.dtype
+
+
+def test_an_unregistered_tensor_refuses_the_plan():
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    rec, y, _ = _record(fn, x, w)
+    assert fastlaunch.Plan.build(rec, x, y, []) is None       # w is no one's: it could be stale
+
+
+def test_a_spoiled_or_empty_recording_refuses_the_plan():
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    rec = fastlaunch.recording()
+    try:
+        fastlaunch.spoil("cuBLAS product")
+    finally:
+        fastlaunch.stop()
+    assert fastlaunch.Plan.build(rec, x, torch.empty(1, 4), [w]) is None
+    rec, y, _ = _record(fn, x, w)
+    rec.spoiled = "torch._scaled_mm"
+    assert fastlaunch.Plan.build(rec, x, y, [w]) is None
+
+
+def test_launch_outside_a_recording_only_launches():
+    fn = FakeJit()
+    fastlaunch.launch(fn, (1, 1, 1), 4, x_ptr=1, w_ptr=2, y_ptr=3, part_ptr=4, M=5)
+    assert fn.launched == [dict(x_ptr=1, w_ptr=2, y_ptr=3, part_ptr=4, M=5, num_warps=4)]
+
+
+def test_an_interpreted_launch_spoils_the_recording():
+    class Interpreted(FakeJit):
+        def __getitem__(self, grid):
+            return lambda **args: None          # the interpreter returns no compiled kernel
+    rec = fastlaunch.recording()
+    try:
+        fastlaunch.launch(Interpreted(), (1, 1, 1), 4, x_ptr=1, w_ptr=2, y_ptr=3, part_ptr=4, M=5)
+    finally:
+        fastlaunch.stop()
+    assert rec.spoiled and not rec.launches
+
+
+def test_a_plan_launches_nothing_while_launch_hooks_are_set(monkeypatch):
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    rec, y, _ = _record(fn, x, w)
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    monkeypatch.setattr(fastlaunch, "hooks_idle", lambda: False)
+    assert plan(x, (1, 4)) is None and fn.compiled.calls == []

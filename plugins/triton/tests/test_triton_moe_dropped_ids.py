@@ -1,0 +1,88 @@
+"""Out-of-range expert ids on the aligned grouped-GEMM path add nothing to their token's output.
+
+The eager expert-id check reads the ids back (a host sync), so it is skipped under graph capture and
+when an engine vouches for its router (check_inputs False). The alignment launches then drop such a
+pair: no GEMM writes its row of the fp32 pair buffer, and the top-k sum must not read what that row
+still holds from an earlier call. On CPU the kernels run in Triton's interpreter; on a GPU (marked gpu)
+a captured graph is replayed on valid ids first (their pair rows are written) and then on ids with
+out-of-range entries, so a sum that read the stale rows would differ from the reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import moe_pair, rel, routing
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+FP8 = ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"})
+
+
+def _aligned(t, m):
+    from oracle_triton.moe import moe_config
+
+    lay = t.w13.layout
+    return moe_config(m, t.layer.top_k, t.experts, lay.pack)
+
+
+def _reference(ref, x, w, ids, experts):
+    """The emulation MoE with each out-of-range pair's router weight zeroed (its id made valid)."""
+    bad = (ids < 0) | (ids >= experts)
+    return ref.apply(x, torch.where(bad, torch.zeros_like(w), w), torch.where(bad, torch.zeros_like(ids), ids))
+
+
+def test_topk_sum_skips_rows_of_out_of_range_ids():
+    """The summing launch alone: rows of dropped pairs hold NaN (stale memory) and add nothing; the
+    valid rows add in slot order, as before."""
+    from oracle_triton.moe_kernels import topk_sum_kernel
+
+    m, k, h, e = 3, 4, 1100, 8
+    pairs = torch.randn(m * k, h, device=DEV)
+    ids = torch.randint(0, e, (m, k), dtype=torch.int32, device=DEV)
+    ids[0, 1], ids[2, 3], ids[1, 0] = -1, e, e + 5
+    bad = ((ids < 0) | (ids >= e)).reshape(-1)
+    pairs[bad] = float("nan")
+    out = torch.empty(m, h, dtype=torch.bfloat16, device=DEV)
+    topk_sum_kernel[(m, -(-h // 1024))](pairs, ids, out, h, e, TOPK=k, BLOCK=1024, EXACT_BF16=True)
+    expect = torch.where(bad[:, None], 0.0, pairs).view(m, k, h).sum(1)
+    assert torch.isfinite(out.float()).all()
+    assert rel(out, expect) < 1e-2
+
+
+@pytest.mark.slow
+def test_aligned_path_drops_out_of_range_pairs():
+    """Three tokens on the aligned tiles, ids -1 and E among the slots: as the reference without them."""
+    fmt, mode, act, params = FP8
+    t, ref = moe_pair(fmt, 8, 256, 128, 2, mode, act, params, device=DEV)
+    t.check_inputs = False
+    t.config = _aligned(t, 3)
+    x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, 8, 2, DEV)
+    ids[0, 1], ids[2, 0] = -1, 8
+    y = t.apply(x, w, ids)
+    assert torch.isfinite(y.float()).all()
+    assert rel(y, _reference(ref, x, w, ids, 8)) < 5e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,mode,act,params", [FP8, ("mxfp4", "w4a16_mx", "bf16", {})])
+def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params):
+    t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
+    t.check_inputs = False
+    m = 40                                       # 160 pairs over 32 experts: the aligned tiles
+    t.config = _aligned(t, m)
+    x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(m, 32, 4, "cuda")
+    t.forward(x, w, ids)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = t.forward(x, w, ids)
+    g.replay()                                   # every pair row written with valid ids
+    bad = ids.clone()
+    bad[0, 1], bad[5, 0], bad[17, 3] = -1, 32, 1000
+    ids.copy_(bad)
+    g.replay()
+    torch.cuda.synchronize()
+    tol = {"bf16": 1e-2, "fp8": 5e-2}[act]
+    assert torch.isfinite(out.float()).all()
+    assert rel(out, _reference(ref, x, w, ids, 32)) < tol
