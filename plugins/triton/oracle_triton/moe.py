@@ -408,7 +408,8 @@ class TritonMoE(Kernel):
         few-row kernel's K loop (gemm.w4_swap_tiles: whole 32-bit words decoded by inline PTX, DECODE
         4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
-        over that many programs per tile (a few pairs cannot fill the GPU)."""
+        over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
+        and PREFETCH 2 as in gemm.w4_swap_kernel."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -460,7 +461,8 @@ class TritonMoE(Kernel):
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
-                SPLIT_K=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
         return out

@@ -297,7 +297,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                     OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
-                    WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1):
+                    WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
+                    JOIN: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -315,7 +316,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     K tile one / two ahead is loaded before the current tile's dot (registers buffer them; Triton 3.6
     does not pipeline tl.dot_scaled's operands on Hopper: num_stages had no effect in the R4 sweep).
     WORDS: the K loop of the dense few-row kernel (gemm.w4_swap_tiles: 32-bit words of 8 codes, each
-    code position one operand, the next tile's loads in flight; DECODE 4: E2M1 by bit placement,
+    code position one operand, the next tile's loads in flight (PREFETCH 2: two tiles ahead); JOIN:
+    the decoded tile interleaved in k order for one dot per K tile; DECODE 4: E2M1 by bit placement,
     3: GPTQ by packed subtraction, inline PTX both; else the portable decode). SPLIT_K > 1 (WORDS):
     K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
     WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
@@ -375,10 +377,11 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                 w, s, xt = w1, s1, x1
                 w1, s1, x1 = wn, sn, xn
         elif WORDS:
+            WORDS_PREFETCH: tl.constexpr = 2 if PREFETCH == 2 else 1
             t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
             acc = w4_swap_tiles(acc, t0, t1, n_w, arow.to(tl.int64), row_ok, a_ptr, w_e, s_e, z_e, gscale, K, N_W,
                                 stride_am, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
-                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, EVEN_K)
+                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K)
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
