@@ -24,6 +24,11 @@ from .weights import pack
 
 
 
+#: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
+#: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
+ALIGN_SMALL_PAIRS = 1024
+
+
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
     """BLOCK_M from the expected rows per expert (shape-only, no device values).
 
@@ -37,10 +42,14 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool 
     rows, 792 at 128). 4-bit FC1 stacks its gate and up rows into one weight tile (FUSE_GU: one
     dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there).
     wide (BF16 weights, two bytes each): K tiles of 64 from 64 rows on, so the staged tiles fit
-    in shared memory as FP8's 128-wide ones do."""
+    in shared memory as FP8's 128-wide ones do. FP8 from 64 rows per expert on: N_FAST (a block's
+    column tiles run together and share its activation rows in L2; column tiles first, DeepSeek-R1's
+    235 MB FC1 input at M = 4096 was read from HBM once per column tile)."""
     cfg = _moe_rule(tokens * top_k / experts, pack)
     if wide and cfg["BLOCK_M"] >= 64:
         cfg["BLOCK_K"] = 64
+    if pack == 1 and not wide and cfg["BLOCK_M"] >= 64:
+        cfg["N_FAST"] = 1
     return cfg
 
 
@@ -267,17 +276,28 @@ class TritonMoE(Kernel):
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         bm = cfg["BLOCK_M"]
-        sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         dev = self.device
         a1 = self._input(x, topw, k)
+        fuse = bool(cfg.get("FUSE_SUM", 0))
+        if fuse and not cfg.get("PREP"):
+            raise ValueError("FUSE_SUM on the aligned tiles needs PREP (its launch zeroes the rows of tokens "
+                             "with no expert id in range, which no FC2 program sums)")
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
+            sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
+        else:
+            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
+            a_in = self._round(0, a1)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
+        self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
                    self.inter, self.rows, self.hidden, cfg, blocks)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
-                   self.hidden, self.hidden, self.inter, cfg, blocks)
-        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        self._topk_sum(pairs, ids, out, m, k)
+                   self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
+                   pair_ids=ids if fuse else None)
+        if not fuse:
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -337,7 +357,9 @@ class TritonMoE(Kernel):
         (no quantization launch between the GEMMs). The slots are summed by topk_sum_kernel or by the FC2
         GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2. PDL (sm_90): the FC2
         GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
-        for it on the device (1), and also ask L2 for their own weight rows before waiting (2)."""
+        for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
+        (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
+        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -368,9 +390,13 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+        lay2 = self.w2.layout
+        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
+        pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
-                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0)
+                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
+                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if quant_out:
@@ -382,8 +408,6 @@ class TritonMoE(Kernel):
             pro_in = (inter, codes2)
         else:
             a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
-        lay2 = self.w2.layout
-        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
         bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
@@ -469,7 +493,29 @@ class TritonMoE(Kernel):
 
     def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The count and align launches: pair ids sorted by expert in BLOCK_M-row blocks (padded with t),
-        each block's expert (-1: unused), and the static bound on the number of blocks."""
+        each block's expert (-1: unused), and the static bound on the number of blocks. Up to
+        ALIGN_SMALL_PAIRS pairs one launch of a program per expert does both (moe_kernels.align_small_kernel)."""
+        from . import moe_kernels as mk
+
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        if t <= ALIGN_SMALL_PAIRS:                   # one launch, one program per expert, no atomics
+            e_pow2 = triton_pow2(self.experts)
+            mk.align_small_kernel[(self.experts,)](ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
+                                                  E_POW2=e_pow2, CHUNK=max(16, 16384 // e_pow2), num_warps=8)
+            return sorted_ids, block_expert, blocks
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        return sorted_ids, block_expert, blocks
+
+    def _prep(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor, zero_out: torch.Tensor | None, k: int):
+        """_align's result and FC1's input as _round gives it, from one launch (moe_kernels.prep_kernel) where
+        the input is rounded to 1x128-group codes; other activations are rounded as _round does. zero_out:
+        the output, whose rows of tokens with no expert id in range that launch zeroes (FUSE_SUM)."""
         from . import moe_kernels as mk
 
         blocks = -(-t // bm) + min(self.experts, t)
@@ -477,17 +523,33 @@ class TritonMoE(Kernel):
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
         block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
-        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
-        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
-        return sorted_ids, block_expert, blocks
+        quant = self.act == ACT_GROUP
+        if quant:
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
+            scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
+        else:
+            codes, scales = rank, rank
+        mk.prep_kernel[(1 + (a1.shape[0] if quant else 0),)](
+            ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts, blocks,
+            a1, codes, scales, a1.stride(0), codes.stride(0) if quant else 0, scales.stride(0) if quant else 0,
+            self.hidden, zero_out if zero_out is not None else a1, k, self.hidden, BLOCK_M=bm,
+            E_POW2=triton_pow2(self.experts), BLOCK=256, QUANT=quant, K_GROUPS=triton_pow2(-(-self.hidden // 128)),
+            ZERO_OUT=zero_out is not None)
+        if quant:
+            a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
+        else:
+            a_in = self._round(0, a1)
+        return sorted_ids, block_expert, blocks, a_in
 
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
-        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing."""
+        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing.
+        256-wide programs up to 64 tokens (more programs in flight: R7 timed 4.1 / 4.4 us for 2 x 16 /
+        7 x 16 programs of 1024 at M = 16), 1024 above."""
         from . import moe_kernels as mk
 
-        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
-                                                         BLOCK=1024, EXACT_BF16=self.facts["dot_f32"])
+        block = 256 if m <= 64 else 1024
+        mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
+                                                          BLOCK=block, EXACT_BF16=self.facts["dot_f32"])
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -556,7 +618,9 @@ class TritonMoE(Kernel):
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
-              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0) -> None:
+              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
+              cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
+              prefetch: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -564,7 +628,10 @@ class TritonMoE(Kernel):
         direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT);
         pro (direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
         programs before their loops (QUANT_PRO). gdc: moe_gemm_kernel's GDC (programmatic dependent
-        launch; 2 and 3 launch this GEMM with launch_pdl)."""
+        launch; 2 and 3 launch this GEMM with launch_pdl). cnt, pair_ids (stage 2, aligned, with sum_out):
+        the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
+        direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
+        each program after its store (PF_NEXT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -577,15 +644,16 @@ class TritonMoE(Kernel):
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
         warps, stages = cfg["num_warps"], cfg["num_stages"]
-        if direct and stage == 2:                   # the direct path's FC2 may have its own tile
-            bn = cfg.get("BLOCK_N2", bn)
+        if stage == 2:                              # FC2 may have its own warps and stages (and tile: direct)
+            bn = cfg.get("BLOCK_N2", bn) if direct else bn
             warps, stages = cfg.get("WARPS2", warps), cfg.get("STAGES2", stages)
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
         interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)
-        moe_gemm_kernel[(blocks, -(-n_out // bn))](
+        n_fast = bool(cfg.get("N_FAST", 0)) and not direct
+        moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
@@ -606,6 +674,9 @@ class TritonMoE(Kernel):
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
+            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
+            pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
+            pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
