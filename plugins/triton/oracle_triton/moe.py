@@ -78,31 +78,39 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
-def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, group: int, act: int, words: bool) -> bool:
+def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, ptx: bool) -> bool:
     """The swap-AB tensor-core path with word decoding (TritonMoE.apply_swap, WORDS; swap_words_config)
-    for 4-bit experts with layer-dtype or NVFP4 activations once a block of one expert's pairs holds
-    about two of them (pairs over 1.5x the experts): each weight is decoded once for its block,
-    where the CUDA-core direct path decodes it for every pair. words: the PTX word decoders
-    (capability >= 8.9, compiled). INT4 only with 128-wide groups (a K tile is one group).
-    Measured on an H200 (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json, weights from
-    HBM): gpt-oss-20b M=16 (64 pairs, 32 experts) 307.7 us against 475 for the direct path; at M=1
-    (4 pairs) 59 against 39, so the direct path keeps the few pairs."""
+    for E2M1 experts (MXFP4, NVFP4) with layer-dtype or NVFP4 activations: each weight is decoded
+    once for a block of up to 16 pairs of its expert, where the CUDA-core direct path decodes it for
+    every pair and the aligned tiles (moe_config) pay a decode per 16-row MMA tile. From above 1.5
+    pairs per expert (W4A16, where the direct path decodes words too) or half a pair per expert
+    (NVFP4 W4A4, whose direct path has no word decoder) up to SWAP_MAX_PAIRS per expert. ptx: the
+    PTX word decoders (capability >= 8.9, compiled). Measured on an H200, weights from HBM, graph
+    replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
+    (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
+    against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
+    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. INT4
+    is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
     pairs = tokens * top_k
-    fmt_ok = elem in (E2M1_MX, E2M1_NV) or (elem == INT4 and group == 128)
-    return words and fmt_ok and act in (ACT_NONE, ACT_NVFP4) and 1.5 * experts < pairs <= SWAP_MAX_PAIRS * experts
+    if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
+        return False
+    low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
+    return low < pairs <= SWAP_MAX_PAIRS * experts
 
 
-#: use_swap_words up to this many pairs per expert (blocks of 16 pairs: above that the aligned tiles).
-SWAP_MAX_PAIRS = 2
+#: use_swap_words up to this many pairs per expert (measured to 8: gpt-oss-20b M=64).
+SWAP_MAX_PAIRS = 8
 
 
 def swap_words_config() -> dict[str, int]:
     """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
-    32 gate + 32 up rows per FC1 program, K tiles of 128, 4 warps, registers double-buffering the
-    loads (num_stages 1): the best of 10 tilings on gpt-oss-20b M=16 (R7, 307.7 us; 64/64 rows 337.5,
-    128/64 at 8 warps 314.3, 128/128 460.2, K tiles of 256 420.4)."""
-    return {"SWAP": 2, "WORDS": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128, "SPLIT_K": 1,
-            "num_warps": 4, "num_stages": 1}
+    32 gate + 32 up rows per FC1 program, K tiles of 128 decoded into one interleaved tile per dot
+    (JOIN), 4 warps, registers double-buffering the loads (num_stages 1). gpt-oss-20b M=16 on an
+    H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
+    348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
+    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4."""
+    return {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
+            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
 
 
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
@@ -314,8 +322,7 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if use_swap_words(tokens, top_k, self.experts, lay.elem, lay.group, self.act,
-                          self.facts["hw_fp8"] and not interpreting()):
+        if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
             return swap_words_config()
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)

@@ -427,20 +427,23 @@ def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
 
 
 def test_swap_words_rule():
-    """moe.use_swap_words: 4-bit experts (INT4 with 128-wide groups) with layer-dtype or NVFP4 activations,
-    where the PTX word decoders compile, from 1.5 pairs per expert up to SWAP_MAX_PAIRS; its config passes
-    the kernels' own check."""
+    """moe.use_swap_words: E2M1 experts with layer-dtype activations from 1.5 pairs per expert (below:
+    the CUDA-core direct path with word decoders), NVFP4 W4A4 from half a pair per expert, up to
+    SWAP_MAX_PAIRS per expert, where the PTX word decoders compile; its config passes the kernels' check."""
     from oracle_triton.formats import ACT_GROUP, ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, FP8, INT4, check_config, layout_for
     from oracle_triton.moe import SWAP_MAX_PAIRS, swap_words_config, use_swap_words
 
-    assert use_swap_words(16, 4, 32, E2M1_MX, 32, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
-    assert not use_swap_words(1, 4, 32, E2M1_MX, 32, ACT_NONE, True)              # M=1: the direct path
-    assert not use_swap_words(12, 4, 32, E2M1_MX, 32, ACT_NONE, True)             # 48 pairs: 1.5 per expert
-    assert not use_swap_words(16, 4, 32, E2M1_MX, 32, ACT_NONE, False)            # no word decoders
-    assert use_swap_words(16, 4, 32, E2M1_NV, 16, ACT_NVFP4, True)
-    assert use_swap_words(16, 4, 32, INT4, 128, ACT_NONE, True) and not use_swap_words(16, 4, 32, INT4, 32, ACT_NONE, True)
-    assert not use_swap_words(16, 4, 32, FP8, 128, ACT_GROUP, True)
-    assert not use_swap_words(8 * SWAP_MAX_PAIRS + 1, 4, 32, E2M1_MX, 32, ACT_NONE, True)
+    assert use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
+    assert use_swap_words(64, 4, 32, E2M1_MX, ACT_NONE, True)                 # M=64: 8 pairs per expert
+    assert not use_swap_words(65, 4, 32, E2M1_MX, ACT_NONE, True)             # above SWAP_MAX_PAIRS: aligned tiles
+    assert not use_swap_words(1, 4, 32, E2M1_MX, ACT_NONE, True)              # M=1: the direct path
+    assert not use_swap_words(12, 4, 32, E2M1_MX, ACT_NONE, True)             # 48 pairs: 1.5 per expert
+    assert not use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, False)            # no word decoders
+    assert use_swap_words(16, 8, 128, E2M1_NV, ACT_NVFP4, True)               # qwen3-235b NVFP4 M=16
+    assert not use_swap_words(8, 8, 128, E2M1_NV, ACT_NVFP4, True)            # half a pair per expert: direct
+    assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True)                # not timed in a MoE
+    assert not use_swap_words(16, 4, 32, FP8, ACT_GROUP, True)
+    assert SWAP_MAX_PAIRS == 8
     check_config(swap_words_config(), layout_for("mxfp4", 5760, 2880))
 
 
