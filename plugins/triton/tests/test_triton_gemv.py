@@ -32,7 +32,6 @@ def test_dense_gemv_matches_emulation(fmt, mode, act, params, split):
     scale = dynamic_tensor_scale(x, t.act) if t.act in (3, 4) else None
     y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
     assert rel(y, e.apply(x)) < TOL
-    assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "PREFETCH": 2}))   # loads 2 tiles ahead
     assert torch.equal(t.apply(x), t.gemm(x, t.act, scale, torch.bfloat16, t.gemm.config_for(1, t.act)))
 
 
