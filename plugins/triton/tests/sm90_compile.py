@@ -172,7 +172,8 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
 def swap(elem, group, cfg, *, zero=False, f16=False):
     consts = dict(ELEM=elem, HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], GROUP=group,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=group if elem == 3 else cfg["BLOCK_K"],
-                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, **_ones(elem))
+                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+                  PREFETCH=cfg.get("PREFETCH", 1), **_ones(elem))
     ptrs = {**_small_ptrs(elem), **({"x_ptr": "*fp16", "y_ptr": "*fp16", "b_ptr": "*fp16"} if f16 else {})}
     return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
@@ -215,6 +216,17 @@ def fp8_swap(cfg, act=2, quant_in=False):
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
+def fp4_rows(elem, cfg):
+    """fp4_gemv.fp4_rows_kernel as a tuned entry launches it (K split into chunks, PTX decoder)."""
+    from oracle_triton.fp4_gemv import fp4_rows_kernel
+
+    consts = dict(ELEM=elem, HAS_BIAS=True, SPLIT=True, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], OUT_F16=False, PTX=True, EXACT_BF16=False, EVEN_K=True)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16",
+            "part_ptr": "*fp32", "cnt_ptr": "*i32"}
+    return compile_kernel(fp4_rows_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
 def small_batch_cases():
     """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
     included (what the interpreter cannot run)."""
@@ -223,6 +235,7 @@ def small_batch_cases():
 
     def g(elem, group, words=True):
         return gemv_config(8192, 8192, 132, elem, group, words=words)
+    rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 4, "num_stages": 1}   # the shipped entry's
     return {
         "gemv W8A16 fp8_block (words)": lambda: gemv(0, 128, g(0, 128), scale_rows=128),
         "gemv W8A8 fp8_block": lambda: gemv(0, 128, g(0, 128, False), act=1, scale_rows=128),
@@ -234,6 +247,8 @@ def small_batch_cases():
         "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
+        "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
+        "row-walking GEMV nvfp4 (words)": lambda: fp4_rows(2, rows),
     }
 
 
@@ -250,6 +265,8 @@ def words_cases():
     return {
         "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
         "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
+        "swap mxfp4 whole tile (JOIN) bm16 bn64": lambda: swap(1, 32, dict(c(16, 64, 4, 4), FULL_TILE=1)),
+        "swap nvfp4 two tiles ahead (PREFETCH 2) bm16 bn128 w8": lambda: swap(2, 16, dict(c(16, 128, 8, 4), PREFETCH=2)),
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
