@@ -6,8 +6,8 @@ The interpreter (the CPU tests) runs kernels as Python: what only the compiler c
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [small|swap]   # one line per kernel; small: the one-row paths,
-                                                                # swap: the few-row 4-bit kernel
+    python plugins/triton/tests/sm90_compile.py [small|swap|words|moeswap]   # one line per kernel; small: the
+                                        # one-row paths, swap: the few-row 4-bit kernel, moeswap: the MoE's
 """
 from __future__ import annotations
 
@@ -178,6 +178,46 @@ def swap(elem, group, cfg, *, zero=False, f16=False):
     return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
+def moe_swap(elem, group, cfg, *, stage, aligned=True, zero=False, even_k=True):
+    """moe_gemv.moe_swap_kernel with WORDS (gemm.w4_swap_tiles) as TritonMoE.apply_swap launches it:
+    FC1 gated interleaved (swigluoai, BLOCK_N1 columns: twice the weight rows) or FC2 with the top-k sum."""
+    fc1 = stage == 1
+    consts = dict(STAGE=stage, ACTFN=3, GATED=fc1, INTERLEAVED=fc1, HAS_LIMIT=fc1, A_BY_PAIR=False, WEIGHT_OUT=True,
+                  ELEM=elem, PACK=8 if elem == 3 else 2, GROUP=group, HAS_ZERO=zero, HAS_BIAS=True, SCALED_DOT=False,
+                  ALIGNED=aligned, FUSE_SUM=not aligned and not fc1, BLOCK_M=cfg["BLOCK_M"],
+                  BLOCK_N=cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if fc1 else cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                  EXACT_BF16=False, OUT_F16=False, EVEN_K=even_k, WORDS=True, DECODE=3 if elem == 3 else 4,
+                  SPLIT_K=cfg.get("SPLIT_K", 1), JOIN=bool(cfg.get("JOIN", 0)), PREFETCH=cfg.get("PREFETCH", 0),
+                  **_ones(elem))
+    ptrs = {**_small_ptrs(elem), "topw_ptr": "*fp32", "out_ptr": "*bf16" if fc1 else "*fp32", "sum_ptr": "*bf16",
+            "sorted_ptr": "*i32", "bexp_ptr": "*i32", "kcnt_ptr": "*i32", "part_ptr": "*fp32"}
+    return compile_kernel(mg.moe_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_swap_cases():
+    """The fused MoE's WORDS swap path (TritonMoE.apply_swap) at the tiles the sweeps try."""
+    def c(bn, bn1, warps=4, split=1):
+        return {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_N1": bn1, "BLOCK_K": 128, "SPLIT_K": split,
+                "num_warps": warps, "num_stages": 1}
+    return {
+        "moe swap words mxfp4 FC1 aligned n1=32 (gpt-oss K=2880)": lambda: moe_swap(1, 32, c(64, 32), stage=1,
+                                                                                   even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64": lambda: moe_swap(1, 32, c(64, 32), stage=2, even_k=False),
+        "moe swap words mxfp4 FC1 aligned n1=64": lambda: moe_swap(1, 32, c(64, 64), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=128 w8": lambda: moe_swap(1, 32, c(128, 64, 8), stage=2, even_k=False),
+        "moe swap words mxfp4 FC2 split 4, top-k sum": lambda: moe_swap(1, 32, c(64, 32, split=4), stage=2,
+                                                                        aligned=False, even_k=False),
+        "moe swap words nvfp4 FC1 aligned n1=32": lambda: moe_swap(2, 16, c(64, 32), stage=1),
+        "moe swap words int4 zero points FC1 aligned n1=32": lambda: moe_swap(3, 128, c(64, 32), stage=1, zero=True),
+        "moe swap words mxfp4 FC1 aligned n1=32 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=2, even_k=False),
+        "moe swap words int4 FC1 aligned n1=32 JOIN": lambda: moe_swap(3, 128, dict(c(64, 32), JOIN=1), stage=1,
+                                                                      zero=True),
+    }
+
+
 def swap_cases():
     """gemm.w4_swap_kernel (few-row 4-bit, weights as the MMA's A operand): the PTX INT4 decoder in
     both layer dtypes, the portable one, E2M1."""
@@ -286,7 +326,8 @@ def words_cases():
 
 def main(argv: list[str]) -> int:
     bad = 0
-    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases}.get(argv[0] if argv else "", default_cases)()
+    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases,
+             "moeswap": moe_swap_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()
