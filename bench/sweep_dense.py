@@ -147,13 +147,6 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
-    if m == 1 and "DECODE" in default and not default.get("ROWS") and "SWAP" not in default:
-        # the GEMV with loads two K tiles ahead (PREFETCH 2)
-        out.append(("pf2 gemv default", {**default, "PREFETCH": 2}))
-        if fmt != "int4":
-            for bn, bk in ((32, 512),):
-                if (bn, bk) != (default["BLOCK_N"], default["BLOCK_K"]):
-                    out.append((f"pf2 gemv bn{bn} bk{bk}", {**default, "BLOCK_N": bn, "BLOCK_K": bk, "PREFETCH": 2}))
     if m == 1 and fmt != "int4":     # the row-walking E2M1 GEMV (fp4_gemv): rows per program x rows per step x K chunk
         for rows, bn, bk, nw in ROWS_GRID:
             out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",

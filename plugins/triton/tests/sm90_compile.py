@@ -1,6 +1,7 @@
 """Compile oracle-triton's kernels for sm_90 on a machine without a GPU (Triton's own ptxas),
 as the JIT would specialize a real launch (model shapes: K a multiple of the K tile), and
-report shared memory, registers and spills.
+report shared memory, registers, spills and the main loop's instructions, barriers and global
+loads (the SASS, by cuobjdump: a layout change through shared memory costs a barrier per step).
 
 The interpreter (the CPU tests) runs kernels as Python: what only the compiler checks (return
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
@@ -58,19 +59,41 @@ def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int) -
     k = triton.compile(_source(fn, ptr_types, consts), target=TARGET,
                        options={"num_warps": warps, "num_stages": stages})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
-    regs = spills = None
+    regs = spills = loop = None
     if ptxas:
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(k.asm["ptx"])
-        out = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                             text=True)
-        os.unlink(f.name)
-        log = out.stdout + out.stderr
-        regs = int(re.findall(r"Used (\d+) registers", log)[0])
-        spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx_file, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+            with open(ptx_file, "w") as f:
+                f.write(k.asm["ptx"])
+            out = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", ptx_file, "-o", cubin], capture_output=True,
+                                 text=True)
+            log = out.stdout + out.stderr
+            regs = int(re.findall(r"Used (\d+) registers", log)[0])
+            spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
+            loop = main_loop(cubin, os.path.dirname(ptxas[0]))
     ptx = k.asm["ptx"]
     return {"shared": k.metadata.shared, "regs": regs, "spills": spills,
-            "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx}
+            "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx, "loop": loop}
+
+
+def main_loop(cubin: str, bindir: str) -> dict | None:
+    """The longest backward-branch loop of the kernel's SASS (cuobjdump beside Triton's ptxas): its
+    instruction count and how many are barriers (BAR: each a layout change through shared memory or
+    a split-K sync) and global loads; None without cuobjdump. What the GPU rounds could not profile
+    can be compared here: the E2M1 GEMV's K loop has 18 barriers, the INT4 GEMV's 8."""
+    tool = os.path.join(bindir, "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True).stdout
+    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = [(int(t, 16), a) for a, op in ins for t in re.findall(r"\bBRA\s+(?:`?\(?\.L_x_\d+\)?\s*)?0x([0-9a-f]+)", op)
+             if int(t, 16) < a]
+    if not loops:
+        return None
+    lo, hi = max(loops, key=lambda b: b[1] - b[0])
+    body = [re.sub(r"^@!?U?P\w+\s+", "", op).split()[0] for a, op in ins if lo <= a <= hi]
+    return {"instructions": len(body), "barriers": sum(o.startswith("BAR") for o in body),
+            "global_loads": sum(o.startswith("LDG") for o in body)}
 
 
 def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
@@ -172,7 +195,8 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
 def swap(elem, group, cfg, *, zero=False, f16=False):
     consts = dict(ELEM=elem, HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], GROUP=group,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=group if elem == 3 else cfg["BLOCK_K"],
-                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, **_ones(elem))
+                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+                  PREFETCH=cfg.get("PREFETCH", 1), **_ones(elem))
     ptrs = {**_small_ptrs(elem), **({"x_ptr": "*fp16", "y_ptr": "*fp16", "b_ptr": "*fp16"} if f16 else {})}
     return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
@@ -255,6 +279,17 @@ def fp8_swap(cfg, act=2, quant_in=False):
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
+def fp4_rows(elem, cfg):
+    """fp4_gemv.fp4_rows_kernel as a tuned entry launches it (K split into chunks, PTX decoder)."""
+    from oracle_triton.fp4_gemv import fp4_rows_kernel
+
+    consts = dict(ELEM=elem, HAS_BIAS=True, SPLIT=True, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], OUT_F16=False, PTX=True, EXACT_BF16=False, EVEN_K=True)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16",
+            "part_ptr": "*fp32", "cnt_ptr": "*i32"}
+    return compile_kernel(fp4_rows_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
 def small_batch_cases():
     """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
     included (what the interpreter cannot run)."""
@@ -263,6 +298,7 @@ def small_batch_cases():
 
     def g(elem, group, words=True):
         return gemv_config(8192, 8192, 132, elem, group, words=words)
+    rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 4, "num_stages": 1}   # the shipped entry's
     return {
         "gemv W8A16 fp8_block (words)": lambda: gemv(0, 128, g(0, 128), scale_rows=128),
         "gemv W8A8 fp8_block": lambda: gemv(0, 128, g(0, 128, False), act=1, scale_rows=128),
@@ -274,6 +310,8 @@ def small_batch_cases():
         "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
+        "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
+        "row-walking GEMV nvfp4 (words)": lambda: fp4_rows(2, rows),
     }
 
 
@@ -290,6 +328,8 @@ def words_cases():
     return {
         "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
         "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
+        "swap mxfp4 whole tile (JOIN) bm16 bn64": lambda: swap(1, 32, dict(c(16, 64, 4, 4), FULL_TILE=1)),
+        "swap nvfp4 two tiles ahead (PREFETCH 2) bm16 bn128 w8": lambda: swap(2, 16, dict(c(16, 128, 8, 4), PREFETCH=2)),
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
@@ -318,8 +358,11 @@ def main(argv: list[str]) -> int:
             bad += 1
             print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[-600:]}")
             continue
+        loop = r["loop"]
+        body = f", main loop {loop['instructions']} instructions / {loop['barriers']} barriers / " \
+               f"{loop['global_loads']} global loads" if loop else ""
         print(f"ok   {name}: shared {r['shared']} B, {r['regs']} registers, {r['spills']} B spilled, "
-              f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}", flush=True)
+              f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}{body}", flush=True)
     return 1 if bad else 0
 
 
