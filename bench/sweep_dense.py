@@ -135,7 +135,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
             if bn * bk > 128 * 512 or (nw == 8 and bn * bk < 128 * 256):
                 continue
             tiles, kt = -(-n // bn), -(-k // bk)
-            for waves in (1, 2):
+            for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                 sp = fill_split(tiles, kt, sms, waves)
                 if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                     continue
@@ -150,7 +150,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                     continue
                 for bk in (128,):
                     tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-                    for waves in (1, 2):
+                    for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                         sp = fill_split(tiles, kt, sms, waves)
                         if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                             continue
@@ -223,7 +223,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-        for waves in (1, 2):
+        for waves in ((1, 2, 4) if m == 1 else (1, 2)):
             sp = fill_split(tiles, kt, sms, waves)
             if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                 continue
