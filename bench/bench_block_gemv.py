@@ -19,14 +19,25 @@ ROTATE = 256 << 20
 SHAPES = {"qwen3-qkv": (5120, 2048), "qwen3-o": (2048, 4096), "dsr1-q_b": (24576, 1536), "dsr1-kv_b": (32768, 512),
           "dsr1-o": (7168, 16384), "dsr1-down": (7168, 18432)}
 #: (name, block_n, groups per load, warps, K slices: None = block_gemv.plan's, split K summed in the same launch
-#: (arrival counter) or by a second one); the first is what oracle-torch's layers run, the second the first
-#: version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
+#: (arrival counter) or by a second one); the third is what oracle-torch's layers run (since r7), the second the
+#: first version's launch (16 rows per program over the whole K: about 2 programs per SM). Compiled for sm_90
 #: (Triton's ptxas): bn8 g4 w4 72 registers (7 programs per SM), bn16 g4 w4 196, bn4 g4 w2 72 when split,
 #: bn8 g2 w1 214 and no barrier in its loop; none spills
+#: (a last True: `prequant`, the row rounded by the fused quantizer's launch first)
 VARIANTS = [("bn8 g4 w4 auto", 8, 4, 4, None, True), ("old bn16 g4 w4 s1", 16, 4, 4, 1, False),
             ("bn8 g4 w4 auto 2-launch", 8, 4, 4, None, False), ("bn4 g4 w2 auto", 4, 4, 2, None, True),
             ("bn8 g2 w1 auto", 8, 2, 1, None, True), ("bn8 g4 w4 s1", 8, 4, 4, 1, False),
-            ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True)]
+            ("bn8 g4 w4 s4", 8, 4, 4, 4, True), ("bn8 g8 w4 auto", 8, 8, 4, None, True),
+            ("bn8 g4 w4 auto 2-launch prequant", 8, 4, 4, None, False, True),
+            ("bn16 g4 w4 auto 2-launch prequant", 16, 4, 4, None, False, True),
+            ("bn32 g4 w4 auto 2-launch prequant", 32, 4, 4, None, False, True),
+            ("bn16 g8 w8 auto 2-launch prequant", 16, 8, 8, None, False, True)]
+#: the tensor-core variant (block_gemv.block_gemv_tc: FP8 MMA with the row in column 0 of a 16-wide operand,
+#: weight loads pipelined): (name, block_n, warps, stages, K slices: None = block_gemv.plan_tc's)
+TC_VARIANTS = [("tc bn64 w4 st3 auto", 64, 4, 3, None), ("tc bn64 w4 st4 auto", 64, 4, 4, None),
+               ("tc bn64 w4 st3 s1", 64, 4, 3, 1), ("tc bn64 w4 st3 s2", 64, 4, 3, 2),
+               ("tc bn128 w4 st3 auto", 128, 4, 3, None), ("tc bn128 w8 st3 auto", 128, 8, 3, None),
+               ("tc bn32 w4 st3 auto", 32, 4, 3, None), ("tc bn64 w4 st2 auto", 64, 4, 2, None)]
 
 
 def main() -> None:
@@ -34,6 +45,7 @@ def main() -> None:
     ap.add_argument("--m", type=int, nargs="+", default=[1], help="rows (the GEMV serves 1; more: cuBLAS, BF16)")
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-qkv", "qwen3-o"])
     ap.add_argument("--variants", type=int, nargs="+", help="indices into VARIANTS (default: all)")
+    ap.add_argument("--tc", type=int, nargs="*", default=[], help="indices into TC_VARIANTS (none by default)")
     args = ap.parse_args()
     from gpu_timing import graph_ms, rel, start
     if not start("bench_block_gemv.py"):
@@ -65,16 +77,27 @@ def main() -> None:
             row.append(f"bf16 {us:6.1f} = {2 * n * k / us / 1e6:4.2f} TB/s")
             print(" | ".join(row), flush=True)            # then one line per variant, so a cut run keeps them
             cnt = block_gemv.counter(n, dev)
-            for name, bn, groups, warps, split, one in (variants if m <= block_gemv.MAX_ROWS else []):
+            for name, bn, groups, warps, split, one, *pre in (variants if m <= block_gemv.MAX_ROWS else []):
                 try:
                     run = (lambda i, x=x: block_gemv.block_gemv(x, ws[i], scales[i], torch.bfloat16, bn, groups,
-                                                                warps, split, cnt if one else None))
+                                                                warps, split, cnt if one else None, bool(pre and pre[0])))
                     err = rel(run(0), ref)
                     us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
                     p = block_gemv.plan(n, k, block_gemv.sm_count(0), bn, groups, warps, split)
                     print(f"    {name} [s{p.split} g{p.groups}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s "
                           f"(err {err:.1e})", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
+                    print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            for name, bn, warps, stages, split in ([TC_VARIANTS[i] for i in args.tc] if m <= block_gemv.MAX_ROWS
+                                                   else []):
+                try:
+                    run = (lambda i, x=x: block_gemv.block_gemv_tc(x, ws[i], scales[i], torch.bfloat16, bn, warps,
+                                                                   stages, split))
+                    err = rel(run(0), ref)
+                    us = 1e3 * graph_ms(lambda: [run(i) for i in range(copies)], 1) / copies
+                    s = block_gemv.plan_tc(n, k, block_gemv.sm_count(0), bn, split)
+                    print(f"    {name} [s{s}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s (err {err:.1e})", flush=True)
+                except Exception as exc:  # noqa: BLE001
                     print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         del ws, scales, bf
         torch.cuda.empty_cache()

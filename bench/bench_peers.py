@@ -399,6 +399,67 @@ def bench_moe(ms_list, bw, rows, skipped):
         torch.cuda.empty_cache()
 
 
+def _compile_moe_jobs(jobs: list) -> str:
+    """A worker: for each (model, M, bf16) build the model's fused MoE on 16 experts (or its BF16 mode), give it
+    the launch parameters the full model picks at that M, and run one call: Triton compiles into its on-disk
+    cache, which the timing process then reads (only the alignment launch, specialized on the expert count,
+    is left to it)."""
+    from oracle_triton.moe import TritonMoE, moe_config
+
+    done = 0
+    for name, m, bf16 in jobs:
+        ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+        small = min(16, ne)
+        try:
+            layer = MoELayer(name=name, num_experts=small, top_k=min(topk, small), hidden_size=h,
+                             intermediate_size=i, weight_format="bf16" if bf16 else fmt, activation=activation,
+                             group_size=128 if fmt == "int4" and not bf16 else None)
+            w13 = torch.randn(small, 2 * i, h, device="cuda", dtype=torch.bfloat16) * 0.05
+            w2 = torch.randn(small, h, i, device="cuda", dtype=torch.bfloat16) * 0.05
+            if bf16:
+                t = TritonMoE(layer, Mode(weight="bf16", activation="bf16", name="bf16"), None)
+                t.process_weights(w13=w13, w2=w2)
+                cfg = moe_config(m, topk, ne, 1, wide=True)
+            else:
+                sym = not name.endswith("-zp")
+                q13, q2 = _quant(fmt, w13, symmetric=sym), _quant(fmt, w2, symmetric=sym)
+                t = TritonMoE(layer, Mode(weight=fmt, activation=act, name=mode_name, params=params), None)
+                t.process_weights(**{f"{key}{suffix}": q.get(f"weight{suffix}") for key, q in (("w13", q13), ("w2", q2))
+                                     for suffix in ("", "_scale", "_global_scale", "_zero_point")})
+                t.experts = ne                       # the full model's choice (tuned entry or rule) at this M
+                cfg = t.config_for(m, topk)
+                t.experts = small
+            t.check_inputs = False
+            t.config = cfg
+            x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
+            ids = (torch.arange(m * topk, device="cuda") % small).view(m, topk).to(torch.int32)
+            t.forward(x, torch.full((m, topk), 1.0 / topk, device="cuda"), ids)
+            torch.cuda.synchronize()
+            done += 1
+        except Exception as exc:  # noqa: BLE001 - the timing process compiles what failed here
+            print(f"  precompile {name} M={m} {'bf16' if bf16 else 'oracle'}: {type(exc).__name__}: {str(exc)[:120]}",
+                  flush=True)
+    return f"{done}/{len(jobs)}"
+
+
+def precompile_moe(ms: list[int], workers: int, timeout_s: float) -> None:
+    """Compile the MoE table's kernels (the oracle's and its BF16 mode's, per model and M) in `workers`
+    processes at once: Triton's compiler is single-threaded per process, and a device run's seconds
+    should go to timing. Best effort: a failure or the timeout leaves the compiling to the timing run."""
+    import multiprocessing
+
+    jobs = [(name, m, bf16) for name in MOE for m in ms for bf16 in (False, True)]
+    chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
+    t0 = time.perf_counter()
+    try:
+        with multiprocessing.get_context("spawn").Pool(len(chunks)) as pool:
+            res = pool.map_async(_compile_moe_jobs, chunks).get(timeout=timeout_s)
+        print(f"precompiled the MoE kernels: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        print(f"precompile: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = table_args(__doc__.splitlines()[0], DENSE, MOE)
     ap.add_argument("--modes", nargs="+", help="only these dense modes (e.g. w4a16_int4)")
@@ -406,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
                          "new shape and M")
     ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
+    ap.add_argument("--precompile", type=int, default=0, metavar="N",
+                    help="MoE: compile the table's kernels in N processes first")
+    ap.add_argument("--precompile-timeout-s", type=float, default=40.0)
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
     if args.budget_s is not None:
@@ -425,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "moe":
         bench_dense(args.m, bw, rows, skipped)
     if args.only != "dense":
+        if args.precompile:
+            precompile_moe(args.m, args.precompile, args.precompile_timeout_s)
         bench_moe(args.m, bw, rows, skipped)
     if args.json:
         with open(args.json, "w") as f:

@@ -101,6 +101,18 @@ def build(fmt, n, k, w, mode_name, act, params):
 DEFAULTS_ONLY = [False]      # --defaults-only: time what config_for chooses (rules + shipped table), nothing else
 
 
+#: fp4_gemv.fp4_rows_kernel variants: (ROWS, BLOCK_N, BLOCK_K, warps).
+ROWS_GRID = [(256, 32, 1024, 4), (128, 32, 1024, 4), (256, 32, 512, 4), (64, 8, 1024, 1)]
+ONLY: list[list[str]] = [[]]     # --only: the variant labels to time start with one of these (and the default)
+
+
+def only(variants: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The default and the variants --only names (all without --only)."""
+    if not ONLY[0]:
+        return variants
+    return [v for v in variants if v[0] == "default" or any(v[0].startswith(p) for p in ONLY[0])]
+
+
 def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     """The launch configurations tried for a 4-bit layer at M rows (default first)."""
     if DEFAULTS_ONLY[0]:
@@ -121,10 +133,39 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                 out.append((f"words bm{bm} bn{bn} bk{bk} w{nw} s{ns}",
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_M": 8,
                              "FULL_TILE": 2, "num_warps": nw, "num_stages": ns}))
-        return out
+            # the swap-AB kernel on whole decoded tiles (JOIN): each weight tile decoded once per BM rows
+            shapes = ((128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 8, 2), (64, 64, 4, 2)) if fmt == "int4" else \
+                ((128, 128, 8, 1), (128, 128, 8, 2), (64, 128, 8, 2), (64, 64, 4, 2))   # (larger tiles at PF2 spill)
+            for bm, bn, nw, pf in shapes:
+                tiles, kt = -(-n // bn) * -(-m // bm), k // 128
+                sp = fill_split(tiles, kt, sms, 1)
+                out.append((f"join bm{bm} bn{bn} s{sp} w{nw} pf{pf}",
+                            {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
+                             "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1,
+                             "FULL_TILE": int(fmt != "int4"), "PREFETCH": pf}))
+        return only(out)
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
+    if m == 1 and fmt != "int4":     # the row-walking E2M1 GEMV (fp4_gemv): rows per program x rows per step x K chunk
+        for rows, bn, bk, nw in ROWS_GRID:
+            out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",
+                        {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk),
+                         "DECODE": 3 if facts["hw_fp8"] else 0, "num_warps": nw, "num_stages": 1}))
+    if 1 < m <= 32 and "SWAP" in default and default.get("DECODE") in (3, 4):
+        # loads two K tiles ahead (PREFETCH 2), one dot per K tile (JOIN, E2M1), the split doubled
+        sp = default["SPLIT_K"]
+        out.append(("pf2 default", {**default, "PREFETCH": 2}))
+        out.append((f"pf2 s{sp * 2}", {**default, "PREFETCH": 2, "SPLIT_K": sp * 2}))
+        if fmt != "int4":
+            out.append(("join default", {**default, "FULL_TILE": 1}))
+            out.append(("join pf2", {**default, "FULL_TILE": 1, "PREFETCH": 2}))
+            out.append((f"join pf2 s{sp * 2}", {**default, "FULL_TILE": 1, "PREFETCH": 2, "SPLIT_K": sp * 2}))
+        else:
+            out.append((f"pf2 w{12 - default['num_warps']}",
+                        {**default, "PREFETCH": 2, "num_warps": 12 - default["num_warps"]}))
+    if ONLY[0]:
+        return only(out)
     if m == 1:
         d = gemv_config(n, k, sms, lay.elem, lay.group, words=facts["hw_fp8"])
         if fmt == "int4":
@@ -318,7 +359,7 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
 
     facts = device_facts(torch.device(DEV))
     jobs = []
-    sn, sk = 256, 1024
+    sn, sk = 256, 4096      # K: more than one 2048-wide chunk (fp4_rows_kernel's SPLIT)
     small = {}
     modes = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
              "nvfp4": ("w4a16_nvfp4", "bf16", {}),
@@ -373,7 +414,8 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
 def precompile(workers: int, args) -> None:
     import subprocess
     t0 = time.perf_counter()
-    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else [])
+    extra = (["--defaults-only"] if args.defaults_only else []) + (["--phases", *args.phases] if args.phases else []) \
+        + (["--only", *args.only] if args.only else [])
     procs = [subprocess.Popen([sys.executable, __file__, "--compile-worker", f"{i}/{workers}", "--parts", *args.parts,
                                "--shapes", *args.shapes, *extra]) for i in range(workers)]
     for p in procs:
@@ -469,6 +511,8 @@ def main(argv=None) -> int:
     ap.add_argument("--host-profile", action="store_true", help="only the eager host-time profile")
     ap.add_argument("--defaults-only", action="store_true",
                     help="time only what config_for chooses (the rules and the shipped table) beside BF16 / tinygemm")
+    ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
+                    help="time only the default and the variants whose label starts with one of these (e.g. rows)")
     ap.add_argument("--phases", nargs="+", metavar="FMT:M,M", help="instead of PHASES, e.g. int4:1,16 fp8ch:256")
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
@@ -483,6 +527,7 @@ def main(argv=None) -> int:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
     DEFAULTS_ONLY[0] = args.defaults_only
+    ONLY[0] = args.only
     if args.phases:
         PHASES[:] = [(p.split(":")[0], [int(v) for v in p.split(":")[1].split(",")]) for p in args.phases]
     if args.compile_worker:

@@ -25,6 +25,7 @@ MEASUREMENTS = "ORACLE_MEASUREMENTS"           # tuning files (path-separated) s
 LOAD_PLUGINS = "ORACLE_LOAD_PLUGINS"           # the plugin allow-list (unset: all; "": none)
 DEBUG = "ORACLE_DEBUG"                         # "1": internal errors print their traceback
 EAGER_GRAPHS = "ORACLE_EAGER_GRAPHS"           # "0": eager kernel calls never replay a private CUDA graph
+ROUTER_TOPK = "ORACLE_ROUTER_TOPK"             # "0": compiled decode steps keep torch.topk (oracle.hf.topk)
 
 
 class OracleEnvWarning(UserWarning):

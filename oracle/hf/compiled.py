@@ -70,7 +70,12 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> None:
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_VARIANTS)
-    step = torch.compile(_layer_step, backend=backend, dynamic=False)
+    options = None
+    from . import topk
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if backend == "inductor" and topk.enabled() and topk.works(device):   # routers' top-k: one launch, any engine
+        options = {"post_grad_custom_post_pass": topk.post_grad_pass()}
+    step = torch.compile(_layer_step, backend=backend, dynamic=False, options=options)
     templates: dict[tuple, dict[str, Any]] = {}
     for layer in decoder_layers(model):
         plain = layer._oracle_plain_forward if hasattr(layer, "_oracle_plain_forward") else type(layer).forward

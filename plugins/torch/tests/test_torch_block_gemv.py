@@ -5,8 +5,10 @@ rounding (checked here against oracle_emulation.activations) times the weight co
 128x128 block scales, summed per group in float64. The kernel's fp32 output must agree to fp32
 rounding (its products are exact; only the summation order differs), for one row with an all-zero
 group, an all-zero row, tiles of 8 to 128 output rows, N not a multiple of 128, 1 to 8 groups per load (K of
-one, two or more chunks) and K split in 1, 2 or 4 slices, summed in order by a second launch or by the
-last program to arrive (arrival counters, back at zero after each call)."""
+one, two or more chunks) and K split in 1, 2 or 4 slices, the row rounded inside or by the fused quantizer
+first (prequant), summed in order by a second launch or by the
+last program to arrive (arrival counters, back at zero after each call); the tensor-core variant
+(block_gemv_tc: 32 to 128 output rows per program, K whole or split) against the same reference."""
 from __future__ import annotations
 
 import os
@@ -48,6 +50,22 @@ for m, n, k, bn, groups, split, ticket in [
             * ws[:, g].repeat_interleave(128)[None, :n].double()
     err = ((y.double() - want).abs().max() / want.abs().max()).item()
     assert y.shape == (m, n) and (err < 1e-6 or want.abs().max() == 0 and not y.any()), (m, n, k, err)
+    yp = B.block_gemv(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, block_n=bn, groups=groups,
+                      split=split, counter=cnt if ticket else None, prequant=True)    # the row rounded first
+    errp = ((yp.double() - want).abs().max() / want.abs().max()).item()
+    assert errp < 1e-6 or want.abs().max() == 0 and not yp.any(), ("prequant", m, n, k, errp)
+    if n % 128 == 0 and bn == 8:      # the tensor-core variant against the same reference (K whole and split)
+        for tbn, tsplit in ((64, None), (128, 1), (32, 2)):
+            yt = B.block_gemv_tc(x, w, gemm.block_weight_scale(ws, "kblocks"), torch.float32, block_n=tbn, split=tsplit)
+            err = ((yt.double() - want).abs().max() / want.abs().max()).item()
+            assert yt.shape == (m, n) and err < 1e-6, ("tc", n, k, tbn, err)
+try:
+    B.block_gemv_tc(torch.zeros(1, 256), torch.zeros(96, 256).to(torch.float8_e4m3fn),
+                    gemm.block_weight_scale(torch.ones(1, 2), "kblocks"), torch.float32)
+except ValueError as exc:
+    assert "N % BLOCK_N" in str(exc)
+else:
+    raise AssertionError("N not a multiple of BLOCK_N accepted by the tensor-core variant")
 try:
     B.block_gemv(torch.zeros(B.MAX_ROWS + 1, 128), w[:, :128].contiguous(), gemm.block_weight_scale(ws[:, :1], "kblocks"),
                  torch.float32)
@@ -105,3 +123,8 @@ def test_one_row_takes_the_gemv_only_on_layers_where_it_led_cublas(monkeypatch):
     monkeypatch.setenv(B.ENV, "0")
     OneCudaRow.shape = (1, 0)
     assert not layer._gemv_serves(OneCudaRow())
+    monkeypatch.setenv(B.ENV, "prequant")
+    assert B.prequant() and layer._gemv_serves(OneCudaRow())
+    monkeypatch.setenv(B.ENV, "fast")
+    with pytest.raises(ValueError, match="expected 0, 1 or prequant"):
+        B.prequant()

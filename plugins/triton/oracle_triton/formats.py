@@ -74,8 +74,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - DEQUANT_MM (the weight dequantized once, cuBLAS): any weight (layer-dtype activations);
     - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
+      FULL_TILE (one dot per K tile) on E2M1 only with the word decoder (DECODE 4);
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
-    - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks);
+    - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
+      row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
       (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups."""
     bk = cfg.get("BLOCK_K", 0)
@@ -89,6 +91,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     if cfg.get("SWAP"):
         if cfg.get("BLOCK_M", 0) < 16:
             raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")
+        if cfg.get("PREFETCH", 1) not in (1, 2) or (cfg.get("PREFETCH", 1) == 2 and layout.elem == FP8):
+            raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the 4-bit swap kernel loads 1 or 2 K tiles "
+                             "ahead (the FP8 one: its pipelined dot, no PREFETCH)")
         if layout.elem == FP8:
             if layout.group != 1:
                 raise ValueError(f"SWAP for {what}: the FP8 swap kernel serves per-channel / per-tensor scales only")
@@ -99,8 +104,21 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                 raise ValueError(f"SWAP for {what}: the INT4 swap kernel needs 128-wide groups, not {layout.group}")
         elif bk % 128:
             raise ValueError(f"BLOCK_K={bk} for {what}: E2M1 swap K tiles must be whole 128s")
+        elif cfg.get("FULL_TILE") and cfg.get("DECODE") != 4:
+            raise ValueError(f"FULL_TILE for {what}: the E2M1 swap kernel joins whole tiles from the word decoder "
+                             "(DECODE 4) only")
+        return
+    if cfg.get("ROWS"):
+        bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]
+        if layout.elem not in (E2M1_MX, E2M1_NV):
+            raise ValueError(f"ROWS for {what}: the row-walking GEMV (fp4_gemv) serves MXFP4 / NVFP4 weights only")
+        if bk < 64 or bk & (bk - 1) or bn < 1 or bn & (bn - 1) or rows % bn:
+            raise ValueError(f"BLOCK_K={bk}, BLOCK_N={bn}, ROWS={rows} for {what}: the row-walking GEMV needs "
+                             "power-of-two K chunks of at least 64 and BLOCK_N a power of two dividing ROWS")
         return
     if "DECODE" in cfg:
+        if "PREFETCH" in cfg:
+            raise ValueError(f"PREFETCH for {what}: the GEMV loads one K tile ahead (no PREFETCH)")
         unit = 128 if layout.elem == FP8 and layout.group > 1 else max(layout.group, 8)
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")

@@ -415,7 +415,8 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
-    next tile's loads in flight while a tile is computed."""
+    next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
+    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,

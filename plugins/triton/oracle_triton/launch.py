@@ -243,10 +243,10 @@ MAX_PLANS = 8
 
 @functools.cache
 def _jit_kernel(name: str) -> Any:
-    """gemm's or gemv's @triton.jit function of that name (imported on first use: launch.py's
-    shape rules import no Triton)."""
-    from . import gemm, gemv
-    return getattr(gemm, name, None) or getattr(gemv, name)
+    """gemm's, gemv's or fp4_gemv's @triton.jit function of that name (imported on first use:
+    launch.py's shape rules import no Triton)."""
+    from . import fp4_gemv, gemm, gemv
+    return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(fp4_gemv, name)
 
 
 class DenseGemm:
@@ -445,6 +445,8 @@ class DenseGemm:
             return act == 0
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("ROWS"):
+            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV)
         if "DECODE" in cfg:
             return m == 1
         try:
@@ -512,12 +514,16 @@ class DenseGemm:
             ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
-            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+            DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+            PREFETCH=cfg.get("PREFETCH", 1))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
              cfg: dict[str, int]) -> torch.Tensor:
-        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch)."""
+        """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
+        with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
+        if cfg.get("ROWS"):
+            return self.fp4_rows(x, out_dtype, cfg)
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
@@ -532,4 +538,20 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
             EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+        return y
+
+    def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """One row of E2M1 W4A16: fp4_gemv.fp4_rows_kernel, K in chunks of BLOCK_K (one program
+        per chunk and ROWS weight rows; split-K is the chunk count, whatever cfg's SPLIT_K says)."""
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["ROWS"]), -(-self.k // cfg["BLOCK_K"])
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "fp4_rows_kernel", (grid_n, split, 1), cfg,
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, N=self.n,
+            K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, ELEM=self.layout.elem,
+            HAS_BIAS=self.bias is not None, SPLIT=split > 1, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"], OUT_F16=out_dtype == torch.float16, PTX=cfg["DECODE"] == 3,
+            EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0)
         return y

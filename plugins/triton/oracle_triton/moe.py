@@ -24,6 +24,11 @@ from .weights import pack
 
 
 
+#: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
+#: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
+ALIGN_SMALL_PAIRS = 1024
+
+
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
     """BLOCK_M from the expected rows per expert (shape-only, no device values).
 
@@ -37,10 +42,14 @@ def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool 
     rows, 792 at 128). 4-bit FC1 stacks its gate and up rows into one weight tile (FUSE_GU: one
     dot twice as wide, 10% fewer instructions); FP8 keeps two (the stacked tile spills there).
     wide (BF16 weights, two bytes each): K tiles of 64 from 64 rows on, so the staged tiles fit
-    in shared memory as FP8's 128-wide ones do."""
+    in shared memory as FP8's 128-wide ones do. FP8 from 64 rows per expert on: N_FAST (a block's
+    column tiles run together and share its activation rows in L2; column tiles first, DeepSeek-R1's
+    235 MB FC1 input at M = 4096 was read from HBM once per column tile)."""
     cfg = _moe_rule(tokens * top_k / experts, pack)
     if wide and cfg["BLOCK_M"] >= 64:
         cfg["BLOCK_K"] = 64
+    if pack == 1 and not wide and cfg["BLOCK_M"] >= 64:
+        cfg["N_FAST"] = 1
     return cfg
 
 
@@ -67,6 +76,41 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
     pairs = tokens * top_k
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
+
+
+def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, ptx: bool) -> bool:
+    """The swap-AB tensor-core path with word decoding (TritonMoE.apply_swap, WORDS; swap_words_config)
+    for E2M1 experts (MXFP4, NVFP4) with layer-dtype or NVFP4 activations: each weight is decoded
+    once for a block of up to 16 pairs of its expert, where the CUDA-core direct path decodes it for
+    every pair and the aligned tiles (moe_config) pay a decode per 16-row MMA tile. From above 1.5
+    pairs per expert (W4A16, where the direct path decodes words too) or half a pair per expert
+    (NVFP4 W4A4, whose direct path has no word decoder) up to SWAP_MAX_PAIRS per expert. ptx: the
+    PTX word decoders (capability >= 8.9, compiled). Measured on an H200, weights from HBM, graph
+    replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
+    (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
+    against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
+    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. INT4
+    is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
+    pairs = tokens * top_k
+    if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
+        return False
+    low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
+    return low < pairs <= SWAP_MAX_PAIRS * experts
+
+
+#: use_swap_words up to this many pairs per expert (measured to 8: gpt-oss-20b M=64).
+SWAP_MAX_PAIRS = 8
+
+
+def swap_words_config() -> dict[str, int]:
+    """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
+    32 gate + 32 up rows per FC1 program, K tiles of 128 decoded into one interleaved tile per dot
+    (JOIN), 4 warps, registers double-buffering the loads (num_stages 1). gpt-oss-20b M=16 on an
+    H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
+    348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
+    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4."""
+    return {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
+            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
 
 
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
@@ -240,24 +284,36 @@ class TritonMoE(Kernel):
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
         bm = cfg["BLOCK_M"]
-        sorted_ids, block_expert, blocks = self._align(ids, t, bm)
         dev = self.device
         a1 = self._input(x, topw, k)
+        fuse = bool(cfg.get("FUSE_SUM", 0))
+        if fuse and not cfg.get("PREP"):
+            raise ValueError("FUSE_SUM on the aligned tiles needs PREP (its launch zeroes the rows of tokens "
+                             "with no expert id in range, which no FC2 program sums)")
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
+            sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
+        else:
+            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
+            a_in = self._round(0, a1)
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        self._gemm(1, self._round(0, a1), by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
+        self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
                    self.inter, self.rows, self.hidden, cfg, blocks)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
-                   self.hidden, self.hidden, self.inter, cfg, blocks)
-        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        self._topk_sum(pairs, ids, out, m, k)
+                   self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
+                   pair_ids=ids if fuse else None)
+        if not fuse:
+            self._topk_sum(pairs, ids, out, m, k)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE), the
-        tensor-core direct path's (use_direct_mma; DIRECT) or the aligned grouped GEMM's (moe_config).
+        tiles), else the rules: the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
+        direct path's (use_direct; it has DECODE), the tensor-core direct path's (use_direct_mma;
+        DIRECT) or the aligned grouped GEMM's (moe_config).
         The one place the choice is made."""
         if self.config is not None:
             return self.config
@@ -266,6 +322,8 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
+            return swap_words_config()
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):
@@ -306,7 +364,9 @@ class TritonMoE(Kernel):
         (no quantization launch between the GEMMs). The slots are summed by topk_sum_kernel or by the FC2
         GEMM itself (FUSE_SUM). FC2 may have its own tile: BLOCK_N2, WARPS2, STAGES2. PDL (sm_90): the FC2
         GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
-        for it on the device (1), and also ask L2 for their own weight rows before waiting (2)."""
+        for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
+        (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
+        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -337,9 +397,13 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+        lay2 = self.w2.layout
+        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
+        pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
-                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0)
+                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
+                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if quant_out:
@@ -351,8 +415,6 @@ class TritonMoE(Kernel):
             pro_in = (inter, codes2)
         else:
             a_in = (inter, self._act_scale(1, inter)) if quant2 else self._round(1, inter)
-        lay2 = self.w2.layout
-        rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         fuse = bool(cfg.get("FUSE_SUM", 0))
         bn2 = cfg.get("BLOCK_N2", cfg["BLOCK_N"])
@@ -373,13 +435,21 @@ class TritonMoE(Kernel):
         NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
         instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 / 2 loads
-        the K tile one / two ahead before tl.dot_scaled multiplies the current one."""
+        the K tile one / two ahead before tl.dot_scaled multiplies the current one. WORDS 1: the dense
+        few-row kernel's K loop (gemm.w4_swap_tiles: whole 32-bit words decoded by inline PTX, DECODE
+        4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
+        BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
+        over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
+        and PREFETCH 2 as in gemm.w4_swap_kernel."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
         lay = self.w13.layout
         if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
             raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
+        if cfg.get("WORDS") and (cfg["BLOCK_K"] % 128 or (lay.elem == INT4 and cfg["BLOCK_K"] != lay.group)):
+            raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
+                             f"not {lay.group})")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -393,15 +463,26 @@ class TritonMoE(Kernel):
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
-        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
+        words = bool(cfg.get("WORDS", 0))
+        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
+        decode = cfg.get("DECODE", 3 if lay.elem == INT4 else 4) if self.facts["hw_fp8"] and not interpreting() else 0
+        split = int(cfg.get("SPLIT_K", 1)) if words else 1
         for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
                 (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
                 (2, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
             a = a1 if stage == 1 else self._round(1, inter)[0]
             w, ly = packed, packed.layout
-            moe_swap_kernel[(blocks, -(-n_out // bn))](
+            tiles = blocks * -(-n_out // bn)
+            if split > 1:                            # K slices and their arrival counters (zero between calls)
+                wn = bn * (2 if stage == 1 and self.gated else 1)
+                part = torch.empty(split, tiles, wn, bm, dtype=torch.float32, device=dev)
+                kcnt = self._counters(tiles, "_split_counters")
+            else:
+                part, kcnt = dst, cnt
+            moe_swap_kernel[(blocks, -(-n_out // bn), split)](
                 a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
-                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, t, self.experts, k, n_out, n_w, kdim,
+                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, part, kcnt, t, self.experts, k, n_out,
+                n_w, kdim,
                 a.stride(0), dst.stride(0), *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn,
                 ly.stride_sk, ly.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
                 float(self.beta), float(self.lbeta), STAGE=stage, ACTFN=mk.ACTIVATION_CODES[self.layer.activation],
@@ -410,7 +491,8 @@ class TritonMoE(Kernel):
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
@@ -418,7 +500,29 @@ class TritonMoE(Kernel):
 
     def _align(self, ids: torch.Tensor, t: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The count and align launches: pair ids sorted by expert in BLOCK_M-row blocks (padded with t),
-        each block's expert (-1: unused), and the static bound on the number of blocks."""
+        each block's expert (-1: unused), and the static bound on the number of blocks. Up to
+        ALIGN_SMALL_PAIRS pairs one launch of a program per expert does both (moe_kernels.align_small_kernel)."""
+        from . import moe_kernels as mk
+
+        blocks = -(-t // bm) + min(self.experts, t)
+        dev = self.device
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
+        if t <= ALIGN_SMALL_PAIRS:                   # one launch, one program per expert, no atomics
+            e_pow2 = triton_pow2(self.experts)
+            mk.align_small_kernel[(self.experts,)](ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
+                                                  E_POW2=e_pow2, CHUNK=max(16, 16384 // e_pow2), num_warps=8)
+            return sorted_ids, block_expert, blocks
+        rank = torch.empty(t, dtype=torch.int32, device=dev)
+        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+        return sorted_ids, block_expert, blocks
+
+    def _prep(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor, zero_out: torch.Tensor | None, k: int):
+        """_align's result and FC1's input as _round gives it, from one launch (moe_kernels.prep_kernel) where
+        the input is rounded to 1x128-group codes; other activations are rounded as _round does. zero_out:
+        the output, whose rows of tokens with no expert id in range that launch zeroes (FUSE_SUM)."""
         from . import moe_kernels as mk
 
         blocks = -(-t // bm) + min(self.experts, t)
@@ -426,17 +530,33 @@ class TritonMoE(Kernel):
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
         block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
-        mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
-        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
-        return sorted_ids, block_expert, blocks
+        quant = self.act == ACT_GROUP
+        if quant:
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
+            scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
+        else:
+            codes, scales = rank, rank
+        mk.prep_kernel[(1 + (a1.shape[0] if quant else 0),)](
+            ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts, blocks,
+            a1, codes, scales, a1.stride(0), codes.stride(0) if quant else 0, scales.stride(0) if quant else 0,
+            self.hidden, zero_out if zero_out is not None else a1, k, self.hidden, BLOCK_M=bm,
+            E_POW2=triton_pow2(self.experts), BLOCK=256, QUANT=quant, K_GROUPS=triton_pow2(-(-self.hidden // 128)),
+            ZERO_OUT=zero_out is not None)
+        if quant:
+            a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
+        else:
+            a_in = self._round(0, a1)
+        return sorted_ids, block_expert, blocks, a_in
 
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
-        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing."""
+        """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing.
+        256-wide programs up to 64 tokens (more programs in flight: R7 timed 4.1 / 4.4 us for 2 x 16 /
+        7 x 16 programs of 1024 at M = 16), 1024 above."""
         from . import moe_kernels as mk
 
-        mk.topk_sum_kernel[(m, -(-self.hidden // 1024))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
-                                                         BLOCK=1024, EXACT_BF16=self.facts["dot_f32"])
+        block = 256 if m <= 64 else 1024
+        mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
+                                                          BLOCK=block, EXACT_BF16=self.facts["dot_f32"])
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -505,7 +625,9 @@ class TritonMoE(Kernel):
 
     def _gemm(self, stage, a_in, by_pair, packed, bias, topw, sorted_ids, block_expert, out, t, k, n_out, n_w, kdim,
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
-              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0) -> None:
+              out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
+              cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
+              prefetch: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -513,7 +635,10 @@ class TritonMoE(Kernel):
         direct): out gets FC2's input as E4M3 codes and out_scales their 1x128 group scales (QUANT_OUT);
         pro (direct): (layer-dtype input, uint8 view of a_in's codes buffer), filled by the GEMM's
         programs before their loops (QUANT_PRO). gdc: moe_gemm_kernel's GDC (programmatic dependent
-        launch; 2 and 3 launch this GEMM with launch_pdl)."""
+        launch; 2 and 3 launch this GEMM with launch_pdl). cnt, pair_ids (stage 2, aligned, with sum_out):
+        the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
+        direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
+        each program after its store (PF_NEXT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -526,15 +651,16 @@ class TritonMoE(Kernel):
         gated = stage == 1 and self.gated
         bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
         warps, stages = cfg["num_warps"], cfg["num_stages"]
-        if direct and stage == 2:                   # the direct path's FC2 may have its own tile
-            bn = cfg.get("BLOCK_N2", bn)
+        if stage == 2:                              # FC2 may have its own warps and stages (and tile: direct)
+            bn = cfg.get("BLOCK_N2", bn) if direct else bn
             warps, stages = cfg.get("WARPS2", warps), cfg.get("STAGES2", stages)
         fuse = gated and bool(cfg.get("FUSE_GU", 0))
         interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
         rows = packed.layout.scale_rows      # do the tile's gate (and up) rows each sit in one scale block?
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)
-        moe_gemm_kernel[(blocks, -(-n_out // bn))](
+        n_fast = bool(cfg.get("N_FAST", 0)) and not direct
+        moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
             t, k, n_out, n_w, kdim, a.stride(0), out.stride(0),
@@ -555,6 +681,9 @@ class TritonMoE(Kernel):
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
+            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
+            pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
+            pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -8,7 +8,9 @@ Alignment runs in two launches and never synchronizes with the host:
          (-1: unused), scatters pair ids to offset + rank, pads with the sentinel T
          (= number of pairs), and resets the counts for the next call (graph replay).
 The grid of the GEMMs is the static bound cdiv(T, BLOCK_M) + min(E, T) on the number of
-blocks; programs of unused blocks exit at once.
+blocks; programs of unused blocks exit at once. prep_kernel does both steps in one program
+(a few hundred pairs), its other programs rounding FC1's input rows to codes (one launch for
+three).
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGL
 
 
 @triton.jit
-def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def count_pairs(ids_ptr, cnt_ptr, rank_ptr, p0, T, E, BLOCK: tl.constexpr):
+    """Pairs p0 .. p0 + BLOCK: each takes its rank inside its expert (atomic add on the expert's count)."""
+    offs = p0 + tl.arange(0, BLOCK)
     e = tl.load(ids_ptr + offs, mask=offs < T, other=0).to(tl.int32)
     ok = (offs < T) & (e >= 0) & (e < E)          # out-of-range ids never index memory (dropped)
     rank = tl.atomic_add(cnt_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=ok)
@@ -34,8 +37,14 @@ def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
-                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
+    count_pairs(ids_ptr, cnt_ptr, rank_ptr, tl.program_id(0) * BLOCK, T, E, BLOCK)
+
+
+@triton.jit
+def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    """The align step on complete counts and ranks (one program; see the module docstring)."""
     ex = tl.arange(0, E_POW2)
     emask = ex < E
     c = tl.load(cnt_ptr + ex, mask=emask, other=0)
@@ -43,8 +52,9 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
     ends = tl.cumsum(padded, axis=0)
     total = tl.sum(padded, axis=0)
     tl.store(off_ptr + ex, ends - padded, mask=emask)
-    for b0 in range(0, NUM_BLOCKS, BLOCK):
-        blocks = b0 + tl.arange(0, BLOCK)
+    LBLOCK: tl.constexpr = max(16, 8192 // E_POW2)      # blocks labelled per step ([LBLOCK, E_POW2] in registers)
+    for b0 in range(0, NUM_BLOCKS, LBLOCK):
+        blocks = b0 + tl.arange(0, LBLOCK)
         first_row = blocks * BLOCK_M
         expert = tl.sum(((ends[None, :] <= first_row[:, None]) & emask[None, :]).to(tl.int32), axis=1)
         expert = tl.where(first_row < total, expert, -1)
@@ -60,6 +70,91 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
         pos = tl.load(off_ptr + e, mask=ok, other=0) + tl.load(rank_ptr + pairs, mask=ok, other=0)
         tl.store(sorted_ptr + pos, pairs, mask=ok)
     tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+
+
+@triton.jit
+def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
+                E_POW2, BLOCK)
+
+
+@triton.jit
+def align_small_kernel(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M: tl.constexpr,
+                       E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """The count and align steps as one launch of E programs, without atomics (a few hundred pairs):
+    program e histograms every pair's expert id ([CHUNK, E_POW2] compares at a time; ids out of
+    range match no expert and are dropped), takes its block-padded offset from the exclusive prefix
+    sum, labels its blocks and writes its pairs in pair order, then the sentinel T up to its padded
+    end; program 0 labels the blocks after the last expert's -1. align_kernel's blocks, labels and
+    padding, and the same pairs in each block (in pair order, where the atomics' order may differ:
+    a row's products do not depend on its place in the block)."""
+    e = tl.program_id(0)
+    ex = tl.arange(0, E_POW2)
+    counts = tl.zeros([E_POW2], dtype=tl.int32)
+    for p0 in range(0, T, CHUNK):
+        p = p0 + tl.arange(0, CHUNK)
+        ide = tl.load(ids_ptr + p, mask=p < T, other=-1).to(tl.int32)
+        counts += tl.sum((ide[:, None] == ex[None, :]).to(tl.int32), axis=0)
+    counts = tl.where(ex < E, counts, 0)
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    total = tl.sum(padded, axis=0)
+    start = tl.sum(tl.where(ex < e, padded, 0), axis=0)
+    mine = tl.sum(tl.where(ex == e, padded, 0), axis=0)
+    have = tl.sum(tl.where(ex == e, counts, 0), axis=0)
+    for b in range(start // BLOCK_M, (start + mine) // BLOCK_M):
+        tl.store(block_expert_ptr + b, e)
+    if e == 0:
+        for b in range(total // BLOCK_M, NUM_BLOCKS):
+            tl.store(block_expert_ptr + b, -1)
+    if mine > 0:
+        placed = start
+        for p0 in range(0, T, CHUNK):
+            p = p0 + tl.arange(0, CHUNK)
+            hit = (tl.load(ids_ptr + p, mask=p < T, other=-1).to(tl.int32) == e) & (p < T)
+            pos = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+            tl.store(sorted_ptr + pos, p, mask=hit)
+            placed += tl.sum(hit.to(tl.int32), axis=0)
+        for r0 in range(start + have, start + mine, BLOCK_M):
+            r = r0 + tl.arange(0, BLOCK_M)
+            tl.store(sorted_ptr + r, tl.full([BLOCK_M], 0, tl.int32) + T, mask=r < start + mine)
+
+
+@triton.jit
+def prep_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
+                x_ptr, q_ptr, qs_ptr, stride_x, stride_q, stride_qs, K, out_ptr, TOPK, H,
+                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr, QUANT: tl.constexpr,
+                K_GROUPS: tl.constexpr, ZERO_OUT: tl.constexpr = False):
+    """The count and align steps and FC1's input codes in one launch (a few hundred pairs): program 0
+    counts every pair (BLOCK at a time), waits for its own atomics at a barrier and aligns them;
+    with QUANT, program 1 + r rounds token row r of x into 1x128-group E4M3 codes (q_ptr) and scales
+    (qs_ptr: [K / 128, M]), gemm.act_qdq_kernel's bits (quantize_row_codes). ZERO_OUT (the FC2 GEMM
+    sums the slots itself, which only happens for tokens with a pair in range): program 0 also writes
+    zeros to out_ptr [T / TOPK, H] rows of tokens whose every expert id is out of range."""
+    pid = tl.program_id(0)
+    if pid == 0:
+        for p0 in range(0, T, BLOCK):
+            count_pairs(ids_ptr, cnt_ptr, rank_ptr, p0, T, E, BLOCK)
+        tl.debug_barrier()
+        align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
+                    E_POW2, BLOCK)
+        if ZERO_OUT:
+            m = T // TOPK
+            for t0 in range(0, m, BLOCK):
+                tok = t0 + tl.arange(0, BLOCK)
+                live = tl.zeros([BLOCK], dtype=tl.int32)
+                for slot in range(0, TOPK):
+                    e = tl.load(ids_ptr + tok * TOPK + slot, mask=tok < m, other=-1).to(tl.int32)
+                    live += ((e >= 0) & (e < E)).to(tl.int32)
+                dead = (tok < m) & (live == 0)
+                for h0 in range(0, H, 64):
+                    hh = h0 + tl.arange(0, 64)
+                    tl.store(out_ptr + tok[:, None].to(tl.int64) * H + hh[None, :],
+                             tl.zeros([BLOCK, 64], dtype=out_ptr.dtype.element_ty),
+                             mask=dead[:, None] & (hh < H)[None, :])
+    elif QUANT:
+        r = (pid - 1).to(tl.int64)
+        quantize_row_codes(x_ptr + r * stride_x, q_ptr + r * stride_q, qs_ptr + r, stride_qs, K, K_GROUPS)
 
 
 @triton.jit
@@ -122,7 +217,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     FUSE_GU: tl.constexpr = False, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
                     DIRECT: tl.constexpr = False, QUANT_IN: tl.constexpr = False, FUSE_SUM: tl.constexpr = False,
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
-                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0):
+                    QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
+                    cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
+                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -158,9 +255,22 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     FUSE_SUM (STAGE 2 with DIRECT): the
     last of a token's TOPK programs of a column tile to arrive (an arrival counter per token and
     tile at sorted_ptr, zero between calls) sums the token's pair rows in slot order into sum_ptr
-    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    [M, N_OUT] (what topk_sum_kernel computes, bit for bit) and resets the counter. FUSE_SUM without
+    DIRECT (the aligned blocks): sum_rows with arrival counters at cnt_ptr and the pairs' expert ids
+    at ids_ptr (a token's out-of-range slots never arrive and are not summed). N_FAST (aligned blocks):
+    grid (column tiles, blocks), so the programs running together are one block's column tiles, which
+    read the same activation rows (from L2 after the first) instead of every block's rows per column
+    tile (an FC1 input larger than L2 was read once per column tile from HBM). PF_NEXT (STAGE 1,
+    DIRECT): after its store, each program asks L2 for pf_bytes of the next GEMM's weights of its
+    pair's expert (pf_ptr, expert stride pf_stride_e, pf_total bytes per expert), at offset
+    pid_n * pf_bytes: the FC2 programs that run first then find their rows in L2, fetched while FC1
+    drains and FC2 launches (HBM otherwise idles there)."""
+    if N_FAST:
+        pid_m = tl.program_id(1)
+        pid_n = tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
     if DIRECT:
         e = tl.load(bexp_ptr + pid_m).to(tl.int32)
         keep = ((e >= 0) & (e < E)).to(tl.float32)
@@ -335,6 +445,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
             if DIRECT:
                 y = y * keep
+            if PF_NEXT:
+                off = pid_n.to(tl.int64) * pf_bytes
+                if off < pf_total:
+                    prefetch_rows_l2(pf_ptr + e64 * pf_stride_e + off, tl.minimum(pf_bytes, pf_total - off))
             if QUANT_OUT:                           # FC2's input as E4M3 codes of its 1x128 groups (one per tile)
                 yq = to_dtype(y, io_t, DOT_F32).to(tl.float32)      # the layer-dtype value the reference rounds
                 q, s = quantize_tile_codes(yq, tl.zeros([BLOCK_M], dtype=tl.float32), 1, os_ptr)
@@ -349,9 +463,12 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if DIRECT:
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
-            if FUSE_SUM:
+            if FUSE_SUM and DIRECT:
                 sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N,
                           DOT_F32)
+            elif FUSE_SUM:
+                sum_rows(out_ptr, stride_om, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n, TOPK, E, N_OUT, j, jmask,
+                         BLOCK_M, BLOCK_N, DOT_F32)
 
 
 @triton.jit
@@ -399,6 +516,34 @@ def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, j
         tl.store(sum_ptr + tok.to(tl.int64) * N + j, to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16),
                  mask=jmask)
         tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+@triton.jit
+def sum_rows(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n, TOPK, E, N, j, jmask,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """The top-k sum inside the aligned FC2 GEMM (after this program's pair rows are stored): each row
+    bumps its token's arrival counter for column tile pid_n (cnt_ptr, zero between calls); the row
+    whose arrival completes the token's in-range slots sums those slots' rows in slot order into
+    sum_ptr [M, N] (topk_sum_kernel's bits) and resets the counter."""
+    tl.debug_barrier()
+    tok = rows // TOPK
+    tile = tok * tl.cdiv(N, BLOCK_N) + pid_n
+    arrived = tl.atomic_add(cnt_ptr + tile, tl.full([BLOCK_M], 1, tl.int32), mask=valid)
+    need = tl.zeros([BLOCK_M], dtype=tl.int32)
+    for slot in range(0, TOPK):
+        e = tl.load(ids_ptr + tok * TOPK + slot, mask=valid, other=-1).to(tl.int32)
+        need += ((e >= 0) & (e < E)).to(tl.int32)
+    last = valid & (arrived == need - 1)
+    total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for slot in range(0, TOPK):
+        pair = tok * TOPK + slot
+        e = tl.load(ids_ptr + pair, mask=last, other=-1).to(tl.int32)
+        ok = last & (e >= 0) & (e < E)
+        total += tl.load(pairs_ptr + pair[:, None].to(tl.int64) * stride_pm + j[None, :],
+                         mask=ok[:, None] & jmask[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(sum_ptr + tok[:, None].to(tl.int64) * N + j[None, :],
+             to_dtype(total, sum_ptr.dtype.element_ty, EXACT_BF16), mask=last[:, None] & jmask[None, :])
+    tl.atomic_xchg(cnt_ptr + tile, tl.zeros([BLOCK_M], dtype=tl.int32), mask=last)
 
 
 @triton.jit

@@ -6,8 +6,8 @@ The interpreter (the CPU tests) runs kernels as Python: what only the compiler c
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [small|swap]   # one line per kernel; small: the one-row paths,
-                                                                # swap: the few-row 4-bit kernel
+    python plugins/triton/tests/sm90_compile.py [small|swap|words|moeswap]   # one line per kernel; small: the
+                                        # one-row paths, swap: the few-row 4-bit kernel, moeswap: the MoE's
 """
 from __future__ import annotations
 
@@ -172,9 +172,50 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
 def swap(elem, group, cfg, *, zero=False, f16=False):
     consts = dict(ELEM=elem, HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], GROUP=group,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=group if elem == 3 else cfg["BLOCK_K"],
-                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, **_ones(elem))
+                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+                  PREFETCH=cfg.get("PREFETCH", 1), **_ones(elem))
     ptrs = {**_small_ptrs(elem), **({"x_ptr": "*fp16", "y_ptr": "*fp16", "b_ptr": "*fp16"} if f16 else {})}
     return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_swap(elem, group, cfg, *, stage, aligned=True, zero=False, even_k=True):
+    """moe_gemv.moe_swap_kernel with WORDS (gemm.w4_swap_tiles) as TritonMoE.apply_swap launches it:
+    FC1 gated interleaved (swigluoai, BLOCK_N1 columns: twice the weight rows) or FC2 with the top-k sum."""
+    fc1 = stage == 1
+    consts = dict(STAGE=stage, ACTFN=3, GATED=fc1, INTERLEAVED=fc1, HAS_LIMIT=fc1, A_BY_PAIR=False, WEIGHT_OUT=True,
+                  ELEM=elem, PACK=8 if elem == 3 else 2, GROUP=group, HAS_ZERO=zero, HAS_BIAS=True, SCALED_DOT=False,
+                  ALIGNED=aligned, FUSE_SUM=not aligned and not fc1, BLOCK_M=cfg["BLOCK_M"],
+                  BLOCK_N=cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if fc1 else cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                  EXACT_BF16=False, OUT_F16=False, EVEN_K=even_k, WORDS=True, DECODE=3 if elem == 3 else 4,
+                  SPLIT_K=cfg.get("SPLIT_K", 1), JOIN=bool(cfg.get("JOIN", 0)), PREFETCH=cfg.get("PREFETCH", 0),
+                  **_ones(elem))
+    ptrs = {**_small_ptrs(elem), "topw_ptr": "*fp32", "out_ptr": "*bf16" if fc1 else "*fp32", "sum_ptr": "*bf16",
+            "sorted_ptr": "*i32", "bexp_ptr": "*i32", "kcnt_ptr": "*i32", "part_ptr": "*fp32"}
+    return compile_kernel(mg.moe_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_swap_cases():
+    """The fused MoE's WORDS swap path (TritonMoE.apply_swap) at the tiles the sweeps try."""
+    def c(bn, bn1, warps=4, split=1):
+        return {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_N1": bn1, "BLOCK_K": 128, "SPLIT_K": split,
+                "num_warps": warps, "num_stages": 1}
+    return {
+        "moe swap words mxfp4 FC1 aligned n1=32 (gpt-oss K=2880)": lambda: moe_swap(1, 32, c(64, 32), stage=1,
+                                                                                   even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64": lambda: moe_swap(1, 32, c(64, 32), stage=2, even_k=False),
+        "moe swap words mxfp4 FC1 aligned n1=64": lambda: moe_swap(1, 32, c(64, 64), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=128 w8": lambda: moe_swap(1, 32, c(128, 64, 8), stage=2, even_k=False),
+        "moe swap words mxfp4 FC2 split 4, top-k sum": lambda: moe_swap(1, 32, c(64, 32, split=4), stage=2,
+                                                                        aligned=False, even_k=False),
+        "moe swap words nvfp4 FC1 aligned n1=32": lambda: moe_swap(2, 16, c(64, 32), stage=1),
+        "moe swap words int4 zero points FC1 aligned n1=32": lambda: moe_swap(3, 128, c(64, 32), stage=1, zero=True),
+        "moe swap words mxfp4 FC1 aligned n1=32 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=2, even_k=False),
+        "moe swap words int4 FC1 aligned n1=32 JOIN": lambda: moe_swap(3, 128, dict(c(64, 32), JOIN=1), stage=1,
+                                                                      zero=True),
+    }
 
 
 def swap_cases():
@@ -215,6 +256,17 @@ def fp8_swap(cfg, act=2, quant_in=False):
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
+def fp4_rows(elem, cfg):
+    """fp4_gemv.fp4_rows_kernel as a tuned entry launches it (K split into chunks, PTX decoder)."""
+    from oracle_triton.fp4_gemv import fp4_rows_kernel
+
+    consts = dict(ELEM=elem, HAS_BIAS=True, SPLIT=True, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], OUT_F16=False, PTX=True, EXACT_BF16=False, EVEN_K=True)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16",
+            "part_ptr": "*fp32", "cnt_ptr": "*i32"}
+    return compile_kernel(fp4_rows_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
 def small_batch_cases():
     """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
     included (what the interpreter cannot run)."""
@@ -223,6 +275,7 @@ def small_batch_cases():
 
     def g(elem, group, words=True):
         return gemv_config(8192, 8192, 132, elem, group, words=words)
+    rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 4, "num_stages": 1}   # the shipped entry's
     return {
         "gemv W8A16 fp8_block (words)": lambda: gemv(0, 128, g(0, 128), scale_rows=128),
         "gemv W8A8 fp8_block": lambda: gemv(0, 128, g(0, 128, False), act=1, scale_rows=128),
@@ -234,6 +287,8 @@ def small_batch_cases():
         "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
+        "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
+        "row-walking GEMV nvfp4 (words)": lambda: fp4_rows(2, rows),
     }
 
 
@@ -250,6 +305,8 @@ def words_cases():
     return {
         "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
         "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
+        "swap mxfp4 whole tile (JOIN) bm16 bn64": lambda: swap(1, 32, dict(c(16, 64, 4, 4), FULL_TILE=1)),
+        "swap nvfp4 two tiles ahead (PREFETCH 2) bm16 bn128 w8": lambda: swap(2, 16, dict(c(16, 128, 8, 4), PREFETCH=2)),
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
@@ -268,7 +325,8 @@ def words_cases():
 
 def main(argv: list[str]) -> int:
     bad = 0
-    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases}.get(argv[0] if argv else "", default_cases)()
+    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases,
+             "moeswap": moe_swap_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()

@@ -86,6 +86,11 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
                "num_stages": 1}
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)
+        if fmt == "int4":       # one dot per K tile on the interleaved whole tile (E2M1 joins PTX-decoded words only)
+            assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1}), e.apply(x)) < TOL, (m, symmetric)
+        # loads two K tiles ahead: the same products
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}),
+                           t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric)
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),

@@ -120,5 +120,21 @@ def test_small_batch_kernels_compile_for_sm90_without_spills():
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "small"],
                          capture_output=True, text=True, env=env, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
-    assert out.returncode == 0 and len(lines) == 9, out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0 and len(lines) == 11, out.stdout + out.stderr[-3000:]
     assert all(" 0 B spilled" in ln for ln in lines), out.stdout
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4")])
+@pytest.mark.parametrize("k,bk,rows,bn", [(640, 256, 64, 16), (512, 512, 32, 32)])
+def test_fp4_rows_gemv_matches_emulation(fmt, mode, k, bk, rows, bn):
+    """fp4_gemv.fp4_rows_kernel (integer decode: the interpreter has no PTX): N = 80 (a partial row
+    block), K = 640 (three 256-wide chunks, the last partial: split-K with the ordered sum) or one
+    512-wide chunk (no split); bias; and twice in a row (the split counters reset)."""
+    n = 80
+    t, e = linear_pair(fmt, n, k, mode, "bf16", {}, bias=True, device=DEV)
+    cfg = {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk), "DECODE": 0, "num_warps": 4,
+           "num_stages": 1}
+    x = torch.randn(1, k, dtype=torch.bfloat16, device=DEV) * 3
+    y = t.gemm(x, 0, None, torch.bfloat16, cfg)
+    assert rel(y, e.apply(x)) < TOL
+    assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, cfg))

@@ -374,6 +374,32 @@ def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
     _replay_agrees(run, torch.randn(256, 7168, device="cuda", dtype=torch.bfloat16), e)
 
 
+@pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("int4", "w4a16_int4")])
+def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode):
+    """fp4_gemv.fp4_rows_kernel with the PTX word decoder (E2M1, M = 1: a partial row block, three
+    K chunks, split-K and bias) and the swap-AB kernel's JOIN (one dot per K tile, M = 16, both word
+    decoders) against the reference; then the row GEMV captured in a CUDA graph and replayed on new
+    activations (bitwise equal to an eager call: the chunks are summed in a fixed order)."""
+    n, k = 1000, 3072
+    t, e = linear_pair(fmt, n, k, mode, "bf16", {}, device="cuda", bias=True)
+    x16 = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
+    join = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4, "DECODE": 3 if fmt == "int4" else 4,
+            "num_warps": 8, "num_stages": 1, "FULL_TILE": 1}
+    assert rel(t.gemm(x16, 0, None, torch.bfloat16, join), e.apply(x16)) < TOL
+    if fmt == "int4":
+        return
+    rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 1024, "SPLIT_K": 3, "DECODE": 3, "num_warps": 4, "num_stages": 1}
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, rows), e.apply(x)) < TOL
+    g, out = _graph(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, rows), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.gemm(x, 0, None, torch.bfloat16, rows))
+
+
 @pytest.mark.parametrize("fmt,mode,act,params", [
     ("int4", "w4a16_int4", "bf16", {}),
     ("mxfp4", "w4a16_mx", "bf16", {}),

@@ -1,4 +1,7 @@
-"""Out-of-range expert ids on the aligned grouped-GEMM path add nothing to their token's output.
+"""Out-of-range expert ids on the aligned grouped-GEMM path add nothing to their token's output, and
+the aligned path's one-launch preparation (PREP: count, align, FC1's input codes), its top-k sum
+inside the FC2 GEMM (FUSE_SUM) and its column-tile-first grid (N_FAST) give the bits of the
+separate launches.
 
 The eager expert-id check reads the ids back (a host sync), so it is skipped under graph capture and
 when an engine vouches for its router (check_inputs False). The alignment launches then drop such a
@@ -17,11 +20,11 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 FP8 = ("fp8_block", "w8a8_block", "fp8", {"activation_granularity": "group"})
 
 
-def _aligned(t, m):
+def _aligned(t, m, **kw):
     from oracle_triton.moe import moe_config
 
     lay = t.w13.layout
-    return moe_config(m, t.layer.top_k, t.experts, lay.pack)
+    return {**moe_config(m, t.layer.top_k, t.experts, lay.pack), **kw}
 
 
 def _reference(ref, x, w, ids, experts):
@@ -63,13 +66,48 @@ def test_aligned_path_drops_out_of_range_pairs():
     assert rel(y, _reference(ref, x, w, ids, 8)) < 5e-2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt,mode,act,params,on_input", [
+    (*FP8, False), (*FP8, True), ("fp8_block", "w8a16_block", "bf16", {}, False)])
+def test_prep_launch_and_fused_sum_give_the_aligned_bits(fmt, mode, act, params, on_input):
+    """PREP and PREP + FUSE_SUM (and N_FAST: the grid walks a block's column tiles first) against the
+    five-launch aligned path: the same bits, a token whose ids are all out of range gives zeros, and the
+    sum's counters are back at zero (a second call agrees)."""
+    t, ref = moe_pair(fmt, 8, 256, 128, 2, mode, act, params, device=DEV, router_on_input=on_input)
+    t.check_inputs = False
+    x = torch.randn(4, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(4, 8, 2, DEV)
+    ids[1, 0], ids[3] = 8, -1                 # token 3: no expert in range
+    t.config = _aligned(t, 4)
+    apart = t.apply(x, w, ids)
+    assert torch.equal(apart[3], torch.zeros_like(apart[3]))
+    for cfg in (_aligned(t, 4, PREP=1), _aligned(t, 4, PREP=1, FUSE_SUM=1), _aligned(t, 4, N_FAST=1),
+                _aligned(t, 4, N_FAST=1, PREP=1, FUSE_SUM=1)):
+        t.config = cfg
+        out = t.apply(x, w, ids)
+        assert torch.equal(out, apart), cfg
+        assert torch.equal(t.apply(x, w, ids), apart), cfg
+    assert int(t._sum_counters.abs().sum()) == 0
+    assert rel(apart, _reference(ref, x, w, ids, 8)) < 5e-2
+
+
+def test_fused_sum_on_aligned_tiles_needs_the_prep_launch():
+    fmt, mode, act, params = FP8
+    t, _ = moe_pair(fmt, 8, 256, 128, 2, mode, act, params, device=DEV)
+    t.config = _aligned(t, 4, FUSE_SUM=1)
+    w, ids = routing(4, 8, 2, DEV)
+    with pytest.raises(ValueError, match="PREP"):
+        t.apply(torch.randn(4, 256, dtype=torch.bfloat16, device=DEV), w, ids)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt,mode,act,params", [FP8, ("mxfp4", "w4a16_mx", "bf16", {})])
-def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params):
+@pytest.mark.parametrize("fmt,mode,act,params,extra", [(*FP8, {}), ("mxfp4", "w4a16_mx", "bf16", {}, {}),
+                                                      (*FP8, {"PREP": 1, "FUSE_SUM": 1, "N_FAST": 1})])
+def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params, extra):
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     t.check_inputs = False
     m = 40                                       # 160 pairs over 32 experts: the aligned tiles
-    t.config = _aligned(t, m)
+    t.config = _aligned(t, m, **extra)
     x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
     w, ids = routing(m, 32, 4, "cuda")
     t.forward(x, w, ids)
@@ -86,3 +124,36 @@ def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, par
     tol = {"bf16": 1e-2, "fp8": 5e-2}[act]
     assert torch.isfinite(out.float()).all()
     assert rel(out, _reference(ref, x, w, ids, 32)) < tol
+
+
+@pytest.mark.parametrize("t,e,bm", [(37, 8, 16), (128, 128, 16), (300, 100, 64)])
+def test_one_launch_alignment_gives_the_blocks_of_the_two_launches(t, e, bm):
+    """moe_kernels.align_small_kernel against count_kernel + align_kernel on ids with duplicates and
+    out-of-range entries: the same block labels, and each labelled block holds the same pairs (the
+    order inside a block may differ: the atomics decide it there)."""
+    from oracle_triton import moe_kernels as mk
+    from oracle_triton.moe import triton_pow2
+
+    ids = torch.randint(-2, e + 2, (t,), dtype=torch.int32, device=DEV)
+    blocks = -(-t // bm) + min(e, t)
+    got = []
+    for small in (False, True):
+        sorted_ids = torch.full((blocks * bm,), -7, dtype=torch.int32, device=DEV)
+        labels = torch.full((blocks,), -7, dtype=torch.int32, device=DEV)
+        if small:
+            mk.align_small_kernel[(e,)](ids, sorted_ids, labels, t, e, blocks, BLOCK_M=bm, E_POW2=triton_pow2(e),
+                                        CHUNK=max(16, 16384 // triton_pow2(e)))
+        else:
+            counts = torch.zeros(e, dtype=torch.int32, device=DEV)
+            rank = torch.empty(t, dtype=torch.int32, device=DEV)
+            mk.count_kernel[(-(-t // 1024),)](ids, counts, rank, t, e, BLOCK=1024)
+            mk.align_kernel[(1,)](ids, rank, counts, torch.empty_like(counts), sorted_ids, labels, t, e, blocks,
+                                  BLOCK_M=bm, E_POW2=triton_pow2(e), BLOCK=256)
+        got.append((labels.clone(), sorted_ids.view(blocks, bm).clone()))
+    (la, sa), (lb, sb) = got
+    assert torch.equal(la, lb)
+    used = la >= 0
+    assert torch.equal(sa[used].sort(1).values, sb[used].sort(1).values)
+    for b in torch.nonzero(used).flatten().tolist():
+        real = sa[b][sa[b] < t]
+        assert (ids[real.long()] == la[b]).all()
