@@ -13,12 +13,13 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
+from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
-from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
+from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
+                     quantize_activations, tensor_scale)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
@@ -340,7 +341,11 @@ class TritonMoE(Kernel):
         """The per-tensor scale of FC1's (idx 0) or FC2's (idx 1) input: static, or its dynamic amax."""
         if self.act not in (ACT_TENSOR, ACT_NVFP4):
             return None
-        return self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
+        if self.static[idx] is not None:
+            return self.static[idx]
+        if a.is_contiguous() and a.numel() <= TENSOR_SCALE_MAX:     # one program instead of torch's ~7 launches
+            return tensor_scale(a, E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+        return dynamic_tensor_scale(a, self.act)
 
     def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the

@@ -378,8 +378,9 @@ def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
 def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode):
     """fp4_gemv.fp4_rows_kernel with the PTX word decoder (E2M1, M = 1: a partial row block, three
     K chunks, split-K and bias) and the swap-AB kernel's JOIN (one dot per K tile, M = 16, both word
-    decoders) against the reference; then the row GEMV captured in a CUDA graph and replayed on new
-    activations (bitwise equal to an eager call: the chunks are summed in a fixed order)."""
+    decoders) and PREFETCH 2 (E2M1) against the reference; then the row GEMV captured in a CUDA graph
+    and replayed on new activations (bitwise equal to an eager call: the chunks are summed in a fixed
+    order)."""
     n, k = 1000, 3072
     t, e = linear_pair(fmt, n, k, mode, "bf16", {}, device="cuda", bias=True)
     x16 = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
@@ -388,6 +389,8 @@ def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode):
     assert rel(t.gemm(x16, 0, None, torch.bfloat16, join), e.apply(x16)) < TOL
     if fmt == "int4":
         return
+    ahead = {**join, "FULL_TILE": 0, "PREFETCH": 2}       # the swap kernel loading two K tiles ahead
+    assert rel(t.gemm(x16, 0, None, torch.bfloat16, ahead), e.apply(x16)) < TOL
     rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 1024, "SPLIT_K": 3, "DECODE": 3, "num_warps": 4, "num_stages": 1}
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
     assert rel(t.gemm(x, 0, None, torch.bfloat16, rows), e.apply(x)) < TOL

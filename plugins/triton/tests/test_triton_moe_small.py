@@ -447,6 +447,19 @@ def test_swap_words_rule():
     check_config(swap_words_config(), layout_for("mxfp4", 5760, 2880))
 
 
+def test_small_dynamic_tensor_scales_take_one_program():
+    """Small dynamic per-tensor scales (FP8 per tensor, the NVFP4 global scale) come from
+    launch.tensor_scale, with the bits of linear.dynamic_tensor_scale (1 for an all-zero input)."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    for fmt, mode, act in (("nvfp4", "w4a4_nvfp4", "nvfp4"), ("fp8_tensor", "w8a8_fp8_tensor", "fp8")):
+        t, _ = moe_pair(fmt, E, H, I, K, mode, act, {"activation_granularity": "tensor"} if act == "fp8" else {},
+                        device=DEV)
+        for a in (torch.randn(3, H, dtype=torch.bfloat16, device=DEV) * 7, torch.zeros(1, H, device=DEV,
+                                                                                       dtype=torch.bfloat16)):
+            assert torch.equal(t._act_scale(0, a), dynamic_tensor_scale(a, t.act)), (fmt, a.abs().max())
+
+
 def test_swap_words_refuses_partial_tiles():
     """WORDS needs K tiles of whole 128s (INT4: one 128-wide group per tile)."""
     t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", {}, device=DEV)
