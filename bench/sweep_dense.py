@@ -176,7 +176,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
             if bn * bk > 128 * 512 or (nw == 8 and bn * bk < 128 * 256):
                 continue
             tiles, kt = -(-n // bn), -(-k // bk)
-            for waves in (1, 2):
+            for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                 sp = fill_split(tiles, kt, sms, waves)
                 if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                     continue
@@ -191,7 +191,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                     continue
                 for bk in (128,):
                     tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-                    for waves in (1, 2):
+                    for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                         sp = fill_split(tiles, kt, sms, waves)
                         if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                             continue
@@ -251,9 +251,9 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
     if DEFAULTS_ONLY[0]:
         return out
-    if m == 1:      # more bytes in flight per SM (deeper K tiles, more stages, wider N) against more programs
-        grid = [(16, 128, 256, 4, 4), (16, 64, 128, 4, 4), (16, 256, 128, 8, 4), (16, 64, 256, 4, 4),
-                (16, 64, 128, 4, 6), (16, 128, 128, 4, 4), (16, 64, 512, 4, 3)]
+    if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
+        # wider N); R7 on 7168x18432: 128x256 / 256x128 / 64x512 tiles 15-50% slower, so not tried
+        grid = [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (16, 64, 128, 4, 6), (16, 64, 256, 4, 4)]
     elif m <= 32:
         grid = [(16 if m <= 16 else 32, bn, bk, nw, st) for bn in (64, 128, 256) for bk in (128, 256)
                 for nw in (4, 8) for st in (3, 5)]
@@ -264,7 +264,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-        for waves in (1, 2):
+        for waves in ((1, 2, 4) if m == 1 else (1, 2)):
             sp = fill_split(tiles, kt, sms, waves)
             if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                 continue

@@ -9,8 +9,8 @@ Inductor keeps aten.topk as a library call, so `compile_layers` hands inductor a
 
 Same result as torch.topk(x, k, dim=-1, largest=True, sorted=True): the k largest values in
 descending order (copied, not recomputed) and their indices; among equal values the smaller index
-comes first (torch leaves that order unspecified). Rows holding NaN are outside the contract of a
-router; the CPU (and anything not CUDA) runs torch.topk itself. The pass is part of the compiled
+comes first (torch leaves that order unspecified); NaN counts as larger than any number, as in
+torch.topk, so every index is one of the row's own. The CPU (and anything not CUDA) runs torch.topk itself. The pass is part of the compiled
 decode mode, so a benchmark's BF16 baseline, compiled by the same `compile_layers`, gets it too;
 ORACLE_ROUTER_TOPK=0 leaves torch.topk in place.
 """

@@ -131,7 +131,7 @@ def act_codes(act: int, one_tile_k: int = 0):
     bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
     warps = TOKEN_WARPS if act == 2 else 4
     if one_tile_k:
-        bm, bk, warps = 1, one_tile_k, 8 if one_tile_k <= 8192 else (16 if one_tile_k <= 16384 else 32)
+        bm, bk, warps = 1, one_tile_k, 8 if one_tile_k <= 8192 else 16
     consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True, ONE_TILE=bool(one_tile_k))
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
                           consts, warps, 2)
@@ -338,7 +338,6 @@ def words_cases():
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
         "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
-        "act codes per token, one tile of 32768": lambda: act_codes(2, 32768),
         "dynamic per-tensor scale, one program": lambda: compile_kernel(
             gemm.tensor_scale_kernel, {"x_ptr": "*bf16", "s_ptr": "*fp32"}, dict(DIV=448.0, BLOCK=1024), 4, 1),
         "dense int4 words 128x128x128 w8": lambda: dense(3, 8, 128, big),

@@ -414,7 +414,7 @@ def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode):
 def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params):
     """fastlaunch: from the second eager call of a shape on, `apply` replays the recorded launches
     with Triton's launcher directly; the outputs are bit for bit those of the ordinary launches, for
-    new activations, a [1, 1, K] input, an input not 16-byte aligned (its own plan) and under a
+    new activations, a [1, 1, K] input, an input not 16-byte aligned (INT4: its own plan) and under a
     caller's CUDA-graph capture; one to three launches per call (FP8 at 16 rows: quantizer + GEMM).
     Dynamic per-tensor scales (FP8, NVFP4 W4A4) come from one Triton program (launch.tensor_scale),
     or at one FP8 row from the GEMM itself: equal to the call with torch's dynamic_tensor_scale."""
@@ -437,9 +437,10 @@ def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params)
     for _ in range(2):
         y3 = t.apply(x3)
     assert y3.shape == (1, 1, 1536) and torch.equal(y3, ordinary(x3))
-    odd = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(1, 4096)   # 2 bytes off alignment
-    for _ in range(2):
-        assert torch.equal(t.apply(odd), ordinary(odd))
+    if fmt == "int4":       # an input 2 bytes off 16-byte alignment gets its own plan (another compile)
+        odd = torch.randn(4097, device="cuda", dtype=torch.bfloat16)[1:].view(1, 4096)
+        for _ in range(2):
+            assert torch.equal(t.apply(odd), ordinary(odd))
     xs = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     g, out = _graph(t.apply, xs)
     xs.copy_(torch.randn_like(xs))
@@ -449,9 +450,9 @@ def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params)
 
 
 @pytest.mark.parametrize("k", [7168, 18432])
-def test_per_token_codes_in_one_load_are_torchs_float8_cast(k):
-    """act_qdq_kernel ONE_TILE (one load per row, up to K = 32768 at 32 warps): the scales are
-    amax / 448 and the codes torch's float8_e4m3fn cast of x / scale, bit for bit."""
+def test_per_token_codes_are_torchs_float8_cast(k):
+    """The per-token quantizer (act_qdq_kernel: one load per row up to K = 16384, two passes above):
+    the scales are amax / 448 and the codes torch's float8_e4m3fn cast of x / scale, bit for bit."""
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import device_facts, quantize_activation_codes
 
