@@ -147,13 +147,6 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
     if fmt != "int4" and facts["hw_fp8"] and "SWAP" in default and default.get("DECODE") in (0, 4):
         other = 4 - default["DECODE"]     # E2M1 swap: bit placement (4) against the elementwise decode (0)
         out.append((f"default d{other}", {**default, "DECODE": other}))
-    if m == 1 and "DECODE" in default and not default.get("ROWS") and "SWAP" not in default:
-        # the GEMV with loads two K tiles ahead (PREFETCH 2)
-        out.append(("pf2 gemv default", {**default, "PREFETCH": 2}))
-        if fmt != "int4":
-            for bn, bk in ((32, 512),):
-                if (bn, bk) != (default["BLOCK_N"], default["BLOCK_K"]):
-                    out.append((f"pf2 gemv bn{bn} bk{bk}", {**default, "BLOCK_N": bn, "BLOCK_K": bk, "PREFETCH": 2}))
     if m == 1 and fmt != "int4":     # the row-walking E2M1 GEMV (fp4_gemv): rows per program x rows per step x K chunk
         for rows, bn, bk, nw in ROWS_GRID:
             out.append((f"rows r{rows} bn{bn} bk{bk} w{nw}",
@@ -183,7 +176,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
             if bn * bk > 128 * 512 or (nw == 8 and bn * bk < 128 * 256):
                 continue
             tiles, kt = -(-n // bn), -(-k // bk)
-            for waves in (1, 2):
+            for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                 sp = fill_split(tiles, kt, sms, waves)
                 if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                     continue
@@ -198,7 +191,7 @@ def variants_4bit(fmt, n, k, m, facts, default) -> list[tuple[str, dict]]:
                     continue
                 for bk in (128,):
                     tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-                    for waves in (1, 2):
+                    for waves in ((1, 2, 4) if m == 1 else (1, 2)):
                         sp = fill_split(tiles, kt, sms, waves)
                         if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                             continue
@@ -258,9 +251,9 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
     if DEFAULTS_ONLY[0]:
         return out
-    if m == 1:      # more bytes in flight per SM (deeper K tiles, more stages, wider N) against more programs
-        grid = [(16, 128, 256, 4, 4), (16, 64, 128, 4, 4), (16, 256, 128, 8, 4), (16, 64, 256, 4, 4),
-                (16, 64, 128, 4, 6), (16, 128, 128, 4, 4), (16, 64, 512, 4, 3)]
+    if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
+        # wider N); R7 on 7168x18432: 128x256 / 256x128 / 64x512 tiles 15-50% slower, so not tried
+        grid = [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (16, 64, 128, 4, 6), (16, 64, 256, 4, 4)]
     elif m <= 32:
         grid = [(16 if m <= 16 else 32, bn, bk, nw, st) for bn in (64, 128, 256) for bk in (128, 256)
                 for nw in (4, 8) for st in (3, 5)]
@@ -271,7 +264,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
-        for waves in (1, 2):
+        for waves in ((1, 2, 4) if m == 1 else (1, 2)):
             sp = fill_split(tiles, kt, sms, waves)
             if waves > 1 and sp == fill_split(tiles, kt, sms, 1):
                 continue

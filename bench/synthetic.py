@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +50,7 @@ class SyntheticSource(TensorSource):
         self.groups, self.nbytes = groups, sum(n for _, _, n in plan)
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.ready: dict[str, torch.Tensor] = {}
+        self.make_s = 0.0          # host seconds spent making tensors (the rest of a build is the loader's)
 
     def stored_bytes(self) -> int:
         """The bytes the made tensors take (what a checkpoint of them would hold)."""
@@ -57,8 +59,10 @@ class SyntheticSource(TensorSource):
     def get(self, name: str) -> Any:
         if name not in self.ready:
             names, make = self.groups[name]          # KeyError -> the loader's missing-tensor error path
+            t = time.perf_counter()
             with torch.no_grad():
                 self.ready.update(zip(names, make(self.gen)))
+            self.make_s += time.perf_counter() - t
         self.claimed.add(name)
         return self.ready.pop(name)
 
@@ -73,7 +77,9 @@ def oracle_model(config_file: str | None, kind: str, layers: int | None, device:
         mk.write_config(Path(tmp), kind, cfg, meta)
         source = SyntheticSource(mk.tensor_plan(kind, meta), device, seed)
         del meta
-        return oracle.hf.load_quantized(tmp, device=device, source=source, config=config)
+        model = oracle.hf.load_quantized(tmp, device=device, source=source, config=config)
+    model._synthetic_make_s = source.make_s      # bench_decode reports the build's split
+    return model
 
 
 def bf16_model(config_file: str | None, kind: str, layers: int | None, device: str, seed: int = 0) -> torch.nn.Module:

@@ -31,6 +31,12 @@ x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0, float("-inf"), float("-inf")]])    #
 v = torch.empty(1, 6); i = torch.empty(1, 6, dtype=torch.int64)
 T._kernel()[(1,)](x, v, i, 7, 7, K=6, BLOCK=16)
 assert i.tolist() == [[1, 2, 4, 3, 0, 5]] and v[0, :5].tolist() == [3.0, 3.0, 3.0, 2.0, 1.0], (i, v)
+x = torch.tensor([[1.0, float("nan"), 5.0, float("nan"), 2.0]])       # NaN first, as torch.topk
+v = torch.empty(1, 4); i = torch.empty(1, 4, dtype=torch.int64)
+T._kernel()[(1,)](x, v, i, 5, 5, K=4, BLOCK=16)
+assert i.tolist() == [[1, 3, 2, 4]] and v[0, :2].isnan().all() and v[0, 2:].tolist() == [5.0, 2.0], (i, v)
+want_v, want_i = torch.topk(x, 4)
+assert sorted(want_i[0, :2].tolist()) == [1, 3] and want_i[0, 2:].tolist() == [2, 4]
 print("ok")
 """
 

@@ -9,8 +9,8 @@ Inductor keeps aten.topk as a library call, so `compile_layers` hands inductor a
 
 Same result as torch.topk(x, k, dim=-1, largest=True, sorted=True): the k largest values in
 descending order (copied, not recomputed) and their indices; among equal values the smaller index
-comes first (torch leaves that order unspecified). Rows holding NaN are outside the contract of a
-router; the CPU (and anything not CUDA) runs torch.topk itself. The pass is part of the compiled
+comes first (torch leaves that order unspecified); NaN counts as larger than any number, as in
+torch.topk, so every index is one of the row's own. The CPU (and anything not CUDA) runs torch.topk itself. The pass is part of the compiled
 decode mode, so a benchmark's BF16 baseline, compiled by the same `compile_layers`, gets it too;
 ORACLE_ROUTER_TOPK=0 leaves torch.topk in place.
 """
@@ -50,25 +50,10 @@ def _topk_fake(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
 
 
-@functools.cache
 def _kernel() -> Any:
-    """The Triton kernel, built on first CUDA use (a CPU process never imports triton)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def topk_rows(x_ptr, v_ptr, i_ptr, E, stride, K: tl.constexpr, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        offs = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride + offs, mask=offs < E, other=0.0).to(tl.float32)
-        taken = offs >= E                                  # padding and values already picked
-        for j in tl.static_range(K):
-            best = tl.max(tl.where(taken, float("-inf"), x), axis=0)
-            pick = tl.min(tl.where(~taken & (x == best), offs, BLOCK), axis=0)
-            tl.store(v_ptr + row * K + j, best.to(v_ptr.dtype.element_ty))
-            tl.store(i_ptr + row * K + j, pick.to(tl.int64))
-            taken = taken | (offs == pick)
-
+    """The Triton kernel (oracle.hf.topk_triton), imported at the first CUDA call: a CPU process never
+    imports triton."""
+    from .topk_triton import topk_rows
     return topk_rows
 
 

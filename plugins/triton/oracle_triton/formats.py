@@ -117,8 +117,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              "power-of-two K chunks of at least 64 and BLOCK_N a power of two dividing ROWS")
         return
     if "DECODE" in cfg:
-        if cfg.get("PREFETCH", 1) not in (1, 2):
-            raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the GEMV loads 1 or 2 K tiles ahead")
+        if "PREFETCH" in cfg:
+            raise ValueError(f"PREFETCH for {what}: the GEMV loads one K tile ahead (no PREFETCH)")
         unit = 128 if layout.elem == FP8 and layout.group > 1 else max(layout.group, 8)
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")

@@ -351,10 +351,12 @@ def interleave8(w0, w1, w2, w3, w4, w5, w6, w7):
 @triton.jit
 def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
                     stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
-                    UJ: tl.constexpr, JOIN: tl.constexpr = False):
+                    UJ: tl.constexpr, JOIN: tl.constexpr = False, K=0, EVEN_K: tl.constexpr = True):
     """The loads of K tile t (UJ 32-bit words of 8 codes along K per weight row): words [BN, UJ],
     scales (INT4: [BN], the tile is one group; E2M1: raw [BN, groups of the tile]), zero points
-    [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i; JOIN: [8 UJ, BM])."""
+    [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i; JOIN: [8 UJ, BM];
+    offs_m: the rows' indices in x). EVEN_K False (E2M1 only: K a multiple of the group, not of the
+    tile, as gpt-oss's 2880): the words, scales and activations past K read as zeros."""
     n_ok = offs_n < N
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
@@ -366,18 +368,21 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
         else:
             z = tl.full(offs_n.shape, 8, tl.int32)
     else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
-        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
-                    mask=n_ok[:, None], other=0)
         G: tl.constexpr = UJ * 8 // GROUP
         gk = t * G + tl.arange(0, G)
-        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk, mask=n_ok[:, None], other=0)
+        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
+                    mask=n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :], other=0)
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                    mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
         z = s
     if JOIN:
         kt = t * UJ * 8 + tl.arange(0, UJ * 8)
-        x = tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :], other=0.0)
+        x = tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :] & k_in(kt, K, EVEN_K)[:, None],
+                    other=0.0)
     else:
         kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
-        x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None], other=0.0)
+        x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None] & k_in(kx, K, EVEN_K),
+                    other=0.0)
     return u, s, z, x
 
 
@@ -434,8 +439,6 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
-    dot_t = tl.float32 if DOT_F32 else io_t
-    UJ: tl.constexpr = BLOCK_K // 8
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
@@ -443,22 +446,40 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    acc = w4_swap_tiles(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), t0, t1, offs_n, offs_m, row_ok, x_ptr,
+                        w_ptr, s_ptr, z_ptr, gscale, K, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
+                        stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, DECODE, DOT_F32, io_t, JOIN, PREFETCH)
+    finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
+                offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+
+
+@triton.jit
+def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, gscale, K, N, stride_xm,
+                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
+                  GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
+                  DOT_F32: tl.constexpr, io_t: tl.constexpr, JOIN: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
+                  EVEN_K: tl.constexpr = True):
+    """acc [BLOCK_N, BM] + W[offs_n, K tiles t0..t1) @ x[offs_m]^T: the swap-AB K loop of
+    w4_swap_kernel (JOIN, PREFETCH as there), shared with the fused MoE's (moe_gemv.moe_swap_kernel
+    WORDS: offs_n may be any weight rows, e.g. stacked gate and up rows, and offs_m any activation
+    rows)."""
+    dot_t = tl.float32 if DOT_F32 else io_t
+    UJ: tl.constexpr = BLOCK_K // 8
     u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
                                  stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN)
+                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
     if PREFETCH == 2:
         u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
                                           z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN)
+                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
     for t in range(t0, t1):
         un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
                                          s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN)
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
         if JOIN and ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
             p = mma_acc(interleave8(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
-                        tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), DOT_F32)
+                        tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         elif JOIN:
             wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
@@ -466,7 +487,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         elif ELEM == 3:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
-            p = _mma8(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), w0, w1, w2, w3, w4, w5, w6, w7,
+            p = _mma8(tl.zeros_like(acc), w0, w1, w2, w3, w4, w5, w6, w7,
                       x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         else:
@@ -491,8 +512,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             u1, s1, z1, x1_ = un, sn, zn, xn
         else:
             u, s, z, x = un, sn, zn, xn
-    finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
-                offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+    return acc
 
 
 @triton.jit

@@ -413,29 +413,22 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, PREFETCH: tl.constexpr = 1):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
-    next tile's loads (PREFETCH 2: the next two tiles') in flight while a tile is computed."""
+    next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
+    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
-    if PREFETCH == 2:
-        u1, s1, z1, x1, x21 = tile_load(a_row, (t0 + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
-                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
     for t in range(t0, t1):
-        un, sn, zn, xn, x2n = tile_load(a_row, (t + PREFETCH) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+        un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                         ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
         acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
                            DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-        if PREFETCH == 2:
-            u, s, z, x, x2 = u1, s1, z1, x1, x21
-            u1, s1, z1, x1, x21 = un, sn, zn, xn, x2n
-        else:
-            u, s, z, x, x2 = un, sn, zn, xn, x2n
+        u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 
 
@@ -465,8 +458,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
                 ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                 HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, PREFETCH: tl.constexpr = 1):
-    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K). PREFETCH: K tiles loaded ahead (1, 2)."""
+                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(2)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
@@ -479,8 +472,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
     wscale = channel_scales(s_ptr, offs_n, N, stride_sn, ELEM, GROUP)
     acc = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), x_ptr, t0, t1, K, amax, xs_ptr, offs_n, w_ptr,
                        s_ptr, z_ptr, wscale, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16,
-                       PREFETCH)
+                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
     y = finish_row(acc, wscale, ELEM, DECODE, ACT != 0)
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n,
                 1, N, N, SPLIT_K, HAS_BIAS, EXACT_BF16)

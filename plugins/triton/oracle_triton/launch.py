@@ -187,7 +187,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     warps, one = 4, False
     if act == ACT_TOKEN and k <= ONE_TILE_MAX_K:    # the whole row in registers: loaded once
         bm, bk, k_programs, one = 1, 1 << (k - 1).bit_length(), 1, True
-        warps = 8 if bk <= 8192 else (16 if bk <= 16384 else 32)
+        warps = 8 if bk <= 8192 else 16
     elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
     else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
@@ -228,10 +228,12 @@ FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: tile (a max is exact in any order).
 TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 #: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
-#: values per thread at 16 warps, 32 warps from 16384 on); longer rows take the two passes above.
-#: The two passes walk K = 18432 (DeepSeek's down projection) in nine dependent steps twice: 9.6 us
-#: at M = 1 on an H200 (R7) against 3.6 us for one load of K = 8192.
-ONE_TILE_MAX_K = 32768
+#: values per thread at 16 warps); longer rows take the two passes above, which walk K = 18432
+#: (DeepSeek's down projection) in nine dependent steps twice: 9.6 us at M = 1 on an H200 (R7)
+#: against 3.6 us for one load of K = 8192. One load of up to 32768 at 32 warps compiles for sm_90
+#: without spills (64 registers: the whole register file at 1024 threads) but was not run on a GPU
+#: in the session that wrote it, so it is not shipped.
+ONE_TILE_MAX_K = 16384
 
 
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
@@ -535,7 +537,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, PREFETCH=cfg.get("PREFETCH", 1))
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
         return y
 
     def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

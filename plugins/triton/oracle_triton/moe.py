@@ -13,12 +13,13 @@ import torch
 
 from oracle.errors import TensorError
 from oracle.kernel import Kernel
-from oracle.formats import GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
+from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_ACTIVATIONS, torch_dtype
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
-from .launch import FP8_CODES, check_config, device_facts, interpreting, quantize_activation_codes, quantize_activations
+from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
+                     quantize_activations, tensor_scale)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
@@ -76,6 +77,41 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     (128 experts, top 8, no word decoder) M=1 193 vs 288 us, M=16 2712 vs 1982 us."""
     pairs = tokens * top_k
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
+
+
+def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, ptx: bool) -> bool:
+    """The swap-AB tensor-core path with word decoding (TritonMoE.apply_swap, WORDS; swap_words_config)
+    for E2M1 experts (MXFP4, NVFP4) with layer-dtype or NVFP4 activations: each weight is decoded
+    once for a block of up to 16 pairs of its expert, where the CUDA-core direct path decodes it for
+    every pair and the aligned tiles (moe_config) pay a decode per 16-row MMA tile. From above 1.5
+    pairs per expert (W4A16, where the direct path decodes words too) or half a pair per expert
+    (NVFP4 W4A4, whose direct path has no word decoder) up to SWAP_MAX_PAIRS per expert. ptx: the
+    PTX word decoders (capability >= 8.9, compiled). Measured on an H200, weights from HBM, graph
+    replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
+    (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
+    against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
+    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. INT4
+    is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
+    pairs = tokens * top_k
+    if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
+        return False
+    low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
+    return low < pairs <= SWAP_MAX_PAIRS * experts
+
+
+#: use_swap_words up to this many pairs per expert (measured to 8: gpt-oss-20b M=64).
+SWAP_MAX_PAIRS = 8
+
+
+def swap_words_config() -> dict[str, int]:
+    """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
+    32 gate + 32 up rows per FC1 program, K tiles of 128 decoded into one interleaved tile per dot
+    (JOIN), 4 warps, registers double-buffering the loads (num_stages 1). gpt-oss-20b M=16 on an
+    H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
+    348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
+    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4."""
+    return {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
+            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
 
 
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
@@ -277,8 +313,9 @@ class TritonMoE(Kernel):
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: the CUDA-core direct path's (use_direct; it has DECODE), the
-        tensor-core direct path's (use_direct_mma; DIRECT) or the aligned grouped GEMM's (moe_config).
+        tiles), else the rules: the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
+        direct path's (use_direct; it has DECODE), the tensor-core direct path's (use_direct_mma;
+        DIRECT) or the aligned grouped GEMM's (moe_config).
         The one place the choice is made."""
         if self.config is not None:
             return self.config
@@ -287,6 +324,8 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
+            return swap_words_config()
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):
@@ -303,7 +342,11 @@ class TritonMoE(Kernel):
         """The per-tensor scale of FC1's (idx 0) or FC2's (idx 1) input: static, or its dynamic amax."""
         if self.act not in (ACT_TENSOR, ACT_NVFP4):
             return None
-        return self.static[idx] if self.static[idx] is not None else dynamic_tensor_scale(a, self.act)
+        if self.static[idx] is not None:
+            return self.static[idx]
+        if a.is_contiguous() and a.numel() <= TENSOR_SCALE_MAX:     # one program instead of torch's ~7 launches
+            return tensor_scale(a, E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+        return dynamic_tensor_scale(a, self.act)
 
     def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the
@@ -398,13 +441,21 @@ class TritonMoE(Kernel):
         NVFP4 activations (W4A4) are rounded to values first, as the reference. BLOCK_N1 / BLOCK_N:
         weight rows (gate and up rows each) per FC1 / FC2 program; SCALED_DOT 0 decodes MXFP4 by hand
         instead of tl.dot_scaled (which the interpreter lacks, so it is off there); PREFETCH 1 / 2 loads
-        the K tile one / two ahead before tl.dot_scaled multiplies the current one."""
+        the K tile one / two ahead before tl.dot_scaled multiplies the current one. WORDS 1: the dense
+        few-row kernel's K loop (gemm.w4_swap_tiles: whole 32-bit words decoded by inline PTX, DECODE
+        4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
+        BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
+        over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
+        and PREFETCH 2 as in gemm.w4_swap_kernel."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
         lay = self.w13.layout
         if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
             raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
+        if cfg.get("WORDS") and (cfg["BLOCK_K"] % 128 or (lay.elem == INT4 and cfg["BLOCK_K"] != lay.group)):
+            raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
+                             f"not {lay.group})")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -418,15 +469,26 @@ class TritonMoE(Kernel):
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
-        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1))
+        words = bool(cfg.get("WORDS", 0))
+        scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
+        decode = cfg.get("DECODE", 3 if lay.elem == INT4 else 4) if self.facts["hw_fp8"] and not interpreting() else 0
+        split = int(cfg.get("SPLIT_K", 1)) if words else 1
         for stage, packed, bias, dst, n_out, n_w, kdim, bn in (
                 (1, self.w13, self.b13, inter, self.inter, self.rows, self.hidden, cfg.get("BLOCK_N1", cfg["BLOCK_N"])),
                 (2, self.w2, self.b2, pairs, self.hidden, self.hidden, self.inter, cfg["BLOCK_N"])):
             a = a1 if stage == 1 else self._round(1, inter)[0]
             w, ly = packed, packed.layout
-            moe_swap_kernel[(blocks, -(-n_out // bn))](
+            tiles = blocks * -(-n_out // bn)
+            if split > 1:                            # K slices and their arrival counters (zero between calls)
+                wn = bn * (2 if stage == 1 and self.gated else 1)
+                part = torch.empty(split, tiles, wn, bm, dtype=torch.float32, device=dev)
+                kcnt = self._counters(tiles, "_split_counters")
+            else:
+                part, kcnt = dst, cnt
+            moe_swap_kernel[(blocks, -(-n_out // bn), split)](
                 a, ids, topw, w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale),
-                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, t, self.experts, k, n_out, n_w, kdim,
+                _or(bias, w.scale), dst, cnt, out, sorted_ids, block_expert, part, kcnt, t, self.experts, k, n_out,
+                n_w, kdim,
                 a.stride(0), dst.stride(0), *_expert_strides(w, bias), ly.stride_wn, ly.stride_wk, ly.stride_sn,
                 ly.stride_sk, ly.stride_zk, float(self.limit if self.limit is not None else 0.0), float(self.alpha),
                 float(self.beta), float(self.lbeta), STAGE=stage, ACTFN=mk.ACTIVATION_CODES[self.layer.activation],
@@ -435,7 +497,8 @@ class TritonMoE(Kernel):
                 PACK=ly.pack, GROUP=ly.group, HAS_ZERO=ly.stride_zk != 0, HAS_BIAS=bias is not None,
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), num_warps=cfg["num_warps"],
+                EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)

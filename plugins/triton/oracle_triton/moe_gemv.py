@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
+from .gemm import w4_swap_tiles
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
 from .moe_kernels import _activate, gate_up_rows, sum_slots
 
@@ -286,7 +287,7 @@ def swap_product(acc, x_cols, col_ok, k0, K, n_w, w_e, s_e, z_e, gscale, N_W, st
 
 @triton.jit
 def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, out_ptr, cnt_ptr, sum_ptr,
-                    sorted_ptr, bexp_ptr, T, E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
+                    sorted_ptr, bexp_ptr, part_ptr, kcnt_ptr, T, E, TOPK, N_OUT, N_W, K, stride_am, stride_om,
                     stride_we, stride_se, stride_ze, stride_be,
                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                     limit, alpha, beta, lbeta,
@@ -295,7 +296,9 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, SCALED_DOT: tl.constexpr, ALIGNED: tl.constexpr, FUSE_SUM: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0):
+                    OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
+                    WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
+                    JOIN: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -311,19 +314,27 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     (counter per token and tile at cnt_ptr, zero between calls) sums the token's pair rows in slot
     order into sum_ptr [M, N_OUT] (what topk_sum_kernel computes). PREFETCH 1 / 2 (with SCALED_DOT): the
     K tile one / two ahead is loaded before the current tile's dot (registers buffer them; Triton 3.6
-    does not pipeline tl.dot_scaled's operands on Hopper: num_stages had no effect in the R4 sweep)."""
+    does not pipeline tl.dot_scaled's operands on Hopper: num_stages had no effect in the R4 sweep).
+    WORDS: the K loop of the dense few-row kernel (gemm.w4_swap_tiles: 32-bit words of 8 codes, each
+    code position one operand, the next tile's loads in flight (PREFETCH 2: two tiles ahead); JOIN:
+    the decoded tile interleaved in k order for one dot per K tile; DECODE 4: E2M1 by bit placement,
+    3: GPTQ by packed subtraction, inline PTX both; else the portable decode). SPLIT_K > 1 (WORDS):
+    K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
+    WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
+    sums them in slice order and finishes the tile."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
     col = tl.arange(0, BLOCK_M)
     if ALIGNED:
         e = tl.load(bexp_ptr + pid)
         rows = tl.load(sorted_ptr + pid * BLOCK_M + col)
-        keep = 1.0
+        valid = e >= 0
     else:
         e = tl.load(ids_ptr + pid).to(tl.int32)
-        keep = ((e >= 0) & (e < E)).to(tl.float32)
-        e = tl.where(keep > 0, e, 0)
+        valid = (e >= 0) & (e < E)
+        e = tl.where(valid, e, 0)
         rows = tl.where(col == 0, pid, T)
     if e >= 0:
         row_ok = rows < T
@@ -365,35 +376,67 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                 acc = tl.dot_scaled(w, s, "e2m1", xt, None, "fp16" if io_t == tl.float16 else "bf16", acc)
                 w, s, xt = w1, s1, x1
                 w1, s1, x1 = wn, sn, xn
+        elif WORDS:
+            WORDS_PREFETCH: tl.constexpr = 2 if PREFETCH == 2 else 1
+            t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+            acc = w4_swap_tiles(acc, t0, t1, n_w, arow.to(tl.int64), row_ok, a_ptr, w_e, s_e, z_e, gscale, K, N_W,
+                                stride_am, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
+                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K)
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
                                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, PACK, GROUP, HAS_ZERO,
                                    SCALED_DOT, WN, BLOCK_K, io_t, EXACT_BF16, EVEN_K)
-        y = tl.trans(acc)                                     # [BLOCK_M, WN]: one row per pair
-        omask = row_ok[:, None] & jmask[None, :]
-        out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
-        if STAGE == 1:
-            if TWO:
-                g, u = tl.split(tl.reshape(y, [BLOCK_M, BLOCK_N, 2]))
-            else:
-                g = y
-                u = y
-            if HAS_BIAS:
-                g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
-                if GATED:
-                    u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
-            hg = to_dtype(g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
-            hu = to_dtype(u, io_t, EXACT_BF16).to(tl.float32)
-            act = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta) * keep
-            tl.store(out_rows, to_dtype(act, out_ptr.dtype.element_ty, EXACT_BF16), mask=omask)
+        if SPLIT_K > 1:                         # K slices: the last to arrive sums them in slice order
+            tile = pid * tl.num_programs(1) + pid_n
+            cell = tl.arange(0, WN)[:, None] * BLOCK_M + col[None, :]
+            cmask = row_ok[None, :] & (tl.arange(0, WN) < WN)[:, None]
+            base = part_ptr + tile.to(tl.int64) * (WN * BLOCK_M) + cell
+            slice_stride = (tl.num_programs(0) * tl.num_programs(1)).to(tl.int64) * (WN * BLOCK_M)
+            tl.store(base + pid_k * slice_stride, acc, mask=cmask)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(kcnt_ptr + tile, 1)
+            if arrived == SPLIT_K - 1:
+                acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
+                for sl in range(0, SPLIT_K):
+                    acc += tl.load(base + sl * slice_stride, mask=cmask, other=0.0, cache_modifier=".cg")
+                _swap_finish(acc, rows, row_ok, j, jmask, n_g, n_u, e64, valid, topw_ptr, b_ptr, out_ptr, sum_ptr,
+                             cnt_ptr, pid, pid_n, TOPK, N_OUT, stride_om, stride_be, limit, alpha, beta, lbeta,
+                             STAGE, ACTFN, GATED, TWO, HAS_LIMIT, WEIGHT_OUT, HAS_BIAS, FUSE_SUM, BLOCK_M, BLOCK_N,
+                             io_t, EXACT_BF16)
+                tl.atomic_xchg(kcnt_ptr + tile, 0)
         else:
-            if HAS_BIAS:
-                y += tl.load(b_ptr + e64 * stride_be + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
-            y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)          # the reference rounds FC2's output
-            if WEIGHT_OUT:
-                y = y * tl.load(topw_ptr + rows, mask=row_ok, other=0.0)[:, None]
-            y = y * keep
-            tl.store(out_rows, y, mask=omask)
-            if FUSE_SUM:
-                sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N, EXACT_BF16)
+            _swap_finish(acc, rows, row_ok, j, jmask, n_g, n_u, e64, valid, topw_ptr, b_ptr, out_ptr, sum_ptr, cnt_ptr,
+                         pid, pid_n, TOPK, N_OUT, stride_om, stride_be, limit, alpha, beta, lbeta, STAGE, ACTFN, GATED,
+                         TWO, HAS_LIMIT, WEIGHT_OUT, HAS_BIAS, FUSE_SUM, BLOCK_M, BLOCK_N, io_t, EXACT_BF16)
+
+
+@triton.jit
+def _swap_finish(acc, rows, row_ok, j, jmask, n_g, n_u, e64, valid, topw_ptr, b_ptr, out_ptr, sum_ptr, cnt_ptr, pid,
+                 pid_n, TOPK, N_OUT, stride_om, stride_be, limit, alpha, beta, lbeta, STAGE: tl.constexpr,
+                 ACTFN: tl.constexpr, GATED: tl.constexpr, TWO: tl.constexpr, HAS_LIMIT: tl.constexpr,
+                 WEIGHT_OUT: tl.constexpr, HAS_BIAS: tl.constexpr, FUSE_SUM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """moe_swap_kernel's epilogue on a finished acc [WN, BLOCK_M]: FC1 (STAGE 1) through _up_epilogue,
+    FC2 (STAGE 2) bias, rounding, router weight, and the top-k sum (FUSE_SUM)."""
+    y = tl.trans(acc)                                     # [BLOCK_M, WN]: one row per pair
+    omask = row_ok[:, None] & jmask[None, :]
+    out_rows = out_ptr + rows[:, None].to(tl.int64) * stride_om + j[None, :]
+    if STAGE == 1:
+        if TWO:
+            g, u = tl.split(tl.reshape(y, [BLOCK_M, BLOCK_N, 2]))
+        else:
+            g = y
+            u = y
+        _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], omask, out_ptr, out_rows,
+                     limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
+    else:
+        if HAS_BIAS:
+            y += tl.load(b_ptr + e64 * stride_be + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
+        y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)          # the reference rounds FC2's output
+        if WEIGHT_OUT:
+            y = y * tl.load(topw_ptr + rows, mask=row_ok, other=0.0)[:, None]
+        y = tl.where(valid, y, 0.0)
+        tl.store(out_rows, y, mask=omask)
+        if FUSE_SUM:
+            sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N, EXACT_BF16)

@@ -1,13 +1,14 @@
 """Compile oracle-triton's kernels for sm_90 on a machine without a GPU (Triton's own ptxas),
 as the JIT would specialize a real launch (model shapes: K a multiple of the K tile), and
-report shared memory, registers and spills.
+report shared memory, registers, spills and the main loop's instructions, barriers and global
+loads (the SASS, by cuobjdump: a layout change through shared memory costs a barrier per step).
 
 The interpreter (the CPU tests) runs kernels as Python: what only the compiler checks (return
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [small|swap]   # one line per kernel; small: the one-row paths,
-                                                                # swap: the few-row 4-bit kernel
+    python plugins/triton/tests/sm90_compile.py [small|swap|words|moeswap]   # one line per kernel; small: the
+                                        # one-row paths, swap: the few-row 4-bit kernel, moeswap: the MoE's
 """
 from __future__ import annotations
 
@@ -58,19 +59,41 @@ def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int) -
     k = triton.compile(_source(fn, ptr_types, consts), target=TARGET,
                        options={"num_warps": warps, "num_stages": stages})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
-    regs = spills = None
+    regs = spills = loop = None
     if ptxas:
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(k.asm["ptx"])
-        out = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                             text=True)
-        os.unlink(f.name)
-        log = out.stdout + out.stderr
-        regs = int(re.findall(r"Used (\d+) registers", log)[0])
-        spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx_file, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+            with open(ptx_file, "w") as f:
+                f.write(k.asm["ptx"])
+            out = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", ptx_file, "-o", cubin], capture_output=True,
+                                 text=True)
+            log = out.stdout + out.stderr
+            regs = int(re.findall(r"Used (\d+) registers", log)[0])
+            spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
+            loop = main_loop(cubin, os.path.dirname(ptxas[0]))
     ptx = k.asm["ptx"]
     return {"shared": k.metadata.shared, "regs": regs, "spills": spills,
-            "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx}
+            "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx, "loop": loop}
+
+
+def main_loop(cubin: str, bindir: str) -> dict | None:
+    """The longest backward-branch loop of the kernel's SASS (cuobjdump beside Triton's ptxas): its
+    instruction count and how many are barriers (BAR: each a layout change through shared memory or
+    a split-K sync) and global loads; None without cuobjdump. What the GPU rounds could not profile
+    can be compared here: the E2M1 GEMV's K loop has 18 barriers, the INT4 GEMV's 8."""
+    tool = os.path.join(bindir, "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True).stdout
+    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = [(int(t, 16), a) for a, op in ins for t in re.findall(r"\bBRA\s+(?:`?\(?\.L_x_\d+\)?\s*)?0x([0-9a-f]+)", op)
+             if int(t, 16) < a]
+    if not loops:
+        return None
+    lo, hi = max(loops, key=lambda b: b[1] - b[0])
+    body = [re.sub(r"^@!?U?P\w+\s+", "", op).split()[0] for a, op in ins if lo <= a <= hi]
+    return {"instructions": len(body), "barriers": sum(o.startswith("BAR") for o in body),
+            "global_loads": sum(o.startswith("LDG") for o in body)}
 
 
 def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
@@ -108,7 +131,7 @@ def act_codes(act: int, one_tile_k: int = 0):
     bm, bk = (TOKEN_ROWS, TOKEN_K) if act == 2 else (16, 128)
     warps = TOKEN_WARPS if act == 2 else 4
     if one_tile_k:
-        bm, bk, warps = 1, one_tile_k, 8 if one_tile_k <= 8192 else (16 if one_tile_k <= 16384 else 32)
+        bm, bk, warps = 1, one_tile_k, 8 if one_tile_k <= 8192 else 16
     consts = dict(ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=False, CODES=True, ONE_TILE=bool(one_tile_k))
     return compile_kernel(gemm.act_qdq_kernel, {"x_ptr": "*bf16", "out_ptr": "*u8", "scales_ptr": "*fp32"},
                           consts, warps, 2)
@@ -172,9 +195,50 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
 def swap(elem, group, cfg, *, zero=False, f16=False):
     consts = dict(ELEM=elem, HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], GROUP=group,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=group if elem == 3 else cfg["BLOCK_K"],
-                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, **_ones(elem))
+                  DECODE=cfg["DECODE"], DOT_F32=False, OUT_F16=f16, JOIN=bool(cfg.get("FULL_TILE", 0)),
+                  PREFETCH=cfg.get("PREFETCH", 1), **_ones(elem))
     ptrs = {**_small_ptrs(elem), **({"x_ptr": "*fp16", "y_ptr": "*fp16", "b_ptr": "*fp16"} if f16 else {})}
     return compile_kernel(gemm.w4_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_swap(elem, group, cfg, *, stage, aligned=True, zero=False, even_k=True):
+    """moe_gemv.moe_swap_kernel with WORDS (gemm.w4_swap_tiles) as TritonMoE.apply_swap launches it:
+    FC1 gated interleaved (swigluoai, BLOCK_N1 columns: twice the weight rows) or FC2 with the top-k sum."""
+    fc1 = stage == 1
+    consts = dict(STAGE=stage, ACTFN=3, GATED=fc1, INTERLEAVED=fc1, HAS_LIMIT=fc1, A_BY_PAIR=False, WEIGHT_OUT=True,
+                  ELEM=elem, PACK=8 if elem == 3 else 2, GROUP=group, HAS_ZERO=zero, HAS_BIAS=True, SCALED_DOT=False,
+                  ALIGNED=aligned, FUSE_SUM=not aligned and not fc1, BLOCK_M=cfg["BLOCK_M"],
+                  BLOCK_N=cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if fc1 else cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                  EXACT_BF16=False, OUT_F16=False, EVEN_K=even_k, WORDS=True, DECODE=3 if elem == 3 else 4,
+                  SPLIT_K=cfg.get("SPLIT_K", 1), JOIN=bool(cfg.get("JOIN", 0)), PREFETCH=cfg.get("PREFETCH", 0),
+                  **_ones(elem))
+    ptrs = {**_small_ptrs(elem), "topw_ptr": "*fp32", "out_ptr": "*bf16" if fc1 else "*fp32", "sum_ptr": "*bf16",
+            "sorted_ptr": "*i32", "bexp_ptr": "*i32", "kcnt_ptr": "*i32", "part_ptr": "*fp32"}
+    return compile_kernel(mg.moe_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
+def moe_swap_cases():
+    """The fused MoE's WORDS swap path (TritonMoE.apply_swap) at the tiles the sweeps try."""
+    def c(bn, bn1, warps=4, split=1):
+        return {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_N1": bn1, "BLOCK_K": 128, "SPLIT_K": split,
+                "num_warps": warps, "num_stages": 1}
+    return {
+        "moe swap words mxfp4 FC1 aligned n1=32 (gpt-oss K=2880)": lambda: moe_swap(1, 32, c(64, 32), stage=1,
+                                                                                   even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64": lambda: moe_swap(1, 32, c(64, 32), stage=2, even_k=False),
+        "moe swap words mxfp4 FC1 aligned n1=64": lambda: moe_swap(1, 32, c(64, 64), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=128 w8": lambda: moe_swap(1, 32, c(128, 64, 8), stage=2, even_k=False),
+        "moe swap words mxfp4 FC2 split 4, top-k sum": lambda: moe_swap(1, 32, c(64, 32, split=4), stage=2,
+                                                                        aligned=False, even_k=False),
+        "moe swap words nvfp4 FC1 aligned n1=32": lambda: moe_swap(2, 16, c(64, 32), stage=1),
+        "moe swap words int4 zero points FC1 aligned n1=32": lambda: moe_swap(3, 128, c(64, 32), stage=1, zero=True),
+        "moe swap words mxfp4 FC1 aligned n1=32 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=1, even_k=False),
+        "moe swap words mxfp4 FC2 aligned n=64 JOIN prefetch 2": lambda: moe_swap(
+            1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=2, even_k=False),
+        "moe swap words int4 FC1 aligned n1=32 JOIN": lambda: moe_swap(3, 128, dict(c(64, 32), JOIN=1), stage=1,
+                                                                      zero=True),
+    }
 
 
 def swap_cases():
@@ -215,6 +279,17 @@ def fp8_swap(cfg, act=2, quant_in=False):
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
+def fp4_rows(elem, cfg):
+    """fp4_gemv.fp4_rows_kernel as a tuned entry launches it (K split into chunks, PTX decoder)."""
+    from oracle_triton.fp4_gemv import fp4_rows_kernel
+
+    consts = dict(ELEM=elem, HAS_BIAS=True, SPLIT=True, ROWS=cfg["ROWS"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], OUT_F16=False, PTX=True, EXACT_BF16=False, EVEN_K=True)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16",
+            "part_ptr": "*fp32", "cnt_ptr": "*i32"}
+    return compile_kernel(fp4_rows_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
+
+
 def small_batch_cases():
     """The shipped one-row configurations (launch.gemv_config, moe.moe_gemv_config), PTX word decoders
     included (what the interpreter cannot run)."""
@@ -223,6 +298,7 @@ def small_batch_cases():
 
     def g(elem, group, words=True):
         return gemv_config(8192, 8192, 132, elem, group, words=words)
+    rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 4, "num_stages": 1}   # the shipped entry's
     return {
         "gemv W8A16 fp8_block (words)": lambda: gemv(0, 128, g(0, 128), scale_rows=128),
         "gemv W8A8 fp8_block": lambda: gemv(0, 128, g(0, 128, False), act=1, scale_rows=128),
@@ -234,6 +310,8 @@ def small_batch_cases():
         "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
+        "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
+        "row-walking GEMV nvfp4 (words)": lambda: fp4_rows(2, rows),
     }
 
 
@@ -250,6 +328,8 @@ def words_cases():
     return {
         "swap mxfp4 bit placement bm16 bn128": lambda: swap(1, 32, swap_config(16, 8192, 8192, 132, 1, True)),
         "swap nvfp4 bit placement fp16 bm16 bn128": lambda: swap(2, 16, c(16, 128, 4, 4), f16=True),
+        "swap mxfp4 whole tile (JOIN) bm16 bn64": lambda: swap(1, 32, dict(c(16, 64, 4, 4), FULL_TILE=1)),
+        "swap nvfp4 two tiles ahead (PREFETCH 2) bm16 bn128 w8": lambda: swap(2, 16, dict(c(16, 128, 8, 4), PREFETCH=2)),
         "dense mxfp4 words 128x128x128 w8": lambda: dense(1, 2, 32, big),
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
@@ -258,7 +338,6 @@ def words_cases():
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
         "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
-        "act codes per token, one tile of 32768": lambda: act_codes(2, 32768),
         "dynamic per-tensor scale, one program": lambda: compile_kernel(
             gemm.tensor_scale_kernel, {"x_ptr": "*bf16", "s_ptr": "*fp32"}, dict(DIV=448.0, BLOCK=1024), 4, 1),
         "dense int4 words 128x128x128 w8": lambda: dense(3, 8, 128, big),
@@ -269,7 +348,8 @@ def words_cases():
 
 def main(argv: list[str]) -> int:
     bad = 0
-    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases}.get(argv[0] if argv else "", default_cases)()
+    cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases,
+             "moeswap": moe_swap_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()
@@ -277,8 +357,11 @@ def main(argv: list[str]) -> int:
             bad += 1
             print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[-600:]}")
             continue
+        loop = r["loop"]
+        body = f", main loop {loop['instructions']} instructions / {loop['barriers']} barriers / " \
+               f"{loop['global_loads']} global loads" if loop else ""
         print(f"ok   {name}: shared {r['shared']} B, {r['regs']} registers, {r['spills']} B spilled, "
-              f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}", flush=True)
+              f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}{body}", flush=True)
     return 1 if bad else 0
 
 

@@ -130,3 +130,16 @@ def test_a_plan_launches_nothing_while_launch_hooks_are_set(monkeypatch):
     plan = fastlaunch.Plan.build(rec, x, y, [w])
     monkeypatch.setattr(fastlaunch, "hooks_idle", lambda: False)
     assert plan(x, (1, 4)) is None and fn.compiled.calls == []
+
+
+def test_every_dense_launch_goes_through_fastlaunch():
+    """A dense call's plan repeats only what fastlaunch.launch recorded: a kernel started directly
+    (kernel[grid](...)) in the dense call path would be silently left out of its replays."""
+    import inspect
+    import re
+
+    from oracle_triton import launch, linear
+
+    for module in (launch, linear):
+        direct = re.findall(r"\w+_kernel\[[^\]]*\]\s*\(", inspect.getsource(module))
+        assert not direct, (module.__name__, direct)

@@ -32,7 +32,6 @@ def test_dense_gemv_matches_emulation(fmt, mode, act, params, split):
     scale = dynamic_tensor_scale(x, t.act) if t.act in (3, 4) else None
     y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
     assert rel(y, e.apply(x)) < TOL
-    assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "PREFETCH": 2}))   # loads 2 tiles ahead
     assert torch.equal(t.apply(x), t.gemm(x, t.act, scale, torch.bfloat16, t.gemm.config_for(1, t.act)))
 
 
@@ -121,7 +120,7 @@ def test_small_batch_kernels_compile_for_sm90_without_spills():
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "small"],
                          capture_output=True, text=True, env=env, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
-    assert out.returncode == 0 and len(lines) == 9, out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0 and len(lines) == 11, out.stdout + out.stderr[-3000:]
     assert all(" 0 B spilled" in ln for ln in lines), out.stdout
 
 

@@ -132,11 +132,13 @@ def _gpu_configs(t):
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
             "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
-            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64)}
+            "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
+            "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
+            "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1)}
 
 
 PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
-         "swap_aligned"]
+         "swap_aligned", "swap_words", "swap_words_aligned"]
 
 
 def _skip_swap(path, fmt, act):
@@ -399,6 +401,73 @@ def test_swap_ab_path_matches_emulation(fmt, mode, act, activation, router_on_in
     w0[1, 0] = 0.0
     y = t.apply(x, w, bad)
     assert rel(y, ref.apply(x, w0, ids)) < TOL[act] and int(t._sum_counters.abs().sum()) == 0
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,act,activation,inter", [
+    ("mxfp4", "w4a16_mx", "bf16", "swigluoai", 320), ("int4", "w4a16_int4", "bf16", "silu", 384),
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", "silu", 384)])
+def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
+    """WORDS (the dense few-row kernel's K loop, gemm.w4_swap_tiles) in both swap modes and with K split
+    over programs: against emulation, with zero points (INT4), FC2's K (320) not a multiple of the
+    128-wide tile (MXFP4: its tail read as zeros), NVFP4 activations; the split counters are back at
+    zero and a second call gives the same bits."""
+    t, ref = moe_pair(fmt, E, H, inter, K, mode, act, {}, activation=activation, bias=True, device=DEV, group=128,
+                      symmetric=False)
+    x = torch.randn(3, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    words = dict(SWAP, WORDS=1)
+    for cfg in (dict(words, SPLIT_K=2), dict(words, SWAP=2, BLOCK_N1=16), dict(words, SWAP=2, SPLIT_K=3)):
+        t.config = cfg
+        y = t.apply(x, w, ids)
+        assert rel(y, expect) < TOL[act], cfg
+        assert int(t._split_counters.abs().sum()) == 0 if cfg.get("SPLIT_K", 1) > 1 else True
+        assert torch.equal(y, t.apply(x, w, ids)), cfg
+
+
+def test_swap_words_rule():
+    """moe.use_swap_words: E2M1 experts with layer-dtype activations from 1.5 pairs per expert (below:
+    the CUDA-core direct path with word decoders), NVFP4 W4A4 from half a pair per expert, up to
+    SWAP_MAX_PAIRS per expert, where the PTX word decoders compile; its config passes the kernels' check."""
+    from oracle_triton.formats import ACT_GROUP, ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, FP8, INT4, check_config, layout_for
+    from oracle_triton.moe import SWAP_MAX_PAIRS, swap_words_config, use_swap_words
+
+    assert use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
+    assert use_swap_words(64, 4, 32, E2M1_MX, ACT_NONE, True)                 # M=64: 8 pairs per expert
+    assert not use_swap_words(65, 4, 32, E2M1_MX, ACT_NONE, True)             # above SWAP_MAX_PAIRS: aligned tiles
+    assert not use_swap_words(1, 4, 32, E2M1_MX, ACT_NONE, True)              # M=1: the direct path
+    assert not use_swap_words(12, 4, 32, E2M1_MX, ACT_NONE, True)             # 48 pairs: 1.5 per expert
+    assert not use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, False)            # no word decoders
+    assert use_swap_words(16, 8, 128, E2M1_NV, ACT_NVFP4, True)               # qwen3-235b NVFP4 M=16
+    assert not use_swap_words(8, 8, 128, E2M1_NV, ACT_NVFP4, True)            # half a pair per expert: direct
+    assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True)                # not timed in a MoE
+    assert not use_swap_words(16, 4, 32, FP8, ACT_GROUP, True)
+    assert SWAP_MAX_PAIRS == 8
+    check_config(swap_words_config(), layout_for("mxfp4", 5760, 2880))
+
+
+def test_small_dynamic_tensor_scales_take_one_program():
+    """Small dynamic per-tensor scales (FP8 per tensor, the NVFP4 global scale) come from
+    launch.tensor_scale, with the bits of linear.dynamic_tensor_scale (1 for an all-zero input)."""
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    for fmt, mode, act in (("nvfp4", "w4a4_nvfp4", "nvfp4"), ("fp8_tensor", "w8a8_fp8_tensor", "fp8")):
+        t, _ = moe_pair(fmt, E, H, I, K, mode, act, {"activation_granularity": "tensor"} if act == "fp8" else {},
+                        device=DEV)
+        for a in (torch.randn(3, H, dtype=torch.bfloat16, device=DEV) * 7, torch.zeros(1, H, device=DEV,
+                                                                                       dtype=torch.bfloat16)):
+            assert torch.equal(t._act_scale(0, a), dynamic_tensor_scale(a, t.act)), (fmt, a.abs().max())
+
+
+def test_swap_words_refuses_partial_tiles():
+    """WORDS needs K tiles of whole 128s (INT4: one 128-wide group per tile)."""
+    t, _ = moe_pair("mxfp4", E, H, I, K, "w4a16_mx", "bf16", {}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = dict(SWAP, WORDS=1, BLOCK_K=64)
+    with pytest.raises(ValueError, match="WORDS"):
+        t.apply(x, w, ids)
 
 
 def test_swap_ab_path_refuses_quantized_activations():

@@ -69,6 +69,21 @@ def test_bad_entries_name_the_file_and_the_field(tmp_path, change, field):
     assert str(path) in str(err.value) and field in str(err.value)
 
 
+def test_moe_swap_words_entries_load(table, tmp_path):
+    """A MoE entry may name the word-decoding swap-AB path (SWAP, WORDS, JOIN, BLOCK_N1, SPLIT_K: what
+    moe.swap_words_config returns); its K tile is checked like the dense swap kernel's."""
+    from oracle_triton.moe import swap_words_config
+
+    entry = {"kind": "moe", "mode": "w4a16_mx", "weight": "mxfp4", "n": 5760, "k": 2880, "experts": 32, "m": 16,
+             "config": swap_words_config()}
+    table([entry])
+    assert tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 12, 32) == swap_words_config()
+    (tmp_path / "bad").mkdir()
+    path = _write(tmp_path / "bad", [dict(entry, config=dict(swap_words_config(), BLOCK_K=64))])
+    with pytest.raises(PolicyError, match="BLOCK_K=64"):
+        tuned.parse(json.loads(path.read_text()), path)
+
+
 @pytest.mark.slow
 def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     e, h, i, k = 8, 256, 128, 2
