@@ -89,12 +89,14 @@ def test_compiled_layers_capture_and_follow_eager(model):
 
 def test_router_topk_op_equals_torch_topk():
     """oracle::topk (oracle.hf.topk, the routers' top-k in compiled steps) on CUDA: torch.topk's values
-    and indices (rows without ties), for fp32 and bf16 rows and rows with a stride."""
+    and indices (rows without ties), for fp32 and bf16 rows, rows with a stride and a row with a NaN."""
     from oracle.hf import topk  # noqa: F401 - registers the op
 
     gen = torch.Generator(device="cuda").manual_seed(3)       # distinct values, exact in bf16 (no ties)
     x = torch.stack([torch.randperm(128, generator=gen, device="cuda") for _ in range(8)]).float() / 16 - 4
-    for t, k in ((x, 8), (x.bfloat16(), 8), (x[:, :32], 4), (x[:1], 8)):
+    nan = x.clone()
+    nan[2, 5] = float("nan")                           # counts as the largest value, as in torch.topk
+    for t, k in ((x, 8), (x.bfloat16(), 8), (x[:, :32], 4), (x[:1], 8), (nan, 8)):
         v, i = torch.ops.oracle.topk(t, k)
         want_v, want_i = torch.topk(t, k)
-        assert torch.equal(v, want_v) and torch.equal(i, want_i)
+        assert torch.equal(v.nan_to_num(), want_v.nan_to_num()) and torch.equal(i, want_i)
