@@ -103,12 +103,16 @@ def supported() -> bool:
     return triton.__version__.startswith(CHECKED_TRITON) and hooks_idle()
 
 
+_RUNTIME: list = []     # triton.knobs.runtime, looked up once (an import statement per call costs ~1 us)
+
+
 def hooks_idle() -> bool:
     """No launch hooks (a profiler such as proton sets them; a plan would skip them): None, or an
     empty HookChain (Triton >= 3.5)."""
-    from triton import knobs
-
-    rt = knobs.runtime
+    if not _RUNTIME:
+        from triton import knobs
+        _RUNTIME.append(knobs.runtime)
+    rt = _RUNTIME[0]
     enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
     return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
 
@@ -124,14 +128,14 @@ def current_stream() -> Any:
     return _STREAM[0](_STREAM[1]())
 
 
-X, Y = -1, -2       # slot kinds besides temporaries' indices
+X, Y = 0, 1       # slot kinds: the call's tensors in order x, y, then the temporaries allocated per call
 
 
 class Plan:
     """A recorded call's launches with the call's own tensors as slots: `plan(x, out_shape)`."""
 
     def __init__(self, steps: list[tuple[Any, Any, Any, tuple, list, list[tuple[int, int]]]],
-                 fresh: list[tuple[int, tuple, torch.dtype]], kept: list[torch.Tensor], out_dtype: torch.dtype,
+                 fresh: list[tuple[tuple, torch.dtype]], kept: list[torch.Tensor], out_dtype: torch.dtype,
                  device: torch.device):
         self.steps, self.fresh, self.out_dtype, self.device = steps, fresh, out_dtype, device
         self.kept = kept            # the reused temporaries live as long as the plan
@@ -143,14 +147,14 @@ class Plan:
         if rec.spoiled or not rec.launches or not supported():
             return None
         kinds = {x.data_ptr(): X, y.data_ptr(): Y}
-        fresh: list[tuple[int, tuple, torch.dtype]] = []
+        fresh: list[tuple[tuple, torch.dtype]] = []
         kept: dict[int, torch.Tensor] = {}
-        for i, t in enumerate(rec.temps):
+        for t in rec.temps:
             if t.data_ptr() in kinds:
                 continue
             if t.numel() * t.element_size() > KEEP_TEMP_BYTES:
-                kinds[t.data_ptr()] = i
-                fresh.append((i, tuple(t.shape), t.dtype))
+                kinds[t.data_ptr()] = 2 + len(fresh)
+                fresh.append((tuple(t.shape), t.dtype))
             else:
                 kept[t.data_ptr()] = t
         fixed = {t.data_ptr() for t in persistent if t is not None} | set(kept)
@@ -174,9 +178,9 @@ class Plan:
         if not hooks_idle():
             return None
         y = torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
-        tensors = {X: x, Y: y}
-        for i, shape, dtype in self.fresh:
-            tensors[i] = torch.empty(shape, dtype=dtype, device=self.device)
+        tensors = [x, y]
+        for shape, dtype in self.fresh:
+            tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
         stream = current_stream()
         for run, function, meta, grid, values, slots in self.steps:
             args = values.copy()

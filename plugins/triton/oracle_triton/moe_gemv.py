@@ -69,14 +69,8 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                                  BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
             acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
-        if HAS_BIAS:
-            acc_g += tl.load(b_ptr + e64 * stride_be + n_g, mask=jmask, other=0.0).to(tl.float32)[None, :]
-            if GATED:
-                acc_u += tl.load(b_ptr + e64 * stride_be + n_u, mask=jmask, other=0.0).to(tl.float32)[None, :]
-        hg = to_dtype(acc_g, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC1's output
-        hu = to_dtype(acc_u, io_t, EXACT_BF16).to(tl.float32)
-        y = _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta)
-        tl.store(out_row, to_dtype(y, out_ptr.dtype.element_ty, EXACT_BF16), mask=jmask[None, :])
+        _up_epilogue(acc_g, acc_u, e >= 0, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], jmask[None, :], out_ptr,
+                     out_row, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
     else:
         tl.store(out_row, tl.zeros([1, BLOCK_N], dtype=out_ptr.dtype.element_ty), mask=jmask[None, :])
 
