@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -46,7 +47,16 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-qkv", "qwen3-o"])
     ap.add_argument("--variants", type=int, nargs="+", help="indices into VARIANTS (default: all)")
     ap.add_argument("--tc", type=int, nargs="*", default=[], help="indices into TC_VARIANTS (none by default)")
+    ap.add_argument("--triton", action="store_true",
+                    help="also oracle-triton's linear in w8a8_block mode (its quantizer launch + FP8 swap GEMM), on "
+                         "weights of the same shape (rel: against its own emulation reference)")
+    ap.add_argument("--sass", action="store_true",
+                    help="no GPU: compile the variants for sm_90 (Triton's ptxas) and print registers, spills and the "
+                         "K loop's SASS instructions and barriers per weight byte (plugins/triton/tests/sm90_compile.py)")
     args = ap.parse_args()
+    if args.sass:
+        sass(args)
+        return
     from gpu_timing import graph_ms, rel, start
     if not start("bench_block_gemv.py"):
         sys.exit(2)
@@ -99,8 +109,56 @@ def main() -> None:
                     print(f"    {name} [s{s}] {us:6.1f} = {n * k / us / 1e6:4.2f} TB/s (err {err:.1e})", flush=True)
                 except Exception as exc:  # noqa: BLE001
                     print(f"    {name} FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            if args.triton:
+                try:
+                    print(f"    oracle-triton w8a8_block {_triton_us(n, k, x, copies)}", flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"    oracle-triton w8a8_block FAILED {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         del ws, scales, bf
         torch.cuda.empty_cache()
+
+
+def sass(args) -> None:
+    """Each variant's compiled K loop (launch shape of `plan` at each shape), without a GPU: what a
+    program spends per weight byte."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "triton" / "tests"))
+    import sm90_compile
+    from oracle_torch import block_gemv
+    variants = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
+    for shape in args.shapes:
+        n, k = SHAPES[shape]
+        for name, bn, groups, warps, split, one, *pre in variants:
+            pre = bool(pre and pre[0])
+            p = block_gemv.plan(n, k, 132, bn, groups, warps, split)
+            ptrs = {"x_ptr": "*fp8e4nv" if pre else "*bf16", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32",
+                    "part_ptr": "*fp32", "y_ptr": "*bf16", "cnt_ptr": "*i32", "sx_ptr": "*fp32" if pre else "*bf16"}
+            # the loop body per chunk is the same at any K; a slice of 16 chunks makes it a loop (at the
+            # shapes' own K a slice is 1-4 chunks and the compiler unrolls it)
+            r = sm90_compile.compile_kernel(block_gemv._block_gemv_kernel, ptrs, {
+                "K": 16 * 128 * p.groups * p.split, "SPLIT": p.split, "BLOCK_N": bn, "G": p.groups, "GROUP": 128, "TICKET": one and p.split > 1,
+                "PREQUANT": pre}, warps, 1)
+            loop = r["loop"]
+            per_byte = f"{loop['instructions'] * warps * 32 / (bn * p.groups * 128):.1f}" if loop else "-"
+            print(f"{shape:10s} {name:34s} [s{p.split} g{p.groups}] regs {r['regs']} spills {r['spills']} shared "
+                  f"{r['shared']} | K loop: {loop} -> {per_byte} thread-instructions per weight byte", flush=True)
+
+
+def _triton_us(n: int, k: int, x: torch.Tensor, copies: int) -> str:
+    """oracle-triton's TritonLinear (w8a8_block) on `copies` random N x K weights: us per call under graph
+    replay, its relative error against oracle-emulation's forward of the same tensors."""
+    from bench_triton import dense_pair
+    from gpu_timing import graph_ms, rel
+    params = {"activation_granularity": "group", "activation_group": [1, 128], "weight_block": [128, 128]}
+    kernels = []
+    for i in range(copies):
+        w = torch.randn(n, k, device="cuda") * 0.05
+        t, e, *_ = dense_pair(f"w{i}", "fp8_block", n, k, w, "w8a8_block", "fp8", params)
+        if i == 0:
+            err = rel(t.forward(x), e.apply(x))
+        kernels.append(t)
+        del e
+    us = 1e3 * graph_ms(lambda: [t.forward(x) for t in kernels], 1) / copies
+    return f"{us:6.1f} us (err {err:.1e})"
 
 
 if __name__ == "__main__":

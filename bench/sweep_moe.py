@@ -343,6 +343,12 @@ def precompile(name, ms, configs, workers: int, timeout_s: float) -> None:
     import multiprocessing
 
     jobs = _jobs(ms, configs)
+    ne, _, h, i, fmt = MOE[name][:5]
+    model = ne * 3 * h * i * (1.0 if fmt.startswith("fp8") else 0.6)     # each worker builds the whole layer
+    fits = int(torch.cuda.mem_get_info()[0] * 0.7 // max(model, 1.0))
+    if fits < workers:
+        print(f"precompile {name}: {fits} workers fit in device memory (asked {workers})", flush=True)
+        workers = max(1, fits)
     chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
     t0 = time.perf_counter()
     try:

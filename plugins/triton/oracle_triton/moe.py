@@ -300,13 +300,14 @@ class TritonMoE(Kernel):
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
                    self.inter, self.rows, self.hidden, cfg, blocks)
-        pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
+        # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
+        pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
         self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
-                   pair_ids=ids if fuse else None)
+                   pair_ids=ids if fuse else None, raw_pairs=not fuse)
         if not fuse:
-            self._topk_sum(pairs, ids, out, m, k)
+            self._topk_sum(pairs, ids, out, m, k, None if by_pair else topw)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -553,15 +554,18 @@ class TritonMoE(Kernel):
             a_in = self._round(0, a1)
         return sorted_ids, block_expert, blocks, a_in
 
-    def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int) -> None:
+    def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int,
+                  weigh: torch.Tensor | None = None) -> None:
         """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing.
         256-wide programs up to 64 tokens (more programs in flight: R7 timed 4.1 / 4.4 us for 2 x 16 /
-        7 x 16 programs of 1024 at M = 16), 1024 above."""
+        7 x 16 programs of 1024 at M = 16), 1024 above. weigh: the router weights, by which the rows (FC2's
+        rounded outputs, moe_gemm_kernel RAW_PAIRS) are multiplied as they are added."""
         from . import moe_kernels as mk
 
         block = 256 if m <= 64 else 1024
         mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
-                                                          BLOCK=block, EXACT_BF16=self.facts["dot_f32"])
+                                                          BLOCK=block, EXACT_BF16=self.facts["dot_f32"],
+                                                          topw_ptr=weigh, WEIGH=weigh is not None)
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -632,7 +636,7 @@ class TritonMoE(Kernel):
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
-              prefetch: tuple | None = None) -> None:
+              prefetch: tuple | None = None, raw_pairs: bool = False) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -643,7 +647,8 @@ class TritonMoE(Kernel):
         launch; 2 and 3 launch this GEMM with launch_pdl). cnt, pair_ids (stage 2, aligned, with sum_out):
         the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
         direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
-        each program after its store (PF_NEXT)."""
+        each program after its store (PF_NEXT). raw_pairs (stage 2, aligned): out is in the layer dtype and
+        gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -688,7 +693,7 @@ class TritonMoE(Kernel):
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
             cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
-            pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0,
+            pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

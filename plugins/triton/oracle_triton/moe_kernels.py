@@ -5,8 +5,9 @@ Alignment runs in two launches and never synchronizes with the host:
   count: each (token, slot) pair takes its rank inside its expert with an atomic add;
   align: one program turns the counts into block-padded offsets (exclusive cumsum of
          counts rounded up to BLOCK_M), labels each BLOCK_M-row block with its expert
-         (-1: unused), scatters pair ids to offset + rank, pads with the sentinel T
-         (= number of pairs), and resets the counts for the next call (graph replay).
+         (-1: unused), scatters pair ids to offset + rank, pads each expert's last block
+         with the sentinel T (= number of pairs), and resets the counts for the next call
+         (graph replay).
 The grid of the GEMMs is the static bound cdiv(T, BLOCK_M) + min(E, T) on the number of
 blocks; programs of unused blocks exit at once. prep_kernel does both steps in one program
 (a few hundred pairs), its other programs rounding FC1's input rows to codes (one launch for
@@ -44,7 +45,9 @@ def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
 @triton.jit
 def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
-    """The align step on complete counts and ranks (one program; see the module docstring)."""
+    """The align step on complete counts and ranks (one program; see the module docstring). The sentinel
+    goes only where no pair will (R8: filling all NUM_BLOCKS x BLOCK_M rows 256 at a time before the
+    scatter took 115 us of DeepSeek-R1's M = 4096 call)."""
     ex = tl.arange(0, E_POW2)
     emask = ex < E
     c = tl.load(cnt_ptr + ex, mask=emask, other=0)
@@ -59,10 +62,18 @@ def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
         expert = tl.sum(((ends[None, :] <= first_row[:, None]) & emask[None, :]).to(tl.int32), axis=1)
         expert = tl.where(first_row < total, expert, -1)
         tl.store(block_expert_ptr + blocks, expert, mask=blocks < NUM_BLOCKS)
-    for r0 in range(0, NUM_BLOCKS * BLOCK_M, BLOCK):
-        rows = r0 + tl.arange(0, BLOCK)
-        tl.store(sorted_ptr + rows, tl.full([BLOCK], 0, tl.int32) + T, mask=rows < NUM_BLOCKS * BLOCK_M)
-    tl.debug_barrier()
+    # the sentinel T: in the padding of each expert's last block (rows count .. padded of its range), then
+    # in every row of the unused blocks, 4096 at a time
+    PCOLS: tl.constexpr = max(1, min(BLOCK_M, 4096 // E_POW2))
+    starts = ends - padded
+    for c0 in range(0, BLOCK_M, PCOLS):
+        col = (starts + c + c0)[:, None] + tl.arange(0, PCOLS)[None, :]
+        tl.store(sorted_ptr + col, tl.full([E_POW2, PCOLS], 0, tl.int32) + T,
+                 mask=emask[:, None] & (col < (starts + padded)[:, None]))
+    for r0 in range(total, NUM_BLOCKS * BLOCK_M, 4096):
+        rows = r0 + tl.arange(0, 4096)
+        tl.store(sorted_ptr + rows, tl.full([4096], 0, tl.int32) + T, mask=rows < NUM_BLOCKS * BLOCK_M)
+    tl.debug_barrier()                  # the offsets stored above are read by other threads below
     for p0 in range(0, T, BLOCK):
         pairs = p0 + tl.arange(0, BLOCK)
         e = tl.load(ids_ptr + pairs, mask=pairs < T, other=0).to(tl.int32)
@@ -219,7 +230,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
                     QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
-                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False):
+                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -264,7 +275,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     DIRECT): after its store, each program asks L2 for pf_bytes of the next GEMM's weights of its
     pair's expert (pf_ptr, expert stride pf_stride_e, pf_total bytes per expert), at offset
     pid_n * pf_bytes: the FC2 programs that run first then find their rows in L2, fetched while FC1
-    drains and FC2 launches (HBM otherwise idles there)."""
+    drains and FC2 launches (HBM otherwise idles there). RAW_PAIRS (STAGE 2, aligned, no FUSE_SUM): out
+    (the pair rows) is in the layer dtype and gets FC2's rounded output without the router weight, which
+    topk_sum_kernel applies as it sums (the same fp32 product and sum, half the bytes written and read)."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -456,6 +469,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 tl.store(os_ptr + pid_n * T + rows, s, mask=valid)
             else:
                 tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
+        elif RAW_PAIRS:                             # the rounded output as it is: topk_sum_kernel weighs it
+            tl.store(out_rows, to_dtype(acc_g, io_t, DOT_F32), mask=omask)
         else:
             y = to_dtype(acc_g, io_t, DOT_F32).to(tl.float32)
             if WEIGHT_OUT:
@@ -591,15 +606,21 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
 
 @triton.jit
 def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK: tl.constexpr,
-                    EXACT_BF16: tl.constexpr):
+                    EXACT_BF16: tl.constexpr, topw_ptr=None, WEIGH: tl.constexpr = False):
     """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order). A slot
     whose expert id is outside [0, E) adds nothing: the alignment launches drop such a pair, so no GEMM
-    writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids."""
+    writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids.
+    WEIGH: the pair rows are the GEMM's rounded outputs (RAW_PAIRS), each multiplied here by its router
+    weight in fp32 before it is added (the product the GEMM would have stored)."""
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in range(0, TOPK):
         e = tl.load(ids_ptr + m * TOPK + j).to(tl.int32)
-        acc += tl.load(pairs_ptr + (m * TOPK + j) * H + offs, mask=ok & (e >= 0) & (e < E), other=0.0)
+        row = tl.load(pairs_ptr + (m * TOPK + j).to(tl.int64) * H + offs, mask=ok & (e >= 0) & (e < E),
+                      other=0.0).to(tl.float32)
+        if WEIGH:
+            row = row * tl.load(topw_ptr + m * TOPK + j)
+        acc += row
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)

@@ -39,7 +39,9 @@ NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel); SWAP with WORDS 1: 4-bit weights on swap-AB
-#: tensor-core tiles decoded a word at a time (TritonMoE.apply_swap; SPLIT_K, BLOCK_N1, JOIN).
+#: tensor-core tiles decoded a word at a time (TritonMoE.apply_swap; SPLIT_K, BLOCK_N1, JOIN). The
+#: other keys are options of the tensor-core paths (TritonMoE.apply_direct_mma and the aligned
+#: forward; moe_kernels.moe_gemm_kernel says what each does).
 MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "PREP", "SCALED_DOT", "PREFETCH",
             "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "N_FAST", "PF_NEXT", "WORDS", "JOIN"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
