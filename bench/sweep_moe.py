@@ -374,6 +374,9 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="with --configs: compile the variants in N processes first")
     ap.add_argument("--precompile-timeout-s", type=float, default=30.0)
+    ap.add_argument("--precompile-shapes", nargs="+", choices=list(MOE),
+                    help="precompile only for these shapes (default: all): the MoE kernels specialize on the "
+                         "expert count and tile options, not on H or I, so one shape's compile serves the others")
     ap.add_argument("--split", action="store_true", help="with --configs: also each launch's device time "
                     "(torch.profiler over eager calls on the rotated routings)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
@@ -402,7 +405,7 @@ def main(argv=None) -> int:
                     configs = json.load(f)
                 if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
                     configs = configs.get(name, {})
-                if args.precompile:
+                if args.precompile and (not args.precompile_shapes or name in args.precompile_shapes):
                     precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
                 explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split)
                 continue

@@ -295,15 +295,22 @@ class TritonMoE(Kernel):
         if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
             sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
         else:
-            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
-            a_in = self._round(0, a1)
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+            sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
+        quant_out = bool(cfg.get("QUANT_OUT", 0))
+        if quant_out:                                # FC1 writes FC2's input codes and scales (no launch between)
+            self._check_quant_out(cfg)
+            inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
+            inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
+        else:
+            inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales)
+        a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
+            else self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
-        self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
+        self._gemm(2, a2, True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
                    pair_ids=ids if fuse else None, raw_pairs=not fuse)
         if not fuse:
@@ -379,10 +386,8 @@ class TritonMoE(Kernel):
         quant2 = fp8 and bool(cfg.get("QUANT_IN", 0) & 2) and not quant_out
         if (quant1 or quant2) and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
-        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
-        if quant_out and (self.act != ACT_GROUP or bn1 != 128):
-            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
-                             f"activations), not BLOCK_N1={bn1} with {self.mode.name}")
+        if quant_out:
+            self._check_quant_out(cfg)
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
@@ -515,15 +520,46 @@ class TritonMoE(Kernel):
         sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
         block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
         if t <= ALIGN_SMALL_PAIRS:                   # one launch, one program per expert, no atomics
-            e_pow2 = triton_pow2(self.experts)
-            mk.align_small_kernel[(self.experts,)](ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
-                                                  E_POW2=e_pow2, CHUNK=max(16, 16384 // e_pow2), num_warps=8)
+            self._align_small(ids, t, bm, sorted_ids, block_expert, blocks)
             return sorted_ids, block_expert, blocks
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         return sorted_ids, block_expert, blocks
+
+    def _align_small(self, ids: torch.Tensor, t: int, bm: int, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+                     blocks: int, a1: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """moe_kernels.align_small_kernel; with a1 (1x128 activation groups) its extra programs also round
+        FC1's input rows, and FC1's input (codes, scales) is returned as _round gives it."""
+        from . import moe_kernels as mk
+
+        e_pow2 = triton_pow2(self.experts)
+        quant = a1 is not None
+        rows = a1.shape[0] if quant else 0
+        if quant:
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=self.device)
+            scales = torch.empty(-(-self.hidden // 128), rows, dtype=torch.float32, device=self.device)
+        mk.align_small_kernel[(self.experts + rows,)](
+            ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm, E_POW2=e_pow2,
+            CHUNK=max(16, 16384 // e_pow2), num_warps=8,
+            **(dict(x_ptr=a1, q_ptr=codes, qs_ptr=scales, stride_x=a1.stride(0), stride_q=codes.stride(0),
+                    stride_qs=scales.stride(0), K=self.hidden, QUANT=True,
+                    K_GROUPS=triton_pow2(-(-self.hidden // 128))) if quant else {}))
+        if not quant:
+            return None
+        return codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales
+
+    def _align_round(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor):
+        """_align's result and FC1's input as _round gives it: from the one alignment launch where it is
+        align_small_kernel and the activations are 1x128 groups (no quantization launch), else _round's."""
+        if self.act != ACT_GROUP or t > ALIGN_SMALL_PAIRS:
+            return (*self._align(ids, t, bm), self._round(0, a1))
+        blocks = -(-t // bm) + min(self.experts, t)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=self.device)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=self.device)
+        a_in = self._align_small(ids, t, bm, sorted_ids, block_expert, blocks, a1.contiguous())
+        return sorted_ids, block_expert, blocks, a_in
 
     def _prep(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor, zero_out: torch.Tensor | None, k: int):
         """_align's result and FC1's input as _round gives it, from one launch (moe_kernels.prep_kernel) where
@@ -553,6 +589,13 @@ class TritonMoE(Kernel):
         else:
             a_in = self._round(0, a1)
         return sorted_ids, block_expert, blocks, a_in
+
+    def _check_quant_out(self, cfg: dict[str, int]) -> None:
+        """QUANT_OUT needs FC1 tiles of exactly one 1x128 group of FC2's input (and group activations)."""
+        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
+        if self.act != ACT_GROUP or bn1 != 128 or cfg.get("FUSE_GU", 0):
+            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
+                             f"activations, no FUSE_GU), not BLOCK_N1={bn1} with {self.mode.name}")
 
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int,
                   weigh: torch.Tensor | None = None) -> None:

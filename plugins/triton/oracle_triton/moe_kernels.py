@@ -92,15 +92,29 @@ def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_p
 
 @triton.jit
 def align_small_kernel(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M: tl.constexpr,
-                       E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+                       E_POW2: tl.constexpr, CHUNK: tl.constexpr, x_ptr=None, q_ptr=None, qs_ptr=None, stride_x=0,
+                       stride_q=0, stride_qs=0, K=0, QUANT: tl.constexpr = False, K_GROUPS: tl.constexpr = 1):
     """The count and align steps as one launch of E programs, without atomics (a few hundred pairs):
     program e histograms every pair's expert id ([CHUNK, E_POW2] compares at a time; ids out of
     range match no expert and are dropped), takes its block-padded offset from the exclusive prefix
     sum, labels its blocks and writes its pairs in pair order, then the sentinel T up to its padded
     end; program 0 labels the blocks after the last expert's -1. align_kernel's blocks, labels and
     padding, and the same pairs in each block (in pair order, where the atomics' order may differ:
-    a row's products do not depend on its place in the block)."""
-    e = tl.program_id(0)
+    a row's products do not depend on its place in the block). QUANT (1x128 activation groups): programs
+    E + r round FC1's input row r into E4M3 codes (q_ptr) and group scales (qs_ptr: [K / 128, rows]),
+    gemm.act_qdq_kernel's bits (quantize_row_codes), so no quantization launch follows the alignment."""
+    pid = tl.program_id(0)
+    if pid < E:
+        _align_expert(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, pid, BLOCK_M, E_POW2, CHUNK)
+    elif QUANT:
+        r = (pid - E).to(tl.int64)
+        quantize_row_codes(x_ptr + r * stride_x, q_ptr + r * stride_q, qs_ptr + r, stride_qs, K, K_GROUPS)
+
+
+@triton.jit
+def _align_expert(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, e, BLOCK_M: tl.constexpr,
+                  E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """align_small_kernel's program for expert e."""
     ex = tl.arange(0, E_POW2)
     counts = tl.zeros([E_POW2], dtype=tl.int32)
     for p0 in range(0, T, CHUNK):
