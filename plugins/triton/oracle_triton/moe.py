@@ -1,9 +1,11 @@
-"""Fused MoE kernel class: five launches per forward (A16), no host synchronization under capture.
+"""Fused MoE kernel class: up to five launches per forward (A16), no host synchronization under capture.
 
-count -> align (expert blocks) -> grouped GEMM w13 + activation -> grouped GEMM w2 x router
-weight -> top-k sum. Expert weights stay packed; W8A8/W4A4 modes round each GEMM's input
-first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per token/group/tensor, or
-NVFP4; per-tensor dynamic scales come from one amax over the tensor).
+count -> align (expert blocks; one launch up to ALIGN_SMALL_PAIRS pairs) -> grouped GEMM w13 +
+activation -> grouped GEMM w2 x router weight -> top-k sum. Expert weights stay packed; W8A8/W4A4
+modes round each GEMM's input first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per
+token/group/tensor, or NVFP4; per-tensor dynamic scales come from one amax over the tensor); with
+1x128 groups the one alignment launch rounds FC1's input and QUANT_OUT has FC1 round FC2's. Few
+tokens take the direct, swap or CUDA-core paths below instead (config_for chooses).
 """
 from __future__ import annotations
 
@@ -292,7 +294,13 @@ class TritonMoE(Kernel):
             raise ValueError("FUSE_SUM on the aligned tiles needs PREP (its launch zeroes the rows of tokens "
                              "with no expert id in range, which no FC2 program sums)")
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
+        by_expert = bool(cfg.get("BY_EXPERT", 0))
+        if by_expert:                                # a program per expert finds its own rows: no alignment
+            if by_pair or m > bm or fuse or cfg.get("PREP"):
+                raise ValueError(f"BY_EXPERT: at most BLOCK_M={bm} tokens (one row per token and expert), the "
+                                 f"router weight on the output, no PREP or FUSE_SUM; not M={m}, cfg {cfg}")
+            sorted_ids, block_expert, blocks, a_in = ids, ids, self.experts, self._round(0, a1)
+        elif cfg.get("PREP"):                        # count, align and FC1's input codes in one launch
             sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
         else:
             sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
@@ -304,7 +312,7 @@ class TritonMoE(Kernel):
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert)
         a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
             else self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
@@ -312,9 +320,9 @@ class TritonMoE(Kernel):
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
         self._gemm(2, a2, True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
-                   pair_ids=ids if fuse else None, raw_pairs=not fuse)
+                   pair_ids=ids if fuse else None, raw_pairs=not fuse, by_expert=by_expert)
         if not fuse:
-            self._topk_sum(pairs, ids, out, m, k, None if by_pair else topw)
+            self._topk_sum(pairs, ids, out, m, k, None if by_pair else topw, dedup=by_expert)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -598,17 +606,18 @@ class TritonMoE(Kernel):
                              f"activations, no FUSE_GU), not BLOCK_N1={bn1} with {self.mode.name}")
 
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int,
-                  weigh: torch.Tensor | None = None) -> None:
+                  weigh: torch.Tensor | None = None, dedup: bool = False) -> None:
         """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing.
         256-wide programs up to 64 tokens (more programs in flight: R7 timed 4.1 / 4.4 us for 2 x 16 /
         7 x 16 programs of 1024 at M = 16), 1024 above. weigh: the router weights, by which the rows (FC2's
-        rounded outputs, moe_gemm_kernel RAW_PAIRS) are multiplied as they are added."""
+        rounded outputs, moe_gemm_kernel RAW_PAIRS) are multiplied as they are added. dedup: a token's
+        repeated expert id reads its first slot's row (moe_gemm_kernel BY_EXPERT computed only that one)."""
         from . import moe_kernels as mk
 
         block = 256 if m <= 64 else 1024
         mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
                                                           BLOCK=block, EXACT_BF16=self.facts["dot_f32"],
-                                                          topw_ptr=weigh, WEIGH=weigh is not None)
+                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup)
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -679,7 +688,7 @@ class TritonMoE(Kernel):
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
-              prefetch: tuple | None = None, raw_pairs: bool = False) -> None:
+              prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -691,7 +700,8 @@ class TritonMoE(Kernel):
         the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
         direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
         each program after its store (PF_NEXT). raw_pairs (stage 2, aligned): out is in the layer dtype and
-        gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them)."""
+        gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
+        the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -737,6 +747,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

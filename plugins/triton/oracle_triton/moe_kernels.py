@@ -244,7 +244,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     os_ptr=None, QUANT_OUT: tl.constexpr = False, xq_ptr=None, qc_ptr=None, stride_xq=0,
                     QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
-                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False):
+                    pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
+                    BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -291,7 +292,11 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     pid_n * pf_bytes: the FC2 programs that run first then find their rows in L2, fetched while FC1
     drains and FC2 launches (HBM otherwise idles there). RAW_PAIRS (STAGE 2, aligned, no FUSE_SUM): out
     (the pair rows) is in the layer dtype and gets FC2's rounded output without the router weight, which
-    topk_sum_kernel applies as it sums (the same fp32 product and sum, half the bytes written and read)."""
+    topk_sum_kernel applies as it sums (the same fp32 product and sum, half the bytes written and read).
+    BY_EXPERT (no alignment launches, at most BLOCK_M tokens): program m serves expert m, whose rows it
+    finds itself in the pairs' expert ids (sorted_ptr; expert_rows): each token's first slot routed to
+    it, in pair order (align_small_kernel's order); a token's later slots with the same id are not
+    computed again (topk_sum_kernel DEDUP reads the first slot's row for them)."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -302,6 +307,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         e = tl.load(bexp_ptr + pid_m).to(tl.int32)
         keep = ((e >= 0) & (e < E)).to(tl.float32)
         e = tl.where(keep > 0, e, 0)
+    elif BY_EXPERT:
+        e, own_rows = expert_rows(sorted_ptr, pid_m, T, TOPK, BLOCK_M, T_POW2)
+        keep = 1.0
     else:
         e = tl.load(bexp_ptr + pid_m)
         keep = 1.0
@@ -318,6 +326,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         if DIRECT:
             lane = tl.arange(0, BLOCK_M)
             rows = tl.where(lane == 0, pid_m, T)
+        elif BY_EXPERT:
+            rows = own_rows
         else:
             rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
         valid = rows < T
@@ -501,6 +511,28 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
 
 
 @triton.jit
+def expert_rows(ids_ptr, e, T, TOPK, BLOCK_M: tl.constexpr, T_POW2: tl.constexpr):
+    """(e, or -1 when no pair is routed to it; the BLOCK_M pair ids of expert e's rows, padded with T):
+    each token's first slot whose id is e, in pair order. A token's slots are distinct experts under a
+    router's top-k; a repeated id is served once (topk_sum_kernel DEDUP), so at most one row per token
+    (the host allows this path only for at most BLOCK_M tokens)."""
+    p = tl.arange(0, T_POW2)
+    inside = p < T
+    hit = (tl.load(ids_ptr + p, mask=inside, other=-1).to(tl.int32) == e) & inside
+    slot = p % TOPK
+    for d in range(1, TOPK):                 # an earlier slot of the same token with this id: not first
+        prev = tl.load(ids_ptr + p - d, mask=inside & (slot >= d), other=-1).to(tl.int32)
+        hit = hit & (prev != e)
+    pos = tl.cumsum(hit.to(tl.int32), axis=0) - 1
+    lane = tl.arange(0, BLOCK_M)
+    pick = hit[None, :] & (pos[None, :] == lane[:, None])
+    rows = tl.sum(tl.where(pick, p[None, :], 0), axis=1)
+    count = tl.sum(hit.to(tl.int32), axis=0)
+    rows = tl.where(lane < count, rows, T)
+    return tl.where(count > 0, e, -1), rows
+
+
+@triton.jit
 def gdc_launch_dependents():
     """Programmatic dependent launch (sm_90): the grid launched after this one (with launch_pdl) may start."""
     tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
@@ -620,19 +652,27 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
 
 @triton.jit
 def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK: tl.constexpr,
-                    EXACT_BF16: tl.constexpr, topw_ptr=None, WEIGH: tl.constexpr = False):
+                    EXACT_BF16: tl.constexpr, topw_ptr=None, WEIGH: tl.constexpr = False,
+                    DEDUP: tl.constexpr = False):
     """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order). A slot
     whose expert id is outside [0, E) adds nothing: the alignment launches drop such a pair, so no GEMM
     writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids.
     WEIGH: the pair rows are the GEMM's rounded outputs (RAW_PAIRS), each multiplied here by its router
-    weight in fp32 before it is added (the product the GEMM would have stored)."""
+    weight in fp32 before it is added (the product the GEMM would have stored). DEDUP (moe_gemm_kernel
+    BY_EXPERT): a slot whose id an earlier slot of the token holds reads that first slot's row (the
+    same token and expert give the same row; only the first was computed), weighed by its own weight."""
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in range(0, TOPK):
         e = tl.load(ids_ptr + m * TOPK + j).to(tl.int32)
-        row = tl.load(pairs_ptr + (m * TOPK + j).to(tl.int64) * H + offs, mask=ok & (e >= 0) & (e < E),
+        src = j
+        if DEDUP:
+            for d in range(0, j):
+                same = tl.load(ids_ptr + m * TOPK + d).to(tl.int32) == e
+                src = tl.where(same & (src == j), d, src)
+        row = tl.load(pairs_ptr + (m * TOPK + src).to(tl.int64) * H + offs, mask=ok & (e >= 0) & (e < E),
                       other=0.0).to(tl.float32)
         if WEIGH:
             row = row * tl.load(topw_ptr + m * TOPK + j)
