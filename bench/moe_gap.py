@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  read {what}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
                 continue
             rows.append({"build": "read only", "timer": f"{what} {block}x{iters} w{warps} s{stages}", "us": us,
-                         "mb": mb, "tb_s": mb / us / 1e6})
+                         "mb": mb, "tb_s": mb / us})
             save()
             print(f"  read only {what:8} {mb:7.1f} MB  {block}x{iters} w{warps} s{stages}: {us:7.1f} us "
-                  f"= {mb / us / 1e6:.2f} TB/s", flush=True)
+                  f"= {mb / us:.2f} TB/s", flush=True)
     del t1
     torch.cuda.empty_cache()
     t2, layer, mode, tensors, w13, w2 = peers_build(name)

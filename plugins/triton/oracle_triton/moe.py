@@ -387,10 +387,17 @@ class TritonMoE(Kernel):
         GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
         for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
         (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
-        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
+        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there. QUANT_LAST (1x128 groups):
+        the last of each pair's FC1 programs to finish rounds the pair's output row into FC2's codes and
+        scales (arrival counters, zero between calls), so no quantization launch sits between the GEMMs
+        and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles)."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
+        quant_last = fp8 and bool(cfg.get("QUANT_LAST", 0)) and not quant_out
+        if quant_last and (self.act != ACT_GROUP or cfg.get("QUANT_IN", 0) & 2 or cfg.get("QUANT_PRO", 0) & 2):
+            raise ValueError(f"QUANT_LAST: 1x128 activation groups, FC2 reading the codes (no QUANT_IN / QUANT_PRO "
+                             f"bit 2); not {self.mode.name} with {cfg}")
         quant2 = fp8 and bool(cfg.get("QUANT_IN", 0) & 2) and not quant_out
         if (quant1 or quant2) and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
@@ -416,16 +423,23 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+        last = None
+        if quant_last:                               # (codes, scales, arrival counters) the last FC1 tile fills
+            last = (torch.empty(t, self.inter, dtype=torch.uint8, device=dev),
+                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev), self._counters(t, "_last_counters"))
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
                    pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
-                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None)
+                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
+                   last=last)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
-        if quant_out:
+        if last is not None:
+            a_in = (last[0].view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else last[0], last[1])
+        elif quant_out:
             a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
         elif pro2:                                   # codes and scales written by the FC2 GEMM's programs
             codes2 = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
@@ -688,7 +702,8 @@ class TritonMoE(Kernel):
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
-              prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False) -> None:
+              prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False,
+              last: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -701,7 +716,9 @@ class TritonMoE(Kernel):
         direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
         each program after its store (PF_NEXT). raw_pairs (stage 2, aligned): out is in the layer dtype and
         gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
-        the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT)."""
+        the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
+        (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
+        output row into them (QUANT_LAST)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -741,10 +758,12 @@ class TritonMoE(Kernel):
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
-            os_ptr=out_scales, QUANT_OUT=out_scales is not None,
+            os_ptr=out_scales if last is None else last[1], QUANT_OUT=out_scales is not None,
+            lq_ptr=last[0] if last else None, QUANT_LAST=last is not None,
+            N_GROUPS=triton_pow2(-(-n_out // 128)) if last else 1,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
-            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
+            cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
             BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,

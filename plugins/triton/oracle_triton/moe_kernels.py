@@ -245,7 +245,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     QUANT_PRO: tl.constexpr = False, K_GROUPS: tl.constexpr = 1, GDC: tl.constexpr = 0,
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
-                    BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1):
+                    BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -296,7 +297,11 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     BY_EXPERT (no alignment launches, at most BLOCK_M tokens): program m serves expert m, whose rows it
     finds itself in the pairs' expert ids (sorted_ptr; expert_rows): each token's first slot routed to
     it, in pair order (align_small_kernel's order); a token's later slots with the same id are not
-    computed again (topk_sum_kernel DEDUP reads the first slot's row for them)."""
+    computed again (topk_sum_kernel DEDUP reads the first slot's row for them). QUANT_LAST (STAGE 1,
+    DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
+    between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
+    codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
+    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -493,6 +498,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 tl.store(os_ptr + pid_n * T + rows, s, mask=valid)
             else:
                 tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
+            if QUANT_LAST:                          # DIRECT: the pair's last tile rounds the pair's row
+                tl.debug_barrier()
+                arrived = tl.atomic_add(cnt_ptr + pid_m, 1)
+                if arrived == tl.num_programs(1) - 1:
+                    quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om, lq_ptr + pid_m.to(tl.int64) * stride_om,
+                                       os_ptr + pid_m, T, N_OUT, N_GROUPS, CG=True)
+                    tl.atomic_xchg(cnt_ptr + pid_m, 0)
         elif RAW_PAIRS:                             # the rounded output as it is: topk_sum_kernel weighs it
             tl.store(out_rows, to_dtype(acc_g, io_t, DOT_F32), mask=omask)
         else:
@@ -624,14 +636,18 @@ def weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP: tl.con
 
 
 @triton.jit
-def quantize_row_codes(x_row, codes_row, scales_col, stride_s, K, K_GROUPS: tl.constexpr):
+def quantize_row_codes(x_row, codes_row, scales_col, stride_s, K, K_GROUPS: tl.constexpr, CG: tl.constexpr = False):
     """One activation row's 1x128-group E4M3 codes and scales (gemm.act_qdq_kernel's, bit for bit),
     the whole row in one [K_GROUPS, 128] tile: codes_row[k] (uint8), scales_col[g * stride_s]; then a
-    barrier, so the program's later loads of them see its stores."""
+    barrier, so the program's later loads of them see its stores. CG: the row is read from L2 (other
+    programs wrote it; this one's L1 may hold nothing newer, but never trusts it)."""
     g = tl.arange(0, K_GROUPS)
     offs = g[:, None] * 128 + tl.arange(0, 128)[None, :]
     ok = offs < K
-    x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
+    if CG:
+        x = tl.load(x_row + offs, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+    else:
+        x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
     q, s = quantize_tile_codes(x, tl.zeros([K_GROUPS], dtype=tl.float32), 1, scales_col)
     tl.store(codes_row + offs, e4m3_encode(q, x).to(tl.uint8), mask=ok)
     tl.store(scales_col + g * stride_s, s, mask=g * 128 < K)
