@@ -5,7 +5,7 @@ oracle-triton repacks W4A16 E2M1 weights at load into GPTQ's [K/8, N] int32 word
 per shape of issue 26 and format, beside BF16 cuBLAS (`x @ w.T`) and the HBM limit, under CUDA-graph
 replay with every call on the next of >256 MB of weight copies (HBM-resident, not the 60 MB L2):
 the checkpoint layout's default (its shipped tuned entry or rules), the word layout's default,
-and (M = 1) a grid of word-layout GEMV tiles. Each output is checked against oracle-emulation
+and (M = 1) a grid of word-layout GEMV tiles, (M = 16) a grid of swap-AB tiles (INT4 too, --fmts int4). Each output is checked against oracle-emulation
 (a variant further than 1e-2 is flagged DISAGREES and never chosen).
 
     python bench/sweep_fp4_words.py [--fmts mxfp4 nvfp4] [--ms 1 16 256] [--shapes ...] [--json out.json]
@@ -23,11 +23,10 @@ import torch
 from gpu_timing import copy_bandwidth, rel, start
 from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
 
-MODES = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4"}
+MODES = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}
 ROWS: list[dict] = []
 #: (BLOCK_N, BLOCK_K, split waves, warps) of the word-layout GEMV grid at M = 1 (INT4's neighbourhood).
-GRID = [(32, 256, 1, 4), (32, 256, 3, 4), (64, 256, 1, 4), (64, 256, 3, 4), (32, 512, 1, 4), (64, 512, 2, 8),
-        (128, 256, 1, 8), (16, 256, 1, 4)]
+GRID = [(32, 256, 1, 4), (32, 256, 3, 4), (64, 256, 1, 4), (64, 256, 3, 4), (32, 512, 1, 4), (128, 256, 1, 8)]
 
 
 def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
@@ -39,14 +38,34 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
     return out
 
 
+#: (BLOCK_N, warps, split waves, JOIN) of the swap-AB kernel at M = 16: 32-row weight tiles at 4 warps
+#: compile to mma.sync with the decoded operand in registers (sm_90 PTX), 64 and more to wgmma, whose
+#: operand from registers goes through shared memory with a wait per dot.
+SWAP_GRID = [(32, 4, 1.5, 0), (32, 2, 1.5, 0), (32, 4, 1.5, 1)]
+
+
+def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
+    out = []
+    for bn, nw, waves, join in SWAP_GRID:
+        if join and fmt == "int4":
+            continue
+        sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
+               "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1}
+        if join:
+            cfg["FULL_TILE"] = 1
+        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}", cfg))
+    return out
+
+
 def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool) -> list[tuple[int, str, bool, dict]]:
     """(m, label, word layout?, config) for one shape: the two layouts' defaults, then the grid."""
     from oracle_triton.formats import layout_for, words_layout
     from oracle_triton.launch import DenseGemm
 
     out, old = [], {}
-    for words in (False, True):
-        lay = words_layout(fmt, n, k) if words else layout_for(fmt, n, k)
+    for words in ((True,) if fmt == "int4" else (False, True)):      # INT4: GPTQ's words already
+        lay = words_layout(fmt, n, k) if words and fmt != "int4" else layout_for(fmt, n, k, 128)
         one = torch.zeros(1, device=DEV)
         fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
         fake.facts = facts
@@ -55,10 +74,13 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool) -> li
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
             if not words:
                 old[m] = cfg
-            elif not old[m].get("ROWS") and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
+            elif m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
                 out.append((m, "words, checkpoint's config", True, {**old[m], "KN": 1}))
-    if grid and 1 in ms:
+    if grid and 1 in ms and fmt != "int4":
         out += [(1, label, True, cfg) for label, cfg in gemv_grid(n, k, facts["sms"])]
+    kn = {} if fmt == "int4" else {"KN": 1}
+    if grid and 16 in ms:
+        out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     return out
 
 
@@ -84,7 +106,7 @@ def compile_worker(index: int, workers: int, args) -> None:
     for fmt, m, words, cfg in unique[index::workers]:
         try:
             if (fmt, words) not in small:
-                lin.WORD_LAYOUT = words
+                lin.WORD_LAYOUT = words or fmt == "int4"
                 w = torch.randn(256, 4096, device=DEV, dtype=torch.bfloat16) * 0.05
                 small[(fmt, words)] = build(fmt, 256, 4096, w, MODES[fmt], "bf16", {})[2][0]
             small[(fmt, words)](torch.randn(m, 4096, device=DEV, dtype=torch.bfloat16), 0, None, torch.bfloat16, cfg)
@@ -100,12 +122,12 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     n, k = SHAPES[name]
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
     sets = {}
-    for words in (False, True):
+    for words in ((True,) if fmt == "int4" else (False, True)):
         lin.WORD_LAYOUT = words
         t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
         sets[words] = gs
     lin.WORD_LAYOUT = True
-    assert gs[0].layout.pack == 8 and sets[False][0].layout.pack == 2, "the two layouts were not built"
+    assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
     hbm = t.packed.nbytes() / bw * 1e6
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
     todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid)
@@ -145,7 +167,7 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fmts", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4"], choices=list(MODES))
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 256])
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--json")
@@ -177,8 +199,8 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     try:
-        for fmt in args.fmts:
-            for name in args.shapes:
+        for name in args.shapes:
+            for fmt in args.fmts:
                 sweep(name, fmt, args, bw, deadline)
     finally:
         if args.json:
