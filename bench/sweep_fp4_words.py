@@ -9,7 +9,8 @@ and (M = 1) a grid of word-layout GEMV tiles, (M = 16) a grid of swap-AB tiles (
 (a variant further than 1e-2 is flagged DISAGREES and never chosen).
 
     python bench/sweep_fp4_words.py [--fmts mxfp4 nvfp4] [--ms 1 16 256] [--shapes ...] [--json out.json]
-                                    [--precompile 12] [--budget-s 60] [--no-grid]
+                                    [--precompile 12] [--budget-s 60] [--no-grid] [--write-table TABLE]
+    python bench/sweep_fp4_words.py --from-json out.json --write-table ../plugins/triton/oracle_triton/tuned_configs.json
 """
 from __future__ import annotations
 
@@ -165,6 +166,34 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     torch.cuda.empty_cache()
 
 
+def table_entries(rows: list[dict]) -> list[dict]:
+    """Tuned-table entries: per shape, format and M, the fastest word-layout variant that agreed with
+    the reference (KN 1 on E2M1: measured on the word layout; it replaces the checkpoint layout's
+    entry of the same key, which no longer serves a W4A16 E2M1 layer)."""
+    from oracle_triton.tuned import bucket
+
+    best: dict[tuple, dict] = {}
+    default = {}
+    for r in rows:
+        if not r["words"] or r["err"] >= OK:
+            continue
+        key = (r["shape"], r["fmt"], r["m"])
+        if r["variant"] == "words default":
+            default[key] = r["us"]
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    out = []
+    for key, r in sorted(best.items()):
+        n, k = SHAPES[r["shape"]]
+        cfg = dict(r["config"])
+        if r["fmt"] != "int4":
+            cfg["KN"] = 1
+        out.append({"kind": "dense", "mode": MODES[r["fmt"]], "weight": r["fmt"], "n": n, "k": k,
+                    "m": bucket(r["m"]), "config": cfg, "us": round(r["us"], 2),
+                    "default_us": round(default[key], 2) if key in default else None})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4"], choices=list(MODES))
@@ -176,7 +205,15 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-timeout-s", type=float, default=40.0)
     ap.add_argument("--no-grid", action="store_true", help="the two defaults only")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
+    ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
+    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device measured")
     args = ap.parse_args(argv)
+    if args.from_json:
+        from sweep_large_m import write_table
+        with open(args.from_json) as f:
+            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        return 0
     if args.compile_worker:
         i, p = map(int, args.compile_worker.split("/"))
         compile_worker(i, p, args)
@@ -206,6 +243,9 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+    if args.write_table:
+        from sweep_large_m import write_table
+        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 
 
