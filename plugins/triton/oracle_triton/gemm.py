@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 
@@ -149,7 +149,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                          stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
                                          BLOCK_N, BLOCK_K, EVEN_K, KN)
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
-            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
             u, s, z = un, sn, zn
     elif FULL_TILE:
@@ -306,25 +306,28 @@ def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk,
         G: tl.constexpr = BLOCK_K // GROUP
         n = offs_n[:, None]
         j = (k0 // 8 + tl.arange(0, UJ))[None, :]
-        if KN:
-            u = tl.load(w_ptr + n + j * stride_wk, mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
+        if KN:      # the words and each word's scale [BN, BK/8] (one layout: no broadcast of [BN, G] later)
+            ok = (n < N) & k_in(j, K // 8, EVEN_K)
+            u = tl.load(w_ptr + n + j * stride_wk, mask=ok, other=0)
+            s = tl.load(s_ptr + n + (j * 8 // GROUP) * stride_sk, mask=ok, other=0)
         else:
             u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
                         mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
-        g = (k0 // GROUP + tl.arange(0, G))[None, :]
-        s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
+            g = (k0 // GROUP + tl.arange(0, G))[None, :]
+            s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
         z = s
     return u, s, z
 
 
 @triton.jit
 def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, io_t: tl.constexpr):
+                      BLOCK_K: tl.constexpr, io_t: tl.constexpr, KN: tl.constexpr = False):
     """words_tile_load's tile -> the dequantized [BLOCK_N, BLOCK_K] tile in io_t, k in order, the
     reference's values (as dequant.w4_tile gives them), decoded a 32-bit word (8 values) at a time.
     E2M1: e2m1_word_values (bit placement, value x scale rounded once). GPTQ: int4_word_values
     (q - z exact by one packed subtraction per pair), times the group scale in fp32, rounded once;
-    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave."""
+    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave. KN:
+    E2M1 scales already one per word (words_tile_load), NVFP4's converted by the hardware."""
     UJ: tl.constexpr = BLOCK_K // 8
     if ELEM == 3:
         sf = s.to(tl.float32)
@@ -337,6 +340,8 @@ def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, 
         w5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
         w6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
         w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
+    elif KN:
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, group_scales_hw(s, gscale, ELEM), io_t)
     else:
         G: tl.constexpr = BLOCK_K // GROUP
         sg = group_scales(s, gscale, ELEM)
@@ -377,14 +382,15 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
     else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
         G: tl.constexpr = UJ * 8 // GROUP
         gk = t * G + tl.arange(0, G)
-        if KN:
-            u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None],
-                        mask=n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :], other=0)
+        if KN:      # the words and each word's scale [BN, UJ] (no broadcast of [BN, G] in the loop)
+            ok = n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :]
+            u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=ok, other=0)
+            s = tl.load(s_ptr + (jrow * 8 // GROUP)[None, :] * stride_sk + offs_n[:, None], mask=ok, other=0)
         else:
             u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
                         mask=n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :], other=0)
-        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
-                    mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                        mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
         z = s
     if JOIN:
         kt = t * UJ * 8 + tl.arange(0, UJ * 8)
@@ -494,7 +500,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                         tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         elif JOIN:
-            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(wt.to(dot_t), x.to(dot_t), acc, DOT_F32)
         elif ELEM == 3:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
@@ -505,8 +511,13 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
         else:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
             G: tl.constexpr = BLOCK_K // GROUP
-            sg = group_scales(s, gscale, ELEM)
-            sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+            if KN and DECODE == 4:      # a scale per word already; FP8 converted by the hardware
+                sfull = group_scales_hw(s, gscale, ELEM)
+            elif KN:
+                sfull = group_scales(s, gscale, ELEM)
+            else:
+                sg = group_scales(s, gscale, ELEM)
+                sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
             if DECODE == 4:     # whole words by bit placement (inline PTX)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
                 acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
@@ -619,7 +630,7 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
             gscale = tl.load(g_ptr)
         u, s, z = words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
                                   stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, False, KN)
-        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
     else:
         gscale = 1.0
         if ELEM == 2:

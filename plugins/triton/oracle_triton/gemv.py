@@ -18,7 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e2m1_bits, e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantize_tile, split_range, to_dtype
+from .dequant import (e2m1_bits, e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, group_scales_hw, quantize_tile,
+                      split_range, to_dtype)
 
 #: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
 #: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
@@ -291,7 +292,7 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
     INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums."""
     if KN and DECODE == 3:
-        res = acc + _fp4_kn_products(u, x) * _e2m1_scales(s, gscale, ELEM)
+        res = acc + _fp4_kn_products(u, x) * group_scales_hw(s, gscale, ELEM)
     elif KN:
         i4 = tl.arange(0, 8)[None, None, None, :]
         w = e2m1_bits((u[:, :, :, None] >> (4 * i4)) & 15)
