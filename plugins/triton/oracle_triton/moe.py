@@ -604,8 +604,17 @@ class TritonMoE(Kernel):
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
+            pf = int(cfg.get("PF_L2", 0)) if self._rows_prefetchable() else 0
+            pf_args = {}
+            if pf:
+                w2, l2 = self.w2, self.w2.layout
+                pf_args = dict(PF_L2=pf, w_total=w.weight.numel(), s_total=w.scale.numel())
+                if pf & 2:
+                    pf_args.update(pf_w_ptr=w2.weight, pf_s_ptr=w2.scale, pf_we=w2.weight.stride(0),
+                                   pf_se=w2.scale.stride(0), pf_wn=l2.stride_wn, pf_sn=l2.stride_sn,
+                                   pf_rows=self.hidden, pf_w_total=w2.weight.numel(), pf_s_total=w2.scale.numel())
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      **up_flags)
+                                                      **up_flags, **pf_args)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
@@ -619,9 +628,24 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
+            **(dict(PF_L2=1, w_total=w.weight.numel(), s_total=w.scale.numel())
+               if int(cfg.get("PF_L2", 0)) & 1 and self._rows_prefetchable() else {}),
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
+
+    def _rows_prefetchable(self) -> bool:
+        """Whether the direct kernels may ask L2 for expert rows (PF_L2): bulk prefetches (sm_90, compiled)
+        of byte tensors (packed E2M1 weights and their byte scales) whose rows are contiguous along K,
+        from 16-byte aligned buffers."""
+        if interpreting() or not self.facts.get("pdl"):
+            return False
+        for p in (self.w13, self.w2):
+            if p.layout.stride_wk != 1 or p.layout.pack != 2 or p.scale.element_size() != 1:
+                return False
+            if p.weight.data_ptr() % 16 or p.scale.data_ptr() % 16:
+                return False
+        return True
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
