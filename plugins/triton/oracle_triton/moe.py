@@ -604,7 +604,7 @@ class TritonMoE(Kernel):
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
-            pf = int(cfg.get("PF_L2", 0)) if self._rows_prefetchable() else 0
+            pf = int(cfg.get("PF_L2", 0)) & self._rows_prefetchable()
             pf_args = {}
             if pf:
                 w2, l2 = self.w2, self.w2.layout
@@ -629,23 +629,26 @@ class TritonMoE(Kernel):
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
             **(dict(PF_L2=1, w_total=w.weight.numel(), s_total=w.scale.numel())
-               if int(cfg.get("PF_L2", 0)) & 1 and self._rows_prefetchable() else {}),
+               if int(cfg.get("PF_L2", 0)) & self._rows_prefetchable() & 1 else {}),
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
 
-    def _rows_prefetchable(self) -> bool:
-        """Whether the direct kernels may ask L2 for expert rows (PF_L2): bulk prefetches (sm_90, compiled)
-        of byte tensors (packed E2M1 weights and their byte scales) whose rows are contiguous along K,
-        from 16-byte aligned buffers."""
+    def _rows_prefetchable(self) -> int:
+        """The PF_L2 bits the direct kernels may use here (compiled, sm_90): 3 for E2M1 experts (bulk
+        prefetches of byte tensors whose rows are contiguous along K, from 16-byte aligned buffers), 1
+        for GPTQ int4 experts ([K / 8, N] words: per-thread prefetches of column slabs), else 0."""
         if interpreting() or not self.facts.get("pdl"):
-            return False
+            return 0
+        lays = (self.w13.layout, self.w2.layout)
+        if all(lay.elem == INT4 and lay.stride_wn == 1 for lay in lays):
+            return 1
         for p in (self.w13, self.w2):
             if p.layout.stride_wk != 1 or p.layout.pack != 2 or p.scale.element_size() != 1:
-                return False
+                return 0
             if p.weight.data_ptr() % 16 or p.scale.data_ptr() % 16:
-                return False
-        return True
+                return 0
+        return 3
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's

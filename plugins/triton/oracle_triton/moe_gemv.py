@@ -23,7 +23,28 @@ import triton.language as tl
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
-from .moe_kernels import _activate, gate_up_rows, prefetch_expert_rows_l2, sum_slots
+from .moe_kernels import _activate, gate_up_rows, prefetch_expert_rows_l2, prefetch_slab_l2, sum_slots
+
+
+@triton.jit
+def prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, n0, n1, K, stride_we, stride_se, stride_ze, stride_wn, stride_sn,
+                         stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM: tl.constexpr, GROUP: tl.constexpr,
+                         HAS_ZERO: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Asks L2 for expert e64's weight rows [n0, n1) (at most BLOCK_N) with their scales and zero points:
+    E2M1 byte rows (contiguous along K) by bulk prefetches, GPTQ int4 ([K / 8, N] words, [K / GROUP, N]
+    scales, [K / GROUP, N / 8] zero words) as column slabs."""
+    if ELEM == 3:
+        u8 = tl.pointer_type(tl.uint8)
+        w_e = (w_ptr + e64 * stride_we + n0).to(u8)
+        prefetch_slab_l2(w_e, K // 8, stride_wk * 4, (n1 - n0) * 4, BLOCK_N * 4)
+        s_e = (s_ptr + e64 * stride_se + n0).to(u8)
+        prefetch_slab_l2(s_e, K // GROUP, stride_sk * 2, (n1 - n0) * 2, BLOCK_N * 2)
+        if HAS_ZERO:
+            z_e = (z_ptr + e64 * stride_ze + n0 // 8).to(u8)
+            prefetch_slab_l2(z_e, K // GROUP, stride_zk * 4, ((n1 - 1) // 8 - n0 // 8 + 1) * 4,
+                             (BLOCK_N // 8 + 1) * 4)
+    else:
+        prefetch_expert_rows_l2(w_ptr, s_ptr, e64, n0, n1, stride_we, stride_se, stride_wn, stride_sn, w_total, s_total)
 
 
 @triton.jit
@@ -99,8 +120,9 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     if (e >= 0) & (e < E):
         if PF_L2 % 2 == 1:
             n0 = pid_n * BLOCK_N
-            prefetch_expert_rows_l2(w_ptr, s_ptr, e.to(tl.int64), n0, tl.minimum(n0 + BLOCK_N, N), stride_we,
-                                    stride_se, stride_wn, stride_sn, w_total, s_total)
+            prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e.to(tl.int64), n0, tl.minimum(n0 + BLOCK_N, N), K, stride_we,
+                                 stride_se, stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
+                                 s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
         a_rows = a_ptr + pair.to(tl.int64) * stride_am + tl.zeros([1, 1], dtype=tl.int64)
         row_ok = tl.full([1], 1, tl.int1)
         amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
@@ -222,14 +244,17 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
             j0 = pid_n * BLOCK_N
             j1 = tl.minimum(j0 + BLOCK_N, N_OUT)
             if GATED and INTERLEAVED:
-                prefetch_expert_rows_l2(w_ptr, s_ptr, e64, 2 * j0, 2 * j1, stride_we, stride_se, stride_wn,
-                                        stride_sn, w_total, s_total)
+                prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, 2 * j0, 2 * j1, K, stride_we, stride_se, stride_ze,
+                                     stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM,
+                                     GROUP, HAS_ZERO, 2 * BLOCK_N)
             else:
-                prefetch_expert_rows_l2(w_ptr, s_ptr, e64, j0, j1, stride_we, stride_se, stride_wn, stride_sn,
-                                        w_total, s_total)
+                prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, j0, j1, K, stride_we, stride_se, stride_ze,
+                                     stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM,
+                                     GROUP, HAS_ZERO, BLOCK_N)
                 if GATED:
-                    prefetch_expert_rows_l2(w_ptr, s_ptr, e64, N_OUT + j0, N_OUT + j1, stride_we, stride_se,
-                                            stride_wn, stride_sn, w_total, s_total)
+                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, N_OUT + j0, N_OUT + j1, K, stride_we, stride_se,
+                                         stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
+                                         s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
     if valid:
         amax = row_amax(a_row + tl.zeros([1, 1], dtype=tl.int64), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
