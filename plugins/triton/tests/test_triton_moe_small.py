@@ -145,8 +145,8 @@ PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fus
 def _skip_swap(path, fmt, act):
     if path.startswith("swap") and fmt.startswith("fp8"):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
-    if path == "split_pf" and fmt not in ("mxfp4", "nvfp4"):
-        pytest.skip("L2 prefetch of expert rows (PF_L2) serves E2M1 weights (byte rows along K)")
+    if path == "split_pf" and fmt not in ("mxfp4", "nvfp4", "int4"):
+        pytest.skip("L2 prefetch of expert rows (PF_L2) serves the 4-bit formats")
 
 
 @pytest.mark.gpu
