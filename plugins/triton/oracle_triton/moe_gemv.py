@@ -351,7 +351,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                     OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
                     WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
-                    JOIN: tl.constexpr = False):
+                    JOIN: tl.constexpr = False, PF_L2: tl.constexpr = 0, w_total=0, s_total=0):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -374,7 +374,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     3: GPTQ by packed subtraction, inline PTX both; else the portable decode). SPLIT_K > 1 (WORDS):
     K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
     WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
-    sums them in slice order and finishes the tile."""
+    sums them in slice order and finishes the tile. PF_L2 1: the first K slice's program asks L2 for its
+    weight rows before its loop (moe_up_split_kernel's PF_L2; w_total / s_total: byte sizes)."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -408,6 +409,22 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             n_w = tl.reshape(tl.join(n_g, n_u), [WN])
         else:
             n_w = j
+        if PF_L2 % 2 == 1:
+            if pid_k == 0:
+                j0 = pid_n * BLOCK_N
+                j1 = tl.minimum(j0 + BLOCK_N, N_OUT)
+                if TWO and INTERLEAVED:
+                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, 2 * j0, 2 * j1, K, stride_we, stride_se,
+                                         stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
+                                         s_total, ELEM, GROUP, HAS_ZERO, 2 * BLOCK_N)
+                else:
+                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, j0, j1, K, stride_we, stride_se, stride_ze,
+                                         stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total,
+                                         ELEM, GROUP, HAS_ZERO, BLOCK_N)
+                    if TWO:
+                        prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, N_OUT + j0, N_OUT + j1, K, stride_we,
+                                             stride_se, stride_ze, stride_wn, stride_sn, stride_wk, stride_sk,
+                                             stride_zk, w_total, s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
         acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
         k_tiles = tl.cdiv(K, BLOCK_K)
         if PREFETCH == 1 and SCALED_DOT:            # the next tile's bytes in flight while this one multiplies

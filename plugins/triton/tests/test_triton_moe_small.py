@@ -135,17 +135,18 @@ def _gpu_configs(t):
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
-            "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1)}
+            "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
+            "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1)}
 
 
 PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
-         "swap_aligned", "swap_words", "swap_words_aligned"]
+         "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf"]
 
 
 def _skip_swap(path, fmt, act):
     if path.startswith("swap") and fmt.startswith("fp8"):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
-    if path == "split_pf" and fmt not in ("mxfp4", "nvfp4", "int4"):
+    if path.endswith("_pf") and fmt not in ("mxfp4", "nvfp4", "int4"):
         pytest.skip("L2 prefetch of expert rows (PF_L2) serves the 4-bit formats")
 
 
