@@ -249,6 +249,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
+    if 1 < m <= 32 and "SWAP" in default and facts.get("pdl"):   # the GEMM fetching its weights during the quantizer
+        out.append((f"default, pdl {1 - default.get('PDL', 0)}", {**default, "PDL": 1 - default.get("PDL", 0)}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
@@ -278,7 +280,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
             out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st}",
                         {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
                          "num_stages": st}))
-    return out
+    return only(out)
 
 
 #: Per-token quantizer variants: rows per program, K width of a tile, warps.
