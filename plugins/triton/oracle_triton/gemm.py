@@ -19,12 +19,14 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
+from .moe_kernels import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
 
 
 @triton.jit
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False):
+                   scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
+                   GDC: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -35,7 +37,12 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     (values = codes x scales, rounded to out's dtype).
 
     ONE_TILE (per token, ACT 2, with BLOCK_K >= K and one program along K): the rows are loaded once,
-    their amax, codes and scales computed from the registers (one memory round trip, not two passes)."""
+    their amax, codes and scales computed from the registers (one memory round trip, not two passes).
+
+    GDC (sm_90, programmatic dependent launch): the GEMM launched next (with launch_pdl) may start at
+    once; it fetches its weights while this grid runs and waits for it before reading the codes."""
+    if GDC:
+        gdc_launch_dependents()
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -543,7 +550,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
-                    AMAX_K: tl.constexpr = 1024):
+                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -554,10 +561,22 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     program rounds them itself (the row's amax in AMAX_K-wide steps, or the per-tensor scale at
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
-    operand is rounded (the others are zeros)."""
+    operand is rounded (the others are zeros).
+
+    GDC (sm_90; launched with launch_pdl after act_qdq_kernel with GDC): the programs start while the
+    quantizer runs, ask L2 for their column tile's weight rows (a tile's split-K programs share the
+    rows' contiguous bytes: each prefetches one SPLIT_K-th) and only then wait for the quantizer's
+    grid (griddepcontrol.wait), so the weights' HBM reads overlap the quantizer and the launch gap."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
+    if GDC:
+        tile_bytes = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N).to(tl.int64) * stride_wn
+        share = tl.cdiv(tl.cdiv(tile_bytes, SPLIT_K), 16384) * 16384
+        first_byte = tl.minimum(pid_k * share, tile_bytes)
+        prefetch_rows_l2(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn + first_byte,
+                         tl.minimum(share, tile_bytes - first_byte))
+        gdc_wait()
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -175,11 +175,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict, gdc: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
+    gdc: the next launch is a GEMM launched with launch_pdl (sm_90), which may start at once."""
     m, k = x.shape
     codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
@@ -199,7 +200,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                ONE_TILE=one)
+                ONE_TILE=one, **({"GDC": True} if gdc else {}))
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
     fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
@@ -269,9 +270,10 @@ class DenseGemm:
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
         self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
 
-    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
+    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], pdl: bool = False,
+               **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
+        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], pdl, **args)
 
     def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, call: Any,
                 keep: tuple = ()) -> torch.Tensor | None:
@@ -327,8 +329,9 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
-                return self.fp8_swap(codes, xs, act, out_dtype, cfg)
+                pdl = bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+                return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
@@ -481,20 +484,22 @@ class DenseGemm:
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
+                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
         per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
         QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
-        row's amax in every program)."""
+        row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
+        launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
+        (gemm.fp8_swap_kernel GDC)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         self.launch(
-            "fp8_swap_kernel", (grid_n, grid_m, split), cfg,
+            "fp8_swap_kernel", (grid_n, grid_m, split), cfg, pdl,
             x_ptr=codes, as_ptr=xs, w_ptr=self.weight_operand(True), s_ptr=self.scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
             M=m, N=self.n, K=self.k, stride_xm=codes.stride(0), stride_ym=y.stride(0),
@@ -502,7 +507,8 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192))    # the row's amax in at most a few loads
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
+            **({"GDC": True} if pdl else {}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

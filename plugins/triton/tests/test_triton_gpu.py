@@ -336,6 +336,57 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
                                        torch.bfloat16, cfg))
 
 
+def test_fp8_swap_with_programmatic_dependent_launch_gives_the_same_bits():
+    """FP8 W8A8 per token, 2-32 rows, PDL 1 (the quantizer lets the GEMM start at once; the GEMM
+    prefetches its weights, then waits for the codes): bit for bit the two ordinary launches, eagerly,
+    in a launch plan and under graph replay."""
+    t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device="cuda", bias=True)
+    for m, split in ((16, 4), (29, 1)):
+        cfg = {"SWAP": 1, "BLOCK_M": 16 if m <= 16 else 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": split,
+               "num_warps": 4, "num_stages": 4}
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        want = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+        assert rel(want, e.apply(x)) < TOL
+        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PDL": 1}), want), m
+    t.gemm._configs[(16, t.act)] = {**cfg, "BLOCK_M": 16, "SPLIT_K": 4, "PDL": 1}
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    want = t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "BLOCK_M": 16, "SPLIT_K": 4})
+    t.apply(x)
+    assert torch.equal(t.apply(x), want)            # the second call replays the plan
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16), x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "BLOCK_M": 16, "SPLIT_K": 4}))
+
+
+def test_gemlite_fp8_peer_matches_emulation_and_replays():
+    """The gemlite peer (triton.linear.gemlite_fp8) on FP8 per-channel weights with a bias, 1 and 16
+    rows, against oracle-emulation's W8A8 per-token numerics; captured and replayed. gemlite's
+    autotuning is set to its default configurations here (a test times nothing; its numerics do not
+    depend on the tile)."""
+    pytest.importorskip("gemlite")
+    from gemlite.triton_kernels.config import AUTOTUNE, set_autotune
+    from oracle_triton.gemlite_peer import GemliteFP8ChannelLinear
+
+    before = {key: getattr(AUTOTUNE, key) for key in ("GEMV", "GEMV_REVSPLITK", "GEMV_SPLITK", "GEMM_SPLITK", "GEMM")}
+    set_autotune("default")
+    try:
+        t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                           device="cuda", bias=True, kernel=GemliteFP8ChannelLinear)
+        for m in (1, 16):
+            x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+            assert rel(t.apply(x), e.apply(x)) < TOL, m
+        g, out = _graph(t.apply, x)
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+    finally:
+        set_autotune(before)
+
+
 def _replay_agrees(run, x, ref):
     """Capture run(x), replay it on new activations: bitwise what an eager call gives, and close to
     the reference."""
