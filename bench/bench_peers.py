@@ -29,7 +29,7 @@ import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
 from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args, warm_clocks
 
-from oracle import MoELayer
+from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
 
 ROTATE = 256 << 20
@@ -448,22 +448,76 @@ def _compile_moe_jobs(jobs: list) -> str:
     return f"{done}/{len(jobs)}"
 
 
+def _compile_dense_jobs(jobs: list) -> str:
+    """A worker: for each (shape, mode, M) build oracle-triton's layer and gemlite's (where the mode
+    lists it) on the real shape and call each once, so Triton compiles their kernels into its on-disk
+    cache (gemlite also runs its autotuning here; its choice is discarded: the timing process tunes
+    again on a quiet GPU, now without compiling)."""
+    done = 0
+    modes = {d[1]: d for d in DENSE_MODES}
+    for name, mode_name, m in jobs:
+        fmt, _, act, params, peers = modes[mode_name]
+        n, k = DENSE[name]
+        try:
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+            layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
+                                group_size=128 if fmt == "int4" else None)
+            mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+            tensors = _quant(fmt, w)
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            for cand in ("oracle",) + tuple(p for p in peers if p == "gemlite"):
+                fn = build_dense(cand, fmt, layer, mode, _clone(tensors))[0]
+                fn(x)
+            torch.cuda.synchronize()
+            done += 1
+        except Exception as exc:  # noqa: BLE001 - the timing process compiles what failed here
+            print(f"  precompile {name} {mode_name} M={m}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+    return f"{done}/{len(jobs)}"
+
+
+def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: float | None) -> None:
+    """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
+    `workers` processes at once; best effort, as precompile_moe."""
+    jobs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
+    _pool_run(_compile_dense_jobs, jobs, workers, timeout_s, "dense", tune_ms)
+
+
+def _pool_run(fn, jobs: list, workers: int, timeout_s: float, what: str, tune_ms: float | None = None) -> None:
+    import multiprocessing
+
+    chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
+    t0 = time.perf_counter()
+    init = (_tune_time, (tune_ms,)) if tune_ms else (None, ())
+    try:
+        with multiprocessing.get_context("spawn").Pool(len(chunks), *init) as pool:
+            res = pool.map_async(fn, chunks).get(timeout=timeout_s)
+        print(f"precompiled the {what} kernels: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        print(f"precompile {what}: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+
 def precompile_moe(ms: list[int], workers: int, timeout_s: float) -> None:
     """Compile the MoE table's kernels (the oracle's and its BF16 mode's, per model and M) in `workers`
     processes at once: Triton's compiler is single-threaded per process, and a device run's seconds
     should go to timing. Best effort: a failure or the timeout leaves the compiling to the timing run."""
-    import multiprocessing
-
     jobs = [(name, m, bf16) for name in MOE for m in ms for bf16 in (False, True)]
-    chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
-    t0 = time.perf_counter()
-    try:
-        with multiprocessing.get_context("spawn").Pool(len(chunks)) as pool:
-            res = pool.map_async(_compile_moe_jobs, chunks).get(timeout=timeout_s)
-        print(f"precompiled the MoE kernels: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
-    except Exception as exc:  # noqa: BLE001 - best effort
-        print(f"precompile: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
-              flush=True)
+    _pool_run(_compile_moe_jobs, jobs, workers, timeout_s, "MoE")
+
+
+def _tune_time(ms: float) -> None:
+    """Triton's autotuner (gemlite's) times each configuration with triton.testing.do_bench's default
+    warm-up and repetition times: set them to ms / 4 and ms."""
+    import triton.testing
+
+    d = triton.testing.do_bench
+    names = d.__code__.co_varnames[:d.__code__.co_argcount]
+    defaults = list(d.__defaults__)
+    first = len(names) - len(defaults)
+    defaults[names.index("warmup") - first] = ms / 4
+    defaults[names.index("rep") - first] = ms
+    d.__defaults__ = tuple(defaults)
+    print(f"gemlite autotuning: do_bench warm-up {ms / 4:.0f} ms, repetitions {ms:.0f} ms per configuration")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -474,7 +528,11 @@ def main(argv: list[str] | None = None) -> int:
                          "new shape and M")
     ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
-                    help="MoE: compile the table's kernels in N processes first")
+                    help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
+    ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
+                    help="gemlite's autotuning times each candidate configuration for MS ms (Triton's do_bench "
+                         "rep; its default is 100) after a warm-up of MS/4 ms: the tuning runs in the timing "
+                         "process, whose device seconds are few")
     ap.add_argument("--precompile-timeout-s", type=float, default=40.0)
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
@@ -492,7 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         JSON_OUT[:] = [args.json, {"copy_bandwidth": bw, "device": torch.cuda.get_device_name(), "rows": rows,
                                    "skipped": skipped}]
+    if args.gemlite_tune_ms:
+        _tune_time(args.gemlite_tune_ms)
     if args.only != "moe":
+        if args.precompile:
+            precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
         bench_dense(args.m, bw, rows, skipped)
     if args.only != "dense":
         if args.precompile:

@@ -249,6 +249,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     out = [("default", default)]
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
+    if 1 < m <= 32 and "SWAP" in default and facts.get("pdl"):   # the GEMM fetching its weights during the quantizer
+        out.append((f"default, pdl {1 - default.get('PDL', 0)}", {**default, "PDL": 1 - default.get("PDL", 0)}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
@@ -262,6 +264,13 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
                 and (g[0] + g[1]) * g[2] * g[4] <= 224 * 1024]          # the stages' shared memory
     else:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
+        if n * k <= 1 << 24:        # small layers (2048x4096): more, smaller tiles fill the SMs
+            grid += [(64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (128, 64, 128, 4, 4), (32, 128, 128, 4, 4)]
+            # the tiled float8 GEMM (wgemm_kernel on the quantizer's codes), no swap
+            for bm, bn, nw, sp in ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 2), (128, 64, 4, 2)):
+                out.append((f"tile bm{bm} bn{bn} bk128 s{sp} w{nw}",
+                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
+                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0}))
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
         for waves in ((1, 2, 4) if m == 1 else (1, 2)):
@@ -271,7 +280,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
             out.append((f"swap bm{bm} bn{bn} bk{bk} s{sp} w{nw} st{st}",
                         {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
                          "num_stages": st}))
-    return out
+    return only(out)
 
 
 #: Per-token quantizer variants: rows per program, K width of a tile, warps.

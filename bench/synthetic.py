@@ -41,7 +41,10 @@ def kind_of(config_file: str) -> str:
 
 class SyntheticSource(TensorSource):
     """Checkpoint tensors made on demand on `device` from a seeded generator (the loader's order fixes
-    the values, so two loads of the same config and seed get the same weights)."""
+    the values, so two loads of the same config and seed get the same weights). `made_here`: the values
+    come from the emulation quantizer, so the loader skips its per-tensor NaN and sign scans."""
+
+    made_here = True
 
     def __init__(self, plan: list[tuple[tuple[str, ...], Callable[[torch.Generator], tuple], int]], device: str,
                  seed: int = 0):

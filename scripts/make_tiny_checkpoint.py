@@ -50,13 +50,16 @@ def _config(kind: str, config_file: str | None, layers: int | None):
     return AutoConfig.for_model(model_type, **data), data
 
 
+def _std(shape: tuple[int, ...]) -> float:
+    """The random weights' spread: a matrix's by its fan-in (the last dimension), a vector's 0.05."""
+    return min(0.08, 1.5 / math.sqrt(shape[-1])) if len(shape) > 1 else 0.05
+
+
 def _random(shape: tuple[int, ...], name: str, gen: torch.Generator) -> torch.Tensor:
     dev = gen.device
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=dev)
-    fan_in = shape[-1] if len(shape) > 1 else 64
-    std = min(0.08, 1.5 / math.sqrt(fan_in))
-    return torch.randn(shape, generator=gen, device=dev) * (std if len(shape) > 1 else 0.05)
+    return torch.randn(shape, generator=gen, device=dev) * _std(shape)
 
 
 def _fp8_quantized(name: str, shape: tuple[int, ...]) -> bool:
@@ -66,10 +69,22 @@ def _fp8_quantized(name: str, shape: tuple[int, ...]) -> bool:
         ("embed_tokens.weight", "lm_head.weight", "mlp.gate.weight", "router.weight", "shared_expert_gate.weight"))
 
 
+#: float values made at once when many experts are made together (bounds the peak of a bulk make)
+BULK_VALUES = 1 << 27
+
+
+def _chunks(count: int, each: int) -> list[range]:
+    """[0, count) in runs of as many items of `each` values as fit BULK_VALUES (at least one)."""
+    step = max(1, BULK_VALUES // max(each, 1))
+    return [range(a, min(a + step, count)) for a in range(0, count, step)]
+
+
 def tensor_plan(kind: str, model):
     """[(checkpoint names, make(gen) -> those tensors, their bytes)] in the dialect's layout, nothing
     computed yet: `write` runs each on the CPU, bench/synthetic.py on the GPU (gen's device) when the
-    loader asks."""
+    loader asks. Experts are made many at a time (one random draw and one quantizer call per run of
+    experts, BULK_VALUES floats at most): a full-depth Qwen3-30B has 18432 expert tensors, and making
+    them one by one cost most of a synthetic build's ~40 s in small launches."""
     from oracle_emulation.formats import codec_for
 
     from oracle.hf.naming import ModelNames
@@ -81,28 +96,55 @@ def tensor_plan(kind: str, model):
             return q["weight"], q["weight_scale"]
         return make
 
+    def fp8_experts(count, pieces):
+        """`count` experts of one MoE block, each its `pieces` ((template, [rows, K], param)
+        in the loader's order: gate, up, down): one random draw in that order (on the CPU the same values
+        as one draw per tensor), then one quantizer call per distinct shape (blocks stay per tensor)."""
+        def make(gen):
+            shapes = [shape for _, shape, _ in pieces] * count
+            flat = torch.randn(sum(map(math.prod, shapes)), generator=gen, device=gen.device)
+            made = [t.view(shape) * _std(shape) for t, shape in zip(flat.split([math.prod(x) for x in shapes]), shapes)]
+            del flat
+            out: list = [None] * (2 * len(made))
+            for shape in dict.fromkeys(shapes):
+                at = [i for i, x in enumerate(shapes) if x == shape]
+                q = codec_for("fp8_block").quantize(torch.stack([made[i] for i in at]), "fp8_block")
+                for i, w, sc in zip(at, q["weight"].unbind(0), q["weight_scale"].unbind(0)):
+                    out[2 * i], out[2 * i + 1] = w, sc
+            return out
+        return make
+
+    params = dict(model.named_parameters())
     plan = []
-    for name, p in model.named_parameters():
+    for name, p in params.items():
         shape = tuple(p.shape)
         experts = name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
         stored = names.checkpoint(name)
         if kind == "gpt-oss-mxfp4" and experts:
             def make(gen, shape=shape, name=name):
                 blocks, scales = [], []
-                for _ in range(shape[0]):      # one expert at a time: the float copies stay one expert's size
-                    w = _random(shape[1:], name, gen).transpose(0, 1)   # transformers keeps [E, K, N]
+                for run in _chunks(shape[0], math.prod(shape[1:])):   # transformers keeps [E, K, N]
+                    w = _random((len(run), *shape[1:]), name, gen).transpose(1, 2)
                     q = codec_for("mxfp4").quantize(w, "mxfp4")
                     blocks.append(q["weight"].unflatten(-1, (-1, 16)))
                     scales.append(q["weight_scale"])
-                return torch.stack(blocks), torch.stack(scales)
+                return torch.cat(blocks), torch.cat(scales)
             plan.append(((name + "_blocks", name + "_scales"), make, math.prod(shape) // 2 + math.prod(shape) // 32))
         elif kind == "qwen3-moe-fp8" and experts:
-            templates = names.expert_templates(name) or []     # transformers' converter sources, in order
-            rows = shape[1] // max(len(templates), 1)
-            for e in range(shape[0]):
-                for template in templates:
-                    weight = template.format(e=e)
-                    plan.append(((weight, weight + "_scale_inv"), fp8((rows, shape[2]), name, name), rows * shape[2]))
+            if name.endswith("down_proj") and name[: -len("down_proj")] + "gate_up_proj" in params:
+                continue                                       # made with its gate_up_proj, expert by expert
+            pieces = []
+            for param in (name, name[: -len("gate_up_proj")] + "down_proj") if name.endswith("gate_up_proj") else (name,):
+                if param not in params:
+                    continue
+                _, n, k = params[param].shape
+                templates = names.expert_templates(param) or []    # transformers' converter sources, in order
+                pieces += [(t, (n // max(len(templates), 1), k), param) for t in templates]
+            each = sum(math.prod(shape) for _, shape, _ in pieces)
+            for run in _chunks(shape[0], each):
+                stored_names = tuple(t for x in run for template, _, _ in pieces
+                                     for t in (template.format(e=x), template.format(e=x) + "_scale_inv"))
+                plan.append((stored_names, fp8_experts(len(run), pieces), len(run) * each))
         elif kind == "qwen3-moe-fp8" and _fp8_quantized(name, shape):
             plan.append(((stored, stored + "_scale_inv"), fp8(shape, name, name), math.prod(shape)))
         else:
@@ -143,7 +185,7 @@ def write(out: Path, kind: str, config_file: str | None = None, layers: int | No
         if size > shard_mb * 2 ** 20 and shards[-1]:
             shards.append({})
             size = 0
-        shards[-1][name] = t.contiguous()
+        shards[-1][name] = t.clone(memory_format=torch.contiguous_format)   # bulk-made experts share storage
         size += t.numel() * t.element_size()
     weight_map = {}
     for i, shard in enumerate(shards):

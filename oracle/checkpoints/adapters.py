@@ -126,7 +126,8 @@ class Adapter:
             raise CheckpointError(f"expected shape {' or '.join(map(str, shapes))} for N={n}, K={k}"
                                   + (f", group {group}" if group else "") + f" ({what}), got {list(t.shape)}",
                                   tensor=name, file=src.file(name))
-        check_values(t, name, row.arg, fmt, src.file(name))
+        if not src.made_here:          # a synthetic source's values come from the quantizer itself
+            check_values(t, name, row.arg, fmt, src.file(name))
         return t
 
 
@@ -136,7 +137,7 @@ class _WithTensors(TensorSource):
     def __init__(self, src: TensorSource, extra: dict[str, Any], origin: dict[str, str]):
         super().__init__(src.files, src.root)
         self.src, self.extra, self.origin = src, extra, origin
-        self.claimed = src.claimed
+        self.claimed, self.made_here = src.claimed, src.made_here
 
     def __contains__(self, name: str) -> bool:
         return name in self.extra or name in self.src

@@ -32,6 +32,10 @@ class CheckpointError(InputError):
 class TensorSource:
     """Tensor name -> file, from model.safetensors.index.json or the *.safetensors headers."""
 
+    #: True for a source that makes its tensors' values itself from a quantizer (bench/synthetic.py): the
+    #: adapter's per-tensor value scans (NaN codes, scale signs; a device sync each) are skipped there
+    made_here: bool = False
+
     def __init__(self, files: dict[str, Path], root: Path | None = None,
                  headers: dict[str, dict] | None = None):
         self.files = files                 # tensor name -> shard path

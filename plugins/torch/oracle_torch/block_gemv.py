@@ -48,9 +48,13 @@ PROGRAMS_PER_SM = 6
 #: 9.4 vs 18.8) and trails it on DeepSeek-R1's (24576x1536: 36.4 vs 20.4; 7168x16384: 94.6 vs 48.7)
 MAX_WEIGHTS = 16 * 1024 * 1024
 #: ORACLE_TORCH_BLOCK_GEMV: "0" keeps one-row calls on the cuBLASLt path, "prequant" rounds the row in a
-#: launch of its own first (`block_gemv(prequant=True)`), "1" or unset: PREQUANT (benchmarks compare them)
+#: launch of its own first (`block_gemv(prequant=True)`), "inline" has every program round its K slice,
+#: "1" or unset: PREQUANT (benchmarks compare them)
 ENV = "ORACLE_TORCH_BLOCK_GEMV"
-PREQUANT = False
+#: the layers' default: H200 r9, one row, graph replay, HBM-resident, the quantizer's launch included:
+#: 8.8 vs 9.7 us (Qwen3 q/k/v 5120x2048) and 8.3 vs 9.2 (o_proj 2048x4096) against in-program rounding
+PREQUANT = True
+_VALUES = ("0", "1", "prequant", "inline")
 
 
 def enabled() -> bool:
@@ -60,8 +64,8 @@ def enabled() -> bool:
 def prequant() -> bool:
     """Whether the layers' one-row calls round the row first (ENV); an undocumented value is an error."""
     value = os.environ.get(ENV, "1")
-    if value not in ("0", "1", "prequant"):
-        raise ValueError(f"{ENV}={value!r}: expected 0, 1 or prequant")
+    if value not in _VALUES:
+        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(_VALUES)}")
     return value == "prequant" or (value == "1" and PREQUANT)
 
 

@@ -148,8 +148,8 @@ class TorchChannelFP8Linear(_ScaledLinear):
 
 class TorchBlockFP8Linear(_ScaledLinear):
     """fp8_block weights (128x128 blocks) x 1x128-group FP8 activations: cuBLASLt blockwise scaling;
-    one row on CUDA of a layer small enough (block_gemv.serves), one launch of a Triton GEMV that
-    quantizes inside (oracle_torch.block_gemv)."""
+    one row on CUDA of a layer small enough (block_gemv.serves), the fused group quantizer's launch and a
+    Triton GEMV over the codes (oracle_torch.block_gemv, PREQUANT)."""
 
     def _validate(self, weight_scale: Any, input_scale: Any, **_: Any) -> None:
         if self.n % gemm.BLOCK or self.k % gemm.BLOCK:

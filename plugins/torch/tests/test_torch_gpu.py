@@ -236,8 +236,9 @@ def test_tinygemm_runtime_probe_and_selection_on_this_device(detected):
 @pytest.mark.parametrize("n,k", [(5120, 2048), (2048, 4096)])    # Qwen3-30B's fused q/k/v and o_proj
 def test_block_gemv_agrees_with_cublas_and_replays_under_a_graph(n, k, detected):
     """One row takes the Triton GEMV (oracle_torch.block_gemv; K split in 2 and 4 slices on an H200's
-    132 SMs, summed by a second launch; unsplit; the row rounded first; the tensor-core variant): same codes and scales as the
-    cuBLASLt blockwise path, exact products, fp32 sums; so they agree to bf16 rounding. The in-launch
+    132 SMs, summed by a second launch; unsplit; the row rounded first, the layer's default, or inside every
+    program; the tensor-core variant): same codes and scales as the cuBLASLt blockwise path (the independent
+    reference here), exact products, fp32 sums; so they agree to bf16 rounding. The in-launch
     slice sum (arrival counters, back at zero) equals the two-launch one bit for bit (same order);
     captured and replayed in a CUDA graph, the layer gives the eager result."""
     if not _served_here("fp8_block"):
@@ -255,13 +256,18 @@ def test_block_gemv_agrees_with_cublas_and_replays_under_a_graph(n, k, detected)
         if m == 1:
             whole_k = block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, split=1)
             assert _rel(whole_k, want) < 4e-3
-            cores = block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16)
-            assert torch.equal(cores, got)
+            # the layer's default (PREQUANT: the row rounded by the fused quantizer first) is this call
+            pre = block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, prequant=True)
+            assert block_gemv.PREQUANT and torch.equal(pre, got) and _rel(pre, want) < 4e-3
             cnt = block_gemv.counter(n, "cuda")          # the in-launch slice sum: same order, same bits
-            assert torch.equal(block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, counter=cnt), cores)
+            assert torch.equal(block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, counter=cnt,
+                                                     prequant=True), pre)
+            assert not cnt.any()
+            inline = block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16)    # every program rounds its slice
+            assert _rel(inline, want) < 4e-3
+            assert torch.equal(block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, counter=cnt), inline)
             assert not cnt.any()
             assert _rel(block_gemv.block_gemv_tc(x, t.w_t.t(), t.sw, torch.bfloat16), want) < 4e-3
-            assert _rel(block_gemv.block_gemv(x, t.w_t.t(), t.sw, torch.bfloat16, prequant=True), want) < 4e-3
         static = x.clone()
         g = torch.cuda.CUDAGraph()
         t.apply(static)

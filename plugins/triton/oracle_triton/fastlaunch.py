@@ -33,6 +33,12 @@ KEEP_TEMP_BYTES = 256 << 10
 #: launch metadata, enter hook, exit hook, *every parameter in order) (3.6 on the H200, 3.7 here).
 CHECKED_TRITON = ("3.4", "3.5", "3.6", "3.7")
 
+#: Triton versions whose CudaLauncher.__call__ only allocates the (here empty) scratch buffers and then
+#: calls its C `launch` with (grid x/y/z, stream, function, cooperative, pdl, packed metadata, launch
+#: metadata, enter hook, exit hook, global scratch, profile scratch, annotations, signature, args):
+#: a plan calls that C function itself (read from the 3.7 source here and 3.6's on the H200).
+DIRECT_TRITON = ("3.7",)
+
 _local = threading.local()
 
 
@@ -72,9 +78,13 @@ def spoil(reason: str) -> None:
 
 
 def launch(fn: Any, grid: tuple[int, int, int], num_warps: int, num_stages: int | None = None,
-           **args: Any) -> None:
-    """fn[grid](**args) with the given warps (and stages), recorded when a recording is on."""
+           pdl: bool = False, **args: Any) -> None:
+    """fn[grid](**args) with the given warps (and stages; pdl: launch_pdl, programmatic dependent
+    launch, which the compiled kernel keeps, so a plan's replay launches it the same way), recorded
+    when a recording is on."""
     opts = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+    if pdl:
+        opts["launch_pdl"] = True
     compiled = fn[grid](**args, **opts)
     rec = getattr(_local, "rec", None)
     if rec is None:
@@ -124,7 +134,10 @@ def current_stream() -> Any:
     """The stream Triton's own launch would use: the current stream of the current device."""
     if not _STREAM:
         from triton.runtime import driver
-        _STREAM[:] = [driver.active.get_current_stream, driver.active.get_current_device]
+        # the current device as torch.cuda.current_device() returns it, without its lazy-init check
+        # (a plan exists only after a launch on the device)
+        _STREAM[:] = [driver.active.get_current_stream, getattr(torch._C, "_cuda_getDevice", None)
+                      or driver.active.get_current_device]
     return _STREAM[0](_STREAM[1]())
 
 
@@ -170,7 +183,8 @@ class Plan:
                     values[j] = None
                 elif ptr not in fixed:
                     return None          # a tensor this call made that no one registered: never bake it in
-            steps.append((compiled.run, compiled.function, compiled.packed_metadata, grid, values, slots))
+            steps.append((_direct(compiled.run, compiled.packed_metadata), compiled.run, compiled.function,
+                          compiled.packed_metadata, grid, values, slots))
         return cls(steps, fresh, list(kept.values()), y.dtype, y.device)
 
     def __call__(self, x: torch.Tensor, out_shape: tuple) -> torch.Tensor | None:
@@ -182,9 +196,36 @@ class Plan:
         for shape, dtype in self.fresh:
             tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
         stream = current_stream()
-        for run, function, meta, grid, values, slots in self.steps:
+        for direct, run, function, meta, grid, values, slots in self.steps:
             args = values.copy()
             for j, kind in slots:
                 args[j] = tensors[kind]
-            run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
+            if direct is not None:
+                c_launch, coop, pdl, annotations, signature = direct
+                c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, meta, None, None, None, None, None,
+                         annotations, signature, args)
+            else:
+                run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
         return y
+
+
+def _direct(run: Any, meta: Any) -> tuple | None:
+    """(C launch function, cooperative, pdl, argument annotations, kernel signature) of a compiled
+    kernel's launcher where a plan may call the C function itself (DIRECT_TRITON, no scratch buffers,
+    no tensor descriptors), else None (the plan calls the launcher)."""
+    try:
+        if run.global_scratch_size or run.profile_scratch_size or run.launch is not c_launcher():
+            return None
+        return run.launch, run.launch_cooperative_grid, run.launch_pdl, run.arg_annotations, run.kernel_signature
+    except AttributeError:      # another launcher
+        return None
+
+
+def c_launcher() -> Any:
+    """The active driver's C launch function where this Triton is one of DIRECT_TRITON, else None."""
+    import triton
+
+    if not triton.__version__.startswith(DIRECT_TRITON):
+        return None
+    from triton.runtime import driver
+    return driver.active.utils.launch

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from . import fastlaunch
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config, is_words
 
 
 def interpreting() -> bool:
@@ -92,7 +92,8 @@ def use_gemv(m: int, n: int, k: int, elem: int) -> bool:
     return m == 1 and (elem != 0 or n * k <= GEMV_FP8_MAX_ELEMENTS)
 
 
-def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
+def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False,
+                kn: bool = False) -> dict[str, int]:
     """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
@@ -102,7 +103,10 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
     (bench/sweep_dense.py, 2026-12-01 R1): INT4 words are fastest in 64-column, 256-deep tiles with
     split-K up to three programs per SM (8192x8192: 17.4 us against 21.4 for 16-column tiles over
     the SMs once), 32 columns where the output alone gives four programs per SM (36864x7168);
-    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0)."""
+    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0). kn: E2M1
+    weights repacked into GPTQ's word layout (formats.words_layout) take INT4's rules."""
+    if kn:
+        elem = 3
     bn = 16 if elem == 3 else 32
     # E2M1 words: a wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
     bk = 1024 if elem in (1, 2) and words else 256
@@ -171,11 +175,12 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
 
 
 def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                              facts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+                              facts: dict, gdc: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True)."""
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
+    gdc: the next launch is a GEMM launched with launch_pdl (sm_90), which may start at once."""
     m, k = x.shape
     codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
@@ -195,7 +200,7 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                ONE_TILE=one)
+                ONE_TILE=one, **({"GDC": True} if gdc else {}))
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
     fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
@@ -265,9 +270,10 @@ class DenseGemm:
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
         self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
 
-    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], **args: Any) -> None:
+    def launch(self, kernel: str, grid: tuple[int, int, int], cfg: dict[str, int], pdl: bool = False,
+               **args: Any) -> None:
         """Launch gemm/gemv's `kernel` over `grid` with `args` and cfg's warps and stages."""
-        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], **args)
+        fastlaunch.launch(_jit_kernel(kernel), grid, cfg["num_warps"], cfg["num_stages"], pdl, **args)
 
     def planned(self, x: torch.Tensor, rows: int, out_shape: tuple, call: Any,
                 keep: tuple = ()) -> torch.Tensor | None:
@@ -323,8 +329,9 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
-                return self.fp8_swap(codes, xs, act, out_dtype, cfg)
+                pdl = bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+                return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
@@ -353,7 +360,7 @@ class DenseGemm:
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1))
+            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay))
         return y
 
     def full_tile(self, cfg: dict[str, int]) -> int:
@@ -384,7 +391,7 @@ class DenseGemm:
                 not (m == 1 and use_gemv(m, self.n, self.k, lay.elem) and not fp8_codes):
             return swap_config(m, self.n, self.k, sms, lay.elem, words)
         if use_gemv(m, self.n, self.k, lay.elem):
-            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words)
+            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words, kn=is_words(lay))
         return dense_config(m, self.n, self.k, sms, lay.pack)
 
     def dequant_mm(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -410,7 +417,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
             BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"])
+            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"], KN=is_words(lay))
         return buf
 
     def scaled_mm_ok(self, act: int) -> bool:
@@ -436,17 +443,20 @@ class DenseGemm:
     def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
-        the PTX word decoders capability >= 8.9 and layer-dtype activations."""
+        the PTX word decoders capability >= 8.9 and layer-dtype activations; an entry with KN 1 was
+        measured on E2M1 weights in the word layout (weights.repack_words), one without on any other."""
         if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
         if cfg.get("DEQUANT_MM"):
             return act == 0
+        if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
+            return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
         if cfg.get("ROWS"):
-            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV)
+            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
             return m == 1
         try:
@@ -474,20 +484,22 @@ class DenseGemm:
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False) -> torch.Tensor:
+                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
         per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
         QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
-        row's amax in every program)."""
+        row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
+        launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
+        (gemm.fp8_swap_kernel GDC)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         self.launch(
-            "fp8_swap_kernel", (grid_n, grid_m, split), cfg,
+            "fp8_swap_kernel", (grid_n, grid_m, split), cfg, pdl,
             x_ptr=codes, as_ptr=xs, w_ptr=self.weight_operand(True), s_ptr=self.scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
             M=m, N=self.n, K=self.k, stride_xm=codes.stride(0), stride_ym=y.stride(0),
@@ -495,7 +507,8 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192))    # the row's amax in at most a few loads
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
+            **({"GDC": True} if pdl else {}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
@@ -515,7 +528,7 @@ class DenseGemm:
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
             DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
-            PREFETCH=cfg.get("PREFETCH", 1))
+            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
@@ -523,6 +536,9 @@ class DenseGemm:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
         with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
         if cfg.get("ROWS"):
+            if is_words(self.layout):
+                raise ValueError("ROWS: the row-walking GEMV reads E2M1 weights in their checkpoint layout "
+                                 "[N, K/2] only, not GPTQ's word layout (linear.WORD_LAYOUT)")
             return self.fp4_rows(x, out_dtype, cfg)
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
@@ -537,7 +553,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, KN=is_words(lay))
         return y
 
     def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -37,8 +37,9 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | None = None, *,
-                device="cpu", group=128, symmetric=False, bias=False, input_scale=None):
-    """(triton kernel, emulation kernel), both holding the same checkpoint tensors."""
+                device="cpu", group=128, symmetric=False, bias=False, input_scale=None, kernel=None):
+    """(triton kernel, emulation kernel), both holding the same checkpoint tensors (kernel: another
+    implementation class than TritonLinear, e.g. a peer's)."""
     from oracle_triton.linear import TritonLinear
 
     layer = LinearLayer(name=f"{fmt}-{n}x{k}", in_features=k, out_features=n, weight_format=fmt,
@@ -48,7 +49,7 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
         tensors["bias"] = torch.randn(n, device=device)
     if input_scale is not None:
         tensors["input_scale"] = input_scale
-    t = TritonLinear(layer, Mode(weight=fmt, activation=act, name=mode, params=params or {}), None)
+    t = (kernel or TritonLinear)(layer, Mode(weight=fmt, activation=act, name=mode, params=params or {}), None)
     t.process_weights(**tensors)
     e = EmulationLinear(layer, t.mode, None)
     e.process_weights(**tensors)

@@ -143,3 +143,44 @@ def test_every_dense_launch_goes_through_fastlaunch():
     for module in (launch, linear):
         direct = re.findall(r"\w+_kernel\[[^\]]*\]\s*\(", inspect.getsource(module))
         assert not direct, (module.__name__, direct)
+
+
+class FakeLauncher:
+    """Triton's CudaLauncher as a plan reads it: its C `launch` and the fixed launch arguments."""
+
+    def __init__(self, c_launch, scratch=0):
+        self.launch, self.global_scratch_size, self.profile_scratch_size = c_launch, scratch, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.arg_annotations, self.kernel_signature = object(), object()
+        self.wrapped: list[tuple] = []
+
+    def __call__(self, *args):
+        self.wrapped.append(args)
+
+
+@pytest.mark.parametrize("scratch,direct", [(0, True), (64, False)])
+def test_a_plan_calls_the_c_launcher_itself_when_the_launcher_adds_nothing(monkeypatch, scratch, direct):
+    """Without scratch buffers the plan calls the C launch with the launcher's own fixed arguments
+    (cooperative, pdl, annotations, signature) and the call's tensors; else the launcher."""
+    c_calls = []
+
+    def c_launch(*a):
+        c_calls.append(a)
+    monkeypatch.setattr(fastlaunch, "c_launcher", lambda: c_launch)
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    fn.compiled.run = FakeLauncher(c_launch, scratch)
+    rec, y, part = _record(fn, x, w)
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    out = plan(x, (1, 4))
+    run = fn.compiled.run
+    if not direct:
+        assert not c_calls and len(run.wrapped) == 1 and run.wrapped[0][9] is x
+        return
+    assert not run.wrapped and len(c_calls) == 1
+    (gx, gy, gz, stream, function, coop, pdl, meta, lmeta, enter, leave, gscratch, pscratch, ann, sig,
+     args) = c_calls[0]
+    assert (gx, gy, gz, stream) == (3, 1, 1, "stream") and function is fn.compiled.function
+    assert (coop, pdl, meta) == (False, True, fn.compiled.packed_metadata)
+    assert lmeta is enter is leave is gscratch is pscratch is None
+    assert ann is run.arg_annotations and sig is run.kernel_signature
+    assert args[0] is x and args[1] is w and args[2] is out and args[3] is part and args[4:] == [1, 64]

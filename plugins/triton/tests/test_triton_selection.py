@@ -35,8 +35,10 @@ def _triton(d):
 
 def test_registered_in_the_optimized_tier_and_auto_selectable():
     specs = {s.name: s for s in get_registry().kernels if s.backend == "triton"}
-    assert set(specs) == {"triton.linear.fp8", "triton.linear.w4", "triton.moe.fp8", "triton.moe.w4"}
-    assert all(s.tier == "optimized" and s.auto_select for s in specs.values())
+    assert set(specs) == {"triton.linear.fp8", "triton.linear.w4", "triton.moe.fp8", "triton.moe.w4",
+                          "triton.linear.gemlite_fp8"}
+    peers = {"triton.linear.gemlite_fp8"}          # gemlite: a peer, chosen by measurement (test_triton_peers)
+    assert all(s.tier == ("peer" if name in peers else "optimized") and s.auto_select for name, s in specs.items())
 
 
 def test_importing_the_plugin_imports_neither_torch_nor_triton():
