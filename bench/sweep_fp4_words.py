@@ -137,11 +137,31 @@ def compile_worker(index: int, workers: int, args) -> None:
     torch.cuda.synchronize()
 
 
+def tinygemm(fmt: str, n: int, k: int, w: torch.Tensor) -> list:
+    """torch's tinygemm INT4 (oracle-torch's peer kernel) on its own rotated copies, the INT4 M <= 32
+    peer of issue 26's target; [] (said so) where it cannot run."""
+    try:
+        from bench_triton import dense_reference
+        from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+
+        _, tensors, layer, mode = dense_reference(f"{n}x{k}", fmt, n, k, w, MODES[fmt], "bf16", {})
+        out = []
+        for _ in range(copies(n * k // 2)):
+            tg = TorchTinyGemmInt4Linear(layer, mode, None)
+            tg.process_weights(**{kk: (v.clone() if isinstance(v, torch.Tensor) else v) for kk, v in tensors.items()})
+            out.append(tg.forward)
+        return out
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is skipped with a line
+        print(f"  torch tinygemm skipped: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+        return []
+
+
 def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     import oracle_triton.linear as lin
 
     n, k = SHAPES[name]
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+    tiny = tinygemm(fmt, n, k, w) if fmt == "int4" else []
     sets = {}
     for words in ((True,) if fmt == "int4" else (False, True)):
         lin.WORD_LAYOUT = words
@@ -157,7 +177,12 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
         ref = em.apply(x)
         reps = 20 if m <= 32 else 4
         bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], reps)
-        print(f"{name} {fmt} M={m}: bf16 {bf:.1f} us, hbm {hbm:.1f} us", flush=True)
+        tg = gtime([lambda f=f: f(x) for f in tiny], reps) if tiny and m <= 32 else None
+        if tg:
+            ROWS.append(dict(shape=name, fmt=fmt, m=m, variant="tinygemm", words=False, config={}, us=tg,
+                             err=rel(tiny[0](x), ref), bf16_us=bf, hbm_us=hbm))
+        print(f"{name} {fmt} M={m}: bf16 {bf:.1f} us, hbm {hbm:.1f} us"
+              + (f", torch tinygemm {tg:.1f} us (err {ROWS[-1]['err']:.1e})" if tg else ""), flush=True)
         best = None
         for mm, label, words, cfg in todo:
             if mm != m:
