@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from sweep_large_m import write_rows, write_table
 from gpu_timing import copy_bandwidth, rel, start
 from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
 
@@ -256,7 +257,6 @@ def main(argv=None) -> int:
     ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device measured")
     args = ap.parse_args(argv)
     if args.from_json:
-        from sweep_large_m import write_table
         with open(args.from_json) as f:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
@@ -286,11 +286,8 @@ def main(argv=None) -> int:
             for fmt in args.fmts:
                 sweep(name, fmt, args, bw, deadline)
     finally:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+        write_rows(args.json, bw, ROWS)
     if args.write_table:
-        from sweep_large_m import write_table
         write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 
