@@ -527,7 +527,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
-                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False):
+                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -543,16 +543,20 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     GDC (sm_90; launched with launch_pdl after act_qdq_kernel with GDC): the programs start while the
     quantizer runs, ask L2 for their column tile's weight rows (a tile's split-K programs share the
     rows' contiguous bytes: each prefetches one SPLIT_K-th) and only then wait for the quantizer's
-    grid (griddepcontrol.wait), so the weights' HBM reads overlap the quantizer and the launch gap."""
+    grid (griddepcontrol.wait), so the weights' HBM reads overlap the quantizer and the launch gap.
+    PF_L2: the same prefetch without the wait (one launch: the reads overlap QUANT_IN's row amax and
+    the pipeline's ramp; on layers whose weights exceed L2 the early lines can be evicted before use,
+    so a tuned entry turns it on where it measured faster)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if GDC:
+    if GDC or PF_L2:
         tile_bytes = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N).to(tl.int64) * stride_wn
         share = tl.cdiv(tl.cdiv(tile_bytes, SPLIT_K), 16384) * 16384
         first_byte = tl.minimum(pid_k * share, tile_bytes)
         prefetch_rows_l2(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn + first_byte,
                          tl.minimum(share, tile_bytes - first_byte))
+    if GDC:
         gdc_wait()
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
