@@ -499,7 +499,7 @@ class TritonMoE(Kernel):
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"])
+                num_stages=cfg["num_stages"], **self._pf_args(cfg, w, 1))
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
         return out
@@ -604,8 +604,14 @@ class TritonMoE(Kernel):
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
+            pf_args = self._pf_args(cfg, w, 3)
+            if pf_args.get("PF_L2", 0) & 2:          # FC2's rows (E2M1 byte rows), a share per FC1 program
+                w2, l2 = self.w2, self.w2.layout
+                pf_args.update(pf_w_ptr=w2.weight, pf_s_ptr=w2.scale, pf_we=w2.weight.stride(0),
+                               pf_se=w2.scale.stride(0), pf_wn=l2.stride_wn, pf_sn=l2.stride_sn, pf_rows=self.hidden,
+                               pf_w_total=_nbytes(w2.weight), pf_s_total=_nbytes(w2.scale))
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      **up_flags)
+                                                      **up_flags, **pf_args)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
@@ -619,9 +625,32 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
+            **self._pf_args(cfg, w, 1),
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
+
+    def _pf_args(self, cfg: dict[str, int], packed, bits: int) -> dict[str, Any]:
+        """The PF_L2 launch arguments of a kernel reading `packed` (bits: those the kernel has) where the
+        config asks for them and the layout allows (_rows_prefetchable); {} otherwise."""
+        pf = int(cfg.get("PF_L2", 0)) & bits & self._rows_prefetchable()
+        return dict(PF_L2=pf, w_total=_nbytes(packed.weight), s_total=_nbytes(packed.scale)) if pf else {}
+
+    def _rows_prefetchable(self) -> int:
+        """The PF_L2 bits the direct kernels may use here (compiled, sm_90): 3 for E2M1 experts (bulk
+        prefetches of byte tensors whose rows are contiguous along K, from 16-byte aligned buffers), 1
+        for GPTQ int4 experts ([K / 8, N] words: per-thread prefetches of column slabs), else 0."""
+        if interpreting() or not self.facts.get("pdl"):
+            return 0
+        lays = (self.w13.layout, self.w2.layout)
+        if all(lay.elem == INT4 and lay.stride_wn == 1 for lay in lays):
+            return 1
+        for p in (self.w13, self.w2):
+            if p.layout.stride_wk != 1 or p.layout.pack != 2 or p.scale.element_size() != 1:
+                return 0
+            if p.weight.data_ptr() % 16 or p.scale.data_ptr() % 16:
+                return 0
+        return 3
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
@@ -716,6 +745,10 @@ class TritonMoE(Kernel):
 def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
     """Kernels take a pointer for every optional tensor; an absent one is never read (constexpr off)."""
     return t if t is not None else placeholder
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def _expert_strides(packed, bias: torch.Tensor | None) -> tuple[int, int, int, int]:

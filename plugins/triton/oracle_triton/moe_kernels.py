@@ -513,6 +513,42 @@ def prefetch_rows_l2(base, nbytes):
 
 
 @triton.jit
+def prefetch_span_l2(base, start, end, total):
+    """Asks L2 for bytes [start, end) of the buffer at base (16-byte aligned, total bytes long), widened
+    to the 16-byte bounds cp.async.bulk needs without leaving the buffer (nothing in registers)."""
+    lo = start // 16 * 16
+    hi = tl.minimum((end + 15) // 16 * 16, total // 16 * 16)
+    if hi > lo:
+        prefetch_rows_l2(base + lo, hi - lo)
+
+
+@triton.jit
+def prefetch_expert_rows_l2(w_ptr, s_ptr, e64, r0, r1, stride_we, stride_se, stride_wn, stride_sn, w_total, s_total):
+    """Asks L2 for rows [r0, r1) of expert e64's packed weight and scale rows (both byte tensors whose
+    rows are contiguous along K)."""
+    wb = e64 * stride_we
+    prefetch_span_l2(w_ptr, wb + r0.to(tl.int64) * stride_wn, wb + r1.to(tl.int64) * stride_wn, w_total)
+    sb = e64 * stride_se
+    prefetch_span_l2(s_ptr, sb + r0.to(tl.int64) * stride_sn, sb + r1.to(tl.int64) * stride_sn, s_total)
+
+
+@triton.jit
+def prefetch_slab_l2(base, rows, row_bytes, width, MAX_WIDTH: tl.constexpr):
+    """Asks L2 for `width` (<= MAX_WIDTH) bytes at the start of each of `rows` rows (row_bytes apart) from
+    base (a byte pointer): one prefetch.global.L2 per 32-byte sector, spread over the program's threads
+    (a column slab of a [K, N] layout, whose rows are too short for bulk prefetches); 128 rows a step."""
+    CH: tl.constexpr = (MAX_WIDTH + 31) // 32
+    R: tl.constexpr = 128
+    c = tl.arange(0, CH)[None, :] * 32
+    for r0 in range(0, rows, R):
+        r = r0 + tl.arange(0, R)[:, None]
+        ok = ((r < rows) & (c < width)).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+            "=r,l,r", [base + r.to(tl.int64) * row_bytes + c, ok], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, jmask,
               BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
     """The top-k sum inside an FC2 GEMM with one pair per program (after the pair's row j of pairs_ptr

@@ -128,22 +128,26 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 
 
 def _gpu_configs(t):
-    return {"split": _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4), "mma": MMA,
+    split = _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4)
+    return {"split": split, "split_pf": dict(split, PF_L2=3), "mma": MMA,
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
             "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
-            "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1)}
+            "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
+            "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1)}
 
 
-PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
-         "swap_aligned", "swap_words", "swap_words_aligned"]
+PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
+         "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf"]
 
 
 def _skip_swap(path, fmt, act):
     if path.startswith("swap") and fmt.startswith("fp8"):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
+    if path.endswith("_pf") and fmt not in ("mxfp4", "nvfp4", "int4"):
+        pytest.skip("L2 prefetch of expert rows (PF_L2) serves the 4-bit formats")
 
 
 @pytest.mark.gpu
@@ -253,7 +257,7 @@ DECODE_CFG = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 2, "num_war
 ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * I, "k": H, "experts": E, "m": 1}
 
 
-@pytest.mark.parametrize("cfg", [DECODE_CFG, MMA, dict(MMA_SUM, QUANT_PRO=1, QUANT_IN=2, BLOCK_N2=32, WARPS2=4,
+@pytest.mark.parametrize("cfg", [DECODE_CFG, dict(DECODE_CFG, PF_L2=3), MMA, dict(MMA_SUM, QUANT_PRO=1, QUANT_IN=2, BLOCK_N2=32, WARPS2=4,
                                                          STAGES2=3)])
 def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
     """A table entry for a decode path (CUDA-core DECODE or tensor-core DIRECT) loads and wins over
@@ -271,6 +275,7 @@ def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
 
 @pytest.mark.parametrize("bad", [dict(DECODE_CFG, BLOCK_K=192), dict(DECODE_CFG, BLOCK_N=24),
                                  dict(DECODE_CFG, BLOCK_K2=64), dict(DECODE_CFG, DECODE=7),
+                                 dict(DECODE_CFG, PF_L2=4),
                                  {k: v for k, v in DECODE_CFG.items() if k != "num_stages"}])
 def test_tuned_decode_entries_are_checked_by_name(tmp_path, monkeypatch, bad):
     from oracle.errors import PolicyError
