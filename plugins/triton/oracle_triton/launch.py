@@ -237,6 +237,11 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 ONE_TILE_MAX_K = 16384
 
 
+#: FP8 W8A8 with 2-32 rows on sm_90: the quantizer and the swap GEMM chained by programmatic dependent
+#: launch (cfg PDL; gemm.fp8_swap_kernel GDC: the GEMM's programs prefetch their weights into L2 while the
+#: quantizer runs). On unless a tuned entry says PDL 0.
+FP8_PDL = 1
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -325,7 +330,7 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
-                pdl = bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+                pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
