@@ -550,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
                          "process, whose device seconds are few")
     ap.add_argument("--precompile-timeout-s", type=float, default=40.0)
     ap.add_argument("--precompile-only", action="store_true", help="dense: compile (--precompile N), time nothing")
+    ap.add_argument("--gemlite-save-config", metavar="PATH",
+                    help="after the dense table, write gemlite's autotuned choices there (GemLiteLinear.cache_config)")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
@@ -580,7 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "moe":
         if args.precompile:
             precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
-        bench_dense(args.m, bw, rows, skipped)
+        try:
+            bench_dense(args.m, bw, rows, skipped)
+        finally:
+            if args.gemlite_save_config and _gemlite()[0] is not None:
+                _gemlite()[0].GemLiteLinear.cache_config(args.gemlite_save_config)
     if args.only != "dense":
         if args.precompile:
             precompile_moe(args.m, args.precompile, args.precompile_timeout_s)
