@@ -540,17 +540,18 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
     operand is rounded (the others are zeros).
 
-    GDC (sm_90; launched with launch_pdl after act_qdq_kernel with GDC): the programs start while the
-    quantizer runs, ask L2 for their column tile's weight rows (a tile's split-K programs share the
-    rows' contiguous bytes: each prefetches one SPLIT_K-th) and only then wait for the quantizer's
-    grid (griddepcontrol.wait), so the weights' HBM reads overlap the quantizer and the launch gap.
-    PF_L2: the same prefetch without the wait (one launch: the reads overlap QUANT_IN's row amax and
-    the pipeline's ramp; on layers whose weights exceed L2 the early lines can be evicted before use,
-    so a tuned entry turns it on where it measured faster)."""
+    PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
+    the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
+    contiguous bytes: each prefetches one SPLIT_K-th), so the HBM reads start at once. GDC (launched
+    with launch_pdl after act_qdq_kernel with GDC): the programs start while the quantizer runs and
+    wait for its grid (griddepcontrol.wait) only after the prefetch, so the weights' HBM reads overlap
+    the quantizer and the launch gap. PF_L2 alone (one launch) overlaps QUANT_IN's row amax and the
+    pipeline's ramp; on layers whose weights exceed L2 early lines can be evicted before use, so a
+    tuned entry turns it on where it measured faster."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if GDC or PF_L2:
+    if PF_L2:
         tile_bytes = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N).to(tl.int64) * stride_wn
         share = tl.cdiv(tl.cdiv(tile_bytes, SPLIT_K), 16384) * 16384
         first_byte = tl.minimum(pid_k * share, tile_bytes)
