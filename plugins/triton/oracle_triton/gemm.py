@@ -546,8 +546,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     with launch_pdl after act_qdq_kernel with GDC): the programs start while the quantizer runs and
     wait for its grid (griddepcontrol.wait) only after the prefetch, so the weights' HBM reads overlap
     the quantizer and the launch gap. PF_L2 alone (one launch) overlaps QUANT_IN's row amax and the
-    pipeline's ramp; on layers whose weights exceed L2 early lines can be evicted before use, so a
-    tuned entry turns it on where it measured faster."""
+    pipeline's ramp. Both measured slower than neither on an H200 (R11: M=1 PF_L2 2048x4096 8.1 us
+    against 7.5, 8192x8192 26.8 against 21.8; M=16 PDL 10.3 against 9.8 and 28.4 against 24.2; why was
+    not profiled), so they are off
+    unless a tuned entry turns them on (launch.FP8_PDL, cfg PDL / PF_L2)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)

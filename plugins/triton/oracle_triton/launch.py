@@ -237,10 +237,12 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 ONE_TILE_MAX_K = 16384
 
 
-#: FP8 W8A8 with 2-32 rows on sm_90: the quantizer and the swap GEMM chained by programmatic dependent
-#: launch (cfg PDL; gemm.fp8_swap_kernel GDC: the GEMM's programs prefetch their weights into L2 while the
-#: quantizer runs). On unless a tuned entry says PDL 0.
-FP8_PDL = 1
+#: FP8 W8A8 with 2-32 rows on sm_90: chain the quantizer and the swap GEMM by programmatic dependent
+#: launch (cfg PDL 1; gemm.fp8_swap_kernel GDC: the GEMM's programs prefetch their weights into L2 while
+#: the quantizer runs, then wait for it). Off by default: measured slower on an H200 (R11, graph replay,
+#: weights from HBM): 2048x4096 M=16 10.3 us against 9.8 without, 8192x8192 24.2 -> 28.4; a tuned entry
+#: may turn it on where a sweep (bench/sweep_dense.py "pdl 1") finds it faster.
+FP8_PDL = 0
 
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).

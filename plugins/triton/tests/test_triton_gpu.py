@@ -340,7 +340,7 @@ def test_fp8_swap_with_programmatic_dependent_launch_gives_the_same_bits():
                        device="cuda", bias=True)
     for m, split in ((1, 2), (16, 4), (29, 1)):
         cfg = {"SWAP": 1, "BLOCK_M": 16 if m <= 16 else 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": split,
-               "num_warps": 4, "num_stages": 4, "PDL": 0}        # the two ordinary launches (PDL is the default)
+               "num_warps": 4, "num_stages": 4, "PDL": 0}        # the two ordinary launches
         x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
         want = t.gemm(x, t.act, None, torch.bfloat16, cfg)
         assert rel(want, e.apply(x)) < TOL
