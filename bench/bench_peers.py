@@ -27,7 +27,7 @@ import time
 
 import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
-from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args
+from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args, warm_clocks
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -39,6 +39,11 @@ BUDGET = [240.0]
 BEGAN = time.perf_counter()
 LEAN = [False]          # --lean
 WRONG = 2e-2          # a candidate further than this from emulation is computing something else
+#: Seconds of BF16 GEMMs before each MoE row's first timing: after a model's build (seconds of host work
+#: while the GPU idles) the first graph timing of DeepSeek-R1 at M=1 ran 119.8 us, the next ones 108.7
+#: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1): the clocks had dropped. That transient
+#: was the fourth session's unexplained 11 us between this script (116.6) and sweep_moe.py (105.4).
+SETTLE_S = 0.3
 
 DENSE = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),
          "2048x4096": (2048, 4096)}      # N x K, issue 26
@@ -373,6 +378,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             row = dict(kind="moe", shape=name, mode=mode_name, m=m, hbm_us=hbm, experts_touched=touched,
                        routings=count, peers={})
             err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+            warm_clocks(SETTLE_S)
             o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
             o.update(err=err)
             if m == 1:

@@ -26,6 +26,7 @@ import time
 
 import torch
 from bench_triton import dense_pair
+from sweep_large_m import write_rows, write_table
 from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 
@@ -535,7 +536,6 @@ def main(argv=None) -> int:
     if args.from_json:
         if not args.write_table:
             ap.error("--from-json needs --write-table")
-        from sweep_large_m import write_table
         with open(args.from_json) as f:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
@@ -579,15 +579,10 @@ def main(argv=None) -> int:
                     sweep_4bit(name, n, k, w, bw, fmt, ms)
                 del w
                 torch.cuda.empty_cache()
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+                write_rows(args.json, bw, ROWS)
     finally:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+        write_rows(args.json, bw, ROWS)
     if args.write_table:
-        from sweep_large_m import write_table
         write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 
