@@ -89,7 +89,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
             if not words:
                 old[m] = cfg
-            elif m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
+            elif grid and m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
                 out.append((m, "words, checkpoint's config", True, {**old[m], "KN": 1}))
     if grid and 1 in ms and fmt in gemv_grid_fmts:
         out += [(1, label, True, {**cfg, "KN": 1}) for label, cfg in gemv_grid(n, k, facts["sms"])]
