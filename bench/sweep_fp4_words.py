@@ -45,8 +45,10 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: (BLOCK_N, warps, split waves, JOIN) of the swap-AB kernel at M = 16: 32-row weight tiles at 4 warps
 #: compile to mma.sync with the decoded operand in registers (sm_90 PTX), 64 and more to wgmma, whose
 #: operand from registers goes through shared memory with a wait per dot.
-SWAP_GRID = [(128, 8, 1.5, 0, 1), (128, 8, 1.5, 0, 2), (128, 4, 1.5, 0, 1), (64, 4, 1.5, 1, 1), (128, 8, 1.5, 1, 1),
-             (64, 4, 3, 1, 1)]
+#: R11 on the words: JOIN 1.7-2.6x and PREFETCH 2 1.1-1.3x slower than the plain tiles, so the grid
+#: now varies the tile, warps and split only.
+SWAP_GRID = [(128, 8, 1.5, 0, 1), (128, 4, 1.5, 0, 1), (128, 4, 3, 0, 1), (64, 4, 6, 0, 1), (128, 8, 3, 0, 1),
+             (64, 8, 1.5, 0, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -69,7 +71,7 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
 
 
 def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
-         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4")) -> list[tuple[int, str, bool, dict]]:
+         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None) -> list[tuple[int, str, bool, dict]]:
     """(m, label, word layout?, config) for one shape: the two layouts' defaults (the checkpoint
     layout's: its entry as shipped before the word layout, else its rules), then the grid."""
     from oracle_triton.formats import layout_for, words_layout
@@ -89,12 +91,12 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
             if not words:
                 old[m] = cfg
-            elif m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
+            elif grid and m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
                 out.append((m, "words, checkpoint's config", True, {**old[m], "KN": 1}))
     if grid and 1 in ms and fmt in gemv_grid_fmts:
         out += [(1, label, True, {**cfg, "KN": 1}) for label, cfg in gemv_grid(n, k, facts["sms"])]
     kn = {} if fmt == "int4" else {"KN": 1}
-    if grid and 16 in ms:
+    if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
     for m, label, words, cfg in out:
@@ -103,6 +105,12 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             seen.add(key)
             unique.append((m, label, words, cfg))
     return unique
+
+
+def swap_ok(args, name: str) -> bool | None:
+    """Does this shape get the M = 16 swap grid: --swap-grid-shapes names it (even with --no-grid);
+    without that option, as the grid (None)."""
+    return None if args.swap_grid_shapes is None else name in args.swap_grid_shapes
 
 
 def compile_worker(index: int, workers: int, args) -> None:
@@ -118,7 +126,7 @@ def compile_worker(index: int, workers: int, args) -> None:
         for name in args.shapes:
             n, k = SHAPES[name]
             jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid,
-                                                                      tuple(args.gemv_grid))]
+                                                                      tuple(args.gemv_grid), swap_ok(args, name))]
     seen, unique = set(), []
     for j in jobs:
         if repr(j) not in seen:
@@ -172,7 +180,7 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
     hbm = t.packed.nbytes() / bw * 1e6
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
-    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid, tuple(args.gemv_grid))
+    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name))
     for m in args.ms:
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         ref = em.apply(x)
@@ -251,6 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-timeout-s", type=float, default=40.0)
     ap.add_argument("--no-grid", action="store_true", help="the two defaults only")
     ap.add_argument("--gemv-grid", nargs="*", default=["mxfp4", "nvfp4"], help="formats with the M = 1 GEMV grid")
+    ap.add_argument("--swap-grid-shapes", nargs="*", choices=list(SHAPES),
+                    help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
@@ -269,7 +279,8 @@ def main(argv=None) -> int:
     if args.precompile:
         t0 = time.perf_counter()
         fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes, "--gemv-grid", *args.gemv_grid] + \
-            (["--no-grid"] if args.no_grid else [])
+            (["--no-grid"] if args.no_grid else []) + \
+            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else [])
         procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
                  for i in range(args.precompile)]
         for p in procs:
