@@ -586,6 +586,9 @@ class TritonMoE(Kernel):
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
+        xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
+        common["XW"] = xw and _rows_align8(a1)
         xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
         up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
@@ -614,6 +617,7 @@ class TritonMoE(Kernel):
                                                       **up_flags, **pf_args)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
+        common["XW"] = xw and _rows_align8(inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
@@ -745,6 +749,11 @@ class TritonMoE(Kernel):
 def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
     """Kernels take a pointer for every optional tensor; an absent one is never read (constexpr off)."""
     return t if t is not None else placeholder
+
+
+def _rows_align8(a: torch.Tensor) -> bool:
+    """Every row of `a` starts on 8 bytes (XW reads bf16 activations 64 bits at a time)."""
+    return a.data_ptr() % 8 == 0 and (a.stride(0) * a.element_size()) % 8 == 0 and a.stride(-1) == 1
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from helpers import moe_pair, rel, routing
+from oracle_triton import gemv as _gemv
 
 slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
 
@@ -129,7 +130,7 @@ def test_decode_paths_drop_out_of_range_pairs_and_reset_their_counters(path):
 
 def _gpu_configs(t):
     split = _cfg(t, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=256, WARPS2=4)
-    return {"split": split, "split_pf": dict(split, PF_L2=3), "mma": MMA,
+    return {"split": split, "split_pf": dict(split, PF_L2=3), "split_xw": dict(split, XW=1), "mma": MMA,
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
             "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
@@ -139,7 +140,7 @@ def _gpu_configs(t):
             "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1)}
 
 
-PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
+PATHS = ["split", "split_pf", "split_xw", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
          "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf"]
 
 
@@ -148,6 +149,8 @@ def _skip_swap(path, fmt, act):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
     if path.endswith("_pf") and fmt not in ("mxfp4", "nvfp4", "int4"):
         pytest.skip("L2 prefetch of expert rows (PF_L2) serves the 4-bit formats")
+    if path.endswith("_xw") and fmt not in ("mxfp4", "nvfp4"):
+        pytest.skip("64-bit activation reads (XW) serve E2M1 words")
 
 
 @pytest.mark.gpu
@@ -512,3 +515,29 @@ def test_w8a8_few_pairs_take_the_tensor_core_direct_path():
     a16, _ = moe_pair("fp8_block", 32, H, I, 4, "w8a16_block", "bf16", device=DEV)
     a16.facts = dict(a16.facts, name=None)
     assert "DIRECT" not in a16.config_for(1, 4)
+
+
+def test_bf16_rows_read_as_64_bit_words(monkeypatch):
+    """gemv._bf16x4 (XW): four bf16 values read as one 64-bit word give the values themselves, in order
+    (against torch's bf16 -> fp32 conversion), for normal, subnormal, signed, infinite and zero values."""
+    import triton
+    import triton.language as tl
+
+    if DEV == "cpu":                       # built for the interpreter, as conftest builds the package
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    @triton.jit
+    def unpack(x_ptr, out_ptr, N: tl.constexpr):
+        j = tl.arange(0, N)
+        v0, v1, v2, v3 = _gemv._bf16x4(tl.load(x_ptr.to(tl.pointer_type(tl.int64)) + j))
+        tl.store(out_ptr + 4 * j, v0)
+        tl.store(out_ptr + 4 * j + 1, v1)
+        tl.store(out_ptr + 4 * j + 2, v2)
+        tl.store(out_ptr + 4 * j + 3, v3)
+
+    x = torch.randn(64, device=DEV).to(torch.bfloat16)
+    x[:8] = torch.tensor([0.0, -0.0, 1e-40, -3.5, float("inf"), -float("inf"), 65504.0, 2.0 ** -130],
+                         dtype=torch.float32).to(torch.bfloat16)
+    out = torch.empty(64, device=DEV, dtype=torch.float32)
+    unpack[(1,)](x, out, 16)
+    assert torch.equal(out.view(torch.int32), x.float().view(torch.int32))
