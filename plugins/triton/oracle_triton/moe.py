@@ -90,28 +90,37 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
     (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
     against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
-    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. INT4
+    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. W4A16
+    continues to SWAP_WIDE_MAX_PAIRS per expert on 64-pair blocks (swap_words_config): gpt-oss-20b
+    M=256 (32 pairs per expert) 540.6 us against 790.0 for the aligned tiles (R10, 2026-12-02). INT4
     is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
     pairs = tokens * top_k
     if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
         return False
     low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
-    return low < pairs <= SWAP_MAX_PAIRS * experts
+    return low < pairs <= (SWAP_WIDE_MAX_PAIRS if act == ACT_NONE else SWAP_MAX_PAIRS) * experts
 
 
-#: use_swap_words up to this many pairs per expert (measured to 8: gpt-oss-20b M=64).
+#: use_swap_words up to this many pairs per expert on 16-pair blocks (measured to 8: gpt-oss-20b M=64),
+#: and with W4A16 up to SWAP_WIDE_MAX_PAIRS on 64-pair blocks (measured at 32: gpt-oss-20b M=256).
 SWAP_MAX_PAIRS = 8
+SWAP_WIDE_MAX_PAIRS = 32
 
 
-def swap_words_config() -> dict[str, int]:
+def swap_words_config(per_expert: float = 0.0) -> dict[str, int]:
     """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
     32 gate + 32 up rows per FC1 program, K tiles of 128 decoded into one interleaved tile per dot
     (JOIN), 4 warps, registers double-buffering the loads (num_stages 1). gpt-oss-20b M=16 on an
     H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
     348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
-    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4."""
-    return {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
-            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4. Above SWAP_MAX_PAIRS pairs per expert
+    (per_expert), blocks of 64 pairs at 8 warps: gpt-oss-20b M=256 540.6 us against 566.3 with
+    32-pair blocks at 4 warps (R10)."""
+    cfg = {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
+           "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+    if per_expert > SWAP_MAX_PAIRS:
+        cfg.update(BLOCK_M=64, num_warps=8)
+    return cfg
 
 
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
@@ -325,7 +334,7 @@ class TritonMoE(Kernel):
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
-            return swap_words_config()
+            return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):

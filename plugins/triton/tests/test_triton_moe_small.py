@@ -137,11 +137,14 @@ def _gpu_configs(t):
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
             "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
-            "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1)}
+            "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1),
+            "swap_words_wide": dict(SWAP, SWAP=2, WORDS=1, JOIN=1, BLOCK_M=64, BLOCK_N=64, BLOCK_N1=32, num_warps=8,
+                                    num_stages=1)}
 
 
 PATHS = ["split", "split_pf", "split_xw", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
-         "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf"]
+         "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf",
+         "swap_words_wide"]
 
 
 def _skip_swap(path, fmt, act):
@@ -149,8 +152,8 @@ def _skip_swap(path, fmt, act):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
     if path.endswith("_pf") and fmt not in ("mxfp4", "nvfp4", "int4"):
         pytest.skip("L2 prefetch of expert rows (PF_L2) serves the 4-bit formats")
-    if path.endswith("_xw") and fmt not in ("mxfp4", "nvfp4"):
-        pytest.skip("64-bit activation reads (XW) serve E2M1 words")
+    if path.endswith(("_xw", "_wide")) and fmt != "mxfp4":
+        pytest.skip("64-bit activation reads (XW) and 64-pair swap blocks serve W4A16 E2M1 words")
 
 
 @pytest.mark.gpu
@@ -439,11 +442,13 @@ def test_swap_words_rule():
     the CUDA-core direct path with word decoders), NVFP4 W4A4 from half a pair per expert, up to
     SWAP_MAX_PAIRS per expert, where the PTX word decoders compile; its config passes the kernels' check."""
     from oracle_triton.formats import ACT_GROUP, ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, FP8, INT4, check_config, layout_for
-    from oracle_triton.moe import SWAP_MAX_PAIRS, swap_words_config, use_swap_words
+    from oracle_triton.moe import SWAP_MAX_PAIRS, SWAP_WIDE_MAX_PAIRS, swap_words_config, use_swap_words
 
     assert use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
     assert use_swap_words(64, 4, 32, E2M1_MX, ACT_NONE, True)                 # M=64: 8 pairs per expert
-    assert not use_swap_words(65, 4, 32, E2M1_MX, ACT_NONE, True)             # above SWAP_MAX_PAIRS: aligned tiles
+    assert use_swap_words(256, 4, 32, E2M1_MX, ACT_NONE, True)                # M=256: 32 per expert (W4A16)
+    assert not use_swap_words(257, 4, 32, E2M1_MX, ACT_NONE, True)            # above SWAP_WIDE_MAX_PAIRS: aligned
+    assert not use_swap_words(256, 8, 128, E2M1_NV, ACT_NVFP4, True)          # W4A4 above SWAP_MAX_PAIRS: aligned
     assert not use_swap_words(1, 4, 32, E2M1_MX, ACT_NONE, True)              # M=1: the direct path
     assert not use_swap_words(12, 4, 32, E2M1_MX, ACT_NONE, True)             # 48 pairs: 1.5 per expert
     assert not use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, False)            # no word decoders
@@ -451,8 +456,10 @@ def test_swap_words_rule():
     assert not use_swap_words(8, 8, 128, E2M1_NV, ACT_NVFP4, True)            # half a pair per expert: direct
     assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True)                # not timed in a MoE
     assert not use_swap_words(16, 4, 32, FP8, ACT_GROUP, True)
-    assert SWAP_MAX_PAIRS == 8
-    check_config(swap_words_config(), layout_for("mxfp4", 5760, 2880))
+    assert SWAP_MAX_PAIRS == 8 and SWAP_WIDE_MAX_PAIRS == 32
+    assert swap_words_config(8)["BLOCK_M"] == 16 and swap_words_config(32)["BLOCK_M"] == 64
+    for per_expert in (2, 32):
+        check_config(swap_words_config(per_expert), layout_for("mxfp4", 5760, 2880))
 
 
 def test_small_dynamic_tensor_scales_take_one_program():
