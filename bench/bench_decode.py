@@ -98,7 +98,10 @@ def child(engine: str, args) -> dict:
     made = getattr(model, "_synthetic_make_s", None)     # oracle builds: the random tensors' share (host time)
     if made is not None:
         result["build_make_s"] = made
+    phases = getattr(getattr(model, "oracle", None), "phase_seconds", None) or {}
+    result["load_phase_s"] = phases                       # the loader's host seconds per phase
     print(f"built in {result['build_s']:.1f} s" + (f" ({made:.1f} s of it making the random tensors)" if made else "")
+          + (" loader " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) if phases else "")
           + f"; weights {result['weights_gib']:.2f} GiB", flush=True)
     # in --decode's order (graph modes first by default): a run cut short keeps the figures that matter most
     plan = [] if engine == "emulation" else [(b, m) for m in args.decode for b in args.batch]

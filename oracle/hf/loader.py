@@ -50,6 +50,9 @@ class LoadReport:
     report: Any                                  # oracle.explain.Report
     kernels: dict[str, Any] = field(default_factory=dict)   # layer name -> kernel instance
     load_seconds: float = 0.0
+    #: host seconds per loading phase (select, build, convert, kernels, plain): where a slow load goes
+    #: (device work is asynchronous, so a phase may also pay for the previous one's at its first sync)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
 
@@ -112,6 +115,7 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
         raise InputError("expected a checkpoint directory (config.json + safetensors)", source=str(root))
     preflight.refuse_remote_code(root)       # before transformers reads anything: no checkpoint code runs
     preflight.check_sidecars(root)
+    clock = _PhaseClock()
     desc = load_model(str(root))
     platform = platform or Platform.detect()
     report = build_report(desc, platform, config, policy=policy, env=env)
@@ -121,10 +125,12 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
     src = source if source is not None else TensorSource.from_dir(root)
     try:
         preflight.before_build(desc, src, root)   # block sizes and bytes, before any allocation
+        clock.lap("select")
         model = _build(root, desc, dtype)
         names = ModelNames(model)
         adapter = Adapter(desc.dialect, **_adapter_options(root))
-        loaded = LoadReport(report=report, device=str(device))
+        loaded = LoadReport(report=report, device=str(device), phase_seconds=clock.seconds)
+        clock.lap("build")
         todo = [(_spelled(desc, row), d) for row, d in zip(desc.layers, report.decisions) if d.status == "selected"]
         plain_rows = [row for row, _ in todo if _left_unquantized(src, desc.dialect, row)]
         todo = [(row, d) for row, d in todo if row not in plain_rows]
@@ -132,7 +138,7 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
                          for row in plain_rows]
         with _progress(len(todo), progress, root.name) as bar:
             for row, decision in todo:
-                kernel = _install(model, names, adapter, src, row, decision, device, requantize_fused, check)
+                kernel = _install(model, names, adapter, src, row, decision, device, requantize_fused, check, clock)
                 if kernel is not None:
                     loaded.kernels[decision_name(row)] = kernel
                 release_freed_memory()
@@ -141,6 +147,7 @@ def _load(root: Path, *, device: str, dtype: Any, platform: Any, config: Any, po
                                                                 else (row.name,))} if check else set()
         _load_plain(model, names, src, device, check, served)
         release_freed_memory()
+        clock.lap("plain")
         _skip_kv_scales(src)
         _refuse_unclaimed(src)
     finally:
@@ -327,9 +334,23 @@ def _split_parts(src: TensorSource, row: Any, requantize: bool) -> bool:
     return any(not torch.equal(values[0], v) for v in values[1:])
 
 
+class _PhaseClock:
+    """Host seconds per loading phase: `lap(name)` adds the time since the previous lap to `name`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+
 def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorSource, row: Any, decision: Any,
-             device: str, requantize: bool = False, check: bool = False) -> Any:
+             device: str, requantize: bool = False, check: bool = False, clock: _PhaseClock | None = None) -> Any:
     """Convert one quantized layer's tensors and put its kernel in the model (`check`: convert only)."""
+    clock = clock or _PhaseClock()
     layer = row.layer
     if _split_parts(src, row, requantize):
         kernels = []
@@ -337,10 +358,12 @@ def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorS
             module = _submodule(model, names.module(name), src, name)
             part = layer.model_copy(update={"out_features": module.out_features, "name": name})
             args = adapter.linear(src, part, [(name, module.out_features)])
+            clock.lap("convert")
             if check:
                 continue
             kernel = decision.instantiate(part)
             kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
+            clock.lap("kernels")
             runner = FusedRunner(kernel, part.in_features, part.out_features)
             _replace(model, names.module(name), KernelLinear(runner, 0, part.out_features, decision, name))
             kernels.append(kernel)
@@ -353,6 +376,7 @@ def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorS
         args = adapter.moe(src, layer, row.parts)
     else:
         raise CheckpointError(f"quantized {layer.op} layers are not loaded by oracle.hf yet", tensor=layer.name)
+    clock.lap("convert")
     if check:
         if layer.op == "moe":
             _submodule(model, names.module(layer.name), src, layer.name)
@@ -360,6 +384,7 @@ def _install(model: nn.Module, names: ModelNames, adapter: Adapter, src: TensorS
     kernel = decision.instantiate(layer)
     kernel.process_weights(**{k: v.to(device) for k, v in args.items()})
     del args
+    clock.lap("kernels")
     if layer.op == "linear":
         runner = FusedRunner(kernel, layer.in_features, layer.out_features)
         start = 0

@@ -68,6 +68,20 @@ def layout_for(fmt: str, n: int, k: int, group: int | None = None) -> Layout:
     raise ValueError(f"oracle-triton has no kernel for {fmt!r} weights")
 
 
+def words_layout(fmt: str, n: int, k: int) -> Layout:
+    """An MXFP4 / NVFP4 weight repacked at load into GPTQ's layout (weights.repack_words): int32
+    words of 8 codes along K (low nibble first), [K/8, N], N contiguous; its group scales [K/group, N].
+    The one-row GEMV then spreads N over the threads as INT4's does, and the activations it multiplies
+    are the same for every thread (no reshuffle through shared memory per K tile)."""
+    base = layout_for(fmt, n, k)
+    return Layout(base.elem, 8, base.scale_kind, base.group, 1, 1, n, 1, n)
+
+
+def is_words(layout: Layout) -> bool:
+    """Is this an E2M1 weight in GPTQ's [K/8, N] word layout (words_layout; the kernels' KN)."""
+    return layout.elem in (E2M1_MX, E2M1_NV) and layout.pack == 8
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
@@ -110,8 +124,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         return
     if cfg.get("ROWS"):
         bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]
-        if layout.elem not in (E2M1_MX, E2M1_NV):
-            raise ValueError(f"ROWS for {what}: the row-walking GEMV (fp4_gemv) serves MXFP4 / NVFP4 weights only")
+        if layout.elem not in (E2M1_MX, E2M1_NV) or is_words(layout):
+            raise ValueError(f"ROWS for {what}: the row-walking GEMV (fp4_gemv) serves MXFP4 / NVFP4 weights in "
+                             "their checkpoint layout [N, K/2] only")
         if bk < 64 or bk & (bk - 1) or bn < 1 or bn & (bn - 1) or rows % bn:
             raise ValueError(f"BLOCK_K={bk}, BLOCK_N={bn}, ROWS={rows} for {what}: the row-walking GEMV needs "
                              "power-of-two K chunks of at least 64 and BLOCK_N a power of two dividing ROWS")

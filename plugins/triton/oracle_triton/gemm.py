@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .moe_kernels import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
@@ -96,14 +96,15 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
-                 EVEN_K: tl.constexpr = False):
+                 EVEN_K: tl.constexpr = False, KN: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
     result, per K tile where a scale changes along K, else once at the end (UNIFORM_WS: the
     tile's weight rows share one 128-row scale block, read as one scalar). FULL_TILE: 4-bit
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
-    tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2."""
+    tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
+    KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words)."""
     if GROUP_M > 1:
         grid_n = tl.num_programs(0)
         grid_m = tl.num_programs(1)
@@ -149,13 +150,13 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX), loads one tile ahead
         u, s, z = words_tile_load(tl.minimum(t0, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn,
                                   stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
-                                  EVEN_K)
+                                  EVEN_K, KN)
         for t in range(t0, t1):
             un, sn, zn = words_tile_load(tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N,
                                          stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
-                                         BLOCK_N, BLOCK_K, EVEN_K)
+                                         BLOCK_N, BLOCK_K, EVEN_K, KN)
             x = act_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
-            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+            w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(x, tl.trans(w.to(dot_t)), acc, DOT_F32)
             u, s, z = un, sn, zn
     elif FULL_TILE:
@@ -287,12 +288,13 @@ def e2m1_word_values(u, sg, io_t: tl.constexpr):
 @triton.jit
 def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                     ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+                    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, KN: tl.constexpr = False):
     """The loads of one whole-tile word decode (words_tile_decode) of W[offs_n, k0 : k0 + BLOCK_K]:
     E2M1 words [BN, BK/8] and raw group scales [BN, groups] (zeros: the scales again); GPTQ words
     [BK/8, BN] (N contiguous), each word row's group scales and zero points [BK/8, BN]. Split from
     the decode so the large-M loop can issue the next tile's loads before decoding this one (Triton
-    pipelines only loads that feed tl.dot; the packed weights feed the decode)."""
+    pipelines only loads that feed tl.dot; the packed weights feed the decode). KN: E2M1 words in
+    GPTQ's [K/8, N] layout (weights.repack_words), loaded as [BN, BK/8] like the byte layout's."""
     UJ: tl.constexpr = BLOCK_K // 8
     if ELEM == 3:
         jj = tl.arange(0, UJ)
@@ -311,22 +313,28 @@ def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk,
         G: tl.constexpr = BLOCK_K // GROUP
         n = offs_n[:, None]
         j = (k0 // 8 + tl.arange(0, UJ))[None, :]
-        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
-                    mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
-        g = (k0 // GROUP + tl.arange(0, G))[None, :]
-        s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
+        if KN:      # the words and each word's scale [BN, BK/8] (one layout: no broadcast of [BN, G] later)
+            ok = (n < N) & k_in(j, K // 8, EVEN_K)
+            u = tl.load(w_ptr + n + j * stride_wk, mask=ok, other=0)
+            s = tl.load(s_ptr + n + (j * 8 // GROUP) * stride_sk, mask=ok, other=0)
+        else:
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + n * (stride_wn // 4) + j,
+                        mask=(n < N) & k_in(j, K // 8, EVEN_K), other=0)
+            g = (k0 // GROUP + tl.arange(0, G))[None, :]
+            s = tl.load(s_ptr + n * stride_sn + g * stride_sk, mask=(n < N) & k_in(g, K // GROUP, EVEN_K), other=0)
         z = s
     return u, s, z
 
 
 @triton.jit
 def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, io_t: tl.constexpr):
+                      BLOCK_K: tl.constexpr, io_t: tl.constexpr, KN: tl.constexpr = False):
     """words_tile_load's tile -> the dequantized [BLOCK_N, BLOCK_K] tile in io_t, k in order, the
     reference's values (as dequant.w4_tile gives them), decoded a 32-bit word (8 values) at a time.
     E2M1: e2m1_word_values (bit placement, value x scale rounded once). GPTQ: int4_word_values
     (q - z exact by one packed subtraction per pair), times the group scale in fp32, rounded once;
-    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave."""
+    each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave. KN:
+    E2M1 scales already one per word (words_tile_load), NVFP4's converted by the hardware."""
     UJ: tl.constexpr = BLOCK_K // 8
     if ELEM == 3:
         sf = s.to(tl.float32)
@@ -339,6 +347,8 @@ def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, 
         w5 = tl.trans(to_dtype(w5.to(tl.float32) * sf, io_t, False))
         w6 = tl.trans(to_dtype(w6.to(tl.float32) * sf, io_t, False))
         w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
+    elif KN:
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, group_scales_hw(s, gscale, ELEM), io_t)
     else:
         G: tl.constexpr = BLOCK_K // GROUP
         sg = group_scales(s, gscale, ELEM)
@@ -358,12 +368,14 @@ def interleave8(w0, w1, w2, w3, w4, w5, w6, w7):
 @triton.jit
 def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
                     stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
-                    UJ: tl.constexpr, JOIN: tl.constexpr = False, K=0, EVEN_K: tl.constexpr = True):
+                    UJ: tl.constexpr, JOIN: tl.constexpr = False, K=0, EVEN_K: tl.constexpr = True,
+                    KN: tl.constexpr = False):
     """The loads of K tile t (UJ 32-bit words of 8 codes along K per weight row): words [BN, UJ],
     scales (INT4: [BN], the tile is one group; E2M1: raw [BN, groups of the tile]), zero points
     [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i; JOIN: [8 UJ, BM];
     offs_m: the rows' indices in x). EVEN_K False (E2M1 only: K a multiple of the group, not of the
-    tile, as gpt-oss's 2880): the words, scales and activations past K read as zeros."""
+    tile, as gpt-oss's 2880): the words, scales and activations past K read as zeros. KN: E2M1 words
+    in GPTQ's [K/8, N] layout (weights.repack_words)."""
     n_ok = offs_n < N
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
@@ -377,10 +389,15 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
     else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
         G: tl.constexpr = UJ * 8 // GROUP
         gk = t * G + tl.arange(0, G)
-        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
-                    mask=n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :], other=0)
-        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
-                    mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
+        if KN:      # the words and each word's scale [BN, UJ] (no broadcast of [BN, G] in the loop)
+            ok = n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :]
+            u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=ok, other=0)
+            s = tl.load(s_ptr + (jrow * 8 // GROUP)[None, :] * stride_sk + offs_n[:, None], mask=ok, other=0)
+        else:
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4) + jrow[None, :],
+                        mask=n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :], other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                        mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
         z = s
     if JOIN:
         kt = t * UJ * 8 + tl.arange(0, UJ * 8)
@@ -420,7 +437,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    DECODE: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr, JOIN: tl.constexpr = False,
-                   PREFETCH: tl.constexpr = 1):
+                   PREFETCH: tl.constexpr = 1, KN: tl.constexpr = False):
     """Few-row 4-bit GEMM: y^T = W x^T, the weights as the MMA's A operand (BLOCK_N rows: the
     tensor-core tile's tall side) and the few activation rows as its narrow N side (BLOCK_M = 16
     or 32), so a 16-row call is not padded to a 64-row tile and the decoded weights go from
@@ -455,7 +472,8 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         gscale = tl.load(g_ptr)
     acc = w4_swap_tiles(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), t0, t1, offs_n, offs_m, row_ok, x_ptr,
                         w_ptr, s_ptr, z_ptr, gscale, K, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                        stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, DECODE, DOT_F32, io_t, JOIN, PREFETCH)
+                        stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, DECODE, DOT_F32, io_t, JOIN, PREFETCH,
+                        True, KN)
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
@@ -465,7 +483,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
                   DOT_F32: tl.constexpr, io_t: tl.constexpr, JOIN: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
-                  EVEN_K: tl.constexpr = True):
+                  EVEN_K: tl.constexpr = True, KN: tl.constexpr = False):
     """acc [BLOCK_N, BM] + W[offs_n, K tiles t0..t1) @ x[offs_m]^T: the swap-AB K loop of
     w4_swap_kernel (JOIN, PREFETCH as there), shared with the fused MoE's (moe_gemv.moe_swap_kernel
     WORDS: offs_n may be any weight rows, e.g. stacked gate and up rows, and offs_m any activation
@@ -474,22 +492,22 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
     UJ: tl.constexpr = BLOCK_K // 8
     u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
                                  stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
+                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
     if PREFETCH == 2:
         u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
                                           z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
+                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
     for t in range(t0, t1):
         un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
                                          s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K)
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
         if JOIN and ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
             p = mma_acc(interleave8(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
                         tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         elif JOIN:
-            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(wt.to(dot_t), x.to(dot_t), acc, DOT_F32)
         elif ELEM == 3:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
@@ -500,8 +518,13 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
         else:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
             G: tl.constexpr = BLOCK_K // GROUP
-            sg = group_scales(s, gscale, ELEM)
-            sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+            if KN and DECODE == 4:      # a scale per word already; FP8 converted by the hardware
+                sfull = group_scales_hw(s, gscale, ELEM)
+            elif KN:
+                sfull = group_scales(s, gscale, ELEM)
+            else:
+                sg = group_scales(s, gscale, ELEM)
+                sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
             if DECODE == 4:     # whole words by bit placement (inline PTX)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
                 acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
@@ -605,7 +628,8 @@ def _row_tile(x_ptr, t, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
 def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                    ELEM: tl.constexpr, PACK: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                    HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, WORDS: tl.constexpr = False):
+                   EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, WORDS: tl.constexpr = False,
+                   KN: tl.constexpr = False):
     """The whole weight W [N, K] in the layer dtype, each value x its scale rounded as the reference
     dequantizes it (the large-M path multiplies it with cuBLAS: launch.DenseGemm.dequant_mm).
     Grid (N / BLOCK_N, K / BLOCK_K)."""
@@ -624,8 +648,8 @@ def dequant_kernel(w_ptr, s_ptr, z_ptr, g_ptr, out_ptr, N, K, stride_wn, stride_
         if ELEM == 2:
             gscale = tl.load(g_ptr)
         u, s, z = words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk, stride_sn, stride_sk,
-                                  stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, False)
-        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t)
+                                  stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, False, KN)
+        w = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
     else:
         gscale = 1.0
         if ELEM == 2:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, quantize_tile, split_range, to_dtype
+from .dequant import (e2m1_bits, e2m1_decode, e4m3_decode, e8m0_decode, finish_tile, group_scales_hw, quantize_tile,
+                      split_range, to_dtype)
 
 #: e2m1 decoders (constexpr DECODE): 0 integer arithmetic (dequant.e2m1_decode, any device and the
 #: interpreter); 1 E2M1 bits placed in an E4M3 byte and converted by hardware (values x 2**-6,
@@ -150,15 +151,15 @@ def row_amax(a_rows, row_ok, K, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: 
 
 @triton.jit
 def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               DECODE: tl.constexpr):
+               DECODE: tl.constexpr, KN: tl.constexpr = False):
     """The elementwise accumulator of one program (the shape tile_accumulate adds into).
 
     Products are accumulated element by element over the K loop and reduced once at the end
     (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
     # (one return: compiled Triton type-checks every return statement of a function)
-    if ELEM == 3 and DECODE == 3:
+    if (ELEM == 3 or KN) and DECODE == 3:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N], dtype=tl.float32)
-    elif ELEM == 3:
+    elif ELEM == 3 or KN:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
     elif ELEM == 0 and DECODE == 3:
         acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
@@ -172,11 +173,13 @@ def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, B
 
 
 @triton.jit
-def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr):
+def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr, KN: tl.constexpr = False):
     """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
-    if ELEM == 3 and DECODE == 3:
+    if KN and DECODE == 3:
+        r = tl.sum(tl.sum(acc, axis=1), axis=0) * 64.0
+    elif ELEM == 3 and DECODE == 3:
         r = tl.sum(tl.sum(acc, axis=1), axis=0)
-    elif ELEM == 3:
+    elif ELEM == 3 or KN:
         r = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
     elif ELEM == 0:
         r = tl.sum(acc, axis=1)
@@ -194,22 +197,24 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
               ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
               ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              XW: tl.constexpr = False):
+              KN: tl.constexpr = False, XW: tl.constexpr = False):
     """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
     at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
-
-    XW (E2M1 words, DECODE 3; bf16 activation rows 8-byte aligned): the activations of each weight word
-    are read as two 64-bit words straight into the registers that multiply them (_bf16x4), instead of
-    one [G, UW, 8] tile whose split into the word's 8 operands is a layout change through shared memory
-    (4 per K tile, 8 barriers in the sm_90 SASS of the MoE's direct kernels; none with XW).
 
     The kernels call it one tile ahead (registers double-buffer the tile): Triton's pipeliner
     stages only loads that feed tl.dot, and a loop that waits for each tile's loads is bound by
     memory latency, not bandwidth. Each format's tile has the shape its scales broadcast over (no
     reshape of the big tile): FP8 [BN, BK]; E2M1 [BN, groups, bytes per group] (DECODE 3: 32-bit
-    words per group, activations [groups, words, 8]); GPTQ int4 [groups, words per group, BN]."""
+    words per group, activations [groups, words, 8]); GPTQ int4 and KN (E2M1 repacked at load into
+    GPTQ's [K/8, N] words, scales [K/group, N]: weights.repack_words) [groups, words per group, BN].
+
+    XW (E2M1 words in the checkpoint layout, DECODE 3; bf16 activation rows 8-byte aligned): the
+    activations of each weight word are read as two 64-bit words straight into the registers that
+    multiply them (_bf16x4), instead of one [G, UW, 8] tile whose split into the word's 8 operands is a
+    layout change through shared memory (4 per K tile: 8 barriers in the sm_90 SASS of the MoE's
+    direct kernels; none with XW)."""
     n_ok = offs_n < N
-    if ELEM == 3:
+    if ELEM == 3 or KN:
         G: tl.constexpr = BLOCK_K // GROUP
         UJ: tl.constexpr = GROUP // 8
         j3 = (k0 // 8 + tl.arange(0, G)[:, None] * UJ + tl.arange(0, UJ)[None, :])[:, :, None]    # [G, UJ, 1]
@@ -292,14 +297,21 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
 def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
                  DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False):
     """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
 
     wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
     EXACT_W; otherwise after the reduction). EXACT_W (W8A8 / W4A4): each weight is dequantized and
     rounded to the layer dtype first, as the reference does, so the next layer's activation
-    rounding sees the reference's values."""
-    if ELEM == 3 and DECODE == 3:
+    rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
+    INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums."""
+    if KN and DECODE == 3:
+        res = acc + _fp4_kn_products(u, x) * group_scales_hw(s, gscale, ELEM)
+    elif KN:
+        i4 = tl.arange(0, 8)[None, None, None, :]
+        w = e2m1_bits((u[:, :, :, None] >> (4 * i4)) & 15)
+        res = acc + w * _e2m1_scales(s, gscale, ELEM)[:, :, :, None] * x.to(tl.float32)
+    elif ELEM == 3 and DECODE == 3:
         if HAS_ZERO:
             n3 = tl.arange(0, BLOCK_N)[None, None, :]
             zpair = (((z >> ((n3 % 8) * 4)) & 15) + 0x6400) * 65537
@@ -409,6 +421,18 @@ def _int4_word_products(u, zpair, x):
 
 
 @triton.jit
+def _fp4_kn_products(u, x):
+    """u [G, UJ, BN] E2M1 words (N contiguous: weights.repack_words), x [G, UJ, 8] (k order) ->
+    [G, UJ, BN] sums of each word's 8 value x activation products, values x 2**-6 (_E2M1_WORD_PTX):
+    the activations broadcast along N, as in the INT4 GEMV (no reshuffle through shared memory)."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+        _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+    x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32))
+    return (w0 * x0[:, :, None] + w1 * x1[:, :, None] + w2 * x2[:, :, None] + w3 * x3[:, :, None]
+            + w4 * x4[:, :, None] + w5 * x5[:, :, None] + w6 * x6[:, :, None] + w7 * x7[:, :, None])
+
+
+@triton.jit
 def split8(x):
     """[A, B, 8] -> its 8 slices [A, B] along the last dim, in order."""
     xa, xb = tl.split(tl.reshape(x, [x.shape[0], x.shape[1], 2, 2, 2]))      # even, odd index
@@ -437,7 +461,8 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, XW: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
+                 XW: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
     H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
@@ -445,13 +470,13 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW)
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
     for t in range(t0, t1):
         un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW)
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
         acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
         u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 
@@ -467,10 +492,11 @@ def channel_scales(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.co
 
 
 @triton.jit
-def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr):
+def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr,
+               KN: tl.constexpr = False):
     """[BLOCK_N] results of a row's elementwise accumulator: reduced, then channel scales (unless
     EXACT_W applied them to each weight)."""
-    r = tile_reduce(acc, ELEM, DECODE)
+    r = tile_reduce(acc, ELEM, DECODE, KN)
     if not EXACT_W:
         r = r * wscale
     return r
@@ -482,8 +508,9 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
                 ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                 HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
-    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K)."""
+                EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, KN: tl.constexpr = False):
+    """One activation row (M = 1). Grid (N / BLOCK_N, 1, SPLIT_K). KN: E2M1 weights in GPTQ's
+    [K/8, N] word layout (weights.repack_words), read like INT4's."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(2)
     io_t = tl.float16 if OUT_F16 else tl.bfloat16
@@ -494,9 +521,9 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, y_ptr, part_pt
     if ELEM == 2:
         gscale = tl.load(g_ptr)
     wscale = channel_scales(s_ptr, offs_n, N, stride_sn, ELEM, GROUP)
-    acc = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), x_ptr, t0, t1, K, amax, xs_ptr, offs_n, w_ptr,
-                       s_ptr, z_ptr, wscale, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-    y = finish_row(acc, wscale, ELEM, DECODE, ACT != 0)
+    acc = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), x_ptr, t0, t1, K, amax, xs_ptr, offs_n,
+                       w_ptr, s_ptr, z_ptr, wscale, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                       ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
+    y = finish_row(acc, wscale, ELEM, DECODE, ACT != 0, KN)
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n,
                 1, N, N, SPLIT_K, HAS_BIAS, EXACT_BF16)

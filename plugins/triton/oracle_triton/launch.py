@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from . import fastlaunch
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config
+from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config, is_words
 
 
 def interpreting() -> bool:
@@ -92,7 +92,8 @@ def use_gemv(m: int, n: int, k: int, elem: int) -> bool:
     return m == 1 and (elem != 0 or n * k <= GEMV_FP8_MAX_ELEMENTS)
 
 
-def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
+def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool = False,
+                kn: bool = False) -> dict[str, int]:
     """BLOCK_N/K, SPLIT_K, DECODE, warps, stages for gemv.gemv_kernel (one activation row).
 
     A program accumulates BLOCK_N x BLOCK_K products elementwise (at most 64 fp32 registers per
@@ -102,7 +103,10 @@ def gemv_config(n: int, k: int, sms: int, elem: int, group: int = 1, words: bool
     (bench/sweep_dense.py, 2026-12-01 R1): INT4 words are fastest in 64-column, 256-deep tiles with
     split-K up to three programs per SM (8192x8192: 17.4 us against 21.4 for 16-column tiles over
     the SMs once), 32 columns where the output alone gives four programs per SM (36864x7168);
-    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0)."""
+    E2M1 words in 32 x 1024 tiles without split-K (8192x8192 MXFP4 27.9 us against 34.0). kn: E2M1
+    weights repacked into GPTQ's word layout (formats.words_layout) take INT4's rules."""
+    if kn:
+        elem = 3
     bn = 16 if elem == 3 else 32
     # E2M1 words: a wide tile amortizes per-tile costs; W4A4's in-register rounding spills at 512
     bk = 1024 if elem in (1, 2) and words else 256
@@ -356,7 +360,7 @@ class DenseGemm:
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1))
+            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay))
         return y
 
     def full_tile(self, cfg: dict[str, int]) -> int:
@@ -387,7 +391,7 @@ class DenseGemm:
                 not (m == 1 and use_gemv(m, self.n, self.k, lay.elem) and not fp8_codes):
             return swap_config(m, self.n, self.k, sms, lay.elem, words)
         if use_gemv(m, self.n, self.k, lay.elem):
-            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words)
+            return gemv_config(self.n, self.k, sms, lay.elem, lay.group, words=words, kn=is_words(lay))
         return dense_config(m, self.n, self.k, sms, lay.pack)
 
     def dequant_mm(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -413,7 +417,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
             BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
-            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"])
+            WORDS=lay.elem in (E2M1_MX, E2M1_NV) and self.facts["hw_fp8"], KN=is_words(lay))
         return buf
 
     def scaled_mm_ok(self, act: int) -> bool:
@@ -439,17 +443,20 @@ class DenseGemm:
     def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
-        the PTX word decoders capability >= 8.9 and layer-dtype activations."""
+        the PTX word decoders capability >= 8.9 and layer-dtype activations; an entry with KN 1 was
+        measured on E2M1 weights in the word layout (weights.repack_words), one without on any other."""
         if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
         if cfg.get("DEQUANT_MM"):
             return act == 0
+        if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
+            return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
         if cfg.get("ROWS"):
-            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV)
+            return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
             return m == 1
         try:
@@ -521,7 +528,7 @@ class DenseGemm:
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
             DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
-            PREFETCH=cfg.get("PREFETCH", 1))
+            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
@@ -529,6 +536,9 @@ class DenseGemm:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
         with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
         if cfg.get("ROWS"):
+            if is_words(self.layout):
+                raise ValueError("ROWS: the row-walking GEMV reads E2M1 weights in their checkpoint layout "
+                                 "[N, K/2] only, not GPTQ's word layout (linear.WORD_LAYOUT)")
             return self.fp4_rows(x, out_dtype, cfg)
         lay = self.layout
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
@@ -543,7 +553,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
-            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16)
+            EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, KN=is_words(lay))
         return y
 
     def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -7,6 +7,7 @@ Eager few-row calls replay a private CUDA graph of `forward` (oracle.integration
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import torch
@@ -19,12 +20,16 @@ from oracle.tensors import apply_dense, check_scales, check_tensor, float_dtypes
 
 from .formats import ACT_CODES, ACT_NONE, ACT_NVFP4, ACT_TENSOR, ACT_TOKEN
 from .launch import TENSOR_SCALE_MAX, DenseGemm, tensor_scale
-from .weights import pack
+from .weights import pack, repack_words
 
 FLOATS = float_dtypes()
 #: Eager calls up to this many rows take DenseGemm.planned (one launch plan per row count);
 #: the plans that cannot be recorded (cuBLAS paths, from LIBRARY_MIN_ROWS) keep the ordinary path.
 PLANNED_MAX_ROWS = 64
+#: W4A16 MXFP4 / NVFP4 weights are repacked at load into GPTQ's [K/8, N] word layout
+#: (weights.repack_words); False keeps the checkpoint's [N, K/2] bytes (benchmarks compare both,
+#: and fp4_gemv's row-walking GEMV reads only those).
+WORD_LAYOUT = True
 
 
 class TritonLinear(Kernel):
@@ -65,6 +70,10 @@ class TritonLinear(Kernel):
         if input_scale is not None:
             self.static = input_scale.to(dev).float().reshape(1)
         b = None if bias is None else bias.to(device=dev, dtype=self.dtype).contiguous()
+        if WORD_LAYOUT and self.mode.weight in ("mxfp4", "nvfp4") and self.act == ACT_NONE and k % 8 == 0:
+            # W4A16 E2M1: GPTQ's word layout, so the one-row GEMV reads it as INT4's (every path reads it)
+            packed = repack_words(self.mode.weight, dataclasses.replace(packed, weight=packed.weight.to(dev),
+                                                                        scale=packed.scale.to(dev)), n, k)
         self.packed = packed
         self.gemm = DenseGemm(packed.layout, n, k, packed.weight.to(dev), packed.scale.to(dev),
                               None if packed.zero is None else packed.zero.to(dev),

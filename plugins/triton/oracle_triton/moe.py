@@ -17,11 +17,17 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_AC
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
-from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4, is_words
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale)
 from .linear import dynamic_tensor_scale
-from .weights import pack
+from .weights import pack, repack_words
+
+#: W4A16 MXFP4 / NVFP4 experts repacked at load into GPTQ's [K/8, N] word layout (weights.repack_words,
+#: as TritonLinear's WORD_LAYOUT): the direct kernels then read them as INT4's, with no layout change
+#: of the activations per K tile; the swap-AB words path serves every larger M (the aligned tiles read
+#: the checkpoint's bytes only). False keeps the checkpoint's [N, K/2] bytes (benchmarks compare both).
+WORD_LAYOUT = False
 
 
 
@@ -216,6 +222,9 @@ class TritonMoE(Kernel):
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
             self.act = ACT_NVFP4
+        if WORD_LAYOUT and fmt in ("mxfp4", "nvfp4") and self.act == ACT_NONE and h % 8 == 0 and i % 8 == 0:
+            self.w13 = repack_words(fmt, self.w13, rows, h)        # same bytes, [E, K/8, N] words
+            self.w2 = repack_words(fmt, self.w2, h, i)
         self.static = [None, None]
         for idx, (name, t) in enumerate((("w13_input_scale", w13_input_scale), ("w2_input_scale", w2_input_scale))):
             if t is None:
@@ -293,6 +302,7 @@ class TritonMoE(Kernel):
             return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
+        _refuse_words(self.w13.layout, "the aligned grouped GEMM")
         bm = cfg["BLOCK_M"]
         dev = self.device
         a1 = self._input(x, topw, k)
@@ -333,6 +343,10 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if is_words(lay):                    # the word layout: the direct kernels, else the swap-AB words path
+            if use_direct(tokens, top_k, self.experts, lay.elem, True):
+                return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+            return swap_words_config(tokens * top_k / self.experts)
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
             return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
@@ -382,6 +396,7 @@ class TritonMoE(Kernel):
         for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
         (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
         store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
+        _refuse_words(self.w13.layout, "the tensor-core direct path")
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -465,6 +480,9 @@ class TritonMoE(Kernel):
         if cfg.get("WORDS") and (cfg["BLOCK_K"] % 128 or (lay.elem == INT4 and cfg["BLOCK_K"] != lay.group)):
             raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
                              f"not {lay.group})")
+        words = bool(cfg.get("WORDS", 0))
+        if not words:
+            _refuse_words(lay, "the swap-AB path without WORDS")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -478,7 +496,6 @@ class TritonMoE(Kernel):
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
-        words = bool(cfg.get("WORDS", 0))
         scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
         decode = cfg.get("DECODE", 3 if lay.elem == INT4 else 4) if self.facts["hw_fp8"] and not interpreting() else 0
         split = int(cfg.get("SPLIT_K", 1)) if words else 1
@@ -508,7 +525,7 @@ class TritonMoE(Kernel):
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"], **self._pf_args(cfg, w, 1))
+                num_stages=cfg["num_stages"], KN=is_words(ly), **self._pf_args(cfg, w, 1))
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
         return out
@@ -595,8 +612,9 @@ class TritonMoE(Kernel):
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
+        common["KN"] = is_words(lay)
         xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
-            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE and not common["KN"]
         common["XW"] = xw and _rows_align8(a1)
         xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
@@ -758,6 +776,12 @@ class TritonMoE(Kernel):
 def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
     """Kernels take a pointer for every optional tensor; an absent one is never read (constexpr off)."""
     return t if t is not None else placeholder
+
+
+def _refuse_words(layout, path: str) -> None:
+    if is_words(layout):
+        raise ValueError(f"{path} reads the checkpoint's [N, K/2] E2M1 bytes, not the word layout "
+                         "(moe.WORD_LAYOUT): the direct kernels and the swap-AB WORDS path serve it")
 
 
 def _rows_align8(a: torch.Tensor) -> bool:

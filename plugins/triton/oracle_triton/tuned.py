@@ -26,12 +26,12 @@ from typing import Any
 
 from oracle.errors import PolicyError
 
-from .formats import check_config, check_direct_config, layout_for
+from .formats import check_config, check_direct_config, layout_for, words_layout
 
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
-        "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "num_warps", "num_stages"}
+        "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "KN", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) says its split.
 NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
@@ -103,7 +103,9 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                             f"(allowed: {sorted(allowed)})", cfg)
             try:
                 check = check_direct_config if moe and "DECODE" in cfg else check_config
-                check(cfg, layout_for(e["weight"], e["n"], e["k"], e.get("group", 128)), where)
+                lay = words_layout(e["weight"], e["n"], e["k"]) if cfg.get("KN") and not moe else \
+                    layout_for(e["weight"], e["n"], e["k"], e.get("group", 128))
+                check(cfg, lay, where)
             except ValueError as exc:
                 raise _fail(path, f"{where}.config", "launch parameters the kernels cover", str(exc)) from None
             key = (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])

@@ -16,7 +16,7 @@ from oracle.errors import TensorError
 from oracle.formats import FP8_BLOCK, MX_BLOCK, NV_BLOCK
 from oracle.tensors import check_scales, check_tensor, forbid, shape_of
 
-from .formats import Layout, layout_for
+from .formats import Layout, layout_for, words_layout
 
 FP8 = torch.float8_e4m3fn
 E8M0 = tuple(d for d in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) if d is not None)
@@ -110,3 +110,14 @@ def pack(fmt: str, names: dict[str, str], tensors: dict[str, Any], lead: list[in
             z = z.contiguous()
         return Packed(layout, w.contiguous(), s.contiguous(), z, None)
     raise TensorError(wn, "a weight format oracle-triton serves (fp8_*, mxfp4, nvfp4, int4; bf16 in the fused MoE)", repr(fmt))
+
+
+def repack_words(fmt: str, packed: Packed, n: int, k: int) -> Packed:
+    """A dense MXFP4 / NVFP4 weight [N, K/2] (bytes, low nibble = even k) in GPTQ's word layout:
+    each row's bytes read as little-endian int32 words (8 codes in k order, the low nibble first),
+    transposed to [K/8, N]; the group scales to [K/group, N]. Same bytes, no expansion: the one-row
+    GEMV reads it as INT4's (formats.words_layout says why). Needs K a multiple of 8; the caller
+    keeps the checkpoint layout otherwise."""
+    w = packed.weight.view(torch.int32).transpose(-1, -2).contiguous()     # per expert for a MoE's [E, N, K/2]
+    s = packed.scale.transpose(-1, -2).contiguous()
+    return Packed(words_layout(fmt, n, k), w, s, None, packed.global_scale)

@@ -51,7 +51,8 @@ def test_static_input_scale_saturates_like_emulation():
 
 def test_weights_stay_packed():
     t, _ = linear_pair("mxfp4", 64, 256, "w4a16_mx", "bf16", device=DEV)
-    assert t.packed.weight.dtype == torch.uint8 and tuple(t.packed.weight.shape) == (64, 128)
+    # W4A16 E2M1 is repacked into GPTQ's [K/8, N] int32 words (weights.repack_words): the same bytes
+    assert t.packed.weight.dtype == torch.int32 and tuple(t.packed.weight.shape) == (32, 64)
     assert t.packed.nbytes() == 64 * 128 + 64 * 8          # codes + one E8M0 byte per 32
 
 

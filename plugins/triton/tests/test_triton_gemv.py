@@ -126,10 +126,13 @@ def test_small_batch_kernels_compile_for_sm90_without_spills():
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4")])
 @pytest.mark.parametrize("k,bk,rows,bn", [(640, 256, 64, 16), (512, 512, 32, 32)])
-def test_fp4_rows_gemv_matches_emulation(fmt, mode, k, bk, rows, bn):
+def test_fp4_rows_gemv_matches_emulation(fmt, mode, k, bk, rows, bn, monkeypatch):
     """fp4_gemv.fp4_rows_kernel (integer decode: the interpreter has no PTX): N = 80 (a partial row
     block), K = 640 (three 256-wide chunks, the last partial: split-K with the ordered sum) or one
     512-wide chunk (no split); bias; and twice in a row (the split counters reset)."""
+    import oracle_triton.linear
+
+    monkeypatch.setattr(oracle_triton.linear, "WORD_LAYOUT", False)      # rows walks the checkpoint layout
     n = 80
     t, e = linear_pair(fmt, n, k, mode, "bf16", {}, bias=True, device=DEV)
     cfg = {"ROWS": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": -(-k // bk), "DECODE": 0, "num_warps": 4,

@@ -129,12 +129,16 @@ def test_runtime_probe_and_detected_selection():
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("nvfp4", "w4a4_nvfp4")])
 @pytest.mark.parametrize("decode", [0, 1, 2, 3])
-def test_gemv_e2m1_decoders_agree(fmt, mode, decode):
-    """The E2M1 decoders of gemv.tile_compute (integer, E4M3 bits converted by hardware, fp16 bits,
-    whole words by inline PTX) give the reference's values (W4A4 has no word path)."""
+def test_gemv_e2m1_decoders_agree(fmt, mode, decode, monkeypatch):
+    """The E2M1 decoders of gemv.tile_compute on the checkpoint layout [N, K/2] (integer, E4M3 bits
+    converted by hardware, fp16 bits, whole words by inline PTX) give the reference's values (W4A4
+    has no word path; the MoE's direct path reads this layout)."""
     if decode == 3 and mode == "w4a4_nvfp4":
         pytest.skip("the word decoder serves layer-dtype activations only")
+    import oracle_triton.linear
     from oracle_triton.launch import gemv_config
+
+    monkeypatch.setattr(oracle_triton.linear, "WORD_LAYOUT", False)
 
     act = "nvfp4" if mode == "w4a4_nvfp4" else "bf16"
     t, e = linear_pair(fmt, 2048, 4096, mode, act, device="cuda")
@@ -175,14 +179,15 @@ def test_moe_direct_path_graph_capture_and_replay():
 def test_gemv_word_decoders_match_emulation(fmt, mode, group, symmetric):
     """DECODE 3 (inline PTX on 32-bit words: E4M3 pairs, GPTQ nibbles with fp16 zero-point pairs,
     E2M1 via E4M3) against the reference, with a K tail, split-K and both paths of the launcher."""
+    from oracle_triton.formats import is_words
     from oracle_triton.launch import gemv_config
 
     t, e = linear_pair(fmt, 1536, 7168 - 128, mode, "bf16", device="cuda", group=group, symmetric=symmetric,
                        bias=True)
     k = t.k
     for split in (1, 4):
-        cfg = {**gemv_config(1536, k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group, words=True),
-               "SPLIT_K": split}
+        cfg = {**gemv_config(1536, k, t.gemm.facts["sms"], t.gemm.layout.elem, t.gemm.layout.group, words=True,
+                             kn=is_words(t.gemm.layout)), "SPLIT_K": split}
         assert cfg["DECODE"] == 3
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (fmt, group, split)
@@ -426,12 +431,15 @@ def test_dequant_mm_matches_emulation_and_replays(fmt, mode):
 
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4"), ("int4", "w4a16_int4")])
-def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode):
+def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode, monkeypatch):
     """fp4_gemv.fp4_rows_kernel with the PTX word decoder (E2M1, M = 1: a partial row block, three
     K chunks, split-K and bias) and the swap-AB kernel's JOIN (one dot per K tile, M = 16, both word
     decoders) and PREFETCH 2 (E2M1) against the reference; then the row GEMV captured in a CUDA graph
     and replayed on new activations (bitwise equal to an eager call: the chunks are summed in a fixed
-    order)."""
+    order). E2M1 in the checkpoint layout (the row GEMV reads only that; linear.WORD_LAYOUT)."""
+    import oracle_triton.linear
+
+    monkeypatch.setattr(oracle_triton.linear, "WORD_LAYOUT", False)
     n, k = 1000, 3072
     t, e = linear_pair(fmt, n, k, mode, "bf16", {}, device="cuda", bias=True)
     x16 = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
@@ -514,3 +522,30 @@ def test_per_token_codes_are_torchs_float8_cast(k):
     assert torch.equal(scales, ref_s)
     ref = (x.float() / ref_s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4")])
+def test_word_layout_paths_match_emulation_and_replay(fmt, mode):
+    """W4A16 E2M1 repacked into GPTQ's [K/8, N] words (weights.repack_words), every path of the
+    linear on it: the one-row GEMV (INT4's structure with the E2M1 word decoder; split-K, a partial
+    N tile, bias), the few-row swap kernel, the tiled GEMM's word decode and the dequantizing pass,
+    against the reference; then the one-row call captured in a CUDA graph and replayed."""
+    from oracle_triton.formats import is_words
+
+    n, k = 1000, 3072
+    t, e = linear_pair(fmt, n, k, mode, "bf16", {}, device="cuda", bias=True)
+    assert is_words(t.gemm.layout) and t.packed.weight.shape == (k // 8, n)
+    for m, cfg in ((1, None), (1, {"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 3, "DECODE": 3, "num_warps": 4,
+                                   "num_stages": 3}),
+                   (16, None), (64, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "FULL_TILE": 2,
+                                     "num_warps": 4, "num_stages": 3}), (64, {"DEQUANT_MM": 1})):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, cfg)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    g, out = _graph(lambda xx: t.apply(xx), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.apply(x))

@@ -100,10 +100,13 @@ def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
 @pytest.mark.slow
 def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     t, ref = linear_pair("mxfp4", 256, 512, "w4a16_mx", "bf16", device=DEV)
-    table([{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4,
+    kn = {**DENSE_CFG, "KN": 1}     # measured on the word layout W4A16 E2M1 takes (weights.repack_words)
+    table([{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4, "config": kn},
+           {"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 8,
             "config": DENSE_CFG}])
     t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
-    assert t.gemm.config_for(3) == DENSE_CFG and t.gemm.config_for(1)["DECODE"] is not None
+    assert t.gemm.config_for(3) == kn and t.gemm.config_for(1)["DECODE"] is not None
+    assert t.gemm.config_for(7) != DENSE_CFG        # an entry of the checkpoint layout does not serve the words'
     x = torch.randn(3, 512, dtype=torch.bfloat16, device=DEV)
     assert rel(t.apply(x), ref.apply(x)) < 1e-2
 

@@ -1,0 +1,253 @@
+"""MXFP4 / NVFP4 W4A16 in the checkpoint layout against the word layout, one process (issue 26).
+
+oracle-triton repacks W4A16 E2M1 weights at load into GPTQ's [K/8, N] int32 words
+(weights.repack_words, linear.WORD_LAYOUT) so the one-row GEMV runs INT4's structure. This times,
+per shape of issue 26 and format, beside BF16 cuBLAS (`x @ w.T`) and the HBM limit, under CUDA-graph
+replay with every call on the next of >256 MB of weight copies (HBM-resident, not the 60 MB L2):
+the checkpoint layout's default (its shipped tuned entry or rules), the word layout's default,
+and (M = 1) a grid of word-layout GEMV tiles, (M = 16) a grid of swap-AB tiles (INT4 too, --fmts int4). Each output is checked against oracle-emulation
+(a variant further than 1e-2 is flagged DISAGREES and never chosen).
+
+    python bench/sweep_fp4_words.py [--fmts mxfp4 nvfp4] [--ms 1 16 256] [--shapes ...] [--json out.json]
+                                    [--precompile 12] [--budget-s 60] [--no-grid] [--write-table TABLE]
+    python bench/sweep_fp4_words.py --from-json out.json --write-table ../plugins/triton/oracle_triton/tuned_configs.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import torch
+from gpu_timing import copy_bandwidth, rel, start
+from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
+
+MODES = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}
+ROWS: list[dict] = []
+#: (BLOCK_N, BLOCK_K, split waves, warps) of the word-layout GEMV grid at M = 1 (INT4's neighbourhood).
+GRID = [(32, 256, 1, 4), (32, 256, 3, 4), (64, 256, 1, 4), (64, 256, 3, 4), (32, 512, 1, 4), (128, 256, 1, 8)]
+
+
+def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
+    out = []
+    for bn, bk, waves, nw in GRID:
+        sp = fill_split(-(-n // bn), -(-k // bk), sms, waves)
+        out.append((f"words gemv bn{bn} bk{bk} s{sp} w{nw}",
+                    {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "DECODE": 3, "num_warps": nw, "num_stages": 3}))
+    return out
+
+
+#: (BLOCK_N, warps, split waves, JOIN) of the swap-AB kernel at M = 16: 32-row weight tiles at 4 warps
+#: compile to mma.sync with the decoded operand in registers (sm_90 PTX), 64 and more to wgmma, whose
+#: operand from registers goes through shared memory with a wait per dot.
+SWAP_GRID = [(32, 4, 1.5, 0), (32, 2, 1.5, 0), (32, 4, 1.5, 1)]
+
+
+def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
+    out = []
+    for bn, nw, waves, join in SWAP_GRID:
+        if join and fmt == "int4":
+            continue
+        sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
+               "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1}
+        if join:
+            cfg["FULL_TILE"] = 1
+        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}", cfg))
+    return out
+
+
+def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool) -> list[tuple[int, str, bool, dict]]:
+    """(m, label, word layout?, config) for one shape: the two layouts' defaults, then the grid."""
+    from oracle_triton.formats import layout_for, words_layout
+    from oracle_triton.launch import DenseGemm
+
+    out, old = [], {}
+    for words in ((True,) if fmt == "int4" else (False, True)):      # INT4: GPTQ's words already
+        lay = words_layout(fmt, n, k) if words and fmt != "int4" else layout_for(fmt, n, k, 128)
+        one = torch.zeros(1, device=DEV)
+        fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
+        fake.facts = facts
+        for m in ms:
+            cfg = fake.config_for(m, 0)
+            out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
+            if not words:
+                old[m] = cfg
+            elif m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
+                out.append((m, "words, checkpoint's config", True, {**old[m], "KN": 1}))
+    if grid and 1 in ms and fmt != "int4":
+        out += [(1, label, True, cfg) for label, cfg in gemv_grid(n, k, facts["sms"])]
+    kn = {} if fmt == "int4" else {"KN": 1}
+    if grid and 16 in ms:
+        out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
+    return out
+
+
+def compile_worker(index: int, workers: int, args) -> None:
+    """Launch every `workers`-th (format, M, layout, config) once on small weights so the timing
+    process finds the kernels in Triton's cache (N and K are runtime values; every shape here is a
+    multiple of 16, so a small one compiles the same specializations)."""
+    import oracle_triton.linear as lin
+    from oracle_triton.launch import device_facts
+
+    facts = device_facts(torch.device(DEV))
+    jobs = []
+    for fmt in args.fmts:
+        for name in args.shapes:
+            n, k = SHAPES[name]
+            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid)]
+    seen, unique = set(), []
+    for j in jobs:
+        if repr(j) not in seen:
+            seen.add(repr(j))
+            unique.append(j)
+    small = {}
+    for fmt, m, words, cfg in unique[index::workers]:
+        try:
+            if (fmt, words) not in small:
+                lin.WORD_LAYOUT = words or fmt == "int4"
+                w = torch.randn(256, 4096, device=DEV, dtype=torch.bfloat16) * 0.05
+                small[(fmt, words)] = build(fmt, 256, 4096, w, MODES[fmt], "bf16", {})[2][0]
+            small[(fmt, words)](torch.randn(m, 4096, device=DEV, dtype=torch.bfloat16), 0, None, torch.bfloat16, cfg)
+        except Exception as exc:  # noqa: BLE001 - the timing process reports it
+            print(f"  compile worker: {fmt} M={m} words={words} {cfg}: {type(exc).__name__}: {str(exc)[:160]}",
+                  flush=True)
+    torch.cuda.synchronize()
+
+
+def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
+    import oracle_triton.linear as lin
+
+    n, k = SHAPES[name]
+    w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+    sets = {}
+    for words in ((True,) if fmt == "int4" else (False, True)):
+        lin.WORD_LAYOUT = words
+        t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+        sets[words] = gs
+    lin.WORD_LAYOUT = True
+    assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
+    hbm = t.packed.nbytes() / bw * 1e6
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid)
+    for m in args.ms:
+        x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+        ref = em.apply(x)
+        reps = 20 if m <= 32 else 4
+        bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], reps)
+        print(f"{name} {fmt} M={m}: bf16 {bf:.1f} us, hbm {hbm:.1f} us", flush=True)
+        best = None
+        for mm, label, words, cfg in todo:
+            if mm != m:
+                continue
+            if time.perf_counter() > deadline:
+                print(f"  budget spent: {name} {fmt} M={m} {label} not run", flush=True)
+                continue
+            calls = [lambda g=g, cfg=cfg: g(x, 0, None, torch.bfloat16, cfg) for g in sets[words]]
+            try:
+                err = rel(calls[0](), ref)
+                us = gtime(calls, reps)
+            except Exception as exc:  # noqa: BLE001 - reported, never chosen
+                print(f"  {name} {fmt} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                continue
+            ok = err < OK
+            ROWS.append(dict(shape=name, fmt=fmt, m=m, variant=label, words=words, config=cfg, us=us, err=err,
+                             bf16_us=bf, hbm_us=hbm))
+            print(f"  {name:11} {fmt:6} M={m:<3} {label:34} {us:8.1f} us  xBF16 {bf / us:5.2f}  "
+                  f"xHBM {us / hbm:5.2f}  err {err:.1e}{'' if ok else '  DISAGREES'}  {cfg}", flush=True)
+            if ok and words and (best is None or us < best[1]):
+                best = (label, us, cfg)
+        if best:
+            print(f"BEST {name} {fmt} M={m} (word layout): {best[0]} {best[1]:.1f} us  xBF16 {bf / best[1]:.2f}  "
+                  f"{best[2]}", flush=True)
+    del sets, bf16, gs, t, em, w
+    torch.cuda.empty_cache()
+
+
+def table_entries(rows: list[dict]) -> list[dict]:
+    """Tuned-table entries: per shape, format and M, the fastest word-layout variant that agreed with
+    the reference (KN 1 on E2M1: measured on the word layout; it replaces the checkpoint layout's
+    entry of the same key, which no longer serves a W4A16 E2M1 layer)."""
+    from oracle_triton.tuned import bucket
+
+    best: dict[tuple, dict] = {}
+    default = {}
+    for r in rows:
+        if not r["words"] or r["err"] >= OK:
+            continue
+        key = (r["shape"], r["fmt"], r["m"])
+        if r["variant"] == "words default":
+            default[key] = r["us"]
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    out = []
+    for key, r in sorted(best.items()):
+        n, k = SHAPES[r["shape"]]
+        cfg = dict(r["config"])
+        if r["fmt"] != "int4":
+            cfg["KN"] = 1
+        out.append({"kind": "dense", "mode": MODES[r["fmt"]], "weight": r["fmt"], "n": n, "k": k,
+                    "m": bucket(r["m"]), "config": cfg, "us": round(r["us"], 2),
+                    "default_us": round(default[key], 2) if key in default else None})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4"], choices=list(MODES))
+    ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 256])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--json")
+    ap.add_argument("--budget-s", type=float, default=60.0, help="stop starting variants after this")
+    ap.add_argument("--precompile", type=int, default=0, help="compile the variants in this many processes first")
+    ap.add_argument("--compile-timeout-s", type=float, default=40.0)
+    ap.add_argument("--no-grid", action="store_true", help="the two defaults only")
+    ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
+    ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
+    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device measured")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        from sweep_large_m import write_table
+        with open(args.from_json) as f:
+            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        return 0
+    if args.compile_worker:
+        i, p = map(int, args.compile_worker.split("/"))
+        compile_worker(i, p, args)
+        return 0
+    if not start("sweep_fp4_words"):
+        return 2
+    if args.precompile:
+        t0 = time.perf_counter()
+        fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes] + \
+            (["--no-grid"] if args.no_grid else [])
+        procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
+                 for i in range(args.precompile)]
+        for p in procs:
+            try:
+                p.wait(timeout=max(1.0, args.compile_timeout_s - (time.perf_counter() - t0)))
+            except subprocess.TimeoutExpired:
+                p.kill()
+        print(f"precompiled with {args.precompile} workers in {time.perf_counter() - t0:.1f} s", flush=True)
+    deadline = time.perf_counter() + args.budget_s
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    try:
+        for name in args.shapes:
+            for fmt in args.fmts:
+                sweep(name, fmt, args, bw, deadline)
+    finally:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+    if args.write_table:
+        from sweep_large_m import write_table
+        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
