@@ -548,3 +548,33 @@ def test_bf16_rows_read_as_64_bit_words(monkeypatch):
     out = torch.empty(64, device=DEV, dtype=torch.float32)
     unpack[(1,)](x, out, 16)
     assert torch.equal(out.view(torch.int32), x.float().view(torch.int32))
+
+
+@slow
+def test_word_layout_experts_match_emulation(monkeypatch):
+    """moe.WORD_LAYOUT: W4A16 MXFP4 experts repacked at load into GPTQ's [K/8, N] words (the same bytes,
+    per expert) run the direct kernels (both up kernels, a K split) and the swap-AB words path (both
+    swap modes, FC2's K of 320 not a multiple of the 128-wide tile) against emulation; the rules pick
+    only those paths, and the aligned tiles and the tensor-core direct path refuse the layout."""
+    from oracle_triton import moe
+    from oracle_triton.formats import is_words
+
+    monkeypatch.setattr(moe, "WORD_LAYOUT", True)
+    t, ref = moe_pair("mxfp4", E, H, 320, K, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    assert is_words(t.w13.layout) and is_words(t.w2.layout)
+    assert t.w13.weight.dtype == torch.int32 and list(t.w13.weight.shape) == [E, H // 8, 640]
+    x = torch.randn(3, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, E, K, DEV)
+    expect = ref.apply(x, w, ids)
+    assert "DECODE" in t.config_for(1, K) and t.config_for(64, K).get("SWAP") == 2
+    words = dict(SWAP, WORDS=1)
+    for cfg in (_cfg(t, BLOCK_N=16, BLOCK_K=128, SPLIT_K=2, BLOCK_N2=16, BLOCK_K2=128),
+                {k: v for k, v in _cfg(t, BLOCK_N=16, BLOCK_K=128).items() if k != "SPLIT_K"},
+                dict(words, SPLIT_K=2), dict(words, SWAP=2, BLOCK_N1=16)):
+        t.config = cfg
+        assert rel(t.apply(x, w, ids), expect) < TOL["bf16"], cfg
+    for cfg in (dict(SWAP, SWAP=2), MMA, {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
+                                          "num_stages": 3}):
+        t.config = cfg
+        with pytest.raises(ValueError, match="word layout"):
+            t.apply(x, w, ids)
