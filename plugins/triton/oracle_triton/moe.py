@@ -151,18 +151,29 @@ def direct_mma_config(act: int) -> dict[str, int]:
     return cfg
 
 
+def words_tiles_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
+    """The aligned grouped GEMM on E2M1 experts in the word layout (moe.WORD_LAYOUT): moe_config's
+    128-row tiles with each weight tile decoded a 32-bit word at a time (FULL_TILE 2, the dense
+    large-M loop's decode), gate and up rows stacked (FUSE_GU)."""
+    cfg = _moe_rule(max(tokens * top_k / experts, 65.0), 8)
+    cfg.update(FULL_TILE=2, FUSE_GU=1)
+    return cfg
+
+
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
     whole 32-bit words by inline PTX (launch.gemv_config); then moe_up_split_kernel (gate and up
     rows loaded in one K loop) with 8-row tiles 512 wide in both kernels: the best of 18 variants
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
-    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops)."""
+    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
+    the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
+    40.1 at M=1 (R11, 2026-12-02); the word layout (WORD_LAYOUT) reads them as INT4's instead."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
-                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4}
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1}
     return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
@@ -302,7 +313,8 @@ class TritonMoE(Kernel):
             return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
-        _refuse_words(self.w13.layout, "the aligned grouped GEMM")
+        if cfg.get("FULL_TILE") != 2:
+            _refuse_words(self.w13.layout, "the aligned grouped GEMM without FULL_TILE 2")
         bm = cfg["BLOCK_M"]
         dev = self.device
         a1 = self._input(x, topw, k)
@@ -343,10 +355,13 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if is_words(lay):                    # the word layout: the direct kernels, else the swap-AB words path
+        if is_words(lay):       # the word layout: the direct kernels, the swap-AB words path, word-decoded tiles
+            per_expert = tokens * top_k / self.experts
             if use_direct(tokens, top_k, self.experts, lay.elem, True):
                 return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
-            return swap_words_config(tokens * top_k / self.experts)
+            if per_expert > SWAP_WIDE_MAX_PAIRS and words and not interpreting():
+                return words_tiles_config(tokens, top_k, self.experts)
+            return swap_words_config(per_expert)
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
             return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
@@ -746,7 +761,7 @@ class TritonMoE(Kernel):
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
+            FULL_TILE=int(cfg.get("FULL_TILE", 0)) if lay.pack > 1 else 0, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales, QUANT_OUT=out_scales is not None,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
@@ -754,7 +769,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
+            KN=is_words(lay), num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

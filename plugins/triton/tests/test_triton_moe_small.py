@@ -583,8 +583,9 @@ def test_word_layout_experts_match_emulation(monkeypatch):
 @pytest.mark.gpu
 def test_word_layout_experts_on_gpu(monkeypatch):
     """moe.WORD_LAYOUT on a GPU at a model-like shape: the shipped rules (the direct kernels at M=1, the
-    swap-AB words path on 16- and 64-pair blocks at M=40 and 80) against emulation, and the direct path
-    captured once and replayed on new tokens and routings, equal to an eager call bit for bit."""
+    swap-AB words path on 16- and 64-pair blocks at M=40 and 80, the word-decoded aligned tiles at
+    M=300) against emulation, and the direct path captured once and replayed on new tokens and
+    routings, equal to an eager call bit for bit."""
     from oracle_triton import moe
     from oracle_triton.formats import is_words
 
@@ -592,7 +593,8 @@ def test_word_layout_experts_on_gpu(monkeypatch):
     t, ref = moe_pair("mxfp4", 32, 1024, 768, 4, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True,
                       device="cuda")
     assert is_words(t.w13.layout)
-    for m in (1, 40, 80):
+    assert t.config_for(300, 4).get("FULL_TILE") == 2
+    for m in (1, 40, 80, 300):
         x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
         w, ids = routing(m, 32, 4, "cuda")
         assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL["bf16"], m
