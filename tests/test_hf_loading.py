@@ -118,6 +118,9 @@ def test_api_contract(mixtral):
         assert word in doc
     model = oracle.hf.load_quantized(mixtral, device="cpu", dtype="float32")
     assert model.model.embed_tokens.weight.dtype == torch.float32
+    phases = model.oracle.phase_seconds       # where a load's host time went, phase by phase, in order
+    assert list(phases) == ["select", "build", "convert", "kernels", "plain"] and min(phases.values()) >= 0
+    assert sum(phases.values()) <= model.oracle.load_seconds
     with pytest.raises(InputError, match="save_pretrained is refused"):
         model.save_pretrained("/nonexistent")
     with pytest.raises(InputError, match="dtype"):
