@@ -26,6 +26,7 @@ import time
 
 import torch
 from bench_triton import dense_pair
+from sweep_large_m import write_rows, write_table
 from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 
@@ -250,7 +251,11 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
     if 1 < m <= 32 and "SWAP" in default and facts.get("pdl"):   # the GEMM fetching its weights during the quantizer
-        out.append((f"default, pdl {1 - default.get('PDL', 0)}", {**default, "PDL": 1 - default.get("PDL", 0)}))
+        from oracle_triton.launch import FP8_PDL
+        other = 1 - default.get("PDL", FP8_PDL)
+        out.append((f"default, pdl {other}", {**default, "PDL": other}))
+    if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
+        out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
@@ -531,7 +536,6 @@ def main(argv=None) -> int:
     if args.from_json:
         if not args.write_table:
             ap.error("--from-json needs --write-table")
-        from sweep_large_m import write_table
         with open(args.from_json) as f:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
@@ -575,15 +579,10 @@ def main(argv=None) -> int:
                     sweep_4bit(name, n, k, w, bw, fmt, ms)
                 del w
                 torch.cuda.empty_cache()
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+                write_rows(args.json, bw, ROWS)
     finally:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+        write_rows(args.json, bw, ROWS)
     if args.write_table:
-        from sweep_large_m import write_table
         write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 

@@ -20,7 +20,10 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import torch
+from sweep_large_m import write_rows, write_table
 from gpu_timing import copy_bandwidth, rel, start
 from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
 
@@ -42,12 +45,18 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: (BLOCK_N, warps, split waves, JOIN) of the swap-AB kernel at M = 16: 32-row weight tiles at 4 warps
 #: compile to mma.sync with the decoded operand in registers (sm_90 PTX), 64 and more to wgmma, whose
 #: operand from registers goes through shared memory with a wait per dot.
-SWAP_GRID = [(32, 4, 1.5, 0), (32, 2, 1.5, 0), (32, 4, 1.5, 1)]
+#: R11 on the words: JOIN 1.7-2.6x and PREFETCH 2 1.1-1.3x slower than the plain tiles, so the grid
+#: now varies the tile, warps and split only.
+SWAP_GRID = [(128, 8, 1.5, 0, 1), (128, 4, 1.5, 0, 1), (128, 4, 3, 0, 1), (64, 4, 6, 0, 1), (128, 8, 3, 0, 1),
+             (64, 8, 1.5, 0, 1)]
+#: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
+OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
+    (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
 
 
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, nw, waves, join in SWAP_GRID:
+    for bn, nw, waves, join, pf in SWAP_GRID:
         if join and fmt == "int4":
             continue
         sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
@@ -55,14 +64,19 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
                "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1}
         if join:
             cfg["FULL_TILE"] = 1
-        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}", cfg))
+        if pf > 1:
+            cfg["PREFETCH"] = pf
+        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' pf2' if pf > 1 else ''}", cfg))
     return out
 
 
-def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool) -> list[tuple[int, str, bool, dict]]:
-    """(m, label, word layout?, config) for one shape: the two layouts' defaults, then the grid."""
+def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
+         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None) -> list[tuple[int, str, bool, dict]]:
+    """(m, label, word layout?, config) for one shape: the two layouts' defaults (the checkpoint
+    layout's: its entry as shipped before the word layout, else its rules), then the grid."""
     from oracle_triton.formats import layout_for, words_layout
     from oracle_triton.launch import DenseGemm
+    from oracle_triton.tuned import bucket
 
     out, old = [], {}
     for words in ((True,) if fmt == "int4" else (False, True)):      # INT4: GPTQ's words already
@@ -72,17 +86,31 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool) -> li
         fake.facts = facts
         for m in ms:
             cfg = fake.config_for(m, 0)
+            if not words:
+                cfg = OLD.get((fmt, n, k, bucket(m)), cfg)
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
             if not words:
                 old[m] = cfg
-            elif m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
+            elif grid and m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
                 out.append((m, "words, checkpoint's config", True, {**old[m], "KN": 1}))
-    if grid and 1 in ms and fmt != "int4":
-        out += [(1, label, True, cfg) for label, cfg in gemv_grid(n, k, facts["sms"])]
+    if grid and 1 in ms and fmt in gemv_grid_fmts:
+        out += [(1, label, True, {**cfg, "KN": 1}) for label, cfg in gemv_grid(n, k, facts["sms"])]
     kn = {} if fmt == "int4" else {"KN": 1}
-    if grid and 16 in ms:
+    if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
-    return out
+    seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
+    for m, label, words, cfg in out:
+        key = (m, words, repr(sorted((a, b) for a, b in cfg.items() if a != "KN")))
+        if key not in seen:
+            seen.add(key)
+            unique.append((m, label, words, cfg))
+    return unique
+
+
+def swap_ok(args, name: str) -> bool | None:
+    """Does this shape get the M = 16 swap grid: --swap-grid-shapes names it (even with --no-grid);
+    without that option, as the grid (None)."""
+    return None if args.swap_grid_shapes is None else name in args.swap_grid_shapes
 
 
 def compile_worker(index: int, workers: int, args) -> None:
@@ -97,7 +125,8 @@ def compile_worker(index: int, workers: int, args) -> None:
     for fmt in args.fmts:
         for name in args.shapes:
             n, k = SHAPES[name]
-            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid)]
+            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid,
+                                                                      tuple(args.gemv_grid), swap_ok(args, name))]
     seen, unique = set(), []
     for j in jobs:
         if repr(j) not in seen:
@@ -117,11 +146,31 @@ def compile_worker(index: int, workers: int, args) -> None:
     torch.cuda.synchronize()
 
 
+def tinygemm(fmt: str, n: int, k: int, w: torch.Tensor) -> list:
+    """torch's tinygemm INT4 (oracle-torch's peer kernel) on its own rotated copies, the INT4 M <= 32
+    peer of issue 26's target; [] (said so) where it cannot run."""
+    try:
+        from bench_triton import dense_reference
+        from oracle_torch.tinygemm import TorchTinyGemmInt4Linear
+
+        _, tensors, layer, mode = dense_reference(f"{n}x{k}", fmt, n, k, w, MODES[fmt], "bf16", {})
+        out = []
+        for _ in range(copies(n * k // 2)):
+            tg = TorchTinyGemmInt4Linear(layer, mode, None)
+            tg.process_weights(**{kk: (v.clone() if isinstance(v, torch.Tensor) else v) for kk, v in tensors.items()})
+            out.append(tg.forward)
+        return out
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is skipped with a line
+        print(f"  torch tinygemm skipped: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+        return []
+
+
 def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     import oracle_triton.linear as lin
 
     n, k = SHAPES[name]
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
+    tiny = tinygemm(fmt, n, k, w) if fmt == "int4" else []
     sets = {}
     for words in ((True,) if fmt == "int4" else (False, True)):
         lin.WORD_LAYOUT = words
@@ -131,13 +180,18 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
     hbm = t.packed.nbytes() / bw * 1e6
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
-    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid)
+    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name))
     for m in args.ms:
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         ref = em.apply(x)
         reps = 20 if m <= 32 else 4
         bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], reps)
-        print(f"{name} {fmt} M={m}: bf16 {bf:.1f} us, hbm {hbm:.1f} us", flush=True)
+        tg = gtime([lambda f=f: f(x) for f in tiny], reps) if tiny and m <= 32 else None
+        if tg:
+            ROWS.append(dict(shape=name, fmt=fmt, m=m, variant="tinygemm", words=False, config={}, us=tg,
+                             err=rel(tiny[0](x), ref), bf16_us=bf, hbm_us=hbm))
+        print(f"{name} {fmt} M={m}: bf16 {bf:.1f} us, hbm {hbm:.1f} us"
+              + (f", torch tinygemm {tg:.1f} us (err {ROWS[-1]['err']:.1e})" if tg else ""), flush=True)
         best = None
         for mm, label, words, cfg in todo:
             if mm != m:
@@ -204,13 +258,15 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile", type=int, default=0, help="compile the variants in this many processes first")
     ap.add_argument("--compile-timeout-s", type=float, default=40.0)
     ap.add_argument("--no-grid", action="store_true", help="the two defaults only")
+    ap.add_argument("--gemv-grid", nargs="*", default=["mxfp4", "nvfp4"], help="formats with the M = 1 GEMV grid")
+    ap.add_argument("--swap-grid-shapes", nargs="*", choices=list(SHAPES),
+                    help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
     ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device measured")
     args = ap.parse_args(argv)
     if args.from_json:
-        from sweep_large_m import write_table
         with open(args.from_json) as f:
             write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
         return 0
@@ -222,8 +278,9 @@ def main(argv=None) -> int:
         return 2
     if args.precompile:
         t0 = time.perf_counter()
-        fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes] + \
-            (["--no-grid"] if args.no_grid else [])
+        fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes, "--gemv-grid", *args.gemv_grid] + \
+            (["--no-grid"] if args.no_grid else []) + \
+            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else [])
         procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
                  for i in range(args.precompile)]
         for p in procs:
@@ -240,11 +297,8 @@ def main(argv=None) -> int:
             for fmt in args.fmts:
                 sweep(name, fmt, args, bw, deadline)
     finally:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"copy_bandwidth": bw, "rows": ROWS}, f, indent=1, default=str)
+        write_rows(args.json, bw, ROWS)
     if args.write_table:
-        from sweep_large_m import write_table
         write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
     return 0
 

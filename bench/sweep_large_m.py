@@ -186,6 +186,13 @@ def sweep_dense(ms_list, only, rows, table=None):
         torch.cuda.empty_cache()
 
 
+def write_rows(path: str | None, bw: float, rows: list[dict]) -> None:
+    """A sweep's rows (and the copy bandwidth its HBM figures divide by) as JSON, if asked for."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"copy_bandwidth": bw, "rows": rows}, f, indent=1, default=str)
+
+
 def write_table(path: str, device: str, entries: list[dict]) -> None:
     """Merge `entries` into the tuned table at `path` (same key: the new one wins), then check the
     result with the plugin's own loader so a bad table is never written."""

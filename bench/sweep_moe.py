@@ -27,7 +27,7 @@ import time
 import torch
 from bench_peers import MOE, ROTATE, _routings
 from bench_triton import _quant
-from gpu_timing import copy_bandwidth, graph_ms, rel, start
+from gpu_timing import copy_bandwidth, graph_ms, rel, start, warm_clocks
 
 from oracle import MoELayer
 from oracle.catalog import Mode
@@ -278,6 +278,7 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, spli
     for m in ms:
         x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
         ref = None
+        warm_clocks(0.3)        # the build or the precompile left the GPU idle (bench_peers.SETTLE_S says why)
         for label, cfg in [("shipped-rule", None), *configs.items()]:
             if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count
                 if cfg["ONLY_M"] != m:
@@ -374,6 +375,9 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="with --configs: compile the variants in N processes first")
     ap.add_argument("--precompile-timeout-s", type=float, default=30.0)
+    ap.add_argument("--precompile-shapes", nargs="+", choices=list(MOE),
+                    help="precompile only for these shapes (default: all): the MoE kernels specialize on the "
+                         "expert count and tile options, not on H or I, so one shape's compile serves the others")
     ap.add_argument("--split", action="store_true", help="with --configs: also each launch's device time "
                     "(torch.profiler over eager calls on the rotated routings)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
@@ -402,7 +406,7 @@ def main(argv=None) -> int:
                     configs = json.load(f)
                 if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
                     configs = configs.get(name, {})
-                if args.precompile:
+                if args.precompile and (not args.precompile_shapes or name in args.precompile_shapes):
                     precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
                 explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split)
                 continue

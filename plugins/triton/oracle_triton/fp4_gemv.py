@@ -18,7 +18,10 @@ gemv.gemv_kernel.
 
 Measured on an H200 (2026-12-02 R8, weights from HBM, graph replay): 1.16x the GEMV on MXFP4
 36864x7168 (95.2 against 110.2 us, the tuned entry), slower on the other shapes (fewer programs,
-a lane reduction per row), so only the tuned table selects it.
+a lane reduction per row), so only the tuned table selected it. Since W4A16 E2M1 weights are
+repacked at load into GPTQ's word layout (weights.repack_words), whose GEMV runs INT4's structure
+and measured 1.6-1.8x faster than this kernel on that shape (R10: 52.8 against 94.6 us), it serves
+only the checkpoint layout (linear.WORD_LAYOUT False): kept as that layout's fastest tall-shape path.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""Fused MoE kernel class: five launches per forward (A16), no host synchronization under capture.
+"""Fused MoE kernel class: up to five launches per forward (A16), no host synchronization under capture.
 
-count -> align (expert blocks) -> grouped GEMM w13 + activation -> grouped GEMM w2 x router
-weight -> top-k sum. Expert weights stay packed; W8A8/W4A4 modes round each GEMM's input
-first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per token/group/tensor, or
-NVFP4; per-tensor dynamic scales come from one amax over the tensor).
+count -> align (expert blocks; one launch up to ALIGN_SMALL_PAIRS pairs) -> grouped GEMM w13 +
+activation -> grouped GEMM w2 x router weight -> top-k sum. Expert weights stay packed; W8A8/W4A4
+modes round each GEMM's input first (gemm.act_qdq_kernel) with oracle-emulation's rounding (per
+token/group/tensor, or NVFP4; per-tensor dynamic scales come from one amax over the tensor); with
+1x128 groups the one alignment launch rounds FC1's input and QUANT_OUT has FC1 round FC2's. Few
+tokens take the direct, swap or CUDA-core paths below instead (config_for chooses).
 """
 from __future__ import annotations
 
@@ -292,22 +294,35 @@ class TritonMoE(Kernel):
             raise ValueError("FUSE_SUM on the aligned tiles needs PREP (its launch zeroes the rows of tokens "
                              "with no expert id in range, which no FC2 program sums)")
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
-        if cfg.get("PREP"):                          # count, align and FC1's input codes in one launch
+        by_expert = bool(cfg.get("BY_EXPERT", 0))
+        if by_expert:                                # a program per expert finds its own rows: no alignment
+            if by_pair or m > bm or fuse or cfg.get("PREP"):
+                raise ValueError(f"BY_EXPERT: at most BLOCK_M={bm} tokens (one row per token and expert), the "
+                                 f"router weight on the output, no PREP or FUSE_SUM; not M={m}, cfg {cfg}")
+            sorted_ids, block_expert, blocks, a_in = ids, ids, self.experts, self._round(0, a1)
+        elif cfg.get("PREP"):                        # count, align and FC1's input codes in one launch
             sorted_ids, block_expert, blocks, a_in = self._prep(ids, t, bm, a1, out if fuse else None, k)
         else:
-            sorted_ids, block_expert, blocks = self._align(ids, t, bm)
-            a_in = self._round(0, a1)
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+            sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
+        quant_out = bool(cfg.get("QUANT_OUT", 0))
+        if quant_out:                                # FC1 writes FC2's input codes and scales (no launch between)
+            self._check_quant_out(cfg)
+            inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
+            inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
+        else:
+            inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert)
+        a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
+            else self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
-        self._gemm(2, self._round(1, inter), True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
+        self._gemm(2, a2, True, self.w2, self.b2, topw, sorted_ids, block_expert, pairs, t, k,
                    self.hidden, self.hidden, self.inter, cfg, blocks, sum_out=out if fuse else None, cnt=cnt,
-                   pair_ids=ids if fuse else None, raw_pairs=not fuse)
+                   pair_ids=ids if fuse else None, raw_pairs=not fuse, by_expert=by_expert)
         if not fuse:
-            self._topk_sum(pairs, ids, out, m, k, None if by_pair else topw)
+            self._topk_sum(pairs, ids, out, m, k, None if by_pair else topw, dedup=by_expert)
         return out
 
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
@@ -372,17 +387,22 @@ class TritonMoE(Kernel):
         GEMM is a programmatic dependent launch whose programs become resident while FC1 drains and wait
         for it on the device (1), and also ask L2 for their own weight rows before waiting (2). PF_NEXT
         (rows): each FC1 program asks L2 for that many of FC2's weight rows of its pair's expert after its
-        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there."""
+        store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there. QUANT_LAST (1x128 groups):
+        the last of each pair's FC1 programs to finish rounds the pair's output row into FC2's codes and
+        scales (arrival counters, zero between calls), so no quantization launch sits between the GEMMs
+        and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles)."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
+        quant_last = fp8 and bool(cfg.get("QUANT_LAST", 0)) and not quant_out
+        if quant_last and (self.act != ACT_GROUP or cfg.get("QUANT_IN", 0) & 2 or cfg.get("QUANT_PRO", 0) & 2):
+            raise ValueError(f"QUANT_LAST: 1x128 activation groups, FC2 reading the codes (no QUANT_IN / QUANT_PRO "
+                             f"bit 2); not {self.mode.name} with {cfg}")
         quant2 = fp8 and bool(cfg.get("QUANT_IN", 0) & 2) and not quant_out
         if (quant1 or quant2) and self.act == ACT_GROUP and cfg["BLOCK_K"] != 128:
             raise ValueError(f"BLOCK_K={cfg['BLOCK_K']}: 1x128 activation groups are rounded per 128-wide K tile")
-        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
-        if quant_out and (self.act != ACT_GROUP or bn1 != 128):
-            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
-                             f"activations), not BLOCK_N1={bn1} with {self.mode.name}")
+        if quant_out:
+            self._check_quant_out(cfg)
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
@@ -403,16 +423,23 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+        last = None
+        if quant_last:                               # (codes, scales, arrival counters) the last FC1 tile fills
+            last = (torch.empty(t, self.inter, dtype=torch.uint8, device=dev),
+                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev), self._counters(t, "_last_counters"))
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
                    pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
-                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None)
+                   prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
+                   last=last)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
-        if quant_out:
+        if last is not None:
+            a_in = (last[0].view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else last[0], last[1])
+        elif quant_out:
             a_in = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
         elif pro2:                                   # codes and scales written by the FC2 GEMM's programs
             codes2 = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
@@ -515,15 +542,46 @@ class TritonMoE(Kernel):
         sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=dev)
         block_expert = torch.empty(blocks, dtype=torch.int32, device=dev)
         if t <= ALIGN_SMALL_PAIRS:                   # one launch, one program per expert, no atomics
-            e_pow2 = triton_pow2(self.experts)
-            mk.align_small_kernel[(self.experts,)](ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
-                                                  E_POW2=e_pow2, CHUNK=max(16, 16384 // e_pow2), num_warps=8)
+            self._align_small(ids, t, bm, sorted_ids, block_expert, blocks)
             return sorted_ids, block_expert, blocks
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
         return sorted_ids, block_expert, blocks
+
+    def _align_small(self, ids: torch.Tensor, t: int, bm: int, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+                     blocks: int, a1: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """moe_kernels.align_small_kernel; with a1 (1x128 activation groups) its extra programs also round
+        FC1's input rows, and FC1's input (codes, scales) is returned as _round gives it."""
+        from . import moe_kernels as mk
+
+        e_pow2 = triton_pow2(self.experts)
+        quant = a1 is not None
+        rows = a1.shape[0] if quant else 0
+        if quant:
+            codes = torch.empty(a1.shape, dtype=torch.uint8, device=self.device)
+            scales = torch.empty(-(-self.hidden // 128), rows, dtype=torch.float32, device=self.device)
+        mk.align_small_kernel[(self.experts + rows,)](
+            ids, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm, E_POW2=e_pow2,
+            CHUNK=max(16, 16384 // e_pow2), num_warps=8,
+            **(dict(x_ptr=a1, q_ptr=codes, qs_ptr=scales, stride_x=a1.stride(0), stride_q=codes.stride(0),
+                    stride_qs=scales.stride(0), K=self.hidden, QUANT=True,
+                    K_GROUPS=triton_pow2(-(-self.hidden // 128))) if quant else {}))
+        if not quant:
+            return None
+        return codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales
+
+    def _align_round(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor):
+        """_align's result and FC1's input as _round gives it: from the one alignment launch where it is
+        align_small_kernel and the activations are 1x128 groups (no quantization launch), else _round's."""
+        if self.act != ACT_GROUP or t > ALIGN_SMALL_PAIRS:
+            return (*self._align(ids, t, bm), self._round(0, a1))
+        blocks = -(-t // bm) + min(self.experts, t)
+        sorted_ids = torch.empty(blocks * bm, dtype=torch.int32, device=self.device)
+        block_expert = torch.empty(blocks, dtype=torch.int32, device=self.device)
+        a_in = self._align_small(ids, t, bm, sorted_ids, block_expert, blocks, a1.contiguous())
+        return sorted_ids, block_expert, blocks, a_in
 
     def _prep(self, ids: torch.Tensor, t: int, bm: int, a1: torch.Tensor, zero_out: torch.Tensor | None, k: int):
         """_align's result and FC1's input as _round gives it, from one launch (moe_kernels.prep_kernel) where
@@ -554,18 +612,27 @@ class TritonMoE(Kernel):
             a_in = self._round(0, a1)
         return sorted_ids, block_expert, blocks, a_in
 
+    def _check_quant_out(self, cfg: dict[str, int]) -> None:
+        """QUANT_OUT needs FC1 tiles of exactly one 1x128 group of FC2's input (and group activations)."""
+        bn1 = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if self.gated else cfg["BLOCK_N"]
+        if self.act != ACT_GROUP or bn1 != 128 or cfg.get("FUSE_GU", 0):
+            raise ValueError(f"QUANT_OUT: FC1 tiles of one 1x128 activation group (BLOCK_N1=128 and group "
+                             f"activations, no FUSE_GU), not BLOCK_N1={bn1} with {self.mode.name}")
+
     def _topk_sum(self, pairs: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, m: int, k: int,
-                  weigh: torch.Tensor | None = None) -> None:
+                  weigh: torch.Tensor | None = None, dedup: bool = False) -> None:
         """out = the sum of each token's k pair rows (fp32, slot order); pairs of out-of-range ids add nothing.
         256-wide programs up to 64 tokens (more programs in flight: R7 timed 4.1 / 4.4 us for 2 x 16 /
         7 x 16 programs of 1024 at M = 16), 1024 above. weigh: the router weights, by which the rows (FC2's
-        rounded outputs, moe_gemm_kernel RAW_PAIRS) are multiplied as they are added."""
+        rounded outputs, moe_gemm_kernel RAW_PAIRS) are multiplied as they are added. dedup: a token's
+        repeated expert id reads its first slot's row (moe_gemm_kernel BY_EXPERT computed only that one)."""
         from . import moe_kernels as mk
 
         block = 256 if m <= 64 else 1024
         mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
                                                           BLOCK=block, EXACT_BF16=self.facts["dot_f32"],
-                                                          topw_ptr=weigh, WEIGH=weigh is not None)
+                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup,
+                                                          TOPK_P2=triton_pow2(k))
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -665,7 +732,8 @@ class TritonMoE(Kernel):
               cfg, blocks, direct: bool = False, quant_in: bool = False, sum_out: torch.Tensor | None = None,
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
-              prefetch: tuple | None = None, raw_pairs: bool = False) -> None:
+              prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False,
+              last: tuple | None = None) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -677,7 +745,10 @@ class TritonMoE(Kernel):
         the top-k sum's arrival counters and the pairs' expert ids (moe_kernels.sum_rows). prefetch (stage 1,
         direct): (the next GEMM's packed weights, bytes per program, bytes per expert) asked of L2 by
         each program after its store (PF_NEXT). raw_pairs (stage 2, aligned): out is in the layer dtype and
-        gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them)."""
+        gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
+        the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
+        (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
+        output row into them (QUANT_LAST)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -717,12 +788,15 @@ class TritonMoE(Kernel):
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
             FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
-            os_ptr=out_scales, QUANT_OUT=out_scales is not None,
+            os_ptr=out_scales if last is None else last[1], QUANT_OUT=out_scales is not None,
+            lq_ptr=last[0] if last else None, QUANT_LAST=last is not None,
+            N_GROUPS=triton_pow2(-(-n_out // 128)) if last else 1,
             xq_ptr=pro[0] if pro else None, qc_ptr=pro[1] if pro else None, stride_xq=pro[0].stride(0) if pro else 0,
             QUANT_PRO=pro is not None, K_GROUPS=triton_pow2(-(-kdim // 128)) if pro else 1, GDC=gdc,
-            cnt_ptr=cnt, ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
+            cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

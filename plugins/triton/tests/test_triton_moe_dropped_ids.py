@@ -91,6 +91,58 @@ def test_prep_launch_and_fused_sum_give_the_aligned_bits(fmt, mode, act, params,
     assert rel(apart, _reference(ref, x, w, ids, 8)) < 5e-2
 
 
+@pytest.mark.slow
+def test_alignment_launch_rounding_and_fc1_codes_give_the_separate_launches_bits(monkeypatch):
+    """The aligned FP8 path's defaults against the launches they replace: align_small_kernel's extra
+    programs rounding FC1's input (no quantization launch after the alignment) against count + align +
+    act_qdq, and QUANT_OUT (the FC1 GEMM writes FC2's input codes and scales) against the quantization
+    launch between the GEMMs: the same bits, with out-of-range ids among the slots."""
+    from oracle_triton import moe as moe_mod
+
+    fmt, mode, act, params = FP8
+    t, ref = moe_pair(fmt, 8, 256, 256, 2, mode, act, params, device=DEV)
+    t.check_inputs = False
+    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(5, 8, 2, DEV)
+    ids[1, 0], ids[4, 1] = 8, -1
+    t.config = _aligned(t, 5)
+    merged = t.apply(x, w, ids)
+    with monkeypatch.context() as mp:
+        mp.setattr(moe_mod, "ALIGN_SMALL_PAIRS", 0)     # count + align launches, then act_qdq
+        apart = t.apply(x, w, ids)
+    assert torch.equal(merged, apart)
+    t.config = _aligned(t, 5, QUANT_OUT=1, BLOCK_N1=128)
+    assert torch.equal(t.apply(x, w, ids), apart)
+    assert rel(apart, _reference(ref, x, w, ids, 8)) < 5e-2
+    t.config = _aligned(t, 5, QUANT_OUT=1)              # 64-wide FC1 tiles: half a group each
+    with pytest.raises(ValueError, match="QUANT_OUT"):
+        t.apply(x, w, ids)
+
+
+@pytest.mark.slow
+def test_programs_finding_their_own_expert_rows_give_the_aligned_bits():
+    """BY_EXPERT (a program per expert finds its rows in the ids: no alignment launch) against the aligned
+    launches, alone and with QUANT_OUT, on ids with out-of-range entries and a token that names one
+    expert twice (computed once, each slot weighed by its own router weight); refused above BLOCK_M
+    tokens and with the router weight on the input."""
+    fmt, mode, act, params = FP8
+    t, ref = moe_pair(fmt, 8, 256, 256, 3, mode, act, params, device=DEV)
+    t.check_inputs = False
+    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(5, 8, 3, DEV)
+    ids[1, 0], ids[4, 1] = 8, -1
+    ids[2, 2] = ids[2, 0]                               # the same expert in two slots of token 2
+    t.config = _aligned(t, 5)
+    apart = t.apply(x, w, ids)
+    for extra in ({"BY_EXPERT": 1}, {"BY_EXPERT": 1, "QUANT_OUT": 1, "BLOCK_N1": 128}, {"BY_EXPERT": 1, "N_FAST": 1}):
+        t.config = _aligned(t, 5, **extra)
+        assert torch.equal(t.apply(x, w, ids), apart), extra
+    assert rel(apart, _reference(ref, x, w, ids, 8)) < 5e-2
+    t.config = _aligned(t, 5, BY_EXPERT=1, BLOCK_M=4)
+    with pytest.raises(ValueError, match="BY_EXPERT"):
+        t.apply(x, w, ids)
+
+
 def test_fused_sum_on_aligned_tiles_needs_the_prep_launch():
     fmt, mode, act, params = FP8
     t, _ = moe_pair(fmt, 8, 256, 128, 2, mode, act, params, device=DEV)
@@ -101,12 +153,13 @@ def test_fused_sum_on_aligned_tiles_needs_the_prep_launch():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt,mode,act,params,extra", [(*FP8, {}), ("mxfp4", "w4a16_mx", "bf16", {}, {}),
-                                                      (*FP8, {"PREP": 1, "FUSE_SUM": 1, "N_FAST": 1})])
-def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params, extra):
+@pytest.mark.parametrize("fmt,mode,act,params,extra,m", [
+    (*FP8, {}, 40), ("mxfp4", "w4a16_mx", "bf16", {}, {}, 40), (*FP8, {"PREP": 1, "FUSE_SUM": 1, "N_FAST": 1}, 40),
+    (*FP8, {"QUANT_OUT": 1, "BLOCK_N1": 128, "BY_EXPERT": 1, "BLOCK_M": 16}, 16)])
+def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, params, extra, m):
+    """m = 40: 160 pairs over 32 experts, the aligned tiles; m = 16 with BY_EXPERT: no alignment launch."""
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     t.check_inputs = False
-    m = 40                                       # 160 pairs over 32 experts: the aligned tiles
     t.config = _aligned(t, m, **extra)
     x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
     w, ids = routing(m, 32, 4, "cuda")
@@ -117,7 +170,7 @@ def test_aligned_path_under_capture_drops_out_of_range_pairs(fmt, mode, act, par
         out = t.forward(x, w, ids)
     g.replay()                                   # every pair row written with valid ids
     bad = ids.clone()
-    bad[0, 1], bad[5, 0], bad[17, 3] = -1, 32, 1000
+    bad[0, 1], bad[5, 0], bad[11, 3] = -1, 32, 1000
     ids.copy_(bad)
     g.replay()
     torch.cuda.synchronize()

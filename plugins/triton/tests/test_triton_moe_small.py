@@ -133,14 +133,16 @@ def _gpu_configs(t):
             "mma_sum": MMA_SUM, "mma_quant_tile": MMA_Q, "mma_quant_fused": MMA_FUSED,
             "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
+            "mma_quant_last": dict(MMA, BLOCK_N=64, QUANT_PRO=1, QUANT_LAST=1),
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
             "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
             "swap_words_pf": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=32, num_stages=1, PF_L2=1)}
 
 
-PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro", "mma_quant_pro_pdl", "swap",
-         "swap_aligned", "swap_words", "swap_words_aligned", "swap_words_pf"]
+PATHS = ["split", "split_pf", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro",
+         "mma_quant_pro_pdl", "mma_quant_last", "swap", "swap_aligned", "swap_words", "swap_words_aligned",
+         "swap_words_pf"]
 
 
 def _skip_swap(path, fmt, act):
@@ -156,7 +158,8 @@ def _skip_swap(path, fmt, act):
 def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
     if "quant" in path and act != "fp8":
         pytest.skip("activations are rounded inside the GEMM for W8A8 only")
-    if path.startswith(("mma_quant_fused", "mma_quant_pro")) and params.get("activation_granularity") != "group":
+    if path.startswith(("mma_quant_fused", "mma_quant_pro", "mma_quant_last")) and \
+            params.get("activation_granularity") != "group":
         pytest.skip("FC1 writes codes inside its GEMM for 1x128 activation groups only")
     _skip_swap(path, fmt, act)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
@@ -321,7 +324,8 @@ def test_tensor_core_direct_path_sums_the_slots_inside_the_gemm():
 @slow
 def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
     """QUANT_IN + QUANT_OUT (1x128 groups): FC1's input rounded in the FC1 GEMM and FC2's input written
-    as codes and group scales by FC1's epilogue (or rounded in the FC2 GEMM: QUANT_IN bit 2, here with
+    as codes and group scales by FC1's epilogue (or by the last of each pair's FC1 programs: QUANT_LAST,
+    whose arrival counters are back at zero after a call; or rounded in the FC2 GEMM: QUANT_IN bit 2, here with
     FC2's own tile; or a GEMM's whole input row rounded before its loop: QUANT_PRO bits 1 and 2; PDL is
     ignored off sm_90) give the same bits as
     the two quantization launches
@@ -339,10 +343,12 @@ def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
         apart = t.apply(x, w, ids)
         for cfg in (MMA_FUSED, dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=2, BLOCK_N2=16, WARPS2=2, STAGES2=2),
                     dict(MMA_SUM, BLOCK_N1=128, QUANT_IN=3), dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=1, QUANT_IN=2),
-                    dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=3), dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=2, PDL=2)):
+                    dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=3), dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=2, PDL=2),
+                    dict(MMA, QUANT_LAST=1), dict(MMA_SUM, BLOCK_N1=128, QUANT_PRO=1, QUANT_LAST=1)):
             t.config = cfg
             fused = t.apply(x, w, ids)
             assert torch.equal(fused, apart), (on_input, cfg)
+        assert int(t._last_counters.abs().sum()) == 0
         assert rel(fused, ref.apply(x, w, ids)) < TOL["fp8"]
     topw, flat = w.reshape(-1).float(), ids.reshape(-1).contiguous()
     inter = torch.empty(2 * K, I, dtype=torch.bfloat16, device=DEV)
@@ -376,6 +382,10 @@ def test_two_launch_direct_path_refuses_what_it_cannot_round():
     g.config = dict(MMA_SUM, QUANT_PRO=2, QUANT_IN=2)
     with pytest.raises(ValueError, match="QUANT_PRO"):
         g.apply(x, w, ids)
+    for cfg, who in ((dict(MMA, QUANT_LAST=1), t), (dict(MMA, QUANT_LAST=1, QUANT_IN=2), g)):
+        who.config = cfg
+        with pytest.raises(ValueError, match="QUANT_LAST"):
+            who.apply(x, w, ids)
 
 
 @slow

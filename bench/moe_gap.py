@@ -1,0 +1,165 @@
+"""Why bench_peers and sweep_moe time one MoE call differently: the two builds crossed with the two timers.
+
+The fourth pass measured DeepSeek-R1's FP8 MoE at M = 1 as 105.4 us in sweep_moe.py and 116.6 us in
+bench_peers.py (graph replay, the same kernels and the same ~105 us of device time per launch sum).
+The scripts differ in two ways, so this times each combination in one process:
+  build  "sweep": sweep_moe.build (16 experts quantized, repeated to E: distinct memory, equal bytes);
+         "peers": bench_peers.bench_moe's build (every expert from its own random BF16 weights, the BF16
+         weights kept alive beside it, then the BF16 mode and the emulation reference built as there);
+  timer  "timed": sweep_moe.timed (TritonMoE.forward captured in one graph);
+         "measure": bench_peers.measure on TritonMoE.apply (eager warm-up, host, eager, then one graph),
+         and the same on forward.
+Each row also gives the launch split (torch.profiler, eager calls on the rotated routings). Then the
+read ceiling: a Triton kernel that only streams the same bytes (the FC1 weights of M x top_k experts, the
+FC2 ones, and both), two such sets alternating in one graph, so the GEMMs' times can be set against
+what reading their weights alone costs on this device (the HBM figure divides by a copy's bandwidth).
+
+    python bench/moe_gap.py [--shape deepseek-r1] [--m 1] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+from bench_peers import MOE, _own_bf16, measure
+from bench_triton import _quant
+from gpu_timing import copy_bandwidth, start
+from sweep_moe import _inputs, build, kernel_split, timed
+
+from oracle import MoELayer
+from oracle.catalog import Mode
+
+
+@triton.jit
+def _read_kernel(p, n, out, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """Program i sums ITERS x BLOCK int32 words from word i * ITERS * BLOCK (only the reads matter)."""
+    base = tl.program_id(0).to(tl.int64) * BLOCK * ITERS
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for it in range(ITERS):
+        offs = base + it * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(p + offs, mask=offs < n, other=0)
+    tl.store(out + tl.program_id(0), tl.sum(acc, axis=0))
+
+
+def read_ceiling(regions: list[list[torch.Tensor]], block: int, iters: int, warps: int, stages: int) -> float:
+    """us per pass reading every tensor of one region (regions alternate in one captured graph)."""
+    from gpu_timing import graph_ms
+
+    sink = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+
+    def one(ts):
+        for w in ts:
+            words = w.reshape(-1).view(torch.int32)
+            grid = -(-words.numel() // (block * iters))
+            _read_kernel[(grid,)](words, words.numel(), sink, BLOCK=block, ITERS=iters, num_warps=warps,
+                                  num_stages=stages)
+    reps = 10 * len(regions)
+    return graph_ms(lambda: [one(regions[j % len(regions)]) for j in range(reps)], 1) * 1e3 / reps
+
+
+def peers_build(name: str):
+    """bench_peers.bench_moe's TritonMoE (and the BF16 experts it keeps alive)."""
+    from oracle_triton.moe import TritonMoE
+
+    ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
+                     weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
+    mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
+    w13 = torch.randn(ne, 2 * i, h, device="cuda", dtype=torch.bfloat16) * 0.05
+    w2 = torch.randn(ne, h, i, device="cuda", dtype=torch.bfloat16) * 0.05
+    q13, q2 = _quant(fmt, w13), _quant(fmt, w2)
+    tensors = {f"w13{s}": q13.get(f"weight{s}") for s in ("", "_scale", "_global_scale", "_zero_point")}
+    tensors.update({f"w2{s}": q2.get(f"weight{s}") for s in ("", "_scale", "_global_scale", "_zero_point")})
+    del q13, q2
+    t = TritonMoE(layer, mode, None)
+    t.process_weights(**tensors)
+    t.check_inputs = False
+    return t, layer, mode, tensors, w13, w2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="deepseek-r1", choices=list(MOE))
+    ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if not start("moe_gap"):
+        return 2
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    name, m = args.shape, args.m
+    ne, topk, h = MOE[name][:3]
+    rows: list[dict] = []
+
+    def row(build_name, timer, fn_us, t=None, x=None, routes=None, hbm=None):
+        t0 = time.perf_counter()
+        res = fn_us()
+        us = res if isinstance(res, float) else res["graph"]
+        r = {"build": build_name, "timer": timer, "us": us, "hbm_us": hbm,
+             **({} if isinstance(res, float) else {"eager": res["eager"], "host": res["host"]})}
+        if t is not None:
+            r["kernels"] = kernel_split(t, x, routes)
+        rows.append(r)
+        save()
+        print(f"  {build_name:14} {timer:18} graph {us:7.1f} us"
+              + ("" if isinstance(res, float) else f"  eager {res['eager']:7.1f}  host {res['host']:6.1f}")
+              + f"  ({time.perf_counter() - t0:.1f} s)" + (f"\n      launches: {r['kernels']}" if t is not None else ""),
+              flush=True)
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"shape": name, "m": m, "copy_bandwidth": bw, "rows": rows}, f, indent=1)
+
+    def both(label, t, per_expert):
+        x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
+        print(f"{label}: {count} routings, HBM limit {hbm:.1f} us", flush=True)
+        t.forward(x, *routes[0])
+        row(label, "timed(forward)", lambda: timed(t, x, routes), t, x, routes, hbm)
+        row(label, "measure(apply)", lambda: measure([lambda r=r: t.apply(x, *r) for r in routes], m), hbm=hbm)
+        row(label, "measure(forward)", lambda: measure([lambda r=r: t.forward(x, *r) for r in routes], m), hbm=hbm)
+        row(label, "timed(forward) again", lambda: timed(t, x, routes), hbm=hbm)
+
+    t1, per_expert = build(name)
+    both("sweep build", t1, per_expert)
+    pairs = min(ne, m * topk)
+    for what, pick in (("FC1", lambda e: [t1.w13.weight[e]]), ("FC2", lambda e: [t1.w2.weight[e]]),
+                       ("FC1+FC2", lambda e: [t1.w13.weight[e], t1.w2.weight[e]])):
+        regions = [[w for e in range(j * pairs, (j + 1) * pairs) for w in pick(e)] for j in range(2)]
+        mb = sum(w.numel() * w.element_size() for w in regions[0]) / 1e6
+        for block, iters, warps, stages in ((4096, 8, 8, 3), (2048, 32, 4, 4)):
+            try:
+                us = read_ceiling(regions, block, iters, warps, stages)
+            except Exception as exc:  # noqa: BLE001 - a ceiling is a detail
+                print(f"  read {what}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+                continue
+            rows.append({"build": "read only", "timer": f"{what} {block}x{iters} w{warps} s{stages}", "us": us,
+                         "mb": mb, "tb_s": mb / us})
+            save()
+            print(f"  read only {what:8} {mb:7.1f} MB  {block}x{iters} w{warps} s{stages}: {us:7.1f} us "
+                  f"= {mb / us:.2f} TB/s", flush=True)
+    del t1
+    torch.cuda.empty_cache()
+    t2, layer, mode, tensors, w13, w2 = peers_build(name)
+    per2 = (t2.w13.nbytes() + t2.w2.nbytes()) / ne
+    both("peers build", t2, per2)
+    own = _own_bf16(layer, w13, w2)           # what bench_peers also holds while it times
+    try:
+        from oracle_emulation.moe import EmulationMoE
+        em = EmulationMoE(layer, mode, None)
+        em.process_weights(**tensors)
+    except torch.cuda.OutOfMemoryError:
+        em = None
+    torch.cuda.synchronize()
+    both("peers + bf16/em", t2, per2)
+    del own, em
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
