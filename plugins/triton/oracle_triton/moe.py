@@ -631,7 +631,8 @@ class TritonMoE(Kernel):
         block = 256 if m <= 64 else 1024
         mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
                                                           BLOCK=block, EXACT_BF16=self.facts["dot_f32"],
-                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup)
+                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup,
+                                                          TOPK_P2=triton_pow2(k))
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
