@@ -102,7 +102,9 @@ class Decoder:
         if self.graph is not None:
             self.graph.replay()
         else:
-            self._forward()
+            from ..integration.eager_graphs import borrowed_outputs
+            with borrowed_outputs():      # each kernel's result is read within the step: no copies out
+                self._forward()
         self.length += 1
         return self.token
 
