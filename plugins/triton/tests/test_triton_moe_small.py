@@ -184,6 +184,8 @@ def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
     """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
     equals an eager call bit for bit (the split reduction's counters are back at zero)."""
     _skip_swap(path, fmt, act)
+    if path == "mma_quant_last" and act != "fp8":
+        pytest.skip("QUANT_LAST rounds W8A8 inputs only (the path is mma's for other formats)")
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     for name, cfg in ((path, _gpu_configs(t)[path]),):
         t.config = cfg
