@@ -246,7 +246,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
-                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1):
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, KN: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -301,7 +301,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
     between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
     codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
-    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs."""
+    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs.
+    FULL_TILE 2 (4-bit, compiled): whole tiles decoded a 32-bit word at a time (gemm.words_tile_load /
+    words_tile_decode, the dense large-M loop's; the next tile's loads in flight); KN: E2M1 experts in
+    GPTQ's [K/8, N] word layout (weights.repack_words), which only this branch reads."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -451,6 +454,30 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 if TWO:
                     acc_u = bf16_product(acc_u, x, k0, n_u, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t,
                                          DOT_F32, EVEN_K)
+        elif FULL_TILE == 2:                         # whole tiles decoded by words, loads one tile ahead
+            k_tiles = tl.cdiv(K, BLOCK_K)
+            u, sw, zw = _gemm.words_tile_load(0, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                              stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K, KN)
+            if TWO:
+                uu, su, zu = _gemm.words_tile_load(0, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                                   stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
+                                                   EVEN_K, KN)
+            for t in range(0, k_tiles):
+                k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
+                un, swn, zwn = _gemm.words_tile_load(k1, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                                     stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K,
+                                                     KN)
+                x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
+                w = _gemm.words_tile_decode(u, sw, zw, gscale, ELEM, GROUP, WN, BLOCK_K, io_t, KN)
+                acc_g = mma_acc(x, tl.trans(w.to(dot_t)), acc_g, DOT_F32)
+                u, sw, zw = un, swn, zwn
+                if TWO:
+                    uun, sun, zun = _gemm.words_tile_load(k1, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk,
+                                                          stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
+                                                          BLOCK_N, BLOCK_K, EVEN_K, KN)
+                    wu = _gemm.words_tile_decode(uu, su, zu, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+                    acc_u = mma_acc(x, tl.trans(wu.to(dot_t)), acc_u, DOT_F32)
+                    uu, su, zu = uun, sun, zun
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -733,3 +760,6 @@ def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK
             row = row * tl.load(topw_ptr + m * TOPK + j)
         acc += row
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)
+
+
+from . import gemm as _gemm  # noqa: E402  (gemm imports this module; its word-tile helpers are read at compile time)
