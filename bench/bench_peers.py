@@ -37,11 +37,14 @@ DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or 
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
+LEAN = [False]          # --lean
 WRONG = 2e-2          # a candidate further than this from emulation is computing something else
 #: Seconds of BF16 GEMMs before each MoE row's first timing: after a model's build (seconds of host work
 #: while the GPU idles) the first graph timing of DeepSeek-R1 at M=1 ran 119.8 us, the next ones 108.7
-#: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1): the clocks had dropped. That transient
-#: was the fourth session's unexplained 11 us between this script (116.6) and sweep_moe.py (105.4).
+#: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1). With this settle, R12 still timed that
+#: row at 115.7 here (FC1 69.4 us of device time) against 105.1 in sweep_moe.py for the same entry, so
+#: the transient is not the whole difference (bench/results/h200-2026-12-02/moe6b_rounds.md says what is
+#: known).
 SETTLE_S = 0.3
 
 DENSE = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),
@@ -236,12 +239,12 @@ def bench_dense(ms_list, bw, rows, skipped):
                     try:
                         t = measure([lambda f=f: f(x) for f in fns], m)
                         t.update(err=err, mb=nbytes / 1e6)
-                        if m <= 16:
+                        if m <= 16 and not LEAN[0]:
                             t["launches"], t["kernels"] = launches(lambda: raw(x))
                     except Exception as exc:  # noqa: BLE001
                         t = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
                     row["peers"][cand] = t
-                if m == 1 and fmt.startswith("fp8") and "oracle" in built:
+                if m == 1 and fmt.startswith("fp8") and "oracle" in built and not LEAN[0]:
                     row["peers"]["oracle-gemv"] = _forced_gemv(built["oracle"][0], x)
                 rows.append(row)
                 _print_row(row)
@@ -448,48 +451,68 @@ def _compile_moe_jobs(jobs: list) -> str:
     return f"{done}/{len(jobs)}"
 
 
-def _compile_dense_jobs(jobs: list) -> str:
-    """A worker: for each (shape, mode, M) build oracle-triton's layer and gemlite's (where the mode
-    lists it) on the real shape and call each once, so Triton compiles their kernels into its on-disk
-    cache (gemlite also runs its autotuning here; its choice is discarded: the timing process tunes
-    again on a quiet GPU, now without compiling)."""
+def _compile_dense_jobs(job: tuple) -> str:
+    """Worker `index` of `workers`: for each (shape, mode, M) of `pairs` build gemlite's layer (where the
+    mode lists it) on the real shape and call it once with its autotuning cut to this worker's share
+    of the configurations it would try (every workers-th), and oracle-triton's layer for every
+    workers-th pair: Triton compiles them into its on-disk cache, so the timing process's own
+    autotuning (all configurations, a quiet GPU) only times them."""
+    index, workers, pairs, tune_ms = job
+    if tune_ms:
+        _tune_time(tune_ms)
+    from triton.runtime import autotuner
+
+    prune = autotuner.Autotuner.prune_configs
+
+    def share(self, kwargs):
+        configs = prune(self, kwargs)
+        return configs[index % max(1, len(configs))::workers] or configs[:1]
+    autotuner.Autotuner.prune_configs = share
     done = 0
     modes = {d[1]: d for d in DENSE_MODES}
-    for name, mode_name, m in jobs:
+    quantized: dict = {}
+    for j, (name, mode_name, m) in enumerate(pairs):
         fmt, _, act, params, peers = modes[mode_name]
         n, k = DENSE[name]
+        cands = (("oracle",) if j % workers == index else ()) + tuple(p for p in peers if p == "gemlite")
+        if not cands:
+            continue
         try:
-            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+            if (name, fmt) not in quantized:
+                quantized.clear()
+                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+                quantized[(name, fmt)] = _quant(fmt, w)
+                del w
             layer = LinearLayer(name=name, in_features=k, out_features=n, weight_format=fmt,
                                 group_size=128 if fmt == "int4" else None)
             mode = Mode(weight=fmt, activation=act, name=mode_name, params=params)
-            tensors = _quant(fmt, w)
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for cand in ("oracle",) + tuple(p for p in peers if p == "gemlite"):
-                fn = build_dense(cand, fmt, layer, mode, _clone(tensors))[0]
-                fn(x)
+            for cand in cands:
+                build_dense(cand, fmt, layer, mode, _clone(quantized[(name, fmt)]))[0](x)
             torch.cuda.synchronize()
             done += 1
         except Exception as exc:  # noqa: BLE001 - the timing process compiles what failed here
             print(f"  precompile {name} {mode_name} M={m}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-    return f"{done}/{len(jobs)}"
+    return f"{done}"
 
 
 def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: float | None) -> None:
     """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
     `workers` processes at once; best effort, as precompile_moe."""
-    jobs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
-    _pool_run(_compile_dense_jobs, jobs, workers, timeout_s, "dense", tune_ms)
+    pairs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
+    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms) for i in range(workers)], workers, timeout_s,
+              "dense")
 
 
-def _pool_run(fn, jobs: list, workers: int, timeout_s: float, what: str, tune_ms: float | None = None) -> None:
+def _pool_run(fn, jobs: list, workers: int, timeout_s: float, what: str) -> None:
     import multiprocessing
 
     chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
+    if what == "dense":          # one job per worker, not a list of them
+        chunks = [c[0] for c in chunks]
     t0 = time.perf_counter()
-    init = (_tune_time, (tune_ms,)) if tune_ms else (None, ())
     try:
-        with multiprocessing.get_context("spawn").Pool(len(chunks), *init) as pool:
+        with multiprocessing.get_context("spawn").Pool(len(chunks)) as pool:
             res = pool.map_async(fn, chunks).get(timeout=timeout_s)
         print(f"precompiled the {what} kernels: {res} in {time.perf_counter() - t0:.1f} s", flush=True)
     except Exception as exc:  # noqa: BLE001 - best effort
@@ -534,15 +557,27 @@ def main(argv: list[str] | None = None) -> int:
                          "rep; its default is 100) after a warm-up of MS/4 ms: the tuning runs in the timing "
                          "process, whose device seconds are few")
     ap.add_argument("--precompile-timeout-s", type=float, default=40.0)
+    ap.add_argument("--precompile-only", action="store_true", help="dense: compile (--precompile N), time nothing")
+    ap.add_argument("--gemlite-save-config", metavar="PATH",
+                    help="after the dense table, write gemlite's autotuned choices there (GemLiteLinear.cache_config)")
+    ap.add_argument("--lean", action="store_true",
+                    help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
+    LEAN[0] = args.lean
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
-    if not start("bench_peers"):
-        return 2
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
+    if args.precompile_only:      # (a separate process: the timing run then finds the kernels compiled)
+        if not torch.cuda.is_available():
+            print("bench_peers: needs a CUDA device", file=sys.stderr)
+            return 2
+        precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
+        return 0
+    if not start("bench_peers"):
+        return 2
     bw = copy_bandwidth()
     print(f"measured copy bandwidth: {bw / 1e12:.2f} TB/s (HBM limit = bytes read per call / this)")
     rows: list[dict] = []
@@ -555,7 +590,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "moe":
         if args.precompile:
             precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
-        bench_dense(args.m, bw, rows, skipped)
+        try:
+            bench_dense(args.m, bw, rows, skipped)
+        finally:
+            if args.gemlite_save_config and _gemlite()[0] is not None:
+                _gemlite()[0].GemLiteLinear.cache_config(args.gemlite_save_config)
     if args.only != "dense":
         if args.precompile:
             precompile_moe(args.m, args.precompile, args.precompile_timeout_s)

@@ -251,7 +251,11 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     if m == 1 and "SWAP" in default:     # the row rounded inside the GEMM against a quantizer launch first
         out.append(("default, quantizer launch", {**default, "QUANT_IN": 0}))
     if 1 < m <= 32 and "SWAP" in default and facts.get("pdl"):   # the GEMM fetching its weights during the quantizer
-        out.append((f"default, pdl {1 - default.get('PDL', 0)}", {**default, "PDL": 1 - default.get("PDL", 0)}))
+        from oracle_triton.launch import FP8_PDL
+        other = 1 - default.get("PDL", FP8_PDL)
+        out.append((f"default, pdl {other}", {**default, "PDL": other}))
+    if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
+        out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
     if DEFAULTS_ONLY[0]:
         return out
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,

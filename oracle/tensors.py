@@ -7,6 +7,7 @@ checks that must compute on values (finiteness) import torch when they run.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping, Sequence
 
@@ -140,9 +141,13 @@ def check_activations(x: Any, k: int, device: Any, dtypes: Sequence[Any], dtype:
         raise TensorError("x", f"last dimension {k} (K)", f"shape {shape_of(x)}")
     if x.device != device:
         raise TensorError("x", f"a tensor on {device} (where the processed weights are)", str(x.device))
-    return x.shape[:-1], x.reshape(-1, k).to(dtype).contiguous()
+    x2 = x.reshape(-1, k)
+    if x2.dtype != dtype:                    # each call below is a dispatch: skipped when it would do nothing
+        x2 = x2.to(dtype)
+    return x.shape[:-1], x2 if x2.is_contiguous() else x2.contiguous()
 
 
+@functools.cache
 def float_dtypes() -> tuple[Any, ...]:
     """The torch dtypes of a layer's `dtype` names (oracle.formats.DTYPES): what activations and biases may be."""
     return tuple(torch_dtype(name) for name in DTYPES)

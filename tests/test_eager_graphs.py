@@ -2,7 +2,8 @@
 
 CPU: when it stays out of the way (CPU tensors, too many rows, switched off, a full cache).
 GPU (marked): replays equal raw calls bit for bit on fresh inputs, results are the caller's
-own (a later replay does not overwrite them), graphs of several kernels share one pool that
+own (a later replay does not overwrite them) except inside `borrowed_outputs()` (a decode step),
+where a replay hands out the graph's own buffer, graphs of several kernels share one pool that
 outlives the kernels, a call inside the caller's own capture is captured raw, and a kernel
 whose capture fails falls back to raw calls with one warning.
 """
@@ -13,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from oracle.integration.eager_graphs import EagerGraphs, enabled
+from oracle.integration.eager_graphs import EagerGraphs, borrowed_outputs, enabled
 
 
 class Counting:
@@ -62,6 +63,20 @@ def test_replays_match_raw_calls_and_results_are_owned_by_the_caller():
     assert len(eager.graphs) == 1 and raw.calls == 2           # one raw call, one captured; then replays
     for x, y in zip(xs, outs):
         assert torch.equal(y, x * 2 + raw.b)                   # earlier results not overwritten
+
+
+@gpu
+def test_borrowed_outputs_are_the_graphs_own_buffer_and_only_inside_the_block():
+    raw = Counting("cuda")
+    eager = EagerGraphs(raw)
+    x = torch.randn(3, 8, device="cuda")
+    eager(x), eager(x)                                          # captured
+    with borrowed_outputs():
+        a = eager(x)
+        b = eager(x * 3)
+        assert a is b and torch.equal(b, x * 6 + raw.b)         # the same buffer, holding the latest result
+    c = eager(x)
+    assert c is not a and torch.equal(c, x * 2 + raw.b) and torch.equal(a, c)   # owned again outside
 
 
 @gpu

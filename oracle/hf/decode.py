@@ -101,8 +101,12 @@ class Decoder:
             self._capture()
         if self.graph is not None:
             self.graph.replay()
-        else:
+        elif self.compiled:               # compiled code (no graph here) owns what its custom ops return
             self._forward()
+        else:
+            from ..integration.eager_graphs import borrowed_outputs
+            with borrowed_outputs():      # each kernel's result is read within the step: no copies out
+                self._forward()
         self.length += 1
         return self.token
 

@@ -37,8 +37,8 @@ class FusedRunner:
         if torch.compiler.is_compiling():
             return self._traced(x, last)
         if x is not self._x or x._version != self._version or self._out is None:
-            y = self.kernel.apply(x.reshape(-1, self.in_features))
-            self._out = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+            y = self.kernel.apply(x)                 # [*lead, N]: the kernel keeps the leading dimensions
+            self._out = y if y.dtype == x.dtype else y.to(x.dtype)
             self._x, self._version = x, x._version
         return self._out
 
@@ -91,9 +91,10 @@ class KernelExperts(nn.Module):
                 top_k_weights: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
             out = torch.ops.oracle.moe(hidden_states, top_k_weights.float(), top_k_index, self.traced_handle)
-        else:
-            out = self.kernel.apply(hidden_states, top_k_weights.float(), top_k_index)
-        return out.to(hidden_states.dtype)
+        else:                                    # the kernels take fp32 weights (oracle.kernel); most routers give them
+            weights = top_k_weights if top_k_weights.dtype == torch.float32 else top_k_weights.float()
+            out = self.kernel.apply(hidden_states, weights, top_k_index)
+        return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.decision.kernel} [{self.decision.mode}]"

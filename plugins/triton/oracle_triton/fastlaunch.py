@@ -34,10 +34,13 @@ KEEP_TEMP_BYTES = 256 << 10
 CHECKED_TRITON = ("3.4", "3.5", "3.6", "3.7")
 
 #: Triton versions whose CudaLauncher.__call__ only allocates the (here empty) scratch buffers and then
-#: calls its C `launch` with (grid x/y/z, stream, function, cooperative, pdl, packed metadata, launch
-#: metadata, enter hook, exit hook, global scratch, profile scratch, annotations, signature, args):
-#: a plan calls that C function itself (read from the 3.7 source here and 3.6's on the H200).
-DIRECT_TRITON = ("3.7",)
+#: calls a C `launch` that a plan can call itself (read from 3.7's source here and 3.6's on the H200,
+#: bench/results/h200-2026-12-02/dense6b_r10_triton_launcher.txt): 3.7's one C function takes (grid
+#: x/y/z, stream, function, cooperative, pdl, packed metadata, launch metadata, enter hook, exit hook,
+#: global scratch, profile scratch, annotations, signature, args); 3.6's per-kernel module's takes (grid
+#: x/y/z, stream, function, cooperative, pdl, global scratch, profile scratch, packed metadata, launch
+#: metadata, enter hook, exit hook, *args).
+DIRECT_TRITON = {"3.7": 37, "3.6": 36}
 
 _local = threading.local()
 
@@ -191,7 +194,10 @@ class Plan:
         """The call's output, or None (nothing launched) while launch hooks are set."""
         if not hooks_idle():
             return None
-        y = torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
+        # x is on the plan's device (DenseGemm.planned's contract); x.new_empty parses no dtype / device
+        # arguments: ~0.4 us less than torch.empty
+        y = x.new_empty(out_shape) if x.dtype is self.out_dtype else \
+            torch.empty(out_shape, dtype=self.out_dtype, device=self.device)
         tensors = [x, y]
         for shape, dtype in self.fresh:
             tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
@@ -201,31 +207,45 @@ class Plan:
             for j, kind in slots:
                 args[j] = tensors[kind]
             if direct is not None:
-                c_launch, coop, pdl, annotations, signature = direct
-                c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, meta, None, None, None, None, None,
-                         annotations, signature, args)
+                kind, c_launch, coop, pdl, annotations, signature = direct
+                if kind == 37:
+                    c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, meta, None, None, None, None,
+                             None, annotations, signature, args)
+                else:
+                    c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, None, None, meta, None, None,
+                             None, *args)
             else:
                 run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
         return y
 
 
 def _direct(run: Any, meta: Any) -> tuple | None:
-    """(C launch function, cooperative, pdl, argument annotations, kernel signature) of a compiled
-    kernel's launcher where a plan may call the C function itself (DIRECT_TRITON, no scratch buffers,
-    no tensor descriptors), else None (the plan calls the launcher)."""
+    """(calling convention, C launch function, cooperative, pdl, argument annotations, kernel signature)
+    of a compiled kernel's launcher where a plan may call the C function itself (DIRECT_TRITON, no
+    scratch buffers, no tensor descriptors: the launch is the C function itself), else None (the plan
+    calls the launcher)."""
+    kind = triton_kind()
     try:
-        if run.global_scratch_size or run.profile_scratch_size or run.launch is not c_launcher():
+        if kind is None or run.global_scratch_size or run.profile_scratch_size:
             return None
-        return run.launch, run.launch_cooperative_grid, run.launch_pdl, run.arg_annotations, run.kernel_signature
+        if kind == 37 and run.launch is c_launcher():
+            return kind, run.launch, run.launch_cooperative_grid, run.launch_pdl, run.arg_annotations, \
+                run.kernel_signature
+        if kind == 36 and type(run.launch).__name__ == "builtin_function_or_method":
+            return kind, run.launch, run.launch_cooperative_grid, run.launch_pdl, None, None
+        return None
     except AttributeError:      # another launcher
         return None
 
 
-def c_launcher() -> Any:
-    """The active driver's C launch function where this Triton is one of DIRECT_TRITON, else None."""
+def triton_kind() -> int | None:
+    """DIRECT_TRITON's calling convention of the installed Triton, or None."""
     import triton
 
-    if not triton.__version__.startswith(DIRECT_TRITON):
-        return None
+    return next((kind for version, kind in DIRECT_TRITON.items() if triton.__version__.startswith(version)), None)
+
+
+def c_launcher() -> Any:
+    """Triton 3.7's one C launch function (the active driver's)."""
     from triton.runtime import driver
     return driver.active.utils.launch

@@ -550,7 +550,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
-                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False):
+                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -563,19 +563,26 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
     operand is rounded (the others are zeros).
 
-    GDC (sm_90; launched with launch_pdl after act_qdq_kernel with GDC): the programs start while the
-    quantizer runs, ask L2 for their column tile's weight rows (a tile's split-K programs share the
-    rows' contiguous bytes: each prefetches one SPLIT_K-th) and only then wait for the quantizer's
-    grid (griddepcontrol.wait), so the weights' HBM reads overlap the quantizer and the launch gap."""
+    PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
+    the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
+    contiguous bytes: each prefetches one SPLIT_K-th), so the HBM reads start at once. GDC (launched
+    with launch_pdl after act_qdq_kernel with GDC): the programs start while the quantizer runs and
+    wait for its grid (griddepcontrol.wait) only after the prefetch, so the weights' HBM reads overlap
+    the quantizer and the launch gap. PF_L2 alone (one launch) overlaps QUANT_IN's row amax and the
+    pipeline's ramp. Both measured slower than neither on an H200 (R11: M=1 PF_L2 2048x4096 8.1 us
+    against 7.5, 8192x8192 26.8 against 21.8; M=16 PDL 10.3 against 9.8 and 28.4 against 24.2; why was
+    not profiled), so they are off
+    unless a tuned entry turns them on (launch.FP8_PDL, cfg PDL / PF_L2)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if GDC:
+    if PF_L2:
         tile_bytes = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N).to(tl.int64) * stride_wn
         share = tl.cdiv(tl.cdiv(tile_bytes, SPLIT_K), 16384) * 16384
         first_byte = tl.minimum(pid_k * share, tile_bytes)
         prefetch_rows_l2(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn + first_byte,
                          tl.minimum(share, tile_bytes - first_byte))
+    if GDC:
         gdc_wait()
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -197,7 +197,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
               ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
               ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              KN: tl.constexpr = False):
+              KN: tl.constexpr = False, XW: tl.constexpr = False):
     """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
     at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
 
@@ -206,7 +206,13 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
     memory latency, not bandwidth. Each format's tile has the shape its scales broadcast over (no
     reshape of the big tile): FP8 [BN, BK]; E2M1 [BN, groups, bytes per group] (DECODE 3: 32-bit
     words per group, activations [groups, words, 8]); GPTQ int4 and KN (E2M1 repacked at load into
-    GPTQ's [K/8, N] words, scales [K/group, N]: weights.repack_words) [groups, words per group, BN]."""
+    GPTQ's [K/8, N] words, scales [K/group, N]: weights.repack_words) [groups, words per group, BN].
+
+    XW (E2M1 words in the checkpoint layout, DECODE 3; bf16 activation rows 8-byte aligned): the
+    activations of each weight word are read as two 64-bit words straight into the registers that
+    multiply them (_bf16x4), instead of one [G, UW, 8] tile whose split into the word's 8 operands is a
+    layout change through shared memory (4 per K tile: 8 barriers in the sm_90 SASS of the MoE's
+    direct kernels; none with XW)."""
     n_ok = offs_n < N
     if ELEM == 3 or KN:
         G: tl.constexpr = BLOCK_K // GROUP
@@ -255,8 +261,16 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                     mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                           # [G, UW, 8]
-        x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
+        if XW:
+            km = jw * 8 < k_end
+            a64 = a_row.to(tl.pointer_type(tl.int64))
+            x0, x1, x2_, x3 = _bf16x4(tl.load(a64 + jw * 2, mask=km, other=0))
+            x4, x5, x6, x7 = _bf16x4(tl.load(a64 + jw * 2 + 1, mask=km, other=0))
+            x = tl.reshape(tl.join(tl.join(tl.join(x0, x4), tl.join(x2_, x6)), tl.join(tl.join(x1, x5), tl.join(x3, x7))),
+                           [G4, UW, 8])                                                       # split8's order
+        else:
+            kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                       # [G, UW, 8]
+            x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
         x2 = u
     else:
         G4: tl.constexpr = BLOCK_K // GROUP
@@ -365,6 +379,16 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
 
 
 @triton.jit
+def _bf16x4(q):
+    """A 64-bit word of 4 bf16 values (little-endian) -> the 4 values as fp32 (a bf16 is the top half of
+    its fp32)."""
+    lo = q.to(tl.int32)
+    hi = (q >> 32).to(tl.int32)
+    return ((lo << 16).to(tl.float32, bitcast=True), (lo & -65536).to(tl.float32, bitcast=True),
+            (hi << 16).to(tl.float32, bitcast=True), (hi & -65536).to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _e2m1_scales(s, gscale, ELEM: tl.constexpr):
     """Raw group scales -> fp32: E8M0 (MXFP4) or E4M3 times the tensor's global scale (NVFP4)."""
     if ELEM == 1:
@@ -437,7 +461,8 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
+                 XW: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
     H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
@@ -445,11 +470,11 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN)
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
     for t in range(t0, t1):
         un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN)
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
         acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
                            DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
         u, s, z, x, x2 = un, sn, zn, xn, x2n

@@ -241,6 +241,13 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 ONE_TILE_MAX_K = 16384
 
 
+#: FP8 W8A8 with 2-32 rows on sm_90: chain the quantizer and the swap GEMM by programmatic dependent
+#: launch (cfg PDL 1; gemm.fp8_swap_kernel GDC: the GEMM's programs prefetch their weights into L2 while
+#: the quantizer runs, then wait for it). Off by default: measured slower on an H200 (R11, graph replay,
+#: weights from HBM): 2048x4096 M=16 10.3 us against 9.8 without, 8192x8192 24.2 -> 28.4; a tuned entry
+#: may turn it on where a sweep (bench/sweep_dense.py "pdl 1") finds it faster.
+FP8_PDL = 0
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -329,7 +336,7 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
-                pdl = bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+                pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
@@ -508,7 +515,8 @@ class DenseGemm:
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
-            **({"GDC": True} if pdl else {}))
+            **({"GDC": True} if pdl else {}),
+            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

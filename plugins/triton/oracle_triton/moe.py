@@ -19,11 +19,17 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_AC
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
-from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4, is_words
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale)
 from .linear import dynamic_tensor_scale
-from .weights import pack
+from .weights import pack, repack_words
+
+#: W4A16 MXFP4 / NVFP4 experts repacked at load into GPTQ's [K/8, N] word layout (weights.repack_words,
+#: as TritonLinear's WORD_LAYOUT): the direct kernels then read them as INT4's, with no layout change
+#: of the activations per K tile; the swap-AB words path serves every larger M (the aligned tiles read
+#: the checkpoint's bytes only). False keeps the checkpoint's [N, K/2] bytes (benchmarks compare both).
+WORD_LAYOUT = False
 
 
 
@@ -92,28 +98,37 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
     (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
     against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
-    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. INT4
+    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. W4A16
+    continues to SWAP_WIDE_MAX_PAIRS per expert on 64-pair blocks (swap_words_config): gpt-oss-20b
+    M=256 (32 pairs per expert) 540.6 us against 790.0 for the aligned tiles (R10, 2026-12-02). INT4
     is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
     pairs = tokens * top_k
     if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
         return False
     low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
-    return low < pairs <= SWAP_MAX_PAIRS * experts
+    return low < pairs <= (SWAP_WIDE_MAX_PAIRS if act == ACT_NONE else SWAP_MAX_PAIRS) * experts
 
 
-#: use_swap_words up to this many pairs per expert (measured to 8: gpt-oss-20b M=64).
+#: use_swap_words up to this many pairs per expert on 16-pair blocks (measured to 8: gpt-oss-20b M=64),
+#: and with W4A16 up to SWAP_WIDE_MAX_PAIRS on 64-pair blocks (measured at 32: gpt-oss-20b M=256).
 SWAP_MAX_PAIRS = 8
+SWAP_WIDE_MAX_PAIRS = 32
 
 
-def swap_words_config() -> dict[str, int]:
+def swap_words_config(per_expert: float = 0.0) -> dict[str, int]:
     """Blocks of 16 pairs of one expert (the alignment launches), 64 weight rows per FC2 program and
     32 gate + 32 up rows per FC1 program, K tiles of 128 decoded into one interleaved tile per dot
     (JOIN), 4 warps, registers double-buffering the loads (num_stages 1). gpt-oss-20b M=16 on an
     H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
     348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
-    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4."""
-    return {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
-            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+    337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4. Above SWAP_MAX_PAIRS pairs per expert
+    (per_expert), blocks of 64 pairs at 8 warps: gpt-oss-20b M=256 540.6 us against 566.3 with
+    32-pair blocks at 4 warps (R10)."""
+    cfg = {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
+           "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+    if per_expert > SWAP_MAX_PAIRS:
+        cfg.update(BLOCK_M=64, num_warps=8)
+    return cfg
 
 
 def use_direct_mma(tokens: int, top_k: int, experts: int, act: int) -> bool:
@@ -138,18 +153,29 @@ def direct_mma_config(act: int) -> dict[str, int]:
     return cfg
 
 
+def words_tiles_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
+    """The aligned grouped GEMM on E2M1 experts in the word layout (moe.WORD_LAYOUT): moe_config's
+    128-row tiles with each weight tile decoded a 32-bit word at a time (FULL_TILE 2, the dense
+    large-M loop's decode), gate and up rows stacked (FUSE_GU)."""
+    cfg = _moe_rule(max(tokens * top_k / experts, 65.0), 8)
+    cfg.update(FULL_TILE=2, FUSE_GU=1)
+    return cfg
+
+
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
     whole 32-bit words by inline PTX (launch.gemv_config); then moe_up_split_kernel (gate and up
     rows loaded in one K loop) with 8-row tiles 512 wide in both kernels: the best of 18 variants
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
-    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops)."""
+    38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
+    the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
+    40.1 at M=1 (R11, 2026-12-02); the word layout (WORD_LAYOUT) reads them as INT4's instead."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
-                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4}
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1}
     return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
@@ -209,6 +235,9 @@ class TritonMoE(Kernel):
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
             self.act = ACT_NVFP4
+        if WORD_LAYOUT and fmt in ("mxfp4", "nvfp4") and self.act == ACT_NONE and h % 8 == 0 and i % 8 == 0:
+            self.w13 = repack_words(fmt, self.w13, rows, h)        # same bytes, [E, K/8, N] words
+            self.w2 = repack_words(fmt, self.w2, h, i)
         self.static = [None, None]
         for idx, (name, t) in enumerate((("w13_input_scale", w13_input_scale), ("w2_input_scale", w2_input_scale))):
             if t is None:
@@ -286,6 +315,8 @@ class TritonMoE(Kernel):
             return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
+        if cfg.get("FULL_TILE") != 2:
+            _refuse_words(self.w13.layout, "the aligned grouped GEMM without FULL_TILE 2")
         bm = cfg["BLOCK_M"]
         dev = self.device
         a1 = self._input(x, topw, k)
@@ -328,7 +359,9 @@ class TritonMoE(Kernel):
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
+        tiles), else the rules: for E2M1 experts in the word layout (WORD_LAYOUT) the direct kernels, the
+        swap-AB words path up to SWAP_WIDE_MAX_PAIRS per expert and word-decoded tiles above (the only
+        paths that read it); else the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
         direct path's (use_direct; it has DECODE), the tensor-core direct path's (use_direct_mma;
         DIRECT) or the aligned grouped GEMM's (moe_config).
         The one place the choice is made."""
@@ -339,8 +372,15 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        if is_words(lay):       # the word layout: the direct kernels, the swap-AB words path, word-decoded tiles
+            per_expert = tokens * top_k / self.experts
+            if use_direct(tokens, top_k, self.experts, lay.elem, True):
+                return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
+            if per_expert > SWAP_WIDE_MAX_PAIRS and words and not interpreting():
+                return words_tiles_config(tokens, top_k, self.experts)
+            return swap_words_config(per_expert)
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
-            return swap_words_config()
+            return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
         if use_direct_mma(tokens, top_k, self.experts, self.act):
@@ -391,6 +431,7 @@ class TritonMoE(Kernel):
         the last of each pair's FC1 programs to finish rounds the pair's output row into FC2's codes and
         scales (arrival counters, zero between calls), so no quantization launch sits between the GEMMs
         and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles)."""
+        _refuse_words(self.w13.layout, "the tensor-core direct path")
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -483,6 +524,9 @@ class TritonMoE(Kernel):
         if cfg.get("WORDS") and (cfg["BLOCK_K"] % 128 or (lay.elem == INT4 and cfg["BLOCK_K"] != lay.group)):
             raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
                              f"not {lay.group})")
+        words = bool(cfg.get("WORDS", 0))
+        if not words:
+            _refuse_words(lay, "the swap-AB path without WORDS")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -496,7 +540,6 @@ class TritonMoE(Kernel):
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         cnt = ids if aligned else self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters")
-        words = bool(cfg.get("WORDS", 0))
         scaled = lay.elem == E2M1_MX and not interpreting() and bool(cfg.get("SCALED_DOT", 1)) and not words
         decode = cfg.get("DECODE", 3 if lay.elem == INT4 else 4) if self.facts["hw_fp8"] and not interpreting() else 0
         split = int(cfg.get("SPLIT_K", 1)) if words else 1
@@ -526,7 +569,7 @@ class TritonMoE(Kernel):
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"], **self._pf_args(cfg, w, 1))
+                num_stages=cfg["num_stages"], KN=is_words(ly), **self._pf_args(cfg, w, 1))
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
         return out
@@ -631,7 +674,8 @@ class TritonMoE(Kernel):
         block = 256 if m <= 64 else 1024
         mk.topk_sum_kernel[(m, -(-self.hidden // block))](pairs, ids, out, self.hidden, self.experts, TOPK=k,
                                                           BLOCK=block, EXACT_BF16=self.facts["dot_f32"],
-                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup)
+                                                          topw_ptr=weigh, WEIGH=weigh is not None, DEDUP=dedup,
+                                                          TOPK_P2=triton_pow2(k))
 
     def apply_direct(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                      config: dict[str, int] | None = None) -> torch.Tensor:
@@ -652,6 +696,10 @@ class TritonMoE(Kernel):
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
+        common["KN"] = is_words(lay)
+        xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE and not common["KN"]
+        common["XW"] = xw and _rows_align8(a1)
         xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
         up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
@@ -680,6 +728,7 @@ class TritonMoE(Kernel):
                                                       **up_flags, **pf_args)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
+        common["XW"] = xw and _rows_align8(inter)
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
@@ -785,7 +834,7 @@ class TritonMoE(Kernel):
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
-            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
+            FULL_TILE=int(cfg.get("FULL_TILE", 0)) if lay.pack > 1 else 0, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales if last is None else last[1], QUANT_OUT=out_scales is not None,
             lq_ptr=last[0] if last else None, QUANT_LAST=last is not None,
@@ -795,7 +844,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, KN=is_words(lay),
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
@@ -818,6 +867,17 @@ class TritonMoE(Kernel):
 def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
     """Kernels take a pointer for every optional tensor; an absent one is never read (constexpr off)."""
     return t if t is not None else placeholder
+
+
+def _refuse_words(layout, path: str) -> None:
+    if is_words(layout):
+        raise ValueError(f"{path} reads the checkpoint's [N, K/2] E2M1 bytes, not the word layout "
+                         "(moe.WORD_LAYOUT): the direct kernels and the swap-AB WORDS path serve it")
+
+
+def _rows_align8(a: torch.Tensor) -> bool:
+    """Every row of `a` starts on 8 bytes (XW reads bf16 activations 64 bits at a time)."""
+    return a.data_ptr() % 8 == 0 and (a.stride(0) * a.element_size()) % 8 == 0 and a.stride(-1) == 1
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -57,7 +57,8 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
                   A_BY_PAIR: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                   HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
+                  KN: tl.constexpr = False):
     pair = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     jmask = j < N_OUT
@@ -77,19 +78,19 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
-        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                              stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
-                             io_t, EXACT_BF16)
-        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
+                             io_t, EXACT_BF16, KN, XW)
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, KN)[None, :]
         acc_u = acc_g
         if GATED:
             ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
-            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
                                  xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
+                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, KN)[None, :]
         _up_epilogue(acc_g, acc_u, e >= 0, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], jmask[None, :], out_ptr,
                      out_row, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
     else:
@@ -104,10 +105,12 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     WEIGHT_OUT: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                     HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, PF_L2: tl.constexpr = 0, w_total=0, s_total=0):
+                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, PF_L2: tl.constexpr = 0, w_total=0, s_total=0,
+                    XW: tl.constexpr = False, KN: tl.constexpr = False):
     """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). PF_L2 1: each program first asks
     L2 for its own weight and scale rows (w_total / s_total: the byte sizes of those tensors; rows
-    contiguous along K, 16-byte aligned buffers, sm_90)."""
+    contiguous along K, 16-byte aligned buffers, sm_90). XW: gemv.tile_load's 64-bit activation reads
+    (E2M1 words, bf16 rows 8-byte aligned)."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
@@ -130,11 +133,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
-        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, KN)[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
@@ -149,7 +152,8 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                      N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                      GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                      HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr):
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr,
+                     KN: tl.constexpr = False, XW: tl.constexpr = False):
     """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
     are loaded while the current ones are multiplied (GATED False: the gate rows only)."""
     ng0 = tl.min(n_g, axis=0)
@@ -160,23 +164,23 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
         ku_end = 0
     ug, sg, zg, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
     uu, su, zu, xu, xu2 = tile_load(a_row, t0 * BLOCK_K, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
     for t in range(t0, t1):
         k1 = (t + 1) * BLOCK_K
         ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
         uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K)
+                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
         acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
         if GATED:
             acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
         ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
         uu, su, zu = uun, sun, zun
     return acc_g, acc_u
@@ -211,14 +215,16 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
                         PF_L2: tl.constexpr = 0, w_total=0, s_total=0, pf_w_ptr=None, pf_s_ptr=None, pf_we=0,
-                        pf_se=0, pf_wn=0, pf_sn=0, pf_rows=0, pf_w_total=0, pf_s_total=0):
+                        pf_se=0, pf_wn=0, pf_sn=0, pf_rows=0, pf_w_total=0, pf_s_total=0, XW: tl.constexpr = False,
+                        KN: tl.constexpr = False):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
     cnt: one arrival counter per (pair, column tile), zero between calls. PF_L2 (sm_90; byte tensors
     whose rows are contiguous along K, 16-byte aligned; w_total / s_total their byte sizes): bit 1, the
     first K slice's program asks L2 for its gate and up weight and scale rows before its loop (the K
     loop holds one tile ahead in registers, too few bytes in flight to cover HBM latency); bit 2, after
     its store it asks L2 for its share of FC2's rows of the pair's expert (pf_*: w2's pointers,
-    expert and row strides, pf_rows rows, byte sizes), so the down kernel reads them from L2."""
+    expert and row strides, pf_rows rows, byte sizes), so the down kernel reads them from L2. XW: as
+    moe_down_kernel."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -237,8 +243,8 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
     ws_g = channel_scales(s_ptr + e64 * stride_se, n_g, N_W, stride_sn, ELEM, GROUP)
     ws_u = channel_scales(s_ptr + e64 * stride_se, n_u, N_W, stride_sn, ELEM, GROUP)
-    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
-    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN)
+    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN)
     if PF_L2 % 2 == 1:
         if valid & (pid_k == 0):
             j0 = pid_n * BLOCK_N
@@ -262,9 +268,9 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
         acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
-    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)
-    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
+    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, KN)
+    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, KN)
     if not GATED:
         u = g
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j
@@ -351,7 +357,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                     OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
                     WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
-                    JOIN: tl.constexpr = False, PF_L2: tl.constexpr = 0, w_total=0, s_total=0):
+                    JOIN: tl.constexpr = False, PF_L2: tl.constexpr = 0, w_total=0, s_total=0,
+                    KN: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -375,7 +382,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
     WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
     sums them in slice order and finishes the tile. PF_L2 1: the first K slice's program asks L2 for its
-    weight rows before its loop (moe_up_split_kernel's PF_L2; w_total / s_total: byte sizes)."""
+    weight rows before its loop (moe_up_split_kernel's PF_L2; w_total / s_total: byte sizes). KN (WORDS):
+    E2M1 weights in GPTQ's [K/8, N] word layout (weights.repack_words), as every kernel of this module."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -451,7 +459,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
             acc = w4_swap_tiles(acc, t0, t1, n_w, arow.to(tl.int64), row_ok, a_ptr, w_e, s_e, z_e, gscale, K, N_W,
                                 stride_am, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
-                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K)
+                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K, KN)
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,

@@ -246,7 +246,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
-                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1):
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, KN: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -301,7 +301,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
     between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
     codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
-    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs."""
+    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs.
+    FULL_TILE 2 (4-bit, compiled): whole tiles decoded a 32-bit word at a time (gemm.words_tile_load /
+    words_tile_decode, the dense large-M loop's; the next tile's loads in flight); KN: E2M1 experts in
+    GPTQ's [K/8, N] word layout (weights.repack_words), which only this branch reads."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -451,6 +454,30 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 if TWO:
                     acc_u = bf16_product(acc_u, x, k0, n_u, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t,
                                          DOT_F32, EVEN_K)
+        elif FULL_TILE == 2:                         # whole tiles decoded by words, loads one tile ahead
+            k_tiles = tl.cdiv(K, BLOCK_K)
+            u, sw, zw = _gemm.words_tile_load(0, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                              stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K, KN)
+            if TWO:
+                uu, su, zu = _gemm.words_tile_load(0, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                                   stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
+                                                   EVEN_K, KN)
+            for t in range(0, k_tiles):
+                k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
+                un, swn, zwn = _gemm.words_tile_load(k1, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
+                                                     stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K,
+                                                     KN)
+                x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
+                w = _gemm.words_tile_decode(u, sw, zw, gscale, ELEM, GROUP, WN, BLOCK_K, io_t, KN)
+                acc_g = mma_acc(x, tl.trans(w.to(dot_t)), acc_g, DOT_F32)
+                u, sw, zw = un, swn, zwn
+                if TWO:
+                    uun, sun, zun = _gemm.words_tile_load(k1, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk,
+                                                          stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
+                                                          BLOCK_N, BLOCK_K, EVEN_K, KN)
+                    wu = _gemm.words_tile_decode(uu, su, zu, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+                    acc_u = mma_acc(x, tl.trans(wu.to(dot_t)), acc_u, DOT_F32)
+                    uu, su, zu = uun, sun, zun
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -705,28 +732,34 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
 @triton.jit
 def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK: tl.constexpr,
                     EXACT_BF16: tl.constexpr, topw_ptr=None, WEIGH: tl.constexpr = False,
-                    DEDUP: tl.constexpr = False):
+                    DEDUP: tl.constexpr = False, TOPK_P2: tl.constexpr = 1):
     """out[m, :] = sum over the top-k slots of the weighted expert outputs (fp32, fixed order). A slot
     whose expert id is outside [0, E) adds nothing: the alignment launches drop such a pair, so no GEMM
     writes its row of pairs_ptr (what it holds is stale), and a captured graph cannot check the ids.
     WEIGH: the pair rows are the GEMM's rounded outputs (RAW_PAIRS), each multiplied here by its router
     weight in fp32 before it is added (the product the GEMM would have stored). DEDUP (moe_gemm_kernel
     BY_EXPERT): a slot whose id an earlier slot of the token holds reads that first slot's row (the
-    same token and expert give the same row; only the first was computed), weighed by its own weight."""
+    same token and expert give the same row; only the first was computed), weighed by its own weight; the
+    token's TOPK ids are loaded once as a vector (TOPK_P2: the next power of two), the first match found
+    in one reduction (R11: a scalar load per earlier slot took the launch from 2.4 to 7.0 us)."""
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if DEDUP:
+        slots = tl.arange(0, TOPK_P2)
+        row_ids = tl.load(ids_ptr + m * TOPK + slots, mask=slots < TOPK, other=-1).to(tl.int32)
     for j in range(0, TOPK):
         e = tl.load(ids_ptr + m * TOPK + j).to(tl.int32)
         src = j
         if DEDUP:
-            for d in range(0, j):
-                same = tl.load(ids_ptr + m * TOPK + d).to(tl.int32) == e
-                src = tl.where(same & (src == j), d, src)
+            src = tl.min(tl.where((row_ids == e) & (slots < TOPK), slots, TOPK), axis=0)
         row = tl.load(pairs_ptr + (m * TOPK + src).to(tl.int64) * H + offs, mask=ok & (e >= 0) & (e < E),
                       other=0.0).to(tl.float32)
         if WEIGH:
             row = row * tl.load(topw_ptr + m * TOPK + j)
         acc += row
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)
+
+
+from . import gemm as _gemm  # noqa: E402  (gemm imports this module; its word-tile helpers are read at compile time)

@@ -108,7 +108,8 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
-def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
+def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1, kn=False):
+    """moe_kernels.moe_gemm_kernel's aligned tiles; kn: E2M1 in the word layout (FULL_TILE 2)."""
     fp8 = codes > 0
     gated = gated and stage == 1
     bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
@@ -116,10 +117,11 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
                   WEIGHT_OUT=True, ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False,
                   EXACT_W=fp8, HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
-                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
-                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
-                  **_ones(elem))
-    ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
+                  FULL_TILE=int(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
+                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True, KN=kn,
+                  **_ones(3 if kn else elem))
+    ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16",
+            "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 or kn else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
     return compile_kernel(mk.moe_gemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])

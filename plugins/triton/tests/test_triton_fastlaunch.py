@@ -160,13 +160,14 @@ class FakeLauncher:
 
 @pytest.mark.parametrize("scratch,direct", [(0, True), (64, False)])
 def test_a_plan_calls_the_c_launcher_itself_when_the_launcher_adds_nothing(monkeypatch, scratch, direct):
-    """Without scratch buffers the plan calls the C launch with the launcher's own fixed arguments
-    (cooperative, pdl, annotations, signature) and the call's tensors; else the launcher."""
+    """Triton 3.7: without scratch buffers the plan calls the C launch with the launcher's own fixed
+    arguments (cooperative, pdl, annotations, signature) and the call's tensors; else the launcher."""
     c_calls = []
 
     def c_launch(*a):
         c_calls.append(a)
     monkeypatch.setattr(fastlaunch, "c_launcher", lambda: c_launch)
+    monkeypatch.setattr(fastlaunch, "triton_kind", lambda: 37)
     fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
     fn.compiled.run = FakeLauncher(c_launch, scratch)
     rec, y, part = _record(fn, x, w)
@@ -183,4 +184,25 @@ def test_a_plan_calls_the_c_launcher_itself_when_the_launcher_adds_nothing(monke
     assert (coop, pdl, meta) == (False, True, fn.compiled.packed_metadata)
     assert lmeta is enter is leave is gscratch is pscratch is None
     assert ann is run.arg_annotations and sig is run.kernel_signature
+    assert args[0] is x and args[1] is w and args[2] is out and args[3] is part and args[4:] == [1, 64]
+
+
+def test_on_triton_36_a_plan_calls_the_kernels_own_c_launch(monkeypatch):
+    """Triton 3.6: each kernel has its own C launch module; the plan calls it with (grid, stream,
+    function, cooperative, pdl, no scratch, packed metadata, no launch metadata or hooks, *args), which
+    is what 3.6's CudaLauncher.__call__ passes it."""
+    calls = []
+    monkeypatch.setattr(fastlaunch, "triton_kind", lambda: 36)
+    fn, x, w = FakeJit(), torch.ones(1, 8), torch.ones(4, 8)
+    fn.compiled.run = FakeLauncher(len, 0)          # a builtin stands for the compiled C function
+    rec, y, part = _record(fn, x, w)
+    plan = fastlaunch.Plan.build(rec, x, y, [w])
+    kind, c_launch, *_ = plan.steps[0][0]
+    assert kind == 36 and c_launch is len
+    plan.steps[0] = ((36, lambda *a: calls.append(a), False, True, None, None), *plan.steps[0][1:])
+    out = plan(x, (1, 4))
+    (gx, gy, gz, stream, function, coop, pdl, gscratch, pscratch, meta, lmeta, enter, leave, *args), = calls
+    assert (gx, gy, gz, stream, coop, pdl) == (3, 1, 1, "stream", False, True)
+    assert function is fn.compiled.function and meta is fn.compiled.packed_metadata
+    assert gscratch is pscratch is lmeta is enter is leave is None
     assert args[0] is x and args[1] is w and args[2] is out and args[3] is part and args[4:] == [1, 64]

@@ -182,3 +182,21 @@ def test_scaled_mm_entries_only_for_per_channel_fp8(tmp_path):
     with pytest.raises(PolicyError) as err:
         tuned.parse(json.loads(path.read_text()), path)
     assert "[0].config" in str(err.value)
+
+
+def test_fp8_swap_entries_with_pdl_or_l2_prefetch_load_and_run(table):
+    """A few-row FP8 W8A8 entry may turn on the quantizer -> GEMM programmatic dependent launch (PDL)
+    or the L2 prefetch (PF_L2): the entry loads, config_for returns it, and the call agrees with the
+    reference (where the device lacks sm_90 the options are ignored: the same two launches)."""
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
+    t, ref = linear_pair("fp8_channel", 256, 512, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                         device=DEV)
+    table([{"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 256, "k": 512, "m": 16,
+            "config": {**cfg, "PDL": 1}},
+           {"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 256, "k": 512, "m": 1,
+            "config": {**cfg, "PF_L2": 1}}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    assert t.gemm.config_for(16, t.act) == {**cfg, "PDL": 1} and t.gemm.config_for(1, t.act) == {**cfg, "PF_L2": 1}
+    for m in (1, 16):
+        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV)
+        assert rel(t.apply(x), ref.apply(x)) < 1e-2
