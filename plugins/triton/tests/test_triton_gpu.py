@@ -337,21 +337,20 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
 
 
 def test_fp8_swap_with_programmatic_dependent_launch_gives_the_same_bits():
-    """FP8 W8A8 per token, 2-32 rows, PDL 1 (the quantizer lets the GEMM start at once; the GEMM
+    """FP8 W8A8 per token, 16 rows, PDL 1 (the quantizer lets the GEMM start at once; the GEMM
     prefetches its weights, then waits for the codes): bit for bit the two ordinary launches, eagerly,
-    in a launch plan and under graph replay. PF_L2 1 (the prefetch alone, one row rounded inside the
-    GEMM too): the same bits."""
+    in a launch plan and under graph replay. One row with PF_L2 1 (the prefetch alone, the row rounded
+    inside the GEMM): the same bits, eagerly and planned."""
     t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        device="cuda", bias=True)
-    for m, split in ((1, 2), (16, 4), (29, 1)):
-        cfg = {"SWAP": 1, "BLOCK_M": 16 if m <= 16 else 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": split,
+    for m, split in ((1, 2), (16, 4)):      # (few compiles: the GPU check's time is Triton compiling)
+        cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": split,
                "num_warps": 4, "num_stages": 4, "PDL": 0}        # the two ordinary launches
         x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
         want = t.gemm(x, t.act, None, torch.bfloat16, cfg)
         assert rel(want, e.apply(x)) < TOL
-        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PF_L2": 1}), want), m
-        if m > 1:
-            assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PDL": 1}), want), m
+        other = {**cfg, "PF_L2": 1} if m == 1 else {**cfg, "PDL": 1}
+        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, other), want), m
     t.gemm._configs[(16, t.act)] = {**cfg, "BLOCK_M": 16, "SPLIT_K": 4, "PDL": 1}
     t.gemm._configs[(1, t.act)] = {**cfg, "BLOCK_M": 16, "SPLIT_K": 2, "PF_L2": 1}
     x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
