@@ -41,8 +41,10 @@ LEAN = [False]          # --lean
 WRONG = 2e-2          # a candidate further than this from emulation is computing something else
 #: Seconds of BF16 GEMMs before each MoE row's first timing: after a model's build (seconds of host work
 #: while the GPU idles) the first graph timing of DeepSeek-R1 at M=1 ran 119.8 us, the next ones 108.7
-#: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1): the clocks had dropped. That transient
-#: was the fourth session's unexplained 11 us between this script (116.6) and sweep_moe.py (105.4).
+#: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1). With this settle, R12 still timed that
+#: row at 115.7 here (FC1 69.4 us of device time) against 105.1 in sweep_moe.py for the same entry, so
+#: the transient is not the whole difference (bench/results/h200-2026-12-02/moe6b_rounds.md says what is
+#: known).
 SETTLE_S = 0.3
 
 DENSE = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),

@@ -8,11 +8,13 @@ The scripts differ in two ways, so this times each combination in one process:
          weights kept alive beside it, then the BF16 mode and the emulation reference built as there);
   timer  "timed": sweep_moe.timed (TritonMoE.forward captured in one graph);
          "measure": bench_peers.measure on TritonMoE.apply (eager warm-up, host, eager, then one graph),
-         and the same on forward.
-Each row also gives the launch split (torch.profiler, eager calls on the rotated routings). Then the
-read ceiling: a Triton kernel that only streams the same bytes (the FC1 weights of M x top_k experts, the
-FC2 ones, and both), two such sets alternating in one graph, so the GEMMs' times can be set against
-what reading their weights alone costs on this device (the HBM figure divides by a copy's bandwidth).
+         and the same on forward;
+  then bench_peers' steps before a row's timing one at a time (the emulation reference's call on the
+  first routing, the clock settle, both): R12 timed bench_peers' row at 115.7 us with FC1 at 69.4 us
+  of device time, where this script's measure gave 108.7 (R10).
+Each row also gives the launch split (torch.profiler, eager calls on the rotated routings). (R10's
+version also timed a plain Triton loop reading the same weight bytes as a read ceiling; at 2.7 TB/s it
+was slower than the GEMMs themselves, so it was removed.)
 
     python bench/moe_gap.py [--shape deepseek-r1] [--m 1] [--json out.json]
 """
@@ -24,42 +26,13 @@ import sys
 import time
 
 import torch
-import triton
-import triton.language as tl
-from bench_peers import MOE, _own_bf16, measure
+from bench_peers import MOE, SETTLE_S, _own_bf16, measure
 from bench_triton import _quant
-from gpu_timing import copy_bandwidth, start
+from gpu_timing import copy_bandwidth, start, warm_clocks
 from sweep_moe import _inputs, build, kernel_split, timed
 
 from oracle import MoELayer
 from oracle.catalog import Mode
-
-
-@triton.jit
-def _read_kernel(p, n, out, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    """Program i sums ITERS x BLOCK int32 words from word i * ITERS * BLOCK (only the reads matter)."""
-    base = tl.program_id(0).to(tl.int64) * BLOCK * ITERS
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
-    for it in range(ITERS):
-        offs = base + it * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(p + offs, mask=offs < n, other=0)
-    tl.store(out + tl.program_id(0), tl.sum(acc, axis=0))
-
-
-def read_ceiling(regions: list[list[torch.Tensor]], block: int, iters: int, warps: int, stages: int) -> float:
-    """us per pass reading every tensor of one region (regions alternate in one captured graph)."""
-    from gpu_timing import graph_ms
-
-    sink = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
-
-    def one(ts):
-        for w in ts:
-            words = w.reshape(-1).view(torch.int32)
-            grid = -(-words.numel() // (block * iters))
-            _read_kernel[(grid,)](words, words.numel(), sink, BLOCK=block, ITERS=iters, num_warps=warps,
-                                  num_stages=stages)
-    reps = 10 * len(regions)
-    return graph_ms(lambda: [one(regions[j % len(regions)]) for j in range(reps)], 1) * 1e3 / reps
 
 
 def peers_build(name: str):
@@ -127,22 +100,6 @@ def main(argv: list[str] | None = None) -> int:
 
     t1, per_expert = build(name)
     both("sweep build", t1, per_expert)
-    pairs = min(ne, m * topk)
-    for what, pick in (("FC1", lambda e: [t1.w13.weight[e]]), ("FC2", lambda e: [t1.w2.weight[e]]),
-                       ("FC1+FC2", lambda e: [t1.w13.weight[e], t1.w2.weight[e]])):
-        regions = [[w for e in range(j * pairs, (j + 1) * pairs) for w in pick(e)] for j in range(2)]
-        mb = sum(w.numel() * w.element_size() for w in regions[0]) / 1e6
-        for block, iters, warps, stages in ((4096, 8, 8, 3), (2048, 32, 4, 4)):
-            try:
-                us = read_ceiling(regions, block, iters, warps, stages)
-            except Exception as exc:  # noqa: BLE001 - a ceiling is a detail
-                print(f"  read {what}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-                continue
-            rows.append({"build": "read only", "timer": f"{what} {block}x{iters} w{warps} s{stages}", "us": us,
-                         "mb": mb, "tb_s": mb / us})
-            save()
-            print(f"  read only {what:8} {mb:7.1f} MB  {block}x{iters} w{warps} s{stages}: {us:7.1f} us "
-                  f"= {mb / us:.2f} TB/s", flush=True)
     del t1
     torch.cuda.empty_cache()
     t2, layer, mode, tensors, w13, w2 = peers_build(name)
@@ -157,6 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         em = None
     torch.cuda.synchronize()
     both("peers + bf16/em", t2, per2)
+    if em is not None:                        # what bench_peers' row does before its timing, one step at a time
+        x, routes, _, hbm = _inputs(m, ne, topk, h, per2, bw)
+        calls = [lambda r=r: t2.apply(x, *r) for r in routes]
+        for label, reference, settle in (("after reference", True, False), ("after settle", False, True),
+                                         ("after reference + settle", True, True), ("plain again", False, False)):
+            def run(reference=reference, settle=settle):
+                if reference:
+                    em.apply(x, *routes[0])
+                if settle:
+                    warm_clocks(SETTLE_S)
+                return measure(calls, m)
+            row("peers + bf16/em", label, run, hbm=hbm)
     del own, em
     return 0
 

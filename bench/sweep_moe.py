@@ -278,7 +278,7 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, spli
     for m in ms:
         x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
         ref = None
-        warm_clocks(0.3)        # the build or the precompile left the GPU idle (bench_peers.SETTLE_S says why)
+        warm_clocks(0.3)        # the build or the precompile left the GPU idle (bench_peers.SETTLE_S)
         for label, cfg in [("shipped-rule", None), *configs.items()]:
             if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count
                 if cfg["ONLY_M"] != m:

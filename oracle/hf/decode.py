@@ -101,6 +101,8 @@ class Decoder:
             self._capture()
         if self.graph is not None:
             self.graph.replay()
+        elif self.compiled:               # compiled code (no graph here) owns what its custom ops return
+            self._forward()
         else:
             from ..integration.eager_graphs import borrowed_outputs
             with borrowed_outputs():      # each kernel's result is read within the step: no copies out

@@ -186,7 +186,7 @@ class Plan:
                     values[j] = None
                 elif ptr not in fixed:
                     return None          # a tensor this call made that no one registered: never bake it in
-            steps.append((_direct(compiled.run, compiled.packed_metadata), compiled.run, compiled.function,
+            steps.append((_direct(compiled.run), compiled.run, compiled.function,
                           compiled.packed_metadata, grid, values, slots))
         return cls(steps, fresh, list(kept.values()), y.dtype, y.device)
 
@@ -219,7 +219,7 @@ class Plan:
         return y
 
 
-def _direct(run: Any, meta: Any) -> tuple | None:
+def _direct(run: Any) -> tuple | None:
     """(calling convention, C launch function, cooperative, pdl, argument annotations, kernel signature)
     of a compiled kernel's launcher where a plan may call the C function itself (DIRECT_TRITON, no
     scratch buffers, no tensor descriptors: the launch is the C function itself), else None (the plan

@@ -94,7 +94,7 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
       (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups; E2M1 in the word layout
-      decoded by words (FULL_TILE 2) in K tiles of 64."""
+      decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
     bk = cfg.get("BLOCK_K", 0)
     if cfg.get("DEQUANT_MM"):
         return
@@ -139,9 +139,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")
         return
-    if cfg.get("FULL_TILE") == 2 and is_words(layout) and bk != 64:
-        raise ValueError(f"BLOCK_K={bk} for {what}: the word decode of E2M1 words in the [K/8, N] layout takes "
-                         "K tiles of 64 (128 failed to compile in Triton 3.6's dot-operand pass on an H200, R11)")
+    if cfg.get("FULL_TILE") == 2 and is_words(layout) and layout.stride_wk % 16:
+        raise ValueError(f"FULL_TILE=2 for {what}: the word decode of E2M1 words in the [K/8, N] layout needs N a "
+                         f"multiple of 16, not {layout.stride_wk} (Triton 3.6's dot-operand pass fails to compile "
+                         "it for sm_90 otherwise)")
     if layout.elem == BF16:
         if bk not in (16, 32, 64, 128):
             raise ValueError(f"BLOCK_K={bk} for {what}: BF16 K tiles must be 16-128")

@@ -21,6 +21,7 @@ import triton.language as tl
 from .dequant import (act_codes_tile, act_tile, e4m3_encode, expert_operands, fp8_codes_product, fp8_codes_scale,
                       fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
 from .gemv import row_amax
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -542,32 +543,6 @@ def expert_rows(ids_ptr, e, T, TOPK, BLOCK_M: tl.constexpr, T_POW2: tl.constexpr
     count = tl.sum(hit.to(tl.int32), axis=0)
     rows = tl.where(lane < count, rows, T)
     return tl.where(count > 0, e, -1), rows
-
-
-@triton.jit
-def gdc_launch_dependents():
-    """Programmatic dependent launch (sm_90): the grid launched after this one (with launch_pdl) may start."""
-    tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def gdc_wait():
-    """Programmatic dependent launch (sm_90): wait until the previous grid has finished and its writes are
-    visible (a no-op when this grid was launched without launch_pdl)."""
-    tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                              pack=1)
-
-
-@triton.jit
-def prefetch_rows_l2(base, nbytes):
-    """Thread 0 asks L2 for nbytes at base (bulk prefetches of 16 KB; nothing is loaded into registers)."""
-    for off in range(0, nbytes, 16384):
-        size = tl.minimum(nbytes - off, 16384)
-        tl.inline_asm_elementwise(
-            "{ .reg .u32 tid; .reg .pred lead; mov.u32 tid, %tid.x; setp.eq.u32 lead, tid, 0; "
-            "@lead cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [base + off, size.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -225,11 +225,12 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config({"BLOCK_K": 256}, layout_for("fp8_block", 256, 256), "fp8_block")
     with pytest.raises(ValueError, match="BLOCK_K=64 .*group of 128"):
         check_config({"BLOCK_K": 64}, layout_for("int4", 256, 256, 128), "int4")
-    from oracle_triton.formats import words_layout     # E2M1 words decoded whole: K tiles of 64 only
-    check_config({"BLOCK_K": 64, "FULL_TILE": 2}, words_layout("mxfp4", 256, 256))
-    with pytest.raises(ValueError, match="BLOCK_K=128 .*K tiles of 64"):
-        check_config({"BLOCK_K": 128, "FULL_TILE": 2}, words_layout("nvfp4", 256, 256), "nvfp4")
-    check_config({"BLOCK_K": 128, "FULL_TILE": 2}, layout_for("mxfp4", 256, 256))     # the checkpoint layout's
+    from oracle_triton.formats import words_layout     # E2M1 words decoded whole: N a multiple of 16
+    check_config({"BLOCK_K": 128, "FULL_TILE": 2}, words_layout("mxfp4", 256, 256))
+    with pytest.raises(ValueError, match="FULL_TILE=2 .*nvfp4.*multiple of 16, not 1000"):
+        check_config({"BLOCK_K": 64, "FULL_TILE": 2}, words_layout("nvfp4", 1000, 256), "nvfp4")
+    check_config({"BLOCK_K": 64, "FULL_TILE": 1}, words_layout("nvfp4", 1000, 256))
+    check_config({"BLOCK_K": 128, "FULL_TILE": 2}, layout_for("mxfp4", 1000, 256))     # the checkpoint layout's
 
 
 @pytest.mark.slow

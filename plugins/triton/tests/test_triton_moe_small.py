@@ -183,6 +183,8 @@ def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
     _skip_swap(path, fmt, act)
     if path == "swap_words_wide":
         pytest.skip("swap_words_aligned's kernel on wider blocks: covered at model shapes (GPU time of the check)")
+    if path == "mma_quant_last" and act != "fp8":
+        pytest.skip("QUANT_LAST rounds W8A8 inputs only (the path is mma's for other formats)")
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, device="cuda")
     for name, cfg in ((path, _gpu_configs(t)[path]),):
         t.config = cfg
