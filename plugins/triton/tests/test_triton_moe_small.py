@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from helpers import moe_pair, rel, routing
 from oracle_triton import gemv as _gemv
@@ -536,9 +538,6 @@ def test_w8a8_few_pairs_take_the_tensor_core_direct_path():
 def test_bf16_rows_read_as_64_bit_words(monkeypatch):
     """gemv._bf16x4 (XW): four bf16 values read as one 64-bit word give the values themselves, in order
     (against torch's bf16 -> fp32 conversion), for normal, subnormal, signed, infinite and zero values."""
-    import triton
-    import triton.language as tl
-
     if DEV == "cpu":                       # built for the interpreter, as conftest builds the package
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
