@@ -15,17 +15,12 @@ M = 8 and 16 time the M = 1 winners and a few neighbours.
 
     python bench/sweep_moe.py [--shapes NAME ...] [--m 1 8 16] [--budget-s 100] [--json out.json]
                               [--quick | --configs variants.json [--precompile N] [--split]]
-                              [--layout checkpoint|words]
-
---layout sets oracle_triton.moe.WORD_LAYOUT for this run (W4A16 E2M1 experts in GPTQ's [K/8, N] word
-layout, or the checkpoint's [N, K/2] bytes); the precompiling processes inherit it (SWEEP_MOE_LAYOUT).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -98,11 +93,7 @@ def family(fmt: str, act: str) -> str:
 
 def build(name):
     """TritonMoE on `name`'s shape: CHUNK experts quantized by oracle-emulation, repeated to E."""
-    from oracle_triton import moe
     from oracle_triton.moe import TritonMoE
-
-    if os.environ.get("SWEEP_MOE_LAYOUT"):
-        moe.WORD_LAYOUT = os.environ["SWEEP_MOE_LAYOUT"] == "words"
 
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
     layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
@@ -391,12 +382,7 @@ def main(argv=None) -> int:
                     "(torch.profiler over eager calls on the rotated routings)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
                     "rule and these only")
-    ap.add_argument("--layout", choices=["checkpoint", "words"],
-                    help="W4A16 E2M1 experts' layout (oracle_triton.moe.WORD_LAYOUT); default: the shipped one")
     args = ap.parse_args(argv)
-    if args.layout:
-        os.environ["SWEEP_MOE_LAYOUT"] = args.layout
-        print(f"W4A16 E2M1 expert layout: {args.layout}", flush=True)
     if not start("sweep_moe"):
         return 2
     deadline = time.perf_counter() + args.budget_s

@@ -53,3 +53,32 @@ def test_fp8_deepseek_step_logits_follow_the_full_forward(tmp_path):
     errs = torch.tensor([float((a.float() - b).norm() / b.norm()) for a, b in zip(logits, full)])
     assert errs.median() < 0.15, errs
     assert int(logits[0].argmax()) == int(full[0].argmax())
+
+
+def test_bulk_made_experts_are_the_per_tensor_draws_in_the_loaders_order():
+    """The synthetic build makes a run of experts in one draw and one quantizer call per shape; on the
+    CPU that must give exactly the tensors of one draw per checkpoint tensor, made in the order the
+    loader asks for them (per expert: gate, up, down), each rounded alone by the emulation codec."""
+    import math
+    import sys
+
+    sys.path.insert(0, str(decode_models.ROOT / "scripts"))
+    import make_tiny_checkpoint as mk
+    from oracle_emulation.formats import codec_for
+
+    _, meta = mk.meta_model("qwen3-moe-fp8")
+    plan = [(names, make) for names, make, _ in mk.tensor_plan("qwen3-moe-fp8", meta)
+            if any(".experts." in n for n in names)]
+    assert plan and all(len(names) > 2 for names, _ in plan)       # several tensors per make
+    bulk, single = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for names, make in plan:
+        for name, got in zip(names, make(bulk)):
+            if name.endswith("_scale_inv"):
+                assert torch.equal(got, want_scale), name
+                continue
+            shape = tuple(got.shape)
+            w = torch.randn(shape, generator=single) * min(0.08, 1.5 / math.sqrt(shape[-1]))
+            q = codec_for("fp8_block").quantize(w, "fp8_block")
+            want_scale = q["weight_scale"]
+            assert torch.equal(got.view(torch.uint8), q["weight"].view(torch.uint8)), name
+    assert torch.equal(torch.randn(4, generator=bulk), torch.randn(4, generator=single))   # same draws used

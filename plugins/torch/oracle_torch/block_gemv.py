@@ -5,9 +5,10 @@ weights stream with many loads in flight.
 Why: at decode sizes the cuBLASLt blockwise path (`gemm.blockwise`) is four launches per call (pad
 M to 16, since cuBLAS refuses M = 1; quantize; lay the scales out M-major; the GEMM): 13.6 us for
 Qwen3-30B's fused q/k/v projection on an H200 (bench/bench_block_gemv.py), whose FP8 weights stream
-in 2.5 us and whose BF16 weights take cuBLAS 8.2 us. Here every program quantizes its K slice of the
-row itself (the fused quantizer's arithmetic, `quantize_triton._e4m3_values`: the same codes and
-scales as oracle-emulation) and multiplies it with its BLOCK_N output rows.
+in 2.5 us and whose BF16 weights take cuBLAS 8.2 us. Here the row is rounded first by one launch of the
+fused group quantizer (PREQUANT, the default: the same codes and scales as oracle-emulation), or,
+with prequant off, every program quantizes its K slice of the row itself (`quantize_triton._e4m3_values`),
+and each program multiplies the codes with its BLOCK_N output rows.
 
 Numerics, as the cuBLASLt path: the products of two E4M3 values are exact in fp32; each 128-wide
 group's fp32 sum is multiplied by its activation scale times its weight-block scale and added in

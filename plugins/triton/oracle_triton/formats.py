@@ -169,5 +169,3 @@ def check_direct_config(cfg: dict[str, int], layout: Layout, what: str = "weight
             raise ValueError(f"{key}={v} for {what}: K tiles of the direct path hold whole groups of {quantum}")
     if cfg.get("SPLIT_K", 1) < 1 or cfg["DECODE"] not in (0, 1, 2, 3):
         raise ValueError(f"SPLIT_K / DECODE of {what}: a split of at least 1 and a decoder code 0-3")
-    if cfg.get("PF_L2", 0) not in (0, 1, 2, 3):
-        raise ValueError(f"PF_L2={cfg['PF_L2']} for {what}: bit 1 own rows, bit 2 FC2's rows (0-3)")

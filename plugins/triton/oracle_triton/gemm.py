@@ -19,7 +19,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
-from .moe_kernels import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
 
 
 @triton.jit

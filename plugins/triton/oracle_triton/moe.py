@@ -19,17 +19,11 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_AC
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
-from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4, is_words
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale)
 from .linear import dynamic_tensor_scale
-from .weights import pack, repack_words
-
-#: W4A16 MXFP4 / NVFP4 experts repacked at load into GPTQ's [K/8, N] word layout (weights.repack_words,
-#: as TritonLinear's WORD_LAYOUT): the direct kernels then read them as INT4's, with no layout change
-#: of the activations per K tile; the swap-AB words path serves every larger M (the aligned tiles read
-#: the checkpoint's bytes only). False keeps the checkpoint's [N, K/2] bytes (benchmarks compare both).
-WORD_LAYOUT = False
+from .weights import pack
 
 
 
@@ -153,15 +147,6 @@ def direct_mma_config(act: int) -> dict[str, int]:
     return cfg
 
 
-def words_tiles_config(tokens: int, top_k: int, experts: int) -> dict[str, int]:
-    """The aligned grouped GEMM on E2M1 experts in the word layout (moe.WORD_LAYOUT): moe_config's
-    128-row tiles with each weight tile decoded a 32-bit word at a time (FULL_TILE 2, the dense
-    large-M loop's decode), gate and up rows stacked (FUSE_GU)."""
-    cfg = _moe_rule(max(tokens * top_k / experts, 65.0), 8)
-    cfg.update(FULL_TILE=2, FUSE_GU=1)
-    return cfg
-
-
 def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False) -> dict[str, int]:
     """BLOCK_N/K, DECODE, warps and stages of moe_gemv's kernels (one activation row per program;
     NVFP4 16 rows: its W4A4 mode rounds every weight and activation in registers). words: decode
@@ -170,7 +155,7 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
     38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
     the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
-    40.1 at M=1 (R11, 2026-12-02); the word layout (WORD_LAYOUT) reads them as INT4's instead."""
+    40.1 at M=1 (R11, 2026-12-02)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
@@ -235,9 +220,6 @@ class TritonMoE(Kernel):
         self.act = ACT_CODES[granularity] if granularity else ACT_NONE
         if self.mode.activation == "nvfp4":
             self.act = ACT_NVFP4
-        if WORD_LAYOUT and fmt in ("mxfp4", "nvfp4") and self.act == ACT_NONE and h % 8 == 0 and i % 8 == 0:
-            self.w13 = repack_words(fmt, self.w13, rows, h)        # same bytes, [E, K/8, N] words
-            self.w2 = repack_words(fmt, self.w2, h, i)
         self.static = [None, None]
         for idx, (name, t) in enumerate((("w13_input_scale", w13_input_scale), ("w2_input_scale", w2_input_scale))):
             if t is None:
@@ -315,8 +297,6 @@ class TritonMoE(Kernel):
             return self.apply_direct(x, topw, ids, m, k, cfg)
         if self.config is not None:
             check_config(self.config, self.w13.layout, "w13/w2")
-        if cfg.get("FULL_TILE") != 2:
-            _refuse_words(self.w13.layout, "the aligned grouped GEMM without FULL_TILE 2")
         bm = cfg["BLOCK_M"]
         dev = self.device
         a1 = self._input(x, topw, k)
@@ -359,9 +339,7 @@ class TritonMoE(Kernel):
     def config_for(self, tokens: int, top_k: int) -> dict[str, int]:
         """The launch parameters a call for `tokens` tokens uses: the override (`config`), the tuned
         table's entry for this device, shape and token bucket (any path: DIRECT, DECODE or aligned
-        tiles), else the rules: for E2M1 experts in the word layout (WORD_LAYOUT) the direct kernels, the
-        swap-AB words path up to SWAP_WIDE_MAX_PAIRS per expert and word-decoded tiles above (the only
-        paths that read it); else the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
+        tiles), else the rules: the word-decoding swap-AB path's (use_swap_words; SWAP), the CUDA-core
         direct path's (use_direct; it has DECODE), the tensor-core direct path's (use_direct_mma;
         DIRECT) or the aligned grouped GEMM's (moe_config).
         The one place the choice is made."""
@@ -372,13 +350,6 @@ class TritonMoE(Kernel):
         if found is not None:
             return found
         lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if is_words(lay):       # the word layout: the direct kernels, the swap-AB words path, word-decoded tiles
-            per_expert = tokens * top_k / self.experts
-            if use_direct(tokens, top_k, self.experts, lay.elem, True):
-                return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
-            if per_expert > SWAP_WIDE_MAX_PAIRS and words and not interpreting():
-                return words_tiles_config(tokens, top_k, self.experts)
-            return swap_words_config(per_expert)
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
             return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
@@ -431,7 +402,6 @@ class TritonMoE(Kernel):
         the last of each pair's FC1 programs to finish rounds the pair's output row into FC2's codes and
         scales (arrival counters, zero between calls), so no quantization launch sits between the GEMMs
         and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles)."""
-        _refuse_words(self.w13.layout, "the tensor-core direct path")
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -525,8 +495,6 @@ class TritonMoE(Kernel):
             raise ValueError(f"SWAP WORDS: BLOCK_K={cfg['BLOCK_K']} must be whole 128s (INT4: its 128-wide group, "
                              f"not {lay.group})")
         words = bool(cfg.get("WORDS", 0))
-        if not words:
-            _refuse_words(lay, "the swap-AB path without WORDS")
         aligned = cfg["SWAP"] == 2
         bm = cfg["BLOCK_M"] if aligned else 16
         t, dev = m * k, self.device
@@ -569,7 +537,7 @@ class TritonMoE(Kernel):
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"], KN=is_words(ly), **self._pf_args(cfg, w, 1))
+                num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
         return out
@@ -696,9 +664,8 @@ class TritonMoE(Kernel):
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
-        common["KN"] = is_words(lay)
         xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
-            and self.dtype == torch.bfloat16 and self.act == ACT_NONE and not common["KN"]
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
         common["XW"] = xw and _rows_align8(a1)
         xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
@@ -718,14 +685,8 @@ class TritonMoE(Kernel):
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
-            pf_args = self._pf_args(cfg, w, 3)
-            if pf_args.get("PF_L2", 0) & 2:          # FC2's rows (E2M1 byte rows), a share per FC1 program
-                w2, l2 = self.w2, self.w2.layout
-                pf_args.update(pf_w_ptr=w2.weight, pf_s_ptr=w2.scale, pf_we=w2.weight.stride(0),
-                               pf_se=w2.scale.stride(0), pf_wn=l2.stride_wn, pf_sn=l2.stride_sn, pf_rows=self.hidden,
-                               pf_w_total=_nbytes(w2.weight), pf_s_total=_nbytes(w2.scale))
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      **up_flags, **pf_args)
+                                                      **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw and _rows_align8(inter)
@@ -740,32 +701,9 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
-            **self._pf_args(cfg, w, 1),
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
-
-    def _pf_args(self, cfg: dict[str, int], packed, bits: int) -> dict[str, Any]:
-        """The PF_L2 launch arguments of a kernel reading `packed` (bits: those the kernel has) where the
-        config asks for them and the layout allows (_rows_prefetchable); {} otherwise."""
-        pf = int(cfg.get("PF_L2", 0)) & bits & self._rows_prefetchable()
-        return dict(PF_L2=pf, w_total=_nbytes(packed.weight), s_total=_nbytes(packed.scale)) if pf else {}
-
-    def _rows_prefetchable(self) -> int:
-        """The PF_L2 bits the direct kernels may use here (compiled, sm_90): 3 for E2M1 experts (bulk
-        prefetches of byte tensors whose rows are contiguous along K, from 16-byte aligned buffers), 1
-        for GPTQ int4 experts ([K / 8, N] words: per-thread prefetches of column slabs), else 0."""
-        if interpreting() or not self.facts.get("pdl"):
-            return 0
-        lays = (self.w13.layout, self.w2.layout)
-        if all(lay.elem == INT4 and lay.stride_wn == 1 for lay in lays):
-            return 1
-        for p in (self.w13, self.w2):
-            if p.layout.stride_wk != 1 or p.layout.pack != 2 or p.scale.element_size() != 1:
-                return 0
-            if p.weight.data_ptr() % 16 or p.scale.data_ptr() % 16:
-                return 0
-        return 3
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
@@ -834,7 +772,7 @@ class TritonMoE(Kernel):
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
             A_CODES=self.act if codes else 0, FP8_DOT=fp8_dot,
-            FULL_TILE=int(cfg.get("FULL_TILE", 0)) if lay.pack > 1 else 0, FUSE_GU=fuse, UNIFORM_WS=uniform,
+            FULL_TILE=bool(cfg.get("FULL_TILE", 0)) and lay.pack > 1, FUSE_GU=fuse, UNIFORM_WS=uniform,
             EVEN_K=kdim % cfg["BLOCK_K"] == 0, DIRECT=direct, QUANT_IN=quant_in, FUSE_SUM=sum_out is not None,
             os_ptr=out_scales if last is None else last[1], QUANT_OUT=out_scales is not None,
             lq_ptr=last[0] if last else None, QUANT_LAST=last is not None,
@@ -844,7 +782,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, KN=is_words(lay),
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
@@ -869,19 +807,9 @@ def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
     return t if t is not None else placeholder
 
 
-def _refuse_words(layout, path: str) -> None:
-    if is_words(layout):
-        raise ValueError(f"{path} reads the checkpoint's [N, K/2] E2M1 bytes, not the word layout "
-                         "(moe.WORD_LAYOUT): the direct kernels and the swap-AB WORDS path serve it")
-
-
 def _rows_align8(a: torch.Tensor) -> bool:
     """Every row of `a` starts on 8 bytes (XW reads bf16 activations 64 bits at a time)."""
     return a.data_ptr() % 8 == 0 and (a.stride(0) * a.element_size()) % 8 == 0 and a.stride(-1) == 1
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def _expert_strides(packed, bias: torch.Tensor | None) -> tuple[int, int, int, int]:

@@ -23,28 +23,7 @@ import triton.language as tl
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
 from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
-from .moe_kernels import _activate, gate_up_rows, prefetch_expert_rows_l2, prefetch_slab_l2, sum_slots
-
-
-@triton.jit
-def prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, n0, n1, K, stride_we, stride_se, stride_ze, stride_wn, stride_sn,
-                         stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM: tl.constexpr, GROUP: tl.constexpr,
-                         HAS_ZERO: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Asks L2 for expert e64's weight rows [n0, n1) (at most BLOCK_N) with their scales and zero points:
-    E2M1 byte rows (contiguous along K) by bulk prefetches, GPTQ int4 ([K / 8, N] words, [K / GROUP, N]
-    scales, [K / GROUP, N / 8] zero words) as column slabs."""
-    if ELEM == 3:
-        u8 = tl.pointer_type(tl.uint8)
-        w_e = (w_ptr + e64 * stride_we + n0).to(u8)
-        prefetch_slab_l2(w_e, K // 8, stride_wk * 4, (n1 - n0) * 4, BLOCK_N * 4)
-        s_e = (s_ptr + e64 * stride_se + n0).to(u8)
-        prefetch_slab_l2(s_e, K // GROUP, stride_sk * 2, (n1 - n0) * 2, BLOCK_N * 2)
-        if HAS_ZERO:
-            z_e = (z_ptr + e64 * stride_ze + n0 // 8).to(u8)
-            prefetch_slab_l2(z_e, K // GROUP, stride_zk * 4, ((n1 - 1) // 8 - n0 // 8 + 1) * 4,
-                             (BLOCK_N // 8 + 1) * 4)
-    else:
-        prefetch_expert_rows_l2(w_ptr, s_ptr, e64, n0, n1, stride_we, stride_se, stride_wn, stride_sn, w_total, s_total)
+from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
 @triton.jit
@@ -57,8 +36,7 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
                   A_BY_PAIR: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                   HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
-                  KN: tl.constexpr = False):
+                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False):
     pair = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     jmask = j < N_OUT
@@ -78,19 +56,19 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
-        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                              stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
-                             io_t, EXACT_BF16, KN, XW)
-        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, KN)[None, :]
+                             io_t, EXACT_BF16, XW=XW)
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
         acc_u = acc_g
         if GATED:
             ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
-            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
                                  xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
-            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, KN)[None, :]
+                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
         _up_epilogue(acc_g, acc_u, e >= 0, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], jmask[None, :], out_ptr,
                      out_row, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
     else:
@@ -105,12 +83,9 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     WEIGHT_OUT: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                     HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, PF_L2: tl.constexpr = 0, w_total=0, s_total=0,
-                    XW: tl.constexpr = False, KN: tl.constexpr = False):
-    """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). PF_L2 1: each program first asks
-    L2 for its own weight and scale rows (w_total / s_total: the byte sizes of those tensors; rows
-    contiguous along K, 16-byte aligned buffers, sm_90). XW: gemv.tile_load's 64-bit activation reads
-    (E2M1 words, bf16 rows 8-byte aligned)."""
+                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False):
+    """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). XW: gemv.tile_load's 64-bit
+    activation reads (E2M1 words, bf16 rows 8-byte aligned)."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
@@ -121,11 +96,6 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     e = tl.load(ids_ptr + pair).to(tl.int32)
     acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
     if (e >= 0) & (e < E):
-        if PF_L2 % 2 == 1:
-            n0 = pid_n * BLOCK_N
-            prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e.to(tl.int64), n0, tl.minimum(n0 + BLOCK_N, N), K, stride_we,
-                                 stride_se, stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
-                                 s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
         a_rows = a_ptr + pair.to(tl.int64) * stride_am + tl.zeros([1, 1], dtype=tl.int64)
         row_ok = tl.full([1], 1, tl.int1)
         amax = row_amax(a_rows, row_ok, K, ACT, 1, BLOCK_K)
@@ -133,11 +103,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
-        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
-        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, KN)[None, :]
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
@@ -153,7 +123,7 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                      GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                      HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr,
-                     KN: tl.constexpr = False, XW: tl.constexpr = False):
+                     XW: tl.constexpr = False):
     """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
     are loaded while the current ones are multiplied (GATED False: the gate rows only)."""
     ng0 = tl.min(n_g, axis=0)
@@ -164,23 +134,23 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
         ku_end = 0
     ug, sg, zg, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
     uu, su, zu, xu, xu2 = tile_load(a_row, t0 * BLOCK_K, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
     for t in range(t0, t1):
         k1 = (t + 1) * BLOCK_K
         ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
         uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
         acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
+                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
         if GATED:
             acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
         ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
         uu, su, zu = uun, sun, zun
     return acc_g, acc_u
@@ -214,17 +184,9 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
-                        PF_L2: tl.constexpr = 0, w_total=0, s_total=0, pf_w_ptr=None, pf_s_ptr=None, pf_we=0,
-                        pf_se=0, pf_wn=0, pf_sn=0, pf_rows=0, pf_w_total=0, pf_s_total=0, XW: tl.constexpr = False,
-                        KN: tl.constexpr = False):
+                        XW: tl.constexpr = False):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
-    cnt: one arrival counter per (pair, column tile), zero between calls. PF_L2 (sm_90; byte tensors
-    whose rows are contiguous along K, 16-byte aligned; w_total / s_total their byte sizes): bit 1, the
-    first K slice's program asks L2 for its gate and up weight and scale rows before its loop (the K
-    loop holds one tile ahead in registers, too few bytes in flight to cover HBM latency); bit 2, after
-    its store it asks L2 for its share of FC2's rows of the pair's expert (pf_*: w2's pointers,
-    expert and row strides, pf_rows rows, byte sizes), so the down kernel reads them from L2. XW: as
-    moe_down_kernel."""
+    cnt: one arrival counter per (pair, column tile), zero between calls. XW: as moe_down_kernel."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -243,24 +205,8 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
     ws_g = channel_scales(s_ptr + e64 * stride_se, n_g, N_W, stride_sn, ELEM, GROUP)
     ws_u = channel_scales(s_ptr + e64 * stride_se, n_u, N_W, stride_sn, ELEM, GROUP)
-    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN)
-    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, KN)
-    if PF_L2 % 2 == 1:
-        if valid & (pid_k == 0):
-            j0 = pid_n * BLOCK_N
-            j1 = tl.minimum(j0 + BLOCK_N, N_OUT)
-            if GATED and INTERLEAVED:
-                prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, 2 * j0, 2 * j1, K, stride_we, stride_se, stride_ze,
-                                     stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM,
-                                     GROUP, HAS_ZERO, 2 * BLOCK_N)
-            else:
-                prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, j0, j1, K, stride_we, stride_se, stride_ze,
-                                     stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total, ELEM,
-                                     GROUP, HAS_ZERO, BLOCK_N)
-                if GATED:
-                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, N_OUT + j0, N_OUT + j1, K, stride_we, stride_se,
-                                         stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
-                                         s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
+    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
     if valid:
         amax = row_amax(a_row + tl.zeros([1, 1], dtype=tl.int64), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
@@ -268,9 +214,9 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
         acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, XW)
-    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, KN)
-    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, KN)
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
+    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)
+    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)
     if not GATED:
         u = g
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j
@@ -294,14 +240,6 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     else:
         _up_epilogue(g, u, valid, e64, b_ptr, stride_be, n_g, n_u, jmask, out_ptr, out_row, limit, alpha, beta, lbeta,
                      ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
-    if PF_L2 // 2 % 2 == 1:
-        if valid & (pid_k == 0):
-            per = tl.cdiv(pf_rows, tl.num_programs(1))
-            r0 = pid_n * per
-            r1 = tl.minimum(r0 + per, pf_rows)
-            if r0 < r1:
-                prefetch_expert_rows_l2(pf_w_ptr, pf_s_ptr, e64, r0, r1, pf_we, pf_se, pf_wn, pf_sn, pf_w_total,
-                                        pf_s_total)
 
 
 @triton.jit
@@ -357,8 +295,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                     OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
                     WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
-                    JOIN: tl.constexpr = False, PF_L2: tl.constexpr = 0, w_total=0, s_total=0,
-                    KN: tl.constexpr = False):
+                    JOIN: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -381,9 +318,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     3: GPTQ by packed subtraction, inline PTX both; else the portable decode). SPLIT_K > 1 (WORDS):
     K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
     WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
-    sums them in slice order and finishes the tile. PF_L2 1: the first K slice's program asks L2 for its
-    weight rows before its loop (moe_up_split_kernel's PF_L2; w_total / s_total: byte sizes). KN (WORDS):
-    E2M1 weights in GPTQ's [K/8, N] word layout (weights.repack_words), as every kernel of this module."""
+    sums them in slice order and finishes the tile."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -417,22 +352,6 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             n_w = tl.reshape(tl.join(n_g, n_u), [WN])
         else:
             n_w = j
-        if PF_L2 % 2 == 1:
-            if pid_k == 0:
-                j0 = pid_n * BLOCK_N
-                j1 = tl.minimum(j0 + BLOCK_N, N_OUT)
-                if TWO and INTERLEAVED:
-                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, 2 * j0, 2 * j1, K, stride_we, stride_se,
-                                         stride_ze, stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total,
-                                         s_total, ELEM, GROUP, HAS_ZERO, 2 * BLOCK_N)
-                else:
-                    prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, j0, j1, K, stride_we, stride_se, stride_ze,
-                                         stride_wn, stride_sn, stride_wk, stride_sk, stride_zk, w_total, s_total,
-                                         ELEM, GROUP, HAS_ZERO, BLOCK_N)
-                    if TWO:
-                        prefetch_weight_rows(w_ptr, s_ptr, z_ptr, e64, N_OUT + j0, N_OUT + j1, K, stride_we,
-                                             stride_se, stride_ze, stride_wn, stride_sn, stride_wk, stride_sk,
-                                             stride_zk, w_total, s_total, ELEM, GROUP, HAS_ZERO, BLOCK_N)
         acc = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
         k_tiles = tl.cdiv(K, BLOCK_K)
         if PREFETCH == 1 and SCALED_DOT:            # the next tile's bytes in flight while this one multiplies
@@ -459,7 +378,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
             acc = w4_swap_tiles(acc, t0, t1, n_w, arow.to(tl.int64), row_ok, a_ptr, w_e, s_e, z_e, gscale, K, N_W,
                                 stride_am, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
-                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K, KN)
+                                GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K)
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,

@@ -21,6 +21,7 @@ import triton.language as tl
 from .dequant import (act_codes_tile, act_tile, e4m3_encode, expert_operands, fp8_codes_product, fp8_codes_scale,
                       fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
 from .gemv import row_amax
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -246,7 +247,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
-                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, KN: tl.constexpr = False):
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -301,10 +302,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
     between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
     codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
-    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs.
-    FULL_TILE 2 (4-bit, compiled): whole tiles decoded a 32-bit word at a time (gemm.words_tile_load /
-    words_tile_decode, the dense large-M loop's; the next tile's loads in flight); KN: E2M1 experts in
-    GPTQ's [K/8, N] word layout (weights.repack_words), which only this branch reads."""
+    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -454,30 +452,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 if TWO:
                     acc_u = bf16_product(acc_u, x, k0, n_u, w_e, K, N_W, stride_wn, stride_wk, BLOCK_K, dot_t,
                                          DOT_F32, EVEN_K)
-        elif FULL_TILE == 2:                         # whole tiles decoded by words, loads one tile ahead
-            k_tiles = tl.cdiv(K, BLOCK_K)
-            u, sw, zw = _gemm.words_tile_load(0, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
-                                              stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K, KN)
-            if TWO:
-                uu, su, zu = _gemm.words_tile_load(0, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
-                                                   stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K,
-                                                   EVEN_K, KN)
-            for t in range(0, k_tiles):
-                k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
-                un, swn, zwn = _gemm.words_tile_load(k1, n_w, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk, stride_sn,
-                                                     stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, WN, BLOCK_K, EVEN_K,
-                                                     KN)
-                x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
-                w = _gemm.words_tile_decode(u, sw, zw, gscale, ELEM, GROUP, WN, BLOCK_K, io_t, KN)
-                acc_g = mma_acc(x, tl.trans(w.to(dot_t)), acc_g, DOT_F32)
-                u, sw, zw = un, swn, zwn
-                if TWO:
-                    uun, sun, zun = _gemm.words_tile_load(k1, n_u, w_e, s_e, z_e, K, N_W, stride_wn, stride_wk,
-                                                          stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP,
-                                                          BLOCK_N, BLOCK_K, EVEN_K, KN)
-                    wu = _gemm.words_tile_decode(uu, su, zu, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
-                    acc_u = mma_acc(x, tl.trans(wu.to(dot_t)), acc_u, DOT_F32)
-                    uu, su, zu = uun, sun, zun
         elif FULL_TILE:
             for t in range(0, tl.cdiv(K, BLOCK_K)):
                 x = act_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, EVEN_K).to(dot_t)
@@ -569,68 +543,6 @@ def expert_rows(ids_ptr, e, T, TOPK, BLOCK_M: tl.constexpr, T_POW2: tl.constexpr
     count = tl.sum(hit.to(tl.int32), axis=0)
     rows = tl.where(lane < count, rows, T)
     return tl.where(count > 0, e, -1), rows
-
-
-@triton.jit
-def gdc_launch_dependents():
-    """Programmatic dependent launch (sm_90): the grid launched after this one (with launch_pdl) may start."""
-    tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def gdc_wait():
-    """Programmatic dependent launch (sm_90): wait until the previous grid has finished and its writes are
-    visible (a no-op when this grid was launched without launch_pdl)."""
-    tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                              pack=1)
-
-
-@triton.jit
-def prefetch_rows_l2(base, nbytes):
-    """Thread 0 asks L2 for nbytes at base (bulk prefetches of 16 KB; nothing is loaded into registers)."""
-    for off in range(0, nbytes, 16384):
-        size = tl.minimum(nbytes - off, 16384)
-        tl.inline_asm_elementwise(
-            "{ .reg .u32 tid; .reg .pred lead; mov.u32 tid, %tid.x; setp.eq.u32 lead, tid, 0; "
-            "@lead cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [base + off, size.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_span_l2(base, start, end, total):
-    """Asks L2 for bytes [start, end) of the buffer at base (16-byte aligned, total bytes long), widened
-    to the 16-byte bounds cp.async.bulk needs without leaving the buffer (nothing in registers)."""
-    lo = start // 16 * 16
-    hi = tl.minimum((end + 15) // 16 * 16, total // 16 * 16)
-    if hi > lo:
-        prefetch_rows_l2(base + lo, hi - lo)
-
-
-@triton.jit
-def prefetch_expert_rows_l2(w_ptr, s_ptr, e64, r0, r1, stride_we, stride_se, stride_wn, stride_sn, w_total, s_total):
-    """Asks L2 for rows [r0, r1) of expert e64's packed weight and scale rows (both byte tensors whose
-    rows are contiguous along K)."""
-    wb = e64 * stride_we
-    prefetch_span_l2(w_ptr, wb + r0.to(tl.int64) * stride_wn, wb + r1.to(tl.int64) * stride_wn, w_total)
-    sb = e64 * stride_se
-    prefetch_span_l2(s_ptr, sb + r0.to(tl.int64) * stride_sn, sb + r1.to(tl.int64) * stride_sn, s_total)
-
-
-@triton.jit
-def prefetch_slab_l2(base, rows, row_bytes, width, MAX_WIDTH: tl.constexpr):
-    """Asks L2 for `width` (<= MAX_WIDTH) bytes at the start of each of `rows` rows (row_bytes apart) from
-    base (a byte pointer): one prefetch.global.L2 per 32-byte sector, spread over the program's threads
-    (a column slab of a [K, N] layout, whose rows are too short for bulk prefetches); 128 rows a step."""
-    CH: tl.constexpr = (MAX_WIDTH + 31) // 32
-    R: tl.constexpr = 128
-    c = tl.arange(0, CH)[None, :] * 32
-    for r0 in range(0, rows, R):
-        r = r0 + tl.arange(0, R)[:, None]
-        ok = ((r < rows) & (c < width)).to(tl.int32)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-            "=r,l,r", [base + r.to(tl.int64) * row_bytes + c, ok], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -760,6 +672,3 @@ def topk_sum_kernel(pairs_ptr, ids_ptr, out_ptr, H, E, TOPK: tl.constexpr, BLOCK
             row = row * tl.load(topw_ptr + m * TOPK + j)
         acc += row
     tl.store(out_ptr + m * H + offs, to_dtype(acc, out_ptr.dtype.element_ty, EXACT_BF16), mask=ok)
-
-
-from . import gemm as _gemm  # noqa: E402  (gemm imports this module; its word-tile helpers are read at compile time)

@@ -118,6 +118,6 @@ def repack_words(fmt: str, packed: Packed, n: int, k: int) -> Packed:
     transposed to [K/8, N]; the group scales to [K/group, N]. Same bytes, no expansion: the one-row
     GEMV reads it as INT4's (formats.words_layout says why). Needs K a multiple of 8; the caller
     keeps the checkpoint layout otherwise."""
-    w = packed.weight.view(torch.int32).transpose(-1, -2).contiguous()     # per expert for a MoE's [E, N, K/2]
-    s = packed.scale.transpose(-1, -2).contiguous()
+    w = packed.weight.view(torch.int32).t().contiguous()
+    s = packed.scale.t().contiguous()
     return Packed(words_layout(fmt, n, k), w, s, None, packed.global_scale)

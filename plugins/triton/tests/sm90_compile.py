@@ -108,8 +108,7 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
-def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1, kn=False):
-    """moe_kernels.moe_gemm_kernel's aligned tiles; kn: E2M1 in the word layout (FULL_TILE 2)."""
+def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
     fp8 = codes > 0
     gated = gated and stage == 1
     bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
@@ -117,11 +116,10 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1, kn=
                   WEIGHT_OUT=True, ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False,
                   EXACT_W=fp8, HAS_BIAS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
-                  FULL_TILE=int(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
-                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True, KN=kn,
-                  **_ones(3 if kn else elem))
-    ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16",
-            "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 or kn else "*u8"),
+                  FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
+                  UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
+                  **_ones(elem))
+    ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
     return compile_kernel(mk.moe_gemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
@@ -213,7 +211,7 @@ def moe_swap(elem, group, cfg, *, stage, aligned=True, zero=False, even_k=True):
                   BLOCK_N=cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if fc1 else cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                   EXACT_BF16=False, OUT_F16=False, EVEN_K=even_k, WORDS=True, DECODE=3 if elem == 3 else 4,
                   SPLIT_K=cfg.get("SPLIT_K", 1), JOIN=bool(cfg.get("JOIN", 0)), PREFETCH=cfg.get("PREFETCH", 0),
-                  PF_L2=cfg.get("PF_L2", 0), **_ones(elem))
+                  **_ones(elem))
     ptrs = {**_small_ptrs(elem), "topw_ptr": "*fp32", "out_ptr": "*bf16" if fc1 else "*fp32", "sum_ptr": "*bf16",
             "sorted_ptr": "*i32", "bexp_ptr": "*i32", "kcnt_ptr": "*i32", "part_ptr": "*fp32"}
     return compile_kernel(mg.moe_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])

@@ -95,5 +95,7 @@ def test_ada_is_the_oldest_capability_served(tmp_path):
 def test_oracle_verify_accepts_the_declarations():
     kernels = Path(__file__).resolve().parents[1] / "oracle_triton" / "kernels.yaml"
     out = subprocess.run([sys.executable, "-m", "oracle.cli", "verify", str(kernels)], capture_output=True, text=True)
-    assert f"{kernels.name}: " in out.stdout and "ok " in out.stdout, out.stdout + out.stderr
-    assert GEMLITE in kernels.read_text()
+    import yaml
+    declared = yaml.safe_load(kernels.read_text())["kernels"]
+    assert GEMLITE in [k["name"] for k in declared]
+    assert f"{kernels.name}: {len(declared)} kernel(s)" in out.stdout, out.stdout + out.stderr   # every one accepted
