@@ -26,7 +26,7 @@ import time
 
 import torch
 from bench_triton import dense_pair
-from sweep_large_m import write_rows, write_table
+from sweep_large_m import write_rows, write_table, write_winners
 from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 
@@ -582,8 +582,7 @@ def main(argv=None) -> int:
                 write_rows(args.json, bw, ROWS)
     finally:
         write_rows(args.json, bw, ROWS)
-    if args.write_table:
-        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
+    write_winners(args.write_table, ROWS, table_entries)
     return 0
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from sweep_large_m import write_rows, write_table
+from sweep_large_m import write_rows, write_table, write_winners
 from gpu_timing import copy_bandwidth, rel, start
 from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
 
@@ -298,8 +298,7 @@ def main(argv=None) -> int:
                 sweep(name, fmt, args, bw, deadline)
     finally:
         write_rows(args.json, bw, ROWS)
-    if args.write_table:
-        write_table(args.write_table, torch.cuda.get_device_name(), table_entries(ROWS))
+    write_winners(args.write_table, ROWS, table_entries)
     return 0
 
 

@@ -211,6 +211,14 @@ def write_table(path: str, device: str, entries: list[dict]) -> None:
     print(f"tuned table: {len(entries)} entries for {device} written to {target}")
 
 
+def write_winners(path: str | None, rows: list[dict], entries_of) -> None:
+    """If a tuned table was asked for, merge the winners `entries_of(rows)` picks for this device."""
+    if path:
+        import torch
+
+        write_table(path, torch.cuda.get_device_name(), entries_of(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, nargs="+", default=[256, 4096])

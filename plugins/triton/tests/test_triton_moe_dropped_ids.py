@@ -91,6 +91,17 @@ def test_prep_launch_and_fused_sum_give_the_aligned_bits(fmt, mode, act, params,
     assert rel(apart, _reference(ref, x, w, ids, 8)) < 5e-2
 
 
+def _fp8_five_tokens(top_k: int):
+    """An 8-expert FP8 block layer and five tokens whose ids hold one id past the experts and one -1."""
+    fmt, mode, act, params = FP8
+    t, ref = moe_pair(fmt, 8, 256, 256, top_k, mode, act, params, device=DEV)
+    t.check_inputs = False
+    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(5, 8, top_k, DEV)
+    ids[1, 0], ids[4, 1] = 8, -1
+    return t, ref, x, w, ids
+
+
 @pytest.mark.slow
 def test_alignment_launch_rounding_and_fc1_codes_give_the_separate_launches_bits(monkeypatch):
     """The aligned FP8 path's defaults against the launches they replace: align_small_kernel's extra
@@ -99,12 +110,7 @@ def test_alignment_launch_rounding_and_fc1_codes_give_the_separate_launches_bits
     launch between the GEMMs: the same bits, with out-of-range ids among the slots."""
     from oracle_triton import moe as moe_mod
 
-    fmt, mode, act, params = FP8
-    t, ref = moe_pair(fmt, 8, 256, 256, 2, mode, act, params, device=DEV)
-    t.check_inputs = False
-    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(5, 8, 2, DEV)
-    ids[1, 0], ids[4, 1] = 8, -1
+    t, ref, x, w, ids = _fp8_five_tokens(2)
     t.config = _aligned(t, 5)
     merged = t.apply(x, w, ids)
     with monkeypatch.context() as mp:
@@ -125,12 +131,7 @@ def test_programs_finding_their_own_expert_rows_give_the_aligned_bits():
     launches, alone and with QUANT_OUT, on ids with out-of-range entries and a token that names one
     expert twice (computed once, each slot weighed by its own router weight); refused above BLOCK_M
     tokens and with the router weight on the input."""
-    fmt, mode, act, params = FP8
-    t, ref = moe_pair(fmt, 8, 256, 256, 3, mode, act, params, device=DEV)
-    t.check_inputs = False
-    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(5, 8, 3, DEV)
-    ids[1, 0], ids[4, 1] = 8, -1
+    t, ref, x, w, ids = _fp8_five_tokens(3)
     ids[2, 2] = ids[2, 0]                               # the same expert in two slots of token 2
     t.config = _aligned(t, 5)
     apart = t.apply(x, w, ids)
