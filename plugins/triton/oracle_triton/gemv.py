@@ -98,6 +98,63 @@ sub.f16x2 t3, t3, $9;
 """ + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
 
 
+#: One E2M1 word ($1, k order) and its 8 activations as f16 ($2 = k 0..3, $3 = k 4..7: 64-bit words of
+#: 4 halves, little-endian) -> the sum of the 8 products x 2**-6, fp32 (HX). The word is decoded as in
+#: _E2M1_WORD_PTX into 4 f16x2 pairs (k 0-1, 2-3, 4-5, 6-7: the activations' own pairing, so they need
+#: no shuffle); the 8 products are summed by 4 packed f16 FMAs (2 lanes of 4 terms each) and the two
+#: lanes added in fp32: 4 packed multiply-adds and 3 conversions per word where the fp32 form needs 8
+#: conversions of the weights, 8 of the activations and 8 FMAs. The weights are exact in f16 (value x
+#: 2**-6); each lane rounds its products and sums to f16's 11 bits (sums of 4 products below 2**15
+#: when |activation| < 2**16: no overflow).
+_E2M1_HX_PTX = tl.constexpr("""{
+.reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;
+.reg .b16 l0, l1, m0, m1, h0, h1;
+.reg .f32 f0, f1;
+shl.b32 a, $1, 2;
+and.b32 a, a, 0x1C1C1C1C;
+shl.b32 c, $1, 4;
+and.b32 c, c, 0x80808080;
+or.b32 lo, a, c;
+shr.b32 a, $1, 2;
+and.b32 a, a, 0x1C1C1C1C;
+and.b32 c, $1, 0x80808080;
+or.b32 hi, a, c;
+prmt.b32 p0, lo, hi, 0x5140;
+prmt.b32 p1, lo, hi, 0x7362;
+mov.b32 {l0, l1}, p0;
+mov.b32 {m0, m1}, p1;
+cvt.rn.f16x2.e4m3x2 q0, l0;
+cvt.rn.f16x2.e4m3x2 q1, l1;
+cvt.rn.f16x2.e4m3x2 q2, m0;
+cvt.rn.f16x2.e4m3x2 q3, m1;
+mov.b64 {x0, x1}, $2;
+mov.b64 {x2, x3}, $3;
+mul.rn.f16x2 s, q0, x0;
+fma.rn.f16x2 s, q1, x1, s;
+fma.rn.f16x2 s, q2, x2, s;
+fma.rn.f16x2 s, q3, x3, s;
+mov.b32 {h0, h1}, s;
+cvt.f32.f16 f0, h0;
+cvt.f32.f16 f1, h1;
+add.rn.f32 $0, f0, f1;
+}""")
+
+#: 4 bf16 activations in a 64-bit word ($1) -> the same 4 values as f16 ($0): each bf16 is the top
+#: half of its fp32, and one conversion rounds two fp32 to an f16 pair (exact for |x| in f16's normal
+#: range, 2**-14..65504; smaller values keep f16's subnormal steps of 2**-24).
+_BF16X4_TO_F16X4_PTX = tl.constexpr("""{
+.reg .b32 a, b, t0, t1, t2, t3, o0, o1;
+mov.b64 {a, b}, $1;
+shl.b32 t0, a, 16;
+and.b32 t1, a, 0xFFFF0000;
+shl.b32 t2, b, 16;
+and.b32 t3, b, 0xFFFF0000;
+cvt.rn.f16x2.f32 o0, t1, t0;
+cvt.rn.f16x2.f32 o1, t3, t2;
+mov.b64 $0, {o0, o1};
+}""")
+
+
 @triton.jit
 def _fp4_pair(units, DECODE: tl.constexpr):
     """Packed bytes (low nibble = even k) -> (even, odd) fp32 values, times 2**-6 (DECODE 1, 3),
@@ -197,7 +254,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
               ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
               ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              KN: tl.constexpr = False, XW: tl.constexpr = False):
+              KN: tl.constexpr = False, XW: tl.constexpr = False, HX: tl.constexpr = 0):
     """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
     at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
 
@@ -212,7 +269,9 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
     activations of each weight word are read as two 64-bit words straight into the registers that
     multiply them (_bf16x4), instead of one [G, UW, 8] tile whose split into the word's 8 operands is a
     layout change through shared memory (4 per K tile: 8 barriers in the sm_90 SASS of the MoE's
-    direct kernels; none with XW)."""
+    direct kernels; none with XW). HX 1 (with XW: tile_compute's f16 products): x and x_odd are the
+    64-bit words of each weight word's activations k 0-3 and 4-7, converted to f16 as loaded (before
+    the tile is spread over the rows that share it: each value converted once per program)."""
     n_ok = offs_n < N
     if ELEM == 3 or KN:
         G: tl.constexpr = BLOCK_K // GROUP
@@ -261,7 +320,14 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                     mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        if XW:
+        if XW and HX == 1:
+            km = jw * 8 < k_end
+            a64 = a_row.to(tl.pointer_type(tl.int64))
+            q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
+            xq = tl.load(a64 + jw[:, :, None] * 2 + q, mask=km[:, :, None] & (q < 2), other=0)
+            xq = _f16x4(xq)     # as loaded: each value once, before the tile is spread over the rows
+            x, x2 = tl.split(xq)
+        elif XW:
             km = jw * 8 < k_end
             a64 = a_row.to(tl.pointer_type(tl.int64))
             x0, x1, x2_, x3 = _bf16x4(tl.load(a64 + jw * 2, mask=km, other=0))
@@ -271,7 +337,8 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         else:
             kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                       # [G, UW, 8]
             x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
-        x2 = u
+        if not (XW and HX == 1):
+            x2 = u
     else:
         G4: tl.constexpr = BLOCK_K // GROUP
         UG: tl.constexpr = GROUP // 2
@@ -297,15 +364,19 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
 def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
                  DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
+                 HX: tl.constexpr = 0):
     """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
 
     wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
     EXACT_W; otherwise after the reduction). EXACT_W (W8A8 / W4A4): each weight is dequantized and
     rounded to the layer dtype first, as the reference does, so the next layer's activation
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
-    INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums."""
-    if KN and DECODE == 3:
+    INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums. HX (E2M1
+    words, DECODE 3, XW): each word's 8 products summed in packed f16 (_E2M1_HX_PTX), then scaled in fp32."""
+    if HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
+        res = acc + _hx_word_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
+    elif KN and DECODE == 3:
         res = acc + _fp4_kn_products(u, x) * group_scales_hw(s, gscale, ELEM)
     elif KN:
         i4 = tl.arange(0, 8)[None, None, None, :]
@@ -389,6 +460,21 @@ def _bf16x4(q):
 
 
 @triton.jit
+def _f16x4(q):
+    """64-bit words of 4 bf16 values -> the same words as 4 f16 values (_BF16X4_TO_F16X4_PTX)."""
+    return tl.inline_asm_elementwise(_BF16X4_TO_F16X4_PTX, "=l,l", [q], dtype=tl.int64, is_pure=True, pack=1)
+
+
+@triton.jit
+def _hx_word_products(u, xa, xb):
+    """u [BN, G, UW] E2M1 words, xa / xb [G, UW] their activations k 0-3 / 4-7 (64-bit words of f16) ->
+    [BN, G, UW] sums of each word's 8 products, values x 2**-6 (_E2M1_HX_PTX)."""
+    return tl.inline_asm_elementwise(_E2M1_HX_PTX, "=r,r,l,l", [u, tl.broadcast_to(xa[None, :, :], u.shape),
+                                                              tl.broadcast_to(xb[None, :, :], u.shape)],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _e2m1_scales(s, gscale, ELEM: tl.constexpr):
     """Raw group scales -> fp32: E8M0 (MXFP4) or E4M3 times the tensor's global scale (NVFP4)."""
     if ELEM == 1:
@@ -462,7 +548,7 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 XW: tl.constexpr = False):
+                 XW: tl.constexpr = False, HX: tl.constexpr = 0):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
     H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
@@ -470,13 +556,13 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
     for t in range(t0, t1):
         un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
         acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
+                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
         u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 

@@ -662,13 +662,15 @@ class TritonMoE(Kernel):
         common = dict(ELEM=self.w13.layout.elem, GROUP=self.w13.layout.group, SCALE_ROWS=self.w13.layout.scale_rows,
                       ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
         xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
             and self.dtype == torch.bfloat16 and self.act == ACT_NONE
         common["XW"] = xw and _rows_align8(a1)
-        xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
+        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None else 0   # packed f16 products
+        common["HX"] = hx
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        xs = self._act_scale(0, a1)
         up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
                    _or(xs, w.scale), inter)
         up_tail = (self.experts, k, self.inter, self.rows, self.hidden, a1.stride(0), inter.stride(0),
@@ -690,6 +692,7 @@ class TritonMoE(Kernel):
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw and _rows_align8(inter)
+        common["HX"] = hx if common["XW"] else 0
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
