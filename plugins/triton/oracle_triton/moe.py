@@ -155,12 +155,14 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
     38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
     the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
-    40.1 at M=1 (R11, 2026-12-02)."""
+    40.1 at M=1 (R11, 2026-12-02). HX (E2M1, bf16, with XW): each word's 8 products in packed f16
+    (gemv._E2M1_HX_PTX): the sm_90 SASS of the K loops goes from 5.8 / 7.3 instructions per weight
+    (FC1 / FC2) to 4.1 / 5.0 (plugins/triton/tests/sm90_compile.py)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
-                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1}
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1, "HX": 1}
     return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
