@@ -254,7 +254,8 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
               ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
               ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              KN: tl.constexpr = False, XW: tl.constexpr = False, HX: tl.constexpr = 0):
+              KN: tl.constexpr = False, XW: tl.constexpr = False, HX: tl.constexpr = 0,
+              FULL: tl.constexpr = False):
     """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
     at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
 
@@ -271,7 +272,8 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
     layout change through shared memory (4 per K tile: 8 barriers in the sm_90 SASS of the MoE's
     direct kernels; none with XW). HX 1 (with XW: tile_compute's f16 products): x and x_odd are the
     64-bit words of each weight word's activations k 0-3 and 4-7, converted to f16 as loaded (before
-    the tile is spread over the rows that share it: each value converted once per program)."""
+    the tile is spread over the rows that share it: each value converted once per program). FULL (E2M1
+    words, DECODE 3, not KN; the caller knows the tile ends at or before k_end): no masks along K."""
     n_ok = offs_n < N
     if ELEM == 3 or KN:
         G: tl.constexpr = BLOCK_K // GROUP
@@ -314,17 +316,25 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         UW: tl.constexpr = GROUP // 8
         gg = tl.arange(0, G4)
         jw = k0 // 8 + gg[:, None] * UW + tl.arange(0, UW)[None, :]                      # [G, UW] words
-        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
-                    + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None] & (jw[None, :, :] < k_end // 8), other=0)
         gk = k0 // GROUP + gg
-        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
-                    mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
+        if FULL:            # a whole K tile: no masks along K
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
+                        + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None], other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk, mask=n_ok[:, None], other=0)
+        else:
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
+                        + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None] & (jw[None, :, :] < k_end // 8),
+                        other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                        mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
         if XW and HX == 1:
-            km = jw * 8 < k_end
             a64 = a_row.to(tl.pointer_type(tl.int64))
             q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
-            xq = tl.load(a64 + jw[:, :, None] * 2 + q, mask=km[:, :, None] & (q < 2), other=0)
+            if FULL:
+                xq = tl.load(a64 + jw[:, :, None] * 2 + q)
+            else:
+                xq = tl.load(a64 + jw[:, :, None] * 2 + q, mask=(jw * 8 < k_end)[:, :, None] & (q < 2), other=0)
             xq = _f16x4(xq)     # as loaded: each value once, before the tile is spread over the rows
             x, x2 = tl.split(xq)
         elif XW:
@@ -548,15 +558,27 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 XW: tl.constexpr = False, HX: tl.constexpr = 0):
+                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
-    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
+    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide). TAIL (tile_load's
+    FULL applies): the whole K tiles in a loop of unmasked loads, then the last whole tile and the
+    partial one, if any, masked."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+    if TAIL:        # whole tiles first, their loads unmasked; the partial last tile (if any) after them
+        t_full = tl.maximum(t0, k_end // BLOCK_K)
+        for t in range(t0, t_full - 1):
+            un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX, True)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
+            u, s, z, x, x2 = un, sn, zn, xn, x2n
+        t0 = tl.maximum(t0, t_full - 1)            # the tile in u; the loop below takes it and the tail
     for t in range(t0, t1):
         un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
