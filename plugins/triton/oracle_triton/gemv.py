@@ -139,6 +139,30 @@ cvt.f32.f16 f1, h1;
 add.rn.f32 $0, f0, f1;
 }""")
 
+def _e2m1_hx_group_ptx(words: int) -> str:
+    """As _E2M1_HX_PTX for the `words` words of one scale group at once ($1..: the words, then each
+    word's activations k 0-3, then k 4-7): one packed f16 sum over all 8 x words products (HX 2), so
+    the conversions to fp32 and the scale multiply are paid once per group instead of once per word.
+    Each lane sums 4 x words products below 2**15 while |activation| < 2**15 / (4 x words x 6/64)."""
+    lines = [".reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;",
+             ".reg .b16 l0, l1, m0, m1, h0, h1;", ".reg .f32 f0, f1;"]
+    for w in range(words):
+        u, xa, xb = f"${1 + w}", f"${1 + words + w}", f"${1 + 2 * words + w}"
+        lines += [f"shl.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"shl.b32 c, {u}, 4;", "and.b32 c, c, 0x80808080;",
+                  "or.b32 lo, a, c;", f"shr.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"and.b32 c, {u}, 0x80808080;",
+                  "or.b32 hi, a, c;", "prmt.b32 p0, lo, hi, 0x5140;", "prmt.b32 p1, lo, hi, 0x7362;",
+                  "mov.b32 {l0, l1}, p0;", "mov.b32 {m0, m1}, p1;", "cvt.rn.f16x2.e4m3x2 q0, l0;",
+                  "cvt.rn.f16x2.e4m3x2 q1, l1;", "cvt.rn.f16x2.e4m3x2 q2, m0;", "cvt.rn.f16x2.e4m3x2 q3, m1;",
+                  f"mov.b64 {{x0, x1}}, {xa};", f"mov.b64 {{x2, x3}}, {xb};",
+                  "mul.rn.f16x2 s, q0, x0;" if w == 0 else "fma.rn.f16x2 s, q0, x0, s;",
+                  "fma.rn.f16x2 s, q1, x1, s;", "fma.rn.f16x2 s, q2, x2, s;", "fma.rn.f16x2 s, q3, x3, s;"]
+    lines += ["mov.b32 {h0, h1}, s;", "cvt.f32.f16 f0, h0;", "cvt.f32.f16 f1, h1;", "add.rn.f32 $0, f0, f1;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_E2M1_HX4_PTX = tl.constexpr(_e2m1_hx_group_ptx(4))
+_E2M1_HX4_CONSTRAINTS = tl.constexpr("=r," + ",".join(["r"] * 4 + ["l"] * 8))
+
 #: 4 bf16 activations in a 64-bit word ($1) -> the same 4 values as f16 ($0): each bf16 is the top
 #: half of its fp32, and one conversion rounds two fp32 to an f16 pair (exact for |x| in f16's normal
 #: range, 2**-14..65504; smaller values keep f16's subnormal steps of 2**-24).
@@ -208,13 +232,15 @@ def row_amax(a_rows, row_ok, K, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: 
 
 @triton.jit
 def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               DECODE: tl.constexpr, KN: tl.constexpr = False):
+               DECODE: tl.constexpr, KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """The elementwise accumulator of one program (the shape tile_accumulate adds into).
 
     Products are accumulated element by element over the K loop and reduced once at the end
     (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
     # (one return: compiled Triton type-checks every return statement of a function)
-    if (ELEM == 3 or KN) and DECODE == 3:
+    if HX == 2 and DECODE == 3 and not KN and ELEM != 0 and ELEM != 3:     # one sum per scale group
+        acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+    elif (ELEM == 3 or KN) and DECODE == 3:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N], dtype=tl.float32)
     elif ELEM == 3 or KN:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
@@ -230,9 +256,11 @@ def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, B
 
 
 @triton.jit
-def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr, KN: tl.constexpr = False):
+def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr, KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
-    if KN and DECODE == 3:
+    if HX == 2 and DECODE == 3 and not KN and ELEM != 0 and ELEM != 3:
+        r = tl.sum(acc, axis=1) * 64.0
+    elif KN and DECODE == 3:
         r = tl.sum(tl.sum(acc, axis=1), axis=0) * 64.0
     elif ELEM == 3 and DECODE == 3:
         r = tl.sum(tl.sum(acc, axis=1), axis=0)
@@ -328,7 +356,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                         mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        if XW and HX == 1:
+        if XW and HX != 0:
             a64 = a_row.to(tl.pointer_type(tl.int64))
             q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
             if FULL:
@@ -347,7 +375,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         else:
             kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                       # [G, UW, 8]
             x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
-        if not (XW and HX == 1):
+        if not (XW and HX != 0):
             x2 = u
     else:
         G4: tl.constexpr = BLOCK_K // GROUP
@@ -384,7 +412,9 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
     INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums. HX (E2M1
     words, DECODE 3, XW): each word's 8 products summed in packed f16 (_E2M1_HX_PTX), then scaled in fp32."""
-    if HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
+    if HX == 2 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
+        res = acc + _hx_group_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)
+    elif HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
         res = acc + _hx_word_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
     elif KN and DECODE == 3:
         res = acc + _fp4_kn_products(u, x) * group_scales_hw(s, gscale, ELEM)
@@ -482,6 +512,32 @@ def _hx_word_products(u, xa, xb):
     return tl.inline_asm_elementwise(_E2M1_HX_PTX, "=r,r,l,l", [u, tl.broadcast_to(xa[None, :, :], u.shape),
                                                               tl.broadcast_to(xb[None, :, :], u.shape)],
                                      dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _split4(t):
+    """[..., 4] -> its 4 slices along the last dim (order 0, 2, 1, 3: any order serves a sum whose
+    operands are split alike)."""
+    a, b = tl.split(tl.reshape(t, t.shape[:-1] + [2, 2]))
+    a0, a1 = tl.split(a)
+    b0, b1 = tl.split(b)
+    return a0, a1, b0, b1
+
+
+@triton.jit
+def _hx_group_products(u, xa, xb):
+    """HX 2: u [BN, G, 4] E2M1 words (one MX group per [n, g]), xa / xb [G, 4] their activations k 0-3 /
+    4-7 (64-bit words of f16) -> [BN, G] sums of each group's 32 products, values x 2**-6."""
+    u0, u1, u2, u3 = _split4(u)
+    a0, a1, a2, a3 = _split4(xa)
+    b0, b1, b2, b3 = _split4(xb)
+    return tl.inline_asm_elementwise(
+        _E2M1_HX4_PTX, _E2M1_HX4_CONSTRAINTS,
+        [u0, u1, u2, u3, tl.broadcast_to(a0[None, :], u0.shape), tl.broadcast_to(a1[None, :], u0.shape),
+         tl.broadcast_to(a2[None, :], u0.shape), tl.broadcast_to(a3[None, :], u0.shape),
+         tl.broadcast_to(b0[None, :], u0.shape), tl.broadcast_to(b1[None, :], u0.shape),
+         tl.broadcast_to(b2[None, :], u0.shape), tl.broadcast_to(b3[None, :], u0.shape)],
+        dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -601,10 +657,10 @@ def channel_scales(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.co
 
 @triton.jit
 def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr,
-               KN: tl.constexpr = False):
+               KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """[BLOCK_N] results of a row's elementwise accumulator: reduced, then channel scales (unless
     EXACT_W applied them to each weight)."""
-    r = tile_reduce(acc, ELEM, DECODE, KN)
+    r = tile_reduce(acc, ELEM, DECODE, KN, HX)
     if not EXACT_W:
         r = r * wscale
     return r

@@ -671,6 +671,8 @@ class TritonMoE(Kernel):
         common["XW"] = xw and _rows_align8(a1)
         split = cfg.get("SPLIT_K")
         hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None else 0   # packed f16 products
+        if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
+            hx = 1
         common["HX"] = hx
         common["TAIL"] = bool(hx) and bool(cfg.get("TAIL", 1))     # whole K tiles without masks
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)

@@ -57,19 +57,19 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
-        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                              stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
                              io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
-        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         acc_u = acc_g
         if GATED:
             ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
-            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
                                  xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                                  BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
-            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         _up_epilogue(acc_g, acc_u, e >= 0, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], jmask[None, :], out_ptr,
                      out_row, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
     else:
@@ -106,11 +106,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
-        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
-        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
@@ -229,8 +229,8 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
     ws_g = channel_scales(s_ptr + e64 * stride_se, n_g, N_W, stride_sn, ELEM, GROUP)
     ws_u = channel_scales(s_ptr + e64 * stride_se, n_u, N_W, stride_sn, ELEM, GROUP)
-    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
-    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX)
+    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX)
     if valid:
         amax = row_amax(a_row + tl.zeros([1, 1], dtype=tl.int64), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
@@ -239,8 +239,8 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                                         BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
-    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)
-    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)
+    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)
+    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)
     if not GATED:
         u = g
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j
