@@ -248,6 +248,14 @@ ONE_TILE_MAX_K = 16384
 #: may turn it on where a sweep (bench/sweep_dense.py "pdl 1") finds it faster.
 FP8_PDL = 0
 
+#: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
+#: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call. Default on
+#: (cfg COOP 0 turns it off for a tuned entry); the figures are in plugins/triton/README.md.
+FP8_COOP = 1
+#: coop_token_codes' chunk: a row up to this long is loaded once (at 4 warps 64 fp32 values a thread,
+#: before the main loop needs its registers); longer rows take ceil(K / COOP_K) loads per pass.
+COOP_K = 8192
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -308,6 +316,8 @@ class DenseGemm:
         return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
+        """Zeroed int32 counters [tiles] kept by the layer: split-K arrivals per tile (split >= 2), or
+        coop_token_codes' three sync counters (split 0); kernels leave them at zero."""
         key = (tiles, split)
         c = self._counters.get(key)
         if c is None:
@@ -336,6 +346,8 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
+                if self.coop_ok(x, act, cfg):
+                    return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
@@ -490,8 +502,27 @@ class DenseGemm:
             return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
+    def coop_ok(self, x: torch.Tensor, act: int, cfg: dict[str, int]) -> bool:
+        """Do the swap GEMM's programs quantize the rows themselves (fp8_swap_coop): per-token codes,
+        2-32 rows in one contiguous block, cfg COOP (default FP8_COOP), no PDL chain asked for."""
+        return act == ACT_TOKEN and x.shape[0] > 1 and x.is_contiguous() and bool(cfg.get("COOP", FP8_COOP)) \
+            and not cfg.get("PDL", FP8_PDL)
+
+    def fp8_swap_coop(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose first
+        programs write the codes and scales act_qdq_kernel would (into this call's temporaries) while
+        the others wait. At most one row-taking program per SM, so they all run at once (the CPU
+        interpreter runs programs one at a time: one program takes every row there)."""
+        m = x.shape[0]
+        codes = fastlaunch.temp(torch.empty(m, self.k, dtype=torch.uint8, device=x.device))
+        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
+        q = 1 if self.facts["dot_f32"] else min(m, self.facts["sms"])
+        return self.fp8_swap(codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales, ACT_TOKEN,
+                             out_dtype, cfg, coop=(x, self.counters(3, 0), q))
+
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False) -> torch.Tensor:
+                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
+                 coop: tuple | None = None) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
         per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
@@ -500,7 +531,8 @@ class DenseGemm:
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
         launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
-        (gemm.fp8_swap_kernel GDC)."""
+        (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters, Q): the kernel writes `codes`
+        and `xs` from x itself first (fp8_swap_coop)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
@@ -516,7 +548,9 @@ class DenseGemm:
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
             **({"GDC": True} if pdl else {}),
-            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}))
+            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
+            **({} if coop is None else {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": coop[2],
+                                        "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K))}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
