@@ -264,7 +264,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
     if DEFAULTS_ONLY[0]:
-        return out
+        return only(out)
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
         # wider N); R7 on 7168x18432: 128x256 / 256x128 / 64x512 tiles 15-50% slower, so not tried
         grid = [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (16, 64, 128, 4, 6), (16, 64, 256, 4, 4)]
