@@ -516,9 +516,14 @@ class DenseGemm:
         m = x.shape[0]
         codes = fastlaunch.temp(torch.empty(m, self.k, dtype=torch.uint8, device=x.device))
         scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
-        q = 1 if self.facts["dot_f32"] else min(m, self.facts["sms"])
         return self.fp8_swap(codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales, ACT_TOKEN,
-                             out_dtype, cfg, coop=(x, self.counters(3, 0), q))
+                             out_dtype, cfg, coop=(x, self.counters(3, 0)))
+
+    def coop_rows(self, m: int, programs: int) -> int:
+        """How many programs of a COOP grid take rows (gemm.coop_token_codes' Q): at most one per row,
+        per program of the grid and per SM (each SM holds at least one program, so the row takers all
+        run at once whatever else waits); one under the CPU interpreter (programs run one by one)."""
+        return 1 if self.facts["dot_f32"] else max(1, min(m, programs, self.facts["sms"]))
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
                  cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
@@ -531,8 +536,8 @@ class DenseGemm:
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
         launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
-        (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters, Q): the kernel writes `codes`
-        and `xs` from x itself first (fp8_swap_coop)."""
+        (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters): the kernel writes `codes`
+        and `xs` from x itself first (fp8_swap_coop); coop_rows says how many programs take rows."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
@@ -549,7 +554,8 @@ class DenseGemm:
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **({} if coop is None else {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": coop[2],
+            **({} if coop is None else {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True,
+                                        "COOP_Q": self.coop_rows(m, grid_n * grid_m * split),
                                         "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K))}))
         return y
 
