@@ -278,11 +278,15 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
         if n * k <= 1 << 24:        # small layers (2048x4096): more, smaller tiles fill the SMs
             grid += [(64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (128, 64, 128, 4, 4), (32, 128, 128, 4, 4)]
-            # the tiled float8 GEMM (wgemm_kernel on the quantizer's codes), no swap
-            for bm, bn, nw, sp in ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 2), (128, 64, 4, 2)):
-                out.append((f"tile bm{bm} bn{bn} bk128 s{sp} w{nw}",
+        # the tiled float8 GEMM (wgemm_kernel on the quantizer's codes, or COOP: its programs quantize
+        # the rows first, one launch), no swap
+        tiles = ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 2), (128, 64, 4, 2)) \
+            if n * k <= 1 << 24 else ((128, 128, 8, 1), (64, 128, 4, 1))
+        for bm, bn, nw, sp in tiles:
+            for coop in (0, 1):
+                out.append((f"tile bm{bm} bn{bn} bk128 s{sp} w{nw}{' coop' if coop else ''}",
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
-                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0}))
+                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "COOP": coop}))
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
         for waves in ((1, 2, 4) if m == 1 else (1, 2)):

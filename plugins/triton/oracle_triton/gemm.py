@@ -96,7 +96,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
-                 EVEN_K: tl.constexpr = False, KN: tl.constexpr = False):
+                 EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
+                 COOP: tl.constexpr = False, COOP_Q=1, COOP_K: tl.constexpr = 1024):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -104,7 +105,10 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     tile's weight rows share one 128-row scale block, read as one scalar). FULL_TILE: 4-bit
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
-    KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words)."""
+    KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
+    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
+    if COOP:
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K)
     if GROUP_M > 1:
         grid_n = tl.num_programs(0)
         grid_m = tl.num_programs(1)
@@ -173,6 +177,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                 BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
     finish_tile(acc, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+    if COOP:
+        coop_done(sync_ptr)
 
 
 

@@ -354,8 +354,11 @@ class DenseGemm:
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
-        xs = self.scale
-        if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
+        xs, coop = self.scale, None
+        if act in FP8_CODES and self.coop_ok(x, act, cfg, default=0):    # the programs quantize the rows
+            coop = (x, self.counters(3, 0))
+            x, xs = self.coop_buffers(x)
+        elif act in FP8_CODES:                       # W8A8: E4M3 codes and their scales
             x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
@@ -379,7 +382,8 @@ class DenseGemm:
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay))
+            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
+            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
         return y
 
     def full_tile(self, cfg: dict[str, int]) -> int:
@@ -502,22 +506,33 @@ class DenseGemm:
             return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
-    def coop_ok(self, x: torch.Tensor, act: int, cfg: dict[str, int]) -> bool:
-        """Do the swap GEMM's programs quantize the rows themselves (fp8_swap_coop): per-token codes,
-        2-32 rows in one contiguous block, cfg COOP (default FP8_COOP), no PDL chain asked for."""
-        return act == ACT_TOKEN and x.shape[0] > 1 and x.is_contiguous() and bool(cfg.get("COOP", FP8_COOP)) \
+    def coop_ok(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = FP8_COOP) -> bool:
+        """Do the GEMM's programs quantize the rows themselves (gemm.coop_token_codes): per-token
+        codes, more than one row, in one contiguous block, cfg COOP (default: FP8_COOP for the swap
+        kernel, off for the tiled one, where only a tuned entry turns it on), no PDL chain asked for."""
+        return act == ACT_TOKEN and x.shape[0] > 1 and x.is_contiguous() and bool(cfg.get("COOP", default)) \
             and not cfg.get("PDL", FP8_PDL)
+
+    def coop_buffers(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This call's empty code [M, K] and scale [M] buffers that a COOP grid fills (the codes as the
+        GEMM reads them: a float8 view where it multiplies float8)."""
+        codes = fastlaunch.temp(torch.empty(x.shape[0], self.k, dtype=torch.uint8, device=x.device))
+        scales = fastlaunch.temp(torch.empty(x.shape[0], dtype=torch.float32, device=x.device))
+        return (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes), scales
+
+    def coop_args(self, coop: tuple | None, m: int, programs: int, cfg: dict[str, int]) -> dict[str, Any]:
+        """The COOP kernel arguments for coop = (x, its three sync counters), or none (coop None)."""
+        if coop is None:
+            return {}
+        return {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": self.coop_rows(m, programs),
+                "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K))}
 
     def fp8_swap_coop(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose first
         programs write the codes and scales act_qdq_kernel would (into this call's temporaries) while
-        the others wait. At most one row-taking program per SM, so they all run at once (the CPU
-        interpreter runs programs one at a time: one program takes every row there)."""
-        m = x.shape[0]
-        codes = fastlaunch.temp(torch.empty(m, self.k, dtype=torch.uint8, device=x.device))
-        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
-        return self.fp8_swap(codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales, ACT_TOKEN,
-                             out_dtype, cfg, coop=(x, self.counters(3, 0)))
+        the others wait (coop_rows: how many take rows)."""
+        codes, scales = self.coop_buffers(x)
+        return self.fp8_swap(codes, scales, ACT_TOKEN, out_dtype, cfg, coop=(x, self.counters(3, 0)))
 
     def coop_rows(self, m: int, programs: int) -> int:
         """How many programs of a COOP grid take rows (gemm.coop_token_codes' Q): at most one per row,
@@ -554,9 +569,7 @@ class DenseGemm:
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **({} if coop is None else {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True,
-                                        "COOP_Q": self.coop_rows(m, grid_n * grid_m * split),
-                                        "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K))}))
+            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
