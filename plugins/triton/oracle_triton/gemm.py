@@ -8,7 +8,10 @@ order. One activation row is served by gemv.py instead (launch.use_gemv).
 Activation pass: quantizing inside the GEMM's prologue repeats the work in every one of the
 N/BLOCK_N programs (and on 16-row tiles at M = 1); measured on an H200 it cost 4x the GEMM at
 M = 1, so the activations are rounded once, in their own launch, to the values the reference
-gives (codes times scales, in the layer's dtype), and the GEMM reads those.
+gives (codes times scales, in the layer's dtype), and the GEMM reads those. Per-token FP8 codes at
+a few rows are the exception (COOP, coop_token_codes): the GEMM's first programs to start quantize
+one row each, once, and the others wait for them, so the rows are still rounded once but inside the
+GEMM's launch.
 """
 from __future__ import annotations
 
