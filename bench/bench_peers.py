@@ -129,6 +129,8 @@ def _clone(tensors: dict) -> dict:
 #: they name are not autotuned in the timing run (bench/configs/gemlite_fp8_channel_h200.json: R11's
 #: tuned choices, and 7168x18432 pinned to 8192x8192's: says so in the figures' notes)
 GEMLITE_PINS: list[str] = []
+#: --peers: only these peers beside ours and BF16 (None: every peer the mode lists)
+PEERS: list = [None]
 
 
 def _gemlite():
@@ -221,7 +223,7 @@ def bench_dense(ms_list, bw, rows, skipped):
             yref = ref.apply(xr)
             del ref
             built = {}
-            for cand in ("oracle",) + peers:
+            for cand in ("oracle",) + tuple(p for p in peers if PEERS[0] is None or p in PEERS[0]):
                 try:
                     first, nbytes, raw = build_dense(cand, fmt, layer, mode, _clone(tensors))
                     err = rel(first(xr), yref)
@@ -572,12 +574,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemlite-load-config", metavar="PATH", nargs="+", default=[],
                     help="gemlite configurations (GemLiteLinear.cache_config's format) loaded after its H100 file: "
                          "the shapes and row buckets they name are not autotuned")
+    ap.add_argument("--peers", nargs="+", help="dense: only these peers beside ours and BF16 (e.g. gemlite scaled_mm)")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
     LEAN[0] = args.lean
     GEMLITE_PINS[:] = args.gemlite_load_config
+    PEERS[0] = args.peers
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
     keep_shapes(args.shapes, DENSE, MOE)

@@ -257,6 +257,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
     if 1 < m <= 32 and "SWAP" in default:      # the rows quantized by the GEMM's programs (COOP) or a launch before
         from oracle_triton.launch import FP8_COOP
         out.append((f"default, coop {1 - default.get('COOP', FP8_COOP)}", {**default, "COOP": 1 - default.get("COOP", FP8_COOP)}))
+        out.append(("default, coop 1 spin 0", {**default, "COOP": 1, "COOP_SPIN": 0}))   # waiters polling by atomics
         out += [(f"default, coop k{ck}", {**default, "COOP": 1, "COOP_K": ck}) for ck in (2048, 4096)
                 if ck < k and ck != default.get("COOP_K")]
         if facts.get("pdl") and k % 16 == 0:    # the weights asked of L2 before the rows are quantized

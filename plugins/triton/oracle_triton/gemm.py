@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
 
 
 @triton.jit
@@ -100,7 +100,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
-                 COOP: tl.constexpr = False, COOP_Q=1, COOP_K: tl.constexpr = 1024):
+                 COOP: tl.constexpr = False, COOP_Q=1, COOP_K: tl.constexpr = 1024,
+                 COOP_SPIN: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -111,7 +112,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
     and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
     if COOP:
-        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K)
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
     if GROUP_M > 1:
         grid_n = tl.num_programs(0)
         grid_m = tl.num_programs(1)
@@ -561,7 +562,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False, COOP_Q=1,
-                    COOP_K: tl.constexpr = 1024):
+                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -602,7 +603,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     if GDC:
         gdc_wait()
     if COOP:
-        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K)
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -646,7 +647,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
 
 
 @triton.jit
-def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q, CHUNK: tl.constexpr):
+def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q, CHUNK: tl.constexpr,
+                     SPIN: tl.constexpr = False):
     """Per-token FP8 codes of x [M, K] (layer dtype, row stride stride_m) computed by the programs of the
     grid calling it, into codes [M, K] (uint8, the same row stride) and scales [M] (fp32): the codes and
     scales act_qdq_kernel writes (CODES, ACT 2). Then every program waits until all rows are written.
@@ -657,7 +659,8 @@ def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q
     on [1] reaching Q. Only programs already running hold those tickets, so nobody waits on a program
     that has not started (no deadlock whatever order the hardware starts them in; Triton's CPU
     interpreter runs programs one by one, so it is launched with Q = 1). A row's amax and codes come
-    from chunks of CHUNK (one load per chunk; a row that fits one chunk is loaded once)."""
+    from chunks of CHUNK (one load per chunk; a row that fits one chunk is loaded once). SPIN: the
+    waiters poll with sleeping acquire loads (pdl.wait_until_at_least) instead of atomics."""
     ticket = tl.atomic_add(sync_ptr, 1)
     if ticket < Q:
         for row in range(ticket, M, Q):
@@ -679,9 +682,12 @@ def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q
             tl.store(scales_ptr + row + tl.zeros([1], tl.int32), s)
         tl.debug_barrier()                       # every thread's codes written before the release
         tl.atomic_add(sync_ptr + 1, 1, sem="release")
-    done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
-    while done < Q:
+    if SPIN:                                     # acquire loads with a sleep between them (inline PTX)
+        wait_until_at_least(sync_ptr + 1, Q)
+    else:                                        # atomic reads (what Triton's CPU interpreter runs)
         done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+        while done < Q:
+            done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
     tl.debug_barrier()                           # no thread reads codes before the acquire
 
 

@@ -249,12 +249,16 @@ ONE_TILE_MAX_K = 16384
 FP8_PDL = 0
 
 #: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
-#: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call. Default on
-#: (cfg COOP 0 turns it off for a tuned entry); the figures are in plugins/triton/README.md.
-FP8_COOP = 1
+#: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call, the same
+#: bits. Off by default: measured slower on an H200 (R13 of the sixth session, graph replay, weights
+#: from HBM, waiters polling with atomics): M=16 2048x4096 13.0 us against 9.7 for the two launches,
+#: 8192x8192 29.7 against 24.2; a tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
+FP8_COOP = 0
 #: coop_token_codes' chunk: a row up to this long is loaded once (at 4 warps 64 fp32 values a thread,
 #: before the main loop needs its registers); longer rows take ceil(K / COOP_K) loads per pass.
 COOP_K = 8192
+#: The COOP waiters poll with sleeping acquire loads (pdl.wait_until_at_least), not atomics (cfg COOP_SPIN).
+COOP_SPIN = 1
 
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
@@ -525,7 +529,8 @@ class DenseGemm:
         if coop is None:
             return {}
         return {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": self.coop_rows(m, programs),
-                "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K))}
+                "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K)),
+                "COOP_SPIN": bool(cfg.get("COOP_SPIN", COOP_SPIN)) and not self.facts["dot_f32"]}
 
     def fp8_swap_coop(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose first

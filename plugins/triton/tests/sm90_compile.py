@@ -104,7 +104,7 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=int(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
                   UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem),
-                  **({"COOP": True, "COOP_K": coop_k} if coop_k else {}))
+                  **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32",
             "xin_ptr": "*bf16", "sync_ptr": "*i32"}
@@ -277,7 +277,7 @@ def fp8_swap(cfg, act=2, quant_in=False, coop_k=0):
     """coop_k: the rows quantized by the programs (COOP, chunks of coop_k)."""
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in, AMAX_K=8192, **({"COOP": True, "COOP_K": coop_k} if coop_k else {}))
+                  QUANT_IN=quant_in, AMAX_K=8192, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
             "cnt_ptr": "*i32", "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)

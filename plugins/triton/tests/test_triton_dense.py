@@ -111,9 +111,9 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         assert rel(y, e.apply(x)) < TOL, (fmt, m)
         if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default) = the quantizer's codes
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-        elif gran == "token":   # the rows quantized by the GEMM's programs (COOP, the default) = the quantizer's
-            assert t.gemm.coop_ok(x, t.act, cfg)
-            assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 0}))
+        elif gran == "token":   # the rows quantized by the GEMM's programs (COOP 1) = the quantizer's
+            assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})
+            assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}))
     if gran == "token":         # coop_token_codes left its counters at zero (a graph replay relies on it)
         assert not t.gemm.counters(3, 0).any()
         # row takers on a GPU: at most one per row, per program and per SM (all run at once: no deadlock)
