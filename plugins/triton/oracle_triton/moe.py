@@ -756,6 +756,7 @@ class TritonMoE(Kernel):
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)
         n_fast = bool(cfg.get("N_FAST", 0)) and not direct
+        swap_ab = codes and not quant_in and bool(int(cfg.get("SWAP_AB", 0)) & stage)    # bit 1 FC1, bit 2 FC2
         moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
@@ -782,7 +783,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
