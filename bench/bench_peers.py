@@ -125,6 +125,14 @@ def _clone(tensors: dict) -> dict:
 
 
 # ---------------------------------------------------------------- dense candidates
+#: --gemlite-load-config: gemlite configurations loaded after its H100 file (they win), so the shapes
+#: they name are not autotuned in the timing run (bench/configs/gemlite_fp8_channel_h200.json: R11's
+#: tuned choices, and 7168x18432 pinned to 8192x8192's: says so in the figures' notes)
+GEMLITE_PINS: list[str] = []
+#: --peers: only these peers beside ours and BF16 (None: every peer the mode lists)
+PEERS: list = [None]
+
+
 def _gemlite():
     try:
         import gemlite
@@ -134,6 +142,8 @@ def _gemlite():
     cfg = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")
     if os.path.exists(cfg) and "h200" in torch.cuda.get_device_name().lower():
         gemlite.GemLiteLinear.load_config(cfg)       # H100's tuned configs (it ships none for the H200)
+    for pin in GEMLITE_PINS:
+        gemlite.GemLiteLinear.load_config(pin)
     return gemlite, None
 
 
@@ -213,7 +223,7 @@ def bench_dense(ms_list, bw, rows, skipped):
             yref = ref.apply(xr)
             del ref
             built = {}
-            for cand in ("oracle",) + peers:
+            for cand in ("oracle",) + tuple(p for p in peers if PEERS[0] is None or p in PEERS[0]):
                 try:
                     first, nbytes, raw = build_dense(cand, fmt, layer, mode, _clone(tensors))
                     err = rel(first(xr), yref)
@@ -468,7 +478,8 @@ def _compile_dense_jobs(job: tuple) -> str:
     of the configurations it would try (every workers-th), and oracle-triton's layer for every
     workers-th pair: Triton compiles them into its on-disk cache, so the timing process's own
     autotuning (all configurations, a quiet GPU) only times them."""
-    index, workers, pairs, tune_ms = job
+    index, workers, pairs, tune_ms, pins = job
+    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config)
     if tune_ms:
         _tune_time(tune_ms)
     from triton.runtime import autotuner
@@ -511,7 +522,7 @@ def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: flo
     """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
     `workers` processes at once; best effort, as precompile_moe."""
     pairs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
-    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms) for i in range(workers)], workers, timeout_s,
+    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS)) for i in range(workers)], workers, timeout_s,
               "dense")
 
 
@@ -571,11 +582,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precompile-only", action="store_true", help="dense: compile (--precompile N), time nothing")
     ap.add_argument("--gemlite-save-config", metavar="PATH",
                     help="after the dense table, write gemlite's autotuned choices there (GemLiteLinear.cache_config)")
+    ap.add_argument("--gemlite-load-config", metavar="PATH", nargs="+", default=[],
+                    help="gemlite configurations (GemLiteLinear.cache_config's format) loaded after its H100 file: "
+                         "the shapes and row buckets they name are not autotuned")
+    ap.add_argument("--peers", nargs="+", help="dense: only these peers beside ours and BF16 (e.g. gemlite scaled_mm)")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
     LEAN[0] = args.lean
+    GEMLITE_PINS[:] = args.gemlite_load_config
+    PEERS[0] = args.peers
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
     keep_shapes(args.shapes, DENSE, MOE)
