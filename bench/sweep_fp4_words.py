@@ -54,6 +54,22 @@ OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
 
 
+#: (BLOCK_N weight rows, BLOCK_M activation rows, BLOCK_K, warps, stages, split waves) of the many-row
+#: wgmma kernel (w4_wgmma: the decoded words as the register A operand, activations by cp.async).
+WG_GRID = [(128, 128, 64, 8, 3, 1), (128, 256, 64, 8, 3, 1), (64, 128, 64, 4, 4, 1), (64, 256, 64, 4, 3, 1),
+           (128, 128, 128, 8, 3, 1), (128, 64, 64, 4, 4, 1), (128, 128, 64, 8, 4, 2)]
+
+
+def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
+    out = []
+    for bn, bm, bk, nw, st, waves in WG_GRID:
+        sp = fill_split(-(-n // bn) * -(-m // bm), k // bk, sms, waves)
+        out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}",
+                    {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
+                     "num_warps": nw, "num_stages": st}))
+    return out
+
+
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
     for bn, nw, waves, join, pf in SWAP_GRID:
@@ -71,7 +87,8 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
 
 
 def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
-         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None) -> list[tuple[int, str, bool, dict]]:
+         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None,
+         wg_ok: bool = False, words_only: bool = False) -> list[tuple[int, str, bool, dict]]:
     """(m, label, word layout?, config) for one shape: the two layouts' defaults (the checkpoint
     layout's: its entry as shipped before the word layout, else its rules), then the grid."""
     from oracle_triton.formats import layout_for, words_layout
@@ -79,7 +96,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     from oracle_triton.tuned import bucket
 
     out, old = [], {}
-    for words in ((True,) if fmt == "int4" else (False, True)):      # INT4: GPTQ's words already
+    for words in ((True,) if fmt == "int4" or words_only else (False, True)):      # INT4: GPTQ's words already
         lay = words_layout(fmt, n, k) if words and fmt != "int4" else layout_for(fmt, n, k, 128)
         one = torch.zeros(1, device=DEV)
         fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
@@ -98,6 +115,8 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     kn = {} if fmt == "int4" else {"KN": 1}
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
+    if wg_ok:
+        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 64 for label, cfg in wg_grid(n, k, m, facts["sms"])]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
     for m, label, words, cfg in out:
         key = (m, words, repr(sorted((a, b) for a, b in cfg.items() if a != "KN")))
@@ -105,6 +124,12 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             seen.add(key)
             unique.append((m, label, words, cfg))
     return unique
+
+
+def plan_for(fmt: str, name: str, args, facts: dict) -> list[tuple[int, str, bool, dict]]:
+    n, k = SHAPES[name]
+    return plan(fmt, n, k, args.ms, facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name),
+                name in (args.wg_grid_shapes or ()), args.words_only)
 
 
 def swap_ok(args, name: str) -> bool | None:
@@ -124,9 +149,7 @@ def compile_worker(index: int, workers: int, args) -> None:
     jobs = []
     for fmt in args.fmts:
         for name in args.shapes:
-            n, k = SHAPES[name]
-            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid,
-                                                                      tuple(args.gemv_grid), swap_ok(args, name))]
+            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan_for(fmt, name, args, facts)]
     seen, unique = set(), []
     for j in jobs:
         if repr(j) not in seen:
@@ -172,15 +195,16 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
     tiny = tinygemm(fmt, n, k, w) if fmt == "int4" else []
     sets = {}
-    for words in ((True,) if fmt == "int4" else (False, True)):
+    for words in ((True,) if fmt == "int4" or args.words_only else (False, True)):
         lin.WORD_LAYOUT = words
         t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
         sets[words] = gs
     lin.WORD_LAYOUT = True
-    assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
+    assert gs[0].layout.pack == 8 and (fmt == "int4" or args.words_only or sets[False][0].layout.pack == 2), \
+        "layouts not built"
     hbm = t.packed.nbytes() / bw * 1e6
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
-    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name))
+    todo = plan_for(fmt, name, args, gs[0].facts)
     for m in args.ms:
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         ref = em.apply(x)
@@ -261,6 +285,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gemv-grid", nargs="*", default=["mxfp4", "nvfp4"], help="formats with the M = 1 GEMV grid")
     ap.add_argument("--swap-grid-shapes", nargs="*", choices=list(SHAPES),
                     help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
+    ap.add_argument("--wg-grid-shapes", nargs="*", choices=list(SHAPES),
+                    help="shapes with the many-row wgmma grid (w4_wgmma) at every M >= 64")
+    ap.add_argument("--words-only", action="store_true", help="E2M1: the word layout only (no checkpoint layout)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
@@ -280,7 +307,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes, "--gemv-grid", *args.gemv_grid] + \
             (["--no-grid"] if args.no_grid else []) + \
-            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else [])
+            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else []) + \
+            (["--wg-grid-shapes", *args.wg_grid_shapes] if args.wg_grid_shapes else []) + \
+            (["--words-only"] if args.words_only else [])
         procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
                  for i in range(args.precompile)]
         for p in procs:
