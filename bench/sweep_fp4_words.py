@@ -58,11 +58,13 @@ OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
 #: wgmma kernel (w4_wgmma: the decoded words as the register A operand, activations by cp.async).
 WG_GRID = [(128, 128, 64, 8, 3, 1), (128, 256, 64, 8, 3, 1), (64, 128, 64, 4, 4, 1), (64, 256, 64, 4, 3, 1),
            (128, 128, 128, 8, 3, 1), (128, 64, 64, 4, 4, 1), (128, 128, 64, 8, 4, 2)]
+#: The same kernel at M <= 32 (16-row activation tiles: wgmma's narrow N side), split-K to fill the SMs.
+WG_FEW = [(128, 16, 128, 4, 3, 1.5), (128, 16, 64, 4, 4, 1.5), (64, 16, 128, 4, 3, 3), (128, 16, 256, 8, 3, 1.5)]
 
 
 def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, bm, bk, nw, st, waves in WG_GRID:
+    for bn, bm, bk, nw, st, waves in (WG_GRID if m >= 64 else WG_FEW):
         sp = fill_split(-(-n // bn) * -(-m // bm), k // bk, sms, waves)
         out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}",
                     {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
@@ -116,7 +118,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
-        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 64 for label, cfg in wg_grid(n, k, m, facts["sms"])]
+        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16 for label, cfg in wg_grid(n, k, m, facts["sms"])]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
     for m, label, words, cfg in out:
         key = (m, words, repr(sorted((a, b) for a, b in cfg.items() if a != "KN")))
@@ -286,7 +288,7 @@ def main(argv=None) -> int:
     ap.add_argument("--swap-grid-shapes", nargs="*", choices=list(SHAPES),
                     help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
     ap.add_argument("--wg-grid-shapes", nargs="*", choices=list(SHAPES),
-                    help="shapes with the many-row wgmma grid (w4_wgmma) at every M >= 64")
+                    help="shapes with the wgmma grid (w4_wgmma) at every M >= 16")
     ap.add_argument("--words-only", action="store_true", help="E2M1: the word layout only (no checkpoint layout)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
