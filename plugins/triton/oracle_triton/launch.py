@@ -334,6 +334,8 @@ class DenseGemm:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
+            if config is not None:
+                check_config(config, self.layout)
             return self.wgmma(x, out_dtype, cfg)
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
@@ -388,7 +390,7 @@ class DenseGemm:
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
         if found is not None and self.serves(found, m, act):
-            return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+            return found if {"SWAP", "DECODE", "WG"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
         lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
         if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
