@@ -58,13 +58,12 @@ OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
 #: wgmma kernel (w4_wgmma: the decoded weights as the register A operand, activations by cp.async; EW:
 #: decoded weight by weight from staged loads instead of a word at a time). R13 (8192x8192 M=256, word
 #: decode): 64x256 tiles at 4 warps 86.5-88.6 us, every other tile 106-146 us; BF16 48.5.
-WG_GRID = [(64, 256, 64, 4, 3, 1, 0), (64, 256, 128, 4, 3, 1, 0), (64, 256, 64, 4, 3, 0.5, 0),
-           (128, 256, 64, 8, 3, 1, 1), (64, 256, 64, 4, 3, 1, 1)]
+WG_GRID = [(64, 256, 64, 4, 3, 1, 0), (128, 256, 64, 8, 3, 1, 1), (64, 256, 64, 4, 3, 1, 1)]
 #: The same kernel at M <= 32 (16-row activation tiles: wgmma's narrow N side), split-K to fill the SMs.
 #: R13 (8192x8192 M=16): 30.6-43.6 us against the swap kernel's 26.8 (INT4) / 30.5 (MXFP4).
 WG_FEW = [(128, 16, 128, 4, 3, 1.5, 0), (64, 16, 128, 4, 3, 3, 0)]
-#: DEQUANT_MM in bands on a side stream (launch.DenseGemm.dequant_mm_overlap), at M >= 64.
-CHUNKS = (2, 4, 8)
+#: DEQUANT_MM in bands on a side stream (launch.DenseGemm.dequant_mm_overlap), at M >= 64: (bands, buffers).
+CHUNKS = ((4, 2), (8, 2), (16, 2), (8, 3))
 
 
 def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
@@ -77,7 +76,7 @@ def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
             cfg["EW"] = 1
         out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}{' ew' if ew else ''}", cfg))
     if m >= 64:
-        out += [(f"dequant_mm chunks {c}", {"DEQUANT_MM": 1, "CHUNKS": c}) for c in CHUNKS]
+        out += [(f"dequant_mm chunks {c} bufs {b}", {"DEQUANT_MM": 1, "CHUNKS": c, "BUFS": b}) for c, b in CHUNKS]
     return out
 
 

@@ -335,7 +335,7 @@ class DenseGemm:
                 cfg = self._configs[(m, act)] = self.config_for(m, act)
         if cfg.get("DEQUANT_MM") and not act:       # many rows: dequantize once, multiply with cuBLAS
             if cfg.get("CHUNKS", 1) > 1 and x.is_cuda:
-                return self.dequant_mm_overlap(x, out_dtype, cfg["CHUNKS"])
+                return self.dequant_mm_overlap(x, out_dtype, cfg["CHUNKS"], cfg.get("BUFS", 2))
             return self.dequant_mm(x, out_dtype)
         if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
             if out_dtype == torch.bfloat16:
@@ -424,34 +424,40 @@ class DenseGemm:
         fastlaunch.spoil("cuBLAS product")
         return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
 
-    def dequant_mm_overlap(self, x: torch.Tensor, out_dtype: torch.dtype, chunks: int) -> torch.Tensor:
-        """DEQUANT_MM in `chunks` column bands of the output: a side stream dequantizes band i + 1 while
-        cuBLAS multiplies band i on the caller's stream (a band of the weight is written and read back
-        while it is still in L2, and the memory-bound dequantizing pass runs on the SMs cuBLAS leaves
-        idle at a few hundred rows). Same values as dequant_mm: each band is the reference's weights and
-        one cuBLAS product writes its output columns. Capturable (fork and join by events)."""
+    def dequant_mm_overlap(self, x: torch.Tensor, out_dtype: torch.dtype, chunks: int, nbuf: int = 2) -> torch.Tensor:
+        """DEQUANT_MM in `chunks` row bands of the weight (column bands of the output): a side stream
+        dequantizes band i + 1 while cuBLAS multiplies band i on the caller's stream, into `nbuf`
+        band buffers used in turn (a band is dequantized into a buffer once the product that read
+        it before is done). The memory-bound dequantizing pass runs on the SMs cuBLAS leaves idle at a
+        few hundred rows, and a buffer small enough to stay in L2 is read back, and rewritten, there
+        (its lines need not reach HBM): nbuf bands of transient memory instead of the whole [N, K].
+        Same values as dequant_mm (the reference's weights; one cuBLAS product per band writes its
+        output columns). Capturable (fork and join by events)."""
         fastlaunch.spoil("cuBLAS product")
         m = x.shape[0]
         step = (-(-self.n // chunks) + 127) // 128 * 128      # whole 128-row FP8 scale blocks
-        bands = [(c0, min(c0 + step, self.n)) for c0 in range(0, self.n, step)]
         main = torch.cuda.current_stream(x.device)
         side = _side_stream(x.device)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
-        bufs = [torch.empty(c1 - c0, self.k, dtype=out_dtype, device=x.device) for c0, c1 in bands]
-        ready = []
+        bufs = [torch.empty(min(step, self.n), self.k, dtype=out_dtype, device=x.device) for _ in range(nbuf)]
+        read: list[torch.cuda.Event | None] = [None] * nbuf
         side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for (c0, c1), buf in zip(bands, bufs):
+        for i, c0 in enumerate(range(0, self.n, step)):
+            c1, slot = min(c0 + step, self.n), i % nbuf
+            buf = bufs[slot][:c1 - c0]
+            with torch.cuda.stream(side):
+                if read[slot] is not None:
+                    side.wait_event(read[slot])
                 self.dequantized(out_dtype, c0, c1, buf)
-                ev = torch.cuda.Event()
-                ev.record(side)
-                ready.append(ev)
-        for (c0, c1), buf, ev in zip(bands, bufs, ready):
-            main.wait_event(ev)
+                ready = torch.cuda.Event()
+                ready.record(side)
+            main.wait_event(ready)
             if self.bias is not None:
                 torch.addmm(self.bias[c0:c1], x, buf.t(), out=y[:, c0:c1])
             else:
                 torch.mm(x, buf.t(), out=y[:, c0:c1])
+            read[slot] = torch.cuda.Event()
+            read[slot].record(main)
         return y
 
     def dequantized(self, out_dtype: torch.dtype, n0: int = 0, n1: int | None = None,
