@@ -63,7 +63,7 @@ WG_GRID = [(64, 256, 64, 4, 3, 1, 0), (128, 256, 64, 8, 3, 1, 1), (64, 256, 64, 
 #: R13 (8192x8192 M=16): 30.6-43.6 us against the swap kernel's 26.8 (INT4) / 30.5 (MXFP4).
 WG_FEW = [(128, 16, 128, 4, 3, 1.5, 0), (64, 16, 128, 4, 3, 3, 0)]
 #: DEQUANT_MM in bands on a side stream (launch.DenseGemm.dequant_mm_overlap), at M >= 64: (bands, buffers).
-CHUNKS = ((4, 2), (8, 2), (16, 2), (8, 3))
+CHUNKS = ((4, 2), (8, 2), (16, 2), (32, 2))
 
 
 def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
