@@ -202,6 +202,9 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     import oracle_triton.linear as lin
 
     n, k = SHAPES[name]
+    if time.perf_counter() > deadline:      # no weights built for nothing (a kill then loses the JSON)
+        print(f"  budget spent: {name} {fmt} not built", flush=True)
+        return
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
     tiny = tinygemm(fmt, n, k, w) if fmt == "int4" else []
     sets = {}
