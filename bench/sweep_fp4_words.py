@@ -54,29 +54,27 @@ OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
 
 
-#: (BLOCK_N weight rows, BLOCK_M activation rows, BLOCK_K, warps, stages, split waves, EW) of the many-row
-#: wgmma kernel (w4_wgmma: the decoded weights as the register A operand, activations by cp.async; EW:
-#: decoded weight by weight from staged loads instead of a word at a time). R13 (8192x8192 M=256, word
-#: decode): 64x256 tiles at 4 warps 86.5-88.6 us, every other tile 106-146 us; BF16 48.5.
-WG_GRID = [(64, 256, 64, 4, 3, 1, 0), (128, 256, 64, 8, 3, 1, 1), (64, 256, 64, 4, 3, 1, 1)]
+#: (BLOCK_N weight rows, BLOCK_M activation rows, BLOCK_K, warps, stages, split waves) of the many-row
+#: wgmma kernel (w4_wgmma: the decoded words as the register A operand, activations by cp.async).
+#: R13 (8192x8192 M=256): 64x256 tiles at 4 warps 86.5-88.6 us, 128x256 / 128x128 / 64x128 / 128x64
+#: tiles 106-146 us; BF16 48.5, DEQUANT_MM 94-95. R14: a weight-by-weight decode from staged loads
+#: (so Triton reads them back in the MMA's register layout) 1.5-3.2x slower than the word decode, and
+#: DEQUANT_MM in 4-32 bands dequantized on a side stream while cuBLAS multiplies the previous band
+#: slower than one pass on 8192x8192 and 7168x18432 (120-283 us against 94 on 8192x8192; no overlap
+#: seen), even on 36864x7168 (353.7 against 359.0 at 4 bands): both removed.
+WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 0.5)]
 #: The same kernel at M <= 32 (16-row activation tiles: wgmma's narrow N side), split-K to fill the SMs.
 #: R13 (8192x8192 M=16): 30.6-43.6 us against the swap kernel's 26.8 (INT4) / 30.5 (MXFP4).
-WG_FEW = [(128, 16, 128, 4, 3, 1.5, 0), (64, 16, 128, 4, 3, 3, 0)]
-#: DEQUANT_MM in bands on a side stream (launch.DenseGemm.dequant_mm_overlap), at M >= 64: (bands, buffers).
-CHUNKS = ((4, 2), (8, 2), (16, 2), (32, 2))
+WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 
 
 def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, bm, bk, nw, st, waves, ew in (WG_GRID if m >= 64 else WG_FEW):
+    for bn, bm, bk, nw, st, waves in (WG_GRID if m >= 64 else WG_FEW):
         sp = fill_split(-(-n // bn) * -(-m // bm), k // bk, sms, waves)
-        cfg = {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
-               "num_warps": nw, "num_stages": st}
-        if ew:
-            cfg["EW"] = 1
-        out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}{' ew' if ew else ''}", cfg))
-    if m >= 64:
-        out += [(f"dequant_mm chunks {c} bufs {b}", {"DEQUANT_MM": 1, "CHUNKS": c, "BUFS": b}) for c, b in CHUNKS]
+        out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}",
+                    {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
+                     "num_warps": nw, "num_stages": st}))
     return out
 
 

@@ -254,14 +254,8 @@ MAX_PLANS = 8
 
 
 @functools.cache
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """The stream DenseGemm.dequant_mm_overlap dequantizes on (one per device, reused)."""
-    return torch.cuda.Stream(device)
-
-
-@functools.cache
 def _jit_kernel(name: str) -> Any:
-    """gemm's, gemv's or fp4_gemv's @triton.jit function of that name (imported on first use:
+    """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
     from . import fp4_gemv, gemm, gemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
@@ -334,8 +328,6 @@ class DenseGemm:
             if cfg is None:
                 cfg = self._configs[(m, act)] = self.config_for(m, act)
         if cfg.get("DEQUANT_MM") and not act:       # many rows: dequantize once, multiply with cuBLAS
-            if cfg.get("CHUNKS", 1) > 1 and x.is_cuda:
-                return self.dequant_mm_overlap(x, out_dtype, cfg["CHUNKS"], cfg.get("BUFS", 2))
             return self.dequant_mm(x, out_dtype)
         if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
             if out_dtype == torch.bfloat16:
@@ -424,63 +416,16 @@ class DenseGemm:
         fastlaunch.spoil("cuBLAS product")
         return torch.nn.functional.linear(x, self.dequantized(out_dtype), self.bias)
 
-    def dequant_mm_overlap(self, x: torch.Tensor, out_dtype: torch.dtype, chunks: int, nbuf: int = 2) -> torch.Tensor:
-        """DEQUANT_MM in `chunks` row bands of the weight (column bands of the output): a side stream
-        dequantizes band i + 1 while cuBLAS multiplies band i on the caller's stream, into `nbuf`
-        band buffers used in turn (a band is dequantized into a buffer once the product that read
-        it before is done). The memory-bound dequantizing pass runs on the SMs cuBLAS leaves idle at a
-        few hundred rows, and a buffer small enough to stay in L2 is read back, and rewritten, there
-        (its lines need not reach HBM): nbuf bands of transient memory instead of the whole [N, K].
-        Same values as dequant_mm (the reference's weights; one cuBLAS product per band writes its
-        output columns). Capturable (fork and join by events)."""
-        fastlaunch.spoil("cuBLAS product")
-        m = x.shape[0]
-        step = (-(-self.n // chunks) + 127) // 128 * 128      # whole 128-row FP8 scale blocks
-        main = torch.cuda.current_stream(x.device)
-        side = _side_stream(x.device)
-        y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
-        bufs = [torch.empty(min(step, self.n), self.k, dtype=out_dtype, device=x.device) for _ in range(nbuf)]
-        read: list[torch.cuda.Event | None] = [None] * nbuf
-        side.wait_stream(main)
-        for i, c0 in enumerate(range(0, self.n, step)):
-            c1, slot = min(c0 + step, self.n), i % nbuf
-            buf = bufs[slot][:c1 - c0]
-            with torch.cuda.stream(side):
-                if read[slot] is not None:
-                    side.wait_event(read[slot])
-                self.dequantized(out_dtype, c0, c1, buf)
-                ready = torch.cuda.Event()
-                ready.record(side)
-            main.wait_event(ready)
-            if self.bias is not None:
-                torch.addmm(self.bias[c0:c1], x, buf.t(), out=y[:, c0:c1])
-            else:
-                torch.mm(x, buf.t(), out=y[:, c0:c1])
-            read[slot] = torch.cuda.Event()
-            read[slot].record(main)
-        return y
-
-    def dequantized(self, out_dtype: torch.dtype, n0: int = 0, n1: int | None = None,
-                    buf: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows n0..n1 of the weight [N, K] (all by default) in out_dtype as the reference dequantizes
-        them (gemm.dequant_kernel; E2M1 words by bit placement where the device has the PTX decoders),
-        into buf if given. n0 a multiple of 128 (INT4 zero points: 8 rows per word; FP8 blocks: 128 rows
-        per scale)."""
+    def dequantized(self, out_dtype: torch.dtype) -> torch.Tensor:
+        """The whole weight [N, K] in out_dtype as the reference dequantizes it (gemm.dequant_kernel;
+        E2M1 words by bit placement where the device has the PTX decoders)."""
         lay = self.layout
-        n1 = self.n if n1 is None else n1
-        rows = n1 - n0
-        if buf is None:
-            buf = torch.empty(rows, self.k, dtype=out_dtype, device=self.weight.device)
-        w, s, z = self.weight, self.scale, self.zero
-        if n0:
-            w = w.view(-1)[n0 * lay.stride_wn:]
-            s = s.view(-1)[n0 // lay.scale_rows * lay.stride_sn:] if lay.stride_sn else s
-            z = z.view(-1)[n0 // 8:] if lay.stride_zk else z
+        buf = torch.empty(self.n, self.k, dtype=out_dtype, device=self.weight.device)
         bn, bk = 64, 128
         self.launch(
-            "dequant_kernel", (-(-rows // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
-            w_ptr=w, s_ptr=s, z_ptr=z, g_ptr=self.global_scale, out_ptr=buf,
-            N=rows, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+            "dequant_kernel", (-(-self.n // bn), -(-self.k // bk), 1), {"num_warps": 4, "num_stages": 1},
+            w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale, out_ptr=buf,
+            N=self.n, K=self.k, stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, PACK=lay.pack, GROUP=lay.group,
             SCALE_ROWS=lay.scale_rows, HAS_ZERO=lay.stride_zk != 0, HW_FP8=self.facts["hw_fp8"], BLOCK_N=bn,
             BLOCK_K=bk, EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
@@ -575,7 +520,7 @@ class DenseGemm:
             stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0,
             HAS_BIAS=self.bias is not None, GROUP=lay.group, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"],
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-            OUT_F16=out_dtype == torch.float16, EVEN_K=self.k % cfg["BLOCK_K"] == 0, EW=bool(cfg.get("EW", 0)))
+            OUT_F16=out_dtype == torch.float16, EVEN_K=self.k % cfg["BLOCK_K"] == 0)
         return y
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,

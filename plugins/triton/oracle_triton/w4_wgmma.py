@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e2m1_bits, finish_tile, group_scales_hw, k_in, split_range, to_dtype
+from .dequant import finish_tile, group_scales_hw, k_in, split_range, to_dtype
 from .gemm import e2m1_word_values, int4_word_values, interleave8
 
 
@@ -69,38 +69,11 @@ def _wg_decode(u, s, z, gscale, ELEM: tl.constexpr, io_t: tl.constexpr):
 
 
 @triton.jit
-def _wg_elementwise(t, offs_n, n_ok, w_ptr, s_ptr, z_ptr, gscale, K, stride_wk, stride_sk, stride_zk,
-                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
-                    io_t: tl.constexpr, EVEN_K: tl.constexpr):
-    """K tile t of W [BN, BK] decoded weight by weight from loads of the same shape (each word and
-    scale read once per weight it holds): nothing but elementwise operations between the loads and
-    the dot, so Triton stages the loads through shared memory (cp.async) and reads them back in the
-    MMA's register layout (no layout change of decoded values)."""
-    kk = t * BLOCK_K + tl.arange(0, BLOCK_K)
-    ok = n_ok[:, None] & k_in(kk, K, EVEN_K)[None, :]
-    u = tl.load(w_ptr + (kk // 8)[None, :] * stride_wk + offs_n[:, None], mask=ok, other=0)
-    q = (u >> ((kk % 8) * 4)[None, :]) & 15
-    if ELEM == 3:
-        g = (t * BLOCK_K) // GROUP
-        s = tl.load(s_ptr + g * stride_sk + offs_n, mask=n_ok, other=0.0).to(tl.float32)
-        if HAS_ZERO:
-            zw = tl.load(z_ptr + g * stride_zk + offs_n // 8, mask=n_ok, other=0)
-            z = (zw >> ((offs_n % 8) * 4)) & 15
-        else:
-            z = tl.full(offs_n.shape, 8, tl.int32)
-        w = to_dtype((q - z[:, None]).to(tl.float32) * s[:, None], io_t, False)
-    else:
-        sraw = tl.load(s_ptr + (kk // GROUP)[None, :] * stride_sk + offs_n[:, None], mask=ok, other=0)
-        w = to_dtype(e2m1_bits(q) * group_scales_hw(sraw, gscale, ELEM), io_t, False)
-    return w
-
-
-@triton.jit
 def w4_wgmma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm,
                     stride_ym, stride_wk, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, GROUP: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OUT_F16: tl.constexpr,
-                    EVEN_K: tl.constexpr, EW: tl.constexpr = False):
+                    EVEN_K: tl.constexpr):
     """Grid (tiles, SPLIT_K): tile = pid over bands of GROUP_M activation-row tiles (the row tiles of
     a band fastest, so programs running together share a weight column tile in L2 and the band's
     activations), each program a [BM, BN] output tile over its K slice (finish_tile sums slices)."""
@@ -124,15 +97,6 @@ def w4_wgmma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, c
         gscale = tl.load(g_ptr)
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if EW:      # weight by weight from staged loads (_wg_elementwise)
-        for t in range(t0, t1):
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
-                        mask=row_ok[None, :] & k_in(offs_k, K, EVEN_K)[:, None], other=0.0)
-            w = _wg_elementwise(t, offs_n, n_ok, w_ptr, s_ptr, z_ptr, gscale, K, stride_wk, stride_sk, stride_zk,
-                                ELEM, HAS_ZERO, GROUP, BLOCK_K, io_t, EVEN_K)
-            acc = tl.dot(w, x.to(io_t), acc)
-        t1 = t0     # the word loop below runs no tile
     u, s, z = _wg_words(tl.minimum(t0, t1 - 1), offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk, stride_sk,
                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, EVEN_K)
     for t in range(t0, t1):

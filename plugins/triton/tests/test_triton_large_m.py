@@ -277,12 +277,3 @@ def test_moe_w8a8_block_scales_per_tile_uniform_or_gathered(inter, activation):
     w, ids = routing(24, E, K, DEV)
     assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL_Q["fp8"]
 
-
-@pytest.mark.parametrize("fmt,mode", [("int4", "w4a16_int4"), ("mxfp4", "w4a16_mx"), ("fp8_block", "w8a16_block")])
-def test_a_band_of_the_dequantized_weight_is_those_rows_of_the_whole(fmt, mode):
-    """DenseGemm.dequantized(n0, n1) (the bands DEQUANT_MM CHUNKS multiplies while the next is dequantized):
-    INT4 with zero points, E2M1 words, FP8 128-row blocks; equal to the whole weight's rows."""
-    t, _ = linear_pair(fmt, 384, 256, mode, "bf16", device=DEV)
-    whole = t.gemm.dequantized(torch.bfloat16)
-    for n0, n1 in ((0, 128), (128, 384), (256, 384)):
-        assert torch.equal(t.gemm.dequantized(torch.bfloat16, n0, n1), whole[n0:n1]), (n0, n1)
