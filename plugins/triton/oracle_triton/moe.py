@@ -670,7 +670,8 @@ class TritonMoE(Kernel):
             and self.dtype == torch.bfloat16 and self.act == ACT_NONE
         common["XW"] = xw and _rows_align8(a1)
         split = cfg.get("SPLIT_K")
-        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None else 0   # packed f16 products
+        # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
+        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
         if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
             hx = 1
         common["HX"] = hx
