@@ -316,27 +316,16 @@ class TritonMoE(Kernel):
         else:
             sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
         quant_out = bool(cfg.get("QUANT_OUT", 0))
-        last = None
         if quant_out:                                # FC1 writes FC2's input codes and scales (no launch between)
             self._check_quant_out(cfg)
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
-            if cfg.get("QUANT_LAST"):                # each block's last FC1 program rounds its rows into FC2's codes
-                if self.act != ACT_GROUP or by_expert:
-                    raise ValueError(f"QUANT_LAST on aligned tiles: 1x128 activation groups, no BY_EXPERT; not "
-                                     f"{self.mode.name} with {cfg}")
-                last = self._last_codes(t, blocks)
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert,
-                   last=last)
-        if quant_out:
-            a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
-        elif last is not None:
-            a2 = (last[0].view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else last[0], last[1])
-        else:
-            a2 = self._round(1, inter)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert)
+        a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
+            else self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
@@ -445,7 +434,10 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
-        last = self._last_codes(t, t) if quant_last else None
+        last = None
+        if quant_last:                               # (codes, scales, arrival counters) the last FC1 tile fills
+            last = (torch.empty(t, self.inter, dtype=torch.uint8, device=dev),
+                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev), self._counters(t, "_last_counters"))
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
@@ -712,13 +704,6 @@ class TritonMoE(Kernel):
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
-
-    def _last_codes(self, t: int, counters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """QUANT_LAST's (FC2's input codes, their 1x128 group scales, arrival counters per pair or block):
-        what the last FC1 program of each pair (direct) or block (aligned) fills."""
-        return (torch.empty(t, self.inter, dtype=torch.uint8, device=self.device),
-                torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=self.device),
-                self._counters(counters, "_last_counters"))
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
