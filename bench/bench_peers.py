@@ -125,6 +125,14 @@ def _clone(tensors: dict) -> dict:
 
 
 # ---------------------------------------------------------------- dense candidates
+#: --gemlite-load-config: gemlite configurations loaded after its H100 file (they win), so the shapes
+#: they name are not autotuned in the timing run (bench/configs/gemlite_fp8_channel_h200.json: R11's
+#: tuned choices, and 7168x18432 pinned to 8192x8192's: says so in the figures' notes)
+GEMLITE_PINS: list[str] = []
+#: --peers: only these peers beside ours and BF16 (None: every peer the mode lists)
+PEERS: list = [None]
+
+
 def _gemlite():
     try:
         import gemlite
@@ -134,6 +142,8 @@ def _gemlite():
     cfg = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")
     if os.path.exists(cfg) and "h200" in torch.cuda.get_device_name().lower():
         gemlite.GemLiteLinear.load_config(cfg)       # H100's tuned configs (it ships none for the H200)
+    for pin in GEMLITE_PINS:
+        gemlite.GemLiteLinear.load_config(pin)
     return gemlite, None
 
 
@@ -213,7 +223,7 @@ def bench_dense(ms_list, bw, rows, skipped):
             yref = ref.apply(xr)
             del ref
             built = {}
-            for cand in ("oracle",) + peers:
+            for cand in ("oracle",) + tuple(p for p in peers if PEERS[0] is None or p in PEERS[0]):
                 try:
                     first, nbytes, raw = build_dense(cand, fmt, layer, mode, _clone(tensors))
                     err = rel(first(xr), yref)
@@ -291,17 +301,25 @@ def _print_row(row):
 
 
 # ---------------------------------------------------------------- MoE
+def routing_seed(m, e, topk):
+    """The seed of the routings drawn for (M, experts, top_k): every script and run draws the same ones, so
+    a figure does not move with the routing (DeepSeek-R1 M=16 measured 1022-1080 us over different draws)."""
+    return 1_000_003 * m + 1009 * e + topk
+
+
 def _routings(m, e, topk, count, device):
-    """`count` routings; at M=1 disjoint expert sets (a random permutation cut in top_k pieces)."""
+    """`count` routings from routing_seed's generator; at M=1 disjoint expert sets (a random permutation
+    cut in top_k pieces), else the top_k of a softmax over normal logits per token."""
     out = []
-    perm = torch.randperm(e)
+    gen = torch.Generator().manual_seed(routing_seed(m, e, topk))
+    perm = torch.randperm(e, generator=gen)
     for j in range(count):
         if m == 1:
             idx = torch.arange(j * topk, (j + 1) * topk) % e
             ids = perm[idx].view(1, topk)
-            w = torch.softmax(torch.randn(1, topk), -1)
+            w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
-            w, ids = torch.topk(torch.softmax(torch.randn(m, e), -1), topk)
+            w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
         out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
     return out
 
@@ -378,19 +396,21 @@ def bench_moe(ms_list, bw, rows, skipped):
             touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
             hbm = touched * per_expert / bw * 1e6
             row = dict(kind="moe", shape=name, mode=mode_name, m=m, hbm_us=hbm, experts_touched=touched,
-                       routings=count, peers={})
-            err = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+                       routings=count, routing_seed=routing_seed(m, ne, topk), peers={})
+            # the references (emulation's MoE, the BF16 product) run after the timings, so their fresh
+            # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
+            # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             warm_clocks(SETTLE_S)
             o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
-            o.update(err=err)
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
-                    b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     ob = measure([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
+                    b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     ob.update(err=rel(own_bf16.apply(x, *routes[0]), b_ref))
+                    del b_ref
                     row["peers"]["oracle-bf16"] = ob
                 except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
                     row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -402,6 +422,7 @@ def bench_moe(ms_list, bw, rows, skipped):
                 row["bf16"] = {"graph": float("nan"), "eager": float("nan"), "host": float("nan")}
                 skipped.append(f"{name} M={m}: BF16 grouped baseline failed ({type(exc).__name__}: {str(exc)[:120]})")
                 print("  " + skipped[-1])
+            o["err"] = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
             rows.append(row)
             _print_row(row)
         del t, em, w13, w2, own_bf16
@@ -457,7 +478,8 @@ def _compile_dense_jobs(job: tuple) -> str:
     of the configurations it would try (every workers-th), and oracle-triton's layer for every
     workers-th pair: Triton compiles them into its on-disk cache, so the timing process's own
     autotuning (all configurations, a quiet GPU) only times them."""
-    index, workers, pairs, tune_ms = job
+    index, workers, pairs, tune_ms, pins = job
+    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config)
     if tune_ms:
         _tune_time(tune_ms)
     from triton.runtime import autotuner
@@ -500,7 +522,7 @@ def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: flo
     """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
     `workers` processes at once; best effort, as precompile_moe."""
     pairs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
-    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms) for i in range(workers)], workers, timeout_s,
+    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS)) for i in range(workers)], workers, timeout_s,
               "dense")
 
 
@@ -560,11 +582,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precompile-only", action="store_true", help="dense: compile (--precompile N), time nothing")
     ap.add_argument("--gemlite-save-config", metavar="PATH",
                     help="after the dense table, write gemlite's autotuned choices there (GemLiteLinear.cache_config)")
+    ap.add_argument("--gemlite-load-config", metavar="PATH", nargs="+", default=[],
+                    help="gemlite configurations (GemLiteLinear.cache_config's format) loaded after its H100 file: "
+                         "the shapes and row buckets they name are not autotuned")
+    ap.add_argument("--peers", nargs="+", help="dense: only these peers beside ours and BF16 (e.g. gemlite scaled_mm)")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
     LEAN[0] = args.lean
+    GEMLITE_PINS[:] = args.gemlite_load_config
+    PEERS[0] = args.peers
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
     keep_shapes(args.shapes, DENSE, MOE)

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="deepseek-r1", choices=list(MOE))
     ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--steps-only", action="store_true",
+                    help="only bench_peers' build and its steps one at a time (skip the sweep build and the timer cross)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if not start("moe_gap"):
@@ -98,13 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         row(label, "measure(forward)", lambda: measure([lambda r=r: t.forward(x, *r) for r in routes], m), hbm=hbm)
         row(label, "timed(forward) again", lambda: timed(t, x, routes), hbm=hbm)
 
-    t1, per_expert = build(name)
-    both("sweep build", t1, per_expert)
-    del t1
-    torch.cuda.empty_cache()
+    if not args.steps_only:
+        t1, per_expert = build(name)
+        both("sweep build", t1, per_expert)
+        del t1
+        torch.cuda.empty_cache()
     t2, layer, mode, tensors, w13, w2 = peers_build(name)
     per2 = (t2.w13.nbytes() + t2.w2.nbytes()) / ne
-    both("peers build", t2, per2)
+    if not args.steps_only:
+        both("peers build", t2, per2)
     own = _own_bf16(layer, w13, w2)           # what bench_peers also holds while it times
     try:
         from oracle_emulation.moe import EmulationMoE
@@ -113,12 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     except torch.cuda.OutOfMemoryError:
         em = None
     torch.cuda.synchronize()
-    both("peers + bf16/em", t2, per2)
+    if not args.steps_only:
+        both("peers + bf16/em", t2, per2)
     if em is not None:                        # what bench_peers' row does before its timing, one step at a time
         x, routes, _, hbm = _inputs(m, ne, topk, h, per2, bw)
         calls = [lambda r=r: t2.apply(x, *r) for r in routes]
-        for label, reference, settle in (("after reference", True, False), ("after settle", False, True),
-                                         ("after reference + settle", True, True), ("plain again", False, False)):
+        t2.apply(x, *routes[0])               # compiled and warm before the first step
+        for label, reference, settle in (("plain", False, False), ("after reference", True, False),
+                                         ("plain again", False, False), ("after settle", False, True),
+                                         ("after reference + settle", True, True), ("plain at the end", False, False)):
             def run(reference=reference, settle=settle):
                 if reference:
                     em.apply(x, *routes[0])

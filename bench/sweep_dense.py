@@ -254,10 +254,18 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         from oracle_triton.launch import FP8_PDL
         other = 1 - default.get("PDL", FP8_PDL)
         out.append((f"default, pdl {other}", {**default, "PDL": other}))
+    if 1 < m <= 32 and "SWAP" in default:      # the rows quantized by the GEMM's programs (COOP) or a launch before
+        from oracle_triton.launch import FP8_COOP
+        out.append((f"default, coop {1 - default.get('COOP', FP8_COOP)}", {**default, "COOP": 1 - default.get("COOP", FP8_COOP)}))
+        out.append(("default, coop 1 spin 0", {**default, "COOP": 1, "COOP_SPIN": 0}))   # waiters polling by atomics
+        out += [(f"default, coop k{ck}", {**default, "COOP": 1, "COOP_K": ck}) for ck in (2048, 4096)
+                if ck < k and ck != default.get("COOP_K")]
+        if facts.get("pdl") and k % 16 == 0:    # the weights asked of L2 before the rows are quantized
+            out.append(("default, coop pf_l2 1", {**default, "COOP": 1, "PF_L2": 1}))
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
     if DEFAULTS_ONLY[0]:
-        return out
+        return only(out)
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
         # wider N); R7 on 7168x18432: 128x256 / 256x128 / 64x512 tiles 15-50% slower, so not tried
         grid = [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (16, 64, 128, 4, 6), (16, 64, 256, 4, 4)]
@@ -271,11 +279,15 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         grid = [(bm, 128, 128, nw, 4) for bm in (64, 128) for nw in (4, 8)] + [(64, 256, 128, 8, 4)]
         if n * k <= 1 << 24:        # small layers (2048x4096): more, smaller tiles fill the SMs
             grid += [(64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (128, 64, 128, 4, 4), (32, 128, 128, 4, 4)]
-            # the tiled float8 GEMM (wgemm_kernel on the quantizer's codes), no swap
-            for bm, bn, nw, sp in ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 2), (128, 64, 4, 2)):
-                out.append((f"tile bm{bm} bn{bn} bk128 s{sp} w{nw}",
+        # the tiled float8 GEMM (wgemm_kernel on the quantizer's codes, or COOP: its programs quantize
+        # the rows first, one launch), no swap
+        tiles = ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 2), (128, 64, 4, 2)) \
+            if n * k <= 1 << 24 else ((128, 128, 8, 1), (64, 128, 4, 1))
+        for bm, bn, nw, sp in tiles:
+            for coop in (0, 1):
+                out.append((f"tile bm{bm} bn{bn} bk128 s{sp} w{nw}{' coop' if coop else ''}",
                             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
-                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0}))
+                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "COOP": coop}))
     for bm, bn, bk, nw, st in grid:
         tiles, kt = -(-n // bn) * -(-m // bm), k // bk
         for waves in ((1, 2, 4) if m == 1 else (1, 2)):

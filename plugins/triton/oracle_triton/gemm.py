@@ -8,7 +8,10 @@ order. One activation row is served by gemv.py instead (launch.use_gemv).
 Activation pass: quantizing inside the GEMM's prologue repeats the work in every one of the
 N/BLOCK_N programs (and on 16-row tiles at M = 1); measured on an H200 it cost 4x the GEMM at
 M = 1, so the activations are rounded once, in their own launch, to the values the reference
-gives (codes times scales, in the layer's dtype), and the GEMM reads those.
+gives (codes times scales, in the layer's dtype), and the GEMM reads those. Per-token FP8 codes at
+a few rows are the exception (COOP, coop_token_codes): the GEMM's first programs to start quantize
+one row each, once, and the others wait for them, so the rows are still rounded once but inside the
+GEMM's launch.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
 
 
 @triton.jit
@@ -96,7 +99,9 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
-                 EVEN_K: tl.constexpr = False, KN: tl.constexpr = False):
+                 EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
+                 COOP: tl.constexpr = False, COOP_Q=1, COOP_K: tl.constexpr = 1024,
+                 COOP_SPIN: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -104,7 +109,10 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     tile's weight rows share one 128-row scale block, read as one scalar). FULL_TILE: 4-bit
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
-    KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words)."""
+    KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
+    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
+    if COOP:
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
     if GROUP_M > 1:
         grid_n = tl.num_programs(0)
         grid_m = tl.num_programs(1)
@@ -173,6 +181,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                 BLOCK_M, BLOCK_N, BLOCK_K // PACK, io_t, dot_t, DOT_F32)
     finish_tile(acc, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+    if COOP:
+        coop_done(sync_ptr)
 
 
 
@@ -550,7 +560,9 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
-                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False):
+                    AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
+                    xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False, COOP_Q=1,
+                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -572,7 +584,13 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     pipeline's ramp. Both measured slower than neither on an H200 (R11: M=1 PF_L2 2048x4096 8.1 us
     against 7.5, 8192x8192 26.8 against 21.8; M=16 PDL 10.3 against 9.8 and 28.4 against 24.2; why was
     not profiled), so they are off
-    unless a tuned entry turns them on (launch.FP8_PDL, cfg PDL / PF_L2)."""
+    unless a tuned entry turns them on (launch.FP8_PDL, cfg PDL / PF_L2).
+
+    COOP (per-token codes, 2-32 rows: one launch instead of the quantizer's and this one's): x_ptr
+    and as_ptr are empty code and scale buffers, xin_ptr the activations in the layer dtype; the
+    programs quantize the rows among themselves first (coop_token_codes: the first COOP_Q to start
+    take a row each), wait for all rows, then run as usual. With PF_L2 the weight prefetch is asked
+    for before the rows, so the HBM reads overlap them."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -584,6 +602,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                          tl.minimum(share, tile_bytes - first_byte))
     if GDC:
         gdc_wait()
+    if COOP:
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -622,6 +642,71 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         y = fp8_codes_scale(tl.trans(acc), as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, 1, A_CODES)
     finish_tile(y, part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m, offs_n,
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
+    if COOP:
+        coop_done(sync_ptr)
+
+
+@triton.jit
+def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q, CHUNK: tl.constexpr,
+                     SPIN: tl.constexpr = False):
+    """Per-token FP8 codes of x [M, K] (layer dtype, row stride stride_m) computed by the programs of the
+    grid calling it, into codes [M, K] (uint8, the same row stride) and scales [M] (fp32): the codes and
+    scales act_qdq_kernel writes (CODES, ACT 2). Then every program waits until all rows are written.
+
+    sync_ptr: three int32 counters, zero between launches (coop_done resets them): [0] hands out
+    tickets in the order programs start; the first Q tickets (Q <= M and <= programs that fit on the GPU
+    at once) each take rows ticket, ticket + Q, ... and add one to [1] when written; everyone then spins
+    on [1] reaching Q. Only programs already running hold those tickets, so nobody waits on a program
+    that has not started (no deadlock whatever order the hardware starts them in; Triton's CPU
+    interpreter runs programs one by one, so it is launched with Q = 1). A row's amax and codes come
+    from chunks of CHUNK (one load per chunk; a row that fits one chunk is loaded once). SPIN: the
+    waiters poll with sleeping acquire loads (pdl.wait_until_at_least) instead of atomics."""
+    ticket = tl.atomic_add(sync_ptr, 1)
+    if ticket < Q:
+        for row in range(ticket, M, Q):
+            xr = xin_ptr + row * stride_m       # (M <= 32 rows: int32 offsets)
+            cr = codes_ptr + row * stride_m
+            offs = tl.arange(0, CHUNK)
+            x = tl.load(xr + offs[None, :], mask=(offs < K)[None, :], other=0.0).to(tl.float32)
+            amax = tl.max(tl.abs(x), axis=1)
+            for c in range(CHUNK, K, CHUNK):
+                xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
+                amax = tl.maximum(amax, tl.max(tl.abs(xc), axis=1))
+            q, s = quantize_tile_codes(x, amax, 2, scales_ptr)
+            tl.store(cr + offs[None, :], _code_bytes(e4m3_encode(q, x), cr), mask=(offs < K)[None, :])
+            for c in range(CHUNK, K, CHUNK):
+                xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
+                qc, sc = quantize_tile_codes(xc, amax, 2, scales_ptr)
+                tl.store(cr + c + offs[None, :], _code_bytes(e4m3_encode(qc, xc), cr),
+                         mask=(c + offs < K)[None, :])
+            tl.store(scales_ptr + row + tl.zeros([1], tl.int32), s)
+        tl.debug_barrier()                       # every thread's codes written before the release
+        tl.atomic_add(sync_ptr + 1, 1, sem="release")
+    if SPIN:                                     # acquire loads with a sleep between them (inline PTX)
+        wait_until_at_least(sync_ptr + 1, Q)
+    else:                                        # atomic reads (what Triton's CPU interpreter runs)
+        done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+        while done < Q:
+            done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+    tl.debug_barrier()                           # no thread reads codes before the acquire
+
+
+@triton.jit
+def _code_bytes(codes, ptr):
+    """int32 code bytes as the element type of ptr (uint8, or float8e4nv where the GEMM multiplies float8)."""
+    return codes.to(tl.uint8).to(ptr.dtype.element_ty, bitcast=True)
+
+
+@triton.jit
+def coop_done(sync_ptr):
+    """The last program of a coop_token_codes grid to finish zeroes its counters for the next launch
+    (a CUDA-graph replay finds them at zero, as finish_tile's split-K counters)."""
+    total = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    gone = tl.atomic_add(sync_ptr + 2, 1)
+    if gone == total - 1:
+        tl.atomic_xchg(sync_ptr, 0)
+        tl.atomic_xchg(sync_ptr + 1, 0)
+        tl.atomic_xchg(sync_ptr + 2, 0)
 
 
 @triton.jit

@@ -248,6 +248,18 @@ ONE_TILE_MAX_K = 16384
 #: may turn it on where a sweep (bench/sweep_dense.py "pdl 1") finds it faster.
 FP8_PDL = 0
 
+#: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
+#: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call, the same
+#: bits. Off by default: measured slower on an H200 (R13 of the sixth session, graph replay, weights
+#: from HBM, waiters polling with atomics): M=16 2048x4096 13.0 us against 9.7 for the two launches,
+#: 8192x8192 29.7 against 24.2; a tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
+FP8_COOP = 0
+#: coop_token_codes' chunk: a row up to this long is loaded once (at 4 warps 64 fp32 values a thread,
+#: before the main loop needs its registers); longer rows take ceil(K / COOP_K) loads per pass.
+COOP_K = 8192
+#: The COOP waiters poll with sleeping acquire loads (pdl.wait_until_at_least), not atomics (cfg COOP_SPIN).
+COOP_SPIN = 1
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -308,6 +320,8 @@ class DenseGemm:
         return y.view(out_shape)
 
     def counters(self, tiles: int, split: int) -> torch.Tensor:
+        """Zeroed int32 counters [tiles] kept by the layer: split-K arrivals per tile (split >= 2), or
+        coop_token_codes' three sync counters (split 0); kernels leave them at zero."""
         key = (tiles, split)
         c = self._counters.get(key)
         if c is None:
@@ -336,14 +350,19 @@ class DenseGemm:
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
                     return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
+                if self.coop_ok(x, act, cfg):
+                    return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
                 codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
-        xs = self.scale
-        if act in FP8_CODES:                         # W8A8: E4M3 codes and their scales
+        xs, coop = self.scale, None
+        if act in FP8_CODES and self.coop_ok(x, act, cfg, default=0):    # the programs quantize the rows
+            coop = (x, self.counters(3, 0))
+            x, xs = self.coop_buffers(x)
+        elif act in FP8_CODES:                       # W8A8: E4M3 codes and their scales
             x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
@@ -367,7 +386,8 @@ class DenseGemm:
             HW_FP8=self.facts["hw_fp8"], DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16,
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
-            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay))
+            FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
+            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
         return y
 
     def full_tile(self, cfg: dict[str, int]) -> int:
@@ -490,8 +510,44 @@ class DenseGemm:
             return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
 
+    def coop_ok(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = FP8_COOP) -> bool:
+        """Do the GEMM's programs quantize the rows themselves (gemm.coop_token_codes): per-token
+        codes, more than one row, in one contiguous block, cfg COOP (default: FP8_COOP for the swap
+        kernel, off for the tiled one, where only a tuned entry turns it on), no PDL chain asked for."""
+        return act == ACT_TOKEN and x.shape[0] > 1 and x.is_contiguous() and bool(cfg.get("COOP", default)) \
+            and not cfg.get("PDL", FP8_PDL)
+
+    def coop_buffers(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This call's empty code [M, K] and scale [M] buffers that a COOP grid fills (the codes as the
+        GEMM reads them: a float8 view where it multiplies float8)."""
+        codes = fastlaunch.temp(torch.empty(x.shape[0], self.k, dtype=torch.uint8, device=x.device))
+        scales = fastlaunch.temp(torch.empty(x.shape[0], dtype=torch.float32, device=x.device))
+        return (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes), scales
+
+    def coop_args(self, coop: tuple | None, m: int, programs: int, cfg: dict[str, int]) -> dict[str, Any]:
+        """The COOP kernel arguments for coop = (x, its three sync counters), or none (coop None)."""
+        if coop is None:
+            return {}
+        return {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": self.coop_rows(m, programs),
+                "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K)),
+                "COOP_SPIN": bool(cfg.get("COOP_SPIN", COOP_SPIN)) and not self.facts["dot_f32"]}
+
+    def fp8_swap_coop(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose first
+        programs write the codes and scales act_qdq_kernel would (into this call's temporaries) while
+        the others wait (coop_rows: how many take rows)."""
+        codes, scales = self.coop_buffers(x)
+        return self.fp8_swap(codes, scales, ACT_TOKEN, out_dtype, cfg, coop=(x, self.counters(3, 0)))
+
+    def coop_rows(self, m: int, programs: int) -> int:
+        """How many programs of a COOP grid take rows (gemm.coop_token_codes' Q): at most one per row,
+        per program of the grid and per SM (each SM holds at least one program, so the row takers all
+        run at once whatever else waits); one under the CPU interpreter (programs run one by one)."""
+        return 1 if self.facts["dot_f32"] else max(1, min(m, programs, self.facts["sms"]))
+
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False) -> torch.Tensor:
+                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
+                 coop: tuple | None = None) -> torch.Tensor:
         """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
         `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
         per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
@@ -500,7 +556,8 @@ class DenseGemm:
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
         launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
-        (gemm.fp8_swap_kernel GDC)."""
+        (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters): the kernel writes `codes`
+        and `xs` from x itself first (fp8_swap_coop); coop_rows says how many programs take rows."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
@@ -516,7 +573,8 @@ class DenseGemm:
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
             **({"GDC": True} if pdl else {}),
-            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}))
+            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
+            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

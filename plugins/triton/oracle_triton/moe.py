@@ -316,16 +316,27 @@ class TritonMoE(Kernel):
         else:
             sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
         quant_out = bool(cfg.get("QUANT_OUT", 0))
+        last = None
         if quant_out:                                # FC1 writes FC2's input codes and scales (no launch between)
             self._check_quant_out(cfg)
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
+            if cfg.get("QUANT_LAST"):                # each block's last FC1 program rounds its rows into FC2's codes
+                if self.act != ACT_GROUP or by_expert:
+                    raise ValueError(f"QUANT_LAST on aligned tiles: 1x128 activation groups, no BY_EXPERT; not "
+                                     f"{self.mode.name} with {cfg}")
+                last = self._last_codes(t, blocks)
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert)
-        a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
-            else self._round(1, inter)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert,
+                   last=last)
+        if quant_out:
+            a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
+        elif last is not None:
+            a2 = (last[0].view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else last[0], last[1])
+        else:
+            a2 = self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
@@ -434,10 +445,7 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
-        last = None
-        if quant_last:                               # (codes, scales, arrival counters) the last FC1 tile fills
-            last = (torch.empty(t, self.inter, dtype=torch.uint8, device=dev),
-                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev), self._counters(t, "_last_counters"))
+        last = self._last_codes(t, t) if quant_last else None
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
@@ -705,6 +713,13 @@ class TritonMoE(Kernel):
             **common)
         return out
 
+    def _last_codes(self, t: int, counters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """QUANT_LAST's (FC2's input codes, their 1x128 group scales, arrival counters per pair or block):
+        what the last FC1 program of each pair (direct) or block (aligned) fills."""
+        return (torch.empty(t, self.inter, dtype=torch.uint8, device=self.device),
+                torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=self.device),
+                self._counters(counters, "_last_counters"))
+
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's
         slots (name _down_counters) or moe_up_split_kernel's K slices (_up_counters)."""
@@ -756,6 +771,7 @@ class TritonMoE(Kernel):
         uniform = codes and not fuse and rows % ((2 if gated and interleaved else 1) * bn) == 0 and (
             not gated or interleaved or n_out % rows == 0)
         n_fast = bool(cfg.get("N_FAST", 0)) and not direct
+        swap_ab = codes and not quant_in and bool(int(cfg.get("SWAP_AB", 0)) & stage)    # bit 1 FC1, bit 2 FC2
         moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
@@ -782,7 +798,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, e4m3_encode, expert_operands, fp8_codes_product, fp8_codes_scale,
-                      fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product, to_dtype, w4_product)
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, expert_operands, fp8_codes_product,
+                      fp8_codes_scale, fp8_operand, fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product,
+                      to_dtype, w4_product)
 from .gemv import row_amax
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
 
@@ -247,7 +248,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
-                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1):
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -299,10 +300,15 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     finds itself in the pairs' expert ids (sorted_ptr; expert_rows): each token's first slot routed to
     it, in pair order (align_small_kernel's order); a token's later slots with the same id are not
     computed again (topk_sum_kernel DEDUP reads the first slot's row for them). QUANT_LAST (STAGE 1,
-    DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
-    between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
-    codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
-    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs."""
+    1x128 groups): after its store each program bumps its pair's (DIRECT) or block's (aligned) arrival
+    counter (cnt_ptr, zero between calls); the last of the column tiles rounds the pair's whole output row,
+    or each of the block's pair rows in turn, into E4M3 codes (lq_ptr) and group scales (os_ptr:
+    [N_OUT / 128, T]; N_GROUPS: the next power of two >= N_OUT / 128), the quantization launch's bits,
+    and resets the counter: no launch between the GEMMs.
+    SWAP_AB (W8A8 on codes, not QUANT_IN): each K tile's product is taken as W [BN, BK] @ A^T, the weight
+    rows the MMA's tall side and the tile's BLOCK_M rows its narrow one (fp8_codes_product_t), the way
+    gemm.fp8_swap_kernel streams one-row dense layers near the copy bandwidth: a 16-row A tile otherwise
+    makes the MMA 16 rows tall (no Hopper warpgroup MMA); the sums come back transposed before the epilogue."""
     if N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -413,6 +419,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
         elif A_CODES > 0:
             PER_TILE: tl.constexpr = A_CODES == 1 or GROUP > 1      # scales change along K
             k_tiles = tl.cdiv(K, BLOCK_K)
+            if SWAP_AB:                             # the sums as [columns, rows] until after the loop
+                acc_g = tl.zeros([WN, BLOCK_M], dtype=tl.float32)
+                acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
             xs, ws_g = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_w, n0_g, s_e, N_W, stride_sn, stride_sk,
                                        A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             ws_u = ws_g
@@ -430,14 +439,27 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                         xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
                                                             UNIFORM_WS)
-                acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
-                                          PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
-                if TWO:
-                    acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                if SWAP_AB:
+                    acc_g = fp8_codes_product_t(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
+                                                stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                                UNIFORM_WS, EVEN_K)
+                    if TWO:
+                        acc_u = fp8_codes_product_t(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                                    stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                                    UNIFORM_WS, EVEN_K)
+                else:
+                    acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
                                               stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
                                               UNIFORM_WS, EVEN_K)
+                    if TWO:
+                        acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                                  stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                                  UNIFORM_WS, EVEN_K)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
+            if SWAP_AB:
+                acc_g = tl.trans(acc_g)
+                acc_u = tl.trans(acc_u)
             if not PER_TILE:                        # scales constant along K: applied once
                 acc_g = fp8_codes_scale(acc_g, as_ptr, arow, valid, n_w, s_e, N_W, stride_sn, SCALE_ROWS, A_CODES)
                 if TWO:
@@ -499,12 +521,25 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 tl.store(os_ptr + pid_n * T + rows, s, mask=valid)
             else:
                 tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
-            if QUANT_LAST:                          # DIRECT: the pair's last tile rounds the pair's row
+            if QUANT_LAST:                          # the pair's (block's) last tile rounds its row(s)
                 tl.debug_barrier()
                 arrived = tl.atomic_add(cnt_ptr + pid_m, 1)
-                if arrived == tl.num_programs(1) - 1:
-                    quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om, lq_ptr + pid_m.to(tl.int64) * stride_om,
-                                       os_ptr + pid_m, T, N_OUT, N_GROUPS, CG=True)
+                if N_FAST:
+                    n_tiles = tl.num_programs(0)
+                else:
+                    n_tiles = tl.num_programs(1)
+                if arrived == n_tiles - 1:
+                    if DIRECT:
+                        quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om,
+                                           lq_ptr + pid_m.to(tl.int64) * stride_om, os_ptr + pid_m, T, N_OUT,
+                                           N_GROUPS, CG=True)
+                    else:                           # aligned: each pair row of the block, one at a time
+                        for r in range(0, BLOCK_M):
+                            row = tl.load(sorted_ptr + pid_m * BLOCK_M + r)
+                            if row < T:
+                                quantize_row_codes(out_ptr + row.to(tl.int64) * stride_om,
+                                                   lq_ptr + row.to(tl.int64) * stride_om, os_ptr + row, T, N_OUT,
+                                                   N_GROUPS, CG=True)
                     tl.atomic_xchg(cnt_ptr + pid_m, 0)
         elif RAW_PAIRS:                             # the rounded output as it is: topk_sum_kernel weighs it
             tl.store(out_rows, to_dtype(acc_g, io_t, DOT_F32), mask=omask)
@@ -639,6 +674,28 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
     else:
         ws = weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
     return ws
+
+
+@triton.jit
+def fp8_codes_product_t(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
+                        HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                        DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False):
+    """dequant.fp8_codes_product with the operands swapped (moe_gemm_kernel SWAP_AB): acc [BN, BM] +
+    codes(W[offs_n, k0:k0+BK]) @ codes(A)^T, the tile's scales (xs [BM], ws [BN] or one scalar with
+    UNIFORM_WS) applied per tile as there. Each code product is exact in fp32, as there."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+    wop, at = fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a)
+    if PER_TILE:
+        p = code_product(wop, at, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
+        if UNIFORM_WS:
+            out = acc + p * (xs * ws)[None, :]
+        else:
+            out = acc + p * ws[:, None] * xs[None, :]
+    else:
+        out = code_product(wop, at, acc, FP8_DOT, DOT_F32, BLOCK_K)
+    return out
 
 
 @triton.jit

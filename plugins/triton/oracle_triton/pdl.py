@@ -1,4 +1,5 @@
-"""Programmatic dependent launch and L2 prefetch on sm_90, as Triton device functions (inline PTX).
+"""Programmatic dependent launch, L2 prefetch (sm_90) and a sleeping counter wait (sm_70+), as Triton
+device functions (inline PTX).
 
 Used by the fused MoE's FC1 -> FC2 chain (moe_kernels) and the dense per-token quantizer -> FP8 GEMM
 chain (gemm): one copy of the PTX in a module both import, so neither kernel module imports the other
@@ -34,3 +35,14 @@ def prefetch_rows_l2(base, nbytes):
             "{ .reg .u32 tid; .reg .pred lead; mov.u32 tid, %tid.x; setp.eq.u32 lead, tid, 0; "
             "@lead cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
             "=r,l,r", [base + off, size.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def wait_until_at_least(ptr, target):
+    """Spin until the int32 counter at ptr reaches target (gpu-scope acquire loads, not atomics, with a
+    short nanosleep between them, so hundreds of waiting programs do not queue on the counter's L2
+    slice ahead of the writers' own atomics); returns the value seen. sm_70+ (nanosleep)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .s32 v; WAIT_LOOP: ld.acquire.gpu.global.s32 v, [$1]; setp.lt.s32 p, v, $2; "
+        "@p nanosleep.u32 100; @p bra WAIT_LOOP; mov.b32 $0, v; }",
+        "=r,l,r", [ptr, target], dtype=tl.int32, is_pure=False, pack=1)

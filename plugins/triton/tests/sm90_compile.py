@@ -96,15 +96,18 @@ def main_loop(cubin: str, bindir: str) -> dict | None:
             "global_loads": sum(o.startswith("LDG") for o in body)}
 
 
-def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False):
+def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0):
+    """coop_k (per-token codes): the rows quantized by the programs (COOP, chunks of coop_k)."""
     fp8 = codes > 0
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=int(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
-                  UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem))
+                  UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem),
+                  **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
-            "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+            "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32",
+            "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
@@ -270,12 +273,13 @@ def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
     return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
-def fp8_swap(cfg, act=2, quant_in=False):
+def fp8_swap(cfg, act=2, quant_in=False, coop_k=0):
+    """coop_k: the rows quantized by the programs (COOP, chunks of coop_k)."""
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in, AMAX_K=8192)
+                  QUANT_IN=quant_in, AMAX_K=8192, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
-            "cnt_ptr": "*i32"}
+            "cnt_ptr": "*i32", "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
@@ -336,6 +340,13 @@ def words_cases():
         "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
         "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=True),
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
+        "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 8192)":
+            lambda: fp8_swap(c(16, 64, 4, 0), coop_k=8192),
+        "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 4096) bm32":
+            lambda: fp8_swap(c(32, 64, 4, 0), coop_k=4096),
+        "dense fp8 W8A8 per token 64x64x128, rows quantized by the programs (COOP, 4096)":
+            lambda: dense(0, 1, 1, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+                          codes=2, coop_k=4096),
         "act codes per token, one tile of 8192": lambda: act_codes(2, 8192),
         "act codes per token, one tile of 16384": lambda: act_codes(2, 16384),
         "dynamic per-tensor scale, one program": lambda: compile_kernel(

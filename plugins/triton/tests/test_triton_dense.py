@@ -111,6 +111,29 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         assert rel(y, e.apply(x)) < TOL, (fmt, m)
         if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default) = the quantizer's codes
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
+        elif gran == "token":   # the rows quantized by the GEMM's programs (COOP 1) = the quantizer's
+            assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})
+            assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}))
+    if gran == "token":         # coop_token_codes left its counters at zero (a graph replay relies on it)
+        assert not t.gemm.counters(3, 0).any()
+        # row takers on a GPU: at most one per row, per program and per SM (all run at once: no deadlock)
+        assert t.gemm.coop_rows(16, 4) == 1            # the interpreter runs programs one by one
+        t.gemm.facts = {**t.gemm.facts, "dot_f32": False, "sms": 132}
+        assert [t.gemm.coop_rows(m, p) for m, p in ((16, 4), (29, 300), (32, 1000), (200, 1000))] == [4, 29, 32, 132]
+
+
+def test_tiled_gemm_quantizing_the_rows_itself_gives_the_quantizers_bits():
+    """wgemm_kernel COOP (a tuned entry's option for per-token W8A8 at many rows): its programs write
+    the codes and scales the quantizer launch would, so the product is bit for bit the two launches'."""
+    t, e = linear_pair("fp8_channel", 96, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       bias=True, device=DEV)
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 2, "GROUP_M": 1, "FULL_TILE": 0,
+           "num_warps": 4, "num_stages": 2, "COOP": 1}
+    x = torch.randn(37, 320, dtype=torch.bfloat16, device=DEV) * 3
+    y = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+    assert rel(y, e.apply(x)) < TOL
+    assert torch.equal(y, t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "COOP": 0}))
+    assert not t.gemm.counters(3, 0).any()
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),

@@ -316,6 +316,10 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
+            elif 1 < m <= 32 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
+                assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})   # (COOP 1, waiters sleeping on acquire
+                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}),   # loads): the
+                                   t.gemm(x, t.act, scale, torch.bfloat16, cfg))                  # quantizer's codes
     cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 4}
     x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,
@@ -334,6 +338,16 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
         assert rel(out, e.apply(x)) < TOL
         assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None,
                                        torch.bfloat16, cfg))
+    if gran == "token":         # COOP in a launch plan (the second eager call replays it) and replayed in a
+        t.gemm._configs[(16, t.act)] = {**cfg, "COOP": 1}       # graph: the quantizer's bits
+        t.apply(x)
+        assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))
+        g, out = _graph(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, {**cfg, "COOP": 1}), x)
+        for _ in range(2):
+            x.copy_(torch.randn_like(x))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, t.gemm(x, t.act, None, torch.bfloat16, cfg))
 
 
 def test_fp8_swap_with_programmatic_dependent_launch_gives_the_same_bits():

@@ -1,0 +1,131 @@
+"""W8A8 MoE GEMMs with the weight rows as the MMA's tall side (moe_gemm_kernel SWAP_AB, bit 1 FC1, bit 2
+FC2): against oracle-emulation's MoE for the three FP8 activation granularities on the tensor-core
+direct path (one pair per program, with and without the rounding of FC1's input in its prologue and
+of FC2's by FC1's last program) and on the aligned blocks, in Triton's interpreter on CPU (compiled on
+a GPU machine); on a GPU (marked gpu) also at a model-like shape and under CUDA-graph replay. And
+QUANT_LAST on the aligned blocks (each block's last FC1 program rounds its rows into FC2's codes): the
+quantization launch's bits. Tolerances as test_triton_moe."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import moe_pair, rel, routing
+
+slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 5e-2
+E, H, I, K = 8, 256, 384, 2
+FP8 = [
+    ("fp8_block", "w8a8_block", {"activation_granularity": "group"}),
+    ("fp8_channel", "w8a8_fp8_channel", {"activation_granularity": "token"}),
+    ("fp8_tensor", "w8a8_fp8_tensor", {"activation_granularity": "tensor"}),
+]
+DIRECT = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+          "FULL_TILE": 1, "FUSE_SUM": 1, "SWAP_AB": 3}
+#: DeepSeek-R1's M=1 entry's options: FC1 rounds its input in its prologue, its last program FC2's
+DIRECT_LAST = dict(DIRECT, QUANT_PRO=1, QUANT_LAST=1, BLOCK_N2=128)
+ALIGNED = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+           "FULL_TILE": 0, "SWAP_AB": 3}
+ALIGNED_LAST = dict(ALIGNED, QUANT_LAST=1)
+
+
+def _check(t, ref, m, cfg, tol=TOL):
+    x = torch.randn(m, t.hidden, dtype=torch.bfloat16, device=t.device)
+    w, ids = routing(m, t.experts, t.layer.top_k, t.device)
+    expect = ref.apply(x, w, ids)
+    t.config = cfg
+    y = t.apply(x, w, ids)
+    t.config = {k: v for k, v in cfg.items() if k != "SWAP_AB"}
+    plain = t.apply(x, w, ids)
+    assert rel(y, expect) < tol, (cfg, rel(y, expect))
+    # the same code products summed in another order inside the MMA: equal up to fp32 rounding and the
+    # rare E4M3 rounding flip of FC2's input that such a difference can cause
+    assert rel(y, plain) < tol / 5, (cfg, rel(y, plain))
+    return y
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,params", FP8)
+def test_swap_ab_direct_matches_emulation(fmt, mode, params):
+    t, ref = moe_pair(fmt, E, H, I, K, mode, "fp8", params, bias=True, device=DEV)
+    _check(t, ref, 2, DIRECT)
+
+
+@slow
+def test_swap_ab_direct_with_prologue_and_last_program_rounding():
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    _check(t, ref, 1, DIRECT_LAST)
+    assert int(t._last_counters.abs().sum()) == 0 and int(t._sum_counters.abs().sum()) == 0
+
+
+@slow
+@pytest.mark.parametrize("fmt,mode,params", FP8[:2])
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_swap_ab_aligned_blocks_match_emulation(fmt, mode, params, bits):
+    t, ref = moe_pair(fmt, E, H, I, K, mode, "fp8", params, device=DEV)
+    _check(t, ref, 12, dict(ALIGNED, SWAP_AB=bits))
+
+
+@slow
+@pytest.mark.parametrize("n_fast", [0, 1])
+def test_aligned_last_program_rounding_gives_the_quantization_launch_bits(n_fast):
+    """16-row blocks holding a few pairs each (12 tokens x 2 slots over 8 experts), column tiles in either
+    grid order; the arrival counters are back at zero after the call."""
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(12, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(12, E, K, DEV)
+    base = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 0,
+            "N_FAST": n_fast}
+    t.config = base
+    plain = t.apply(x, w, ids)
+    t.config = dict(base, QUANT_LAST=1)
+    y = t.apply(x, w, ids)
+    assert torch.equal(y, plain)
+    assert int(t._last_counters.abs().sum()) == 0
+    assert rel(y, ref.apply(x, w, ids)) < TOL
+
+
+def test_aligned_last_program_rounding_refuses_other_activations():
+    t, _ = moe_pair("fp8_channel", E, H, I, K, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                    device=DEV)
+    x = torch.randn(4, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(4, E, K, DEV)
+    t.config = dict(ALIGNED_LAST, SWAP_AB=0)
+    with pytest.raises(ValueError, match="QUANT_LAST"):
+        t.apply(x, w, ids)
+
+
+def test_swap_ab_is_a_tuned_table_key():
+    from oracle_triton.tuned import MOE_KEYS
+
+    assert "SWAP_AB" in MOE_KEYS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [DIRECT_LAST, ALIGNED_LAST], ids=["direct_last", "aligned_last"])
+def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
+    t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device="cuda")
+    m = 1 if cfg.get("DIRECT") else 24
+    _check(t, ref, m, cfg)
+    t.config = cfg
+    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(m, 32, 4, "cuda")
+    t.forward(x, w, ids)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = t.forward(x, w, ids)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        nw, nids = routing(m, 32, 4, "cuda")
+        w.copy_(nw)
+        ids.copy_(nids)
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, ref.apply(x, w, ids)) < TOL
+        assert torch.equal(out, t.forward(x, w, ids))
