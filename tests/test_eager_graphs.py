@@ -110,7 +110,7 @@ def test_decode_steps_read_inputs_in_place_while_they_lie_at_the_same_address():
         elsewhere = torch.randn(3, 8, device="cuda")
         assert torch.equal(eager(elsewhere), elsewhere * 2 + raw.b)
     assert torch.equal(eager(x), x * 2 + raw.b) and eager.graphs     # outside: the caller's own copy
-    assert len(eager.placed) <= 2
+    assert len(eager.placed) <= 4
 
 
 @gpu

@@ -60,7 +60,7 @@ MAX_WIDE_ROWS = 1024
 #: Shapes per kernel with a graph (each holds its static inputs, output and temporaries).
 MAX_GRAPHS = 8
 #: Graphs per kernel that read their inputs in place (decode steps; see `borrowed_outputs`)
-MAX_PLACED = 2
+MAX_PLACED = 4
 #: Input addresses per kernel counted towards such a graph (addresses that keep changing stop the counting)
 MAX_ADDRESSES = 16
 #: device -> its first captured graph, kept alive so that its memory pool stays usable by the others
