@@ -68,13 +68,17 @@ WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 
 WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 
 
-def wg_grid(n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
+def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
+    """The wgmma kernel's grid at M rows (its first `first` tiles only where given)."""
     out = []
-    for bn, bm, bk, nw, st, waves in (WG_GRID if m >= 64 else WG_FEW):
+    grid = WG_GRID if m >= 64 else WG_FEW
+    for bn, bm, bk, nw, st, waves in grid[:first or len(grid)]:
         sp = fill_split(-(-n // bn) * -(-m // bm), k // bk, sms, waves)
         out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}",
                     {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
                      "num_warps": nw, "num_stages": st}))
+    if m >= 64:     # what the wgmma kernel replaces: dequantize the weight, then cuBLAS
+        out.append(("dequant_mm", {"DEQUANT_MM": 1}))
     return out
 
 
@@ -96,7 +100,7 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
 
 def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
          gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None,
-         wg_ok: bool = False, words_only: bool = False) -> list[tuple[int, str, bool, dict]]:
+         wg_ok: bool = False, words_only: bool = False, wg_first: int = 0) -> list[tuple[int, str, bool, dict]]:
     """(m, label, word layout?, config) for one shape: the two layouts' defaults (the checkpoint
     layout's: its entry as shipped before the word layout, else its rules), then the grid."""
     from oracle_triton.formats import layout_for, words_layout
@@ -124,7 +128,8 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
-        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16 for label, cfg in wg_grid(n, k, m, facts["sms"])]
+        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
+                for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
     for m, label, words, cfg in out:
         key = (m, words, repr(sorted((a, b) for a, b in cfg.items() if a != "KN")))
@@ -137,7 +142,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
 def plan_for(fmt: str, name: str, args, facts: dict) -> list[tuple[int, str, bool, dict]]:
     n, k = SHAPES[name]
     return plan(fmt, n, k, args.ms, facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name),
-                name in (args.wg_grid_shapes or ()), args.words_only)
+                name in (args.wg_grid_shapes or ()), args.words_only, args.wg_first)
 
 
 def swap_ok(args, name: str) -> bool | None:
@@ -298,6 +303,7 @@ def main(argv=None) -> int:
                     help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
     ap.add_argument("--wg-grid-shapes", nargs="*", choices=list(SHAPES),
                     help="shapes with the wgmma grid (w4_wgmma) at every M >= 16")
+    ap.add_argument("--wg-first", type=int, default=0, help="only the first N tiles of the wgmma grid")
     ap.add_argument("--words-only", action="store_true", help="E2M1: the word layout only (no checkpoint layout)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
@@ -320,7 +326,7 @@ def main(argv=None) -> int:
             (["--no-grid"] if args.no_grid else []) + \
             (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else []) + \
             (["--wg-grid-shapes", *args.wg_grid_shapes] if args.wg_grid_shapes else []) + \
-            (["--words-only"] if args.words_only else [])
+            (["--words-only"] if args.words_only else []) + ["--wg-first", str(args.wg_first)]
         procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
                  for i in range(args.precompile)]
         for p in procs:

@@ -171,6 +171,25 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
+@pytest.mark.parametrize("fmt,mode,activation,hx", [("mxfp4", "w4a16_mx", "swigluoai", 1),
+                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2)])
+def test_moe_direct_f16_products_match_emulation(fmt, mode, activation, hx):
+    """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
+    packed sum per MX group) on the direct path, whole K tiles unmasked (TAIL), against oracle-emulation:
+    one and two tokens, a K tail (hidden 1056 is not a multiple of the 512-wide K tile), bias,
+    activations up to 1000 (exact in f16) and down to 1e-3."""
+    from oracle_triton.moe import moe_gemv_config
+
+    t, ref = moe_pair(fmt, 32, 1056, 768, 4, mode, "bf16", activation=activation, bias=True, device="cuda")
+    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), HX=hx)
+    for m in (1, 2):
+        x = torch.randn(m, 1056, device="cuda", dtype=torch.bfloat16)
+        x[0, :8] = torch.tensor([1000.0, -999.0, 1e-3, -1e-3, 0.0, 300.0, -0.5, 64.0])
+        w, ids = routing(m, 32, 4, "cuda")
+        err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+        assert err < TOL, (fmt, m, err)
+
+
 @pytest.mark.parametrize("fmt,mode,group,symmetric", [
     ("fp8_block", "w8a16_block", 128, True), ("fp8_channel", "w8a16_fp8_channel", 128, True),
     ("fp8_tensor", "w8a16_fp8_tensor", 128, True), ("int4", "w4a16_int4", 128, True),
