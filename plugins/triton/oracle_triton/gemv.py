@@ -100,8 +100,8 @@ def _e2m1_hx_ptx(words: int) -> str:
     summed by packed f16 FMAs (2 lanes), and the two lanes added in fp32: per word 4 packed
     multiply-adds where the fp32 form needs 8 conversions of the weights, 8 of the activations and 8
     FMAs. The weights are exact in f16 (value x 2**-6, at most 6/64); each lane rounds its products
-    and sums to f16's 11 bits, and its 4 x words terms stay inside f16's range while |activation| <
-    65504 / (words x 6/64 x 4 / 4): 65504 for one word (the f16 conversion's own limit), 43690 for 4."""
+    and sums to f16's 11 bits, and its 4 x words terms sum to at most words x 0.375 |activation|:
+    inside f16's range for every activation f16 holds (|x| <= 65504) with one word, below 43690 with 4."""
     lines = [".reg .b32 a, c, lo, hi, p0, p1, p2, p3, s, x0, x1, x2, x3;", ".reg .b16 l0, l1, m0, m1, h0, h1;",
              ".reg .f32 f0, f1;"]
     for w in range(words):
