@@ -155,15 +155,16 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
     38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
     the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
-    40.1 at M=1 (R11, 2026-12-02). HX (E2M1, bf16, with XW): each word's 8 products in packed f16
-    (gemv._E2M1_HX_PTX): the sm_90 SASS of the K loops goes from 5.8 / 7.3 instructions per weight
-    (FC1 / FC2) to 4.1 / 5.0, and with TAIL (on with HX unless the config says TAIL 0, or 2: FC2 only;
-    the whole K tiles in a loop without masks) to 3.8 / 4.2 (plugins/triton/tests/sm90_compile.py)."""
+    40.1 at M=1 (R11, 2026-12-02). HX (MXFP4, bf16, with XW): products in packed f16 (gemv._e2m1_hx_ptx;
+    HX 2: one f16 sum per 32-value group), TAIL 2: FC2's whole K tiles in a loop without masks (TAIL 1
+    does FC1's too, which costs it 24 registers): gpt-oss-20b M=1 34.3 us (FC1 17.5 + FC2 15.6) against
+    40.2 without HX in the same run; HX 1 with TAIL 2 34.9, HX 2 with TAIL 1 35.4, HX 1 with TAIL 1 39.2
+    (R15 of the sixth session, bench/results/h200-2026-12-02/moe7a_rounds.md)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
-                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1, "HX": 1}
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1, "HX": 2, "TAIL": 2}
     return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
