@@ -135,6 +135,10 @@ def child(engine: str, args) -> dict:
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
+    if args.profile_host and engine != "emulation":
+        result["host_profile"] = profile_host(model, prompts[:1])
+        save()
+        print(result["host_profile"], flush=True)
     if engine in ("oracle", "emulation") and args.check:     # after the timed runs: kept out of the peak
         import token_check
         for name, rel in [("check", 0.0)] + ([("perturbed", token_check.NOISE)] if engine == "emulation" else []):
@@ -206,6 +210,56 @@ def profile_eager(model, ids, steps: int = 4) -> str:
             + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60))
 
 
+def profile_host(model, ids, steps: int = 16) -> str:
+    """Where an eager batch-1 decode step's host time goes, by module role: perf_counter around every
+    module's forward (pre and post hooks; no synchronisation, so this is the host's time to issue the
+    work), summed by the last part of the module's name (kv_b_proj, experts, self_attn, ...; nested
+    roles include their children), per step. The hooks cost the same on both engines."""
+    import torch
+
+    from oracle.hf.decode import Decoder
+
+    dec = Decoder(model, 1, ids.shape[1] + 16 + steps, "eager")
+    dec.generate(ids, 8)                      # first calls and private-graph captures happen here
+    spent: dict[str, list[float]] = {}
+    started: dict[int, list[float]] = {}
+    clock = time.perf_counter
+
+    def pre(module, args):
+        started.setdefault(id(module), []).append(clock())
+
+    def post(module, args, out):
+        t = clock() - started[id(module)].pop()
+        slot = spent.setdefault(module._oracle_role, [0.0, 0])
+        slot[0] += t
+        slot[1] += 1
+
+    handles = []
+    for name, module in model.named_modules():
+        module._oracle_role = name.rsplit(".", 1)[-1] if name else "model (whole step)"
+        if module._oracle_role.isdigit():
+            module._oracle_role = "decoder layer"
+        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    sync = torch.cuda.synchronize if dec.device.type == "cuda" else (lambda: None)
+    try:
+        sync()
+        t0 = clock()
+        for _ in range(steps):
+            dec.step()
+        host = clock() - t0
+        sync()
+        wall = clock() - t0
+    finally:
+        for h in handles:
+            h.remove()
+    lines = [f"host time of an eager b1 step with hooks: {1e3 * host / steps:.2f} ms issued, "
+             f"{1e3 * wall / steps:.2f} ms until the GPU finished ({steps} steps)",
+             "| module role | us per step | calls per step | us per call |", "|---|---|---|---|"]
+    for role, (sec, n) in sorted(spent.items(), key=lambda kv: -kv[1][0])[:30]:
+        lines.append(f"| {role} | {1e6 * sec / steps:.0f} | {n / steps:.0f} | {1e6 * sec / n:.1f} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- the table
 def table(results: dict[str, dict], args) -> str:
     import token_check
@@ -272,6 +326,9 @@ def table(results: dict[str, dict], args) -> str:
             lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
                       *("    " + line for line in r["profile"].splitlines()[1:])]
     for name, r in results.items():
+        if r.get("host_profile"):
+            lines += ["", f"{name} eager batch-1 host time by module:", "", *r["host_profile"].splitlines()]
+    for name, r in results.items():
         for key, text in r.get("kernel_profile", {}).items():
             lines += ["", f"{name} {key} kernel profile:", "", *text.splitlines()]
     if ora and ora.get("kernels"):
@@ -302,6 +359,8 @@ def main() -> None:
                     help="greedy tokens compared with the emulation run (0: no check); see bench/token_check.py")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="add a torch.profiler table of an eager batch-1 step")
+    ap.add_argument("--profile-host", action="store_true",
+                    help="add the host time of an eager batch-1 step by module role (kv_b_proj, experts, ...)")
     ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
                     help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")

@@ -54,6 +54,34 @@ OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
 
 
+#: (BLOCK_N weight rows, BLOCK_M activation rows, BLOCK_K, warps, stages, split waves) of the many-row
+#: wgmma kernel (w4_wgmma: the decoded words as the register A operand, activations by cp.async).
+#: R13 (8192x8192 M=256): 64x256 tiles at 4 warps 86.5-88.6 us, 128x256 / 128x128 / 64x128 / 128x64
+#: tiles 106-146 us; BF16 48.5, DEQUANT_MM 94-95. R14: a weight-by-weight decode from staged loads
+#: (so Triton reads them back in the MMA's register layout) 1.5-3.2x slower than the word decode, and
+#: DEQUANT_MM in 4-32 bands dequantized on a side stream while cuBLAS multiplies the previous band
+#: slower than one pass on 8192x8192 and 7168x18432 (120-283 us against 94 on 8192x8192; no overlap
+#: seen), even on 36864x7168 (353.7 against 359.0 at 4 bands): both removed.
+WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 0.5)]
+#: The same kernel at M <= 32 (16-row activation tiles: wgmma's narrow N side), split-K to fill the SMs.
+#: R13 (8192x8192 M=16): 30.6-43.6 us against the swap kernel's 26.8 (INT4) / 30.5 (MXFP4).
+WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
+
+
+def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
+    """The wgmma kernel's grid at M rows (its first `first` tiles only where given)."""
+    out = []
+    grid = WG_GRID if m >= 64 else WG_FEW
+    for bn, bm, bk, nw, st, waves in grid[:first or len(grid)]:
+        sp = fill_split(-(-n // bn) * -(-m // bm), k // bk, sms, waves)
+        out.append((f"wg bn{bn} bm{bm} bk{bk} w{nw} st{st} s{sp}",
+                    {"WG": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "GROUP_M": 8,
+                     "num_warps": nw, "num_stages": st}))
+    if m >= 64:     # what the wgmma kernel replaces: dequantize the weight, then cuBLAS
+        out.append(("dequant_mm", {"DEQUANT_MM": 1}))
+    return out
+
+
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
     for bn, nw, waves, join, pf in SWAP_GRID:
@@ -71,7 +99,8 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
 
 
 def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
-         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None) -> list[tuple[int, str, bool, dict]]:
+         gemv_grid_fmts: tuple = ("mxfp4", "nvfp4"), swap_grid_ok: bool | None = None,
+         wg_ok: bool = False, words_only: bool = False, wg_first: int = 0) -> list[tuple[int, str, bool, dict]]:
     """(m, label, word layout?, config) for one shape: the two layouts' defaults (the checkpoint
     layout's: its entry as shipped before the word layout, else its rules), then the grid."""
     from oracle_triton.formats import layout_for, words_layout
@@ -79,7 +108,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     from oracle_triton.tuned import bucket
 
     out, old = [], {}
-    for words in ((True,) if fmt == "int4" else (False, True)):      # INT4: GPTQ's words already
+    for words in ((True,) if fmt == "int4" or words_only else (False, True)):      # INT4: GPTQ's words already
         lay = words_layout(fmt, n, k) if words and fmt != "int4" else layout_for(fmt, n, k, 128)
         one = torch.zeros(1, device=DEV)
         fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
@@ -98,6 +127,9 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     kn = {} if fmt == "int4" else {"KN": 1}
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
+    if wg_ok:
+        out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
+                for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)
     for m, label, words, cfg in out:
         key = (m, words, repr(sorted((a, b) for a, b in cfg.items() if a != "KN")))
@@ -105,6 +137,12 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             seen.add(key)
             unique.append((m, label, words, cfg))
     return unique
+
+
+def plan_for(fmt: str, name: str, args, facts: dict) -> list[tuple[int, str, bool, dict]]:
+    n, k = SHAPES[name]
+    return plan(fmt, n, k, args.ms, facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name),
+                name in (args.wg_grid_shapes or ()), args.words_only, args.wg_first)
 
 
 def swap_ok(args, name: str) -> bool | None:
@@ -124,9 +162,7 @@ def compile_worker(index: int, workers: int, args) -> None:
     jobs = []
     for fmt in args.fmts:
         for name in args.shapes:
-            n, k = SHAPES[name]
-            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan(fmt, n, k, args.ms, facts, not args.no_grid,
-                                                                      tuple(args.gemv_grid), swap_ok(args, name))]
+            jobs += [(fmt, m, words, cfg) for m, _, words, cfg in plan_for(fmt, name, args, facts)]
     seen, unique = set(), []
     for j in jobs:
         if repr(j) not in seen:
@@ -169,18 +205,22 @@ def sweep(name: str, fmt: str, args, bw: float, deadline: float) -> None:
     import oracle_triton.linear as lin
 
     n, k = SHAPES[name]
+    if time.perf_counter() > deadline:      # no weights built for nothing (a kill then loses the JSON)
+        print(f"  budget spent: {name} {fmt} not built", flush=True)
+        return
     w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
     tiny = tinygemm(fmt, n, k, w) if fmt == "int4" else []
     sets = {}
-    for words in ((True,) if fmt == "int4" else (False, True)):
+    for words in ((True,) if fmt == "int4" or args.words_only else (False, True)):
         lin.WORD_LAYOUT = words
         t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
         sets[words] = gs
     lin.WORD_LAYOUT = True
-    assert gs[0].layout.pack == 8 and (fmt == "int4" or sets[False][0].layout.pack == 2), "layouts not built"
+    assert gs[0].layout.pack == 8 and (fmt == "int4" or args.words_only or sets[False][0].layout.pack == 2), \
+        "layouts not built"
     hbm = t.packed.nbytes() / bw * 1e6
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
-    todo = plan(fmt, n, k, args.ms, gs[0].facts, not args.no_grid, tuple(args.gemv_grid), swap_ok(args, name))
+    todo = plan_for(fmt, name, args, gs[0].facts)
     for m in args.ms:
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         ref = em.apply(x)
@@ -261,6 +301,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gemv-grid", nargs="*", default=["mxfp4", "nvfp4"], help="formats with the M = 1 GEMV grid")
     ap.add_argument("--swap-grid-shapes", nargs="*", choices=list(SHAPES),
                     help="shapes with the M = 16 swap grid (default: all, unless --no-grid)")
+    ap.add_argument("--wg-grid-shapes", nargs="*", choices=list(SHAPES),
+                    help="shapes with the wgmma grid (w4_wgmma) at every M >= 16")
+    ap.add_argument("--wg-first", type=int, default=0, help="only the first N tiles of the wgmma grid")
+    ap.add_argument("--words-only", action="store_true", help="E2M1: the word layout only (no checkpoint layout)")
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
@@ -280,7 +324,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         fwd = ["--fmts", *args.fmts, "--ms", *map(str, args.ms), "--shapes", *args.shapes, "--gemv-grid", *args.gemv_grid] + \
             (["--no-grid"] if args.no_grid else []) + \
-            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else [])
+            (["--swap-grid-shapes", *args.swap_grid_shapes] if args.swap_grid_shapes is not None else []) + \
+            (["--wg-grid-shapes", *args.wg_grid_shapes] if args.wg_grid_shapes else []) + \
+            (["--words-only"] if args.words_only else []) + ["--wg-first", str(args.wg_first)]
         procs = [subprocess.Popen([sys.executable, __file__, *fwd, "--compile-worker", f"{i}/{args.precompile}"])
                  for i in range(args.precompile)]
         for p in procs:

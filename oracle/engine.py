@@ -51,6 +51,7 @@ class Engine:
         self._tables: dict[tuple[Platform, KernelConfig], dict[tuple, Decision]] = {}
         self._last: tuple[Any, Any, dict[tuple, Decision]] = (None, None, {})
         self._platform_checks: dict[tuple[str, Platform], PlatformVerdict] = {}
+        self._environment_checks: dict[tuple[str, Platform], PlatformVerdict] = {}
         self._orderings: dict[tuple[str, str], tuple[list[KernelSpec], str]] = {}
         self._auto: dict[str, tuple[bool, str]] = {}
         self._auto_refusals: dict[str, Candidate | None] = {}
@@ -429,9 +430,20 @@ class Engine:
         return found
 
     def environment(self, platform: Platform) -> list[str]:
-        """What the kernels' environment checks found on this platform (e.g. which b12x runs), once each."""
-        found = (self._platform_check(spec, platform).environment for spec in self.registry.kernels)
+        """What the kernels' environment checks found on this platform (e.g. which b12x runs), once each.
+
+        Only the environment checks run here, never a runtime probe: a kernel no layer asks for is not
+        compiled and run on the device just to be listed (on a fresh machine the probes of every kernel
+        took 13-14 s of a load; the selection still probes each kernel it considers)."""
+        found = (self._environment_check(spec, platform).environment for spec in self.registry.kernels)
         return list(dict.fromkeys(text for text in found if text))
+
+    def _environment_check(self, spec: KernelSpec, platform: Platform) -> PlatformVerdict:
+        key = (spec.name, platform)
+        verdict = self._platform_checks.get(key) or self._environment_checks.get(key)
+        if verdict is None:
+            verdict = self._environment_checks[key] = check_requirements(spec, platform, runtime=False)
+        return verdict
 
     def _platform_check(self, spec: KernelSpec, platform: Platform) -> PlatformVerdict:
         key = (spec.name, platform)

@@ -26,8 +26,11 @@ class PlatformVerdict:
         self.rejection: Candidate | None = None   # the traced candidate, built once (it never changes)
 
 
-def check_requirements(spec: KernelSpec, platform: Platform) -> PlatformVerdict:
-    """The first unmet requirement (its reason and rule), else a pass with what the checks noted."""
+def check_requirements(spec: KernelSpec, platform: Platform, *, runtime: bool = True) -> PlatformVerdict:
+    """The first unmet requirement (its reason and rule), else a pass with what the checks noted.
+
+    `runtime=False` stops before the runtime check: what the environment checks found, without the
+    device probes (which compile and run kernels: seconds each on a fresh machine)."""
     req = spec.requires
     facts = dict.fromkeys(REQUIREMENT_PLACEHOLDERS, "")
     facts.update(backend=spec.backend, kernel=spec.name, device_name=platform.device_name or platform.vendor,
@@ -72,7 +75,7 @@ def check_requirements(spec: KernelSpec, platform: Platform) -> PlatformVerdict:
             verdict.environment = verdict.reason
             return verdict
         notes = (detail,) if detail else ()
-    if req.runtime is not None:
+    if req.runtime is not None and runtime:
         if platform.simulated:
             notes += (f"runtime check {req.runtime.check} assumed to pass: it cannot run on the simulated "
                      f"device {platform.device_name}",)

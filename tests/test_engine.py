@@ -266,6 +266,41 @@ kernels:
     del sys.modules["toy_runtime"]
 
 
+def test_environment_listing_runs_no_runtime_probe():
+    """`environment()` (every `explain` and load lists it for every kernel) reads the environment checks
+    only: a runtime probe compiles and runs kernels, so it runs for kernels a layer considers, never for all."""
+    from oracle.registry import Registry
+    from oracle.session import session_for
+    from oracle.sources import load_yaml_text
+    import sys, types
+    mod = types.ModuleType("toy_env_runtime")
+    calls = []
+    mod.env = lambda spec, platform: (True, "toolkit 1.2 found")
+    mod.probe = lambda spec, platform: calls.append(spec.name) or (True, None)
+    sys.modules["toy_env_runtime"] = mod
+    text = """
+backend: rt
+kernels:
+  - name: rt.linear
+    op: linear
+    implementation: oracle.kernel:Kernel
+    requires: {environment: {check: "toy_env_runtime:env"}, runtime: {check: "toy_env_runtime:probe"}}
+    modes: [{weight: fp8_block, activation: fp8, name: m}]
+"""
+    try:
+        reg = Registry()
+        reg.add_kernels(load_yaml_text(text, "rt.yaml"), plugin="rt")
+        engine = session_for(reg).engine(load_policy(registry=reg))
+        real = Platform(vendor="nvidia", capability=(9, 0), device_name="H test")
+        assert engine.environment(real) == ["toolkit 1.2 found"] and calls == []
+        layer = LinearLayer(name="q", in_features=128, out_features=128, weight_format="fp8_block")
+        d = engine.select(layer, real, KernelConfig(linear_backend="rt"), {})
+        assert d.status == "selected" and calls == ["rt.linear"]       # selection still probes, once
+        assert engine.environment(real) == ["toolkit 1.2 found"] and calls == ["rt.linear"]
+    finally:
+        del sys.modules["toy_env_runtime"]
+
+
 def test_package_requirements_missing_and_version(tmp_path):
     from oracle.registry import Registry
     from oracle.sources import load_yaml_text

@@ -90,6 +90,7 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       FULL_TILE (one dot per K tile) on E2M1 only with the word decoder (DECODE 4);
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
+    - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
@@ -122,6 +123,16 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         elif cfg.get("FULL_TILE") and cfg.get("DECODE") != 4:
             raise ValueError(f"FULL_TILE for {what}: the E2M1 swap kernel joins whole tiles from the word decoder "
                              "(DECODE 4) only")
+        return
+    if cfg.get("WG"):
+        if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:
+            raise ValueError(f"WG for {what}: the wgmma 4-bit kernel reads words in GPTQ's [K/8, N] layout (INT4, "
+                             "or MXFP4 / NVFP4 repacked at load) only")
+        if bk < 16 or bk & (bk - 1) or (layout.elem == INT4 and layout.group % bk):
+            raise ValueError(f"BLOCK_K={bk} for {what}: wgmma K tiles are powers of two >= 16 (INT4: dividing the "
+                             f"group of {layout.group}, one scale per tile)")
+        if cfg.get("BLOCK_M", 0) < 16 or cfg.get("BLOCK_N", 0) < 64:
+            raise ValueError(f"BLOCK_M/BLOCK_N for {what}: wgmma tiles have >= 64 weight rows and >= 16 activation rows")
         return
     if cfg.get("ROWS"):
         bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]

@@ -98,6 +98,87 @@ sub.f16x2 t3, t3, $9;
 """ + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
 
 
+#: One E2M1 word ($1, k order) and its 8 activations as f16 ($2 = k 0..3, $3 = k 4..7: 64-bit words of
+#: 4 halves, little-endian) -> the sum of the 8 products x 2**-6, fp32 (HX). The word is decoded as in
+#: _E2M1_WORD_PTX into 4 f16x2 pairs (k 0-1, 2-3, 4-5, 6-7: the activations' own pairing, so they need
+#: no shuffle); the 8 products are summed by 4 packed f16 FMAs (2 lanes of 4 terms each) and the two
+#: lanes added in fp32: 4 packed multiply-adds and 3 conversions per word where the fp32 form needs 8
+#: conversions of the weights, 8 of the activations and 8 FMAs. The weights are exact in f16 (value x
+#: 2**-6); each lane rounds its products and sums to f16's 11 bits (sums of 4 products below 2**15
+#: when |activation| < 2**16: no overflow).
+_E2M1_HX_PTX = tl.constexpr("""{
+.reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;
+.reg .b16 l0, l1, m0, m1, h0, h1;
+.reg .f32 f0, f1;
+shl.b32 a, $1, 2;
+and.b32 a, a, 0x1C1C1C1C;
+shl.b32 c, $1, 4;
+and.b32 c, c, 0x80808080;
+or.b32 lo, a, c;
+shr.b32 a, $1, 2;
+and.b32 a, a, 0x1C1C1C1C;
+and.b32 c, $1, 0x80808080;
+or.b32 hi, a, c;
+prmt.b32 p0, lo, hi, 0x5140;
+prmt.b32 p1, lo, hi, 0x7362;
+mov.b32 {l0, l1}, p0;
+mov.b32 {m0, m1}, p1;
+cvt.rn.f16x2.e4m3x2 q0, l0;
+cvt.rn.f16x2.e4m3x2 q1, l1;
+cvt.rn.f16x2.e4m3x2 q2, m0;
+cvt.rn.f16x2.e4m3x2 q3, m1;
+mov.b64 {x0, x1}, $2;
+mov.b64 {x2, x3}, $3;
+mul.rn.f16x2 s, q0, x0;
+fma.rn.f16x2 s, q1, x1, s;
+fma.rn.f16x2 s, q2, x2, s;
+fma.rn.f16x2 s, q3, x3, s;
+mov.b32 {h0, h1}, s;
+cvt.f32.f16 f0, h0;
+cvt.f32.f16 f1, h1;
+add.rn.f32 $0, f0, f1;
+}""")
+
+def _e2m1_hx_group_ptx(words: int) -> str:
+    """As _E2M1_HX_PTX for the `words` words of one scale group at once ($1..: the words, then each
+    word's activations k 0-3, then k 4-7): one packed f16 sum over all 8 x words products (HX 2), so
+    the conversions to fp32 and the scale multiply are paid once per group instead of once per word.
+    Each lane sums 4 x words products below 2**15 while |activation| < 2**15 / (4 x words x 6/64)."""
+    lines = [".reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;",
+             ".reg .b16 l0, l1, m0, m1, h0, h1;", ".reg .f32 f0, f1;"]
+    for w in range(words):
+        u, xa, xb = f"${1 + w}", f"${1 + words + w}", f"${1 + 2 * words + w}"
+        lines += [f"shl.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"shl.b32 c, {u}, 4;", "and.b32 c, c, 0x80808080;",
+                  "or.b32 lo, a, c;", f"shr.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"and.b32 c, {u}, 0x80808080;",
+                  "or.b32 hi, a, c;", "prmt.b32 p0, lo, hi, 0x5140;", "prmt.b32 p1, lo, hi, 0x7362;",
+                  "mov.b32 {l0, l1}, p0;", "mov.b32 {m0, m1}, p1;", "cvt.rn.f16x2.e4m3x2 q0, l0;",
+                  "cvt.rn.f16x2.e4m3x2 q1, l1;", "cvt.rn.f16x2.e4m3x2 q2, m0;", "cvt.rn.f16x2.e4m3x2 q3, m1;",
+                  f"mov.b64 {{x0, x1}}, {xa};", f"mov.b64 {{x2, x3}}, {xb};",
+                  "mul.rn.f16x2 s, q0, x0;" if w == 0 else "fma.rn.f16x2 s, q0, x0, s;",
+                  "fma.rn.f16x2 s, q1, x1, s;", "fma.rn.f16x2 s, q2, x2, s;", "fma.rn.f16x2 s, q3, x3, s;"]
+    lines += ["mov.b32 {h0, h1}, s;", "cvt.f32.f16 f0, h0;", "cvt.f32.f16 f1, h1;", "add.rn.f32 $0, f0, f1;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_E2M1_HX4_PTX = tl.constexpr(_e2m1_hx_group_ptx(4))
+_E2M1_HX4_CONSTRAINTS = tl.constexpr("=r," + ",".join(["r"] * 4 + ["l"] * 8))
+
+#: 4 bf16 activations in a 64-bit word ($1) -> the same 4 values as f16 ($0): each bf16 is the top
+#: half of its fp32, and one conversion rounds two fp32 to an f16 pair (exact for |x| in f16's normal
+#: range, 2**-14..65504; smaller values keep f16's subnormal steps of 2**-24).
+_BF16X4_TO_F16X4_PTX = tl.constexpr("""{
+.reg .b32 a, b, t0, t1, t2, t3, o0, o1;
+mov.b64 {a, b}, $1;
+shl.b32 t0, a, 16;
+and.b32 t1, a, 0xFFFF0000;
+shl.b32 t2, b, 16;
+and.b32 t3, b, 0xFFFF0000;
+cvt.rn.f16x2.f32 o0, t1, t0;
+cvt.rn.f16x2.f32 o1, t3, t2;
+mov.b64 $0, {o0, o1};
+}""")
+
+
 @triton.jit
 def _fp4_pair(units, DECODE: tl.constexpr):
     """Packed bytes (low nibble = even k) -> (even, odd) fp32 values, times 2**-6 (DECODE 1, 3),
@@ -151,13 +232,15 @@ def row_amax(a_rows, row_ok, K, ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: 
 
 @triton.jit
 def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               DECODE: tl.constexpr, KN: tl.constexpr = False):
+               DECODE: tl.constexpr, KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """The elementwise accumulator of one program (the shape tile_accumulate adds into).
 
     Products are accumulated element by element over the K loop and reduced once at the end
     (tile_reduce): a reduction per K tile would cost a round of warp shuffles every iteration."""
     # (one return: compiled Triton type-checks every return statement of a function)
-    if (ELEM == 3 or KN) and DECODE == 3:
+    if HX == 2 and DECODE == 3 and not KN and ELEM != 0 and ELEM != 3:     # one sum per scale group
+        acc = tl.zeros([BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+    elif (ELEM == 3 or KN) and DECODE == 3:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N], dtype=tl.float32)
     elif ELEM == 3 or KN:
         acc = tl.zeros([BLOCK_K // GROUP, GROUP // 8, BLOCK_N, 8], dtype=tl.float32)
@@ -173,9 +256,11 @@ def tile_zeros(ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, B
 
 
 @triton.jit
-def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr, KN: tl.constexpr = False):
+def tile_reduce(acc, ELEM: tl.constexpr, DECODE: tl.constexpr, KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """[BLOCK_N] sums of an accumulator from tile_zeros (undoing the E2M1 decoders' power of two)."""
-    if KN and DECODE == 3:
+    if HX == 2 and DECODE == 3 and not KN and ELEM != 0 and ELEM != 3:
+        r = tl.sum(acc, axis=1) * 64.0
+    elif KN and DECODE == 3:
         r = tl.sum(tl.sum(acc, axis=1), axis=0) * 64.0
     elif ELEM == 3 and DECODE == 3:
         r = tl.sum(tl.sum(acc, axis=1), axis=0)
@@ -197,7 +282,8 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
               ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
               ACT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              KN: tl.constexpr = False, XW: tl.constexpr = False):
+              KN: tl.constexpr = False, XW: tl.constexpr = False, HX: tl.constexpr = 0,
+              FULL: tl.constexpr = False):
     """Every global load of the K tile at k0 (weights, scales, zero points, activations), masked
     at k_end: -> (units, scales, zeros, x, x_odd), unused slots repeat `units`.
 
@@ -212,7 +298,10 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
     activations of each weight word are read as two 64-bit words straight into the registers that
     multiply them (_bf16x4), instead of one [G, UW, 8] tile whose split into the word's 8 operands is a
     layout change through shared memory (4 per K tile: 8 barriers in the sm_90 SASS of the MoE's
-    direct kernels; none with XW)."""
+    direct kernels; none with XW). HX 1 (with XW: tile_compute's f16 products): x and x_odd are the
+    64-bit words of each weight word's activations k 0-3 and 4-7, converted to f16 as loaded (before
+    the tile is spread over the rows that share it: each value converted once per program). FULL (E2M1
+    words, DECODE 3, not KN; the caller knows the tile ends at or before k_end): no masks along K."""
     n_ok = offs_n < N
     if ELEM == 3 or KN:
         G: tl.constexpr = BLOCK_K // GROUP
@@ -255,13 +344,28 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         UW: tl.constexpr = GROUP // 8
         gg = tl.arange(0, G4)
         jw = k0 // 8 + gg[:, None] * UW + tl.arange(0, UW)[None, :]                      # [G, UW] words
-        u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
-                    + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None] & (jw[None, :, :] < k_end // 8), other=0)
         gk = k0 // GROUP + gg
-        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
-                    mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
+        if FULL:            # a whole K tile: no masks along K
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
+                        + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None], other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk, mask=n_ok[:, None], other=0)
+        else:
+            u = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None, None] * (stride_wn // 4)
+                        + jw[None, :, :] * stride_wk, mask=n_ok[:, None, None] & (jw[None, :, :] < k_end // 8),
+                        other=0)
+            s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
+                        mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        if XW:
+        if XW and HX != 0:
+            a64 = a_row.to(tl.pointer_type(tl.int64))
+            q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
+            if FULL:
+                xq = tl.load(a64 + jw[:, :, None] * 2 + q)
+            else:
+                xq = tl.load(a64 + jw[:, :, None] * 2 + q, mask=(jw * 8 < k_end)[:, :, None] & (q < 2), other=0)
+            xq = _f16x4(xq)     # as loaded: each value once, before the tile is spread over the rows
+            x, x2 = tl.split(xq)
+        elif XW:
             km = jw * 8 < k_end
             a64 = a_row.to(tl.pointer_type(tl.int64))
             x0, x1, x2_, x3 = _bf16x4(tl.load(a64 + jw * 2, mask=km, other=0))
@@ -271,7 +375,8 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
         else:
             kx = jw[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]                       # [G, UW, 8]
             x = tl.load(a_row + kx, mask=kx < k_end, other=0.0)
-        x2 = u
+        if not (XW and HX != 0):
+            x2 = u
     else:
         G4: tl.constexpr = BLOCK_K // GROUP
         UG: tl.constexpr = GROUP // 2
@@ -297,15 +402,21 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
 def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
                  DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
+                 HX: tl.constexpr = 0):
     """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
 
     wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
     EXACT_W; otherwise after the reduction). EXACT_W (W8A8 / W4A4): each weight is dequantized and
     rounded to the layer dtype first, as the reference does, so the next layer's activation
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
-    INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums."""
-    if KN and DECODE == 3:
+    INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums. HX (E2M1
+    words, DECODE 3, XW): each word's 8 products summed in packed f16 (_E2M1_HX_PTX), then scaled in fp32."""
+    if HX == 2 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
+        res = acc + _hx_group_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)
+    elif HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
+        res = acc + _hx_word_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
+    elif KN and DECODE == 3:
         res = acc + _fp4_kn_products(u, x) * group_scales_hw(s, gscale, ELEM)
     elif KN:
         i4 = tl.arange(0, 8)[None, None, None, :]
@@ -389,6 +500,47 @@ def _bf16x4(q):
 
 
 @triton.jit
+def _f16x4(q):
+    """64-bit words of 4 bf16 values -> the same words as 4 f16 values (_BF16X4_TO_F16X4_PTX)."""
+    return tl.inline_asm_elementwise(_BF16X4_TO_F16X4_PTX, "=l,l", [q], dtype=tl.int64, is_pure=True, pack=1)
+
+
+@triton.jit
+def _hx_word_products(u, xa, xb):
+    """u [BN, G, UW] E2M1 words, xa / xb [G, UW] their activations k 0-3 / 4-7 (64-bit words of f16) ->
+    [BN, G, UW] sums of each word's 8 products, values x 2**-6 (_E2M1_HX_PTX)."""
+    return tl.inline_asm_elementwise(_E2M1_HX_PTX, "=r,r,l,l", [u, tl.broadcast_to(xa[None, :, :], u.shape),
+                                                              tl.broadcast_to(xb[None, :, :], u.shape)],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _split4(t):
+    """[..., 4] -> its 4 slices along the last dim (order 0, 2, 1, 3: any order serves a sum whose
+    operands are split alike)."""
+    a, b = tl.split(tl.reshape(t, t.shape[:-1] + [2, 2]))
+    a0, a1 = tl.split(a)
+    b0, b1 = tl.split(b)
+    return a0, a1, b0, b1
+
+
+@triton.jit
+def _hx_group_products(u, xa, xb):
+    """HX 2: u [BN, G, 4] E2M1 words (one MX group per [n, g]), xa / xb [G, 4] their activations k 0-3 /
+    4-7 (64-bit words of f16) -> [BN, G] sums of each group's 32 products, values x 2**-6."""
+    u0, u1, u2, u3 = _split4(u)
+    a0, a1, a2, a3 = _split4(xa)
+    b0, b1, b2, b3 = _split4(xb)
+    return tl.inline_asm_elementwise(
+        _E2M1_HX4_PTX, _E2M1_HX4_CONSTRAINTS,
+        [u0, u1, u2, u3, tl.broadcast_to(a0[None, :], u0.shape), tl.broadcast_to(a1[None, :], u0.shape),
+         tl.broadcast_to(a2[None, :], u0.shape), tl.broadcast_to(a3[None, :], u0.shape),
+         tl.broadcast_to(b0[None, :], u0.shape), tl.broadcast_to(b1[None, :], u0.shape),
+         tl.broadcast_to(b2[None, :], u0.shape), tl.broadcast_to(b3[None, :], u0.shape)],
+        dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _e2m1_scales(s, gscale, ELEM: tl.constexpr):
     """Raw group scales -> fp32: E8M0 (MXFP4) or E4M3 times the tensor's global scale (NVFP4)."""
     if ELEM == 1:
@@ -462,21 +614,33 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 XW: tl.constexpr = False):
+                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
-    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide)."""
+    H200, 2026-12-02 R8: the extra registers cost more than the latency they hide). TAIL (tile_load's
+    FULL applies): the whole K tiles in a loop of unmasked loads, then the last whole tile and the
+    partial one, if any, masked."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+    if TAIL:        # whole tiles first, their loads unmasked; the partial last tile (if any) after them
+        t_full = tl.maximum(t0, k_end // BLOCK_K)
+        for t in range(t0, t_full - 1):
+            un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX, True)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
+            u, s, z, x, x2 = un, sn, zn, xn, x2n
+        t0 = tl.maximum(t0, t_full - 1)            # the tile in u; the loop below takes it and the tail
     for t in range(t0, t1):
         un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW)
+                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
         acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN)
+                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
         u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 
@@ -493,10 +657,10 @@ def channel_scales(s_ptr, offs_n, N, stride_sn, ELEM: tl.constexpr, GROUP: tl.co
 
 @triton.jit
 def finish_row(acc, wscale, ELEM: tl.constexpr, DECODE: tl.constexpr, EXACT_W: tl.constexpr,
-               KN: tl.constexpr = False):
+               KN: tl.constexpr = False, HX: tl.constexpr = 0):
     """[BLOCK_N] results of a row's elementwise accumulator: reduced, then channel scales (unless
     EXACT_W applied them to each weight)."""
-    r = tile_reduce(acc, ELEM, DECODE, KN)
+    r = tile_reduce(acc, ELEM, DECODE, KN, HX)
     if not EXACT_W:
         r = r * wscale
     return r

@@ -267,10 +267,11 @@ MAX_PLANS = 8
 
 @functools.cache
 def _jit_kernel(name: str) -> Any:
-    """gemm's, gemv's or fp4_gemv's @triton.jit function of that name (imported on first use:
+    """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, gemm, gemv
-    return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(fp4_gemv, name)
+    from . import fp4_gemv, gemm, gemv, w4_wgmma
+    return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
+        getattr(fp4_gemv, name)
 
 
 class DenseGemm:
@@ -346,6 +347,10 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
+        if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
+            if config is not None:
+                check_config(config, self.layout)
+            return self.wgmma(x, out_dtype, cfg)
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
                 if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
@@ -405,7 +410,7 @@ class DenseGemm:
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
         if found is not None and self.serves(found, m, act):
-            return found if "SWAP" in found or "DECODE" in found else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+            return found if {"SWAP", "DECODE", "WG"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
         lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
         if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
@@ -482,6 +487,8 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("WG"):
+            return self.wgmma_ok(act)
         if cfg.get("ROWS"):
             return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
@@ -509,6 +516,32 @@ class DenseGemm:
         if lay.elem == FP8:
             return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+
+    def wgmma_ok(self, act: int) -> bool:
+        """Can w4_wgmma.w4_wgmma_kernel serve this weight: 4-bit words in GPTQ's [K/8, N] layout (INT4,
+        or E2M1 repacked at load), layer-dtype activations, the PTX word decoders (capability >= 8.9)."""
+        lay = self.layout
+        return act == 0 and self.facts["hw_fp8"] and (is_words(lay) or lay.elem == INT4) and self.k % 8 == 0
+
+    def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """Many rows of 4-bit W4A16: w4_wgmma.w4_wgmma_kernel (one launch; no dequantized copy)."""
+        m = x.shape[0]
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
+        grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        lay = self.layout
+        self.launch(
+            "w4_wgmma_kernel", (grid_n * grid_m, split, 1), cfg,
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wk=lay.stride_wk,
+            stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0,
+            HAS_BIAS=self.bias is not None, GROUP=lay.group, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
+            OUT_F16=out_dtype == torch.float16, EVEN_K=self.k % cfg["BLOCK_K"] == 0)
+        return y
 
     def coop_ok(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = FP8_COOP) -> bool:
         """Do the GEMM's programs quantize the rows themselves (gemm.coop_token_codes): per-token

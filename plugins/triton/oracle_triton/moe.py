@@ -155,12 +155,15 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     on gpt-oss-20b on an H200 with weights from HBM (bench/sweep_moe.py, 2026-12-01: M=1/8/16
     38.9/242/474 us against 50.4/296/577 for the 32x256 tiles and separate gate/up loops). XW (E2M1 in
     the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
-    40.1 at M=1 (R11, 2026-12-02)."""
+    40.1 at M=1 (R11, 2026-12-02). HX (E2M1, bf16, with XW): each word's 8 products in packed f16
+    (gemv._E2M1_HX_PTX): the sm_90 SASS of the K loops goes from 5.8 / 7.3 instructions per weight
+    (FC1 / FC2) to 4.1 / 5.0, and with TAIL (on with HX unless the config says TAIL 0, or 2: FC2 only;
+    the whole K tiles in a loop without masks) to 3.8 / 4.2 (plugins/triton/tests/sm90_compile.py)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
-                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1}
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1, "HX": 1}
     return {"BLOCK_N": 16 if elem == 2 else 32, "BLOCK_K": 256, "DECODE": DECODE_F16, "num_warps": 4, "num_stages": 3}
 
 
@@ -316,27 +319,16 @@ class TritonMoE(Kernel):
         else:
             sorted_ids, block_expert, blocks, a_in = self._align_round(ids, t, bm, a1)
         quant_out = bool(cfg.get("QUANT_OUT", 0))
-        last = None
         if quant_out:                                # FC1 writes FC2's input codes and scales (no launch between)
             self._check_quant_out(cfg)
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
-            if cfg.get("QUANT_LAST"):                # each block's last FC1 program rounds its rows into FC2's codes
-                if self.act != ACT_GROUP or by_expert:
-                    raise ValueError(f"QUANT_LAST on aligned tiles: 1x128 activation groups, no BY_EXPERT; not "
-                                     f"{self.mode.name} with {cfg}")
-                last = self._last_codes(t, blocks)
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, sorted_ids, block_expert, inter, t, k,
-                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert,
-                   last=last)
-        if quant_out:
-            a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales)
-        elif last is not None:
-            a2 = (last[0].view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else last[0], last[1])
-        else:
-            a2 = self._round(1, inter)
+                   self.inter, self.rows, self.hidden, cfg, blocks, out_scales=inter_scales, by_expert=by_expert)
+        a2 = (inter.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else inter, inter_scales) if quant_out \
+            else self._round(1, inter)
         # FC2's rounded outputs in the layer dtype, weighed as they are summed (half the bytes of fp32 rows)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32 if fuse else self.dtype, device=dev)
         cnt = self._counters(m * -(-self.hidden // cfg["BLOCK_N"]), "_sum_counters") if fuse else None
@@ -445,7 +437,10 @@ class TritonMoE(Kernel):
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
         else:
             inter, inter_scales = torch.empty(t, self.inter, dtype=self.dtype, device=dev), None
-        last = self._last_codes(t, t) if quant_last else None
+        last = None
+        if quant_last:                               # (codes, scales, arrival counters) the last FC1 tile fills
+            last = (torch.empty(t, self.inter, dtype=torch.uint8, device=dev),
+                    torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev), self._counters(t, "_last_counters"))
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
@@ -670,13 +665,20 @@ class TritonMoE(Kernel):
         common = dict(ELEM=self.w13.layout.elem, GROUP=self.w13.layout.group, SCALE_ROWS=self.w13.layout.scale_rows,
                       ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         w, lay = self.w13, self.w13.layout
         xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
             and self.dtype == torch.bfloat16 and self.act == ACT_NONE
         common["XW"] = xw and _rows_align8(a1)
-        xs = self._act_scale(0, a1)
         split = cfg.get("SPLIT_K")
+        # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
+        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
+        if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
+            hx = 1
+        common["HX"] = hx
+        tail = int(cfg.get("TAIL", 1)) if hx else 0     # whole K tiles without masks: 1 both kernels, 2 FC2 only
+        common["TAIL"] = tail == 1
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        xs = self._act_scale(0, a1)
         up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
                    _or(xs, w.scale), inter)
         up_tail = (self.experts, k, self.inter, self.rows, self.hidden, a1.stride(0), inter.stride(0),
@@ -698,6 +700,8 @@ class TritonMoE(Kernel):
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw and _rows_align8(inter)
+        common["HX"] = hx if common["XW"] else 0
+        common["TAIL"] = tail in (1, 2) and bool(common["HX"])
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
@@ -712,13 +716,6 @@ class TritonMoE(Kernel):
             BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             **common)
         return out
-
-    def _last_codes(self, t: int, counters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """QUANT_LAST's (FC2's input codes, their 1x128 group scales, arrival counters per pair or block):
-        what the last FC1 program of each pair (direct) or block (aligned) fills."""
-        return (torch.empty(t, self.inter, dtype=torch.uint8, device=self.device),
-                torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=self.device),
-                self._counters(counters, "_last_counters"))
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's

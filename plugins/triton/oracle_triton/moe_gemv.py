@@ -36,7 +36,8 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
                   A_BY_PAIR: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                   HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False):
+                  EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
+                  HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     pair = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     jmask = j < N_OUT
@@ -56,19 +57,19 @@ def moe_up_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_ptr, out
         n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
         a_row = a_ptr + arow.to(tl.int64) * stride_am
         ws_g = channel_scales(s_e, n_g, N_W, stride_sn, ELEM, GROUP)
-        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_g = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              n_g, w_e, s_e, z_e, ws_g, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                              stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K,
-                             io_t, EXACT_BF16, XW=XW)
-        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)[None, :]
+                             io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+        acc_g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         acc_u = acc_g
         if GATED:
             ws_u = channel_scales(s_e, n_u, N_W, stride_sn, ELEM, GROUP)
-            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
+            acc_u = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax,
                                  xs_ptr, n_u, w_e, s_e, z_e, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn,
                                  stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
-            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)[None, :]
+                                 BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+            acc_u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         _up_epilogue(acc_g, acc_u, e >= 0, e64, b_ptr, stride_be, n_g[None, :], n_u[None, :], jmask[None, :], out_ptr,
                      out_row, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
     else:
@@ -83,9 +84,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     WEIGHT_OUT: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                     HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
-                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False):
+                    EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
+                    HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). XW: gemv.tile_load's 64-bit
-    activation reads (E2M1 words, bf16 rows 8-byte aligned)."""
+    activation reads (E2M1 words, bf16 rows 8-byte aligned); HX 1 (with XW): gemv.tile_compute's packed
+    f16 products; TAIL (with HX): gemv.row_products' unmasked whole K tiles."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
@@ -103,11 +106,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
-        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+        acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
-        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0)[None, :]
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
@@ -123,9 +126,10 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                      GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                      HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr,
-                     XW: tl.constexpr = False):
+                     XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
-    are loaded while the current ones are multiplied (GATED False: the gate rows only)."""
+    are loaded while the current ones are multiplied (GATED False: the gate rows only). TAIL: as
+    gemv.row_products (whole K tiles with unmasked loads first)."""
     ng0 = tl.min(n_g, axis=0)
     nu0 = tl.min(n_u, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
@@ -134,23 +138,43 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
         ku_end = 0
     ug, sg, zg, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
+                                  ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
     uu, su, zu, xu, xu2 = tile_load(a_row, t0 * BLOCK_K, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                     stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
+                                    ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
+    if TAIL:
+        t_full = tl.maximum(t0, k_end // BLOCK_K)
+        for t in range(t0, t_full - 1):
+            k1 = (t + 1) * BLOCK_K
+            ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                               SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX,
+                                               FULL=True)
+            uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                                 SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX,
+                                                 FULL=GATED)
+            acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO,
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+            if GATED:
+                acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
+                                     HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+            ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
+            uu, su, zu = uun, sun, zun
+        t0 = tl.maximum(t0, t_full - 1)
     for t in range(t0, t1):
         k1 = (t + 1) * BLOCK_K
         ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
+                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
         uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
                                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW)
+                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
         acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
         if GATED:
             acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
         ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
         uu, su, zu = uun, sun, zun
     return acc_g, acc_u
@@ -184,9 +208,9 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
-                        XW: tl.constexpr = False):
+                        XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
-    cnt: one arrival counter per (pair, column tile), zero between calls. XW: as moe_down_kernel."""
+    cnt: one arrival counter per (pair, column tile), zero between calls. XW, HX, TAIL: as moe_down_kernel."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -205,8 +229,8 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
     n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
     ws_g = channel_scales(s_ptr + e64 * stride_se, n_g, N_W, stride_sn, ELEM, GROUP)
     ws_u = channel_scales(s_ptr + e64 * stride_se, n_u, N_W, stride_sn, ELEM, GROUP)
-    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
-    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE)
+    acc_g = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX)
+    acc_u = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX)
     if valid:
         amax = row_amax(a_row + tl.zeros([1, 1], dtype=tl.int64), tl.full([1], 1, tl.int1), K, ACT, 1, BLOCK_K)
         w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze, ELEM)
@@ -214,9 +238,9 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
         acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW)
-    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0)
-    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0)
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+    g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)
+    u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)
     if not GATED:
         u = g
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j

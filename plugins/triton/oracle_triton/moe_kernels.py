@@ -300,11 +300,10 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     finds itself in the pairs' expert ids (sorted_ptr; expert_rows): each token's first slot routed to
     it, in pair order (align_small_kernel's order); a token's later slots with the same id are not
     computed again (topk_sum_kernel DEDUP reads the first slot's row for them). QUANT_LAST (STAGE 1,
-    1x128 groups): after its store each program bumps its pair's (DIRECT) or block's (aligned) arrival
-    counter (cnt_ptr, zero between calls); the last of the column tiles rounds the pair's whole output row,
-    or each of the block's pair rows in turn, into E4M3 codes (lq_ptr) and group scales (os_ptr:
-    [N_OUT / 128, T]; N_GROUPS: the next power of two >= N_OUT / 128), the quantization launch's bits,
-    and resets the counter: no launch between the GEMMs.
+    DIRECT, 1x128 groups): after its store each program bumps its pair's arrival counter (cnt_ptr, zero
+    between calls); the last of the pair's column tiles rounds the pair's whole output row into E4M3
+    codes (lq_ptr) and group scales (os_ptr: [N_OUT / 128, T]; N_GROUPS: the next power of two >=
+    N_OUT / 128), the quantization launch's bits, and resets the counter: no launch between the GEMMs.
     SWAP_AB (W8A8 on codes, not QUANT_IN): each K tile's product is taken as W [BN, BK] @ A^T, the weight
     rows the MMA's tall side and the tile's BLOCK_M rows its narrow one (fp8_codes_product_t), the way
     gemm.fp8_swap_kernel streams one-row dense layers near the copy bandwidth: a 16-row A tile otherwise
@@ -439,22 +438,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                         xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
                                                             UNIFORM_WS)
-                if SWAP_AB:
-                    acc_g = fp8_codes_product_t(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
-                                                stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                UNIFORM_WS, EVEN_K)
-                    if TWO:
-                        acc_u = fp8_codes_product_t(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                                    stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                    UNIFORM_WS, EVEN_K)
-                else:
-                    acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
-                                              stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                              UNIFORM_WS, EVEN_K)
-                    if TWO:
-                        acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                                  stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                  UNIFORM_WS, EVEN_K)
+                acc_g = fp8_tile_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
+                                         PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K,
+                                         SWAP_AB)
+                if TWO:
+                    acc_u = fp8_tile_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                             stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                             UNIFORM_WS, EVEN_K, SWAP_AB)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if SWAP_AB:
@@ -521,25 +511,12 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 tl.store(os_ptr + pid_n * T + rows, s, mask=valid)
             else:
                 tl.store(out_rows, to_dtype(y, out_ptr.dtype.element_ty, DOT_F32), mask=omask)
-            if QUANT_LAST:                          # the pair's (block's) last tile rounds its row(s)
+            if QUANT_LAST:                          # DIRECT: the pair's last tile rounds the pair's row
                 tl.debug_barrier()
                 arrived = tl.atomic_add(cnt_ptr + pid_m, 1)
-                if N_FAST:
-                    n_tiles = tl.num_programs(0)
-                else:
-                    n_tiles = tl.num_programs(1)
-                if arrived == n_tiles - 1:
-                    if DIRECT:
-                        quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om,
-                                           lq_ptr + pid_m.to(tl.int64) * stride_om, os_ptr + pid_m, T, N_OUT,
-                                           N_GROUPS, CG=True)
-                    else:                           # aligned: each pair row of the block, one at a time
-                        for r in range(0, BLOCK_M):
-                            row = tl.load(sorted_ptr + pid_m * BLOCK_M + r)
-                            if row < T:
-                                quantize_row_codes(out_ptr + row.to(tl.int64) * stride_om,
-                                                   lq_ptr + row.to(tl.int64) * stride_om, os_ptr + row, T, N_OUT,
-                                                   N_GROUPS, CG=True)
+                if arrived == tl.num_programs(1) - 1:
+                    quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om, lq_ptr + pid_m.to(tl.int64) * stride_om,
+                                       os_ptr + pid_m, T, N_OUT, N_GROUPS, CG=True)
                     tl.atomic_xchg(cnt_ptr + pid_m, 0)
         elif RAW_PAIRS:                             # the rounded output as it is: topk_sum_kernel weighs it
             tl.store(out_rows, to_dtype(acc_g, io_t, DOT_F32), mask=omask)
@@ -674,6 +651,21 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
     else:
         ws = weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
     return ws
+
+
+@triton.jit
+def fp8_tile_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
+                     HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                     DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr):
+    """One W8A8 K tile into acc: fp8_codes_product_t's order (acc [BN, BM]) with SWAP_AB, else
+    dequant.fp8_codes_product's (acc [BM, BN])."""
+    if SWAP_AB:
+        out = fp8_codes_product_t(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE, HW_FP8,
+                                  FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
+    else:
+        out = fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE, HW_FP8,
+                                FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
+    return out
 
 
 @triton.jit

@@ -28,17 +28,23 @@ def check(spec: Any, platform: Any) -> tuple[bool, str | None]:
 
 @functools.lru_cache(maxsize=None)
 def _probe(fmt: str, op: str, device_index: int) -> tuple[bool, str | None]:
+    import time
+
+    import structlog
     import torch
 
+    start = time.perf_counter()
     try:
         y, ref = _run(fmt, op, torch.device("cuda", device_index))
         torch.cuda.synchronize(device_index)
     except Exception as exc:  # noqa: BLE001 - a compiler or launch failure becomes the reason
-        import structlog
         detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
         structlog.get_logger("oracle_triton").warning("triton_probe_failed", format=fmt, op=op, error=detail)
         return False, detail
     err = float((y.float() - ref).norm() / ref.norm())
+    # what a load pays for it (Triton compiles, seconds on a fresh machine): bench_decode's select phase
+    structlog.get_logger("oracle_triton").info("triton_probe", format=fmt, op=op, error=round(err, 5),
+                                               seconds=round(time.perf_counter() - start, 2))
     if not err < PROBE_TOLERANCE:
         return False, f"a probe product disagrees with the float32 reference (relative error {err:.3g})"
     return True, None

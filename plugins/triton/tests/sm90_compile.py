@@ -92,8 +92,9 @@ def main_loop(cubin: str, bindir: str) -> dict | None:
         return None
     lo, hi = max(loops, key=lambda b: b[1] - b[0])
     body = [re.sub(r"^@!?U?P\w+\s+", "", op).split()[0] for a, op in ins if lo <= a <= hi]
+    sizes = sorted((sum(1 for a, _ in ins if l0 <= a <= h0) for l0, h0 in loops), reverse=True)
     return {"instructions": len(body), "barriers": sum(o.startswith("BAR") for o in body),
-            "global_loads": sum(o.startswith("LDG") for o in body)}
+            "global_loads": sum(o.startswith("LDG") for o in body), "loops": sizes}
 
 
 def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0):
@@ -121,7 +122,7 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
                   UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
-                  **_ones(elem))
+                  SWAP_AB=fp8 and bool(cfg.get("SWAP_AB", 0) & stage), **_ones(elem))
     ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
@@ -148,6 +149,8 @@ def default_cases():
     d8, d4, d_int4 = (dense_config(4096, 8192, 8192, 132, pack) for pack in (1, 2, 8))
     m8, m4 = moe_config(4096, 8, 128, 1), moe_config(4096, 8, 128, 2)
     mid4 = moe_config(256, 4, 32, 2)
+    swap8 = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+             "SWAP_AB": 3}                  # Qwen3-30B's M=16 tuned entry
     return {
         "act codes per group": lambda: act_codes(1),
         "act codes per token": lambda: act_codes(2),
@@ -159,6 +162,10 @@ def default_cases():
         "moe W4A16 mxfp4 FC1 (gated)": lambda: moe(1, 2, 32, m4, stage=1),
         "moe W4A16 nvfp4 FC2": lambda: moe(2, 2, 16, m4, stage=2),
         "moe W4A16 mxfp4 FC1, 64-row tiles": lambda: moe(1, 2, 32, mid4, stage=1),
+        "moe W8A8 fp8_block FC1 SWAP_AB (16-row tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=1, codes=1,
+                                                                          scale_rows=128),
+        "moe W8A8 fp8_block FC2 SWAP_AB (16x128 tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=2, codes=1,
+                                                                           scale_rows=128),
     }
 
 
@@ -182,9 +189,13 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
     bn = cfg.get("BLOCK_N2", cfg["BLOCK_N"]) if down else cfg["BLOCK_N"]
     bk = cfg.get("BLOCK_K2", cfg["BLOCK_K"]) if down else cfg["BLOCK_K"]
     warps = cfg.get("WARPS2", cfg["num_warps"]) if down else cfg["num_warps"]
+    hx = int(cfg.get("HX", 0)) if cfg.get("XW") and "SPLIT_K" in cfg and elem in (1, 2) and act == 0 else 0
+    if hx == 2 and group != 32:
+        hx = 1
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
                   BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
-                  **_ones(elem))
+                  XW=bool(cfg.get("XW")) and elem in (1, 2) and act == 0, HX=hx,
+                  TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
@@ -312,6 +323,13 @@ def small_batch_cases():
         "gemv W4A16 int4 zero points (words)": lambda: gemv(3, 128, g(3, 128), zero=True),
         "direct MoE FC1 mxfp4 swigluoai (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=1),
         "direct MoE FC2 mxfp4 (words)": lambda: moe_direct(1, 32, moe_gemv_config(1, 1, 32, True), stage=2),
+        "direct MoE FC1 mxfp4 (words, XW, no HX: the fifth session's)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=0), stage=1),
+        "direct MoE FC2 mxfp4 (words, XW, no HX)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=0),
+                                                                      stage=2),
+        "direct MoE FC1 mxfp4 (HX 2: a sum per MX group)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=1),
+        "direct MoE FC2 mxfp4 (HX 2)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -370,7 +388,7 @@ def main(argv: list[str]) -> int:
             continue
         loop = r["loop"]
         body = f", main loop {loop['instructions']} instructions / {loop['barriers']} barriers / " \
-               f"{loop['global_loads']} global loads" if loop else ""
+               f"{loop['global_loads']} global loads (loops {loop['loops']})" if loop else ""
         print(f"ok   {name}: shared {r['shared']} B, {r['regs']} registers, {r['spills']} B spilled, "
               f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}{body}", flush=True)
     return 1 if bad else 0

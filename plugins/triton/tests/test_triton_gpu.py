@@ -171,6 +171,25 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
+@pytest.mark.parametrize("fmt,mode,activation,hx", [("mxfp4", "w4a16_mx", "swigluoai", 1),
+                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2)])
+def test_moe_direct_f16_products_match_emulation(fmt, mode, activation, hx):
+    """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
+    packed sum per MX group) on the direct path, whole K tiles unmasked (TAIL), against oracle-emulation:
+    one and two tokens, a K tail (hidden 1056 is not a multiple of the 512-wide K tile), bias,
+    activations up to 1000 (exact in f16) and down to 1e-3."""
+    from oracle_triton.moe import moe_gemv_config
+
+    t, ref = moe_pair(fmt, 32, 1056, 768, 4, mode, "bf16", activation=activation, bias=True, device="cuda")
+    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), HX=hx)
+    for m in (1, 2):
+        x = torch.randn(m, 1056, device="cuda", dtype=torch.bfloat16)
+        x[0, :8] = torch.tensor([1000.0, -999.0, 1e-3, -1e-3, 0.0, 300.0, -0.5, 64.0])
+        w, ids = routing(m, 32, 4, "cuda")
+        err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+        assert err < TOL, (fmt, m, err)
+
+
 @pytest.mark.parametrize("fmt,mode,group,symmetric", [
     ("fp8_block", "w8a16_block", 128, True), ("fp8_channel", "w8a16_fp8_channel", 128, True),
     ("fp8_tensor", "w8a16_fp8_tensor", 128, True), ("int4", "w4a16_int4", 128, True),
@@ -258,6 +277,27 @@ def test_words_full_tile_gemm_matches_emulation_and_replays(fmt, dtype):
     g.replay()
     torch.cuda.synchronize()
     assert rel(out, e.apply(x)) < TOL
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_wgmma_words_gemm_matches_emulation_and_replays(fmt):
+    """The many-row 4-bit kernel (w4_wgmma: the decoded word tile as wgmma's register A operand) on
+    the [K/8, N] words (E2M1 repacked at load; INT4 with zero points), a partial N tile (N = 1000),
+    a row tail, a bias and split-K 2, against the reference; then captured in a CUDA graph and
+    replayed (the split-K counters reset; bitwise equal to an eager call)."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    cfg = {"WG": 1, "BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 2, "GROUP_M": 8, "num_warps": 4,
+           "num_stages": 3}
+    x = torch.randn(200, 3072, device="cuda", dtype=torch.bfloat16)
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL
+    g, out = _graph(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, e.apply(x)) < TOL
+        assert torch.equal(out, t.gemm(x, 0, None, torch.bfloat16, cfg))
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16),

@@ -231,6 +231,15 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config({"BLOCK_K": 64, "FULL_TILE": 2}, words_layout("nvfp4", 1000, 256), "nvfp4")
     check_config({"BLOCK_K": 64, "FULL_TILE": 1}, words_layout("nvfp4", 1000, 256))
     check_config({"BLOCK_K": 128, "FULL_TILE": 2}, layout_for("mxfp4", 1000, 256))     # the checkpoint layout's
+    wg = {"WG": 1, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}      # the wgmma kernel: words, K tiles in a group
+    check_config(wg, words_layout("nvfp4", 1000, 256))
+    check_config(dict(wg, BLOCK_K=128), layout_for("int4", 256, 256, 128))
+    with pytest.raises(ValueError, match="WG .*mxfp4.*GPTQ's \\[K/8, N\\] layout"):
+        check_config(wg, layout_for("mxfp4", 256, 256), "mxfp4")
+    with pytest.raises(ValueError, match="BLOCK_K=128 .*int4.*group of 64"):
+        check_config(dict(wg, BLOCK_K=128), layout_for("int4", 256, 256, 64), "int4")
+    with pytest.raises(ValueError, match="BLOCK_M/BLOCK_N"):
+        check_config(dict(wg, BLOCK_N=32), words_layout("mxfp4", 256, 256))
 
 
 @pytest.mark.slow
@@ -267,3 +276,4 @@ def test_moe_w8a8_block_scales_per_tile_uniform_or_gathered(inter, activation):
     x = torch.randn(24, H, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(24, E, K, DEV)
     assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < TOL_Q["fp8"]
+

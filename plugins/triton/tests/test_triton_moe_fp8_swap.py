@@ -2,15 +2,15 @@
 FC2): against oracle-emulation's MoE for the three FP8 activation granularities on the tensor-core
 direct path (one pair per program, with and without the rounding of FC1's input in its prologue and
 of FC2's by FC1's last program) and on the aligned blocks, in Triton's interpreter on CPU (compiled on
-a GPU machine); on a GPU (marked gpu) also at a model-like shape and under CUDA-graph replay. And
-QUANT_LAST on the aligned blocks (each block's last FC1 program rounds its rows into FC2's codes): the
-quantization launch's bits. Tolerances as test_triton_moe."""
+a GPU machine); on a GPU (marked gpu) also at a model-like shape and under CUDA-graph replay. Tolerances
+as test_triton_moe."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from helpers import moe_pair, rel, routing
+from test_triton_gpu import _replay_moe
 
 slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
 
@@ -28,7 +28,6 @@ DIRECT = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps"
 DIRECT_LAST = dict(DIRECT, QUANT_PRO=1, QUANT_LAST=1, BLOCK_N2=128)
 ALIGNED = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
            "FULL_TILE": 0, "SWAP_AB": 3}
-ALIGNED_LAST = dict(ALIGNED, QUANT_LAST=1)
 
 
 def _check(t, ref, m, cfg, tol=TOL):
@@ -41,8 +40,8 @@ def _check(t, ref, m, cfg, tol=TOL):
     plain = t.apply(x, w, ids)
     assert rel(y, expect) < tol, (cfg, rel(y, expect))
     # the same code products summed in another order inside the MMA: equal up to fp32 rounding and the
-    # rare E4M3 rounding flip of FC2's input that such a difference can cause
-    assert rel(y, plain) < tol / 5, (cfg, rel(y, plain))
+    # E4M3 rounding flips of FC2's input that such a difference causes (R13, Qwen3-30B: 5.3e-3 / 5.8e-3)
+    assert rel(y, plain) < tol, (cfg, rel(y, plain))
     return y
 
 
@@ -69,36 +68,6 @@ def test_swap_ab_aligned_blocks_match_emulation(fmt, mode, params, bits):
     _check(t, ref, 12, dict(ALIGNED, SWAP_AB=bits))
 
 
-@slow
-@pytest.mark.parametrize("n_fast", [0, 1])
-def test_aligned_last_program_rounding_gives_the_quantization_launch_bits(n_fast):
-    """16-row blocks holding a few pairs each (12 tokens x 2 slots over 8 experts), column tiles in either
-    grid order; the arrival counters are back at zero after the call."""
-    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
-                      device=DEV)
-    x = torch.randn(12, H, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(12, E, K, DEV)
-    base = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "FULL_TILE": 0,
-            "N_FAST": n_fast}
-    t.config = base
-    plain = t.apply(x, w, ids)
-    t.config = dict(base, QUANT_LAST=1)
-    y = t.apply(x, w, ids)
-    assert torch.equal(y, plain)
-    assert int(t._last_counters.abs().sum()) == 0
-    assert rel(y, ref.apply(x, w, ids)) < TOL
-
-
-def test_aligned_last_program_rounding_refuses_other_activations():
-    t, _ = moe_pair("fp8_channel", E, H, I, K, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
-                    device=DEV)
-    x = torch.randn(4, H, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(4, E, K, DEV)
-    t.config = dict(ALIGNED_LAST, SWAP_AB=0)
-    with pytest.raises(ValueError, match="QUANT_LAST"):
-        t.apply(x, w, ids)
-
-
 def test_swap_ab_is_a_tuned_table_key():
     from oracle_triton.tuned import MOE_KEYS
 
@@ -106,26 +75,11 @@ def test_swap_ab_is_a_tuned_table_key():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [DIRECT_LAST, ALIGNED_LAST], ids=["direct_last", "aligned_last"])
+@pytest.mark.parametrize("cfg", [DIRECT_LAST, ALIGNED], ids=["direct_last", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
                       device="cuda")
     m = 1 if cfg.get("DIRECT") else 24
     _check(t, ref, m, cfg)
     t.config = cfg
-    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
-    w, ids = routing(m, 32, 4, "cuda")
-    t.forward(x, w, ids)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = t.forward(x, w, ids)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        nw, nids = routing(m, 32, 4, "cuda")
-        w.copy_(nw)
-        ids.copy_(nids)
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, ref.apply(x, w, ids)) < TOL
-        assert torch.equal(out, t.forward(x, w, ids))
+    _replay_moe(t, ref, m, TOL)

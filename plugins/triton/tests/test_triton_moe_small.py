@@ -268,7 +268,7 @@ DECODE_CFG = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 2, "num_war
 ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 2 * I, "k": H, "experts": E, "m": 1}
 
 
-@pytest.mark.parametrize("cfg", [DECODE_CFG, dict(DECODE_CFG, XW=1), MMA, dict(MMA_SUM, QUANT_PRO=1, QUANT_IN=2, BLOCK_N2=32, WARPS2=4,
+@pytest.mark.parametrize("cfg", [DECODE_CFG, dict(DECODE_CFG, XW=1), dict(DECODE_CFG, XW=1, HX=1), MMA, dict(MMA_SUM, QUANT_PRO=1, QUANT_IN=2, BLOCK_N2=32, WARPS2=4,
                                                          STAGES2=3)])
 def test_tuned_decode_entries_are_consulted_first(tmp_path, monkeypatch, cfg):
     """A table entry for a decode path (CUDA-core DECODE or tensor-core DIRECT) loads and wins over
