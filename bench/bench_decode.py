@@ -102,7 +102,7 @@ def child(engine: str, args) -> dict:
     result["load_phase_s"] = phases                       # the loader's host seconds per phase
     print(f"built in {result['build_s']:.1f} s" + (f" ({made:.1f} s of it making the random tensors)" if made else "")
           + (" loader " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) if phases else "")
-          + f"; weights {result['weights_gib']:.2f} GiB", flush=True)
+          + f"; weights {result['weights_gib']:.2f} GiB; host load average {os.getloadavg()[0]:.1f}", flush=True)
     # in --decode's order (graph modes first by default): a run cut short keeps the figures that matter most
     plan = [] if engine == "emulation" else [(b, m) for m in args.decode for b in args.batch]
     for batch, mode in plan:
@@ -373,7 +373,11 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     if args.child:
         child(args.child, args)
-        return
+        # its results are written: leave at once. R14's oracle process finished its work at ~54 s and was
+        # killed at its 62-s limit in interpreter teardown (torch.compile's worker pool, CUDA graphs)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     import torch
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():

@@ -157,8 +157,8 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     the checkpoint layout, bf16): the activations read as 64-bit words (gemv.tile_load), 38.9 us against
     40.1 at M=1 (R11, 2026-12-02). HX (E2M1, bf16, with XW): each word's 8 products in packed f16
     (gemv._E2M1_HX_PTX): the sm_90 SASS of the K loops goes from 5.8 / 7.3 instructions per weight
-    (FC1 / FC2) to 4.1 / 5.0, and with TAIL (on with HX unless the config says TAIL 0: the whole K tiles
-    in a loop without masks) to 3.8 / 4.2 (plugins/triton/tests/sm90_compile.py)."""
+    (FC1 / FC2) to 4.1 / 5.0, and with TAIL (on with HX unless the config says TAIL 0, or 2: FC2 only;
+    the whole K tiles in a loop without masks) to 3.8 / 4.2 (plugins/triton/tests/sm90_compile.py)."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words:
@@ -670,11 +670,13 @@ class TritonMoE(Kernel):
             and self.dtype == torch.bfloat16 and self.act == ACT_NONE
         common["XW"] = xw and _rows_align8(a1)
         split = cfg.get("SPLIT_K")
-        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None else 0   # packed f16 products
+        # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
+        hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
         if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
             hx = 1
         common["HX"] = hx
-        common["TAIL"] = bool(hx) and bool(cfg.get("TAIL", 1))     # whole K tiles without masks
+        tail = int(cfg.get("TAIL", 1)) if hx else 0     # whole K tiles without masks: 1 both kernels, 2 FC2 only
+        common["TAIL"] = tail == 1
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
         xs = self._act_scale(0, a1)
         up_args = (w.weight, w.scale, _or(w.zero, w.scale), _or(w.global_scale, w.scale), _or(self.b13, w.scale),
@@ -699,7 +701,7 @@ class TritonMoE(Kernel):
         xs = self._act_scale(1, inter)
         common["XW"] = xw and _rows_align8(inter)
         common["HX"] = hx if common["XW"] else 0
-        common["TAIL"] = common["TAIL"] and bool(common["HX"])
+        common["TAIL"] = tail in (1, 2) and bool(common["HX"])
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)

@@ -438,22 +438,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                         xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
                                                             UNIFORM_WS)
-                if SWAP_AB:
-                    acc_g = fp8_codes_product_t(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
-                                                stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                UNIFORM_WS, EVEN_K)
-                    if TWO:
-                        acc_u = fp8_codes_product_t(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                                    stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                    UNIFORM_WS, EVEN_K)
-                else:
-                    acc_g = fp8_codes_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn,
-                                              stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                              UNIFORM_WS, EVEN_K)
-                    if TWO:
-                        acc_u = fp8_codes_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                                  stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                                  UNIFORM_WS, EVEN_K)
+                acc_g = fp8_tile_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
+                                         PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K,
+                                         SWAP_AB)
+                if TWO:
+                    acc_u = fp8_tile_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                             stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                             UNIFORM_WS, EVEN_K, SWAP_AB)
                 if PER_TILE:
                     xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if SWAP_AB:
@@ -660,6 +651,21 @@ def weight_scales_at(s_ptr, k0, offs_n, n0, N, stride_sn, stride_sk, GROUP: tl.c
     else:
         ws = weight_tile_scales(s_ptr, k0, offs_n, N, stride_sn, stride_sk, GROUP, SCALE_ROWS)
     return ws
+
+
+@triton.jit
+def fp8_tile_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
+                     HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
+                     DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr):
+    """One W8A8 K tile into acc: fp8_codes_product_t's order (acc [BN, BM]) with SWAP_AB, else
+    dequant.fp8_codes_product's (acc [BM, BN])."""
+    if SWAP_AB:
+        out = fp8_codes_product_t(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE, HW_FP8,
+                                  FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
+    else:
+        out = fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE, HW_FP8,
+                                FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
+    return out
 
 
 @triton.jit

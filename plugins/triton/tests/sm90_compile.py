@@ -122,7 +122,7 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
                   UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
-                  **_ones(elem))
+                  SWAP_AB=fp8 and bool(cfg.get("SWAP_AB", 0) & stage), **_ones(elem))
     ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
@@ -149,6 +149,8 @@ def default_cases():
     d8, d4, d_int4 = (dense_config(4096, 8192, 8192, 132, pack) for pack in (1, 2, 8))
     m8, m4 = moe_config(4096, 8, 128, 1), moe_config(4096, 8, 128, 2)
     mid4 = moe_config(256, 4, 32, 2)
+    swap8 = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+             "SWAP_AB": 3}                  # Qwen3-30B's M=16 tuned entry
     return {
         "act codes per group": lambda: act_codes(1),
         "act codes per token": lambda: act_codes(2),
@@ -160,6 +162,10 @@ def default_cases():
         "moe W4A16 mxfp4 FC1 (gated)": lambda: moe(1, 2, 32, m4, stage=1),
         "moe W4A16 nvfp4 FC2": lambda: moe(2, 2, 16, m4, stage=2),
         "moe W4A16 mxfp4 FC1, 64-row tiles": lambda: moe(1, 2, 32, mid4, stage=1),
+        "moe W8A8 fp8_block FC1 SWAP_AB (16-row tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=1, codes=1,
+                                                                          scale_rows=128),
+        "moe W8A8 fp8_block FC2 SWAP_AB (16x128 tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=2, codes=1,
+                                                                           scale_rows=128),
     }
 
 
@@ -189,7 +195,7 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
                   BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
                   XW=bool(cfg.get("XW")) and elem in (1, 2) and act == 0, HX=hx,
-                  TAIL=bool(hx) and bool(cfg.get("TAIL", 1)), **_ones(elem))
+                  TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:

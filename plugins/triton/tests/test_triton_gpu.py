@@ -172,8 +172,7 @@ def test_moe_direct_path_graph_capture_and_replay():
 
 
 @pytest.mark.parametrize("fmt,mode,activation,hx", [("mxfp4", "w4a16_mx", "swigluoai", 1),
-                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2),
-                                                    ("nvfp4", "w4a16_nvfp4", "silu", 1)])
+                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2)])
 def test_moe_direct_f16_products_match_emulation(fmt, mode, activation, hx):
     """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
     packed sum per MX group) on the direct path, whole K tiles unmasked (TAIL), against oracle-emulation:
@@ -357,7 +356,7 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif 1 < m <= 32 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
+            elif m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
                 assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})   # (COOP 1, waiters sleeping on acquire
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}),   # loads): the
                                    t.gemm(x, t.act, scale, torch.bfloat16, cfg))                  # quantizer's codes

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helpers import moe_pair, rel, routing
+from test_triton_gpu import _replay_moe
 
 slow = pytest.mark.slow   # the kernels run in Triton's CPU interpreter (seconds each)
 
@@ -81,19 +82,4 @@ def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     m = 1 if cfg.get("DIRECT") else 24
     _check(t, ref, m, cfg)
     t.config = cfg
-    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
-    w, ids = routing(m, 32, 4, "cuda")
-    t.forward(x, w, ids)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = t.forward(x, w, ids)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        nw, nids = routing(m, 32, 4, "cuda")
-        w.copy_(nw)
-        ids.copy_(nids)
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, ref.apply(x, w, ids)) < TOL
-        assert torch.equal(out, t.forward(x, w, ids))
+    _replay_moe(t, ref, m, TOL)
