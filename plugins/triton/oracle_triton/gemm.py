@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
@@ -390,12 +390,7 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
         u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=n_ok[:, None], other=0)
-        s = tl.load(s_ptr + t * stride_sk + offs_n, mask=n_ok, other=0.0)
-        if HAS_ZERO:
-            zw = tl.load(z_ptr + t * stride_zk + offs_n // 8, mask=n_ok, other=0)
-            z = (zw >> ((offs_n % 8) * 4)) & 15
-        else:
-            z = tl.full(offs_n.shape, 8, tl.int32)
+        s, z = int4_group_row(s_ptr, z_ptr, t, offs_n, n_ok, stride_sk, stride_zk, HAS_ZERO)
     else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
         G: tl.constexpr = UJ * 8 // GROUP
         gk = t * G + tl.arange(0, G)

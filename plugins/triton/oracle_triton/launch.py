@@ -487,8 +487,9 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
-        if cfg.get("WG"):
-            return self.wgmma_ok(act)
+        if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
+            if not self.wgmma_ok(act):
+                return False
         if cfg.get("ROWS"):
             return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
