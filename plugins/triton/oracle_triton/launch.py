@@ -250,9 +250,10 @@ FP8_PDL = 0
 
 #: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
 #: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call, the same
-#: bits. Off by default: measured slower on an H200 (R13 of the sixth session, graph replay, weights
-#: from HBM, waiters polling with atomics): M=16 2048x4096 13.0 us against 9.7 for the two launches,
-#: 8192x8192 29.7 against 24.2; a tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
+#: bits. Off by default: measured slower on an H200 (sixth session, graph replay, weights from HBM):
+#: M=16 2048x4096 13.0 us (R13, waiters polling atomics) and 13.3 (R14, sleeping waiters) against 9.7
+#: and 9.9 for the two launches, 8192x8192 29.7 against 24.2 (R13); M=256 tiles 20.6 against 15.4
+#: (R14). A tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
 FP8_COOP = 0
 #: coop_token_codes' chunk: a row up to this long is loaded once (at 4 warps 64 fp32 values a thread,
 #: before the main loop needs its registers); longer rows take ceil(K / COOP_K) loads per pass.
