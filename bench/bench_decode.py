@@ -102,7 +102,7 @@ def child(engine: str, args) -> dict:
     result["load_phase_s"] = phases                       # the loader's host seconds per phase
     print(f"built in {result['build_s']:.1f} s" + (f" ({made:.1f} s of it making the random tensors)" if made else "")
           + (" loader " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) if phases else "")
-          + f"; weights {result['weights_gib']:.2f} GiB", flush=True)
+          + f"; weights {result['weights_gib']:.2f} GiB; host load average {os.getloadavg()[0]:.1f}", flush=True)
     # in --decode's order (graph modes first by default): a run cut short keeps the figures that matter most
     plan = [] if engine == "emulation" else [(b, m) for m in args.decode for b in args.batch]
     for batch, mode in plan:
@@ -132,6 +132,13 @@ def child(engine: str, args) -> dict:
         if cuda:
             torch.cuda.empty_cache()
     result.setdefault("peak_gib", 0.0)
+    try:
+        served = eager_graph_calls(model)
+    except Exception as exc:  # noqa: BLE001 - a count, never worth losing the runs after it
+        served = {f"not counted ({type(exc).__name__})": 0}
+    if served:
+        result["eager_graph_calls"] = served
+        print("eager graph calls over all runs: " + ", ".join(f"{k} {v}" for k, v in served.items()), flush=True)
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
@@ -149,6 +156,18 @@ def child(engine: str, args) -> dict:
             save()
             print(f"{time.perf_counter() - t0:6.1f} s  token check {name} done", flush=True)
     return result
+
+
+def eager_graph_calls(model) -> dict[str, int]:
+    """How the oracle kernels' eager calls were served (oracle.integration.eager_graphs), summed over kernels."""
+    kernels = getattr(getattr(model, "oracle", None), "kernels", None) or {}
+    totals = [0, 0, 0]
+    for kernel in kernels.values():
+        for part in getattr(kernel, "parts", [kernel]):
+            served = getattr(getattr(part, "eager", None), "served", None)
+            if served:
+                totals = [a + b for a, b in zip(totals, served)]
+    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
 
 
 def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
@@ -373,7 +392,11 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     if args.child:
         child(args.child, args)
-        return
+        # its results are written: leave at once. R14's oracle process finished its work at ~54 s and was
+        # killed at its 62-s limit in interpreter teardown (torch.compile's worker pool, CUDA graphs)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     import torch
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():

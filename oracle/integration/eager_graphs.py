@@ -5,8 +5,8 @@ Python (Triton's argument binding per launch, allocations, small torch ops) cost
 measured on an H200, one Qwen3-30B MoE layer took 316 us eagerly against 38 us under graph
 replay. Engines hide that by capturing the whole model; callers that run eagerly (transformers,
 tests, `oracle run`) do not. So a kernel wraps its raw apply in `EagerGraphs`: from the second
-eager call with the same input shapes and dtypes on (up to `max_rows` rows and `max_graphs`
-shapes per kernel), the call is captured once into a CUDA graph with static input buffers;
+eager call with the same input shapes and dtypes on (up to `max_rows` rows, more for a narrow
+linear that states its `width`, and `max_graphs` shapes per kernel), the call is captured once into a CUDA graph with static input buffers;
 later calls copy their inputs in, replay, and return a copy of the static output (the caller
 owns its result; the next replay cannot overwrite it).
 
@@ -14,6 +14,13 @@ Inside `borrowed_outputs()` a replay returns the graph's own output buffer inste
 allocation and one copy launch less per call: on the H200's host ~10 us of a ~40 us eager linear
 call): for callers that consume every result before the same kernel runs again, as a decode step
 does (oracle.hf.decode: each kernel runs once per step, and its output is read within the step).
+There, the copy in goes too where it can: a decode step allocates the same tensors in the same order
+every step, so a kernel's input usually lies at the same address each time; once the same addresses
+(and strides) came back `after` times, a graph is captured that reads the inputs where they lie, and
+replayed whenever they lie there again (at most MAX_PLACED per kernel; other calls copy in as above).
+It reads memory it does not own only while the caller's input of the same shape, dtype and strides
+is there, so it reads exactly that input. R13 (H200, DeepSeek-R1 geometry, eager batch 1) put each
+copy in at 11.5 us of cudaMemcpyAsync plus ~3 us of dispatch, about 21 per step for 4 layers.
 
 Never used while the caller is itself capturing a graph (the raw call is captured instead), on
 CPU, or when `ORACLE_EAGER_GRAPHS=0`. A capture that fails switches the kernel back to raw calls
@@ -42,8 +49,20 @@ from ..envvars import EAGER_GRAPHS, flag
 
 #: Rows above this are not replayed: their GPU time dwarfs the launch cost.
 MAX_ROWS = 64
+#: A kernel that states its row width (K + N of a linear) is replayed above MAX_ROWS while rows x width
+#: stays within this many elements (32 MB of bf16 input and output, ~10 us of HBM traffic: still far less
+#: than the ~50-200 us of host time its launches cost). Why: MLA attention (DeepSeek's kv_b_proj, K=512,
+#: N=32768 in transformers 5.23) expands the whole static cache every decode step, 264 rows at batch 1 in
+#: bench_decode; R13 measured that raw call at 209 us of host time per layer against BF16's 38.
+MAX_ELEMENTS = 1 << 24
+#: ... and never above this many rows (prefill chunks: a graph per prompt length is not worth its memory)
+MAX_WIDE_ROWS = 1024
 #: Shapes per kernel with a graph (each holds its static inputs, output and temporaries).
 MAX_GRAPHS = 8
+#: Graphs per kernel that read their inputs in place (decode steps; see `borrowed_outputs`)
+MAX_PLACED = 4
+#: Input addresses per kernel counted towards such a graph (addresses that keep changing stop the counting)
+MAX_ADDRESSES = 16
 #: device -> its first captured graph, kept alive so that its memory pool stays usable by the others
 _anchors: dict[Any, Any] = {}
 #: device -> the one side stream every capture on it runs on (see the module docstring)
@@ -85,17 +104,25 @@ class EagerGraphs:
     """Per-kernel cache of captured eager calls: (shapes, dtypes) -> (graph, static inputs, output)."""
 
     def __init__(self, raw: Callable[..., Any], *, max_rows: int = MAX_ROWS, max_graphs: int = MAX_GRAPHS,
-                 after: int = 2, on: bool | None = None):
+                 after: int = 2, on: bool | None = None, width: int | None = None):
         self.raw = raw
+        if width:       # a narrow linear: rows whose whole input + output stays small are replayed too
+            max_rows = max(max_rows, min(MAX_WIDE_ROWS, MAX_ELEMENTS // width))
         self.max_rows, self.max_graphs, self.after = max_rows, max_graphs, after
         self.off_reason: str | None = None if (enabled() if on is None else on) else "ORACLE_EAGER_GRAPHS=0"
         self.graphs: dict[tuple, tuple[Any, tuple, Any]] = {}
         self.seen: dict[tuple, int] = {}
+        self.placed: dict[tuple, tuple[Any, Any]] = {}     # (shapes, dtypes, addresses) -> (graph, output)
+        self.seen_at: dict[tuple, int] = {}
+        #: calls served by [an in-place replay, a replay after a copy in, the raw call] (benchmarks read it)
+        self.served = [0, 0, 0]
 
     def reset(self) -> None:
         """Forget every captured call (the kernel's launch parameters changed)."""
         self.graphs.clear()
         self.seen.clear()
+        self.placed.clear()
+        self.seen_at.clear()
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
@@ -103,9 +130,16 @@ class EagerGraphs:
         first = inputs[0]
         if self.off_reason is not None or not first.is_cuda or first.shape[0] > self.max_rows or \
                 torch.cuda.is_current_stream_capturing():
+            self.served[2] += 1
             return self.raw(*inputs)
         key = tuple(t.shape for t in inputs) + tuple(t.dtype for t in inputs)   # the kernel fixes the device
+        if _borrowing.get():
+            found = self._in_place(key, inputs)
+            if found is not None:
+                self.served[0] += 1
+                return found
         entry = self.graphs.get(key)
+        self.served[1 if entry is not None else 2] += 1
         if entry is not None:
             graph, static, out = entry
             if len(inputs) == 1:
@@ -119,11 +153,26 @@ class EagerGraphs:
             return self.raw(*inputs)
         return self._capture(key, inputs)
 
-    def _capture(self, key: tuple, inputs: tuple) -> Any:
+    def _in_place(self, key: tuple, inputs: tuple) -> Any:
+        """Inside a decode step: the output of a graph that reads these inputs where they lie (no copy in),
+        captured once the same addresses came back `after` times; None where there is none (yet)."""
+        where = key + tuple((t.data_ptr(), t.stride()) for t in inputs)
+        placed = self.placed.get(where)
+        if placed is not None:
+            placed[0].replay()
+            return placed[1]
+        if len(self.placed) >= MAX_PLACED or (where not in self.seen_at and len(self.seen_at) >= MAX_ADDRESSES):
+            return None
+        count = self.seen_at[where] = self.seen_at.get(where, 0) + 1
+        if count < self.after:
+            return None
+        return self._capture(where, inputs, in_place=True)
+
+    def _capture(self, key: tuple, inputs: tuple, in_place: bool = False) -> Any:
         import torch
 
         device = inputs[0].device
-        static = tuple(t.clone() for t in inputs)
+        static = inputs if in_place else tuple(t.clone() for t in inputs)
         anchor = _anchors.get(device)
         pool = anchor.pool() if anchor is not None else None
         graph = torch.cuda.CUDAGraph()
@@ -145,6 +194,10 @@ class EagerGraphs:
             return self.raw(*inputs)
         torch.cuda.current_stream(device).wait_stream(side)
         _anchors.setdefault(device, graph)
+        if in_place:         # the graph reads the caller's tensors: replayed only while inputs lie there
+            self.placed[key] = (graph, out)
+            graph.replay()
+            return out
         static = list(static)
         self.graphs[key] = (graph, static, out)
         torch._foreach_copy_(static, inputs)

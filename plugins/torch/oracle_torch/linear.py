@@ -85,7 +85,7 @@ class _ScaledLinear(Kernel):
         self.w_t = weight.contiguous().t()
         self.bias = None if bias is None else bias.to(device=self.device, dtype=self.dtype)
         self._prepare(**scales)
-        self.eager = EagerGraphs(self.forward)
+        self.eager = EagerGraphs(self.forward, width=n + k)
 
     def _validate(self, **scales: Any) -> None:
         raise NotImplementedError

@@ -39,31 +39,25 @@ def _f16x2_to_f32(pairs: list[tuple[str, int, int]]) -> str:
     return "\n".join(lines)
 
 
+def _e2m1_f16_pairs(word: str) -> list[str]:
+    """PTX lines: the E2M1 word `word` -> its 8 values x 2**-6 as the f16 pairs p0..p3 (k 0-1, 2-3, 4-5,
+    6-7; registers a, c, lo, hi, p0-p3 (.b32) and l0, l1, m0, m1 (.b16) declared by the caller): the
+    nibbles are moved into E4M3 bytes four at a time (mag bits to E4M3's exponent/mantissa, sign to bit
+    7; masks stop bits leaking across bytes) and converted two at a time by the hardware (cvt e4m3x2 ->
+    f16x2, subnormal 0.5 included)."""
+    return [f"shl.b32 a, {word}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"shl.b32 c, {word}, 4;",
+            "and.b32 c, c, 0x80808080;", "or.b32 lo, a, c;", f"shr.b32 a, {word}, 2;", "and.b32 a, a, 0x1C1C1C1C;",
+            f"and.b32 c, {word}, 0x80808080;", "or.b32 hi, a, c;", "prmt.b32 p0, lo, hi, 0x5140;",
+            "prmt.b32 p1, lo, hi, 0x7362;", "mov.b32 {l0, l1}, p0;", "mov.b32 {m0, m1}, p1;",
+            "cvt.rn.f16x2.e4m3x2 p0, l0;", "cvt.rn.f16x2.e4m3x2 p1, l1;", "cvt.rn.f16x2.e4m3x2 p2, m0;",
+            "cvt.rn.f16x2.e4m3x2 p3, m1;"]
+
+
 #: One 32-bit word of packed E2M1 (bytes b0..b3, low nibble first = k order) -> its 8 values as
-#: fp32 x 2**-6, in k order: the nibbles are moved into E4M3 bytes four at a time (mag bits to
-#: E4M3's exponent/mantissa, sign to bit 7; masks stop bits leaking across bytes), converted
-#: two at a time by the hardware (cvt e4m3x2 -> f16x2, subnormal 0.5 included), then to fp32.
-_E2M1_WORD_PTX = tl.constexpr("""{
-.reg .b32 a, c, lo, hi, p0, p1, p2, p3;
-.reg .b16 l0, l1, m0, m1;
-shl.b32 a, $8, 2;
-and.b32 a, a, 0x1C1C1C1C;
-shl.b32 c, $8, 4;
-and.b32 c, c, 0x80808080;
-or.b32 lo, a, c;
-shr.b32 a, $8, 2;
-and.b32 a, a, 0x1C1C1C1C;
-and.b32 c, $8, 0x80808080;
-or.b32 hi, a, c;
-prmt.b32 p0, lo, hi, 0x5140;
-prmt.b32 p1, lo, hi, 0x7362;
-mov.b32 {l0, l1}, p0;
-mov.b32 {m0, m1}, p1;
-cvt.rn.f16x2.e4m3x2 p0, l0;
-cvt.rn.f16x2.e4m3x2 p1, l1;
-cvt.rn.f16x2.e4m3x2 p2, m0;
-cvt.rn.f16x2.e4m3x2 p3, m1;
-""" + _f16x2_to_f32([("p0", 0, 1), ("p1", 2, 3), ("p2", 4, 5), ("p3", 6, 7)]) + "\n}")
+#: fp32 x 2**-6, in k order (_e2m1_f16_pairs, then each half to fp32).
+_E2M1_WORD_PTX = tl.constexpr("{\n.reg .b32 a, c, lo, hi, p0, p1, p2, p3;\n.reg .b16 l0, l1, m0, m1;\n"
+                              + "\n".join(_e2m1_f16_pairs("$8")) + "\n"
+                              + _f16x2_to_f32([("p0", 0, 1), ("p1", 2, 3), ("p2", 4, 5), ("p3", 6, 7)]) + "\n}")
 
 #: One word of 4 E4M3 bytes (k order) -> 4 fp32 values: two hardware conversions e4m3x2 -> f16x2.
 _E4M3_WORD_PTX = tl.constexpr("""{
@@ -98,69 +92,30 @@ sub.f16x2 t3, t3, $9;
 """ + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
 
 
-#: One E2M1 word ($1, k order) and its 8 activations as f16 ($2 = k 0..3, $3 = k 4..7: 64-bit words of
-#: 4 halves, little-endian) -> the sum of the 8 products x 2**-6, fp32 (HX). The word is decoded as in
-#: _E2M1_WORD_PTX into 4 f16x2 pairs (k 0-1, 2-3, 4-5, 6-7: the activations' own pairing, so they need
-#: no shuffle); the 8 products are summed by 4 packed f16 FMAs (2 lanes of 4 terms each) and the two
-#: lanes added in fp32: 4 packed multiply-adds and 3 conversions per word where the fp32 form needs 8
-#: conversions of the weights, 8 of the activations and 8 FMAs. The weights are exact in f16 (value x
-#: 2**-6); each lane rounds its products and sums to f16's 11 bits (sums of 4 products below 2**15
-#: when |activation| < 2**16: no overflow).
-_E2M1_HX_PTX = tl.constexpr("""{
-.reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;
-.reg .b16 l0, l1, m0, m1, h0, h1;
-.reg .f32 f0, f1;
-shl.b32 a, $1, 2;
-and.b32 a, a, 0x1C1C1C1C;
-shl.b32 c, $1, 4;
-and.b32 c, c, 0x80808080;
-or.b32 lo, a, c;
-shr.b32 a, $1, 2;
-and.b32 a, a, 0x1C1C1C1C;
-and.b32 c, $1, 0x80808080;
-or.b32 hi, a, c;
-prmt.b32 p0, lo, hi, 0x5140;
-prmt.b32 p1, lo, hi, 0x7362;
-mov.b32 {l0, l1}, p0;
-mov.b32 {m0, m1}, p1;
-cvt.rn.f16x2.e4m3x2 q0, l0;
-cvt.rn.f16x2.e4m3x2 q1, l1;
-cvt.rn.f16x2.e4m3x2 q2, m0;
-cvt.rn.f16x2.e4m3x2 q3, m1;
-mov.b64 {x0, x1}, $2;
-mov.b64 {x2, x3}, $3;
-mul.rn.f16x2 s, q0, x0;
-fma.rn.f16x2 s, q1, x1, s;
-fma.rn.f16x2 s, q2, x2, s;
-fma.rn.f16x2 s, q3, x3, s;
-mov.b32 {h0, h1}, s;
-cvt.f32.f16 f0, h0;
-cvt.f32.f16 f1, h1;
-add.rn.f32 $0, f0, f1;
-}""")
-
-def _e2m1_hx_group_ptx(words: int) -> str:
-    """As _E2M1_HX_PTX for the `words` words of one scale group at once ($1..: the words, then each
-    word's activations k 0-3, then k 4-7): one packed f16 sum over all 8 x words products (HX 2), so
-    the conversions to fp32 and the scale multiply are paid once per group instead of once per word.
-    Each lane sums 4 x words products below 2**15 while |activation| < 2**15 / (4 x words x 6/64)."""
-    lines = [".reg .b32 a, c, lo, hi, p0, p1, q0, q1, q2, q3, s, x0, x1, x2, x3;",
-             ".reg .b16 l0, l1, m0, m1, h0, h1;", ".reg .f32 f0, f1;"]
+def _e2m1_hx_ptx(words: int) -> str:
+    """PTX (HX): `words` E2M1 words ($1..$words, k order) and their activations as f16 (then $: each
+    word's k 0-3, then each word's k 4-7, 64-bit words of 4 halves, little-endian) -> the sum of the
+    8 x words products x 2**-6, fp32 ($0). Each word is decoded by _e2m1_f16_pairs into 4 f16 pairs
+    (k 0-1, 2-3, 4-5, 6-7: the activations' own pairing, so they need no shuffle), multiplied and
+    summed by packed f16 FMAs (2 lanes), and the two lanes added in fp32: per word 4 packed
+    multiply-adds where the fp32 form needs 8 conversions of the weights, 8 of the activations and 8
+    FMAs. The weights are exact in f16 (value x 2**-6, at most 6/64); each lane rounds its products
+    and sums to f16's 11 bits, and its 4 x words terms stay inside f16's range while |activation| <
+    65504 / (words x 6/64 x 4 / 4): 65504 for one word (the f16 conversion's own limit), 43690 for 4."""
+    lines = [".reg .b32 a, c, lo, hi, p0, p1, p2, p3, s, x0, x1, x2, x3;", ".reg .b16 l0, l1, m0, m1, h0, h1;",
+             ".reg .f32 f0, f1;"]
     for w in range(words):
-        u, xa, xb = f"${1 + w}", f"${1 + words + w}", f"${1 + 2 * words + w}"
-        lines += [f"shl.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"shl.b32 c, {u}, 4;", "and.b32 c, c, 0x80808080;",
-                  "or.b32 lo, a, c;", f"shr.b32 a, {u}, 2;", "and.b32 a, a, 0x1C1C1C1C;", f"and.b32 c, {u}, 0x80808080;",
-                  "or.b32 hi, a, c;", "prmt.b32 p0, lo, hi, 0x5140;", "prmt.b32 p1, lo, hi, 0x7362;",
-                  "mov.b32 {l0, l1}, p0;", "mov.b32 {m0, m1}, p1;", "cvt.rn.f16x2.e4m3x2 q0, l0;",
-                  "cvt.rn.f16x2.e4m3x2 q1, l1;", "cvt.rn.f16x2.e4m3x2 q2, m0;", "cvt.rn.f16x2.e4m3x2 q3, m1;",
-                  f"mov.b64 {{x0, x1}}, {xa};", f"mov.b64 {{x2, x3}}, {xb};",
-                  "mul.rn.f16x2 s, q0, x0;" if w == 0 else "fma.rn.f16x2 s, q0, x0, s;",
-                  "fma.rn.f16x2 s, q1, x1, s;", "fma.rn.f16x2 s, q2, x2, s;", "fma.rn.f16x2 s, q3, x3, s;"]
+        lines += _e2m1_f16_pairs(f"${1 + w}")
+        lines += [f"mov.b64 {{x0, x1}}, ${1 + words + w};", f"mov.b64 {{x2, x3}}, ${1 + 2 * words + w};",
+                  "mul.rn.f16x2 s, p0, x0;" if w == 0 else "fma.rn.f16x2 s, p0, x0, s;",
+                  "fma.rn.f16x2 s, p1, x1, s;", "fma.rn.f16x2 s, p2, x2, s;", "fma.rn.f16x2 s, p3, x3, s;"]
     lines += ["mov.b32 {h0, h1}, s;", "cvt.f32.f16 f0, h0;", "cvt.f32.f16 f1, h1;", "add.rn.f32 $0, f0, f1;"]
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-_E2M1_HX4_PTX = tl.constexpr(_e2m1_hx_group_ptx(4))
+#: HX 1: one word per call; HX 2: the 4 words of an MX group (one f16 sum per group)
+_E2M1_HX_PTX = tl.constexpr(_e2m1_hx_ptx(1))
+_E2M1_HX4_PTX = tl.constexpr(_e2m1_hx_ptx(4))
 _E2M1_HX4_CONSTRAINTS = tl.constexpr("=r," + ",".join(["r"] * 4 + ["l"] * 8))
 
 #: 4 bf16 activations in a 64-bit word ($1) -> the same 4 values as f16 ($0): each bf16 is the top
