@@ -132,6 +132,13 @@ def child(engine: str, args) -> dict:
         if cuda:
             torch.cuda.empty_cache()
     result.setdefault("peak_gib", 0.0)
+    try:
+        served = eager_graph_calls(model)
+    except Exception as exc:  # noqa: BLE001 - a count, never worth losing the runs after it
+        served = {f"not counted ({type(exc).__name__})": 0}
+    if served:
+        result["eager_graph_calls"] = served
+        print("eager graph calls over all runs: " + ", ".join(f"{k} {v}" for k, v in served.items()), flush=True)
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
@@ -149,6 +156,18 @@ def child(engine: str, args) -> dict:
             save()
             print(f"{time.perf_counter() - t0:6.1f} s  token check {name} done", flush=True)
     return result
+
+
+def eager_graph_calls(model) -> dict[str, int]:
+    """How the oracle kernels' eager calls were served (oracle.integration.eager_graphs), summed over kernels."""
+    kernels = getattr(getattr(model, "oracle", None), "kernels", None) or {}
+    totals = [0, 0, 0]
+    for kernel in kernels.values():
+        for part in getattr(kernel, "parts", [kernel]):
+            served = getattr(getattr(part, "eager", None), "served", None)
+            if served:
+                totals = [a + b for a, b in zip(totals, served)]
+    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
 
 
 def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:

@@ -129,6 +129,7 @@ def _clone(tensors: dict) -> dict:
 #: they name are not autotuned in the timing run (bench/configs/gemlite_fp8_channel_h200.json: R11's
 #: tuned choices, and 7168x18432 pinned to 8192x8192's: says so in the figures' notes)
 GEMLITE_PINS: list[str] = []
+GEMLITE_AUTOTUNE_SET: list[str] = []
 #: --peers: only these peers beside ours and BF16 (None: every peer the mode lists)
 PEERS: list = [None]
 
@@ -144,6 +145,15 @@ def _gemlite():
         gemlite.GemLiteLinear.load_config(cfg)       # H100's tuned configs (it ships none for the H200)
     for pin in GEMLITE_PINS:
         gemlite.GemLiteLinear.load_config(pin)
+    mode = os.environ.get("BENCH_GEMLITE_AUTOTUNE")     # --gemlite-autotune (inherited by the precompile workers)
+    if mode and not GEMLITE_AUTOTUNE_SET:
+        gemlite.set_autotune(mode)                     # reloads its kernel modules with that configuration list
+        GEMLITE_AUTOTUNE_SET.append(mode)
+    rows = os.environ.get("BENCH_GEMLITE_QUANT_ROWS")  # --gemlite-quantizer-rows
+    if rows:
+        from gemlite import quant_utils
+        tuner = quant_utils.scale_activations_per_token_triton_v3_kernel     # gemlite's per-token quantizer
+        tuner.configs = [c for c in tuner.configs if c.kwargs.get("BLOCK_SIZE_M") == int(rows)] or tuner.configs
     return gemlite, None
 
 
@@ -230,6 +240,8 @@ def bench_dense(ms_list, bw, rows, skipped):
                     fns = [first] + [build_dense(cand, fmt, layer, mode, _clone(tensors))[0]
                                      for _ in range(copies_for(nbytes) - 1)]
                     built[cand] = (fns, nbytes, err, raw)
+                    print(f"  {name} {mode_name}: {cand} built ({len(fns)} copies, err {err:.1e}) at "
+                          f"{time.perf_counter() - BEGAN:.1f} s", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a peer that cannot run this layer says why
                     line = f"{name} {mode_name}: {cand} skipped ({type(exc).__name__}: {str(exc)[:160]})"
                     skipped.append(line)
@@ -585,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemlite-load-config", metavar="PATH", nargs="+", default=[],
                     help="gemlite configurations (GemLiteLinear.cache_config's format) loaded after its H100 file: "
                          "the shapes and row buckets they name are not autotuned")
+    ap.add_argument("--gemlite-autotune", choices=["default", "fast", "max"],
+                    help="gemlite.set_autotune(MODE): its configuration lists (\"default\": two per kernel, no "
+                         "search worth the name; its own default is \"fast\")")
+    ap.add_argument("--gemlite-quantizer-rows", type=int, choices=[1, 2, 4],
+                    help="gemlite's per-token activation quantizer autotunes over 1, 2 and 4 rows per program, each "
+                         "over a whole row (K padded to a power of two): keep only this one (4 rows of K = 18432 take "
+                         "~28 s to compile for sm_90)")
     ap.add_argument("--peers", nargs="+", help="dense: only these peers beside ours and BF16 (e.g. gemlite scaled_mm)")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
@@ -593,6 +612,11 @@ def main(argv: list[str] | None = None) -> int:
     LEAN[0] = args.lean
     GEMLITE_PINS[:] = args.gemlite_load_config
     PEERS[0] = args.peers
+    import os
+    if args.gemlite_autotune:
+        os.environ["BENCH_GEMLITE_AUTOTUNE"] = args.gemlite_autotune
+    if args.gemlite_quantizer_rows:
+        os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
     keep_shapes(args.shapes, DENSE, MOE)

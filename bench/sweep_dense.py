@@ -258,10 +258,8 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         from oracle_triton.launch import FP8_COOP
         out.append((f"default, coop {1 - default.get('COOP', FP8_COOP)}", {**default, "COOP": 1 - default.get("COOP", FP8_COOP)}))
         out.append(("default, coop 1 spin 0", {**default, "COOP": 1, "COOP_SPIN": 0}))   # waiters polling by atomics
-        out += [(f"default, coop k{ck}", {**default, "COOP": 1, "COOP_K": ck}) for ck in (2048, 4096)
-                if ck < k and ck != default.get("COOP_K")]
-        if facts.get("pdl") and k % 16 == 0:    # the weights asked of L2 before the rows are quantized
-            out.append(("default, coop pf_l2 1", {**default, "COOP": 1, "PF_L2": 1}))
+        # (R13: row chunks of 2048 or 4096 instead of one load, and the weights asked of L2 before the
+        # rows are quantized, were slower still: no longer tried)
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
     if DEFAULTS_ONLY[0]:

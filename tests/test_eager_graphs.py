@@ -44,7 +44,7 @@ def test_cpu_calls_are_raw():
     x = torch.randn(2, 8)
     for _ in range(4):
         assert torch.equal(eager(x), x * 2 + raw.b)
-    assert raw.calls == 4 and not eager.graphs
+    assert raw.calls == 4 and not eager.graphs and eager.served == [0, 0, 4]
 
 
 def test_switched_off_says_why():
@@ -104,6 +104,7 @@ def test_decode_steps_read_inputs_in_place_while_they_lie_at_the_same_address():
             x.copy_(torch.randn_like(x))
             assert torch.equal(eager(x), x * 2 + raw.b)
         assert len(eager.placed) == 1 and not eager.graphs and raw.calls == 2   # one raw call, one capture
+        assert eager.served == [2, 0, 1]
         x.copy_(torch.randn_like(x))
         assert torch.equal(eager(x), x * 2 + raw.b)
         assert torch.equal(eager(x[:, :4].repeat(1, 2)), x[:, :4].repeat(1, 2) * 2 + raw.b)   # elsewhere

@@ -114,6 +114,8 @@ class EagerGraphs:
         self.seen: dict[tuple, int] = {}
         self.placed: dict[tuple, tuple[Any, Any]] = {}     # (shapes, dtypes, addresses) -> (graph, output)
         self.seen_at: dict[tuple, int] = {}
+        #: calls served by [an in-place replay, a replay after a copy in, the raw call] (benchmarks read it)
+        self.served = [0, 0, 0]
 
     def reset(self) -> None:
         """Forget every captured call (the kernel's launch parameters changed)."""
@@ -128,13 +130,16 @@ class EagerGraphs:
         first = inputs[0]
         if self.off_reason is not None or not first.is_cuda or first.shape[0] > self.max_rows or \
                 torch.cuda.is_current_stream_capturing():
+            self.served[2] += 1
             return self.raw(*inputs)
         key = tuple(t.shape for t in inputs) + tuple(t.dtype for t in inputs)   # the kernel fixes the device
         if _borrowing.get():
             found = self._in_place(key, inputs)
             if found is not None:
+                self.served[0] += 1
                 return found
         entry = self.graphs.get(key)
+        self.served[1 if entry is not None else 2] += 1
         if entry is not None:
             graph, static, out = entry
             if len(inputs) == 1:

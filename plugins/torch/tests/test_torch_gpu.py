@@ -280,8 +280,8 @@ def test_block_gemv_agrees_with_cublas_and_replays_under_a_graph(n, k, detected)
 
 def test_mla_cache_expansion_is_replayed_from_a_graph_and_equals_the_raw_call(detected):
     """DeepSeek's kv_b_proj (K=512, N=32768) expands the whole static cache every decode step (264 rows
-    at batch 1 in bench_decode): narrow enough to be replayed eagerly (EagerGraphs width), bit-equal to
-    the raw call on fresh inputs, and the caller's own result outside a decode step."""
+    at batch 1 in bench_decode): narrow enough to be replayed eagerly (EagerGraphs width), equal to the
+    raw call on fresh inputs, and the caller's own result outside a decode step."""
     if not _served_here("fp8_block"):
         pytest.skip("fp8_block is not declared here")
     t, e = _pair(_layer("fp8_block", 32768, 512, group_size=128), detected)
@@ -289,6 +289,6 @@ def test_mla_cache_expansion_is_replayed_from_a_graph_and_equals_the_raw_call(de
     xs = [torch.randn(264, 512, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
     outs = [t.apply(x) for x in xs]
     assert len(t.eager.graphs) == 1
-    for x, y in zip(xs, outs):
-        assert torch.equal(y, t.forward(x))
+    for x, y in zip(xs, outs):      # the same launches: equal up to cuBLASLt's choice under capture; a stale
+        assert _rel(y, t.forward(x)) < 1e-3    # input or a skipped launch would be off by order 1
     assert _rel(outs[-1], e.apply(xs[-1])) < TOLERANCE

@@ -332,6 +332,20 @@ def e2m1_bits(c):
 
 
 @triton.jit
+def int4_group_row(s_ptr, z_ptr, g, offs_n, n_ok, stride_sk, stride_zk, HAS_ZERO: tl.constexpr):
+    """GPTQ group row g's scales [BN] (as stored) and zero points [BN] (int32 0..15; 8 without
+    HAS_ZERO) for the weight rows offs_n: the scales [K/group, N], the zero points packed 8 rows
+    per int32 word [K/group, N/8]."""
+    s = tl.load(s_ptr + g * stride_sk + offs_n, mask=n_ok, other=0.0)
+    if HAS_ZERO:
+        zw = tl.load(z_ptr + g * stride_zk + offs_n // 8, mask=n_ok, other=0)
+        z = (zw >> ((offs_n % 8) * 4)) & 15
+    else:
+        z = tl.full(offs_n.shape, 8, tl.int32)
+    return s, z
+
+
+@triton.jit
 def group_scales(sraw, gscale, ELEM: tl.constexpr):
     """Stored 4-bit group scales -> float32: E8M0 (MXFP4), E4M3 times the global scale (NVFP4),
     fp16/bf16/fp32 as stored (INT4)."""

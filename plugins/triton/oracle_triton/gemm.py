@@ -9,9 +9,9 @@ Activation pass: quantizing inside the GEMM's prologue repeats the work in every
 N/BLOCK_N programs (and on 16-row tiles at M = 1); measured on an H200 it cost 4x the GEMM at
 M = 1, so the activations are rounded once, in their own launch, to the values the reference
 gives (codes times scales, in the layer's dtype), and the GEMM reads those. Per-token FP8 codes at
-a few rows are the exception (COOP, coop_token_codes): the GEMM's first programs to start quantize
-one row each, once, and the others wait for them, so the rows are still rounded once but inside the
-GEMM's launch.
+a few rows are the exception (COOP, coop_token_codes): the GEMM's programs claim rows and quantize
+each once, then wait until all are written, so the rows are still rounded once but inside the GEMM's
+launch.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
@@ -100,7 +100,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  OUT_F16: tl.constexpr, A_CODES: tl.constexpr = 0, FP8_DOT: tl.constexpr = False,
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
-                 COOP: tl.constexpr = False, COOP_Q=1, COOP_K: tl.constexpr = 1024,
+                 COOP: tl.constexpr = False, COOP_K: tl.constexpr = 1024,
                  COOP_SPIN: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
@@ -112,7 +112,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
     and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
     if COOP:
-        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_K, COOP_SPIN)
     if GROUP_M > 1:
         grid_n = tl.num_programs(0)
         grid_m = tl.num_programs(1)
@@ -390,12 +390,7 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
         u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=n_ok[:, None], other=0)
-        s = tl.load(s_ptr + t * stride_sk + offs_n, mask=n_ok, other=0.0)
-        if HAS_ZERO:
-            zw = tl.load(z_ptr + t * stride_zk + offs_n // 8, mask=n_ok, other=0)
-            z = (zw >> ((offs_n % 8) * 4)) & 15
-        else:
-            z = tl.full(offs_n.shape, 8, tl.int32)
+        s, z = int4_group_row(s_ptr, z_ptr, t, offs_n, n_ok, stride_sk, stride_zk, HAS_ZERO)
     else:               # E2M1 [N, K/2] bytes, read as words (4 bytes = 8 codes, low nibble first)
         G: tl.constexpr = UJ * 8 // GROUP
         gk = t * G + tl.arange(0, G)
@@ -561,7 +556,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
-                    xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False, COOP_Q=1,
+                    xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
                     COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
@@ -588,8 +583,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
 
     COOP (per-token codes, 2-32 rows: one launch instead of the quantizer's and this one's): x_ptr
     and as_ptr are empty code and scale buffers, xin_ptr the activations in the layer dtype; the
-    programs quantize the rows among themselves first (coop_token_codes: the first COOP_Q to start
-    take a row each), wait for all rows, then run as usual. With PF_L2 the weight prefetch is asked
+    programs quantize the rows among themselves first (coop_token_codes: each claims rows until none
+    is left), wait for all rows, then run as usual. With PF_L2 the weight prefetch is asked
     for before the rows, so the HBM reads overlap them."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -603,7 +598,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     if GDC:
         gdc_wait()
     if COOP:
-        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_Q, COOP_K, COOP_SPIN)
+        coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_K, COOP_SPIN)
     dot_t = tl.float32 if DOT_F32 else tl.bfloat16
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -647,46 +642,46 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
 
 
 @triton.jit
-def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, Q, CHUNK: tl.constexpr,
+def coop_token_codes(xin_ptr, codes_ptr, scales_ptr, sync_ptr, M, K, stride_m, CHUNK: tl.constexpr,
                      SPIN: tl.constexpr = False):
     """Per-token FP8 codes of x [M, K] (layer dtype, row stride stride_m) computed by the programs of the
     grid calling it, into codes [M, K] (uint8, the same row stride) and scales [M] (fp32): the codes and
     scales act_qdq_kernel writes (CODES, ACT 2). Then every program waits until all rows are written.
 
-    sync_ptr: three int32 counters, zero between launches (coop_done resets them): [0] hands out
-    tickets in the order programs start; the first Q tickets (Q <= M and <= programs that fit on the GPU
-    at once) each take rows ticket, ticket + Q, ... and add one to [1] when written; everyone then spins
-    on [1] reaching Q. Only programs already running hold those tickets, so nobody waits on a program
-    that has not started (no deadlock whatever order the hardware starts them in; Triton's CPU
-    interpreter runs programs one by one, so it is launched with Q = 1). A row's amax and codes come
-    from chunks of CHUNK (one load per chunk; a row that fits one chunk is loaded once). SPIN: the
-    waiters poll with sleeping acquire loads (pdl.wait_until_at_least) instead of atomics."""
-    ticket = tl.atomic_add(sync_ptr, 1)
-    if ticket < Q:
-        for row in range(ticket, M, Q):
-            xr = xin_ptr + row * stride_m       # (M <= 32 rows: int32 offsets)
-            cr = codes_ptr + row * stride_m
-            offs = tl.arange(0, CHUNK)
-            x = tl.load(xr + offs[None, :], mask=(offs < K)[None, :], other=0.0).to(tl.float32)
-            amax = tl.max(tl.abs(x), axis=1)
-            for c in range(CHUNK, K, CHUNK):
-                xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
-                amax = tl.maximum(amax, tl.max(tl.abs(xc), axis=1))
-            q, s = quantize_tile_codes(x, amax, 2, scales_ptr)
-            tl.store(cr + offs[None, :], _code_bytes(e4m3_encode(q, x), cr), mask=(offs < K)[None, :])
-            for c in range(CHUNK, K, CHUNK):
-                xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
-                qc, sc = quantize_tile_codes(xc, amax, 2, scales_ptr)
-                tl.store(cr + c + offs[None, :], _code_bytes(e4m3_encode(qc, xc), cr),
-                         mask=(c + offs < K)[None, :])
-            tl.store(scales_ptr + row + tl.zeros([1], tl.int32), s)
+    sync_ptr: three int32 counters, zero between launches (coop_done resets them). Each program claims
+    rows from [0] (an atomic add: the next row) and quantizes them until no row is left, adding one to
+    [1] per row written; then it waits for [1] to reach M. A program waits only once every row has been
+    claimed, and a row is claimed only by a running program that finishes it without waiting, so no
+    program ever waits on one that has not started: no deadlock whatever the hardware runs at once
+    (other kernels on the GPU, a small grid, Triton's CPU interpreter running programs one by one).
+    A row's amax and codes come from chunks of CHUNK (one load per chunk; a row that fits one chunk is
+    loaded once). SPIN: the waiters poll with sleeping acquire loads (pdl.wait_until_at_least) instead
+    of atomics."""
+    row = tl.atomic_add(sync_ptr, 1)
+    while row < M:
+        xr = xin_ptr + row * stride_m       # (M <= a few hundred rows: int32 offsets)
+        cr = codes_ptr + row * stride_m
+        offs = tl.arange(0, CHUNK)
+        x = tl.load(xr + offs[None, :], mask=(offs < K)[None, :], other=0.0).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=1)
+        for c in range(CHUNK, K, CHUNK):
+            xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(xc), axis=1))
+        q, s = quantize_tile_codes(x, amax, 2, scales_ptr)
+        tl.store(cr + offs[None, :], _code_bytes(e4m3_encode(q, x), cr), mask=(offs < K)[None, :])
+        for c in range(CHUNK, K, CHUNK):
+            xc = tl.load(xr + c + offs[None, :], mask=(c + offs < K)[None, :], other=0.0).to(tl.float32)
+            qc, sc = quantize_tile_codes(xc, amax, 2, scales_ptr)
+            tl.store(cr + c + offs[None, :], _code_bytes(e4m3_encode(qc, xc), cr), mask=(c + offs < K)[None, :])
+        tl.store(scales_ptr + row + tl.zeros([1], tl.int32), s)
         tl.debug_barrier()                       # every thread's codes written before the release
         tl.atomic_add(sync_ptr + 1, 1, sem="release")
+        row = tl.atomic_add(sync_ptr, 1)
     if SPIN:                                     # acquire loads with a sleep between them (inline PTX)
-        wait_until_at_least(sync_ptr + 1, Q)
+        wait_until_at_least(sync_ptr + 1, M)
     else:                                        # atomic reads (what Triton's CPU interpreter runs)
         done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
-        while done < Q:
+        while done < M:
             done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
     tl.debug_barrier()                           # no thread reads codes before the acquire
 

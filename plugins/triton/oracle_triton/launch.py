@@ -250,9 +250,10 @@ FP8_PDL = 0
 
 #: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
 #: (gemm.coop_token_codes) instead of a quantizer launch before it: one launch per call, the same
-#: bits. Off by default: measured slower on an H200 (R13 of the sixth session, graph replay, weights
-#: from HBM, waiters polling with atomics): M=16 2048x4096 13.0 us against 9.7 for the two launches,
-#: 8192x8192 29.7 against 24.2; a tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
+#: bits. Off by default: measured slower on an H200 (sixth session, graph replay, weights from HBM):
+#: M=16 2048x4096 13.0 us (R13, waiters polling atomics) and 13.3 (R14, sleeping waiters) against 9.7
+#: and 9.9 for the two launches, 8192x8192 29.7 against 24.2 (R13); M=256 tiles 20.6 against 15.4
+#: (R14). A tuned entry may turn it on (cfg COOP 1) where a sweep finds it faster.
 FP8_COOP = 0
 #: coop_token_codes' chunk: a row up to this long is loaded once (at 4 warps 64 fp32 values a thread,
 #: before the main loop needs its registers); longer rows take ceil(K / COOP_K) loads per pass.
@@ -392,7 +393,7 @@ class DenseGemm:
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
-            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
+            **self.coop_args(coop, cfg))
         return y
 
     def full_tile(self, cfg: dict[str, int]) -> int:
@@ -487,8 +488,9 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
-        if cfg.get("WG"):
-            return self.wgmma_ok(act)
+        if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
+            if not self.wgmma_ok(act):
+                return False
         if cfg.get("ROWS"):
             return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
@@ -557,26 +559,19 @@ class DenseGemm:
         scales = fastlaunch.temp(torch.empty(x.shape[0], dtype=torch.float32, device=x.device))
         return (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes), scales
 
-    def coop_args(self, coop: tuple | None, m: int, programs: int, cfg: dict[str, int]) -> dict[str, Any]:
+    def coop_args(self, coop: tuple | None, cfg: dict[str, int]) -> dict[str, Any]:
         """The COOP kernel arguments for coop = (x, its three sync counters), or none (coop None)."""
         if coop is None:
             return {}
-        return {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True, "COOP_Q": self.coop_rows(m, programs),
+        return {"xin_ptr": coop[0], "sync_ptr": coop[1], "COOP": True,
                 "COOP_K": min(1 << (self.k - 1).bit_length(), cfg.get("COOP_K", COOP_K)),
                 "COOP_SPIN": bool(cfg.get("COOP_SPIN", COOP_SPIN)) and not self.facts["dot_f32"]}
 
     def fp8_swap_coop(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
-        """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose first
-        programs write the codes and scales act_qdq_kernel would (into this call's temporaries) while
-        the others wait (coop_rows: how many take rows)."""
+        """Few rows of FP8 W8A8 per token in one launch: gemm.fp8_swap_kernel COOP, whose programs write
+        the codes and scales act_qdq_kernel would (into this call's temporaries) before the product."""
         codes, scales = self.coop_buffers(x)
         return self.fp8_swap(codes, scales, ACT_TOKEN, out_dtype, cfg, coop=(x, self.counters(3, 0)))
-
-    def coop_rows(self, m: int, programs: int) -> int:
-        """How many programs of a COOP grid take rows (gemm.coop_token_codes' Q): at most one per row,
-        per program of the grid and per SM (each SM holds at least one program, so the row takers all
-        run at once whatever else waits); one under the CPU interpreter (programs run one by one)."""
-        return 1 if self.facts["dot_f32"] else max(1, min(m, programs, self.facts["sms"]))
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
                  cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
@@ -590,7 +585,7 @@ class DenseGemm:
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
         launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
         (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters): the kernel writes `codes`
-        and `xs` from x itself first (fp8_swap_coop); coop_rows says how many programs take rows."""
+        and `xs` from x itself first (fp8_swap_coop)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)
         grid_n, grid_m, split = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"]), cfg["SPLIT_K"]
@@ -607,7 +602,7 @@ class DenseGemm:
             AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **self.coop_args(coop, m, grid_n * grid_m * split, cfg))
+            **self.coop_args(coop, cfg))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

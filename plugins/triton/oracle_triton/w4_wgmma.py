@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import finish_tile, group_scales_hw, k_in, split_range, to_dtype
+from .dequant import finish_tile, group_scales_hw, int4_group_row, k_in, split_range, to_dtype
 from .gemm import e2m1_word_values, int4_word_values, interleave8
 
 
@@ -29,13 +29,7 @@ def _wg_words(t, offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk, stride_sk, str
     ok = n_ok[:, None] & k_in(jrow, K // 8, EVEN_K)[None, :]
     u = tl.load(w_ptr + jrow[None, :] * stride_wk + offs_n[:, None], mask=ok, other=0)
     if ELEM == 3:
-        g = (t * UJ * 8) // GROUP
-        s = tl.load(s_ptr + g * stride_sk + offs_n, mask=n_ok, other=0.0)
-        if HAS_ZERO:
-            zw = tl.load(z_ptr + g * stride_zk + offs_n // 8, mask=n_ok, other=0)
-            z = (zw >> ((offs_n % 8) * 4)) & 15
-        else:
-            z = tl.full(offs_n.shape, 8, tl.int32)
+        s, z = int4_group_row(s_ptr, z_ptr, (t * UJ * 8) // GROUP, offs_n, n_ok, stride_sk, stride_zk, HAS_ZERO)
     else:
         s = tl.load(s_ptr + (jrow * 8 // GROUP)[None, :] * stride_sk + offs_n[:, None], mask=ok, other=0)
         z = s

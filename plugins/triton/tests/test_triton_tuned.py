@@ -209,7 +209,7 @@ WG_CFG = {"WG": 1, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 2, 
 def test_wgmma_entries_load_and_serve_word_layouts_on_devices_with_the_ptx_decoders(table, tmp_path):
     """A many-row 4-bit wgmma entry (WG: w4_wgmma) loads for INT4 and for E2M1 in the word layout (KN 1);
     config_for returns it where the device has the PTX word decoders (capability >= 8.9) and the layer
-    reads words, and falls back to the rules elsewhere; a WG entry without its split, on FP8 weights,
+    reads words, and falls back to the rules elsewhere (and for INT4 groups narrower than its K tile); a WG entry without its split, on FP8 weights,
     on E2M1's checkpoint layout or with an INT4 K tile wider than the group is refused at load."""
     t, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
     table([{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 256, "config": WG_CFG},
@@ -219,6 +219,9 @@ def test_wgmma_entries_load_and_serve_word_layouts_on_devices_with_the_ptx_decod
     assert t.gemm.config_for(200) == WG_CFG
     t.gemm.facts = dict(t.gemm.facts, hw_fp8=False)
     assert "WG" not in t.gemm.config_for(200)
+    t32, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV, group=32)    # K tile 64 > group
+    t32.gemm.facts = dict(t32.gemm.facts, name=DEVICE, hw_fp8=True)
+    assert "WG" not in t32.gemm.config_for(200)
     for weight, mode, cfg in (("int4", "w4a16_int4", {k: v for k, v in WG_CFG.items() if k != "SPLIT_K"}),
                               ("fp8_channel", "w8a16_fp8_channel", WG_CFG), ("mxfp4", "w4a16_mx", WG_CFG),
                               ("int4", "w4a16_int4", {**WG_CFG, "BLOCK_K": 256})):
