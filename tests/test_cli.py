@@ -94,3 +94,28 @@ def test_console_script_runs_without_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: ") and "invalid YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_plugin_logs_stay_off_stdout_json(capsys, monkeypatch):
+    """A plugin's structlog event during selection (e.g. oracle-triton's probe warnings) goes to stderr, so
+    `explain --format json` prints JSON only (the GPU check found a probe's log line in front of it)."""
+    import structlog
+
+    import oracle.engine
+
+    structlog.reset_defaults()   # as in a fresh process: unconfigured structlog prints on stdout
+    real = oracle.engine.check_requirements
+
+    def logging_check(spec, platform, **kwargs):
+        structlog.get_logger("a_plugin").warning("probe_noise", kernel=spec.name)
+        return real(spec, platform, **kwargs)
+
+    monkeypatch.setattr(oracle.engine, "check_requirements", logging_check)
+    try:
+        code, out, err = run(["explain", "--model", "qwen3-30b-a3b-fp8", "--device", "h200", "--format", "json"],
+                             capsys)
+    finally:
+        structlog.reset_defaults()
+    assert code == 0
+    assert json.loads(out)["summary"]
+    assert "probe_noise" in err and "probe_noise" not in out

@@ -60,7 +60,20 @@ def _plugin_failure(registry: Any, plugin: str, message: str) -> None:
         registry.failures.append(failure)
 
 
+def _plugin_logs_to_stderr() -> None:
+    """Plugins' structlog events go to stderr: unconfigured, structlog prints on stdout, into `--format json`.
+
+    An application that configured structlog keeps its own setup. The factory reads `sys.stderr` when a logger
+    is made, so a replaced stream (pytest's capture, a redirect) is honoured."""
+    import structlog
+
+    if not structlog.is_configured():
+        structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _plugin_logs_to_stderr()
+
     def command() -> int:
         words = list(sys.argv[1:] if argv is None else argv)
         if next((w for w in words if not w.startswith("-")), None) == verify.NAME:

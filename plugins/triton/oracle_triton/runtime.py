@@ -28,6 +28,7 @@ def check(spec: Any, platform: Any) -> tuple[bool, str | None]:
 
 @functools.lru_cache(maxsize=None)
 def _probe(fmt: str, op: str, device_index: int) -> tuple[bool, str | None]:
+    import logging
     import time
 
     import structlog
@@ -42,9 +43,10 @@ def _probe(fmt: str, op: str, device_index: int) -> tuple[bool, str | None]:
         structlog.get_logger("oracle_triton").warning("triton_probe_failed", format=fmt, op=op, error=detail)
         return False, detail
     err = float((y.float() - ref).norm() / ref.norm())
-    # what a load pays for it (Triton compiles, seconds on a fresh machine): bench_decode's select phase
-    structlog.get_logger("oracle_triton").info("triton_probe", format=fmt, op=op, error=round(err, 5),
-                                               seconds=round(time.perf_counter() - start, 2))
+    # What a load pays for it (Triton compiles, seconds on a fresh machine). A stdlib log, silent unless the
+    # application asks (`oracle --log-decisions`): printed, it would land in `explain --format json`'s stdout.
+    logging.getLogger("oracle_triton").info("triton_probe format=%s op=%s error=%.5f seconds=%.2f", fmt, op, err,
+                                            time.perf_counter() - start)
     if not err < PROBE_TOLERANCE:
         return False, f"a probe product disagrees with the float32 reference (relative error {err:.3g})"
     return True, None
