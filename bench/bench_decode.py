@@ -170,6 +170,14 @@ def eager_graph_calls(model) -> dict[str, int]:
     return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
 
 
+def _ranked_table(title: str, columns: tuple[str, ...], spent: dict, limit: int, cells) -> str:
+    """A markdown table of `spent` ({name: [time, calls]}), the costliest `limit` first, under `title`."""
+    lines = [title, "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for name, (time, calls) in sorted(spent.items(), key=lambda kv: -kv[1][0])[:limit]:
+        lines.append("| " + " | ".join(cells(name, time, calls)) + " |")
+    return "\n".join(lines)
+
+
 def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
     """Where a decode step's GPU time goes: torch.profiler's CUDA kernels over `steps` steps of `mode`
     (graph replays included: CUPTI traces the kernels of a replayed graph), summed by kernel name,
@@ -198,12 +206,11 @@ def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
         slot[0] += e.time_range.elapsed_us()
         slot[1] += 1
     total = sum(v[0] for v in by_name.values()) / steps
-    lines = [f"b{ids.shape[0]} {dec.mode}: GPU kernel time {total:.0f} us per step ({total / layers:.1f} us per "
-             f"layer over {layers} layers), {sum(v[1] for v in by_name.values()) / steps:.0f} kernels per step",
-             "| kernel | us per step | per layer | calls per step |", "|---|---|---|---|"]
-    for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:40]:
-        lines.append(f"| {name[:110]} | {us / steps:.1f} | {us / steps / layers:.2f} | {n / steps:.1f} |")
-    return "\n".join(lines)
+    title = (f"b{ids.shape[0]} {dec.mode}: GPU kernel time {total:.0f} us per step ({total / layers:.1f} us per "
+             f"layer over {layers} layers), {sum(v[1] for v in by_name.values()) / steps:.0f} kernels per step")
+    return _ranked_table(title, ("kernel", "us per step", "per layer", "calls per step"), by_name, 40,
+                         lambda name, us, n: (name[:110], f"{us / steps:.1f}", f"{us / steps / layers:.2f}",
+                                              f"{n / steps:.1f}"))
 
 
 def profile_eager(model, ids, steps: int = 4) -> str:
@@ -271,12 +278,11 @@ def profile_host(model, ids, steps: int = 16) -> str:
     finally:
         for h in handles:
             h.remove()
-    lines = [f"host time of an eager b1 step with hooks: {1e3 * host / steps:.2f} ms issued, "
-             f"{1e3 * wall / steps:.2f} ms until the GPU finished ({steps} steps)",
-             "| module role | us per step | calls per step | us per call |", "|---|---|---|---|"]
-    for role, (sec, n) in sorted(spent.items(), key=lambda kv: -kv[1][0])[:30]:
-        lines.append(f"| {role} | {1e6 * sec / steps:.0f} | {n / steps:.0f} | {1e6 * sec / n:.1f} |")
-    return "\n".join(lines)
+    title = (f"host time of an eager b1 step with hooks: {1e3 * host / steps:.2f} ms issued, "
+             f"{1e3 * wall / steps:.2f} ms until the GPU finished ({steps} steps)")
+    return _ranked_table(title, ("module role", "us per step", "calls per step", "us per call"), spent, 30,
+                         lambda role, sec, n: (role, f"{1e6 * sec / steps:.0f}", f"{n / steps:.0f}",
+                                               f"{1e6 * sec / n:.1f}"))
 
 
 # ---------------------------------------------------------------- the table

@@ -232,9 +232,25 @@ def test_can_implement_hook_rejects_and_raising_hook_is_isolated():
     assert d.status == "selected"  # the last tier still serves it
 
 
-def test_runtime_check_runs_on_detected_and_is_assumed_on_simulated(tmp_path):
+def _checked_linear_registry(requires: str):
+    """A registry of one FP8-block linear kernel, backend `rt`, whose YAML `requires` is `requires`."""
     from oracle.registry import Registry
     from oracle.sources import load_yaml_text
+    text = f"""
+backend: rt
+kernels:
+  - name: rt.linear
+    op: linear
+    implementation: oracle.kernel:Kernel
+    requires: {requires}
+    modes: [{{weight: fp8_block, activation: fp8, name: m}}]
+"""
+    reg = Registry()
+    reg.add_kernels(load_yaml_text(text, "rt.yaml"), plugin="rt")
+    return reg
+
+
+def test_runtime_check_runs_on_detected_and_is_assumed_on_simulated(tmp_path):
     import sys, types
     mod = types.ModuleType("toy_runtime")
     calls = []
@@ -244,17 +260,7 @@ def test_runtime_check_runs_on_detected_and_is_assumed_on_simulated(tmp_path):
         return (False, "driver too old")
     mod.check = check
     sys.modules["toy_runtime"] = mod
-    text = """
-backend: rt
-kernels:
-  - name: rt.linear
-    op: linear
-    implementation: oracle.kernel:Kernel
-    requires: {runtime: {check: "toy_runtime:check"}}
-    modes: [{weight: fp8_block, activation: fp8, name: m}]
-"""
-    reg = Registry()
-    reg.add_kernels(load_yaml_text(text, "rt.yaml"), plugin="rt")
+    reg = _checked_linear_registry('{runtime: {check: "toy_runtime:check"}}')
     pol = load_policy(registry=reg)
     layer = LinearLayer(name="q", in_features=128, out_features=128, weight_format="fp8_block")
     cfg = KernelConfig(linear_backend="rt")
@@ -269,27 +275,16 @@ kernels:
 def test_environment_listing_runs_no_runtime_probe():
     """`environment()` (every `explain` and load lists it for every kernel) reads the environment checks
     only: a runtime probe compiles and runs kernels, so it runs for kernels a layer considers, never for all."""
-    from oracle.registry import Registry
     from oracle.session import session_for
-    from oracle.sources import load_yaml_text
     import sys, types
     mod = types.ModuleType("toy_env_runtime")
     calls = []
     mod.env = lambda spec, platform: (True, "toolkit 1.2 found")
     mod.probe = lambda spec, platform: calls.append(spec.name) or (True, None)
     sys.modules["toy_env_runtime"] = mod
-    text = """
-backend: rt
-kernels:
-  - name: rt.linear
-    op: linear
-    implementation: oracle.kernel:Kernel
-    requires: {environment: {check: "toy_env_runtime:env"}, runtime: {check: "toy_env_runtime:probe"}}
-    modes: [{weight: fp8_block, activation: fp8, name: m}]
-"""
     try:
-        reg = Registry()
-        reg.add_kernels(load_yaml_text(text, "rt.yaml"), plugin="rt")
+        reg = _checked_linear_registry(
+            '{environment: {check: "toy_env_runtime:env"}, runtime: {check: "toy_env_runtime:probe"}}')
         engine = session_for(reg).engine(load_policy(registry=reg))
         real = Platform(vendor="nvidia", capability=(9, 0), device_name="H test")
         assert engine.environment(real) == ["toolkit 1.2 found"] and calls == []

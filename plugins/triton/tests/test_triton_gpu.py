@@ -83,16 +83,22 @@ def _graph(fn, *static):
     return g, out
 
 
-def test_dense_split_k_graph_capture_and_replay():
-    t, e = linear_pair("mxfp4", 1024, 8192, "w4a16_mx", "bf16", device="cuda")
-    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16)
-    g, out = _graph(t.apply, x)
-    for _ in range(3):
+def _capture_and_replay(call, x, reference, times=2):
+    """Capture `call(x)` in a CUDA graph, then refill `x` and replay: each replay near `reference` and bitwise
+    what an eager call computes (split-K counters reset between replays)."""
+    g, out = _graph(call, x)
+    for _ in range(times):
         x.copy_(torch.randn_like(x))
         g.replay()
         torch.cuda.synchronize()
-        assert rel(out, e.apply(x)) < TOL
-        assert torch.equal(out, t.apply(x))          # split-K sums in a fixed order: bitwise stable
+        assert rel(out, reference(x)) < TOL
+        assert torch.equal(out, call(x))
+
+
+def test_dense_split_k_graph_capture_and_replay():
+    t, e = linear_pair("mxfp4", 1024, 8192, "w4a16_mx", "bf16", device="cuda")
+    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16)
+    _capture_and_replay(t.apply, x, e.apply, times=3)   # split-K sums in a fixed order: bitwise stable
 
 
 def _replay_moe(t, ref, m, tol):
@@ -251,13 +257,7 @@ def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
     cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 4,
            "DECODE": 3 if fmt == "int4" else 4, "num_warps": 4, "num_stages": 1}
     x = torch.randn(16, k, device="cuda", dtype=dtype)
-    g, out = _graph(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, e.apply(x)) < TOL
-        assert torch.equal(out, t.gemm(x, 0, None, dtype, cfg))
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x, e.apply)
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
@@ -291,13 +291,7 @@ def test_wgmma_words_gemm_matches_emulation_and_replays(fmt):
            "num_stages": 3}
     x = torch.randn(200, 3072, device="cuda", dtype=torch.bfloat16)
     assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL
-    g, out = _graph(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, e.apply(x)) < TOL
-        assert torch.equal(out, t.gemm(x, 0, None, torch.bfloat16, cfg))
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16),
@@ -513,13 +507,7 @@ def test_fp4_rows_gemv_and_joined_swap_match_emulation_and_replay(fmt, mode, mon
     rows = {"ROWS": 256, "BLOCK_N": 32, "BLOCK_K": 1024, "SPLIT_K": 3, "DECODE": 3, "num_warps": 4, "num_stages": 1}
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
     assert rel(t.gemm(x, 0, None, torch.bfloat16, rows), e.apply(x)) < TOL
-    g, out = _graph(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, rows), x)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, e.apply(x)) < TOL
-        assert torch.equal(out, t.gemm(x, 0, None, torch.bfloat16, rows))
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, rows), x, e.apply)
 
 
 @pytest.mark.parametrize("fmt,mode,act,params", [
