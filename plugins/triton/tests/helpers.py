@@ -90,3 +90,11 @@ def routing(m: int, e: int, k: int, device="cpu"):
     ids = torch.stack([torch.randperm(e, device=device)[:k] for _ in range(m)]).to(torch.int32)
     w = torch.softmax(torch.randn(m, k, device=device), -1)
     return w, ids
+
+
+def sm90_declared_cases(group: str) -> int:
+    """How many kernels sm90_compile.py's `group` (e.g. "small_batch_cases") declares: it prints one ok/FAIL
+    line per kernel, so a test checks that every declared kernel was compiled, however many are added."""
+    import sm90_compile
+
+    return len(getattr(sm90_compile, group)())
