@@ -47,8 +47,12 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: operand from registers goes through shared memory with a wait per dot.
 #: R11 on the words: JOIN 1.7-2.6x and PREFETCH 2 1.1-1.3x slower than the plain tiles, so the grid
 #: now varies the tile, warps and split only.
-SWAP_GRID = [(128, 8, 1.5, 0, 1), (128, 4, 1.5, 0, 1), (128, 4, 3, 0, 1), (64, 4, 6, 0, 1), (128, 8, 3, 0, 1),
-             (64, 8, 1.5, 0, 1)]
+#: Seventh pass (2026-12-02, session 7): the 6th field F 1 adds the fused E2M1 decoder (DECODE 5: one packed
+#: multiply per value pair) and JOIN's K order that keeps each decoded register pair whole (PERM), whose
+#: sm_90 loop (Triton 3.6, 8192x8192 MXFP4 at 128x16 tiles, 8 warps) has 267 instructions and one
+#: wgmma wait per K tile against the shipped tiles' 413 and eight waits (INT4: 233 against 306).
+SWAP_GRID = [(128, 8, 1.5, 1, 1, 1), (128, 4, 1.5, 1, 1, 1), (64, 4, 3, 1, 1, 1), (128, 8, 3, 1, 1, 1),
+             (128, 8, 1.5, 0, 1, 1), (64, 4, 6, 1, 1, 1), (128, 8, 1.5, 0, 1, 0), (64, 4, 6, 0, 1, 0)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -84,17 +88,20 @@ def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str,
 
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, nw, waves, join, pf in SWAP_GRID:
-        if join and fmt == "int4":
+    for bn, nw, waves, join, pf, fused in SWAP_GRID:
+        if fmt == "int4" and fused and not join:
             continue
         sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
-               "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1}
+               "DECODE": 3 if fmt == "int4" else (5 if fused else 4), "num_warps": nw, "num_stages": 1}
         if join:
             cfg["FULL_TILE"] = 1
+            if fused:
+                cfg["PERM"] = 1
         if pf > 1:
             cfg["PREFETCH"] = pf
-        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' pf2' if pf > 1 else ''}", cfg))
+        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
+                    f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
     return out
 
 
