@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from . import fastlaunch
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config, is_words
+from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
+                      fused_scales_ok, is_words)
 
 
 def interpreting() -> bool:
@@ -287,6 +288,7 @@ class DenseGemm:
         self.zero = zero if zero is not None else scale
         self.global_scale = global_scale if global_scale is not None else scale
         self.facts = device_facts(weight.device)
+        self.fused_ok = fused_scales_ok(layout, scale, self.global_scale)     # DECODE 5 may serve it
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
         self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
@@ -478,7 +480,9 @@ class DenseGemm:
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
         the PTX word decoders capability >= 8.9 and layer-dtype activations; an entry with KN 1 was
         measured on E2M1 weights in the word layout (weights.repack_words), one without on any other."""
-        if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
+        if cfg.get("DECODE") in (3, 4, 5) and not (self.facts["hw_fp8"] and act == 0):
+            return False
+        if cfg.get("DECODE") == 5 and not self.fused_ok:
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
@@ -620,7 +624,8 @@ class DenseGemm:
             stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
             ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
+            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128),
+            DECODE=4 if cfg["DECODE"] == 5 and not self.fused_ok else cfg["DECODE"],
             DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
             PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay), PERM=bool(cfg.get("PERM", 0)))
         return y
