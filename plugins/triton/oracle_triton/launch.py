@@ -350,6 +350,13 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
+        if cfg.get("GLUON") and self.gluon_ok(x, act, out_dtype):   # many rows: decode beside async wgmma (Gluon)
+            return self.gluon(x, cfg)
+        if cfg.get("GLUON"):                         # a call it cannot serve takes the layer's usual path
+            cfg = self.config_for(m, act)
+            if cfg.get("GLUON"):
+                cfg = {"DEQUANT_MM": 1}
+            return self(x, act, act_scale, out_dtype, cfg)
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -528,6 +535,31 @@ class DenseGemm:
         or E2M1 repacked at load), layer-dtype activations, the PTX word decoders (capability >= 8.9)."""
         lay = self.layout
         return act == 0 and self.facts["hw_fp8"] and (is_words(lay) or lay.elem == INT4) and self.k % 8 == 0
+
+    def gluon_ok(self, x: torch.Tensor, act: int, out_dtype: torch.dtype) -> bool:
+        """Can w4_gluon.w4_gluon_kernel serve this call: MXFP4 / NVFP4 words whose scales the fused decoder
+        covers (fused_ok), bf16 in and out, no bias, K a multiple of 64, an sm_90 GPU (wgmma)."""
+        return (act == 0 and self.fused_ok and out_dtype == torch.bfloat16 and x.dtype == torch.bfloat16
+                and self.bias is None and self.k % 64 == 0 and self.weight.device.type == "cuda"
+                and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
+
+    def gluon(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
+        """Many rows of MXFP4 / NVFP4 W4A16: w4_gluon.w4_gluon_kernel, BLOCK_N = 16 x num_warps weight rows
+        by BLOCK_M activation rows per program, num_stages activation tiles in flight (one launch; the
+        weight stays packed)."""
+        from .w4_gluon import w4_gluon_kernel
+
+        m = x.shape[0]
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
+        warps, bm, lay = cfg["num_warps"], cfg["BLOCK_M"], self.layout
+        fastlaunch.launch(w4_gluon_kernel, (-(-self.n // (16 * warps)), -(-m // bm), 1), warps, None,
+                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, g_ptr=self.global_scale, y_ptr=y, M=m,
+                          N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wk=lay.stride_wk,
+                          stride_sk=lay.stride_sk, ELEM=lay.elem, GROUP=lay.group, BN=16 * warps, BM=bm, BK=64,
+                          STAGES=cfg["num_stages"])
+        return y
 
     def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16: w4_wgmma.w4_wgmma_kernel (one launch; no dequantized copy)."""
