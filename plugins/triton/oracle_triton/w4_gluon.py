@@ -10,7 +10,8 @@ the next tile. Gluon states the schedule itself: per K tile the warps
      and store them to a shared-memory ring of two weight tiles,
   3. issue the asynchronous wgmma of this tile (weights [BN, BK] as A, activations [BK, BM] as B,
      both from shared memory), then wait only for the PREVIOUS tile's MMA (num_outstanding=1),
-  4. refill the activation slot that MMA freed (cp.async, STAGES deep),
+  4. after a CTA barrier (each warpgroup waits for its own MMAs only, and both read the shared
+     activation tile), refill the activation slot that MMA freed (cp.async, STAGES deep),
 
 so the tensor cores run tile t while the same warps decode tile t + 1.
 
@@ -97,6 +98,7 @@ def _step(t, k_tiles, acc, u, s, gscale, w32, w16, x_smem, w_ptr, s_ptr, x_ptr, 
     acc = warpgroup_mma(w16.index(t % 2), x_smem.index(t % STAGES).permute((1, 0)), acc, use_acc=t > 0,
                         is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))     # tile t - 1's MMA is done
+    gl.thread_barrier()     # ... in every warpgroup, before its activation slot is refilled and its weight slot rewritten
     _copy_x(t + STAGES - 1, k_tiles, (t + STAGES - 1) % STAGES, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
     return acc, un, sn
 
@@ -152,6 +154,7 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, M, N, K, stride_xm, strid
                           n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_xm, ELEM, GROUP, KW, BN, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     async_copy.wait_group(0)
+    gl.thread_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
     om = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
