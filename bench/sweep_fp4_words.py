@@ -146,8 +146,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
-        if fmt != "int4":
-            out += [(m, label, True, {**cfg, **kn}) for m in ms for label, cfg in gluon_grid(m)]
+        out += [(m, label, True, {**cfg, **kn}) for m in ms for label, cfg in gluon_grid(m)]
         out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
                 for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)

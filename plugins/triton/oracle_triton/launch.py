@@ -350,13 +350,13 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
-        if cfg.get("GLUON") and self.gluon_ok(x, act, out_dtype):   # many rows: decode beside async wgmma (Gluon)
-            return self.gluon(x, cfg)
-        if cfg.get("GLUON"):                         # a call it cannot serve takes the layer's usual path
-            cfg = self.config_for(m, act)
-            if cfg.get("GLUON"):
-                cfg = {"DEQUANT_MM": 1}
-            return self(x, act, act_scale, out_dtype, cfg)
+        if cfg.get("GLUON"):                         # many rows: decode beside asynchronous wgmma (Gluon)
+            if self.gluon_ok(x, act, out_dtype):
+                return self.gluon(x, cfg)
+            if config is not None:
+                raise ValueError("GLUON: w4_gluon serves MXFP4 / NVFP4 words with scales <= 2 or INT4, "
+                                 "bf16 activations and output, no bias, K a multiple of 64, on sm_90 only")
+            return self.dequant_mm(x, out_dtype)     # a tuned entry meeting a call it cannot serve
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -499,6 +499,8 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("GLUON"):
+            return self.gluon_layer_ok(act)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -538,9 +540,15 @@ class DenseGemm:
 
     def gluon_ok(self, x: torch.Tensor, act: int, out_dtype: torch.dtype) -> bool:
         """Can w4_gluon.w4_gluon_kernel serve this call: MXFP4 / NVFP4 words whose scales the fused decoder
-        covers (fused_ok), bf16 in and out, no bias, K a multiple of 64, an sm_90 GPU (wgmma)."""
-        return (act == 0 and self.fused_ok and out_dtype == torch.bfloat16 and x.dtype == torch.bfloat16
-                and self.bias is None and self.k % 64 == 0 and self.weight.device.type == "cuda"
+        covers (fused_ok) or INT4, bf16 in and out, no bias, K a multiple of 64, an sm_90
+        GPU (wgmma)."""
+        return out_dtype == torch.bfloat16 and x.dtype == torch.bfloat16 and self.gluon_layer_ok(act)
+
+    def gluon_layer_ok(self, act: int) -> bool:
+        """gluon_ok's checks that depend on the layer only (a tuned GLUON entry is served where they hold)."""
+        lay = self.layout
+        weights = self.fused_ok or lay.elem == INT4
+        return (act == 0 and weights and self.bias is None and self.k % 64 == 0 and self.weight.device.type == "cuda"
                 and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
 
     def gluon(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
@@ -555,10 +563,11 @@ class DenseGemm:
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
         warps, bm, lay = cfg["num_warps"], cfg["BLOCK_M"], self.layout
         fastlaunch.launch(w4_gluon_kernel, (-(-self.n // (16 * warps)), -(-m // bm), 1), warps, None,
-                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, g_ptr=self.global_scale, y_ptr=y, M=m,
-                          N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wk=lay.stride_wk,
-                          stride_sk=lay.stride_sk, ELEM=lay.elem, GROUP=lay.group, BN=16 * warps, BM=bm, BK=64,
-                          STAGES=cfg["num_stages"])
+                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+                          y_ptr=y, M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
+                          stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem,
+                          GROUP=lay.group, HAS_ZERO=lay.elem == INT4 and lay.stride_zk != 0, BN=16 * warps, BM=bm,
+                          BK=64, STAGES=cfg["num_stages"])
         return y
 
     def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -15,9 +15,10 @@ the next tile. Gluon states the schedule itself: per K tile the warps
 
 so the tensor cores run tile t while the same warps decode tile t + 1.
 
-Weights: MXFP4 / NVFP4 in GPTQ's [K/8, N] word layout (weights.repack_words), bf16 layers, scales
-at most 2 (formats.fused_scales_ok: the fused decoder's range). The decoded values are the
-reference's (value x scale rounded once to bf16), summed in fp32. No bias, no split-K: the launcher
+Weights: GPTQ's [K/8, N] word layout: INT4 (zero points or not, scales as stored), MXFP4 / NVFP4
+repacked at load (weights.repack_words) with scales at most 2 (formats.fused_scales_ok: the fused
+decoder's range); bf16 layers. The decoded values are the reference's (value x scale rounded once
+to bf16), summed in fp32. No bias, no split-K: the launcher
 (launch.DenseGemm.gluon) takes it only where its checks hold; any other call keeps its usual path.
 """
 from __future__ import annotations
@@ -49,6 +50,25 @@ def e2m1_pairs_ptx() -> str:
 _E2M1_PAIRS_PTX = gl.constexpr(e2m1_pairs_ptx())
 
 
+def int4_pairs_ptx() -> str:
+    """PTX: one GPTQ word ($4, nibble i = k order i), its zero-point pair {B + z, B + z} ($5, B = 1024 in fp16:
+    0x6400) and its group scale ($6, fp32) -> 4 registers $0..$3 of bf16 pairs (q - z) x s in k order.
+    Pair j: codes 2j and 2j + 1 to bits 0-3 of the two halves (prmt, as e2m1_pairs_ptx), ORed into B (fp16
+    holds B + q exactly), one packed subtraction gives q - z exactly; each is then multiplied by the scale in
+    fp32 and the pair rounded once to bf16: the reference's value (its fp16 scales are not bf16 values, so the
+    product is formed in fp32, as dequant.to_dtype would)."""
+    lines = [".reg .b32 v, t;", ".reg .b16 l, h;", ".reg .f32 f0, f1;", "shr.b32 v, $4, 4;"]
+    for j in range(4):
+        sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
+        lines += [f"prmt.b32 t, $4, v, {sel:#x};", "and.b32 t, t, 0x000F000F;", "or.b32 t, t, 0x64006400;",
+                  "sub.rn.f16x2 t, t, $5;", "mov.b32 {l, h}, t;", "cvt.f32.f16 f0, l;", "cvt.f32.f16 f1, h;",
+                  "mul.rn.f32 f0, f0, $6;", "mul.rn.f32 f1, f1, $6;", f"cvt.rn.bf16x2.f32 ${j}, f1, f0;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_INT4_PAIRS_PTX = gl.constexpr(int4_pairs_ptx())
+
+
 @gluon.jit
 def _scale_pairs(s, gscale, ELEM: gl.constexpr):
     """Raw word scales -> int32 {c, c}, c = 2**126 x scale in bf16 (as gemm.e2m1_scale_pair)."""
@@ -61,12 +81,33 @@ def _scale_pairs(s, gscale, ELEM: gl.constexpr):
 
 
 @gluon.jit
-def _load_words(t, offs_kw, offs_n, n_ok, w_ptr, s_ptr, stride_wk, stride_sk, KW: gl.constexpr, GROUP: gl.constexpr):
-    """K tile t's words [KW, BN] and each word's raw scale byte [KW, BN] (N contiguous)."""
+def _load_words(t, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW: gl.constexpr,
+                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr):
+    """K tile t's words [KW, BN] (N contiguous), each word's raw scale [KW, BN] (E2M1: the byte; INT4: the
+    scale as stored) and INT4 zero point (0..15; 8 without HAS_ZERO)."""
     kw = t * KW + offs_kw
+    g = (kw * 8 // GROUP)[:, None]
     u = gl.load(w_ptr + kw[:, None] * stride_wk + offs_n[None, :], mask=n_ok[None, :], other=0)
-    s = gl.load(s_ptr + (kw * 8 // GROUP)[:, None] * stride_sk + offs_n[None, :], mask=n_ok[None, :], other=0)
-    return u, s
+    s = gl.load(s_ptr + g * stride_sk + offs_n[None, :], mask=n_ok[None, :], other=0)
+    if HAS_ZERO:
+        zw = gl.load(z_ptr + g * stride_zk + (offs_n // 8)[None, :], mask=n_ok[None, :], other=0)
+        z = (zw >> ((offs_n % 8) * 4)[None, :]) & 15
+    else:
+        z = gl.full(u.shape, 8, gl.int32, u.type.layout)
+    return u, s, z
+
+
+@gluon.jit
+def _decode_pairs(u, s, z, gscale, ELEM: gl.constexpr):
+    """Words -> 4 int32 tensors of bf16 pairs in k order (e2m1_pairs_ptx / int4_pairs_ptx)."""
+    if ELEM == 3:
+        zp = (z | 0x6400) * 65537
+        p0, p1, p2, p3 = gl.inline_asm_elementwise(_INT4_PAIRS_PTX, "=r,=r,=r,=r,r,r,f", [u, zp, s.to(gl.float32)],
+                                                   dtype=(gl.int32,) * 4, is_pure=True, pack=1)
+    else:
+        p0, p1, p2, p3 = gl.inline_asm_elementwise(_E2M1_PAIRS_PTX, "=r,=r,=r,=r,r,r", [u, _scale_pairs(s, gscale, ELEM)],
+                                                   dtype=(gl.int32,) * 4, is_pure=True, pack=1)
+    return p0, p1, p2, p3
 
 
 @gluon.jit
@@ -80,15 +121,14 @@ def _copy_x(t, k_tiles, slot, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK
 
 
 @gluon.jit
-def _step(t, k_tiles, acc, u, s, gscale, w32, w16, x_smem, w_ptr, s_ptr, x_ptr, offs_kw, offs_n, n_ok, offs_m, offs_k,
-          m_ok, stride_wk, stride_sk, stride_xm, ELEM: gl.constexpr, GROUP: gl.constexpr, KW: gl.constexpr,
-          BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
+def _step(t, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw, offs_n, n_ok, offs_m,
+          offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM: gl.constexpr, GROUP: gl.constexpr,
+          HAS_ZERO: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
     """K tile t: the next tile's words loaded, this tile's decoded into weight slot t % 2, its MMA issued
     asynchronously, the previous tile's MMA waited for, the activation slot it freed refilled."""
-    un, sn = _load_words(gl.minimum(t + 1, k_tiles - 1), offs_kw, offs_n, n_ok, w_ptr, s_ptr, stride_wk, stride_sk,
-                         KW, GROUP)
-    p0, p1, p2, p3 = gl.inline_asm_elementwise(_E2M1_PAIRS_PTX, "=r,=r,=r,=r,r,r", [u, _scale_pairs(s, gscale, ELEM)],
-                                               dtype=(gl.int32,) * 4, is_pure=True, pack=1)
+    un, sn, zn = _load_words(gl.minimum(t + 1, k_tiles - 1), offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk,
+                             stride_sk, stride_zk, KW, GROUP, HAS_ZERO)
+    p0, p1, p2, p3 = _decode_pairs(u, s, z, gscale, ELEM)
     tile = gl.reshape(gl.join(gl.join(p0, p1), gl.join(p2, p3)), [KW, BN, 4])     # [kw, n, pair]
     tile = gl.reshape(gl.permute(tile, (1, 0, 2)), [BN, BK // 2])                 # [n, 4 kw + pair]
     w32.index(t % 2).store(tile)
@@ -100,13 +140,13 @@ def _step(t, k_tiles, acc, u, s, gscale, w32, w16, x_smem, w_ptr, s_ptr, x_ptr, 
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))     # tile t - 1's MMA is done
     gl.thread_barrier()     # ... in every warpgroup, before its activation slot is refilled and its weight slot rewritten
     _copy_x(t + STAGES - 1, k_tiles, (t + STAGES - 1) % STAGES, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
-    return acc, un, sn
+    return acc, un, sn, zn
 
 
 @gluon.jit
-def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
-                    ELEM: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
-                    BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
+                    stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr,
+                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """y[m, n] = sum_k x[m, k] W[n, k]; grid (N / BN, M / BM); BK = 64 (one 128-byte swizzled row of
     bf16), BN = 16 x num_warps (one 16-row MMA slab per warp), K a multiple of BK."""
     gl.static_assert(BK == 64)
@@ -142,16 +182,19 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, M, N, K, stride_xm, strid
 
     for i in gl.static_range(STAGES - 1):
         _copy_x(i, k_tiles, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
-    u, s = _load_words(0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, stride_wk, stride_sk, KW, GROUP)
+    u, s, z = _load_words(0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW, GROUP,
+                          HAS_ZERO)
     # tile 0 outside the loop (use_acc False): every path to the MMA waits finds the accumulator defined by a
     # wgmma, so ptxas keeps the MMAs asynchronous (a zero-initialized accumulator reaching the loop's exit made
     # it serialize them: C7515)
     acc = gl.zeros([BN, BM], gl.float32, acc_l)
-    acc, u, s = _step(0, k_tiles, acc, u, s, gscale, w32, w16, x_smem, w_ptr, s_ptr, x_ptr, offs_kw, offs_n, n_ok,
-                      offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_xm, ELEM, GROUP, KW, BN, BK, STAGES)
+    acc, u, s, z = _step(0, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+                         offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM, GROUP,
+                         HAS_ZERO, KW, BN, BK, STAGES)
     for t in range(1, k_tiles):
-        acc, u, s = _step(t, k_tiles, acc, u, s, gscale, w32, w16, x_smem, w_ptr, s_ptr, x_ptr, offs_kw, offs_n,
-                          n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_xm, ELEM, GROUP, KW, BN, BK, STAGES)
+        acc, u, s, z = _step(t, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+                             offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM,
+                             GROUP, HAS_ZERO, KW, BN, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     async_copy.wait_group(0)
     gl.thread_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
