@@ -75,6 +75,8 @@ WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 #: Seventh pass (2026-12-02, session 7): w4_gluon (Gluon: decode of tile t + 1 beside the asynchronous wgmma
 #: of tile t, weights and activations from shared memory): (warps = BLOCK_N / 16, BLOCK_M, activation stages).
 GLUON_GRID = [(8, 128, 3), (8, 256, 3), (4, 256, 3)]
+#: ... and at M <= 32 (16-row activation tiles): split-K waves.
+GLUON_FEW = [3, 6]
 
 
 def gluon_grid(m: int) -> list[tuple[str, dict]]:
@@ -113,6 +115,10 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
             cfg["PREFETCH"] = pf
         out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
                     f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
+    for waves in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K to fill the GPU
+        sp = fill_split(-(-n // 64), k // 64, sms, waves)
+        out.append((f"gluon bn64 bm16 s{sp}", {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4,
+                                                "num_stages": 3, "SPLIT_K": sp}))
     return out
 
 

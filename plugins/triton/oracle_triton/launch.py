@@ -350,12 +350,14 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
-        if cfg.get("GLUON"):                         # many rows: decode beside asynchronous wgmma (Gluon)
-            if self.gluon_ok(x, act, out_dtype):
+        if cfg.get("GLUON"):                         # 4-bit decode beside asynchronous wgmma (Gluon)
+            if self.gluon_ok(x, act, out_dtype) and (self.k // 64) % cfg.get("SPLIT_K", 1) == 0 \
+                    and cfg["BLOCK_M"] >= 4 * cfg["num_warps"]:
                 return self.gluon(x, cfg)
             if config is not None:
                 raise ValueError("GLUON: w4_gluon serves MXFP4 / NVFP4 words with scales <= 2 or INT4, "
-                                 "bf16 activations and output, no bias, K a multiple of 64, on sm_90 only")
+                                 "bf16 activations and output, no bias, K a multiple of 64 x SPLIT_K, "
+                                 "BLOCK_M >= 4 x num_warps, on sm_90 only")
             return self.dequant_mm(x, out_dtype)     # a tuned entry meeting a call it cannot serve
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
@@ -561,10 +563,13 @@ class DenseGemm:
         if x.stride(1) != 1:
             x = x.contiguous()
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
-        warps, bm, lay = cfg["num_warps"], cfg["BLOCK_M"], self.layout
-        fastlaunch.launch(w4_gluon_kernel, (-(-self.n // (16 * warps)), -(-m // bm), 1), warps, None,
+        warps, bm, lay, split = cfg["num_warps"], cfg["BLOCK_M"], self.layout, cfg.get("SPLIT_K", 1)
+        grid_n, grid_m = -(-self.n // (16 * warps)), -(-m // bm)
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        fastlaunch.launch(w4_gluon_kernel, (grid_n, grid_m, split), warps, None,
                           x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
-                          y_ptr=y, M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
+                          y_ptr=y, part_ptr=part, cnt_ptr=cnt, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
+                          stride_ym=y.stride(0), SPLIT_K=split,
                           stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem,
                           GROUP=lay.group, HAS_ZERO=lay.elem == INT4 and lay.stride_zk != 0, BN=16 * warps, BM=bm,
                           BK=64, STAGES=cfg["num_stages"])

@@ -111,44 +111,49 @@ def _decode_pairs(u, s, z, gscale, ELEM: gl.constexpr):
 
 
 @gluon.jit
-def _copy_x(t, k_tiles, slot, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK: gl.constexpr):
-    """cp.async of activation tile t [BM, BK] into ring slot `slot` (nothing past the last tile), then
-    one commit group (empty past the last tile, so the group count stays one per tile)."""
-    ok = m_ok[:, None] & (t < k_tiles)
+def _copy_x(t, t1, slot, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK: gl.constexpr):
+    """cp.async of activation tile t [BM, BK] into ring slot `slot` (nothing from tile t1 on: the end of
+    this program's K range), then one commit group (empty past the end, so there is one group per tile)."""
+    ok = m_ok[:, None] & (t < t1)
     ptrs = x_ptr + offs_m[:, None] * stride_xm + (t * BK + offs_k)[None, :]
     async_copy.async_copy_global_to_shared(x_smem.index(slot), ptrs, mask=ok)
     async_copy.commit_group()
 
 
 @gluon.jit
-def _step(t, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw, offs_n, n_ok, offs_m,
+def _step(t, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw, offs_n, n_ok, offs_m,
           offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM: gl.constexpr, GROUP: gl.constexpr,
           HAS_ZERO: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
-    """K tile t: the next tile's words loaded, this tile's decoded into weight slot t % 2, its MMA issued
-    asynchronously, the previous tile's MMA waited for, the activation slot it freed refilled."""
-    un, sn, zn = _load_words(gl.minimum(t + 1, k_tiles - 1), offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk,
+    """K tile t, the i-th of this program (its range ends at t1): the next tile's words loaded, this tile's
+    decoded into weight slot i % 2, its MMA issued asynchronously, the previous tile's MMA waited for, the
+    activation slot it freed refilled."""
+    un, sn, zn = _load_words(gl.minimum(t + 1, t1 - 1), offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk,
                              stride_sk, stride_zk, KW, GROUP, HAS_ZERO)
     p0, p1, p2, p3 = _decode_pairs(u, s, z, gscale, ELEM)
     tile = gl.reshape(gl.join(gl.join(p0, p1), gl.join(p2, p3)), [KW, BN, 4])     # [kw, n, pair]
     tile = gl.reshape(gl.permute(tile, (1, 0, 2)), [BN, BK // 2])                 # [n, 4 kw + pair]
-    w32.index(t % 2).store(tile)
+    w32.index(i % 2).store(tile)
     async_copy.wait_group(STAGES - 2)           # this thread's copies of activation tile t have landed
     fence_async_shared()                        # the stores and copies, seen by the async proxy (wgmma)
     gl.thread_barrier()                         # ... of every thread
-    acc = warpgroup_mma(w16.index(t % 2), x_smem.index(t % STAGES).permute((1, 0)), acc, use_acc=t > 0,
+    acc = warpgroup_mma(w16.index(i % 2), x_smem.index(i % STAGES).permute((1, 0)), acc, use_acc=i > 0,
                         is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))     # tile t - 1's MMA is done
     gl.thread_barrier()     # ... in every warpgroup, before its activation slot is refilled and its weight slot rewritten
-    _copy_x(t + STAGES - 1, k_tiles, (t + STAGES - 1) % STAGES, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
+    _copy_x(t + STAGES - 1, t1, (i + STAGES - 1) % STAGES, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
     return acc, un, sn, zn
 
 
 @gluon.jit
-def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
-                    stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr,
-                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """y[m, n] = sum_k x[m, k] W[n, k]; grid (N / BN, M / BM); BK = 64 (one 128-byte swizzled row of
-    bf16), BN = 16 x num_warps (one 16-row MMA slab per warp), K a multiple of BK."""
+def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                    stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+                    BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, SPLIT_K: gl.constexpr,
+                    num_warps: gl.constexpr):
+    """y[m, n] = sum_k x[m, k] W[n, k]; grid (N / BN, M / BM, SPLIT_K); BK = 64 (one 128-byte swizzled row
+    of bf16), BN = 16 x num_warps (one 16-row MMA slab per warp), BM >= 4 x num_warps, K a multiple of
+    SPLIT_K x BK (every program gets the same number of K tiles). SPLIT_K > 1: each program's fp32 sum goes
+    to part_ptr [SPLIT_K, M, N]; the last of a tile's programs to arrive (cnt_ptr, one counter per output
+    tile) adds them in a fixed order and resets its counter (dequant.finish_tile's scheme)."""
     gl.static_assert(BK == 64)
     gl.static_assert(BN == 16 * num_warps)
     KW: gl.constexpr = BK // 8
@@ -178,21 +183,23 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_xm
     gscale = 1.0
     if ELEM == 2:
         gscale = gl.load(g_ptr)
-    k_tiles = K // BK
+    per = K // BK // SPLIT_K
+    t0 = gl.program_id(2) * per
+    t1 = t0 + per
 
     for i in gl.static_range(STAGES - 1):
-        _copy_x(i, k_tiles, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
-    u, s, z = _load_words(0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW, GROUP,
+        _copy_x(t0 + i, t1, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
+    u, s, z = _load_words(t0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW, GROUP,
                           HAS_ZERO)
     # tile 0 outside the loop (use_acc False): every path to the MMA waits finds the accumulator defined by a
     # wgmma, so ptxas keeps the MMAs asynchronous (a zero-initialized accumulator reaching the loop's exit made
     # it serialize them: C7515)
     acc = gl.zeros([BN, BM], gl.float32, acc_l)
-    acc, u, s, z = _step(0, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+    acc, u, s, z = _step(t0, 0, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
                          offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM, GROUP,
                          HAS_ZERO, KW, BN, BK, STAGES)
-    for t in range(1, k_tiles):
-        acc, u, s, z = _step(t, k_tiles, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+    for i in range(1, per):
+        acc, u, s, z = _step(t0 + i, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
                              offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM,
                              GROUP, HAS_ZERO, KW, BN, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -201,5 +208,18 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_xm
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
     om = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
-    gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], out.to(gl.bfloat16),
-             mask=(on < N)[:, None] & (om < M)[None, :])
+    mask = (on < N)[:, None] & (om < M)[None, :]
+    if SPLIT_K == 1:
+        gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], out.to(gl.bfloat16), mask=mask)
+    else:
+        part = part_ptr + om[None, :] * N + on[:, None]
+        gl.store(part + gl.program_id(2) * M * N, out, mask=mask)
+        gl.thread_barrier()                         # every thread's partial written before the arrival
+        tile = pid_m * gl.num_programs(0) + pid_n
+        arrived = gl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            tot = gl.zeros([BN, BM], gl.float32, out_l)
+            for k in range(SPLIT_K):
+                tot += gl.load(part + k * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], tot.to(gl.bfloat16), mask=mask)
+            gl.atomic_xchg(cnt_ptr + tile, 0)
