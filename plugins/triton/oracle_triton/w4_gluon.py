@@ -48,6 +48,8 @@ def e2m1_pairs_ptx() -> str:
 
 
 _E2M1_PAIRS_PTX = gl.constexpr(e2m1_pairs_ptx())
+#: The CTA-wide barrier (bar.sync): Gluon's `thread_barrier` in Triton 3.6 (the H200's), `barrier` in 3.7.
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 def int4_pairs_ptx() -> str:
@@ -135,11 +137,11 @@ def _step(t, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr,
     w32.index(i % 2).store(tile)
     async_copy.wait_group(STAGES - 2)           # this thread's copies of activation tile t have landed
     fence_async_shared()                        # the stores and copies, seen by the async proxy (wgmma)
-    gl.thread_barrier()                         # ... of every thread
+    _cta_barrier()                         # ... of every thread
     acc = warpgroup_mma(w16.index(i % 2), x_smem.index(i % STAGES).permute((1, 0)), acc, use_acc=i > 0,
                         is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))     # tile t - 1's MMA is done
-    gl.thread_barrier()     # ... in every warpgroup, before its activation slot is refilled and its weight slot rewritten
+    _cta_barrier()     # ... in every warpgroup, before its activation slot is refilled and its weight slot rewritten
     _copy_x(t + STAGES - 1, t1, (i + STAGES - 1) % STAGES, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
     return acc, un, sn, zn
 
@@ -204,7 +206,7 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, part_ptr, cnt_ptr,
                              GROUP, HAS_ZERO, KW, BN, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     async_copy.wait_group(0)
-    gl.thread_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
+    _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
     om = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
@@ -214,7 +216,7 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, part_ptr, cnt_ptr,
     else:
         part = part_ptr + om[None, :] * N + on[:, None]
         gl.store(part + gl.program_id(2) * M * N, out, mask=mask)
-        gl.thread_barrier()                         # every thread's partial written before the arrival
+        _cta_barrier()                         # every thread's partial written before the arrival
         tile = pid_m * gl.num_programs(0) + pid_n
         arrived = gl.atomic_add(cnt_ptr + tile, 1)
         if arrived == SPLIT_K - 1:
