@@ -493,7 +493,8 @@ class TritonMoE(Kernel):
         4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
         over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
-        and PREFETCH 2 as in gemm.w4_swap_kernel."""
+        and PREFETCH 2 as in gemm.w4_swap_kernel; X_PIPE 1 (E2M1 with JOIN; num_stages >= 2): the activation
+        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -545,7 +546,8 @@ class TritonMoE(Kernel):
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
-                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
+                X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
