@@ -673,7 +673,8 @@ class DenseGemm:
             BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128),
             DECODE=4 if cfg["DECODE"] == 5 and not self.fused_ok else cfg["DECODE"],
             DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
-            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay), PERM=bool(cfg.get("PERM", 0)))
+            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay), PERM=bool(cfg.get("PERM", 0)),
+            X_PIPE=bool(cfg.get("X_PIPE", 0)))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
