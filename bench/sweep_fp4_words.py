@@ -51,8 +51,10 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: multiply per value pair) and JOIN's K order that keeps each decoded register pair whole (PERM), whose
 #: sm_90 loop (Triton 3.6, 8192x8192 MXFP4 at 128x16 tiles, 8 warps) has 267 instructions and one
 #: wgmma wait per K tile against the shipped tiles' 413 and eight waits (INT4: 233 against 306).
-SWAP_GRID = [(128, 8, 1.5, 1, 1, 1), (128, 4, 1.5, 1, 1, 1), (64, 4, 3, 1, 1, 1), (128, 8, 1.5, 0, 1, 1),
-             (64, 4, 6, 1, 1, 1)]
+#: R16 (all four shapes): the joined tiles 1.4-2.9x slower than the shipped per-nibble dots in every case
+#: (8192x8192 MXFP4 61.4 against 30.6), the fused decoder on the shipped tiles 3-8% faster (28.6 against
+#: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
+SWAP_GRID = [(128, 8, 1.5, 0, 1, 1), (64, 4, 3, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -142,6 +144,9 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             if not words:
                 cfg = OLD.get((fmt, n, k, bucket(m)), cfg)
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
+            swap_grid_on = grid if swap_grid_ok is None else swap_grid_ok
+            if words and swap_grid_on and cfg.get("SWAP") and cfg.get("DECODE") == 4:    # the fused decoder on it
+                out.append((m, "words default d5", True, {**cfg, "DECODE": 5}))
             if not words:
                 old[m] = cfg
             elif grid and m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
