@@ -117,6 +117,10 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
             cfg["PREFETCH"] = pf
         out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
                     f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
+    if fmt != "int4":           # K tiles of 256: each nibble dot two MMA steps deep, half the waits per weight
+        sp = fill_split(-(-n // 128) * -(-m // 16), k // 256, sms, 1.5)
+        out.append((f"swap bn128 w8 s{sp} bk256 d5", {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 256,
+                                                       "SPLIT_K": sp, "DECODE": 5, "num_warps": 8, "num_stages": 1}))
     for waves in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K to fill the GPU
         sp = fill_split(-(-n // 64), k // 64, sms, waves)
         out.append((f"gluon bn64 bm16 s{sp}", {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4,
