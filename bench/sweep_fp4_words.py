@@ -54,7 +54,7 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: R16 (all four shapes): the joined tiles 1.4-2.9x slower than the shipped per-nibble dots in every case
 #: (8192x8192 MXFP4 61.4 against 30.6), the fused decoder on the shipped tiles 3-8% faster (28.6 against
 #: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
-SWAP_GRID = [(128, 8, 1.5, 0, 1, 1), (64, 4, 3, 0, 1, 1)]
+SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -76,15 +76,16 @@ WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 
 #: Seventh pass (2026-12-02, session 7): w4_gluon (Gluon: decode of tile t + 1 beside the asynchronous wgmma
 #: of tile t, weights and activations from shared memory): (warps = BLOCK_N / 16, BLOCK_M, activation stages).
-GLUON_GRID = [(8, 128, 3), (8, 256, 3), (4, 256, 3)]
-#: ... and at M <= 32 (16-row activation tiles): split-K waves.
-GLUON_FEW = [3, 6]
+GLUON_GRID = [(8, 128, 3, 0), (8, 256, 3, 0), (4, 256, 3, 0), (8, 256, 4, 1)]
+#: ... and at M <= 32 (16-row activation tiles): split-K waves, stages, PIPE_W (the words and scales in the
+#: cp.async ring, stages - 1 tiles ahead, instead of registers one tile ahead).
+GLUON_FEW = [(3, 3, 0), (3, 4, 1), (6, 4, 1)]
 
 
 def gluon_grid(m: int) -> list[tuple[str, dict]]:
-    return [(f"gluon bn{16 * nw} bm{bm} st{st}", {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * nw, "num_warps": nw,
-                                                  "num_stages": st})
-            for nw, bm, st in GLUON_GRID if m >= 64]
+    return [(f"gluon bn{16 * nw} bm{bm} st{st}{' pw' if pw else ''}",
+             {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * nw, "num_warps": nw, "num_stages": st, "PIPE_W": pw})
+            for nw, bm, st, pw in GLUON_GRID if m >= 64]
 
 
 def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
@@ -121,10 +122,11 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
         sp = fill_split(-(-n // 128) * -(-m // 16), k // 256, sms, 1.5)
         out.append((f"swap bn128 w8 s{sp} bk256 d5", {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 256,
                                                        "SPLIT_K": sp, "DECODE": 5, "num_warps": 8, "num_stages": 1}))
-    for waves in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K to fill the GPU
+    for waves, st, pw in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K
         sp = fill_split(-(-n // 64), k // 64, sms, waves)
-        out.append((f"gluon bn64 bm16 s{sp}", {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4,
-                                                "num_stages": 3, "SPLIT_K": sp}))
+        out.append((f"gluon bn64 bm16 s{sp} st{st}{' pw' if pw else ''}",
+                    {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": st, "SPLIT_K": sp,
+                     "PIPE_W": pw}))
     return out
 
 

@@ -157,10 +157,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
             raise ValueError(f"GLUON for {what}: w4_gluon reads 4-bit words in GPTQ's [K/8, N] layout (INT4, or "
                              "MXFP4 / NVFP4 repacked at load) only")
         if warps not in (4, 8) or cfg.get("BLOCK_M", 0) < 4 * warps or cfg.get("BLOCK_M", 0) > 256 \
-                or cfg.get("BLOCK_M", 0) % 16 or cfg.get("SPLIT_K", 1) < 1:
+                or cfg.get("BLOCK_M", 0) % 16 or cfg.get("SPLIT_K", 1) < 1 or cfg.get("num_stages", 0) < 2:
             raise ValueError(f"GLUON for {what}: 4 or 8 warps (16 weight rows each), BLOCK_M a multiple of 16 from "
-                             "4 x warps to 256 activation rows, SPLIT_K >= 1")
+                             "4 x warps to 256 activation rows, SPLIT_K >= 1, num_stages >= 2")
         return
+    if cfg.get("PIPE_W"):
+        raise ValueError(f"PIPE_W for {what}: only w4_gluon (GLUON) pipelines the words through shared memory")
     if cfg.get("WG"):
         if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:
             raise ValueError(f"WG for {what}: the wgmma 4-bit kernel reads words in GPTQ's [K/8, N] layout (INT4, "

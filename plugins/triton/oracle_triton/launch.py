@@ -572,7 +572,7 @@ class DenseGemm:
                           stride_ym=y.stride(0), SPLIT_K=split,
                           stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem,
                           GROUP=lay.group, HAS_ZERO=lay.elem == INT4 and lay.stride_zk != 0, BN=16 * warps, BM=bm,
-                          BK=64, STAGES=cfg["num_stages"])
+                          BK=64, STAGES=cfg["num_stages"], PIPE_W=bool(cfg.get("PIPE_W", 0)))
         return y
 
     def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

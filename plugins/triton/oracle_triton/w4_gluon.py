@@ -123,6 +123,59 @@ def _copy_x(t, t1, slot, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK: gl.
 
 
 @gluon.jit
+def _copy_words(t, t1, slot, wr, sr, w_ptr, s_ptr, offs_kw, offs_n, n_ok, stride_wk, stride_sk, KW: gl.constexpr,
+                GROUP: gl.constexpr):
+    """PIPE_W: cp.async of K tile t's words [KW, BN] and word scales [KW, BN] into ring slot `slot`, in the
+    layout the decode reads them back in (each thread copies what it will read: no barrier needed)."""
+    kw = t * KW + offs_kw
+    ok = n_ok[None, :] & (t < t1)
+    async_copy.async_copy_global_to_shared(wr.index(slot), w_ptr + kw[:, None] * stride_wk + offs_n[None, :], mask=ok)
+    async_copy.async_copy_global_to_shared(sr.index(slot), s_ptr + (kw * 8 // GROUP)[:, None] * stride_sk
+                                           + offs_n[None, :], mask=ok)
+
+
+@gluon.jit
+def _zeros(t, offs_kw, offs_n, n_ok, z_ptr, stride_zk, KW: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+           w_l: gl.constexpr):
+    """INT4 zero points [KW, BN] of K tile t (8 without HAS_ZERO)."""
+    if HAS_ZERO:
+        g = ((t * KW + offs_kw) * 8 // GROUP)[:, None]
+        zw = gl.load(z_ptr + g * stride_zk + (offs_n // 8)[None, :], mask=n_ok[None, :], other=0)
+        z = (zw >> ((offs_n % 8) * 4)[None, :]) & 15
+    else:
+        z = gl.full([KW, offs_n.shape[0]], 8, gl.int32, w_l)
+    return z
+
+
+@gluon.jit
+def _step_piped(t, i, t1, acc, z, gscale, w32, w16, x_smem, wr, sr, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw, offs_n, n_ok,
+                offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM: gl.constexpr,
+                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                STAGES: gl.constexpr, w_l: gl.constexpr):
+    """_step with the words and scales in the cp.async ring too (PIPE_W: STAGES - 1 tiles of them in flight,
+    not one): wait for tile t's copies, read its words back, decode, MMA, refill the freed slot."""
+    zn = _zeros(gl.minimum(t + 1, t1 - 1), offs_kw, offs_n, n_ok, z_ptr, stride_zk, KW, GROUP, HAS_ZERO, w_l)
+    async_copy.wait_group(STAGES - 2)           # this thread's copies of tile t have landed
+    u = wr.index(i % STAGES).load(w_l)
+    s = sr.index(i % STAGES).load(w_l)
+    p0, p1, p2, p3 = _decode_pairs(u, s, z, gscale, ELEM)
+    tile = gl.reshape(gl.join(gl.join(p0, p1), gl.join(p2, p3)), [KW, BN, 4])     # [kw, n, pair]
+    tile = gl.reshape(gl.permute(tile, (1, 0, 2)), [BN, BK // 2])                 # [n, 4 kw + pair]
+    w32.index(i % 2).store(tile)
+    fence_async_shared()
+    _cta_barrier()
+    acc = warpgroup_mma(w16.index(i % 2), x_smem.index(i % STAGES).permute((1, 0)), acc, use_acc=i > 0,
+                        is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+    _cta_barrier()
+    slot = (i + STAGES - 1) % STAGES
+    _copy_words(t + STAGES - 1, t1, slot, wr, sr, w_ptr, s_ptr, offs_kw, offs_n, n_ok, stride_wk, stride_sk, KW,
+                GROUP)
+    _copy_x(t + STAGES - 1, t1, slot, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
+    return acc, zn
+
+
+@gluon.jit
 def _step(t, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw, offs_n, n_ok, offs_m,
           offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM: gl.constexpr, GROUP: gl.constexpr,
           HAS_ZERO: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
@@ -150,12 +203,14 @@ def _step(t, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr,
 def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                     BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, SPLIT_K: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    num_warps: gl.constexpr, PIPE_W: gl.constexpr = False):
     """y[m, n] = sum_k x[m, k] W[n, k]; grid (N / BN, M / BM, SPLIT_K); BK = 64 (one 128-byte swizzled row
     of bf16), BN = 16 x num_warps (one 16-row MMA slab per warp), BM >= 4 x num_warps, K a multiple of
     SPLIT_K x BK (every program gets the same number of K tiles). SPLIT_K > 1: each program's fp32 sum goes
     to part_ptr [SPLIT_K, M, N]; the last of a tile's programs to arrive (cnt_ptr, one counter per output
-    tile) adds them in a fixed order and resets its counter (dequant.finish_tile's scheme)."""
+    tile) adds them in a fixed order and resets its counter (dequant.finish_tile's scheme). PIPE_W: the
+    words and scales go through the cp.async ring with the activations (STAGES - 1 tiles ahead) instead of
+    registers one tile ahead."""
     gl.static_assert(BK == 64)
     gl.static_assert(BN == 16 * num_warps)
     KW: gl.constexpr = BK // 8
@@ -189,21 +244,37 @@ def w4_gluon_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, y_ptr, part_ptr, cnt_ptr,
     t0 = gl.program_id(2) * per
     t1 = t0 + per
 
-    for i in gl.static_range(STAGES - 1):
-        _copy_x(t0 + i, t1, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
-    u, s, z = _load_words(t0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW, GROUP,
-                          HAS_ZERO)
     # tile 0 outside the loop (use_acc False): every path to the MMA waits finds the accumulator defined by a
     # wgmma, so ptxas keeps the MMAs asynchronous (a zero-initialized accumulator reaching the loop's exit made
     # it serialize them: C7515)
     acc = gl.zeros([BN, BM], gl.float32, acc_l)
-    acc, u, s, z = _step(t0, 0, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
-                         offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM, GROUP,
-                         HAS_ZERO, KW, BN, BK, STAGES)
-    for i in range(1, per):
-        acc, u, s, z = _step(t0 + i, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+    if PIPE_W:
+        plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        wr = gl.allocate_shared_memory(gl.int32, [STAGES, KW, BN], plain)
+        sr = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES, KW, BN], plain)
+        for i in gl.static_range(STAGES - 1):
+            _copy_words(t0 + i, t1, i, wr, sr, w_ptr, s_ptr, offs_kw, offs_n, n_ok, stride_wk, stride_sk, KW, GROUP)
+            _copy_x(t0 + i, t1, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
+        z = _zeros(t0, offs_kw, offs_n, n_ok, z_ptr, stride_zk, KW, GROUP, HAS_ZERO, w_l)
+        acc, z = _step_piped(t0, 0, t1, acc, z, gscale, w32, w16, x_smem, wr, sr, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
+                             offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM,
+                             GROUP, HAS_ZERO, KW, BN, BK, STAGES, w_l)
+        for i in range(1, per):
+            acc, z = _step_piped(t0 + i, i, t1, acc, z, gscale, w32, w16, x_smem, wr, sr, w_ptr, s_ptr, z_ptr, x_ptr,
+                                 offs_kw, offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk,
+                                 stride_xm, ELEM, GROUP, HAS_ZERO, KW, BN, BK, STAGES, w_l)
+    else:
+        for i in gl.static_range(STAGES - 1):
+            _copy_x(t0 + i, t1, i, x_smem, x_ptr, offs_m, offs_k, m_ok, stride_xm, BK)
+        u, s, z = _load_words(t0, offs_kw, offs_n, n_ok, w_ptr, s_ptr, z_ptr, stride_wk, stride_sk, stride_zk, KW,
+                              GROUP, HAS_ZERO)
+        acc, u, s, z = _step(t0, 0, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr, offs_kw,
                              offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk, stride_xm, ELEM,
                              GROUP, HAS_ZERO, KW, BN, BK, STAGES)
+        for i in range(1, per):
+            acc, u, s, z = _step(t0 + i, i, t1, acc, u, s, z, gscale, w32, w16, x_smem, w_ptr, s_ptr, z_ptr, x_ptr,
+                                 offs_kw, offs_n, n_ok, offs_m, offs_k, m_ok, stride_wk, stride_sk, stride_zk,
+                                 stride_xm, ELEM, GROUP, HAS_ZERO, KW, BN, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     async_copy.wait_group(0)
     _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
