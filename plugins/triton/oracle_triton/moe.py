@@ -667,9 +667,10 @@ class TritonMoE(Kernel):
                       ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         w, lay = self.w13, self.w13.layout
-        xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
-            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
-        common["XW"] = xw and _rows_align8(a1)
+        # XW 1: 64-bit activation reads (converted as loaded under HX); 2 (HX): left raw until the products
+        xw = int(cfg.get("XW", 0)) if cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE else 0
+        common["XW"] = xw if _rows_align8(a1) else 0
         split = cfg.get("SPLIT_K")
         # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
         hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
@@ -700,7 +701,7 @@ class TritonMoE(Kernel):
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
-        common["XW"] = xw and _rows_align8(inter)
+        common["XW"] = xw if _rows_align8(inter) else 0
         common["HX"] = hx if common["XW"] else 0
         common["TAIL"] = tail in (1, 2) and bool(common["HX"])
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)

@@ -155,10 +155,10 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                                                  SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX,
                                                  FULL=GATED)
             acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
             if GATED:
                 acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                     HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+                                     HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
             ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
             uu, su, zu = uun, sun, zun
         t0 = tl.maximum(t0, t_full - 1)
@@ -171,10 +171,10 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                                              stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                              ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
         acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
         if GATED:
             acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
         ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
         uu, su, zu = uun, sun, zun
     return acc_g, acc_u

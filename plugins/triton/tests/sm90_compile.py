@@ -194,7 +194,7 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         hx = 1
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
                   BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
-                  XW=bool(cfg.get("XW")) and elem in (1, 2) and act == 0, HX=hx,
+                  XW=int(cfg.get("XW", 0)) if elem in (1, 2) and act == 0 else 0, HX=hx,
                   TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
