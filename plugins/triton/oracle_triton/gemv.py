@@ -379,7 +379,7 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
         x = _f16x4(x)
         x2 = _f16x4(x2)
     if HX == 2 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
-        res = acc + _hx_group_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)
+        res = acc + _hx_group_products(u, x[None, :, :], x2[None, :, :]) * _e2m1_scales(s, gscale, ELEM)
     elif HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
         res = acc + _hx_word_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
     elif KN and DECODE == 3:
@@ -492,17 +492,18 @@ def _split4(t):
 
 @triton.jit
 def _hx_group_products(u, xa, xb):
-    """HX 2: u [BN, G, 4] E2M1 words (one MX group per [n, g]), xa / xb [G, 4] their activations k 0-3 /
-    4-7 (64-bit words of f16) -> [BN, G] sums of each group's 32 products, values x 2**-6."""
+    """HX 2: u [..., G, 4] E2M1 words (one MX group per [..., g]), xa / xb their activations k 0-3 / 4-7
+    (64-bit words of f16) in a shape that broadcasts to u's (e.g. [1, G, 4] for one row) -> [..., G]
+    sums of each group's 32 products, values x 2**-6."""
     u0, u1, u2, u3 = _split4(u)
     a0, a1, a2, a3 = _split4(xa)
     b0, b1, b2, b3 = _split4(xb)
     return tl.inline_asm_elementwise(
         _E2M1_HX4_PTX, _E2M1_HX4_CONSTRAINTS,
-        [u0, u1, u2, u3, tl.broadcast_to(a0[None, :], u0.shape), tl.broadcast_to(a1[None, :], u0.shape),
-         tl.broadcast_to(a2[None, :], u0.shape), tl.broadcast_to(a3[None, :], u0.shape),
-         tl.broadcast_to(b0[None, :], u0.shape), tl.broadcast_to(b1[None, :], u0.shape),
-         tl.broadcast_to(b2[None, :], u0.shape), tl.broadcast_to(b3[None, :], u0.shape)],
+        [u0, u1, u2, u3, tl.broadcast_to(a0, u0.shape), tl.broadcast_to(a1, u0.shape),
+         tl.broadcast_to(a2, u0.shape), tl.broadcast_to(a3, u0.shape),
+         tl.broadcast_to(b0, u0.shape), tl.broadcast_to(b1, u0.shape),
+         tl.broadcast_to(b2, u0.shape), tl.broadcast_to(b3, u0.shape)],
         dtype=tl.float32, is_pure=True, pack=1)
 
 

@@ -655,7 +655,7 @@ class TritonMoE(Kernel):
         config keys: BLOCK_N/BLOCK_K/num_warps/num_stages/DECODE (both kernels unless the down
         kernel's BLOCK_N2/BLOCK_K2/WARPS2 are given); SPLIT_K selects moe_up_split_kernel (gate
         and up in one K loop, K split over SPLIT_K programs)."""
-        from .moe_gemv import moe_down_kernel, moe_up_kernel, moe_up_split_kernel
+        from .moe_gemv import moe_down_kernel, moe_down_slots_kernel, moe_up_kernel, moe_up_split_kernel
         from .moe_kernels import ACTIVATION_CODES
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
@@ -698,7 +698,7 @@ class TritonMoE(Kernel):
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      **up_flags)
+                                                      PAIRS=bool(cfg.get("PAIRS", 0)), **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw if _rows_align8(inter) else 0
@@ -707,6 +707,17 @@ class TritonMoE(Kernel):
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
+        bk2, warps2 = cfg.get("BLOCK_K2", cfg["BLOCK_K"]), cfg.get("WARPS2", cfg["num_warps"])
+        if cfg.get("SLOTS") and common["HX"] == 2 and common["XW"] == 2 and lay.stride_wk == 1 and k <= 8:
+            # all of a token's top-k experts in one program (moe_down_slots_kernel): no slot partials
+            moe_down_slots_kernel[(m, tiles)](
+                inter, ids, topw, w.weight, w.scale, _or(self.b2, w.scale), out, self.experts, k, self.hidden,
+                self.inter, inter.stride(0), out.stride(0), w.weight.stride(0), w.scale.stride(0),
+                self.b2.stride(0) if self.b2 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
+                WEIGHT_OUT=not by_pair, HAS_BIAS=self.b2 is not None, SLOTS=triton_pow2(k), GROUP=lay.group,
+                BLOCK_N=bn2, BLOCK_K=bk2, EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                num_warps=warps2, num_stages=cfg["num_stages"])
+            return out
         part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
         cnt = self._counters(m * tiles) if k > 1 else w.scale
         moe_down_kernel[(m, tiles, k)](
@@ -715,8 +726,7 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
-            BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
-            **common)
+            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, **common)
         return out
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:

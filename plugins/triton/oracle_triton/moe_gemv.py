@@ -22,7 +22,8 @@ import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
-from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
+from .gemv import (_e2m1_scales, _f16x4, _hx_group_products, channel_scales, finish_row, row_amax, row_products,
+                   tile_compute, tile_load, tile_zeros)
 from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
@@ -121,15 +122,120 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
 
 
 @triton.jit
+def slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k0, K, stride_sk,
+                   GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
+    """One K tile of every top-k slot of moe_down_slots_kernel: the E2M1 words [S, BN, G, UW], their
+    E8M0 scales [S, BN, G] and the activation words k 0-3 / 4-7 of each slot's row, raw bf16 [S, G, UW]
+    (converted where they are multiplied: a use here would wait for the loads). w_rows / s_rows [S, BN]:
+    each row's first word / scale; x_rows [S]: each slot's row of a64 (64-bit words). FULL: a whole
+    K tile (no masks along K)."""
+    G: tl.constexpr = BLOCK_K // GROUP
+    UW: tl.constexpr = GROUP // 8
+    gg = tl.arange(0, G)
+    jw = k0 // 8 + gg[:, None] * UW + tl.arange(0, UW)[None, :]                       # [G, UW] words
+    gk = k0 // GROUP + gg
+    wp = w32 + w_rows[:, :, None, None] + jw[None, None, :, :]
+    sp = s_ptr + s_rows[:, :, None] + gk[None, None, :] * stride_sk
+    xp = a64 + x_rows[:, None, None] + jw[None, :, :] * 2
+    if FULL:
+        u = tl.load(wp, mask=n_ok[:, :, None, None], other=0)
+        sc = tl.load(sp, mask=n_ok[:, :, None], other=0)
+        x = tl.load(xp)
+        x2 = tl.load(xp + 1)
+    else:
+        km = jw < K // 8
+        u = tl.load(wp, mask=n_ok[:, :, None, None] & km[None, None, :, :], other=0)
+        sc = tl.load(sp, mask=n_ok[:, :, None] & (gk < K // GROUP)[None, None, :], other=0)
+        x = tl.load(xp, mask=km[None, :, :], other=0)
+        x2 = tl.load(xp + 1, mask=km[None, :, :], other=0)
+    return u, sc, x, x2
+
+
+@triton.jit
+def _slot_products(acc, u, sc, x, x2):
+    """acc [S, BN, G] + each MX group's products (HX 2) times its E8M0 scale, for slot_tile_load's tile."""
+    return acc + _hx_group_products(u, _f16x4(x)[:, None, :, :], _f16x4(x2)[:, None, :, :]) * _e2m1_scales(sc, 1.0, 1)
+
+
+@triton.jit
+def moe_down_slots_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, b_ptr, out_ptr,
+                          E, TOPK, N, K, stride_am, stride_om, stride_we, stride_se, stride_be,
+                          stride_wn, stride_sn, stride_sk,
+                          WEIGHT_OUT: tl.constexpr, HAS_BIAS: tl.constexpr, SLOTS: tl.constexpr,
+                          GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+    """FC2 of a few tokens on MXFP4 experts (E2M1 words, bf16 activations, HX 2 products), grid (M, H /
+    BLOCK_N): one program per (token, column tile) streams the tile's rows of all its top-k experts at
+    once (SLOTS: top_k rounded up to a power of two), so each K step has SLOTS times moe_down_kernel's
+    bytes in flight, and sums the slots in slot order in registers: no partials in memory, no arrival
+    counter, a quarter of the programs at top-k 4. Per slot as moe_down_kernel: the products, bias, the
+    reference's rounding of FC2's output, the router weight (WEIGHT_OUT); a pair whose expert id is out
+    of range adds zero."""
+    m = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    sl = tl.arange(0, SLOTS)
+    pair = m * TOPK + tl.minimum(sl, TOPK - 1)                   # padded slots read a real row, masked off
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    valid = (sl < TOPK) & (e >= 0) & (e < E)
+    e64 = tl.where(valid, e, 0).to(tl.int64)
+    n_ok = valid[:, None] & (offs_n < N)[None, :]                                   # [S, BN]
+    w32 = w_ptr.to(tl.pointer_type(tl.int32))
+    w_rows = (e64 * stride_we)[:, None] // 4 + (offs_n * (stride_wn // 4))[None, :]
+    s_rows = (e64 * stride_se)[:, None] + (offs_n * stride_sn)[None, :]
+    a64 = a_ptr.to(tl.pointer_type(tl.int64))
+    x_rows = pair.to(tl.int64) * (stride_am // 4)
+    acc = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    t_full = K // BLOCK_K
+    # Two K tiles per iteration, the buffers alternating: with one tile per iteration the next tile's
+    # registers must be copied into the current tile's at the loop's end, and that copy waits for the
+    # loads just issued (the sm_90 SASS: no load was in flight across an iteration's compute).
+    u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, 0, K, stride_sk, GROUP, BLOCK_K,
+                                  False)
+    pairs_full = tl.maximum(t_full - 1, 0) // 2           # iterations whose two next tiles are whole
+    for i in range(0, pairs_full):
+        k1 = (2 * i + 1) * BLOCK_K
+        ub, scb, xb, x2b = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1, K, stride_sk, GROUP,
+                                          BLOCK_K, True)
+        acc = _slot_products(acc, u, sc, x, x2)
+        u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1 + BLOCK_K, K, stride_sk,
+                                      GROUP, BLOCK_K, True)
+        acc = _slot_products(acc, ub, scb, xb, x2b)
+    for i in range(2 * pairs_full, k_tiles, 2):        # the rest, masked (a tile past K adds zeros)
+        k1 = (i + 1) * BLOCK_K
+        ub, scb, xb, x2b = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1, K, stride_sk, GROUP,
+                                          BLOCK_K, False)
+        acc = _slot_products(acc, u, sc, x, x2)
+        u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1 + BLOCK_K, K, stride_sk,
+                                      GROUP, BLOCK_K, False)
+        acc = _slot_products(acc, ub, scb, xb, x2b)
+    y = tl.sum(acc, axis=2) * 64.0                                                    # [S, BN]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + e64[:, None] * stride_be + offs_n[None, :], mask=n_ok, other=0.0).to(tl.float32)
+    y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)            # the reference rounds FC2's output
+    if WEIGHT_OUT:
+        y = y * tl.load(topw_ptr + pair)[:, None]
+    y = tl.where(valid[:, None], y, 0.0)
+    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for j in tl.static_range(SLOTS):          # slot order, as dequant.finish_tile sums moe_down_kernel's slots
+        total += tl.sum(tl.where(sl[:, None] == j, y, 0.0), axis=0)
+    tl.store(out_ptr + m.to(tl.int64) * stride_om + offs_n, to_dtype(total, out_ptr.dtype.element_ty, EXACT_BF16),
+             mask=offs_n < N)
+
+
+@triton.jit
 def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_ptr, s_ptr, z_ptr, ws_g, ws_u, gscale,
                      N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                      GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                      HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr,
-                     XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
+                     XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
+                     PAIRS: tl.constexpr = False):
     """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
     are loaded while the current ones are multiplied (GATED False: the gate rows only). TAIL: as
-    gemv.row_products (whole K tiles with unmasked loads first)."""
+    gemv.row_products (whole K tiles with unmasked loads first). PAIRS: the (rest of the) K loop two
+    tiles per iteration (a tile past t1 is masked off and adds zeros)."""
     ng0 = tl.min(n_g, axis=0)
     nu0 = tl.min(n_u, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
@@ -162,21 +268,57 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
             ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
             uu, su, zu = uun, sun, zun
         t0 = tl.maximum(t0, t_full - 1)
-    for t in range(t0, t1):
-        k1 = (t + 1) * BLOCK_K
-        ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
-                                           stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                           ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
-        uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
-                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
-        acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                             DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
-        if GATED:
-            acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
-        ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
-        uu, su, zu = uun, sun, zun
+    if PAIRS:       # two tiles per iteration, buffers alternating (moe_down_slots_kernel says why)
+        for t in range(t0, t1, 2):
+            k1 = (t + 1) * BLOCK_K
+            ugb, sgb, zgb, xb, x2b = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                               SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
+            uub, sub, zub, xub, xu2b = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                                 SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
+            acc_g, acc_u = _gate_up_step(acc_g, acc_u, ug, sg, zg, uu, su, zu, x, x2, amax, xs_ptr, ws_g, ws_u,
+                                         gscale, GATED, ELEM, GROUP, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N,
+                                         BLOCK_K, io_t, EXACT_BF16, XW, HX)
+            ug, sg, zg, x, x2 = tile_load(a_row, k1 + BLOCK_K, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                          stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                          SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
+            uu, su, zu, xu, xu2 = tile_load(a_row, k1 + BLOCK_K, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX)
+            acc_g, acc_u = _gate_up_step(acc_g, acc_u, ugb, sgb, zgb, uub, sub, zub, xb, x2b, amax, xs_ptr, ws_g, ws_u,
+                                         gscale, GATED, ELEM, GROUP, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N,
+                                         BLOCK_K, io_t, EXACT_BF16, XW, HX)
+    else:
+        for t in range(t0, t1):
+            k1 = (t + 1) * BLOCK_K
+            ugn, sgn, zgn, xn, x2n = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
+                                               stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                               ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW,
+                                               HX=HX)
+            uun, sun, zun, xun, xu2n = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
+                                                 stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                                 ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K,
+                                                 XW=XW, HX=HX)
+            acc_g, acc_u = _gate_up_step(acc_g, acc_u, ug, sg, zg, uu, su, zu, x, x2, amax, xs_ptr, ws_g, ws_u,
+                                         gscale, GATED, ELEM, GROUP, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N,
+                                         BLOCK_K, io_t, EXACT_BF16, XW, HX)
+            ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
+            uu, su, zu = uun, sun, zun
+    return acc_g, acc_u
+
+
+@triton.jit
+def _gate_up_step(acc_g, acc_u, ug, sg, zg, uu, su, zu, x, x2, amax, xs_ptr, ws_g, ws_u, gscale, GATED: tl.constexpr,
+                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
+                  DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  io_t: tl.constexpr, EXACT_BF16: tl.constexpr, XW: tl.constexpr, HX: tl.constexpr):
+    """One K tile's gate (and, GATED, up) products (gemv.tile_compute; the activations shared)."""
+    acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                         DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
+    if GATED:
+        acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
+                             HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
     return acc_g, acc_u
 
 
@@ -208,9 +350,11 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
-                        XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
+                        XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
+                        PAIRS: tl.constexpr = False):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
-    cnt: one arrival counter per (pair, column tile), zero between calls. XW, HX, TAIL: as moe_down_kernel."""
+    cnt: one arrival counter per (pair, column tile), zero between calls. XW, HX, TAIL: as moe_down_kernel;
+    PAIRS: gate_up_products' K loop two tiles per iteration."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -238,7 +382,7 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
         acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
     g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)
     u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)
     if not GATED:
