@@ -677,6 +677,7 @@ class TritonMoE(Kernel):
         if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
             hx = 1
         common["HX"] = hx
+        guard = bool(cfg.get("GUARD", 1))      # HX: a tile whose f16 products overflowed is redone in fp32
         tail = int(cfg.get("TAIL", 1)) if hx else 0     # whole K tiles without masks: 1 both kernels, 2 FC2 only
         common["TAIL"] = tail == 1
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
@@ -698,7 +699,7 @@ class TritonMoE(Kernel):
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      PAIRS=bool(cfg.get("PAIRS", 0)), **up_flags)
+                                                      PAIRS=bool(cfg.get("PAIRS", 0)), GUARD=guard, **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw if _rows_align8(inter) else 0
@@ -716,7 +717,7 @@ class TritonMoE(Kernel):
                 self.b2.stride(0) if self.b2 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
                 WEIGHT_OUT=not by_pair, HAS_BIAS=self.b2 is not None, SLOTS=triton_pow2(k), GROUP=lay.group,
                 BLOCK_N=bn2, BLOCK_K=bk2, EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                num_warps=warps2, num_stages=cfg["num_stages"])
+                num_warps=warps2, num_stages=cfg["num_stages"], GUARD=guard)
             return out
         part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
         cnt = self._counters(m * tiles) if k > 1 else w.scale
@@ -726,7 +727,7 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
-            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, **common)
+            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, **common)
         return out
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:

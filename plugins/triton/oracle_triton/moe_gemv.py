@@ -22,8 +22,8 @@ import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
-from .gemv import (_e2m1_scales, _f16x4, _hx_group_products, channel_scales, finish_row, row_amax, row_products,
-                   tile_compute, tile_load, tile_zeros)
+from .gemv import (_E2M1_WORD_PTX, _bf16x4, _e2m1_scales, _f16x4, _hx_group_products, channel_scales, finish_row,
+                   row_amax, row_products, tile_compute, tile_load, tile_zeros)
 from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
@@ -86,7 +86,7 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
                     EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
-                    HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
+                    HX: tl.constexpr = 0, TAIL: tl.constexpr = False, GUARD: tl.constexpr = True):
     """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). XW: gemv.tile_load's 64-bit
     activation reads (E2M1 words, bf16 rows 8-byte aligned); HX 1 (with XW): gemv.tile_compute's packed
     f16 products; TAIL (with HX): gemv.row_products' unmasked whole K tiles."""
@@ -111,7 +111,15 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
                              BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
-        acc = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)[None, :]
+        r = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)
+        if HX != 0 and GUARD:
+            if overflowed(r, r):            # an f16 product or sum overflowed: the row again in fp32
+                r = finish_row(row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0,
+                                            tl.cdiv(K, BLOCK_K), K, amax, xs_ptr, offs_n, w_e, s_e, z_e, ws, gscale,
+                                            N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t,
+                                            EXACT_BF16, XW=XW), ws, ELEM, DECODE, ACT != 0)
+        acc = r[None, :]
         if HAS_BIAS:
             acc += tl.load(b_ptr + e64 * stride_be + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         acc = to_dtype(acc, io_t, EXACT_BF16).to(tl.float32)        # the reference rounds FC2's output
@@ -152,6 +160,27 @@ def slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k0, K, stride_
 
 
 @triton.jit
+def overflowed(g, u):
+    """Whether any value of the fp32 sums g or u is infinite or NaN: with HX (f16 products) an activation
+    near f16's largest value (gemv._e2m1_hx_ptx) overflows; the caller then recomputes in fp32 (the
+    reference's arithmetic; an input that is itself infinite or NaN gives the same values either way)."""
+    big = 3.4028234663852886e38
+    return tl.max(tl.where((tl.abs(g) <= big) & (tl.abs(u) <= big), 0, 1)) > 0
+
+
+@triton.jit
+def _fp4_word_products_x4(u, x, x2):
+    """u [S, BN, G, UW] E2M1 words, x / x2 [S, G, UW] their bf16 activations k 0-3 / 4-7, raw 64-bit words
+    (slot_tile_load) -> [S, BN, G, UW] fp32 sums of each word's 8 products, values x 2**-6
+    (gemv._E2M1_WORD_PTX)."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+        _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+    x0, x1, x2_, x3 = _bf16x4(x[:, None, :, :])
+    x4, x5, x6, x7 = _bf16x4(x2[:, None, :, :])
+    return (w0 * x0 + w1 * x1 + w2 * x2_ + w3 * x3) + (w4 * x4 + w5 * x5 + w6 * x6 + w7 * x7)
+
+
+@triton.jit
 def _slot_products(acc, u, sc, x, x2):
     """acc [S, BN, G] + each MX group's products (HX 2) times its E8M0 scale, for slot_tile_load's tile."""
     return acc + _hx_group_products(u, _f16x4(x)[:, None, :, :], _f16x4(x2)[:, None, :, :]) * _e2m1_scales(sc, 1.0, 1)
@@ -163,7 +192,7 @@ def moe_down_slots_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, b_ptr, out_ptr
                           stride_wn, stride_sn, stride_sk,
                           WEIGHT_OUT: tl.constexpr, HAS_BIAS: tl.constexpr, SLOTS: tl.constexpr,
                           GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr):
+                          EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, GUARD: tl.constexpr = True):
     """FC2 of a few tokens on MXFP4 experts (E2M1 words, bf16 activations, HX 2 products), grid (M, H /
     BLOCK_N): one program per (token, column tile) streams the tile's rows of all its top-k experts at
     once (SLOTS: top_k rounded up to a power of two), so each K step has SLOTS times moe_down_kernel's
@@ -211,6 +240,14 @@ def moe_down_slots_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, b_ptr, out_ptr
                                       GROUP, BLOCK_K, False)
         acc = _slot_products(acc, ub, scb, xb, x2b)
     y = tl.sum(acc, axis=2) * 64.0                                                    # [S, BN]
+    if GUARD:
+        if overflowed(y, y):                 # an f16 product or sum overflowed: the tile again in fp32
+            acc = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+            for t in range(0, k_tiles):
+                u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, t * BLOCK_K, K,
+                                              stride_sk, GROUP, BLOCK_K, False)
+                acc += tl.sum(_fp4_word_products_x4(u, x, x2), axis=3) * _e2m1_scales(sc, 1.0, 1)
+            y = tl.sum(acc, axis=2) * 64.0
     if HAS_BIAS:
         y += tl.load(b_ptr + e64[:, None] * stride_be + offs_n[None, :], mask=n_ok, other=0.0).to(tl.float32)
     y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)            # the reference rounds FC2's output
@@ -351,7 +388,7 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
                         XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
-                        PAIRS: tl.constexpr = False):
+                        PAIRS: tl.constexpr = False, GUARD: tl.constexpr = True):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
     cnt: one arrival counter per (pair, column tile), zero between calls. XW, HX, TAIL: as moe_down_kernel;
     PAIRS: gate_up_products' K loop two tiles per iteration."""
@@ -385,6 +422,20 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                                         BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
     g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)
     u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)
+    if HX != 0 and GUARD:
+        if valid & overflowed(g, u):       # an f16 product or sum overflowed: this tile again in fp32
+            w_e, s_e, z_e, gscale = expert_operands(e, w_ptr, s_ptr, z_ptr, g_ptr, stride_we, stride_se, stride_ze,
+                                                    ELEM)
+            t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+            zero = tl.zeros([1], dtype=tl.float32)
+            f32_g, f32_u = gate_up_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE),
+                                            tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, t0, t1, K,
+                                            zero, xs_ptr, n_g, n_u, w_e, s_e, z_e, ws_g, ws_u, gscale, N_W, stride_wn,
+                                            stride_wk, stride_sn, stride_sk, stride_zk, GATED, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t,
+                                            EXACT_BF16, XW=XW, HX=0)
+            g = finish_row(f32_g, ws_g, ELEM, DECODE, ACT != 0)
+            u = finish_row(f32_u, ws_u, ELEM, DECODE, ACT != 0)
     if not GATED:
         u = g
     out_row = out_ptr + pair.to(tl.int64) * stride_om + j
