@@ -379,13 +379,14 @@ def interleave8(w0, w1, w2, w3, w4, w5, w6, w7):
 def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
                     stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
                     UJ: tl.constexpr, JOIN: tl.constexpr = False, K=0, EVEN_K: tl.constexpr = True,
-                    KN: tl.constexpr = False):
+                    KN: tl.constexpr = False, LOAD_X: tl.constexpr = True):
     """The loads of K tile t (UJ 32-bit words of 8 codes along K per weight row): words [BN, UJ],
     scales (INT4: [BN], the tile is one group; E2M1: raw [BN, groups of the tile]), zero points
     [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i; JOIN: [8 UJ, BM];
     offs_m: the rows' indices in x). EVEN_K False (E2M1 only: K a multiple of the group, not of the
     tile, as gpt-oss's 2880): the words, scales and activations past K read as zeros. KN: E2M1 words
-    in GPTQ's [K/8, N] layout (weights.repack_words)."""
+    in GPTQ's [K/8, N] layout (weights.repack_words). LOAD_X False: no activations (x is 0; the
+    caller loads them where the dot uses them, w4_swap_tiles X_PIPE)."""
     n_ok = offs_n < N
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
@@ -404,15 +405,23 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                         mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
         z = s
-    if JOIN:
-        kt = t * UJ * 8 + tl.arange(0, UJ * 8)
-        x = tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :] & k_in(kt, K, EVEN_K)[:, None],
-                    other=0.0)
+    if not LOAD_X:
+        x = 0.0
+    elif JOIN:
+        x = _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, UJ * 8, K, EVEN_K)
     else:
         kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
         x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None] & k_in(kx, K, EVEN_K),
                     other=0.0)
     return u, s, z, x
+
+
+@triton.jit
+def _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K: tl.constexpr, K, EVEN_K: tl.constexpr):
+    """Activations [BK, BM] of K tile t for a JOIN dot: rows offs_m of x (masked by row_ok), k in order."""
+    kt = t * BLOCK_K + tl.arange(0, BLOCK_K)
+    return tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :] & k_in(kt, K, EVEN_K)[:, None],
+                   other=0.0)
 
 
 @triton.jit
@@ -488,29 +497,38 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
                   DOT_F32: tl.constexpr, io_t: tl.constexpr, JOIN: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
-                  EVEN_K: tl.constexpr = True, KN: tl.constexpr = False):
+                  EVEN_K: tl.constexpr = True, KN: tl.constexpr = False, X_PIPE: tl.constexpr = False):
     """acc [BLOCK_N, BM] + W[offs_n, K tiles t0..t1) @ x[offs_m]^T: the swap-AB K loop of
     w4_swap_kernel (JOIN, PREFETCH as there), shared with the fused MoE's (moe_gemv.moe_swap_kernel
     WORDS: offs_n may be any weight rows, e.g. stacked gate and up rows, and offs_m any activation
-    rows)."""
+    rows). X_PIPE (E2M1 with JOIN): the activation tile is loaded where the dot uses it, not a step
+    ahead into registers, so Triton's pipeliner (num_stages >= 2) copies it into shared memory
+    asynchronously (cp.async, multi-buffered), the MMA's B operand as it must be there anyway: no
+    register staging, stores and copies of it per K tile; the packed weights stay prefetched in
+    registers (they feed the decode, which Triton does not pipeline)."""
     dot_t = tl.float32 if DOT_F32 else io_t
     UJ: tl.constexpr = BLOCK_K // 8
+    XP: tl.constexpr = X_PIPE and JOIN and ELEM != 3
     u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
                                  stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
+                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP)
     if PREFETCH == 2:
         u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
                                           z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
+                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP)
     for t in range(t0, t1):
         un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
                                          s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP)
         if JOIN and ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
             p = mma_acc(interleave8(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
                         tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
+        elif XP:
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+            acc = mma_acc(wt.to(dot_t), _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K, K, EVEN_K).to(dot_t),
+                          acc, DOT_F32)
         elif JOIN:
             wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(wt.to(dot_t), x.to(dot_t), acc, DOT_F32)

@@ -445,11 +445,16 @@ class TritonMoE(Kernel):
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
+        lay1 = self.w13.layout
+        pf_head = int(cfg.get("PF_HEAD", 0)) if (fp8 and lay1.pack == 1 and lay1.stride_wk == 1 and
+                                                 self.facts.get("pdl") and not interpreting()) else 0
+        if pf_head % 16:
+            raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
                    pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
                    prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
-                   last=last)
+                   last=last, pf_head=pf_head)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if last is not None:
@@ -488,7 +493,8 @@ class TritonMoE(Kernel):
         4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
         over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
-        and PREFETCH 2 as in gemm.w4_swap_kernel."""
+        and PREFETCH 2 as in gemm.w4_swap_kernel; X_PIPE 1 (E2M1 with JOIN; num_stages >= 2): the activation
+        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -540,7 +546,8 @@ class TritonMoE(Kernel):
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
-                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
+                X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
@@ -744,7 +751,7 @@ class TritonMoE(Kernel):
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
               prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False,
-              last: tuple | None = None) -> None:
+              last: tuple | None = None, pf_head: int = 0) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -759,7 +766,7 @@ class TritonMoE(Kernel):
         gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
         the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
         (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
-        output row into them (QUANT_LAST)."""
+        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -808,7 +815,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab, PF_HEAD=pf_head,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
