@@ -662,7 +662,8 @@ class TritonMoE(Kernel):
         config keys: BLOCK_N/BLOCK_K/num_warps/num_stages/DECODE (both kernels unless the down
         kernel's BLOCK_N2/BLOCK_K2/WARPS2 are given); SPLIT_K selects moe_up_split_kernel (gate
         and up in one K loop, K split over SPLIT_K programs)."""
-        from .moe_gemv import moe_down_kernel, moe_down_slots_kernel, moe_up_kernel, moe_up_split_kernel
+        from .moe_gemv import (moe_down_kernel, moe_down_slots_kernel, moe_up_kernel, moe_up_slots_kernel,
+                               moe_up_split_kernel)
         from .moe_kernels import ACTIVATION_CODES
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
@@ -700,7 +701,19 @@ class TritonMoE(Kernel):
                         A_BY_PAIR=by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None,
                         BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], **common)
         tiles_up = -(-self.inter // bn)
-        if split is None:
+        slots = int(cfg.get("SLOTS", 0))       # bits: 1 FC2, 2 FC1 with all of a token's top-k experts per program
+        if slots & 2 and hx == 2 and common["XW"] == 2 and self.gated and not by_pair and lay.stride_wk == 1 \
+                and k <= 8:
+            moe_up_slots_kernel[(m, tiles_up)](
+                a1, ids, w.weight, w.scale, _or(self.b13, w.scale), inter, self.experts, k, self.inter, self.hidden,
+                a1.stride(0), inter.stride(0), w.weight.stride(0), w.scale.stride(0),
+                self.b13.stride(0) if self.b13 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
+                *up_tail[-4:], ACTFN=up_flags["ACTFN"], GATED=True, INTERLEAVED=up_flags["INTERLEAVED"],
+                HAS_LIMIT=up_flags["HAS_LIMIT"], HAS_BIAS=self.b13 is not None, SLOTS=triton_pow2(k),
+                GROUP=lay.group, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"],
+                OUT_F16=self.dtype == torch.float16, GUARD=guard, num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
+        elif split is None:
             moe_up_kernel[(t, tiles_up)](a1, ids, *up_args, *up_tail, **up_flags)
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
@@ -716,7 +729,7 @@ class TritonMoE(Kernel):
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
         bk2, warps2 = cfg.get("BLOCK_K2", cfg["BLOCK_K"]), cfg.get("WARPS2", cfg["num_warps"])
-        if cfg.get("SLOTS") and common["HX"] == 2 and common["XW"] == 2 and lay.stride_wk == 1 and k <= 8:
+        if slots & 1 and common["HX"] == 2 and common["XW"] == 2 and lay.stride_wk == 1 and k <= 8:
             # all of a token's top-k experts in one program (moe_down_slots_kernel): no slot partials
             moe_down_slots_kernel[(m, tiles)](
                 inter, ids, topw, w.weight, w.scale, _or(self.b2, w.scale), out, self.experts, k, self.hidden,

@@ -132,10 +132,19 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
 @triton.jit
 def slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k0, K, stride_sk,
                    GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
-    """One K tile of every top-k slot of moe_down_slots_kernel: the E2M1 words [S, BN, G, UW], their
-    E8M0 scales [S, BN, G] and the activation words k 0-3 / 4-7 of each slot's row, raw bf16 [S, G, UW]
-    (converted where they are multiplied: a use here would wait for the loads). w_rows / s_rows [S, BN]:
-    each row's first word / scale; x_rows [S]: each slot's row of a64 (64-bit words). FULL: a whole
+    """One K tile of every top-k slot of moe_down_slots_kernel: slot_words, and the activation words
+    k 0-3 / 4-7 of each slot's row (x_rows [S]: rows of a64, 64-bit words), raw bf16 [S, G, UW]
+    (converted where they are multiplied: a use here would wait for the loads)."""
+    u, sc = slot_words(w32, s_ptr, w_rows, s_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
+    x, x2 = slot_acts(a64, x_rows, k0, K, GROUP, BLOCK_K, FULL)
+    return u, sc, x, x2
+
+
+@triton.jit
+def slot_words(w32, s_ptr, w_rows, s_rows, n_ok, k0, K, stride_sk, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
+               FULL: tl.constexpr):
+    """The E2M1 words [S, BN, G, UW] of one K tile of rows w_rows [S, BN] (each row's first word; n_ok:
+    which rows exist) and their E8M0 scales [S, BN, G] (s_rows: each row's first scale). FULL: a whole
     K tile (no masks along K)."""
     G: tl.constexpr = BLOCK_K // GROUP
     UW: tl.constexpr = GROUP // 8
@@ -144,19 +153,123 @@ def slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k0, K, stride_
     gk = k0 // GROUP + gg
     wp = w32 + w_rows[:, :, None, None] + jw[None, None, :, :]
     sp = s_ptr + s_rows[:, :, None] + gk[None, None, :] * stride_sk
-    xp = a64 + x_rows[:, None, None] + jw[None, :, :] * 2
     if FULL:
         u = tl.load(wp, mask=n_ok[:, :, None, None], other=0)
         sc = tl.load(sp, mask=n_ok[:, :, None], other=0)
+    else:
+        u = tl.load(wp, mask=n_ok[:, :, None, None] & (jw < K // 8)[None, None, :, :], other=0)
+        sc = tl.load(sp, mask=n_ok[:, :, None] & (gk < K // GROUP)[None, None, :], other=0)
+    return u, sc
+
+
+@triton.jit
+def slot_acts(a64, x_rows, k0, K, GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
+    """The bf16 activations of one K tile of rows x_rows [R] of a64 (64-bit words), raw: k 0-3 and k 4-7
+    of each E2M1 word, [R, G, UW] each."""
+    G: tl.constexpr = BLOCK_K // GROUP
+    UW: tl.constexpr = GROUP // 8
+    jw = k0 // 8 + tl.arange(0, G)[:, None] * UW + tl.arange(0, UW)[None, :]
+    xp = a64 + x_rows[:, None, None] + jw[None, :, :] * 2
+    if FULL:
         x = tl.load(xp)
         x2 = tl.load(xp + 1)
     else:
-        km = jw < K // 8
-        u = tl.load(wp, mask=n_ok[:, :, None, None] & km[None, None, :, :], other=0)
-        sc = tl.load(sp, mask=n_ok[:, :, None] & (gk < K // GROUP)[None, None, :], other=0)
-        x = tl.load(xp, mask=km[None, :, :], other=0)
-        x2 = tl.load(xp + 1, mask=km[None, :, :], other=0)
-    return u, sc, x, x2
+        km = (jw < K // 8)[None, :, :]
+        x = tl.load(xp, mask=km, other=0)
+        x2 = tl.load(xp + 1, mask=km, other=0)
+    return x, x2
+
+
+@triton.jit
+def _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok, k0, K, stride_sk,
+                  GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
+    """One K tile of moe_up_slots_kernel: the gate and the up rows' words and scales of every slot, and
+    the token's activations ([1, G, UW], shared by all of them)."""
+    ug, sg = slot_words(w32, s_ptr, wg_rows, sg_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
+    uu, su = slot_words(w32, s_ptr, wu_rows, su_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
+    x, x2 = slot_acts(a64, x_row, k0, K, GROUP, BLOCK_K, FULL)
+    return ug, sg, uu, su, x, x2
+
+
+@triton.jit
+def _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2):
+    """acc_g / acc_u [S, BN, G] + each MX group's products (HX 2) times its scale; x / x2 [1, G, UW] raw."""
+    xa = _f16x4(x)[:, None, :, :]
+    xb = _f16x4(x2)[:, None, :, :]
+    acc_g += _hx_group_products(ug, xa, xb) * _e2m1_scales(sg, 1.0, 1)
+    acc_u += _hx_group_products(uu, xa, xb) * _e2m1_scales(su, 1.0, 1)
+    return acc_g, acc_u
+
+
+@triton.jit
+def moe_up_slots_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, b_ptr, out_ptr, E, TOPK, N_OUT, K, stride_am, stride_om,
+                        stride_we, stride_se, stride_be, stride_wn, stride_sn, stride_sk, limit, alpha, beta, lbeta,
+                        ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
+                        HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr, SLOTS: tl.constexpr, GROUP: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
+                        OUT_F16: tl.constexpr, GUARD: tl.constexpr = True):
+    """FC1 of a few tokens on gated MXFP4 experts (E2M1 words, bf16 activations, HX 2 products), the router
+    weight on the output, grid (M, I / BLOCK_N): one program per (token, column tile) streams the gate
+    and up rows of all the token's top-k experts at once (SLOTS: top_k rounded up to a power of two)
+    against one copy of the token's activations, two K tiles per iteration (moe_down_slots_kernel says
+    why), then per slot moe_up_split_kernel's epilogue (bias, rounding, activation) into its pair's row."""
+    m = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    io_t = tl.float16 if OUT_F16 else tl.bfloat16
+    sl = tl.arange(0, SLOTS)
+    pair = m * TOPK + tl.minimum(sl, TOPK - 1)
+    e = tl.load(ids_ptr + pair).to(tl.int32)
+    valid = (e >= 0) & (e < E)
+    e64 = tl.where(valid, e, 0).to(tl.int64)
+    live = (sl < TOPK)[:, None] & (j < N_OUT)[None, :]                                # [S, BN]: rows stored
+    n_ok = live & valid[:, None]                                                      # rows read
+    n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
+    w32 = w_ptr.to(tl.pointer_type(tl.int32))
+    wg_rows = (e64 * stride_we)[:, None] // 4 + (n_g * (stride_wn // 4))[None, :]
+    wu_rows = (e64 * stride_we)[:, None] // 4 + (n_u * (stride_wn // 4))[None, :]
+    sg_rows = (e64 * stride_se)[:, None] + (n_g * stride_sn)[None, :]
+    su_rows = (e64 * stride_se)[:, None] + (n_u * stride_sn)[None, :]
+    a64 = a_ptr.to(tl.pointer_type(tl.int64))
+    x_row = (m.to(tl.int64) * (stride_am // 4)) + tl.zeros([1], dtype=tl.int64)
+    acc_g = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+    acc_u = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    t_full = K // BLOCK_K
+    ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok, 0, K,
+                                          stride_sk, GROUP, BLOCK_K, False)
+    pairs_full = tl.maximum(t_full - 1, 0) // 2
+    for i in range(0, pairs_full):
+        k1 = (2 * i + 1) * BLOCK_K
+        ugb, sgb, uub, sub, xb, x2b = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
+                                                    n_ok, k1, K, stride_sk, GROUP, BLOCK_K, True)
+        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2)
+        ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok,
+                                              k1 + BLOCK_K, K, stride_sk, GROUP, BLOCK_K, True)
+        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ugb, sgb, uub, sub, xb, x2b)
+    for i in range(2 * pairs_full, k_tiles, 2):
+        k1 = (i + 1) * BLOCK_K
+        ugb, sgb, uub, sub, xb, x2b = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
+                                                    n_ok, k1, K, stride_sk, GROUP, BLOCK_K, False)
+        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2)
+        ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok,
+                                              k1 + BLOCK_K, K, stride_sk, GROUP, BLOCK_K, False)
+        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ugb, sgb, uub, sub, xb, x2b)
+    g = tl.sum(acc_g, axis=2) * 64.0                                                  # [S, BN]
+    u = tl.sum(acc_u, axis=2) * 64.0
+    if GUARD:
+        if overflowed(g, u):                 # an f16 product or sum overflowed: the tile again in fp32
+            acc_g = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+            acc_u = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
+            for t in range(0, k_tiles):
+                ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
+                                                      n_ok, t * BLOCK_K, K, stride_sk, GROUP, BLOCK_K, False)
+                acc_g += tl.sum(_fp4_word_products_x4(ug, x, x2), axis=3) * _e2m1_scales(sg, 1.0, 1)
+                acc_u += tl.sum(_fp4_word_products_x4(uu, x, x2), axis=3) * _e2m1_scales(su, 1.0, 1)
+            g = tl.sum(acc_g, axis=2) * 64.0
+            u = tl.sum(acc_u, axis=2) * 64.0
+    out_rows = out_ptr + pair[:, None].to(tl.int64) * stride_om + j[None, :]
+    _up_epilogue(g, u, valid[:, None], e64[:, None], b_ptr, stride_be, n_g[None, :], n_u[None, :], live, out_ptr,
+                 out_rows, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
 
 
 @triton.jit

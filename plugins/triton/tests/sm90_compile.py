@@ -197,6 +197,10 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
                   XW=int(cfg.get("XW", 0)) if elem in (1, 2) and act == 0 else 0, HX=hx,
                   TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
     guard = {"GUARD": bool(cfg.get("GUARD", 1))} if hx else {}
+    if not down and int(cfg.get("SLOTS", 0)) & 2 and hx == 2 and common["XW"] == 2:
+        consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, HAS_BIAS=True, SLOTS=4, GROUP=group,
+                      BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False, OUT_F16=False, stride_sk=1, **guard)
+        return compile_kernel(mg.moe_up_slots_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
@@ -204,7 +208,7 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
                                                                                   PAIRS=bool(cfg.get("PAIRS")), **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    if cfg.get("SLOTS") and hx == 2 and common["XW"] == 2:      # TritonMoE.apply_direct's slots kernel
+    if int(cfg.get("SLOTS", 0)) & 1 and hx == 2 and common["XW"] == 2:      # TritonMoE.apply_direct's slots kernel
         consts = dict(WEIGHT_OUT=True, HAS_BIAS=True, SLOTS=4, GROUP=group, BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False,
                       OUT_F16=False, stride_sk=1, GUARD=bool(cfg.get("GUARD", 1)))
         return compile_kernel(mg.moe_down_slots_kernel, dict(_small_ptrs(elem), topw_ptr="*fp32"), consts, warps,
