@@ -581,12 +581,15 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
+                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
+                 PAIRS: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
     H200, 2026-12-02 R8: the extra registers cost more than the latency they hide). TAIL (tile_load's
     FULL applies): the whole K tiles in a loop of unmasked loads, then the last whole tile and the
-    partial one, if any, masked."""
+    partial one, if any, masked. PAIRS: that last loop two tiles per iteration, the two buffers
+    alternating: with one tile per iteration the sm_90 SASS copies the next tile's registers into the
+    current tile's at the loop's end, and the copy waits for the loads just issued."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
@@ -602,13 +605,26 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                                DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
             u, s, z, x, x2 = un, sn, zn, xn, x2n
         t0 = tl.maximum(t0, t_full - 1)            # the tile in u; the loop below takes it and the tail
-    for t in range(t0, t1):
-        un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
-                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
-        acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
-        u, s, z, x, x2 = un, sn, zn, xn, x2n
+    if PAIRS:       # two tiles per iteration, the buffers alternating (a tile past t1 is masked off: zeros)
+        for t in range(t0, t1, 2):
+            ub, sb, zb, xb, x2b = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+            u, s, z, x, x2 = tile_load(a_row, (t + 2) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                       stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                       SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, ub, sb, zb, xb, x2b, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+    else:
+        for t in range(t0, t1):
+            un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                            ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+            u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 
 

@@ -719,7 +719,8 @@ class TritonMoE(Kernel):
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
-                                                      PAIRS=bool(cfg.get("PAIRS", 0)), GUARD=guard, **up_flags)
+                                                      PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), GUARD=guard,
+                                                      **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
         common["XW"] = xw if _rows_align8(inter) else 0
@@ -747,7 +748,8 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
-            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, **common)
+            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
+            **common)
         return out
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:

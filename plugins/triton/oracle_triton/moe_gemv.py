@@ -86,10 +86,12 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
                     EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
-                    HX: tl.constexpr = 0, TAIL: tl.constexpr = False, GUARD: tl.constexpr = True):
+                    HX: tl.constexpr = 0, TAIL: tl.constexpr = False, GUARD: tl.constexpr = True,
+                    PAIRS: tl.constexpr = False):
     """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). XW: gemv.tile_load's 64-bit
     activation reads (E2M1 words, bf16 rows 8-byte aligned); HX 1 (with XW): gemv.tile_compute's packed
-    f16 products; TAIL (with HX): gemv.row_products' unmasked whole K tiles."""
+    f16 products; TAIL (with HX): gemv.row_products' unmasked whole K tiles; PAIRS: its K loop two tiles
+    per iteration; GUARD (with HX): a row whose f16 products overflowed is redone in fp32."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
@@ -110,7 +112,7 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         acc_t = row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX), a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
                              offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
                              stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL)
+                             BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
         r = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)
         if HX != 0 and GUARD:
             if overflowed(r, r):            # an f16 product or sum overflowed: the row again in fp32

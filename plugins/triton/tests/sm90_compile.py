@@ -205,7 +205,7 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
             return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"],
-                                                                                  PAIRS=bool(cfg.get("PAIRS")), **guard),
+                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
     if int(cfg.get("SLOTS", 0)) & 1 and hx == 2 and common["XW"] == 2:      # TritonMoE.apply_direct's slots kernel
@@ -213,7 +213,7 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
                       OUT_F16=False, stride_sk=1, GUARD=bool(cfg.get("GUARD", 1)))
         return compile_kernel(mg.moe_down_slots_kernel, dict(_small_ptrs(elem), topw_ptr="*fp32"), consts, warps,
                               cfg["num_stages"])
-    consts = dict(WEIGHT_OUT=True, SPLIT=8, **common, **guard)
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
 
