@@ -702,7 +702,7 @@ class TritonMoE(Kernel):
                         BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], **common)
         tiles_up = -(-self.inter // bn)
         slots = int(cfg.get("SLOTS", 0))       # bits: 1 FC2, 2 FC1 with all of a token's top-k experts per program
-        if slots & 2 and hx == 2 and common["XW"] == 2 and self.gated and not by_pair and lay.stride_wk == 1 \
+        if slots & 2 and hx == 2 and common["XW"] and self.gated and not by_pair and lay.stride_wk == 1 \
                 and k <= 8:
             moe_up_slots_kernel[(m, tiles_up)](
                 a1, ids, w.weight, w.scale, _or(self.b13, w.scale), inter, self.experts, k, self.inter, self.hidden,
@@ -730,7 +730,7 @@ class TritonMoE(Kernel):
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
         bk2, warps2 = cfg.get("BLOCK_K2", cfg["BLOCK_K"]), cfg.get("WARPS2", cfg["num_warps"])
-        if slots & 1 and common["HX"] == 2 and common["XW"] == 2 and lay.stride_wk == 1 and k <= 8:
+        if slots & 1 and common["HX"] == 2 and lay.stride_wk == 1 and k <= 8:
             # all of a token's top-k experts in one program (moe_down_slots_kernel): no slot partials
             moe_down_slots_kernel[(m, tiles)](
                 inter, ids, topw, w.weight, w.scale, _or(self.b2, w.scale), out, self.experts, k, self.hidden,

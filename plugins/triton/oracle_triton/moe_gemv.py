@@ -116,10 +116,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         r = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)
         if HX != 0 and GUARD:
             if overflowed(r, r):            # an f16 product or sum overflowed: the row again in fp32
-                r = finish_row(row_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, 0,
-                                            tl.cdiv(K, BLOCK_K), K, amax, xs_ptr, offs_n, w_e, s_e, z_e, ws, gscale,
+                FB: tl.constexpr = FALLBACK_K
+                r = finish_row(row_products(tile_zeros(ELEM, GROUP, BLOCK_N, FB, DECODE), a_row, 0,
+                                            tl.cdiv(K, FB), K, amax, xs_ptr, offs_n, w_e, s_e, z_e, ws, gscale,
                                             N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
-                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t,
+                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, FB, io_t,
                                             EXACT_BF16, XW=XW), ws, ELEM, DECODE, ACT != 0)
         acc = r[None, :]
         if HAS_BIAS:
@@ -260,18 +261,25 @@ def moe_up_slots_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, b_ptr, out_ptr, E, TOPK, N
     u = tl.sum(acc_u, axis=2) * 64.0
     if GUARD:
         if overflowed(g, u):                 # an f16 product or sum overflowed: the tile again in fp32
-            acc_g = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-            acc_u = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-            for t in range(0, k_tiles):
-                ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
-                                                      n_ok, t * BLOCK_K, K, stride_sk, GROUP, BLOCK_K, False)
-                acc_g += tl.sum(_fp4_word_products_x4(ug, x, x2), axis=3) * _e2m1_scales(sg, 1.0, 1)
-                acc_u += tl.sum(_fp4_word_products_x4(uu, x, x2), axis=3) * _e2m1_scales(su, 1.0, 1)
-            g = tl.sum(acc_g, axis=2) * 64.0
-            u = tl.sum(acc_u, axis=2) * 64.0
+            f_g = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
+            f_u = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
+            for t in range(0, tl.cdiv(K, FALLBACK_K)):
+                fug, fsg, fuu, fsu, fx, fx2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows,
+                                                            x_row, n_ok, t * FALLBACK_K, K, stride_sk, GROUP,
+                                                            FALLBACK_K, False)
+                f_g += tl.sum(_fp4_word_products_x4(fug, fx, fx2), axis=3) * _e2m1_scales(fsg, 1.0, 1)
+                f_u += tl.sum(_fp4_word_products_x4(fuu, fx, fx2), axis=3) * _e2m1_scales(fsu, 1.0, 1)
+            g = tl.sum(f_g, axis=2) * 64.0
+            u = tl.sum(f_u, axis=2) * 64.0
     out_rows = out_ptr + pair[:, None].to(tl.int64) * stride_om + j[None, :]
     _up_epilogue(g, u, valid[:, None], e64[:, None], b_ptr, stride_be, n_g[None, :], n_u[None, :], live, out_ptr,
                  out_rows, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
+
+
+#: the K tile of the overflow guard's fp32 recomputation (two MX groups, four NVFP4 ones): a rare path,
+#: kept narrow so that its registers do not raise the kernel's (a BLOCK_K-wide fp32 loop did: fewer
+#: programs per SM for every call, measured in the sm_90 compile)
+FALLBACK_K = tl.constexpr(64)
 
 
 @triton.jit
@@ -357,12 +365,12 @@ def moe_down_slots_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, b_ptr, out_ptr
     y = tl.sum(acc, axis=2) * 64.0                                                    # [S, BN]
     if GUARD:
         if overflowed(y, y):                 # an f16 product or sum overflowed: the tile again in fp32
-            acc = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-            for t in range(0, k_tiles):
-                u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, t * BLOCK_K, K,
-                                              stride_sk, GROUP, BLOCK_K, False)
-                acc += tl.sum(_fp4_word_products_x4(u, x, x2), axis=3) * _e2m1_scales(sc, 1.0, 1)
-            y = tl.sum(acc, axis=2) * 64.0
+            f_acc = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
+            for t in range(0, tl.cdiv(K, FALLBACK_K)):
+                fu, fs, fx, fx2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, t * FALLBACK_K, K,
+                                                 stride_sk, GROUP, FALLBACK_K, False)
+                f_acc += tl.sum(_fp4_word_products_x4(fu, fx, fx2), axis=3) * _e2m1_scales(fs, 1.0, 1)
+            y = tl.sum(f_acc, axis=2) * 64.0
     if HAS_BIAS:
         y += tl.load(b_ptr + e64[:, None] * stride_be + offs_n[None, :], mask=n_ok, other=0.0).to(tl.float32)
     y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)            # the reference rounds FC2's output
@@ -543,11 +551,13 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                                                     ELEM)
             t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
             zero = tl.zeros([1], dtype=tl.float32)
-            f32_g, f32_u = gate_up_products(tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE),
-                                            tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE), a_row, t0, t1, K,
+            FB: tl.constexpr = FALLBACK_K
+            f32_g, f32_u = gate_up_products(tile_zeros(ELEM, GROUP, BLOCK_N, FB, DECODE),
+                                            tile_zeros(ELEM, GROUP, BLOCK_N, FB, DECODE), a_row,
+                                            t0 * (BLOCK_K // FB), t1 * (BLOCK_K // FB), K,
                                             zero, xs_ptr, n_g, n_u, w_e, s_e, z_e, ws_g, ws_u, gscale, N_W, stride_wn,
                                             stride_wk, stride_sn, stride_sk, stride_zk, GATED, ELEM, GROUP,
-                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, BLOCK_K, io_t,
+                                            SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N, FB, io_t,
                                             EXACT_BF16, XW=XW, HX=0)
             g = finish_row(f32_g, ws_g, ELEM, DECODE, ACT != 0)
             u = finish_row(f32_u, ws_u, ELEM, DECODE, ACT != 0)
