@@ -23,6 +23,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
+from .token_rows import rows_codes, rows_scales, rows_tile
 
 
 @triton.jit
@@ -101,7 +102,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
                  COOP: tl.constexpr = False, COOP_K: tl.constexpr = 1024,
-                 COOP_SPIN: tl.constexpr = False):
+                 COOP_SPIN: tl.constexpr = False, QUANT_IN: tl.constexpr = 0, AMAX_K: tl.constexpr = 128):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -110,7 +111,9 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
     KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
-    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
+    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how).
+    QUANT_IN 2 (A_CODES 2 / 3, weight scales per channel or tensor): x holds the activations in the
+    layer dtype and each program rounds its own rows before the MMA (token_rows; as fp8_swap_kernel)."""
     if COOP:
         coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_K, COOP_SPIN)
     if GROUP_M > 1:
@@ -143,8 +146,16 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
         n0 = pid_n * BLOCK_N
         xs, ws = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as, tl.minimum(t0, k_tiles - 1) * BLOCK_K,
                                  offs_n, n0, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
+        if QUANT_IN == 2:                           # the rows' own scales, then each tile rounded here
+            xq = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
+            xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
         for t in range(t0, t1):
-            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+            if QUANT_IN == 2:                       # the next tile's rows loaded one tile ahead
+                xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
+                a = rows_codes(xr, xq, FP8_DOT, dot_t)
+                xr = xr_next
+            else:
+                a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
             if PER_TILE:                            # the next tile's scales, loaded one tile ahead
                 xs_next, ws_next = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as,
                                                    tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, n0, s_ptr, N,
@@ -153,7 +164,10 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                     PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
             if PER_TILE:
                 xs, ws = xs_next, ws_next
-        if not PER_TILE:                            # scales constant along K: applied once
+        if QUANT_IN == 2:                           # scales constant along K, the rows' in registers
+            ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn, mask=offs_n < N, other=0.0)
+            acc = acc * xq[:, None] * ws[None, :]
+        elif not PER_TILE:                          # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
     elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX), loads one tile ahead
         u, s, z = words_tile_load(tl.minimum(t0, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn,
@@ -554,7 +568,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
                     COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
@@ -569,6 +583,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
     operand is rounded (the others are zeros).
+
+    QUANT_IN 2 (any rows, per-token or per-tensor codes): x holds the activations in the layer dtype
+    and each program rounds its own BLOCK_M rows (token_rows: their amax over K in AMAX_K-wide chunks
+    first, then each K tile's codes in registers before the MMA); no quantizer launch, no waiting.
 
     PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
     the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
@@ -606,7 +624,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if QUANT_IN:
+    if QUANT_IN == 2:
+        xs = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
+        xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
+    elif QUANT_IN:
         if A_CODES == 2:
             amax = tl.zeros([1], dtype=tl.float32)
             for t in range(0, tl.cdiv(K, AMAX_K)):
@@ -622,7 +643,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+        if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
+            xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
+            a = rows_codes(xr, xs, FP8_DOT, dot_t)
+            xr = xr_next
+        elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
             q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
             xr = xr_next

@@ -350,7 +350,10 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
+            elif m in (16, 256) and split < 4:     # each program rounds its own rows (QUANT_IN 1): the same bits
+                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 1}),
+                                   t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0})), (m, bm, bn, split)
+            if m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
                 assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})   # (COOP 1, waiters sleeping on acquire
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}),   # loads): the
                                    t.gemm(x, t.act, scale, torch.bfloat16, cfg))                  # quantizer's codes
@@ -372,6 +375,20 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
         assert rel(out, e.apply(x)) < TOL
         assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None,
                                        torch.bfloat16, cfg))
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,   # QUANT_IN
+                                      torch.bfloat16, {**cfg, "QUANT_IN": 1}), x)                           # replayed
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
+                                   {**cfg, "QUANT_IN": 0}))
+    tile = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 8, "FULL_TILE": 0,
+            "num_warps": 4, "num_stages": 4}
+    x = torch.randn(200, 4096, device="cuda", dtype=torch.bfloat16)    # the tiled GEMM rounding its rows (QUANT_IN)
+    scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+    y = t.gemm(x, t.act, scale, torch.bfloat16, {**tile, "QUANT_IN": 1})
+    assert rel(y, e.apply(x)) < TOL
+    assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, tile))
     if gran == "token":         # COOP in a launch plan (the second eager call replays it) and replayed in a
         t.gemm._configs[(16, t.act)] = {**cfg, "COOP": 1}       # graph: the quantizer's bits
         t.apply(x)
