@@ -313,7 +313,7 @@ def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
             out.append(("qin default pf_l2", {**default, "QUANT_IN": 1, "PF_L2": 1}))
     if m <= 32:
         bm = 16 if m <= 16 else 32
-        for bn, split, nw in ((64, 1, 4), (64, 2, 4), (64, 4, 4), (128, 1, 4), (128, 2, 4)):
+        for bn, split, nw in ((64, 1, 4), (64, 2, 4), (64, 4, 4), (128, 1, 4), (128, 2, 4), (32, 1, 4), (32, 2, 4)):
             cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": nw,
                    "num_stages": 4}
             out.append((f"qin swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 1}))

@@ -418,11 +418,11 @@ class DenseGemm:
         return 1 if one else 2
 
     def quant_in_args(self, quant_in: int, cfg: dict[str, int]) -> dict[str, Any]:
-        """The kernel arguments of QUANT_IN: the row amax's chunk, about 64 values a thread per load
-        (AMAX_K x BLOCK_M elements; one row: the whole row in at most 8192-wide loads)."""
+        """The kernel arguments of QUANT_IN: the rows' amax chunk, 32 values a thread per load and in the
+        running max (AMAX_K x BLOCK_M elements; one row: the whole row in at most 8192-wide loads)."""
         if not quant_in:
             return {}
-        width = 8192 if quant_in == 1 else max(16, 64 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
+        width = 8192 if quant_in == 1 else max(16, 32 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
         return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width)}
 
     def full_tile(self, cfg: dict[str, int]) -> int:

@@ -149,7 +149,7 @@ def test_tiled_gemm_rounding_its_own_rows_gives_the_quantizers_bits(fmt, mode, g
     x = torch.randn(37, 320, dtype=torch.bfloat16, device=DEV) * 3
     scale = dynamic_tensor_scale(x) if gran == "tensor" else None
     assert t.gemm.quant_in(x, t.act, {**cfg, "QUANT_IN": 1}, 0) == 2
-    assert t.gemm.quant_in_args(2, {**cfg, "num_warps": 1})["AMAX_K"] == 128      # three chunks over K = 320
+    assert t.gemm.quant_in_args(2, {**cfg, "num_warps": 1})["AMAX_K"] == 64       # five chunks over K = 320
     y = t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 1, "num_warps": 1})
     assert rel(y, e.apply(x)) < TOL
     assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
