@@ -12,6 +12,8 @@ for m, cfg in ((16, {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "S
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     x[: m // 2, :12] = mids.cuda()          # half the rows: amax 448, scale 1, quotients on midpoints
     x[: m // 2, 12:] = x[: m // 2, 12:].clamp(-400, 400)
-    a = t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "QUANT_IN": 1})
     b = t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "QUANT_IN": 0})
-    print(f"QUANT_IN check M={m}: bit-equal {torch.equal(a, b)}, rel to emulation {rel(a, e.apply(x)):.1e}", flush=True)
+    for q in (1, 2):        # 2: the codes by the rows' inverse scales (RCP), the division where that could differ
+        a = t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "QUANT_IN": q})
+        print(f"QUANT_IN {q} check M={m}: bit-equal {torch.equal(a, b)}, rel to emulation {rel(a, e.apply(x)):.1e}",
+              flush=True)

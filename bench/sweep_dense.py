@@ -309,6 +309,7 @@ def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
     out = []
     if "SWAP" in default or "BLOCK_M" in default:
         out.append(("qin default", {**default, "QUANT_IN": 1}))
+        out.append(("qin rcp default", {**default, "QUANT_IN": 2}))        # the codes by inverse scales
         if "SWAP" in default and facts.get("pdl"):
             out.append(("qin default pf_l2", {**default, "QUANT_IN": 1, "PF_L2": 1}))
     if m <= 32:
@@ -317,6 +318,8 @@ def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
             cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": nw,
                    "num_stages": 4}
             out.append((f"qin swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 1}))
+            if bn == 64 and split <= 2:
+                out.append((f"qin rcp swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 2}))
             if facts.get("pdl") and split == 1 and bn == 64:
                 out.append((f"qin swap bn{bn} s{split} w{nw} pf_l2", {**cfg, "QUANT_IN": 1, "PF_L2": 1}))
     else:
@@ -324,6 +327,10 @@ def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
             out.append((f"qin tile bm{bm} bn{bn} s{sp} w{nw}",
                         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
                          "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 1}))
+            if bn == 64:
+                out.append((f"qin rcp tile bm{bm} bn{bn} s{sp} w{nw}",
+                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
+                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 2}))
             out.append((f"qin0 tile bm{bm} bn{bn} s{sp} w{nw}",      # the same tiles on the quantizer's codes
                         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
                          "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 0}))

@@ -409,8 +409,9 @@ class DenseGemm:
 
     def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int) -> int:
         """Does the FP8 GEMM round the activations itself (token_rows / fp8_swap_kernel QUANT_IN): 1 for
-        one row (the swap kernel's one-row form, the default), 2 for any rows (cfg QUANT_IN 1, default:
-        the module switch for that kernel), 0 where a quantizer launch runs first. Per-token or
+        one row (the swap kernel's one-row form, the default), 2 for any rows (cfg QUANT_IN 1, or 2: the
+        codes by the rows' inverse scales where that gives the same codes, token_rows.rows_codes RCP;
+        default: the module switch for that kernel), 0 where a quantizer launch runs first. Per-token or
         per-tensor codes, contiguous rows along K."""
         one = x.shape[0] == 1 and "SWAP" in cfg
         if act not in (ACT_TOKEN, ACT_TENSOR) or x.stride(1) != 1 or not cfg.get("QUANT_IN", 1 if one else default):
@@ -423,7 +424,8 @@ class DenseGemm:
         if not quant_in:
             return {}
         width = 8192 if quant_in == 1 else max(16, 32 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
-        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width)}
+        rcp = {"RCP": True} if quant_in == 2 and cfg.get("QUANT_IN") == 2 else {}
+        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width), **rcp}
 
     def full_tile(self, cfg: dict[str, int]) -> int:
         """wgemm_kernel's FULL_TILE for cfg: 0 per-nibble sub-tiles, 1 whole 4-bit tiles, 2 whole 4-bit
