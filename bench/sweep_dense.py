@@ -300,40 +300,24 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
 
 
 def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
-    """Labels "qin ...": each GEMM program rounds its own rows (QUANT_IN 1: token_rows, one launch, no
-    waiting) in the default configuration and in a few tilings with fewer programs (each reads its
-    rows' whole K for their amax, so fewer column tiles and splits read less from L2); with PF_L2 the
-    weights' HBM reads start before the amax pass."""
-    if m == 1:
+    """Labels "qin ...", 2-32 rows: each swap GEMM program rounds its own rows (QUANT_IN 1: token_rows, one
+    launch, no waiting) in the default configuration and in a few tilings with fewer programs (each
+    reads its rows' whole K for their amax, so fewer column tiles and splits read less from L2); with
+    PF_L2 the weights' HBM reads start before the amax pass. R16: all slower than the two launches."""
+    if m == 1 or m > 32:        # (the tiled GEMM's form, at 64-128 rows per program, was removed: 8-20x slower)
         return []
     out = []
-    if "SWAP" in default or "BLOCK_M" in default:
+    if "SWAP" in default:
         out.append(("qin default", {**default, "QUANT_IN": 1}))
-        out.append(("qin rcp default", {**default, "QUANT_IN": 2}))        # the codes by inverse scales
-        if "SWAP" in default and facts.get("pdl"):
+        if facts.get("pdl"):
             out.append(("qin default pf_l2", {**default, "QUANT_IN": 1, "PF_L2": 1}))
-    if m <= 32:
-        bm = 16 if m <= 16 else 32
-        for bn, split, nw in ((64, 1, 4), (64, 2, 4), (64, 4, 4), (128, 1, 4), (128, 2, 4), (32, 1, 4), (32, 2, 4)):
-            cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": nw,
-                   "num_stages": 4}
-            out.append((f"qin swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 1}))
-            if bn == 64 and split <= 2:
-                out.append((f"qin rcp swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 2}))
-            if facts.get("pdl") and split == 1 and bn == 64:
-                out.append((f"qin swap bn{bn} s{split} w{nw} pf_l2", {**cfg, "QUANT_IN": 1, "PF_L2": 1}))
-    else:
-        for bm, bn, nw, sp in ((64, 64, 4, 1), (64, 128, 4, 1), (128, 128, 8, 1), (128, 64, 4, 1)):
-            out.append((f"qin tile bm{bm} bn{bn} s{sp} w{nw}",
-                        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
-                         "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 1}))
-            if bn == 64:
-                out.append((f"qin rcp tile bm{bm} bn{bn} s{sp} w{nw}",
-                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
-                             "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 2}))
-            out.append((f"qin0 tile bm{bm} bn{bn} s{sp} w{nw}",      # the same tiles on the quantizer's codes
-                        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp, "num_warps": nw,
-                         "num_stages": 4, "GROUP_M": 8, "FULL_TILE": 0, "QUANT_IN": 0}))
+    bm = 16 if m <= 16 else 32
+    for bn, split, nw in ((64, 1, 4), (64, 2, 4), (64, 4, 4), (128, 1, 4), (128, 2, 4), (32, 1, 4), (32, 2, 4)):
+        cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": nw,
+               "num_stages": 4}
+        out.append((f"qin swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 1}))
+        if facts.get("pdl") and split == 1 and bn == 64:
+            out.append((f"qin swap bn{bn} s{split} w{nw} pf_l2", {**cfg, "QUANT_IN": 1, "PF_L2": 1}))
     return out
 
 

@@ -23,7 +23,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
-from .token_rows import rows_codes, rows_inverse, rows_scales, rows_tile
+from .token_rows import rows_codes, rows_scales, rows_tile
 
 
 @triton.jit
@@ -102,8 +102,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
                  COOP: tl.constexpr = False, COOP_K: tl.constexpr = 1024,
-                 COOP_SPIN: tl.constexpr = False, QUANT_IN: tl.constexpr = 0, AMAX_K: tl.constexpr = 128,
-                 RCP: tl.constexpr = False):
+                 COOP_SPIN: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -112,9 +111,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
     KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
-    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how).
-    QUANT_IN 2 (A_CODES 2 / 3, weight scales per channel or tensor): x holds the activations in the
-    layer dtype and each program rounds its own rows before the MMA (token_rows; as fp8_swap_kernel)."""
+    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
     if COOP:
         coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_K, COOP_SPIN)
     if GROUP_M > 1:
@@ -147,17 +144,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
         n0 = pid_n * BLOCK_N
         xs, ws = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as, tl.minimum(t0, k_tiles - 1) * BLOCK_K,
                                  offs_n, n0, s_ptr, N, stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
-        if QUANT_IN == 2:                           # the rows' own scales, then each tile rounded here
-            xq = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
-            xinv = rows_inverse(xq, RCP)
-            xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
         for t in range(t0, t1):
-            if QUANT_IN == 2:                       # the next tile's rows loaded one tile ahead
-                xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
-                a = rows_codes(xr, xq, xinv, FP8_DOT, dot_t, RCP)
-                xr = xr_next
-            else:
-                a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
             if PER_TILE:                            # the next tile's scales, loaded one tile ahead
                 xs_next, ws_next = fp8_tile_scales(as_ptr, offs_m, row_ok, stride_as,
                                                    tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, n0, s_ptr, N,
@@ -166,10 +154,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                     PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K)
             if PER_TILE:
                 xs, ws = xs_next, ws_next
-        if QUANT_IN == 2:                           # scales constant along K, the rows' in registers
-            ws = tl.load(s_ptr + (offs_n // SCALE_ROWS) * stride_sn, mask=offs_n < N, other=0.0)
-            acc = acc * xq[:, None] * ws[None, :]
-        elif not PER_TILE:                          # scales constant along K: applied once
+        if not PER_TILE:                            # scales constant along K: applied once
             acc = fp8_codes_scale(acc, as_ptr, offs_m, row_ok, offs_n, s_ptr, N, stride_sn, SCALE_ROWS, A_CODES)
     elif FULL_TILE == 2:        # 4-bit whole tiles decoded by words (inline PTX), loads one tile ahead
         u, s, z = words_tile_load(tl.minimum(t0, t1 - 1) * BLOCK_K, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn,
@@ -573,7 +558,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
-                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False, RCP: tl.constexpr = False):
+                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -588,8 +573,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
 
     QUANT_IN 2 (any rows, per-token or per-tensor codes): x holds the activations in the layer dtype
     and each program rounds its own BLOCK_M rows (token_rows: their amax over K in AMAX_K-wide chunks
-    first, then each K tile's codes in registers before the MMA; RCP: by the rows' inverse scales where
-    that provably gives the same codes, token_rows.rows_codes); no quantizer launch, no waiting.
+    first, then each K tile's codes in registers before the MMA); no quantizer launch, no waiting.
+    Measured slower than the two launches on an H200 (launch.SWAP_QUANT_IN says by how much), so off.
 
     PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
     the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
@@ -629,7 +614,6 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     if QUANT_IN == 2:
         xs = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
-        xinv = rows_inverse(xs, RCP)
         xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
     elif QUANT_IN:
         if A_CODES == 2:
@@ -649,7 +633,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
         if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
             xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
-            a = rows_codes(xr, xs, xinv, FP8_DOT, dot_t, RCP)
+            a = rows_codes(xr, xs, FP8_DOT, dot_t)
             xr = xr_next
         elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)

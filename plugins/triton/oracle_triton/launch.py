@@ -261,12 +261,17 @@ COOP_K = 8192
 #: The COOP waiters poll with sleeping acquire loads (pdl.wait_until_at_least), not atomics (cfg COOP_SPIN).
 COOP_SPIN = 1
 
-#: FP8 W8A8 per token / per tensor with more than one row: the GEMM's programs round their own rows
-#: (gemm.fp8_swap_kernel / wgemm_kernel QUANT_IN 2, token_rows: each re-reads its rows' K for their
-#: amax) instead of a quantizer launch first; cfg QUANT_IN overrides. Defaults per kernel (swap: 2-32
-#: rows; tiled): set from the H200 measurements below.
+#: FP8 W8A8 per token / per tensor with 2-32 rows: the swap GEMM's programs round their own rows
+#: (gemm.fp8_swap_kernel QUANT_IN 2, token_rows: each reads its rows' whole K for their amax, then rounds
+#: each K tile before the MMA) instead of a quantizer launch first: one launch, no waiting, the same
+#: bits. Off by default: measured slower on an H200 (seventh pass, R16, graph replay, weights from HBM,
+#: bench/sweep_dense.py "qin"): 2048x4096 M=16 15.2 us at the default split-K 8 against 9.8 for the
+#: two launches, and slower the fewer programs share K (split 4 / 2 / 1: 16.6 / 25.3 / 37.7 us);
+#: 8192x8192 M=16 46.8-48.1 against 24.3. Each program's serial walk over its rows (the amax chunks,
+#: then every K tile rounded in registers) costs more than the launch it saves. cfg QUANT_IN 1 turns it
+#: on (a tuned entry may, where a sweep finds it faster). The same rounding inside the tiled GEMM at
+#: M=256 (64-128 rows per program) measured 8-20x slower (123-745 us against 15.9-62.9) and was removed.
 SWAP_QUANT_IN = 0
-TILE_QUANT_IN = 0
 
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
@@ -372,11 +377,8 @@ class DenseGemm:
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
-        xs, coop, quant_in = self.scale, None, 0
-        if act in FP8_CODES and self.layout.group == 1 and self.quant_in(x, act, cfg, TILE_QUANT_IN) == 2:
-            quant_in = 2                             # each program rounds its own rows (x stays in the layer dtype)
-            xs = act_scale if act == ACT_TENSOR else x
-        elif act in FP8_CODES and self.coop_ok(x, act, cfg, default=0):    # the programs quantize the rows
+        xs, coop = self.scale, None
+        if act in FP8_CODES and self.coop_ok(x, act, cfg, default=0):    # the programs quantize the rows
             coop = (x, self.counters(3, 0))
             x, xs = self.coop_buffers(x)
         elif act in FP8_CODES:                       # W8A8: E4M3 codes and their scales
@@ -404,14 +406,13 @@ class DenseGemm:
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
-            **self.coop_args(coop, cfg), **self.quant_in_args(quant_in, cfg))
+            **self.coop_args(coop, cfg))
         return y
 
-    def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int) -> int:
-        """Does the FP8 GEMM round the activations itself (token_rows / fp8_swap_kernel QUANT_IN): 1 for
-        one row (the swap kernel's one-row form, the default), 2 for any rows (cfg QUANT_IN 1, or 2: the
-        codes by the rows' inverse scales where that gives the same codes, token_rows.rows_codes RCP;
-        default: the module switch for that kernel), 0 where a quantizer launch runs first. Per-token or
+    def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = 0) -> int:
+        """Does the swap FP8 GEMM round the activations itself (fp8_swap_kernel QUANT_IN): 1 for one row
+        (the default), 2 for more rows (token_rows; cfg QUANT_IN 1, default SWAP_QUANT_IN), 0 where a
+        quantizer launch runs first. Per-token or
         per-tensor codes, contiguous rows along K."""
         one = x.shape[0] == 1 and "SWAP" in cfg
         if act not in (ACT_TOKEN, ACT_TENSOR) or x.stride(1) != 1 or not cfg.get("QUANT_IN", 1 if one else default):
@@ -424,8 +425,7 @@ class DenseGemm:
         if not quant_in:
             return {}
         width = 8192 if quant_in == 1 else max(16, 32 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
-        rcp = {"RCP": True} if quant_in == 2 and cfg.get("QUANT_IN") == 2 else {}
-        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width), **rcp}
+        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width)}
 
     def full_tile(self, cfg: dict[str, int]) -> int:
         """wgemm_kernel's FULL_TILE for cfg: 0 per-nibble sub-tiles, 1 whole 4-bit tiles, 2 whole 4-bit

@@ -1,4 +1,4 @@
-"""FP8 W8A8 activations rounded inside the GEMM program that multiplies them (QUANT_IN 2).
+"""FP8 W8A8 activations rounded inside the swap GEMM program that multiplies them (QUANT_IN 2).
 
 Each program rounds only the activation rows of its own tile: it first takes their scales (per token:
 each row's amax over the whole K, read from the layer-dtype activations, which at a few hundred rows
@@ -43,45 +43,17 @@ def rows_tile(a_rows, row_ok, t, t1, K, BLOCK_K: tl.constexpr, EVEN_K: tl.conste
 
 
 @triton.jit
-def rows_codes(x, xs, xinv, FP8_DOT: tl.constexpr, dot_t: tl.constexpr, RCP: tl.constexpr = False):
+def rows_codes(x, xs, FP8_DOT: tl.constexpr, dot_t: tl.constexpr):
     """A layer-dtype tile [BM, BK] rounded to E4M3 with its rows' scales xs [BM] (act_qdq_kernel's
     codes) as a dot operand: float8 (FP8_DOT) or the codes' values in dot_t (exact).
 
-    FP8_DOT: the quotient goes straight to the hardware conversion (cvt.rn.satfinite.e4m3x2.f32:
+    FP8_DOT: the IEEE quotient goes straight to the hardware conversion (cvt.rn.satfinite.e4m3x2.f32:
     round half to even onto the E4M3 grid, subnormals included, saturating at 448), the rounding
-    round_e4m3 spells out in integer steps for the interpreter: the same codes in half the instructions
-    per element (|x / s| <= 448 up to one rounding anyway, s being the rows' amax / 448).
-
-    RCP (FP8_DOT; xinv [BM]: 1 / s of each row, rows_inverse): v = x * (1 / s) is within 1.5 units in
-    the last place of the IEEE quotient, so v (1 - 2**-20) and v (1 + 2**-20) bracket it; where the two
-    convert to the same code for every element of the tile, so does the quotient (the rounding is
-    monotonic), and that code is taken; else (a quotient near an E4M3 rounding midpoint, or a scale
-    below 2**-100 whose inverse could overflow) the tile takes the IEEE division. Three multiplies and
-    two conversions per element instead of a division."""
-    xf = x.to(tl.float32)
-    if FP8_DOT and RCP:
-        v = xf * xinv[:, None]
-        lo = (v * 0.99999904632568359375).to(tl.float8e4nv)       # 1 - 2**-20
-        hi = (v * 1.00000095367431640625).to(tl.float8e4nv)       # 1 + 2**-20
-        split = (lo.to(tl.uint8, bitcast=True) != hi.to(tl.uint8, bitcast=True)).to(tl.int32)
-        if tl.max(tl.max(split, axis=1), axis=0) + (tl.min(xs, axis=0) < 7.888609052210118e-31).to(tl.int32) > 0:
-            op = tl.math.div_rn(xf, xs[:, None]).to(tl.float8e4nv)
-        else:
-            op = hi
+    round_e4m3 spells out in integer steps for the interpreter: the same codes in fewer instructions
+    per element (|x / s| <= 448 up to one rounding anyway, s being the rows' amax / 448)."""
+    v = tl.math.div_rn(x.to(tl.float32), xs[:, None])
+    if FP8_DOT:
+        op = v.to(tl.float8e4nv)
     else:
-        v = tl.math.div_rn(xf, xs[:, None])
-        if FP8_DOT:
-            op = v.to(tl.float8e4nv)
-        else:
-            op = round_e4m3(v).to(dot_t)
+        op = round_e4m3(v).to(dot_t)
     return op
-
-
-@triton.jit
-def rows_inverse(xs, RCP: tl.constexpr):
-    """1 / xs (IEEE) for rows_codes' RCP form, once per program (else xs itself, unused)."""
-    if RCP:
-        out = tl.math.div_rn(tl.full(xs.shape, 1.0, tl.float32), xs)
-    else:
-        out = xs
-    return out

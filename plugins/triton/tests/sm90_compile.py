@@ -97,18 +97,16 @@ def main_loop(cubin: str, bindir: str) -> dict | None:
             "global_loads": sum(o.startswith("LDG") for o in body), "loops": sizes}
 
 
-def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0, quant_in=0):
-    """coop_k (per-token codes): the rows quantized by the programs (COOP, chunks of coop_k); quant_in 2:
-    each program rounds its own rows (token_rows, amax chunks of 64)."""
+def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0):
+    """coop_k (per-token codes): the rows quantized by the programs (COOP, chunks of coop_k)."""
     fp8 = codes > 0
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=int(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
                   UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem),
-                  **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}),
-                  **({"QUANT_IN": quant_in, "AMAX_K": 64} if quant_in else {}))
-    ptrs = {"x_ptr": "*fp8e4nv" if fp8 and not quant_in else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
+                  **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
+    ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32",
             "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
@@ -365,9 +363,6 @@ def words_cases():
             lambda: fp8_swap(c(16, 64, 4, 0), quant_in=2, amax_k=256),
         "fp8 swap W8A8 per token, each program rounds its 32 rows (QUANT_IN 2) bn128":
             lambda: fp8_swap(c(32, 128, 4, 0), quant_in=2, amax_k=128),
-        "dense fp8 W8A8 per token 64x64x128, each program rounds its rows (QUANT_IN 2)":
-            lambda: dense(0, 1, 1, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
-                          codes=2, quant_in=2),
         "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 8192)":
             lambda: fp8_swap(c(16, 64, 4, 0), coop_k=8192),
         "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 4096) bm32":

@@ -350,8 +350,8 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif split == 1 and (m == 16 or (m == 256 and gran == "token")):   # each program rounds its own rows
-                # (QUANT_IN 1): the quantizer's codes, bit for bit
+            elif split == 1 and m in (16, 29):     # each program rounds its own rows (QUANT_IN 1): the
+                # quantizer's codes, bit for bit
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 1}),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0})), (m, bm, bn, split)
             if m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
@@ -383,13 +383,6 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
     torch.cuda.synchronize()
     assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
                                    {**cfg, "QUANT_IN": 0}))
-    if gran == "token":         # the tiled GEMM rounding its rows (QUANT_IN), a row tail
-        tile = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 8, "FULL_TILE": 0,
-                "num_warps": 4, "num_stages": 4}
-        x2 = torch.randn(200, 4096, device="cuda", dtype=torch.bfloat16)
-        y = t.gemm(x2, t.act, None, torch.bfloat16, {**tile, "QUANT_IN": 1})
-        assert rel(y, e.apply(x2)) < TOL
-        assert torch.equal(y, t.gemm(x2, t.act, None, torch.bfloat16, tile))
     if gran == "token":         # COOP in a launch plan (the second eager call replays it) and replayed in a
         t.gemm._configs[(16, t.act)] = {**cfg, "COOP": 1}       # graph: the quantizer's bits
         t.apply(x)
