@@ -295,6 +295,8 @@ class TritonMoE(Kernel):
         cfg = self.config_for(m, k)
         if cfg.get("SWAP"):                          # 4-bit weights as the MMA's tall side, one pair per program
             return self.apply_swap(x, topw, ids, m, k, cfg)
+        if cfg.get("PERSIST"):                       # the direct tiles of both GEMMs in one persistent launch
+            return self.apply_persistent(x, topw, ids, m, k, cfg)
         if cfg.get("DIRECT"):                        # tensor-core tiles, one pair per program, no alignment
             return self.apply_direct_mma(x, topw, ids, m, k, cfg)
         if "DECODE" in cfg:                          # the direct (one row per program) path
@@ -477,6 +479,65 @@ class TritonMoE(Kernel):
                    gdc=(3 if pdl == 2 and rows_contiguous else 2) if pdl else 0)
         if not fuse:
             self._topk_sum(pairs, ids, out, m, k)
+        return out
+
+    def apply_persistent(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                         cfg: dict[str, int]) -> torch.Tensor:
+        """A few tokens' W8A8 experts (1x128 activation groups) in one launch of PERSIST programs per SM
+        (moe_persist.moe_pairs_persistent_kernel): the tiles of apply_direct_mma's two GEMMs (QUANT_PRO,
+        QUANT_LAST, FUSE_SUM; BLOCK_N / BLOCK_N2 columns, SWAP_AB, PF_HEAD as there) taken in order from
+        one counter, FC2's tiles of a pair once its FC1 tiles are done."""
+        from . import moe_kernels as mk
+        from .moe_persist import moe_pairs_persistent_kernel
+
+        l1, l2 = self.w13.layout, self.w2.layout
+        if self.act != ACT_GROUP or l1.pack != 1 or l1.stride_wk != 1 or l2.stride_wk != 1 or \
+                self.layer.apply_router_weight_on_input or cfg["BLOCK_K"] != 128:
+            raise ValueError(f"PERSIST: FP8 experts with 1x128 activation groups, the router weight on the output and "
+                             f"K tiles of 128; not {self.mode.name} with {cfg}")
+        t, dev, fp8_dot = m * k, self.device, self.facts["fp8_dot"]
+        h, i = self.hidden, self.inter
+        bn1, bn2 = cfg["BLOCK_N"], cfg.get("BLOCK_N2", cfg["BLOCK_N"])
+        x = x.contiguous()
+        xq = torch.empty(m, h, dtype=torch.uint8, device=dev)
+        xs = torch.empty(-(-h // 128), m, dtype=torch.float32, device=dev)
+        inter = torch.empty(t, i, dtype=self.dtype, device=dev)
+        iq = torch.empty(t, i, dtype=torch.uint8, device=dev)
+        isc = torch.empty(-(-i // 128), t, dtype=torch.float32, device=dev)
+        pairs = torch.empty(t, h, dtype=torch.float32, device=dev)
+        out = torch.empty(m, h, dtype=self.dtype, device=dev)
+        last = self._counters(t, "_last_counters")
+        sums = self._counters(m * -(-h // bn2), "_sum_counters")
+        ready = self._counters(t, "_ready_flags")
+        work = self._counters(2, "_work_counters")
+        pf_head = int(cfg.get("PF_HEAD", 0)) if self.facts.get("pdl") and not interpreting() else 0
+        if pf_head % 16:
+            raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
+        interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
+        rows = l1.scale_rows
+        uniform1 = rows % ((2 if self.gated and interleaved else 1) * bn1) == 0 and (
+            not self.gated or interleaved or i % rows == 0)
+        view = (lambda u: u.view(torch.float8_e4m3fn)) if fp8_dot else (lambda u: u)  # noqa: E731
+        stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
+        swap = int(cfg.get("SWAP_AB", 0))
+        programs = max(1, int(cfg["PERSIST"]) * int(self.facts["sms"]))
+        moe_pairs_persistent_kernel[(programs,)](
+            x, view(xq), xq, xs, view(self.w13.weight), self.w13.scale, _or(self.b13, self.w13.scale), inter, view(iq),
+            iq, isc,
+            view(self.w2.weight), self.w2.scale, _or(self.b2, self.w2.scale), pairs, out,
+            ids, topw, last, sums, ready, work, work[1:], t, m, k, self.experts, h, i, self.rows,
+            x.stride(0), inter.stride(0), pairs.stride(0),
+            stride(self.w13.weight), stride(self.w13.scale), stride(self.b13), l1.stride_wn, l1.stride_sn, l1.stride_sk,
+            stride(self.w2.weight), stride(self.w2.scale), stride(self.b2), l2.stride_wn, l2.stride_sn, l2.stride_sk,
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta), float(self.lbeta),
+            ACTFN=mk.ACTIVATION_CODES[self.layer.activation], GATED=self.gated, INTERLEAVED=interleaved,
+            HAS_LIMIT=self.limit is not None, GROUP1=l1.group, GROUP2=l2.group, SCALE_ROWS=rows,
+            HAS_BIAS1=self.b13 is not None, HAS_BIAS2=self.b2 is not None, BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=128, HW_FP8=self.facts["hw_fp8"],
+            DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16, FP8_DOT=fp8_dot, UNIFORM1=uniform1,
+            UNIFORM2=l2.scale_rows % bn2 == 0, EVEN_K1=h % 128 == 0, EVEN_K2=i % 128 == 0,
+            K_GROUPS=triton_pow2(-(-h // 128)), N_GROUPS=triton_pow2(-(-i // 128)), SWAP1=bool(swap & 1),
+            SWAP2=bool(swap & 2), PF_HEAD=pf_head, SPIN_ASM=not interpreting(), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"])
         return out
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,

@@ -782,4 +782,5 @@ def _swap_finish(acc, rows, row_ok, j, jmask, n_g, n_u, e64, valid, topw_ptr, b_
         y = tl.where(valid, y, 0.0)
         tl.store(out_rows, y, mask=omask)
         if FUSE_SUM:
-            sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N, EXACT_BF16)
+            sum_slots(out_ptr, stride_om, sum_ptr, cnt_ptr, pid, pid_n, tl.num_programs(1), TOPK, N_OUT, j, jmask, BLOCK_N,
+                      EXACT_BF16)

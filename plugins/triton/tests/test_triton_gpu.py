@@ -290,6 +290,53 @@ def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x, e.apply)
 
 
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
+    """The few-row swap kernel's whole-tile join in the word decoders' pair order (PERM, the activations
+    read in that order) and the fused E2M1 decoder (DECODE 5: one packed multiply by 2**126 x scale):
+    N = 1000, a row tail, a bias, split-K 2, against the reference; DECODE 5 bitwise equal to the
+    two-step decoder (DECODE 4) in both loop forms, and to it again where the layer's scales are
+    declared out of the fused range (the launch falls back); captured and replayed."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    dec = 3 if fmt == "int4" else 5
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 2, "DECODE": dec, "FULL_TILE": 1,
+           "PERM": 1, "num_warps": 8, "num_stages": 1}
+    x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
+    y = t.gemm(x, 0, None, torch.bfloat16, cfg)
+    assert rel(y, e.apply(x)) < TOL
+    if fmt != "int4":
+        assert t.gemm.fused_ok
+        assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "DECODE": 4}))
+        plain = {**cfg, "FULL_TILE": 0, "PERM": 0}
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, plain), t.gemm(x, 0, None, torch.bfloat16,
+                                                                              {**plain, "DECODE": 4}))
+        t.gemm.fused_ok = False
+        assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, cfg))
+        t.gemm.fused_ok = True
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_gluon_gemm_matches_emulation_and_replays(fmt):
+    """w4_gluon (Gluon: decode beside asynchronous wgmma) on 4-bit words (INT4 with zero points): N = 1000
+    (a partial weight tile), M = 200 (a partial activation tile), 8 and 4 warps, against the reference;
+    captured and replayed (bitwise equal to an eager call); a layer with a bias, which it does not serve,
+    refuses the config by name."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", symmetric=False)
+    x = torch.randn(200, 3072, device="cuda", dtype=torch.bfloat16)
+    assert t.gemm.gluon_ok(x, 0, torch.bfloat16)
+    for warps, bm in ((8, 128), (4, 256)):
+        cfg = {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * warps, "num_warps": warps, "num_stages": 3}
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (warps, bm)
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+    tb, _ = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True)
+    assert not tb.gemm.gluon_ok(x, 0, torch.bfloat16)
+    with pytest.raises(ValueError, match="GLUON"):
+        tb.gemm(x, 0, None, torch.bfloat16, cfg)
+
+
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
 def test_words_full_tile_gemm_matches_emulation_and_replays(fmt, dtype):
     """The large-M 4-bit GEMM with whole tiles decoded by words (FULL_TILE 2: E2M1 bit placement,
@@ -380,7 +427,11 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
+            elif split == 1 and m in (16, 29):     # each program rounds its own rows (QUANT_IN 1): the
+                # quantizer's codes, bit for bit
+                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 1}),
+                                   t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0})), (m, bm, bn, split)
+            if m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
                 assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})   # (COOP 1, waiters sleeping on acquire
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}),   # loads): the
                                    t.gemm(x, t.act, scale, torch.bfloat16, cfg))                  # quantizer's codes
@@ -402,6 +453,13 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
         assert rel(out, e.apply(x)) < TOL
         assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None,
                                        torch.bfloat16, cfg))
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,   # QUANT_IN
+                                      torch.bfloat16, {**cfg, "QUANT_IN": 1}), x)                           # replayed
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
+                                   {**cfg, "QUANT_IN": 0}))
     if gran == "token":         # COOP in a launch plan (the second eager call replays it) and replayed in a
         t.gemm._configs[(16, t.act)] = {**cfg, "COOP": 1}       # graph: the quantizer's bits
         t.apply(x)
