@@ -23,6 +23,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
+from .token_rows import rows_codes, rows_scales, rows_tile
 
 
 @triton.jit
@@ -657,7 +658,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
                     COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
@@ -672,6 +673,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
     operand is rounded (the others are zeros).
+
+    QUANT_IN 2 (any rows, per-token or per-tensor codes): x holds the activations in the layer dtype
+    and each program rounds its own BLOCK_M rows (token_rows: their amax over K in AMAX_K-wide chunks
+    first, then each K tile's codes in registers before the MMA); no quantizer launch, no waiting.
+    Measured slower than the two launches on an H200 (launch.SWAP_QUANT_IN says by how much), so off.
 
     PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
     the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
@@ -709,7 +715,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if QUANT_IN:
+    if QUANT_IN == 2:
+        xs = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
+        xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
+    elif QUANT_IN:
         if A_CODES == 2:
             amax = tl.zeros([1], dtype=tl.float32)
             for t in range(0, tl.cdiv(K, AMAX_K)):
@@ -725,7 +734,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+        if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
+            xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
+            a = rows_codes(xr, xs, FP8_DOT, dot_t)
+            xr = xr_next
+        elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
             q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
             xr = xr_next

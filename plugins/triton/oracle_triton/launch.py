@@ -262,6 +262,18 @@ COOP_K = 8192
 #: The COOP waiters poll with sleeping acquire loads (pdl.wait_until_at_least), not atomics (cfg COOP_SPIN).
 COOP_SPIN = 1
 
+#: FP8 W8A8 per token / per tensor with 2-32 rows: the swap GEMM's programs round their own rows
+#: (gemm.fp8_swap_kernel QUANT_IN 2, token_rows: each reads its rows' whole K for their amax, then rounds
+#: each K tile before the MMA) instead of a quantizer launch first: one launch, no waiting, the same
+#: bits. Off by default: measured slower on an H200 (seventh pass, R16, graph replay, weights from HBM,
+#: bench/sweep_dense.py "qin"): 2048x4096 M=16 15.2 us at the default split-K 8 against 9.8 for the
+#: two launches, and slower the fewer programs share K (split 4 / 2 / 1: 16.6 / 25.3 / 37.7 us);
+#: 8192x8192 M=16 46.8-48.1 against 24.3. Each program's serial walk over its rows (the amax chunks,
+#: then every K tile rounded in registers) costs more than the launch it saves. cfg QUANT_IN 1 turns it
+#: on (a tuned entry may, where a sweep finds it faster). The same rounding inside the tiled GEMM at
+#: M=256 (64-128 rows per program) measured 8-20x slower (123-745 us against 15.9-62.9) and was removed.
+SWAP_QUANT_IN = 0
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -365,8 +377,9 @@ class DenseGemm:
             return self.wgmma(x, out_dtype, cfg)
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
-                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
+                quant_in = self.quant_in(x, act, cfg, SWAP_QUANT_IN)
+                if quant_in:
+                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, quant_in)
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
@@ -406,6 +419,24 @@ class DenseGemm:
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
             **self.coop_args(coop, cfg))
         return y
+
+    def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = 0) -> int:
+        """Does the swap FP8 GEMM round the activations itself (fp8_swap_kernel QUANT_IN): 1 for one row
+        (the default), 2 for more rows (token_rows; cfg QUANT_IN 1, default SWAP_QUANT_IN), 0 where a
+        quantizer launch runs first. Per-token or
+        per-tensor codes, contiguous rows along K."""
+        one = x.shape[0] == 1 and "SWAP" in cfg
+        if act not in (ACT_TOKEN, ACT_TENSOR) or x.stride(1) != 1 or not cfg.get("QUANT_IN", 1 if one else default):
+            return 0
+        return 1 if one else 2
+
+    def quant_in_args(self, quant_in: int, cfg: dict[str, int]) -> dict[str, Any]:
+        """The kernel arguments of QUANT_IN: the rows' amax chunk, 32 values a thread per load and in the
+        running max (AMAX_K x BLOCK_M elements; one row: the whole row in at most 8192-wide loads)."""
+        if not quant_in:
+            return {}
+        width = 8192 if quant_in == 1 else max(16, 32 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
+        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width)}
 
     def full_tile(self, cfg: dict[str, int]) -> int:
         """wgemm_kernel's FULL_TILE for cfg: 0 per-nibble sub-tiles, 1 whole 4-bit tiles, 2 whole 4-bit
@@ -624,12 +655,12 @@ class DenseGemm:
         return self.fp8_swap(codes, scales, ACT_TOKEN, out_dtype, cfg, coop=(x, self.counters(3, 0)))
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
+                 cfg: dict[str, int], quant_in: int = 0, pdl: bool = False,
                  coop: tuple | None = None) -> torch.Tensor:
-        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
-        `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
-        per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
-        QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in 1 (one row) or
+        2 (any rows, quant_in()): `codes` is x itself in the layer dtype, rounded inside the kernel
+        (QUANT_IN; xs: the per-tensor scale, or anything per token), so no quantizer launch: the
+        default at M = 1, cfg QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
@@ -648,8 +679,7 @@ class DenseGemm:
             stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
-            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
             **self.coop_args(coop, cfg))

@@ -31,8 +31,8 @@ from .formats import check_config, check_direct_config, layout_for, words_layout
 TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
-        "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM", "GLUON", "PIPE_W",
-        "X_PIPE",
+        "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
+        "GLUON", "PIPE_W", "X_PIPE", "QUANT_IN",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
@@ -49,7 +49,8 @@ NEEDED_GLUON = {"BLOCK_M", "num_warps", "num_stages"}
 #: forward; moe_kernels.moe_gemm_kernel says what each does).
 MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "PREP", "SCALED_DOT", "PREFETCH",
             "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "N_FAST", "PF_NEXT", "WORDS", "JOIN",
-            "BY_EXPERT", "QUANT_LAST", "XW", "HX", "TAIL", "SWAP_AB", "PF_HEAD", "X_PIPE", "PERSIST"}
+            "BY_EXPERT", "QUANT_LAST", "XW", "HX", "TAIL", "SWAP_AB", "PF_HEAD", "X_PIPE", "PERSIST", "SLOTS",
+            "PAIRS", "GUARD"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}
 
