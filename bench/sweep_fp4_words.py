@@ -74,20 +74,6 @@ WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 
 WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 
 
-#: Seventh pass (2026-12-02, session 7): w4_gluon (Gluon: decode of tile t + 1 beside the asynchronous wgmma
-#: of tile t, weights and activations from shared memory): (warps = BLOCK_N / 16, BLOCK_M, activation stages).
-GLUON_GRID = [(8, 128, 3, 0), (8, 256, 3, 0), (4, 256, 3, 0), (8, 256, 4, 1)]
-#: ... and at M <= 32 (16-row activation tiles): split-K waves, stages, PIPE_W (the words and scales in the
-#: cp.async ring, stages - 1 tiles ahead, instead of registers one tile ahead).
-GLUON_FEW = [(3, 3, 0), (3, 4, 1), (6, 4, 1)]
-
-
-def gluon_grid(m: int) -> list[tuple[str, dict]]:
-    return [(f"gluon bn{16 * nw} bm{bm} st{st}{' pw' if pw else ''}",
-             {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * nw, "num_warps": nw, "num_stages": st, "PIPE_W": pw})
-            for nw, bm, st, pw in GLUON_GRID if m >= 64]
-
-
 def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
     """The wgmma kernel's grid at M rows (its first `first` tiles only where given)."""
     out = []
@@ -122,11 +108,6 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
         sp = fill_split(-(-n // 128) * -(-m // 16), k // 256, sms, 1.5)
         out.append((f"swap bn128 w8 s{sp} bk256 d5", {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 256,
                                                        "SPLIT_K": sp, "DECODE": 5, "num_warps": 8, "num_stages": 1}))
-    for waves, st, pw in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K
-        sp = fill_split(-(-n // 64), k // 64, sms, waves)
-        out.append((f"gluon bn64 bm16 s{sp} st{st}{' pw' if pw else ''}",
-                    {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": st, "SPLIT_K": sp,
-                     "PIPE_W": pw}))
     return out
 
 
@@ -163,7 +144,6 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
-        out += [(m, label, True, {**cfg, **kn}) for m in ms for label, cfg in gluon_grid(m)]
         out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
                 for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)

@@ -34,7 +34,6 @@ SCALE_T = {0: "*fp32", 1: "*u8", 2: "*u8", 3: "*fp16"}
 
 
 def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
-    """The kernel's compile source as the JIT would build it (Gluon kernels: GluonASTSource)."""
     consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
     sig = {}
     for name in fn.arg_names:
@@ -48,9 +47,6 @@ def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
             sig[name] = "fp32" if name in ("limit", "alpha", "beta", "lbeta") else "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n] not in ("constexpr", "fp32") and n not in NOT_16}
-    if type(fn).__name__.startswith("Gluon"):
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
 
 
@@ -145,17 +141,6 @@ def act_codes(act: int, one_tile_k: int = 0):
                           consts, warps, 2)
 
 
-def gluon(elem, group, warps, bm, stages, split=1, pipe_w=False):
-    """w4_gluon.w4_gluon_kernel as DenseGemm.gluon launches it (INT4 with zero points, fp16 scales)."""
-    from oracle_triton import w4_gluon
-
-    consts = dict(ELEM=elem, GROUP=group, HAS_ZERO=elem == 3, BN=16 * warps, BM=bm, BK=64, STAGES=stages,
-                  SPLIT_K=split, num_warps=warps, PIPE_W=pipe_w)
-    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp16" if elem == 3 else "*u8", "z_ptr": "*i32",
-            "g_ptr": "*fp32", "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32"}
-    return compile_kernel(w4_gluon.w4_gluon_kernel, ptrs, consts, warps, stages)
-
-
 def default_cases():
     """The shipped large-M configurations (launch.dense_config, moe.moe_config) of each path."""
     from oracle_triton.launch import dense_config
@@ -181,9 +166,6 @@ def default_cases():
                                                                           scale_rows=128),
         "moe W8A8 fp8_block FC2 SWAP_AB (16x128 tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=2, codes=1,
                                                                            scale_rows=128),
-        "dense W4A16 mxfp4 words, Gluon 128x256 tiles, 8 warps": lambda: gluon(1, 32, 8, 256, 3),
-        "dense W4A16 int4 zero points words, Gluon 64x16 tiles, split 4, words by cp.async":
-            lambda: gluon(3, 128, 4, 16, 4, split=4, pipe_w=True),
     }
 
 
