@@ -54,6 +54,8 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: R16 (all four shapes): the joined tiles 1.4-2.9x slower than the shipped per-nibble dots in every case
 #: (8192x8192 MXFP4 61.4 against 30.6), the fused decoder on the shipped tiles 3-8% faster (28.6 against
 #: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
+#: R17: K tiles of 256 with the fused decoder 1.1-1.9x slower than 128 (8192x8192 MXFP4 41.7 against
+#: 28.6), so dropped too; the fused decoder on each shipped default is timed as "words default d5".
 SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
@@ -104,10 +106,6 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
             cfg["PREFETCH"] = pf
         out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
                     f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
-    if fmt != "int4":           # K tiles of 256: each nibble dot two MMA steps deep, half the waits per weight
-        sp = fill_split(-(-n // 128) * -(-m // 16), k // 256, sms, 1.5)
-        out.append((f"swap bn128 w8 s{sp} bk256 d5", {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 256,
-                                                       "SPLIT_K": sp, "DECODE": 5, "num_warps": 8, "num_stages": 1}))
     return out
 
 
