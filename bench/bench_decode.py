@@ -52,9 +52,25 @@ def build(engine: str, args) -> tuple:
     config = None
     if engine == "emulation":
         from oracle.config import KernelConfig
-        config = KernelConfig(linear_backend="emulation", moe_backend="emulation")
+        acts = json.loads(args.emulate_activations) if args.emulate_activations else {}
+        config = KernelConfig(linear_backend="emulation", moe_backend="emulation",
+                              linear_activation=acts.get("linear") or None, moe_activation=acts.get("moe") or None)
     model = syn.oracle_model(args.config, kind, args.layers, args.device, args.seed, config=config)
     return model, model.oracle.summary_lines()
+
+
+def activations_of(model) -> dict[str, dict[str, str]]:
+    """{op: {weight format: activation format}} of the kernels oracle selected (quantized layers only).
+
+    Why: the emulation run of the token check must round activations as the oracle kernels do. Left to
+    itself, oracle-emulation takes each format's default scheme (MXFP4 experts: W4A8 with MXFP8
+    activations), while the H200's Triton MoE kernel runs W4A16 (BF16 activations)."""
+    out: dict[str, dict[str, str]] = {}
+    for g in model.oracle.report.groups:
+        d = g.decision
+        if d.status == "selected" and d.activation_format:
+            out.setdefault(g.first.layer.op, {})[g.first.layer.weight_format] = d.activation_format
+    return out
 
 
 def transformers_unavailable() -> str:
@@ -98,6 +114,8 @@ def child(engine: str, args) -> dict:
     made = getattr(model, "_synthetic_make_s", None)     # oracle builds: the random tensors' share (host time)
     if made is not None:
         result["build_make_s"] = made
+    if engine in ("oracle", "emulation"):
+        result["activations"] = activations_of(model)
     phases = getattr(getattr(model, "oracle", None), "phase_seconds", None) or {}
     result["load_phase_s"] = phases                       # the loader's host seconds per phase
     print(f"built in {result['build_s']:.1f} s" + (f" ({made:.1f} s of it making the random tensors)" if made else "")
@@ -208,7 +226,7 @@ def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
     total = sum(v[0] for v in by_name.values()) / steps
     title = (f"b{ids.shape[0]} {dec.mode}: GPU kernel time {total:.0f} us per step ({total / layers:.1f} us per "
              f"layer over {layers} layers), {sum(v[1] for v in by_name.values()) / steps:.0f} kernels per step")
-    return _ranked_table(title, ("kernel", "us per step", "per layer", "calls per step"), by_name, 40,
+    return _ranked_table(title, ("kernel", "us per step", "per layer", "calls per step"), by_name, 60,
                          lambda name, us, n: (name[:110], f"{us / steps:.1f}", f"{us / steps / layers:.2f}",
                                               f"{n / steps:.1f}"))
 
@@ -336,6 +354,9 @@ def table(results: dict[str, dict], args) -> str:
     emu, ora = results.get("emulation", {}), results.get("oracle", {})
     if "check" in ora and "perturbed" in emu:
         load = (lambda c: {**c, "states": torch.load(c["states"])})
+        same = emu.get("activations") == ora.get("activations")
+        lines += ["", f"activation formats: oracle {ora.get('activations')}, emulation {emu.get('activations')}"
+                  + ("" if same else " (NOT the same: the comparison mixes rounding schemes)")]
         lines += [""] + token_check.report(load(ora["check"]), load(emu["check"]), load(emu["perturbed"])) + [""]
     for name, r in results.items():
         for b in args.batch:
@@ -392,6 +413,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",
                     help="seconds per engine process, for all or per engine (oracle=90 bf16=70)")
+    ap.add_argument("--emulate-activations", help=argparse.SUPPRESS)   # the oracle run's, for the emulation run
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -418,6 +440,8 @@ def main() -> None:
             continue
         out = tmp / f"{engine}.json"
         cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
+        if engine == "emulation" and results.get("oracle", {}).get("activations"):
+            cmd += ["--emulate-activations", json.dumps(results["oracle"]["activations"])]
         t = time.perf_counter()
         limit = timeouts.get(engine, timeouts.get("", 900))
         log = tmp / f"{engine}.log"
