@@ -160,6 +160,10 @@ def child(engine: str, args) -> dict:
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
+    if args.ab_direct and engine == "oracle" and cuda:
+        result["direct_ab"] = ab_direct(model, prompts[:1], args.steps)
+        save()
+        print(result["direct_ab"]["line"], flush=True)
     if args.profile_host and engine != "emulation":
         result["host_profile"] = profile_host(model, prompts[:1])
         save()
@@ -252,6 +256,36 @@ def profile_eager(model, ids, steps: int = 4) -> str:
                                                           "cuLaunchKernelEx", "cudaGraphLaunch"))
     return (f"per step: {launches / steps:.0f} kernel/graph launches; operators by self CPU time over {steps} steps\n"
             + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60))
+
+
+def ab_direct(model, ids, steps: int, blocks: int = 4) -> dict:
+    """Eager batch-1 decode with the callers' direct replays of in-place graphs
+    (oracle.integration.eager_graphs.PlacedCalls) on and off, in alternating blocks of one decoder (the
+    same cache, addresses and graphs; host drift hits both alike): ms per step of each."""
+    import torch
+
+    from oracle.hf.decode import Decoder
+    from oracle.integration import eager_graphs
+
+    per = max(1, steps // blocks)
+    dec = Decoder(model, 1, ids.shape[1] + 16 + 2 * blocks * per + 8, "eager")
+    dec.generate(ids, 16)
+    spent = {True: 0.0, False: 0.0}
+    try:
+        for i in range(2 * blocks):
+            eager_graphs.DIRECT = on = i % 2 == 0
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(per):
+                dec.step()
+            torch.cuda.synchronize()
+            spent[on] += time.perf_counter() - t
+    finally:
+        eager_graphs.DIRECT = True
+    on, off = (1e3 * spent[k] / (blocks * per) for k in (True, False))
+    return {"direct_ms": on, "no_direct_ms": off, "steps_each": blocks * per,
+            "line": f"eager b1, direct replays on / off in alternating blocks of {per} steps: {on:.2f} / {off:.2f} "
+                    f"ms per step ({blocks * per} steps each)"}
 
 
 def profile_host(model, ids, steps: int = 16) -> str:
@@ -372,6 +406,9 @@ def table(results: dict[str, dict], args) -> str:
             lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
                       *("    " + line for line in r["profile"].splitlines()[1:])]
     for name, r in results.items():
+        if r.get("direct_ab"):
+            lines += ["", f"{name} {r['direct_ab']['line']}"]
+    for name, r in results.items():
         if r.get("host_profile"):
             lines += ["", f"{name} eager batch-1 host time by module:", "", *r["host_profile"].splitlines()]
     for name, r in results.items():
@@ -409,6 +446,8 @@ def main() -> None:
                     help="add the host time of an eager batch-1 step by module role (kv_b_proj, experts, ...)")
     ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
                     help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
+    ap.add_argument("--ab-direct", action="store_true",
+                    help="oracle: eager b1 steps with the direct replays of in-place graphs on and off, alternating")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",
