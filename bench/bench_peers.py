@@ -591,7 +591,9 @@ def main(argv: list[str] | None = None) -> int:
                          "rep; its default is 100) after a warm-up of MS/4 ms: the tuning runs in the timing "
                          "process, whose device seconds are few")
     ap.add_argument("--precompile-timeout-s", type=float, default=40.0)
-    ap.add_argument("--precompile-only", action="store_true", help="dense: compile (--precompile N), time nothing")
+    ap.add_argument("--precompile-only", action="store_true",
+                    help="compile (--precompile N) the tables --only names, time nothing (a separate process: a "
+                         "device round can compile one table while another script compiles its own)")
     ap.add_argument("--gemlite-save-config", metavar="PATH",
                     help="after the dense table, write gemlite's autotuned choices there (GemLiteLinear.cache_config)")
     ap.add_argument("--gemlite-load-config", metavar="PATH", nargs="+", default=[],
@@ -626,7 +628,10 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("bench_peers: needs a CUDA device", file=sys.stderr)
             return 2
-        precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
+        if args.only != "moe":
+            precompile_dense(args.m, args.precompile, args.precompile_timeout_s, args.gemlite_tune_ms)
+        if args.only != "dense":
+            precompile_moe(args.m, args.precompile, args.precompile_timeout_s)
         return 0
     if not start("bench_peers"):
         return 2

@@ -262,6 +262,7 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         # rows are quantized, were slower still: no longer tried)
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
+    out += quant_in_variants(n, k, m, sms, default, facts)
     if DEFAULTS_ONLY[0]:
         return only(out)
     if m == 1:      # more programs per SM against more bytes in flight each (deeper K tiles, more stages,
@@ -296,6 +297,28 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
                         {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
                          "num_stages": st}))
     return only(out)
+
+
+def quant_in_variants(n, k, m, sms, default, facts) -> list[tuple[str, dict]]:
+    """Labels "qin ...", 2-32 rows: each swap GEMM program rounds its own rows (QUANT_IN 1: token_rows, one
+    launch, no waiting) in the default configuration and in a few tilings with fewer programs (each
+    reads its rows' whole K for their amax, so fewer column tiles and splits read less from L2); with
+    PF_L2 the weights' HBM reads start before the amax pass. R16: all slower than the two launches."""
+    if m == 1 or m > 32:        # (the tiled GEMM's form, at 64-128 rows per program, was removed: 8-20x slower)
+        return []
+    out = []
+    if "SWAP" in default:
+        out.append(("qin default", {**default, "QUANT_IN": 1}))
+        if facts.get("pdl"):
+            out.append(("qin default pf_l2", {**default, "QUANT_IN": 1, "PF_L2": 1}))
+    bm = 16 if m <= 16 else 32
+    for bn, split, nw in ((64, 1, 4), (64, 2, 4), (64, 4, 4), (128, 1, 4), (128, 2, 4), (32, 1, 4), (32, 2, 4)):
+        cfg = {"SWAP": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": nw,
+               "num_stages": 4}
+        out.append((f"qin swap bn{bn} s{split} w{nw}", {**cfg, "QUANT_IN": 1}))
+        if facts.get("pdl") and split == 1 and bn == 64:
+            out.append((f"qin swap bn{bn} s{split} w{nw} pf_l2", {**cfg, "QUANT_IN": 1, "PF_L2": 1}))
+    return out
 
 
 #: Per-token quantizer variants: rows per program, K width of a tile, warps.
@@ -333,7 +356,7 @@ def sweep_fp8(name, n, k, w, bw, ms):
         qus = gtime([lambda: quantize_activation_codes(x, ACT_TOKEN, None, g.facts)])
         ROWS.append(dict(shape=name, fmt="fp8ch-quant", m=m, variant="default", us=qus, same=True))
         print(f"  {name:11} quantizer M={m:<4} default (launch.quantize_activation_codes): {qus:7.1f} us", flush=True)
-        for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] else ():
+        for rows_, bk, nw in QUANT_VARIANTS if not DEFAULTS_ONLY[0] and not ONLY[0] else ():
             if time.perf_counter() > DEADLINE[0]:
                 break
             codes = torch.empty(m, k, dtype=torch.uint8, device=DEV)
@@ -409,7 +432,7 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
                 else:
                     for _, cfg in variants_4bit(fmt, n, k, m, facts, fake.config_for(m, 0)):
                         jobs.append((fmt, m, 0, cfg))
-        if part == "fp8" and not DEFAULTS_ONLY[0]:
+        if part == "fp8" and not DEFAULTS_ONLY[0] and not ONLY[0]:
             for m in ms:
                 for v in QUANT_VARIANTS:
                     jobs.append(("quant", m, 0, v))

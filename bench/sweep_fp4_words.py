@@ -47,8 +47,12 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: operand from registers goes through shared memory with a wait per dot.
 #: R11 on the words: JOIN 1.7-2.6x and PREFETCH 2 1.1-1.3x slower than the plain tiles, so the grid
 #: now varies the tile, warps and split only.
-SWAP_GRID = [(128, 8, 1.5, 0, 1), (128, 4, 1.5, 0, 1), (128, 4, 3, 0, 1), (64, 4, 6, 0, 1), (128, 8, 3, 0, 1),
-             (64, 8, 1.5, 0, 1)]
+#: Seventh pass (2026-12-02, session 7): the 6th field F 1 adds the fused E2M1 decoder (DECODE 5: one packed
+#: multiply per value pair) and JOIN's K order that keeps each decoded register pair whole (PERM), whose
+#: sm_90 loop (Triton 3.6, 8192x8192 MXFP4 at 128x16 tiles, 8 warps) has 267 instructions and one
+#: wgmma wait per K tile against the shipped tiles' 413 and eight waits (INT4: 233 against 306).
+SWAP_GRID = [(128, 8, 1.5, 1, 1, 1), (128, 4, 1.5, 1, 1, 1), (64, 4, 3, 1, 1, 1), (128, 8, 1.5, 0, 1, 1),
+             (64, 4, 6, 1, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -68,6 +72,19 @@ WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 
 WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
 
 
+#: Seventh pass (2026-12-02, session 7): w4_gluon (Gluon: decode of tile t + 1 beside the asynchronous wgmma
+#: of tile t, weights and activations from shared memory): (warps = BLOCK_N / 16, BLOCK_M, activation stages).
+GLUON_GRID = [(8, 128, 3), (8, 256, 3), (4, 256, 3)]
+#: ... and at M <= 32 (16-row activation tiles): split-K waves.
+GLUON_FEW = [3, 6]
+
+
+def gluon_grid(m: int) -> list[tuple[str, dict]]:
+    return [(f"gluon bn{16 * nw} bm{bm} st{st}", {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * nw, "num_warps": nw,
+                                                  "num_stages": st})
+            for nw, bm, st in GLUON_GRID if m >= 64]
+
+
 def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
     """The wgmma kernel's grid at M rows (its first `first` tiles only where given)."""
     out = []
@@ -84,17 +101,24 @@ def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str,
 
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, nw, waves, join, pf in SWAP_GRID:
-        if join and fmt == "int4":
+    for bn, nw, waves, join, pf, fused in SWAP_GRID:
+        if fmt == "int4" and fused and not join:
             continue
         sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
-               "DECODE": 3 if fmt == "int4" else 4, "num_warps": nw, "num_stages": 1}
+               "DECODE": 3 if fmt == "int4" else (5 if fused else 4), "num_warps": nw, "num_stages": 1}
         if join:
             cfg["FULL_TILE"] = 1
+            if fused:
+                cfg["PERM"] = 1
         if pf > 1:
             cfg["PREFETCH"] = pf
-        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' pf2' if pf > 1 else ''}", cfg))
+        out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
+                    f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
+    for waves in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K to fill the GPU
+        sp = fill_split(-(-n // 64), k // 64, sms, waves)
+        out.append((f"gluon bn64 bm16 s{sp}", {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4,
+                                                "num_stages": 3, "SPLIT_K": sp}))
     return out
 
 
@@ -128,6 +152,7 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
+        out += [(m, label, True, {**cfg, **kn}) for m in ms for label, cfg in gluon_grid(m)]
         out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
                 for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)

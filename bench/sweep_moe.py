@@ -91,11 +91,15 @@ def family(fmt: str, act: str) -> str:
     return "nvfp4" if act == "nvfp4" else "w4"
 
 
-def build(name):
-    """TritonMoE on `name`'s shape: CHUNK experts quantized by oracle-emulation, repeated to E."""
+def build(name, experts: int | None = None):
+    """TritonMoE on `name`'s shape: CHUNK experts quantized by oracle-emulation, repeated to E (or to
+    `experts`: the precompile workers build CHUNK experts only, so eight of them fit beside each other on
+    the device where eight full DeepSeek-R1 layers did not (R14); the kernels take the expert count as
+    an int that Triton specializes only by its divisibility by 16, as the full count's)."""
     from oracle_triton.moe import TritonMoE
 
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    ne = experts or ne
     layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
                      weight_format=fmt, activation=activation, group_size=128 if fmt == "int4" else None)
     sym = not name.endswith("-zp")
@@ -322,11 +326,16 @@ def _jobs(ms, configs) -> list[tuple[int, dict | None]]:
 def _compile_some(name, jobs) -> str:
     """A worker: build `name`, run each job's call once (Triton compiles into its on-disk cache, which
     the timing process then reads)."""
-    t, per_expert = build(name)
-    ne, topk, h = MOE[name][:3]
+    ne = min(CHUNK, MOE[name][0])
+    t, per_expert = build(name, ne)
+    topk, h = MOE[name][1:3]
     done = 0
     for m, cfg in jobs:
         x, routes, _, _ = _inputs(m, ne, topk, h, per_expert, 1.0)
+        if cfg is None:                          # the shipped rule: what the full layer picks (tuned entry)
+            t.experts = MOE[name][0]
+            cfg = t.config_for(m, topk)
+            t.experts = ne
         t.config = cfg
         try:
             t.forward(x, *routes[0])
@@ -345,7 +354,7 @@ def precompile(name, ms, configs, workers: int, timeout_s: float) -> None:
 
     jobs = _jobs(ms, configs)
     ne, _, h, i, fmt = MOE[name][:5]
-    model = ne * 3 * h * i * (1.0 if fmt.startswith("fp8") else 0.6)     # each worker builds the whole layer
+    model = 4 * min(CHUNK, ne) * 3 * h * i + (2 << 30)   # each worker: CHUNK experts' BF16 and codes, a context
     fits = int(torch.cuda.mem_get_info()[0] * 0.7 // max(model, 1.0))
     if fits < workers:
         print(f"precompile {name}: {fits} workers fit in device memory (asked {workers})", flush=True)
@@ -359,6 +368,13 @@ def precompile(name, ms, configs, workers: int, timeout_s: float) -> None:
     except Exception as exc:  # noqa: BLE001 - best effort
         print(f"precompile {name}: {type(exc).__name__}: {str(exc)[:200]} after {time.perf_counter() - t0:.1f} s",
               flush=True)
+
+
+def _configs_for(path: str, name: str) -> dict:
+    """--configs' {label: config} for `name` (the file holds one for all shapes or one per shape)."""
+    with open(path) as f:
+        configs = json.load(f)
+    return configs.get(name, {}) if set(configs) <= set(MOE) else configs
 
 
 def _short(cfg: dict) -> str:
@@ -382,7 +398,17 @@ def main(argv=None) -> int:
                     "(torch.profiler over eager calls on the rotated routings)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
                     "rule and these only")
+    ap.add_argument("--precompile-only", action="store_true",
+                    help="with --configs and --precompile N: compile, time nothing (a separate process, so a device "
+                         "round can compile another script's kernels at the same time)")
     args = ap.parse_args(argv)
+    if args.precompile_only:
+        if not (args.configs and args.precompile and torch.cuda.is_available()):
+            print("sweep_moe --precompile-only: needs --configs, --precompile N and a CUDA device", file=sys.stderr)
+            return 2
+        for name in args.shapes:
+            precompile(name, args.m, _configs_for(args.configs, name), args.precompile, args.precompile_timeout_s)
+        return 0
     if not start("sweep_moe"):
         return 2
     deadline = time.perf_counter() + args.budget_s
@@ -402,10 +428,7 @@ def main(argv=None) -> int:
             act = MOE[name][6]
             tol = {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2)
             if args.configs:
-                with open(args.configs) as f:
-                    configs = json.load(f)
-                if set(configs) <= set(MOE):             # {shape: {label: config}}: per shape
-                    configs = configs.get(name, {})
+                configs = _configs_for(args.configs, name)
                 if args.precompile and (not args.precompile_shapes or name in args.precompile_shapes):
                     precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
                 explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split)

@@ -82,15 +82,37 @@ def is_words(layout: Layout) -> bool:
     return layout.elem in (E2M1_MX, E2M1_NV) and layout.pack == 8
 
 
+#: The fused E2M1 decoder (DECODE 5) multiplies each value by 2**126 x scale in bf16 in one step; that
+#: factor is finite and exact (the two-step decoder's bits) for scales up to this bound.
+FUSED_SCALE_MAX = 2.0
+
+
+def fused_scales_ok(layout: Layout, scale, global_scale) -> bool:
+    """Can the fused E2M1 decoder (DECODE 5) serve this weight: E2M1 words (one scale per word) whose
+    decoded scales are all at most FUSED_SCALE_MAX (MXFP4: E8M0 bytes <= 128; NVFP4: E4M3 x global
+    scale). Checked once where the layer is built (a reduction over the scales); kernels given DECODE 5
+    for a weight that fails it take the two-step decoder (launch.DenseGemm.swap)."""
+    import torch
+
+    if not is_words(layout) or scale.numel() == 0:
+        return False
+    if layout.elem == E2M1_MX:
+        return int(scale.max()) <= 128
+    s = scale.view(torch.float8_e4m3fn).float().abs().max() * global_scale.float().reshape(-1)[0].abs()
+    return bool(s <= FUSED_SCALE_MAX)
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
     - DEQUANT_MM (the weight dequantized once, cuBLAS): any weight (layer-dtype activations);
     - SCALED_MM (the GEMM handed to torch._scaled_mm rowwise): FP8 per-channel / per-tensor weights;
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
-      FULL_TILE (one dot per K tile) on E2M1 only with the word decoder (DECODE 4);
+      FULL_TILE (one dot per K tile) on E2M1 only with the word decoders (DECODE 4, or 5: fused, E2M1
+      words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
+    - Gluon 4-bit (GLUON, w4_gluon): words in GPTQ's [K/8, N] layout, 4 or 8 warps, 16-256 activation rows;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
@@ -120,9 +142,24 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                 raise ValueError(f"SWAP for {what}: the INT4 swap kernel needs 128-wide groups, not {layout.group}")
         elif bk % 128:
             raise ValueError(f"BLOCK_K={bk} for {what}: E2M1 swap K tiles must be whole 128s")
-        elif cfg.get("FULL_TILE") and cfg.get("DECODE") != 4:
-            raise ValueError(f"FULL_TILE for {what}: the E2M1 swap kernel joins whole tiles from the word decoder "
-                             "(DECODE 4) only")
+        elif cfg.get("FULL_TILE") and cfg.get("DECODE") not in (4, 5):
+            raise ValueError(f"FULL_TILE for {what}: the E2M1 swap kernel joins whole tiles from the word decoders "
+                             "(DECODE 4 or 5) only")
+        if cfg.get("DECODE") == 5 and not is_words(layout):
+            raise ValueError(f"DECODE=5 for {what}: the fused E2M1 word decoder reads one scale per word (MXFP4 / "
+                             "NVFP4 in the [K/8, N] word layout) only")
+        if cfg.get("PERM") and not cfg.get("FULL_TILE"):
+            raise ValueError(f"PERM for {what}: the decoders' pair order applies to the joined whole tile (FULL_TILE 1)")
+        return
+    if cfg.get("GLUON"):
+        warps = cfg.get("num_warps", 0)
+        if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:
+            raise ValueError(f"GLUON for {what}: w4_gluon reads 4-bit words in GPTQ's [K/8, N] layout (INT4, or "
+                             "MXFP4 / NVFP4 repacked at load) only")
+        if warps not in (4, 8) or cfg.get("BLOCK_M", 0) < 4 * warps or cfg.get("BLOCK_M", 0) > 256 \
+                or cfg.get("BLOCK_M", 0) % 16 or cfg.get("SPLIT_K", 1) < 1:
+            raise ValueError(f"GLUON for {what}: 4 or 8 warps (16 weight rows each), BLOCK_M a multiple of 16 from "
+                             "4 x warps to 256 activation rows, SPLIT_K >= 1")
         return
     if cfg.get("WG"):
         if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:

@@ -23,6 +23,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
+from .token_rows import rows_codes, rows_scales, rows_tile
 
 
 @triton.jit
@@ -239,7 +240,7 @@ def int4_word_values(u, z, DECODE: tl.constexpr, io_t: tl.constexpr):
     return w0, w1, w2, w3, w4, w5, w6, w7
 
 
-def e2m1_word_ptx(f16: bool) -> str:
+def e2m1_word_ptx(f16: bool, fused: bool = False) -> str:
     """PTX: one 32-bit word of packed E2M1 ($8; nibble i = k order i, low first) and its group scale
     $9 -> the 8 values x scale as 16-bit halves $0..$7 (k order), rounded once, as the reference
     dequantizes (value x scale in fp32, rounded to the layer dtype).
@@ -254,7 +255,12 @@ def e2m1_word_ptx(f16: bool) -> str:
     two; the scale is not folded into the first factor: 2**126 x an E8M0 scale above 2 overflows
     bf16). fp16 ($9 the fp32 scale): fp16's range is too narrow for the scale itself (an E8M0 scale
     below 2**-24 is 0 in fp16, while value x scale may not be), so each pattern is converted to
-    fp32, multiplied by 2**14 and the scale there, and the pair rounded once to fp16."""
+    fp32, multiplied by 2**14 and the scale there, and the pair rounded once to fp16.
+
+    fused (bf16 only; $9 the pair {c, c} with c = 2**126 x scale in bf16, e2m1_scale_pair): one packed
+    multiply per pair instead of two. The same bits as the two steps wherever 2**126 x scale is a
+    finite normal bf16 (scales in [2**-100, 2]: DenseGemm.fused_ok checks the layer's at load), because
+    the first step is exact and scaling the bf16 scale by a power of two is exact there."""
     shift, mask = (3, 0x0E000E00) if f16 else (6, 0x01C001C0)
     lines = [".reg .b32 q, a, b, c, z;", ".reg .b16 l, h;", ".reg .f32 f0, f1;", "mov.b32 c, 0x7E807E80;",
              "mov.b32 z, 0x80008000;"]
@@ -266,6 +272,8 @@ def e2m1_word_ptx(f16: bool) -> str:
             lines += ["mov.b32 {l, h}, a;", "cvt.f32.f16 f0, l;", "cvt.f32.f16 f1, h;",
                       "mul.rn.f32 f0, f0, 0f46800000;", "mul.rn.f32 f1, f1, 0f46800000;",     # x 2**14
                       "mul.rn.f32 f0, f0, $9;", "mul.rn.f32 f1, f1, $9;", "cvt.rn.f16x2.f32 a, f1, f0;"]
+        elif fused:
+            lines.append("fma.rn.bf16x2 a, a, $9, z;")
         else:
             lines += ["fma.rn.bf16x2 a, a, c, z;", "fma.rn.bf16x2 a, a, $9, z;"]
         lines.append(f"mov.b32 {{${i}, ${i + 4}}}, a;")
@@ -274,6 +282,34 @@ def e2m1_word_ptx(f16: bool) -> str:
 
 _E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False))
 _E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
+_E2M1_BF16_FUSED_PTX = tl.constexpr(e2m1_word_ptx(False, True))
+
+
+@triton.jit
+def e2m1_scale_pair(s, gscale, ELEM: tl.constexpr):
+    """Raw word scales s (E8M0 / E4M3 bytes) -> int32 pairs {c, c}, c = 2**126 x scale in bf16, the
+    fused decoder's factor (e2m1_word_ptx fused). MXFP4: c = 2**(b - 1), bits (b + 126) << 7, one
+    integer multiply-add per word (byte 0, 2**-127, gives 2**-1 too); NVFP4: the hardware E4M3
+    conversion times the global scale and 2**126 in fp32, rounded to bf16 (as the two-step decoder
+    rounds the scale itself)."""
+    if ELEM == 1:
+        pair = (s.to(tl.int32) + 126) * 0x00800080
+    else:
+        c = group_scales_hw(s, gscale, ELEM) * 8.507059173023462e37
+        pair = (c.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 65537
+    return pair
+
+
+@triton.jit
+def e2m1_word_values_fused(u, pair):
+    """E2M1 words u and their e2m1_scale_pair factors -> the 8 bf16 tensors value x scale (nibble i =
+    k % 8), one packed multiply per value pair (e2m1_word_ptx fused; bf16 layers, compiled only)."""
+    h = tl.inline_asm_elementwise(_E2M1_BF16_FUSED_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, pair],
+                                  dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    return h[0].to(tl.bfloat16, bitcast=True), h[1].to(tl.bfloat16, bitcast=True), \
+        h[2].to(tl.bfloat16, bitcast=True), h[3].to(tl.bfloat16, bitcast=True), \
+        h[4].to(tl.bfloat16, bitcast=True), h[5].to(tl.bfloat16, bitcast=True), \
+        h[6].to(tl.bfloat16, bitcast=True), h[7].to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -293,6 +329,18 @@ def e2m1_word_values(u, sg, io_t: tl.constexpr):
     return h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
         h[3].to(io_t, bitcast=True), h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), \
         h[6].to(io_t, bitcast=True), h[7].to(io_t, bitcast=True)
+
+
+@triton.jit
+def e2m1_words_kn(u, s, gscale, ELEM: tl.constexpr, FUSED: tl.constexpr, io_t: tl.constexpr):
+    """E2M1 words u [A, B] with their raw scales s (one per word: the [K/8, N] layout) -> the 8 tensors
+    value x scale in io_t: FUSED (bf16 layers; fp16 ones take the two-step decoder) by
+    e2m1_word_values_fused, else e2m1_word_values on the hardware-converted scales."""
+    if FUSED and io_t == tl.bfloat16:
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_fused(u, e2m1_scale_pair(s, gscale, ELEM))
+    else:
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, group_scales_hw(s, gscale, ELEM), io_t)
+    return w0, w1, w2, w3, w4, w5, w6, w7
 
 
 @triton.jit
@@ -379,13 +427,15 @@ def interleave8(w0, w1, w2, w3, w4, w5, w6, w7):
 def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk,
                     stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr,
                     UJ: tl.constexpr, JOIN: tl.constexpr = False, K=0, EVEN_K: tl.constexpr = True,
-                    KN: tl.constexpr = False):
+                    KN: tl.constexpr = False, LOAD_X: tl.constexpr = True, PERM: tl.constexpr = False):
     """The loads of K tile t (UJ 32-bit words of 8 codes along K per weight row): words [BN, UJ],
     scales (INT4: [BN], the tile is one group; E2M1: raw [BN, groups of the tile]), zero points
     [BN] (INT4; 8 without HAS_ZERO), activations [UJ, BM, 8] (k = 8 * word + i; JOIN: [8 UJ, BM];
     offs_m: the rows' indices in x). EVEN_K False (E2M1 only: K a multiple of the group, not of the
     tile, as gpt-oss's 2880): the words, scales and activations past K read as zeros. KN: E2M1 words
-    in GPTQ's [K/8, N] layout (weights.repack_words)."""
+    in GPTQ's [K/8, N] layout (weights.repack_words). LOAD_X False: no activations (x is 0; the
+    caller loads them where the dot uses them, w4_swap_tiles X_PIPE). PERM (JOIN): the activations in
+    the order of interleave8(w0, w4, w1, w5, w2, w6, w3, w7) (perm_k)."""
     n_ok = offs_n < N
     jrow = t * UJ + tl.arange(0, UJ)
     if ELEM == 3:       # GPTQ [K/8, N] words
@@ -404,15 +454,44 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                         mask=n_ok[:, None] & k_in(gk, K // GROUP, EVEN_K)[None, :], other=0)
         z = s
-    if JOIN:
-        kt = t * UJ * 8 + tl.arange(0, UJ * 8)
-        x = tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :] & k_in(kt, K, EVEN_K)[:, None],
-                    other=0.0)
+    if not LOAD_X:
+        x = 0.0
+    elif JOIN:
+        x = _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, UJ * 8, K, EVEN_K, PERM)
     else:
         kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
         x = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None] & k_in(kx, K, EVEN_K),
                     other=0.0)
     return u, s, z, x
+
+
+@triton.jit
+def perm_k(r, PERM: tl.constexpr):
+    """Positions r of a joined K tile -> the k they hold: r itself, or (PERM) within each word the order
+    0, 4, 1, 5, 2, 6, 3, 7, that of join_pairs. A dot sums over k in any order, so the activations are
+    read in the weights' order instead of shuffling the decoded weights."""
+    if PERM:
+        q = r & 7
+        r = (r - q) + (q >> 1) + 4 * (q & 1)
+    return r
+
+
+@triton.jit
+def join_pairs(w0, w1, w2, w3, w4, w5, w6, w7):
+    """The 8 nibble tensors [A, B] of words -> [A, 8 B] in the order 0, 4, 1, 5, 2, 6, 3, 7 per word: the
+    word decoders return nibbles i and i + 4 as the halves of one 32-bit register, so each pair stays
+    one register (interleave8's k order repacks every pair: a PRMT per value pair)."""
+    return interleave8(w0, w4, w1, w5, w2, w6, w3, w7)
+
+
+@triton.jit
+def _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K: tl.constexpr, K, EVEN_K: tl.constexpr,
+                 PERM: tl.constexpr = False):
+    """Activations [BK, BM] of K tile t for a JOIN dot: rows offs_m of x (masked by row_ok), k in order
+    (PERM: in perm_k's order)."""
+    kt = t * BLOCK_K + perm_k(tl.arange(0, BLOCK_K), PERM)
+    return tl.load(x_ptr + offs_m[None, :] * stride_xm + kt[:, None], mask=row_ok[None, :] & k_in(kt, K, EVEN_K)[:, None],
+                   other=0.0)
 
 
 @triton.jit
@@ -442,7 +521,8 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    DECODE: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr, JOIN: tl.constexpr = False,
-                   PREFETCH: tl.constexpr = 1, KN: tl.constexpr = False):
+                   PREFETCH: tl.constexpr = 1, KN: tl.constexpr = False, PERM: tl.constexpr = False,
+                   X_PIPE: tl.constexpr = False):
     """Few-row 4-bit GEMM: y^T = W x^T, the weights as the MMA's A operand (BLOCK_N rows: the
     tensor-core tile's tall side) and the few activation rows as its narrow N side (BLOCK_M = 16
     or 32), so a 16-row call is not padded to a 64-row tile and the decoded weights go from
@@ -478,7 +558,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     acc = w4_swap_tiles(tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), t0, t1, offs_n, offs_m, row_ok, x_ptr,
                         w_ptr, s_ptr, z_ptr, gscale, K, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
                         stride_zk, ELEM, HAS_ZERO, GROUP, BLOCK_N, BLOCK_K, DECODE, DOT_F32, io_t, JOIN, PREFETCH,
-                        True, KN)
+                        True, KN, X_PIPE, PERM)
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid_m * tl.num_programs(0) + pid_n, pid_k, b_ptr, y_ptr, offs_m,
                 offs_n, M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
 
@@ -488,29 +568,50 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
                   DOT_F32: tl.constexpr, io_t: tl.constexpr, JOIN: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
-                  EVEN_K: tl.constexpr = True, KN: tl.constexpr = False):
+                  EVEN_K: tl.constexpr = True, KN: tl.constexpr = False, X_PIPE: tl.constexpr = False,
+                  PERM: tl.constexpr = False):
     """acc [BLOCK_N, BM] + W[offs_n, K tiles t0..t1) @ x[offs_m]^T: the swap-AB K loop of
     w4_swap_kernel (JOIN, PREFETCH as there), shared with the fused MoE's (moe_gemv.moe_swap_kernel
     WORDS: offs_n may be any weight rows, e.g. stacked gate and up rows, and offs_m any activation
-    rows)."""
+    rows). X_PIPE (E2M1 with JOIN): the activation tile is loaded where the dot uses it, not a step
+    ahead into registers, so Triton's pipeliner (num_stages >= 2) copies it into shared memory
+    asynchronously (cp.async, multi-buffered), the MMA's B operand as it must be there anyway: no
+    register staging, stores and copies of it per K tile; the packed weights stay prefetched in
+    registers (they feed the decode, which Triton does not pipeline)."""
     dot_t = tl.float32 if DOT_F32 else io_t
     UJ: tl.constexpr = BLOCK_K // 8
+    XP: tl.constexpr = X_PIPE and JOIN and ELEM != 3
     u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
                                  stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
+                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
     if PREFETCH == 2:
         u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
                                           z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
+                                          ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
     for t in range(t0, t1):
         un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
                                          s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN)
-        if JOIN and ELEM == 3:
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
+        if JOIN and PERM:       # one dot per tile, the decoded pairs kept whole (join_pairs / perm_k)
+            if ELEM == 3:
+                w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
+                p = mma_acc(join_pairs(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
+                            tl.zeros_like(acc), DOT_F32)
+                acc += p * s.to(tl.float32)[:, None]
+            else:
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_words_kn(u, s, gscale, ELEM, DECODE == 5, io_t)
+                if XP:      # the activations loaded here, in the pairs' order (pipelined by Triton)
+                    x = _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K, K, EVEN_K, PERM)
+                acc = mma_acc(join_pairs(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t), acc, DOT_F32)
+        elif JOIN and ELEM == 3:
             w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
             p = mma_acc(interleave8(w0, w1, w2, w3, w4, w5, w6, w7).to(dot_t), x.to(dot_t),
                         tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
+        elif XP:
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+            acc = mma_acc(wt.to(dot_t), _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K, K, EVEN_K).to(dot_t),
+                          acc, DOT_F32)
         elif JOIN:
             wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
             acc = mma_acc(wt.to(dot_t), x.to(dot_t), acc, DOT_F32)
@@ -530,7 +631,10 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
             else:
                 sg = group_scales(s, gscale, ELEM)
                 sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-            if DECODE == 4:     # whole words by bit placement (inline PTX)
+            if DECODE == 5:     # bit placement, one packed multiply per pair (scales checked at load)
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_words_kn(u, s, gscale, ELEM, True, io_t)
+                acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
+            elif DECODE == 4:     # whole words by bit placement (inline PTX)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, sfull, io_t)
                 acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             else:
@@ -554,7 +658,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
 def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                     stride_wn, stride_sn, A_CODES: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
-                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = False,
+                    FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
                     COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
@@ -569,6 +673,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     as_ptr; then the codes of each K tile, as act_qdq_kernel computes them) instead of reading the
     codes of a quantizer launch: one launch instead of two, and only one row of the 16-row MMA
     operand is rounded (the others are zeros).
+
+    QUANT_IN 2 (any rows, per-token or per-tensor codes): x holds the activations in the layer dtype
+    and each program rounds its own BLOCK_M rows (token_rows: their amax over K in AMAX_K-wide chunks
+    first, then each K tile's codes in registers before the MMA); no quantizer launch, no waiting.
+    Measured slower than the two launches on an H200 (launch.SWAP_QUANT_IN says by how much), so off.
 
     PF_L2 (sm_90; K a multiple of 16: bulk prefetches take 16-byte multiples): before anything else
     the program asks L2 for its column tile's weight rows (a tile's split-K programs share the rows'
@@ -606,7 +715,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     a_rows = x_ptr + offs_m[:, None] * stride_xm
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if QUANT_IN:
+    if QUANT_IN == 2:
+        xs = rows_scales(a_rows, row_ok, as_ptr, K, A_CODES, AMAX_K)
+        xr = rows_tile(a_rows, row_ok, t0, t1, K, BLOCK_K, EVEN_K)
+    elif QUANT_IN:
         if A_CODES == 2:
             amax = tl.zeros([1], dtype=tl.float32)
             for t in range(0, tl.cdiv(K, AMAX_K)):
@@ -622,7 +734,11 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
                     mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
-        if QUANT_IN:     # the next tile's row loaded one tile ahead (registers double-buffer it)
+        if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
+            xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
+            a = rows_codes(xr, xs, FP8_DOT, dot_t)
+            xr = xr_next
+        elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
             q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
             xr = xr_next

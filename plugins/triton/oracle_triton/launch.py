@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from . import fastlaunch
-from .formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config, is_words
+from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
+                      fused_scales_ok, is_words)
 
 
 def interpreting() -> bool:
@@ -261,6 +262,18 @@ COOP_K = 8192
 #: The COOP waiters poll with sleeping acquire loads (pdl.wait_until_at_least), not atomics (cfg COOP_SPIN).
 COOP_SPIN = 1
 
+#: FP8 W8A8 per token / per tensor with 2-32 rows: the swap GEMM's programs round their own rows
+#: (gemm.fp8_swap_kernel QUANT_IN 2, token_rows: each reads its rows' whole K for their amax, then rounds
+#: each K tile before the MMA) instead of a quantizer launch first: one launch, no waiting, the same
+#: bits. Off by default: measured slower on an H200 (seventh pass, R16, graph replay, weights from HBM,
+#: bench/sweep_dense.py "qin"): 2048x4096 M=16 15.2 us at the default split-K 8 against 9.8 for the
+#: two launches, and slower the fewer programs share K (split 4 / 2 / 1: 16.6 / 25.3 / 37.7 us);
+#: 8192x8192 M=16 46.8-48.1 against 24.3. Each program's serial walk over its rows (the amax chunks,
+#: then every K tile rounded in registers) costs more than the launch it saves. cfg QUANT_IN 1 turns it
+#: on (a tuned entry may, where a sweep finds it faster). The same rounding inside the tiled GEMM at
+#: M=256 (64-128 rows per program) measured 8-20x slower (123-745 us against 15.9-62.9) and was removed.
+SWAP_QUANT_IN = 0
+
 #: Call shapes (row counts) per layer with a launch plan (each keeps its small temporaries); more
 #: shapes take the ordinary path (the eager graphs, bounded the same way).
 MAX_PLANS = 8
@@ -287,6 +300,7 @@ class DenseGemm:
         self.zero = zero if zero is not None else scale
         self.global_scale = global_scale if global_scale is not None else scale
         self.facts = device_facts(weight.device)
+        self.fused_ok = fused_scales_ok(layout, scale, self.global_scale)     # DECODE 5 may serve it
         self._counters: dict[tuple[int, int], torch.Tensor] = {}
         self._configs: dict[tuple[int, int], dict[str, int]] = {}
         self._plans: dict[tuple, Any] = {}     # planned(): call key -> fastlaunch.Plan, or False (not plannable)
@@ -348,14 +362,24 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
+        if cfg.get("GLUON"):                         # 4-bit decode beside asynchronous wgmma (Gluon)
+            if self.gluon_ok(x, act, out_dtype) and (self.k // 64) % cfg.get("SPLIT_K", 1) == 0 \
+                    and cfg["BLOCK_M"] >= 4 * cfg["num_warps"]:
+                return self.gluon(x, cfg)
+            if config is not None:
+                raise ValueError("GLUON: w4_gluon serves MXFP4 / NVFP4 words with scales <= 2 or INT4, "
+                                 "bf16 activations and output, no bias, K a multiple of 64 x SPLIT_K, "
+                                 "BLOCK_M >= 4 x num_warps, on sm_90 only")
+            return self.dequant_mm(x, out_dtype)     # a tuned entry meeting a call it cannot serve
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
             return self.wgmma(x, out_dtype, cfg)
         if "SWAP" in cfg:                            # few rows on tensor cores, weights as the A operand
             if act in FP8_CODES:
-                if m == 1 and cfg.get("QUANT_IN", 1) and act in (ACT_TOKEN, ACT_TENSOR) and x.stride(1) == 1:
-                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, True)
+                quant_in = self.quant_in(x, act, cfg, SWAP_QUANT_IN)
+                if quant_in:
+                    return self.fp8_swap(x, act_scale if act == ACT_TENSOR else x, act, out_dtype, cfg, quant_in)
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
@@ -395,6 +419,24 @@ class DenseGemm:
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
             **self.coop_args(coop, cfg))
         return y
+
+    def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = 0) -> int:
+        """Does the swap FP8 GEMM round the activations itself (fp8_swap_kernel QUANT_IN): 1 for one row
+        (the default), 2 for more rows (token_rows; cfg QUANT_IN 1, default SWAP_QUANT_IN), 0 where a
+        quantizer launch runs first. Per-token or
+        per-tensor codes, contiguous rows along K."""
+        one = x.shape[0] == 1 and "SWAP" in cfg
+        if act not in (ACT_TOKEN, ACT_TENSOR) or x.stride(1) != 1 or not cfg.get("QUANT_IN", 1 if one else default):
+            return 0
+        return 1 if one else 2
+
+    def quant_in_args(self, quant_in: int, cfg: dict[str, int]) -> dict[str, Any]:
+        """The kernel arguments of QUANT_IN: the rows' amax chunk, 32 values a thread per load and in the
+        running max (AMAX_K x BLOCK_M elements; one row: the whole row in at most 8192-wide loads)."""
+        if not quant_in:
+            return {}
+        width = 8192 if quant_in == 1 else max(16, 32 * 32 * cfg["num_warps"] // cfg["BLOCK_M"])
+        return {"QUANT_IN": quant_in, "AMAX_K": min(1 << (self.k - 1).bit_length(), width)}
 
     def full_tile(self, cfg: dict[str, int]) -> int:
         """wgemm_kernel's FULL_TILE for cfg: 0 per-nibble sub-tiles, 1 whole 4-bit tiles, 2 whole 4-bit
@@ -478,7 +520,9 @@ class DenseGemm:
         not by group size or device capability): a swap entry needs swap_ok, a GEMV entry one row,
         the PTX word decoders capability >= 8.9 and layer-dtype activations; an entry with KN 1 was
         measured on E2M1 weights in the word layout (weights.repack_words), one without on any other."""
-        if cfg.get("DECODE") in (3, 4) and not (self.facts["hw_fp8"] and act == 0):
+        if cfg.get("DECODE") in (3, 4, 5) and not (self.facts["hw_fp8"] and act == 0):
+            return False
+        if cfg.get("DECODE") == 5 and not self.fused_ok:
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
@@ -488,6 +532,8 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
+        if cfg.get("GLUON"):
+            return self.gluon_layer_ok(act)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -524,6 +570,41 @@ class DenseGemm:
         or E2M1 repacked at load), layer-dtype activations, the PTX word decoders (capability >= 8.9)."""
         lay = self.layout
         return act == 0 and self.facts["hw_fp8"] and (is_words(lay) or lay.elem == INT4) and self.k % 8 == 0
+
+    def gluon_ok(self, x: torch.Tensor, act: int, out_dtype: torch.dtype) -> bool:
+        """Can w4_gluon.w4_gluon_kernel serve this call: MXFP4 / NVFP4 words whose scales the fused decoder
+        covers (fused_ok) or INT4, bf16 in and out, no bias, K a multiple of 64, an sm_90
+        GPU (wgmma)."""
+        return out_dtype == torch.bfloat16 and x.dtype == torch.bfloat16 and self.gluon_layer_ok(act)
+
+    def gluon_layer_ok(self, act: int) -> bool:
+        """gluon_ok's checks that depend on the layer only (a tuned GLUON entry is served where they hold)."""
+        lay = self.layout
+        weights = self.fused_ok or lay.elem == INT4
+        return (act == 0 and weights and self.bias is None and self.k % 64 == 0 and self.weight.device.type == "cuda"
+                and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
+
+    def gluon(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
+        """Many rows of MXFP4 / NVFP4 W4A16: w4_gluon.w4_gluon_kernel, BLOCK_N = 16 x num_warps weight rows
+        by BLOCK_M activation rows per program, num_stages activation tiles in flight (one launch; the
+        weight stays packed)."""
+        from .w4_gluon import w4_gluon_kernel
+
+        m = x.shape[0]
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
+        warps, bm, lay, split = cfg["num_warps"], cfg["BLOCK_M"], self.layout, cfg.get("SPLIT_K", 1)
+        grid_n, grid_m = -(-self.n // (16 * warps)), -(-m // bm)
+        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
+        fastlaunch.launch(w4_gluon_kernel, (grid_n, grid_m, split), warps, None,
+                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+                          y_ptr=y, part_ptr=part, cnt_ptr=cnt, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
+                          stride_ym=y.stride(0), SPLIT_K=split,
+                          stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem,
+                          GROUP=lay.group, HAS_ZERO=lay.elem == INT4 and lay.stride_zk != 0, BN=16 * warps, BM=bm,
+                          BK=64, STAGES=cfg["num_stages"])
+        return y
 
     def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16: w4_wgmma.w4_wgmma_kernel (one launch; no dequantized copy)."""
@@ -574,12 +655,12 @@ class DenseGemm:
         return self.fp8_swap(codes, scales, ACT_TOKEN, out_dtype, cfg, coop=(x, self.counters(3, 0)))
 
     def fp8_swap(self, codes: torch.Tensor, xs: torch.Tensor, act: int, out_dtype: torch.dtype,
-                 cfg: dict[str, int], quant_in: bool = False, pdl: bool = False,
+                 cfg: dict[str, int], quant_in: int = 0, pdl: bool = False,
                  coop: tuple | None = None) -> torch.Tensor:
-        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in (one row):
-        `codes` is the row itself in the layer dtype, rounded inside the kernel (QUANT_IN; xs: the
-        per-tensor scale, or anything per token), so no quantizer launch: the default at M = 1, cfg
-        QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
+        """Few rows of FP8 W8A8 on the activation codes: gemm.fp8_swap_kernel. quant_in 1 (one row) or
+        2 (any rows, quant_in()): `codes` is x itself in the layer dtype, rounded inside the kernel
+        (QUANT_IN; xs: the per-tensor scale, or anything per token), so no quantizer launch: the
+        default at M = 1, cfg QUANT_IN 0 turns it off. Measured on an H200 (bench/sweep_dense.py R5, weights from HBM, graph
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
@@ -598,8 +679,7 @@ class DenseGemm:
             stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
-            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, QUANT_IN=quant_in,
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 8192),    # the row's amax in at most a few loads
+            DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
             **self.coop_args(coop, cfg))
@@ -620,9 +700,11 @@ class DenseGemm:
             stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
             ELEM=lay.elem, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split,
             GROUP=lay.group, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128), DECODE=cfg["DECODE"],
+            BLOCK_K=lay.group if lay.elem == INT4 else cfg.get("BLOCK_K", 128),
+            DECODE=4 if cfg["DECODE"] == 5 and not self.fused_ok else cfg["DECODE"],
             DOT_F32=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, JOIN=bool(cfg.get("FULL_TILE", 0)),
-            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay))
+            PREFETCH=cfg.get("PREFETCH", 1), KN=is_words(lay), PERM=bool(cfg.get("PERM", 0)),
+            X_PIPE=bool(cfg.get("X_PIPE", 0)))
         return y
 
     def gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,

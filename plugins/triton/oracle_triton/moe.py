@@ -295,6 +295,8 @@ class TritonMoE(Kernel):
         cfg = self.config_for(m, k)
         if cfg.get("SWAP"):                          # 4-bit weights as the MMA's tall side, one pair per program
             return self.apply_swap(x, topw, ids, m, k, cfg)
+        if cfg.get("PERSIST"):                       # the direct tiles of both GEMMs in one persistent launch
+            return self.apply_persistent(x, topw, ids, m, k, cfg)
         if cfg.get("DIRECT"):                        # tensor-core tiles, one pair per program, no alignment
             return self.apply_direct_mma(x, topw, ids, m, k, cfg)
         if "DECODE" in cfg:                          # the direct (one row per program) path
@@ -445,11 +447,16 @@ class TritonMoE(Kernel):
         lay2 = self.w2.layout
         rows_contiguous = lay2.pack == 1 and lay2.stride_wk == 1 and lay2.stride_wn == self.inter
         pf_rows = int(cfg.get("PF_NEXT", 0)) if rows_contiguous and not interpreting() else 0
+        lay1 = self.w13.layout
+        pf_head = int(cfg.get("PF_HEAD", 0)) if (fp8 and lay1.pack == 1 and lay1.stride_wk == 1 and
+                                                 self.facts.get("pdl") and not interpreting()) else 0
+        if pf_head % 16:
+            raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
                    pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
                    prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
-                   last=last)
+                   last=last, pf_head=pf_head)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if last is not None:
@@ -474,6 +481,65 @@ class TritonMoE(Kernel):
             self._topk_sum(pairs, ids, out, m, k)
         return out
 
+    def apply_persistent(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                         cfg: dict[str, int]) -> torch.Tensor:
+        """A few tokens' W8A8 experts (1x128 activation groups) in one launch of PERSIST programs per SM
+        (moe_persist.moe_pairs_persistent_kernel): the tiles of apply_direct_mma's two GEMMs (QUANT_PRO,
+        QUANT_LAST, FUSE_SUM; BLOCK_N / BLOCK_N2 columns, SWAP_AB, PF_HEAD as there) taken in order from
+        one counter, FC2's tiles of a pair once its FC1 tiles are done."""
+        from . import moe_kernels as mk
+        from .moe_persist import moe_pairs_persistent_kernel
+
+        l1, l2 = self.w13.layout, self.w2.layout
+        if self.act != ACT_GROUP or l1.pack != 1 or l1.stride_wk != 1 or l2.stride_wk != 1 or \
+                self.layer.apply_router_weight_on_input or cfg["BLOCK_K"] != 128:
+            raise ValueError(f"PERSIST: FP8 experts with 1x128 activation groups, the router weight on the output and "
+                             f"K tiles of 128; not {self.mode.name} with {cfg}")
+        t, dev, fp8_dot = m * k, self.device, self.facts["fp8_dot"]
+        h, i = self.hidden, self.inter
+        bn1, bn2 = cfg["BLOCK_N"], cfg.get("BLOCK_N2", cfg["BLOCK_N"])
+        x = x.contiguous()
+        xq = torch.empty(m, h, dtype=torch.uint8, device=dev)
+        xs = torch.empty(-(-h // 128), m, dtype=torch.float32, device=dev)
+        inter = torch.empty(t, i, dtype=self.dtype, device=dev)
+        iq = torch.empty(t, i, dtype=torch.uint8, device=dev)
+        isc = torch.empty(-(-i // 128), t, dtype=torch.float32, device=dev)
+        pairs = torch.empty(t, h, dtype=torch.float32, device=dev)
+        out = torch.empty(m, h, dtype=self.dtype, device=dev)
+        last = self._counters(t, "_last_counters")
+        sums = self._counters(m * -(-h // bn2), "_sum_counters")
+        ready = self._counters(t, "_ready_flags")
+        work = self._counters(2, "_work_counters")
+        pf_head = int(cfg.get("PF_HEAD", 0)) if self.facts.get("pdl") and not interpreting() else 0
+        if pf_head % 16:
+            raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
+        interleaved = self.layer.activation in INTERLEAVED_ACTIVATIONS
+        rows = l1.scale_rows
+        uniform1 = rows % ((2 if self.gated and interleaved else 1) * bn1) == 0 and (
+            not self.gated or interleaved or i % rows == 0)
+        view = (lambda u: u.view(torch.float8_e4m3fn)) if fp8_dot else (lambda u: u)  # noqa: E731
+        stride = lambda tt: tt.stride(0) if tt is not None else 0   # noqa: E731
+        swap = int(cfg.get("SWAP_AB", 0))
+        programs = max(1, int(cfg["PERSIST"]) * int(self.facts["sms"]))
+        moe_pairs_persistent_kernel[(programs,)](
+            x, view(xq), xq, xs, view(self.w13.weight), self.w13.scale, _or(self.b13, self.w13.scale), inter, view(iq),
+            iq, isc,
+            view(self.w2.weight), self.w2.scale, _or(self.b2, self.w2.scale), pairs, out,
+            ids, topw, last, sums, ready, work, work[1:], t, m, k, self.experts, h, i, self.rows,
+            x.stride(0), inter.stride(0), pairs.stride(0),
+            stride(self.w13.weight), stride(self.w13.scale), stride(self.b13), l1.stride_wn, l1.stride_sn, l1.stride_sk,
+            stride(self.w2.weight), stride(self.w2.scale), stride(self.b2), l2.stride_wn, l2.stride_sn, l2.stride_sk,
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta), float(self.lbeta),
+            ACTFN=mk.ACTIVATION_CODES[self.layer.activation], GATED=self.gated, INTERLEAVED=interleaved,
+            HAS_LIMIT=self.limit is not None, GROUP1=l1.group, GROUP2=l2.group, SCALE_ROWS=rows,
+            HAS_BIAS1=self.b13 is not None, HAS_BIAS2=self.b2 is not None, BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=128, HW_FP8=self.facts["hw_fp8"],
+            DOT_F32=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16, FP8_DOT=fp8_dot, UNIFORM1=uniform1,
+            UNIFORM2=l2.scale_rows % bn2 == 0, EVEN_K1=h % 128 == 0, EVEN_K2=i % 128 == 0,
+            K_GROUPS=triton_pow2(-(-h // 128)), N_GROUPS=triton_pow2(-(-i // 128)), SWAP1=bool(swap & 1),
+            SWAP2=bool(swap & 2), PF_HEAD=pf_head, SPIN_ASM=not interpreting(), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"])
+        return out
+
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                    cfg: dict[str, int]) -> torch.Tensor:
         """4-bit W4A16 experts on swap-AB tensor-core tiles (moe_gemv.moe_swap_kernel): the weight rows
@@ -488,7 +554,8 @@ class TritonMoE(Kernel):
         4 for E2M1 / 3 for INT4, the next tile's loads in flight), each weight decoded once for the
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
         over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
-        and PREFETCH 2 as in gemm.w4_swap_kernel."""
+        and PREFETCH 2 as in gemm.w4_swap_kernel; X_PIPE 1 (E2M1 with JOIN; num_stages >= 2): the activation
+        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -540,7 +607,8 @@ class TritonMoE(Kernel):
                 SCALED_DOT=scaled, ALIGNED=aligned, FUSE_SUM=not aligned, BLOCK_M=bm, BLOCK_N=bn,
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
-                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0, num_warps=cfg["num_warps"],
+                SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
+                X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
@@ -655,7 +723,8 @@ class TritonMoE(Kernel):
         config keys: BLOCK_N/BLOCK_K/num_warps/num_stages/DECODE (both kernels unless the down
         kernel's BLOCK_N2/BLOCK_K2/WARPS2 are given); SPLIT_K selects moe_up_split_kernel (gate
         and up in one K loop, K split over SPLIT_K programs)."""
-        from .moe_gemv import moe_down_kernel, moe_up_kernel, moe_up_split_kernel
+        from .moe_gemv import (moe_down_kernel, moe_down_slots_kernel, moe_up_kernel, moe_up_slots_kernel,
+                               moe_up_split_kernel)
         from .moe_kernels import ACTIVATION_CODES
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
@@ -667,15 +736,17 @@ class TritonMoE(Kernel):
                       ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         w, lay = self.w13, self.w13.layout
-        xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
-            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
-        common["XW"] = xw and _rows_align8(a1)
+        # XW 1: 64-bit activation reads (converted as loaded under HX); 2 (HX): left raw until the products
+        xw = int(cfg.get("XW", 0)) if cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE else 0
+        common["XW"] = xw if _rows_align8(a1) else 0
         split = cfg.get("SPLIT_K")
         # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
         hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
         if hx == 2 and lay.group != 32:          # one sum per scale group: 4 words (MXFP4's groups)
             hx = 1
         common["HX"] = hx
+        guard = bool(cfg.get("GUARD", 1))      # HX: a tile whose f16 products overflowed is redone in fp32
         tail = int(cfg.get("TAIL", 1)) if hx else 0     # whole K tiles without masks: 1 both kernels, 2 FC2 only
         common["TAIL"] = tail == 1
         inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
@@ -691,21 +762,45 @@ class TritonMoE(Kernel):
                         A_BY_PAIR=by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None,
                         BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], **common)
         tiles_up = -(-self.inter // bn)
-        if split is None:
+        slots = int(cfg.get("SLOTS", 0))       # bits: 1 FC2, 2 FC1 with all of a token's top-k experts per program
+        if slots & 2 and hx == 2 and common["XW"] and self.gated and not by_pair and lay.stride_wk == 1 \
+                and k <= 8:
+            moe_up_slots_kernel[(m, tiles_up)](
+                a1, ids, w.weight, w.scale, _or(self.b13, w.scale), inter, self.experts, k, self.inter, self.hidden,
+                a1.stride(0), inter.stride(0), w.weight.stride(0), w.scale.stride(0),
+                self.b13.stride(0) if self.b13 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
+                *up_tail[-4:], ACTFN=up_flags["ACTFN"], GATED=True, INTERLEAVED=up_flags["INTERLEAVED"],
+                HAS_LIMIT=up_flags["HAS_LIMIT"], HAS_BIAS=self.b13 is not None, SLOTS=triton_pow2(k),
+                GROUP=lay.group, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"],
+                OUT_F16=self.dtype == torch.float16, GUARD=guard, num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
+        elif split is None:
             moe_up_kernel[(t, tiles_up)](a1, ids, *up_args, *up_tail, **up_flags)
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
+                                                      PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), GUARD=guard,
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
-        common["XW"] = xw and _rows_align8(inter)
+        common["XW"] = xw if _rows_align8(inter) else 0
         common["HX"] = hx if common["XW"] else 0
         common["TAIL"] = tail in (1, 2) and bool(common["HX"])
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
+        bk2, warps2 = cfg.get("BLOCK_K2", cfg["BLOCK_K"]), cfg.get("WARPS2", cfg["num_warps"])
+        if slots & 1 and common["HX"] == 2 and lay.stride_wk == 1 and k <= 8:
+            # all of a token's top-k experts in one program (moe_down_slots_kernel): no slot partials
+            moe_down_slots_kernel[(m, tiles)](
+                inter, ids, topw, w.weight, w.scale, _or(self.b2, w.scale), out, self.experts, k, self.hidden,
+                self.inter, inter.stride(0), out.stride(0), w.weight.stride(0), w.scale.stride(0),
+                self.b2.stride(0) if self.b2 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
+                WEIGHT_OUT=not by_pair, HAS_BIAS=self.b2 is not None, SLOTS=triton_pow2(k), GROUP=lay.group,
+                BLOCK_N=bn2, BLOCK_K=bk2, EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
+                num_warps=warps2, num_stages=cfg["num_stages"], GUARD=guard)
+            return out
         part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
         cnt = self._counters(m * tiles) if k > 1 else w.scale
         moe_down_kernel[(m, tiles, k)](
@@ -714,7 +809,7 @@ class TritonMoE(Kernel):
             inter.stride(0), out.stride(0), *_expert_strides(w, self.b2),
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
-            BLOCK_N=bn2, BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
+            BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
             **common)
         return out
 
@@ -732,7 +827,7 @@ class TritonMoE(Kernel):
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
               prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False,
-              last: tuple | None = None) -> None:
+              last: tuple | None = None, pf_head: int = 0) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -747,7 +842,7 @@ class TritonMoE(Kernel):
         gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
         the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
         (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
-        output row into them (QUANT_LAST)."""
+        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD)."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -796,7 +891,7 @@ class TritonMoE(Kernel):
             cnt_ptr=cnt if last is None else last[2], ids_ptr=pair_ids, N_FAST=n_fast, PF_NEXT=prefetch is not None,
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
-            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab,
+            BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab, PF_HEAD=pf_head,
             num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

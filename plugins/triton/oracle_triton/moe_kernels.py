@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, exper
                       fp8_codes_scale, fp8_operand, fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product,
                       to_dtype, w4_product)
 from .gemv import row_amax
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -248,7 +248,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     cnt_ptr=None, ids_ptr=None, N_FAST: tl.constexpr = False, pf_ptr=None, pf_stride_e=0,
                     pf_bytes=0, pf_total=0, PF_NEXT: tl.constexpr = False, RAW_PAIRS: tl.constexpr = False,
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
-                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False):
+                    QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False,
+                    PF_HEAD: tl.constexpr = 0, TILE_ARGS: tl.constexpr = False, tile_m=0, tile_n=0, ready_ptr=None,
+                    READY: tl.constexpr = False):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -307,8 +309,18 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     SWAP_AB (W8A8 on codes, not QUANT_IN): each K tile's product is taken as W [BN, BK] @ A^T, the weight
     rows the MMA's tall side and the tile's BLOCK_M rows its narrow one (fp8_codes_product_t), the way
     gemm.fp8_swap_kernel streams one-row dense layers near the copy bandwidth: a 16-row A tile otherwise
-    makes the MMA 16 rows tall (no Hopper warpgroup MMA); the sums come back transposed before the epilogue."""
-    if N_FAST:
+    makes the MMA 16 rows tall (no Hopper warpgroup MMA); the sums come back transposed before the epilogue.
+    PF_HEAD (bytes; FP8 weights, sm_90): first thing, each program asks L2 for the first PF_HEAD bytes of
+    each of its weight rows (pdl.prefetch_row_heads), so HBM streams the head of its K loop while the
+    program rounds its input (QUANT_PRO) and its pipeline's first loads are not yet issued.
+    TILE_ARGS: the tile is (tile_m, tile_n), not the program's ids (moe_persist.moe_pairs_persistent_kernel
+    calls this kernel as a function for each tile it takes); READY (with QUANT_LAST): the program that
+    rounds a pair's row then sets the pair's flag (ready_ptr[pair] = 1, release), which FC2 tiles of the
+    same launch wait for."""
+    if TILE_ARGS:
+        pid_m = tile_m
+        pid_n = tile_n
+    elif N_FAST:
         pid_m = tl.program_id(1)
         pid_n = tl.program_id(0)
     else:
@@ -334,6 +346,13 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     if e >= 0:
         io_t = tl.float16 if OUT_F16 else tl.bfloat16
         dot_t = tl.float32 if DOT_F32 else io_t
+        if PF_HEAD > 0:                             # HBM busy from the first cycle (the rounding comes next)
+            jh = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            hg, hu = gate_up_rows(jh, N_OUT, GATED, INTERLEAVED)
+            w_rows = w_ptr + e.to(tl.int64) * stride_we
+            prefetch_row_heads(w_rows + tl.minimum(hg, N_W - 1).to(tl.int64) * stride_wn, PF_HEAD)
+            if GATED:
+                prefetch_row_heads(w_rows + tl.minimum(hu, N_W - 1).to(tl.int64) * stride_wn, PF_HEAD)
         if DIRECT:
             lane = tl.arange(0, BLOCK_M)
             rows = tl.where(lane == 0, pid_m, T)
@@ -514,10 +533,12 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if QUANT_LAST:                          # DIRECT: the pair's last tile rounds the pair's row
                 tl.debug_barrier()
                 arrived = tl.atomic_add(cnt_ptr + pid_m, 1)
-                if arrived == tl.num_programs(1) - 1:
+                if arrived == tl.cdiv(N_OUT, BLOCK_N) - 1:
                     quantize_row_codes(out_ptr + pid_m.to(tl.int64) * stride_om, lq_ptr + pid_m.to(tl.int64) * stride_om,
                                        os_ptr + pid_m, T, N_OUT, N_GROUPS, CG=True)
                     tl.atomic_xchg(cnt_ptr + pid_m, 0)
+                    if READY:
+                        tl.atomic_xchg(ready_ptr + pid_m, 1)
         elif RAW_PAIRS:                             # the rounded output as it is: topk_sum_kernel weighs it
             tl.store(out_rows, to_dtype(acc_g, io_t, DOT_F32), mask=omask)
         else:
@@ -528,8 +549,8 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                 y = y * keep
             tl.store(out_rows, y, mask=omask)
             if FUSE_SUM and DIRECT:
-                sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, TOPK, N_OUT, j, jmask, BLOCK_N,
-                          DOT_F32)
+                sum_slots(out_ptr, stride_om, sum_ptr, sorted_ptr, pid_m, pid_n, tl.cdiv(N_OUT, BLOCK_N), TOPK, N_OUT, j,
+                          jmask, BLOCK_N, DOT_F32)
             elif FUSE_SUM:
                 sum_rows(out_ptr, stride_om, sum_ptr, cnt_ptr, ids_ptr, rows, valid, pid_n, TOPK, E, N_OUT, j, jmask,
                          BLOCK_M, BLOCK_N, DOT_F32)
@@ -558,7 +579,7 @@ def expert_rows(ids_ptr, e, T, TOPK, BLOCK_M: tl.constexpr, T_POW2: tl.constexpr
 
 
 @triton.jit
-def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, jmask,
+def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, n_tiles, TOPK, N, j, jmask,
               BLOCK_N: tl.constexpr, EXACT_BF16: tl.constexpr):
     """The top-k sum inside an FC2 GEMM with one pair per program (after the pair's row j of pairs_ptr
     is stored): the last of a token's TOPK programs of column tile pid_n to arrive (an arrival counter
@@ -566,7 +587,7 @@ def sum_slots(pairs_ptr, stride_pm, sum_ptr, cnt_ptr, pair, pid_n, TOPK, N, j, j
     sum_ptr [M, N] (what topk_sum_kernel computes, bit for bit) and resets the counter."""
     tl.debug_barrier()
     tok = pair // TOPK
-    tile = tok * tl.num_programs(1) + pid_n
+    tile = tok * n_tiles + pid_n
     arrived = tl.atomic_add(cnt_ptr + tile, 1)
     if arrived == TOPK - 1:
         total = tl.zeros([BLOCK_N], dtype=tl.float32)

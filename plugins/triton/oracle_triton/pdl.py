@@ -38,6 +38,16 @@ def prefetch_rows_l2(base, nbytes):
 
 
 @triton.jit
+def prefetch_row_heads(ptrs, nbytes):
+    """Each element of `ptrs` (addresses of weight rows, 16-byte aligned) asks L2 for the nbytes (a
+    multiple of 16) that start there: one bulk prefetch per row from the thread holding it, nothing
+    loaded into registers (rows a layout replicates over threads are asked for more than once)."""
+    return tl.inline_asm_elementwise(
+        "{ cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r", [ptrs, tl.full(ptrs.shape, nbytes, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def wait_until_at_least(ptr, target):
     """Spin until the int32 counter at ptr reaches target (gpu-scope acquire loads, not atomics, with a
     short nanosleep between them, so hundreds of waiting programs do not queue on the counter's L2

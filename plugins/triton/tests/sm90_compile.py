@@ -194,15 +194,26 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         hx = 1
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
                   BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
-                  XW=bool(cfg.get("XW")) and elem in (1, 2) and act == 0, HX=hx,
+                  XW=int(cfg.get("XW", 0)) if elem in (1, 2) and act == 0 else 0, HX=hx,
                   TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
+    guard = {"GUARD": bool(cfg.get("GUARD", 1))} if hx else {}
+    if not down and int(cfg.get("SLOTS", 0)) & 2 and hx == 2:
+        consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, HAS_BIAS=True, SLOTS=4, GROUP=group,
+                      BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False, OUT_F16=False, stride_sk=1, **guard)
+        return compile_kernel(mg.moe_up_slots_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
-            return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"]),
+            return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"],
+                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    consts = dict(WEIGHT_OUT=True, SPLIT=8, **common)
+    if int(cfg.get("SLOTS", 0)) & 1 and hx == 2:      # TritonMoE.apply_direct's slots kernel
+        consts = dict(WEIGHT_OUT=True, HAS_BIAS=True, SLOTS=4, GROUP=group, BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False,
+                      OUT_F16=False, stride_sk=1, GUARD=bool(cfg.get("GUARD", 1)))
+        return compile_kernel(mg.moe_down_slots_kernel, dict(_small_ptrs(elem), topw_ptr="*fp32"), consts, warps,
+                              cfg["num_stages"])
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
 
@@ -284,11 +295,12 @@ def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
     return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
-def fp8_swap(cfg, act=2, quant_in=False, coop_k=0):
-    """coop_k: the rows quantized by the programs (COOP, chunks of coop_k)."""
+def fp8_swap(cfg, act=2, quant_in=0, coop_k=0, amax_k=8192):
+    """coop_k: the rows quantized by the programs (COOP, chunks of coop_k); quant_in 1: one row rounded
+    inside, 2: each program rounds its own rows (amax chunks of amax_k)."""
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in, AMAX_K=8192, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
+                  QUANT_IN=quant_in, AMAX_K=amax_k, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
             "cnt_ptr": "*i32", "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
@@ -330,6 +342,14 @@ def small_batch_cases():
         "direct MoE FC1 mxfp4 (HX 2: a sum per MX group)": lambda: moe_direct(
             1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=1),
         "direct MoE FC2 mxfp4 (HX 2)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=2),
+        "direct MoE FC1 mxfp4 (XW 2, PAIRS: two K tiles per iteration)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), XW=2, PAIRS=3), stage=1),
+        "direct MoE FC2 mxfp4 (XW 2, PAIRS)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), XW=2, PAIRS=3), stage=2),
+        "direct MoE FC1 mxfp4 (SLOTS: a token's top-k experts per program)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), SLOTS=3, BLOCK_K=256), stage=1),
+        "direct MoE FC2 mxfp4 (SLOTS)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), SLOTS=3, BLOCK_K2=256), stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -356,8 +376,12 @@ def words_cases():
         "dense nvfp4 words 256x128x64 w8": lambda: dense(2, 2, 16, dict(big, BLOCK_M=256, BLOCK_K=64)),
         "dequant mxfp4 words": lambda: dequant(1, 2, 32, words=True),
         "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
-        "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=True),
-        "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=True),
+        "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1),
+        "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=1),
+        "fp8 swap W8A8 per token, each program rounds its 16 rows (QUANT_IN 2)":
+            lambda: fp8_swap(c(16, 64, 4, 0), quant_in=2, amax_k=256),
+        "fp8 swap W8A8 per token, each program rounds its 32 rows (QUANT_IN 2) bn128":
+            lambda: fp8_swap(c(32, 128, 4, 0), quant_in=2, amax_k=128),
         "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 8192)":
             lambda: fp8_swap(c(16, 64, 4, 0), coop_k=8192),
         "fp8 swap W8A8 per token, rows quantized by the programs (COOP, 4096) bm32":

@@ -89,6 +89,9 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (m, symmetric)
         if fmt == "int4":       # one dot per K tile on the interleaved whole tile (E2M1 joins PTX-decoded words only)
             assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1}), e.apply(x)) < TOL, (m, symmetric)
+            # the whole tile in the word decoders' pair order, the activations read in that order (PERM)
+            assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1, "PERM": 1}), e.apply(x)) < TOL, \
+                (m, symmetric)
         # loads two K tiles ahead: the same products
         assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}),
                            t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric)
@@ -111,7 +114,11 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         assert rel(y, e.apply(x)) < TOL, (fmt, m)
         if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default) = the quantizer's codes
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-        elif gran == "token":   # the rows quantized by the GEMM's programs (COOP 1) = the quantizer's
+        else:                   # each program rounds its own rows (QUANT_IN 1) = the quantizer's codes; at
+            on, off = {**cfg, "QUANT_IN": 1, "num_warps": 1}, {**cfg, "QUANT_IN": 0}     # one warp the amax
+            assert t.gemm.quant_in(x, t.act, on) == 2 and t.gemm.quant_in_args(2, on)["AMAX_K"] == 64   # takes 5 chunks
+            assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, on), t.gemm(x, t.act, scale, torch.bfloat16, off))
+        if m > 1 and gran == "token":   # the rows quantized by the GEMM's programs (COOP 1) = the quantizer's
             assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}))
     if gran == "token":         # coop_token_codes left its counters at zero (a graph replay relies on it)

@@ -177,23 +177,53 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
-@pytest.mark.parametrize("fmt,mode,activation,hx", [("mxfp4", "w4a16_mx", "swigluoai", 1),
-                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2)])
-def test_moe_direct_f16_products_match_emulation(fmt, mode, activation, hx):
+#: the one-row MXFP4 kernels of TritonMoE.apply_direct: one pair per program (moe_up_split_kernel,
+#: moe_down_kernel) with the activations converted as loaded (XW 1) or left raw and the K loops two tiles
+#: per iteration (XW 2, PAIRS 3); or a token's top-k experts in one program (SLOTS 3: moe_up_slots_kernel,
+#: moe_down_slots_kernel)
+PAIR_XW1 = {"XW": 1, "PAIRS": 0, "SLOTS": 0}
+PAIR_XW2 = {"XW": 2, "PAIRS": 3, "SLOTS": 0}
+SLOTS = {"XW": 2, "SLOTS": 3, "BLOCK_K": 256, "BLOCK_K2": 256}
+
+
+@pytest.mark.parametrize("extra", [dict(PAIR_XW1, HX=1), dict(PAIR_XW1, HX=2), dict(PAIR_XW2, HX=2),
+                                   dict(SLOTS, HX=2)])
+def test_moe_direct_f16_products_match_emulation(extra):
     """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
-    packed sum per MX group) on the direct path, whole K tiles unmasked (TAIL), against oracle-emulation:
-    one and two tokens, a K tail (hidden 1056 is not a multiple of the 512-wide K tile), bias,
-    activations up to 1000 (exact in f16) and down to 1e-3."""
+    packed sum per MX group) on the direct path's kernels above, against oracle-emulation: one and two
+    tokens, a K tail (hidden 1056 is not a multiple of the K tile), bias, activations up to 1000 and
+    down to 1e-3."""
     from oracle_triton.moe import moe_gemv_config
 
-    t, ref = moe_pair(fmt, 32, 1056, 768, 4, mode, "bf16", activation=activation, bias=True, device="cuda")
-    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), HX=hx)
+    t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="swigluoai", bias=True,
+                      device="cuda")
+    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), **extra)
     for m in (1, 2):
         x = torch.randn(m, 1056, device="cuda", dtype=torch.bfloat16)
         x[0, :8] = torch.tensor([1000.0, -999.0, 1e-3, -1e-3, 0.0, 300.0, -0.5, 64.0])
         w, ids = routing(m, 32, 4, "cuda")
         err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
-        assert err < TOL, (fmt, m, err)
+        assert err < TOL, (extra, m, err)
+
+
+@pytest.mark.parametrize("extra", [PAIR_XW2, SLOTS])
+def test_moe_direct_f16_overflow_is_recomputed_in_fp32(extra):
+    """An activation of 1e5 (above f16's 65504) on the one-row MXFP4 kernels (HX 2): FC1's f16 products
+    overflow, and so do FC2's (silu without a clamp makes its inputs ~1e7); the guard (GUARD, on by
+    default) redoes those tiles in fp32, so the result matches oracle-emulation. Without the guard the
+    same call gives infinities or NaNs (what the test would miss if the guard did nothing)."""
+    from oracle_triton.moe import moe_gemv_config
+
+    t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="silu", device="cuda")
+    cfg = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), **extra)
+    x = torch.randn(1, 1056, device="cuda", dtype=torch.bfloat16)
+    x[0, :4] = torch.tensor([1e5, -7e4, 3e4, 1.0])
+    w, ids = routing(1, 32, 4, "cuda")
+    t.config = dict(cfg, GUARD=0)
+    assert not torch.isfinite(t.apply(x, w, ids)).all()
+    t.config = cfg
+    y = t.apply(x, w, ids)
+    assert torch.isfinite(y).all() and rel(y, ref.apply(x, w, ids)) < TOL, extra
 
 
 @pytest.mark.parametrize("fmt,mode,group,symmetric", [
@@ -258,6 +288,53 @@ def test_swap_kernel_matches_emulation_and_replays(fmt, symmetric, dtype):
            "DECODE": 3 if fmt == "int4" else 4, "num_warps": 4, "num_stages": 1}
     x = torch.randn(16, k, device="cuda", dtype=dtype)
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, dtype, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
+    """The few-row swap kernel's whole-tile join in the word decoders' pair order (PERM, the activations
+    read in that order) and the fused E2M1 decoder (DECODE 5: one packed multiply by 2**126 x scale):
+    N = 1000, a row tail, a bias, split-K 2, against the reference; DECODE 5 bitwise equal to the
+    two-step decoder (DECODE 4) in both loop forms, and to it again where the layer's scales are
+    declared out of the fused range (the launch falls back); captured and replayed."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    dec = 3 if fmt == "int4" else 5
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 2, "DECODE": dec, "FULL_TILE": 1,
+           "PERM": 1, "num_warps": 8, "num_stages": 1}
+    x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
+    y = t.gemm(x, 0, None, torch.bfloat16, cfg)
+    assert rel(y, e.apply(x)) < TOL
+    if fmt != "int4":
+        assert t.gemm.fused_ok
+        assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "DECODE": 4}))
+        plain = {**cfg, "FULL_TILE": 0, "PERM": 0}
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, plain), t.gemm(x, 0, None, torch.bfloat16,
+                                                                              {**plain, "DECODE": 4}))
+        t.gemm.fused_ok = False
+        assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, cfg))
+        t.gemm.fused_ok = True
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_gluon_gemm_matches_emulation_and_replays(fmt):
+    """w4_gluon (Gluon: decode beside asynchronous wgmma) on 4-bit words (INT4 with zero points): N = 1000
+    (a partial weight tile), M = 200 (a partial activation tile), 8 and 4 warps, against the reference;
+    captured and replayed (bitwise equal to an eager call); a layer with a bias, which it does not serve,
+    refuses the config by name."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", symmetric=False)
+    x = torch.randn(200, 3072, device="cuda", dtype=torch.bfloat16)
+    assert t.gemm.gluon_ok(x, 0, torch.bfloat16)
+    for warps, bm in ((8, 128), (4, 256)):
+        cfg = {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * warps, "num_warps": warps, "num_stages": 3}
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (warps, bm)
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+    tb, _ = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True)
+    assert not tb.gemm.gluon_ok(x, 0, torch.bfloat16)
+    with pytest.raises(ValueError, match="GLUON"):
+        tb.gemm(x, 0, None, torch.bfloat16, cfg)
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
@@ -350,7 +427,11 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default at M = 1): the quantizer's codes
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, cfg),
                                    t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
-            elif m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
+            elif split == 1 and m in (16, 29):     # each program rounds its own rows (QUANT_IN 1): the
+                # quantizer's codes, bit for bit
+                assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 1}),
+                                   t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0})), (m, bm, bn, split)
+            if m == 16 and gran == "token" and split == 1:   # the rows quantized by the GEMM's programs
                 assert t.gemm.coop_ok(x, t.act, {**cfg, "COOP": 1})   # (COOP 1, waiters sleeping on acquire
                 assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "COOP": 1}),   # loads): the
                                    t.gemm(x, t.act, scale, torch.bfloat16, cfg))                  # quantizer's codes
@@ -372,6 +453,13 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
         assert rel(out, e.apply(x)) < TOL
         assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None,
                                        torch.bfloat16, cfg))
+    g, out = _graph(lambda xx: t.gemm(xx, t.act, dynamic_tensor_scale(xx) if gran == "tensor" else None,   # QUANT_IN
+                                      torch.bfloat16, {**cfg, "QUANT_IN": 1}), x)                           # replayed
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, t.gemm(x, t.act, dynamic_tensor_scale(x) if gran == "tensor" else None, torch.bfloat16,
+                                   {**cfg, "QUANT_IN": 0}))
     if gran == "token":         # COOP in a launch plan (the second eager call replays it) and replayed in a
         t.gemm._configs[(16, t.act)] = {**cfg, "COOP": 1}       # graph: the quantizer's bits
         t.apply(x)

@@ -240,6 +240,33 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config(dict(wg, BLOCK_K=128), layout_for("int4", 256, 256, 64), "int4")
     with pytest.raises(ValueError, match="BLOCK_M/BLOCK_N"):
         check_config(dict(wg, BLOCK_N=32), words_layout("mxfp4", 256, 256))
+    sw = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "DECODE": 5, "FULL_TILE": 1, "PERM": 1}
+    check_config(sw, words_layout("nvfp4", 1000, 256))     # the fused decoder on E2M1 words, pair order
+    with pytest.raises(ValueError, match="DECODE=5 .*mxfp4.*word layout"):
+        check_config(sw, layout_for("mxfp4", 256, 256), "mxfp4")
+    with pytest.raises(ValueError, match="PERM .*FULL_TILE"):
+        check_config(dict(sw, FULL_TILE=0), words_layout("mxfp4", 256, 256))
+    gl = {"GLUON": 1, "BLOCK_M": 16, "num_warps": 4, "num_stages": 3, "SPLIT_K": 4}     # w4_gluon: words only
+    check_config(gl, words_layout("mxfp4", 256, 256))
+    check_config(dict(gl, BLOCK_M=256, num_warps=8), layout_for("int4", 256, 256, 128))
+    with pytest.raises(ValueError, match="GLUON .*mxfp4.*GPTQ's"):
+        check_config(gl, layout_for("mxfp4", 256, 256), "mxfp4")
+    with pytest.raises(ValueError, match="GLUON .*4 x warps"):
+        check_config(dict(gl, num_warps=8), words_layout("nvfp4", 256, 256))
+
+
+def test_fused_decoder_needs_scales_up_to_two():
+    """DECODE 5 multiplies by 2**126 x scale in bf16: finite and exact for scales <= 2 only, checked on the
+    layer's own scales (E8M0 byte 128 is 2; NVFP4's E4M3 scale times its global scale)."""
+    from oracle_triton.formats import fused_scales_ok, layout_for, words_layout
+
+    mx, nv = words_layout("mxfp4", 64, 256), words_layout("nvfp4", 64, 256)
+    assert fused_scales_ok(mx, torch.tensor([0, 120, 128], dtype=torch.uint8), None)
+    assert not fused_scales_ok(mx, torch.tensor([0, 129], dtype=torch.uint8), None)
+    e4m3 = torch.tensor([1.0, 448.0]).to(torch.float8_e4m3fn).view(torch.uint8)
+    assert fused_scales_ok(nv, e4m3, torch.tensor([2.0 / 448]))
+    assert not fused_scales_ok(nv, e4m3, torch.tensor([2.5 / 448]))
+    assert not fused_scales_ok(layout_for("mxfp4", 64, 256), torch.tensor([1], dtype=torch.uint8), None)
 
 
 @pytest.mark.slow

@@ -73,6 +73,24 @@ def test_split_up_kernel_matches_emulation(fmt, mode, act, params):
 
 
 @slow
+@pytest.mark.parametrize("fmt,mode,act,params", [("mxfp4", "w4a16_mx", "bf16", {}),
+                                                 ("fp8_block", "w8a16_block", "bf16", {})])
+def test_split_up_kernel_pairs_loop_gives_the_same_bits(fmt, mode, act, params):
+    """PAIRS 3 (the K loops of FC1's gate_up_products and FC2's gemv.row_products two tiles per iteration,
+    buffers alternating) gives the one-tile loops' bits: SPLIT_K 1 (two K tiles) and 3 (one tile per
+    slice, so the pair's second tile lies past the slice and is masked off; the third slice is empty);
+    FC2's K (384) is three 128-wide tiles."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    for split in (1, 3):
+        cfg = _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=split, BLOCK_N2=16, BLOCK_K2=128)
+        y = _direct(t, x, w, ids, dict(cfg, PAIRS=3))
+        assert torch.equal(y, _direct(t, x, w, ids, cfg)), (fmt, split)
+        assert rel(y, ref.apply(x, w, ids)) < TOL[act], (fmt, split)
+
+
+@slow
 def test_split_up_kernel_asymmetric_int4():
     t, ref = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", bias=True, device=DEV, group=128, symmetric=False)
     x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
@@ -137,6 +155,8 @@ def _gpu_configs(t):
             "mma_quant_pro": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=1, QUANT_IN=2),
             "mma_quant_pro_pdl": dict(MMA_SUM, BLOCK_N=64, QUANT_PRO=3, PDL=2, PF_NEXT=64),
             "mma_quant_last": dict(MMA, BLOCK_N=64, QUANT_PRO=1, QUANT_LAST=1),
+            "mma_persist": dict(MMA_SUM, BLOCK_N=64, BLOCK_N2=128, QUANT_PRO=1, QUANT_LAST=1, PERSIST=1, SWAP_AB=3,
+                                PF_HEAD=256, num_warps=8, num_stages=4),
             "swap": dict(SWAP, BLOCK_N=64, BLOCK_N1=64), "swap_aligned": dict(SWAP, SWAP=2, BLOCK_N=64, BLOCK_N1=64),
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
             "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
@@ -145,11 +165,13 @@ def _gpu_configs(t):
 
 
 PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro",
-         "mma_quant_pro_pdl", "mma_quant_last", "swap", "swap_aligned", "swap_words", "swap_words_aligned",
+         "mma_quant_pro_pdl", "mma_quant_last", "mma_persist", "swap", "swap_aligned", "swap_words", "swap_words_aligned",
          "swap_words_wide"]
 
 
-def _skip_swap(path, fmt, act):
+def _skip_swap(path, fmt, act, params=None):
+    if path == "mma_persist" and (act != "fp8" or (params or {}).get("activation_granularity") != "group"):
+        pytest.skip("the persistent launch serves W8A8 with 1x128 activation groups")
     if path.startswith("swap") and fmt.startswith("fp8"):
         pytest.skip("the swap-AB path serves 4-bit weights (W4A16, NVFP4 W4A4)")
     if path == "swap_words_wide" and fmt != "mxfp4":
@@ -165,7 +187,7 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
     if path.startswith(("mma_quant_fused", "mma_quant_pro", "mma_quant_last")) and \
             params.get("activation_granularity") != "group":
         pytest.skip("FC1 writes codes inside its GEMM for 1x128 activation groups only")
-    _skip_swap(path, fmt, act)
+    _skip_swap(path, fmt, act, params)
     t, ref = moe_pair(fmt, 32, 1024, 768, 4, mode, act, params, bias=True, device="cuda", group=128,
                       symmetric=False)
     t.config = _gpu_configs(t)[path]
@@ -182,7 +204,7 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
 def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
     """Captured once, replayed on new tokens and routings: each replay agrees with the reference and
     equals an eager call bit for bit (the split reduction's counters are back at zero)."""
-    _skip_swap(path, fmt, act)
+    _skip_swap(path, fmt, act, params)
     if path == "swap_words_wide":
         pytest.skip("swap_words_aligned's kernel on wider blocks: covered at model shapes (GPU time of the check)")
     if path == "mma_quant_last" and act != "fp8":
@@ -367,6 +389,30 @@ def test_tensor_core_direct_path_in_two_launches_gives_the_launch_bits():
                 t.rows, H, MMA_FUSED, 2 * K, direct=True, out_scales=sc)
     want, want_scales = quantize_activation_codes(inter, t.act, None, t.facts)
     assert torch.equal(codes, want.view(torch.uint8)) and torch.equal(scales, want_scales)
+
+
+@slow
+def test_persistent_launch_gives_the_two_launch_bits():
+    """PERSIST (moe_persist.moe_pairs_persistent_kernel): both GEMMs' direct tiles taken from one counter in
+    one launch (each FC1 tile rounds its input row, the last FC1 tile of a pair rounds FC2's codes and sets
+    the pair's flag, FC2 sums the slots) give the bits of the two-launch path, with biases and FC2's own
+    tile; twice in a row (the counters and flags are back at zero), and agree with oracle-emulation."""
+    params = {"activation_granularity": "group"}
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", params, bias=True, device=DEV)
+    for m in (1, 3):
+        x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(m, E, K, DEV)
+        two = dict(MMA_SUM, BLOCK_N2=64, QUANT_PRO=1, QUANT_LAST=1)
+        t.config = two
+        apart = t.apply(x, w, ids)
+        t.config = dict(two, PERSIST=1)
+        assert torch.equal(t.apply(x, w, ids), apart) and torch.equal(t.apply(x, w, ids), apart), m
+        for name in ("_last_counters", "_sum_counters", "_ready_flags", "_work_counters"):
+            assert int(getattr(t, name).abs().sum()) == 0, name
+        assert rel(apart, ref.apply(x, w, ids)) < TOL["fp8"]
+    t.config = dict(MMA_SUM, PERSIST=1, BLOCK_K=64)
+    with pytest.raises(ValueError, match="PERSIST"):
+        t.apply(x, w, ids)
 
 
 def test_two_launch_direct_path_refuses_what_it_cannot_round():
