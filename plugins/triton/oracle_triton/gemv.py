@@ -311,7 +311,15 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                         mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        if XW and HX != 0:
+        if XW == 2 and HX != 0:     # raw: tile_compute converts them (no use of the loads in this K step)
+            a64 = a_row.to(tl.pointer_type(tl.int64))
+            if FULL:
+                x = tl.load(a64 + jw * 2)
+                x2 = tl.load(a64 + jw * 2 + 1)
+            else:
+                x = tl.load(a64 + jw * 2, mask=jw * 8 < k_end, other=0)
+                x2 = tl.load(a64 + jw * 2 + 1, mask=jw * 8 < k_end, other=0)
+        elif XW and HX != 0:
             a64 = a_row.to(tl.pointer_type(tl.int64))
             q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
             if FULL:
@@ -358,7 +366,7 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
                  DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 HX: tl.constexpr = 0):
+                 HX: tl.constexpr = 0, XW: tl.constexpr = 0):
     """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
 
     wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
@@ -367,8 +375,11 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
     INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums. HX (E2M1
     words, DECODE 3, XW): each word's 8 products summed in packed f16 (_E2M1_HX_PTX), then scaled in fp32."""
+    if HX != 0 and XW == 2:         # tile_load left the activation words raw (bf16)
+        x = _f16x4(x)
+        x2 = _f16x4(x2)
     if HX == 2 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
-        res = acc + _hx_group_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)
+        res = acc + _hx_group_products(u, x[None, :, :], x2[None, :, :]) * _e2m1_scales(s, gscale, ELEM)
     elif HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
         res = acc + _hx_word_products(u, x, x2) * _e2m1_scales(s, gscale, ELEM)[:, :, None]
     elif KN and DECODE == 3:
@@ -481,17 +492,18 @@ def _split4(t):
 
 @triton.jit
 def _hx_group_products(u, xa, xb):
-    """HX 2: u [BN, G, 4] E2M1 words (one MX group per [n, g]), xa / xb [G, 4] their activations k 0-3 /
-    4-7 (64-bit words of f16) -> [BN, G] sums of each group's 32 products, values x 2**-6."""
+    """HX 2: u [..., G, 4] E2M1 words (one MX group per [..., g]), xa / xb their activations k 0-3 / 4-7
+    (64-bit words of f16) in a shape that broadcasts to u's (e.g. [1, G, 4] for one row) -> [..., G]
+    sums of each group's 32 products, values x 2**-6."""
     u0, u1, u2, u3 = _split4(u)
     a0, a1, a2, a3 = _split4(xa)
     b0, b1, b2, b3 = _split4(xb)
     return tl.inline_asm_elementwise(
         _E2M1_HX4_PTX, _E2M1_HX4_CONSTRAINTS,
-        [u0, u1, u2, u3, tl.broadcast_to(a0[None, :], u0.shape), tl.broadcast_to(a1[None, :], u0.shape),
-         tl.broadcast_to(a2[None, :], u0.shape), tl.broadcast_to(a3[None, :], u0.shape),
-         tl.broadcast_to(b0[None, :], u0.shape), tl.broadcast_to(b1[None, :], u0.shape),
-         tl.broadcast_to(b2[None, :], u0.shape), tl.broadcast_to(b3[None, :], u0.shape)],
+        [u0, u1, u2, u3, tl.broadcast_to(a0, u0.shape), tl.broadcast_to(a1, u0.shape),
+         tl.broadcast_to(a2, u0.shape), tl.broadcast_to(a3, u0.shape),
+         tl.broadcast_to(b0, u0.shape), tl.broadcast_to(b1, u0.shape),
+         tl.broadcast_to(b2, u0.shape), tl.broadcast_to(b3, u0.shape)],
         dtype=tl.float32, is_pure=True, pack=1)
 
 
@@ -569,12 +581,15 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                  ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_ZERO: tl.constexpr,
                  HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False):
+                 XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
+                 PAIRS: tl.constexpr = False):
     """acc + the products of K tiles t0..t1-1 of one activation row with rows offs_n of W, with the
     next tile's loads in flight while a tile is computed (two tiles ahead measured slower on an
     H200, 2026-12-02 R8: the extra registers cost more than the latency they hide). TAIL (tile_load's
     FULL applies): the whole K tiles in a loop of unmasked loads, then the last whole tile and the
-    partial one, if any, masked."""
+    partial one, if any, masked. PAIRS: that last loop two tiles per iteration, the two buffers
+    alternating: with one tile per iteration the sm_90 SASS copies the next tile's registers into the
+    current tile's at the loop's end, and the copy waits for the loads just issued."""
     n0 = tl.min(offs_n, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
     u, s, z, x, x2 = tile_load(a_row, t0 * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
@@ -587,16 +602,29 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
                                             SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX, True)
             acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
             u, s, z, x, x2 = un, sn, zn, xn, x2n
         t0 = tl.maximum(t0, t_full - 1)            # the tile in u; the loop below takes it and the tail
-    for t in range(t0, t1):
-        un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
-                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                        ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
-        acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                           DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
-        u, s, z, x, x2 = un, sn, zn, xn, x2n
+    if PAIRS:       # two tiles per iteration, the buffers alternating (a tile past t1 is masked off: zeros)
+        for t in range(t0, t1, 2):
+            ub, sb, zb, xb, x2b = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                            SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+            u, s, z, x, x2 = tile_load(a_row, (t + 2) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                       stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                                       SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, ub, sb, zb, xb, x2b, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+    else:
+        for t in range(t0, t1):
+            un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
+                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                            ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
+            acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+            u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 
 

@@ -177,23 +177,53 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
-@pytest.mark.parametrize("fmt,mode,activation,hx", [("mxfp4", "w4a16_mx", "swigluoai", 1),
-                                                    ("mxfp4", "w4a16_mx", "swigluoai", 2)])
-def test_moe_direct_f16_products_match_emulation(fmt, mode, activation, hx):
+#: the one-row MXFP4 kernels of TritonMoE.apply_direct: one pair per program (moe_up_split_kernel,
+#: moe_down_kernel) with the activations converted as loaded (XW 1) or left raw and the K loops two tiles
+#: per iteration (XW 2, PAIRS 3); or a token's top-k experts in one program (SLOTS 3: moe_up_slots_kernel,
+#: moe_down_slots_kernel)
+PAIR_XW1 = {"XW": 1, "PAIRS": 0, "SLOTS": 0}
+PAIR_XW2 = {"XW": 2, "PAIRS": 3, "SLOTS": 0}
+SLOTS = {"XW": 2, "SLOTS": 3, "BLOCK_K": 256, "BLOCK_K2": 256}
+
+
+@pytest.mark.parametrize("extra", [dict(PAIR_XW1, HX=1), dict(PAIR_XW1, HX=2), dict(PAIR_XW2, HX=2),
+                                   dict(SLOTS, HX=2)])
+def test_moe_direct_f16_products_match_emulation(extra):
     """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
-    packed sum per MX group) on the direct path, whole K tiles unmasked (TAIL), against oracle-emulation:
-    one and two tokens, a K tail (hidden 1056 is not a multiple of the 512-wide K tile), bias,
-    activations up to 1000 (exact in f16) and down to 1e-3."""
+    packed sum per MX group) on the direct path's kernels above, against oracle-emulation: one and two
+    tokens, a K tail (hidden 1056 is not a multiple of the K tile), bias, activations up to 1000 and
+    down to 1e-3."""
     from oracle_triton.moe import moe_gemv_config
 
-    t, ref = moe_pair(fmt, 32, 1056, 768, 4, mode, "bf16", activation=activation, bias=True, device="cuda")
-    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), HX=hx)
+    t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="swigluoai", bias=True,
+                      device="cuda")
+    t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), **extra)
     for m in (1, 2):
         x = torch.randn(m, 1056, device="cuda", dtype=torch.bfloat16)
         x[0, :8] = torch.tensor([1000.0, -999.0, 1e-3, -1e-3, 0.0, 300.0, -0.5, 64.0])
         w, ids = routing(m, 32, 4, "cuda")
         err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
-        assert err < TOL, (fmt, m, err)
+        assert err < TOL, (extra, m, err)
+
+
+@pytest.mark.parametrize("extra", [PAIR_XW2, SLOTS])
+def test_moe_direct_f16_overflow_is_recomputed_in_fp32(extra):
+    """An activation of 1e5 (above f16's 65504) on the one-row MXFP4 kernels (HX 2): FC1's f16 products
+    overflow, and so do FC2's (silu without a clamp makes its inputs ~1e7); the guard (GUARD, on by
+    default) redoes those tiles in fp32, so the result matches oracle-emulation. Without the guard the
+    same call gives infinities or NaNs (what the test would miss if the guard did nothing)."""
+    from oracle_triton.moe import moe_gemv_config
+
+    t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="silu", device="cuda")
+    cfg = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), **extra)
+    x = torch.randn(1, 1056, device="cuda", dtype=torch.bfloat16)
+    x[0, :4] = torch.tensor([1e5, -7e4, 3e4, 1.0])
+    w, ids = routing(1, 32, 4, "cuda")
+    t.config = dict(cfg, GUARD=0)
+    assert not torch.isfinite(t.apply(x, w, ids)).all()
+    t.config = cfg
+    y = t.apply(x, w, ids)
+    assert torch.isfinite(y).all() and rel(y, ref.apply(x, w, ids)) < TOL, extra
 
 
 @pytest.mark.parametrize("fmt,mode,group,symmetric", [

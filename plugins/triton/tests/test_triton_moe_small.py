@@ -73,6 +73,24 @@ def test_split_up_kernel_matches_emulation(fmt, mode, act, params):
 
 
 @slow
+@pytest.mark.parametrize("fmt,mode,act,params", [("mxfp4", "w4a16_mx", "bf16", {}),
+                                                 ("fp8_block", "w8a16_block", "bf16", {})])
+def test_split_up_kernel_pairs_loop_gives_the_same_bits(fmt, mode, act, params):
+    """PAIRS 3 (the K loops of FC1's gate_up_products and FC2's gemv.row_products two tiles per iteration,
+    buffers alternating) gives the one-tile loops' bits: SPLIT_K 1 (two K tiles) and 3 (one tile per
+    slice, so the pair's second tile lies past the slice and is masked off; the third slice is empty);
+    FC2's K (384) is three 128-wide tiles."""
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
+    x = torch.randn(2, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(2, E, K, DEV)
+    for split in (1, 3):
+        cfg = _cfg(t, BLOCK_N=32, BLOCK_K=128, SPLIT_K=split, BLOCK_N2=16, BLOCK_K2=128)
+        y = _direct(t, x, w, ids, dict(cfg, PAIRS=3))
+        assert torch.equal(y, _direct(t, x, w, ids, cfg)), (fmt, split)
+        assert rel(y, ref.apply(x, w, ids)) < TOL[act], (fmt, split)
+
+
+@slow
 def test_split_up_kernel_asymmetric_int4():
     t, ref = moe_pair("int4", E, H, I, K, "w4a16_int4", "bf16", bias=True, device=DEV, group=128, symmetric=False)
     x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
