@@ -34,6 +34,7 @@ from oracle.catalog import Mode
 
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
+MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -396,7 +397,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
-        for m in ms_list:
+        for m in MOE_M.get(name, ms_list):
             if time.perf_counter() > DEADLINE[0]:
                 skipped.append(f"{name} M={m}: not measured (--budget-s spent)")
                 print("  " + skipped[-1], flush=True)
@@ -585,6 +586,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
                          "new shape and M")
     ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
+    ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
+                    help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
+                         "that fits a device round)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -622,6 +626,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
+    for spec in args.moe_m:
+        name, _, ms = spec.partition("=")
+        if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
+            ap.error(f"--moe-m {spec!r}: expected MODEL=M[,M...] with MODEL one of {sorted(MOE)}")
+        MOE_M[name] = [int(v) for v in ms.split(",")]
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
