@@ -52,9 +52,25 @@ def build(engine: str, args) -> tuple:
     config = None
     if engine == "emulation":
         from oracle.config import KernelConfig
-        config = KernelConfig(linear_backend="emulation", moe_backend="emulation")
+        acts = json.loads(args.emulate_activations) if args.emulate_activations else {}
+        config = KernelConfig(linear_backend="emulation", moe_backend="emulation",
+                              linear_activation=acts.get("linear") or None, moe_activation=acts.get("moe") or None)
     model = syn.oracle_model(args.config, kind, args.layers, args.device, args.seed, config=config)
     return model, model.oracle.summary_lines()
+
+
+def activations_of(model) -> dict[str, dict[str, str]]:
+    """{op: {weight format: activation format}} of the kernels oracle selected (quantized layers only).
+
+    Why: the emulation run of the token check must round activations as the oracle kernels do. Left to
+    itself, oracle-emulation takes each format's default scheme (MXFP4 experts: W4A8 with MXFP8
+    activations), while the H200's Triton MoE kernel runs W4A16 (BF16 activations)."""
+    out: dict[str, dict[str, str]] = {}
+    for g in model.oracle.report.groups:
+        d = g.decision
+        if d.status == "selected" and d.activation_format:
+            out.setdefault(g.first.layer.op, {})[g.first.layer.weight_format] = d.activation_format
+    return out
 
 
 def transformers_unavailable() -> str:
@@ -98,6 +114,8 @@ def child(engine: str, args) -> dict:
     made = getattr(model, "_synthetic_make_s", None)     # oracle builds: the random tensors' share (host time)
     if made is not None:
         result["build_make_s"] = made
+    if engine in ("oracle", "emulation"):
+        result["activations"] = activations_of(model)
     phases = getattr(getattr(model, "oracle", None), "phase_seconds", None) or {}
     result["load_phase_s"] = phases                       # the loader's host seconds per phase
     print(f"built in {result['build_s']:.1f} s" + (f" ({made:.1f} s of it making the random tensors)" if made else "")
@@ -142,6 +160,10 @@ def child(engine: str, args) -> dict:
     if args.profile and engine != "emulation":
         result["profile"] = profile_eager(model, prompts[:1])
         save()
+    if args.ab_direct and engine == "oracle" and cuda:
+        result["direct_ab"] = ab_direct(model, prompts[:1], args.steps)
+        save()
+        print(result["direct_ab"]["line"], flush=True)
     if args.profile_host and engine != "emulation":
         result["host_profile"] = profile_host(model, prompts[:1])
         save()
@@ -208,7 +230,7 @@ def profile_kernels(model, ids, mode: str, steps: int = 4) -> str:
     total = sum(v[0] for v in by_name.values()) / steps
     title = (f"b{ids.shape[0]} {dec.mode}: GPU kernel time {total:.0f} us per step ({total / layers:.1f} us per "
              f"layer over {layers} layers), {sum(v[1] for v in by_name.values()) / steps:.0f} kernels per step")
-    return _ranked_table(title, ("kernel", "us per step", "per layer", "calls per step"), by_name, 40,
+    return _ranked_table(title, ("kernel", "us per step", "per layer", "calls per step"), by_name, 60,
                          lambda name, us, n: (name[:110], f"{us / steps:.1f}", f"{us / steps / layers:.2f}",
                                               f"{n / steps:.1f}"))
 
@@ -234,6 +256,36 @@ def profile_eager(model, ids, steps: int = 4) -> str:
                                                           "cuLaunchKernelEx", "cudaGraphLaunch"))
     return (f"per step: {launches / steps:.0f} kernel/graph launches; operators by self CPU time over {steps} steps\n"
             + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60))
+
+
+def ab_direct(model, ids, steps: int, blocks: int = 4) -> dict:
+    """Eager batch-1 decode with the callers' direct replays of in-place graphs
+    (oracle.integration.eager_graphs.PlacedCalls) on and off, in alternating blocks of one decoder (the
+    same cache, addresses and graphs; host drift hits both alike): ms per step of each."""
+    import torch
+
+    from oracle.hf.decode import Decoder
+    from oracle.integration import eager_graphs
+
+    per = max(1, steps // blocks)
+    dec = Decoder(model, 1, ids.shape[1] + 16 + 2 * blocks * per + 8, "eager")
+    dec.generate(ids, 16)
+    spent = {True: 0.0, False: 0.0}
+    try:
+        for i in range(2 * blocks):
+            eager_graphs.DIRECT = on = i % 2 == 0
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(per):
+                dec.step()
+            torch.cuda.synchronize()
+            spent[on] += time.perf_counter() - t
+    finally:
+        eager_graphs.DIRECT = True
+    on, off = (1e3 * spent[k] / (blocks * per) for k in (True, False))
+    return {"direct_ms": on, "no_direct_ms": off, "steps_each": blocks * per,
+            "line": f"eager b1, direct replays on / off in alternating blocks of {per} steps: {on:.2f} / {off:.2f} "
+                    f"ms per step ({blocks * per} steps each)"}
 
 
 def profile_host(model, ids, steps: int = 16) -> str:
@@ -336,6 +388,9 @@ def table(results: dict[str, dict], args) -> str:
     emu, ora = results.get("emulation", {}), results.get("oracle", {})
     if "check" in ora and "perturbed" in emu:
         load = (lambda c: {**c, "states": torch.load(c["states"])})
+        same = emu.get("activations") == ora.get("activations")
+        lines += ["", f"activation formats: oracle {ora.get('activations')}, emulation {emu.get('activations')}"
+                  + ("" if same else " (NOT the same: the comparison mixes rounding schemes)")]
         lines += [""] + token_check.report(load(ora["check"]), load(emu["check"]), load(emu["perturbed"])) + [""]
     for name, r in results.items():
         for b in args.batch:
@@ -350,6 +405,9 @@ def table(results: dict[str, dict], args) -> str:
         if r.get("profile") and args.profile:
             lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
                       *("    " + line for line in r["profile"].splitlines()[1:])]
+    for name, r in results.items():
+        if r.get("direct_ab"):
+            lines += ["", f"{name} {r['direct_ab']['line']}"]
     for name, r in results.items():
         if r.get("host_profile"):
             lines += ["", f"{name} eager batch-1 host time by module:", "", *r["host_profile"].splitlines()]
@@ -388,10 +446,13 @@ def main() -> None:
                     help="add the host time of an eager batch-1 step by module role (kv_b_proj, experts, ...)")
     ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
                     help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
+    ap.add_argument("--ab-direct", action="store_true",
+                    help="oracle: eager b1 steps with the direct replays of in-place graphs on and off, alternating")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
     ap.add_argument("--out", type=Path, help="write the table (markdown) and the raw results (json) here")
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",
                     help="seconds per engine process, for all or per engine (oracle=90 bf16=70)")
+    ap.add_argument("--emulate-activations", help=argparse.SUPPRESS)   # the oracle run's, for the emulation run
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -418,6 +479,8 @@ def main() -> None:
             continue
         out = tmp / f"{engine}.json"
         cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
+        if engine == "emulation" and results.get("oracle", {}).get("activations"):
+            cmd += ["--emulate-activations", json.dumps(results["oracle"]["activations"])]
         t = time.perf_counter()
         limit = timeouts.get(engine, timeouts.get("", 900))
         log = tmp / f"{engine}.log"

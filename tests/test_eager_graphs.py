@@ -10,6 +10,7 @@ whose capture fails falls back to raw calls with one warning.
 """
 from __future__ import annotations
 
+import types
 import warnings
 
 import pytest
@@ -157,3 +158,134 @@ def test_a_capture_that_fails_falls_back_with_one_warning():
     assert torch.equal(y, x * 2 + raw.b)
     assert eager.off_reason and len([w for w in seen if "not replayed" in str(w.message)]) == 1
     assert torch.equal(eager(x), x * 2 + raw.b)           # the device is still usable
+
+
+# ---------------------------------------------------------------- PlacedCalls: the caller's shortcut
+class FakeGraph:
+    """Stands in for a CUDA graph on the CPU: a replay recomputes the kernel's result into its buffer."""
+
+    def __init__(self, x, out, b):
+        self.x, self.out, self.b, self.replays = x, out, b, 0
+
+    def replay(self):
+        self.replays += 1
+        torch.add(self.x * 2, self.b, out=self.out)
+
+
+class PlacingKernel:
+    """A linear-like kernel whose eager calls an in-place graph serves from the second call at an address
+    on (what EagerGraphs does on a GPU inside borrowed_outputs), reporting it in `eager.last_placed`."""
+
+    def __init__(self, n=8, copy_input=False):
+        self.b = torch.arange(n, dtype=torch.float32)
+        self.copy_input = copy_input
+        self.eager = types.SimpleNamespace(last_placed=None, generation=0, served=[0, 0, 0])
+        self.graphs: dict[int, FakeGraph] = {}
+        self.applies = 0
+
+    def reset(self):
+        """What EagerGraphs.reset does: every graph dropped, the generation bumped."""
+        self.graphs.clear()
+        self.eager.generation += 1
+
+    def apply(self, x):
+        self.applies += 1
+        x2 = x.reshape(-1, x.shape[-1])
+        if self.copy_input:                       # e.g. a cast: the graph would read a copy, not x
+            x2 = x2.clone()
+        graph = self.graphs.get(x2.data_ptr())
+        if graph is None:
+            self.eager.last_placed = None
+            self.graphs[x2.data_ptr()] = FakeGraph(x2, torch.empty(x2.shape[0], self.b.numel()), self.b)
+            return (x2 * 2 + self.b).reshape(*x.shape[:-1], -1)
+        graph.replay()
+        self.eager.last_placed = (graph, graph.out, (x2.data_ptr(),))
+        return graph.out.reshape(*x.shape[:-1], -1)
+
+
+def test_runner_replays_a_kept_graph_without_the_kernel_inside_decode_steps_only():
+    from oracle.hf.modules import FusedRunner, KernelLinear
+
+    kernel = PlacingKernel()
+    runner = FusedRunner(kernel, 8, 8)
+    lo, hi = KernelLinear(runner, 0, 3, None), KernelLinear(runner, 3, 8, None)
+    x = torch.randn(1, 1, 8)
+    with borrowed_outputs():
+        for step in range(5):
+            x.copy_(torch.randn_like(x))
+            want = x * 2 + kernel.b
+            a, b = lo(x), hi(x)
+            assert torch.equal(a, want[..., :3]) and torch.equal(b, want[..., 3:])
+        assert kernel.applies == 2 and runner.placed.hit                 # the kernel ran for steps 0 and 1 only
+        version = a._version
+        a2 = lo(x)
+        assert a2 is a and a._version > version                          # same rows object; the replay bumped it
+        hi(x)
+    x.copy_(torch.randn_like(x))
+    assert torch.equal(lo(x), (x * 2 + kernel.b)[..., :3]) and kernel.applies == 3   # outside: the kernel runs
+    assert runner._x is x and torch.equal(hi(x), (x * 2 + kernel.b)[..., 3:]) and kernel.applies == 3
+    assert runner._x is None                                              # the last part dropped the input
+
+
+def test_runner_keeps_nothing_when_the_graph_reads_a_copy_or_the_graphs_were_reset():
+    from oracle.hf.modules import FusedRunner
+
+    copying = PlacingKernel(copy_input=True)
+    runner = FusedRunner(copying, 8, 8)
+    x = torch.randn(2, 8)
+    with borrowed_outputs():
+        for _ in range(4):
+            assert torch.equal(runner(x), x * 2 + copying.b)
+    assert not runner.placed.kept and copying.applies == 4
+
+    kernel = PlacingKernel()
+    runner = FusedRunner(kernel, 8, 8)
+    with borrowed_outputs():
+        for _ in range(3):
+            runner(x)
+        assert runner.placed.kept and kernel.applies == 2
+        kernel.reset()
+        x.copy_(torch.randn_like(x))
+        assert torch.equal(runner(x), x * 2 + kernel.b) and kernel.applies == 3 and not runner.placed.kept
+
+
+def test_a_kernel_output_fed_straight_to_the_next_runner_is_never_taken_for_last_steps():
+    """A replay rewrites the same result tensor without autograd knowing: PlacedCalls bumps its version,
+    so a runner whose input is that very tensor recomputes (no stale identity hit across steps)."""
+    from oracle.hf.modules import FusedRunner
+
+    first, second = PlacingKernel(), PlacingKernel()
+    r1, r2 = FusedRunner(first, 8, 8), FusedRunner(second, 8, 8)
+    x = torch.randn(1, 8)
+    with borrowed_outputs():
+        for _ in range(4):
+            x.copy_(torch.randn_like(x))
+            assert torch.equal(r2(r1(x)), (x * 2 + first.b) * 2 + second.b)
+
+
+@gpu
+def test_runner_replays_the_kernels_in_place_graph_directly_on_a_gpu():
+    """FusedRunner over a real EagerGraphs kernel in decode steps: from the third step on the runner
+    replays the in-place graph itself (the kernel's apply is not called), and every step reads the
+    input's new contents."""
+    from oracle.hf.modules import FusedRunner
+
+    raw = Counting("cuda")
+
+    class Kernel:
+        eager = EagerGraphs(raw)
+        applies = 0
+
+        def apply(self, x):
+            self.applies += 1
+            return self.eager(x.reshape(-1, 8)).reshape(*x.shape[:-1], 8)
+
+    kernel = Kernel()
+    runner = FusedRunner(kernel, 8, 8)
+    x = torch.randn(1, 1, 8, device="cuda")
+    with borrowed_outputs():
+        for _ in range(6):
+            x.copy_(torch.randn_like(x))
+            assert torch.equal(runner(x), x * 2 + raw.b)
+    assert kernel.applies == 2 and raw.calls == 2 and runner.placed.kept    # raw, capture, then 4 direct replays
+    assert kernel.eager.served == [5, 0, 1]

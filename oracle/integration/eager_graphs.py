@@ -67,6 +67,8 @@ MAX_ADDRESSES = 16
 _anchors: dict[Any, Any] = {}
 #: device -> the one side stream every capture on it runs on (see the module docstring)
 _streams: dict[Any, Any] = {}
+#: PlacedCalls replays kept graphs directly (benchmarks switch it off to measure what it saves)
+DIRECT = True
 #: set inside `borrowed_outputs()`: replays hand out the graph's output buffer itself
 _borrowing: contextvars.ContextVar[bool] = contextvars.ContextVar("oracle_eager_borrowing", default=False)
 
@@ -116,9 +118,16 @@ class EagerGraphs:
         self.seen_at: dict[tuple, int] = {}
         #: calls served by [an in-place replay, a replay after a copy in, the raw call] (benchmarks read it)
         self.served = [0, 0, 0]
+        #: the last call's (in-place graph, its output, its inputs' addresses), None if another path served
+        #: it: what a caller's `PlacedCalls` keeps to replay that graph without this kernel's Python
+        self.last_placed: tuple[Any, Any, tuple[int, ...]] | None = None
+        #: bumped by `reset`: a caller's kept graphs of an older generation are stale
+        self.generation = 0
 
     def reset(self) -> None:
         """Forget every captured call (the kernel's launch parameters changed)."""
+        self.generation += 1
+        self.last_placed = None
         self.graphs.clear()
         self.seen.clear()
         self.placed.clear()
@@ -128,6 +137,7 @@ class EagerGraphs:
         import torch
 
         first = inputs[0]
+        self.last_placed = None
         if self.off_reason is not None or not first.is_cuda or first.shape[0] > self.max_rows or \
                 torch.cuda.is_current_stream_capturing():
             self.served[2] += 1
@@ -160,6 +170,7 @@ class EagerGraphs:
         placed = self.placed.get(where)
         if placed is not None:
             placed[0].replay()
+            self.last_placed = (placed[0], placed[1], tuple(t.data_ptr() for t in inputs))
             return placed[1]
         if len(self.placed) >= MAX_PLACED or (where not in self.seen_at and len(self.seen_at) >= MAX_ADDRESSES):
             return None
@@ -197,9 +208,75 @@ class EagerGraphs:
         if in_place:         # the graph reads the caller's tensors: replayed only while inputs lie there
             self.placed[key] = (graph, out)
             graph.replay()
+            self.last_placed = (graph, out, tuple(t.data_ptr() for t in inputs))
             return out
         static = list(static)
         self.graphs[key] = (graph, static, out)
         torch._foreach_copy_(static, inputs)
         graph.replay()
         return out.clone()
+
+
+class PlacedCalls:
+    """A caller's shortcut to a kernel's in-place graphs inside a decode step: inputs at the same
+    addresses, shapes, strides, dtypes and device as a call that an in-place graph served -> replay that
+    graph and hand back the result that call returned (a view of the graph's output buffer), without
+    running the kernel's `apply` (its input checks, reshapes and the graph lookup are functions of
+    exactly that key, so they would give the same answer).
+
+    Why: R13's host profile (H200, DeepSeek-R1 geometry, eager batch 1) put an in-place replayed FP8
+    projection at 47-73 us of host time against 31-44 for BF16's one cuBLAS call; the graph launch is
+    ~17 us of it, the rest is Python around it (module -> runner -> apply -> checks -> reshape ->
+    graph lookup -> reshape -> slice), paid ~28 times per step.
+
+    Kept only when the kernel reports (`EagerGraphs.last_placed`) that the graph read the caller's own
+    tensors (the same addresses: no copy, cast or reshape-copy in between) and the result is a view of
+    that graph's output in the caller's dtype. Used only inside `borrowed_outputs()` (each result is
+    read before the same kernel runs again); dropped when the kernel's graphs are reset."""
+
+    def __init__(self, kernel: Any, limit: int = MAX_PLACED):
+        from torch.autograd.graph import increment_version
+
+        self._bump_version = increment_version
+        self.eager = getattr(kernel, "eager", None)
+        self.limit = limit
+        self.kept: dict[tuple, tuple[Any, Any]] = {}
+        self.generation = getattr(self.eager, "generation", 0)
+        #: whether the last `replay` served its call (callers may keep views of the result then)
+        self.hit = False
+
+    @staticmethod
+    def key(inputs: tuple) -> tuple:
+        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.get_device()) for t in inputs)
+
+    def replay(self, key: tuple) -> Any:
+        """The kept result for `key` after replaying its graph; None (nothing run) if there is none."""
+        self.hit = False
+        if not self.kept or not DIRECT or not _borrowing.get():
+            return None
+        if self.eager.generation != self.generation:       # the kernel's graphs were reset
+            self.kept.clear()
+            return None
+        found = self.kept.get(key)
+        if found is None:
+            return None
+        found[0].replay()
+        self.eager.served[0] += 1       # an in-place replay, counted where the kernel counts its own
+        self._bump_version(found[1])    # a replay rewrote it: callers that key on `_version` must see that
+        self.hit = True
+        return found[1]
+
+    def remember(self, key: tuple, inputs: tuple, result: Any) -> None:
+        """After a call through the kernel: keep (graph, result) if an in-place graph served exactly `inputs`."""
+        last = getattr(self.eager, "last_placed", None)
+        if last is None or not _borrowing.get() or len(self.kept) >= self.limit:
+            return
+        graph, out, addresses = last
+        if addresses != tuple(t.data_ptr() for t in inputs) or not all(t.is_contiguous() for t in inputs):
+            return
+        if not isinstance(result, type(out)) or result.data_ptr() != out.data_ptr() or result.dtype != out.dtype:
+            return
+        if self.eager.generation != self.generation:
+            self.kept.clear()
+            self.generation = self.eager.generation
+        self.kept[key] = (graph, result)

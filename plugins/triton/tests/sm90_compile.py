@@ -129,6 +129,22 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
     return compile_kernel(mk.moe_gemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
+def moe_persist(cfg: dict, stages: int = 4):
+    """moe_persist.moe_pairs_persistent_kernel as TritonMoE.apply_persistent launches it (1x128 groups, block
+    scales, gated FC1, both GEMMs on SWAP_AB tiles)."""
+    import oracle_triton.moe_persist as mp
+
+    ptrs = {"x_ptr": "*bf16", "xq_ptr": "*fp8e4nv", "xqc_ptr": "*u8", "w1_ptr": "*fp8e4nv", "b1_ptr": "*bf16",
+            "inter_ptr": "*bf16", "iq_ptr": "*fp8e4nv", "iqc_ptr": "*u8", "w2_ptr": "*fp8e4nv", "b2_ptr": "*bf16",
+            "out_ptr": "*bf16", "ids_ptr": "*i32", "last_cnt_ptr": "*i32", "sum_cnt_ptr": "*i32", "ready_ptr": "*i32",
+            "work_ptr": "*i32", "done_ptr": "*i32"}
+    consts = dict(ACTFN=0, GATED=True, INTERLEAVED=False, HAS_LIMIT=False, GROUP1=128, GROUP2=128, SCALE_ROWS=128,
+                  HAS_BIAS1=False, HAS_BIAS2=False, BLOCK_N1=cfg["BLOCK_N"], BLOCK_N2=cfg["BLOCK_N2"], BLOCK_K=128,
+                  HW_FP8=True, DOT_F32=False, OUT_F16=False, FP8_DOT=True, UNIFORM1=True, UNIFORM2=True, EVEN_K1=True,
+                  EVEN_K2=True, K_GROUPS=64, N_GROUPS=16, SWAP1=True, SWAP2=True, PF_HEAD=0, SPIN_ASM=True)
+    return compile_kernel(mp.moe_pairs_persistent_kernel, ptrs, consts, cfg["num_warps"], stages)
+
+
 def act_codes(act: int, one_tile_k: int = 0):
     from oracle_triton.launch import TOKEN_K, TOKEN_ROWS, TOKEN_WARPS
 
@@ -166,6 +182,8 @@ def default_cases():
                                                                           scale_rows=128),
         "moe W8A8 fp8_block FC2 SWAP_AB (16x128 tiles, 4 warps)": lambda: moe(0, 1, 128, swap8, stage=2, codes=1,
                                                                            scale_rows=128),
+        "moe W8A8 fp8_block persistent FC1 + FC2 (PERSIST, DeepSeek-R1 tiles, 4 warps)": lambda: moe_persist(
+            {"BLOCK_N": 64, "BLOCK_N2": 128, "num_warps": 4}),
     }
 
 

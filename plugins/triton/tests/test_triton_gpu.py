@@ -307,26 +307,6 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
-def test_gluon_gemm_matches_emulation_and_replays(fmt):
-    """w4_gluon (Gluon: decode beside asynchronous wgmma) on 4-bit words (INT4 with zero points): N = 1000
-    (a partial weight tile), M = 200 (a partial activation tile), 8 and 4 warps, against the reference;
-    captured and replayed (bitwise equal to an eager call); a layer with a bias, which it does not serve,
-    refuses the config by name."""
-    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
-    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", symmetric=False)
-    x = torch.randn(200, 3072, device="cuda", dtype=torch.bfloat16)
-    assert t.gemm.gluon_ok(x, 0, torch.bfloat16)
-    for warps, bm in ((8, 128), (4, 256)):
-        cfg = {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * warps, "num_warps": warps, "num_stages": 3}
-        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), e.apply(x)) < TOL, (warps, bm)
-    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
-    tb, _ = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True)
-    assert not tb.gemm.gluon_ok(x, 0, torch.bfloat16)
-    with pytest.raises(ValueError, match="GLUON"):
-        tb.gemm(x, 0, None, torch.bfloat16, cfg)
-
-
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
 def test_words_full_tile_gemm_matches_emulation_and_replays(fmt, dtype):
     """The large-M 4-bit GEMM with whole tiles decoded by words (FULL_TILE 2: E2M1 bit placement,
