@@ -34,6 +34,7 @@ from oracle.catalog import Mode
 
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
+MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -396,7 +397,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
-        for m in ms_list:
+        for m in MOE_M.get(name, ms_list):
             if time.perf_counter() > DEADLINE[0]:
                 skipped.append(f"{name} M={m}: not measured (--budget-s spent)")
                 print("  " + skipped[-1], flush=True)
@@ -490,8 +491,8 @@ def _compile_dense_jobs(job: tuple) -> str:
     of the configurations it would try (every workers-th), and oracle-triton's layer for every
     workers-th pair: Triton compiles them into its on-disk cache, so the timing process's own
     autotuning (all configurations, a quiet GPU) only times them."""
-    index, workers, pairs, tune_ms, pins = job
-    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config)
+    index, workers, pairs, tune_ms, pins, peers = job
+    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config and --peers)
     if tune_ms:
         _tune_time(tune_ms)
     from triton.runtime import autotuner
@@ -506,9 +507,10 @@ def _compile_dense_jobs(job: tuple) -> str:
     modes = {d[1]: d for d in DENSE_MODES}
     quantized: dict = {}
     for j, (name, mode_name, m) in enumerate(pairs):
-        fmt, _, act, params, peers = modes[mode_name]
+        fmt, _, act, params, mode_peers = modes[mode_name]
         n, k = DENSE[name]
-        cands = (("oracle",) if j % workers == index else ()) + tuple(p for p in peers if p == "gemlite")
+        cands = (("oracle",) if j % workers == index else ()) + \
+            tuple(p for p in mode_peers if p == "gemlite" and (peers is None or p in peers))
         if not cands:
             continue
         try:
@@ -534,8 +536,8 @@ def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: flo
     """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
     `workers` processes at once; best effort, as precompile_moe."""
     pairs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
-    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS)) for i in range(workers)], workers, timeout_s,
-              "dense")
+    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS), PEERS[0]) for i in range(workers)],
+              workers, timeout_s, "dense")
 
 
 def _pool_run(fn, jobs: list, workers: int, timeout_s: float, what: str) -> None:
@@ -584,6 +586,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip gemlite (said so per row) after this many seconds of the run: it autotunes each "
                          "new shape and M")
     ap.add_argument("--budget-s", type=float, help="MoE: start no new model or M after this many seconds")
+    ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
+                    help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
+                         "that fits a device round)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -621,6 +626,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
+    for spec in args.moe_m:
+        name, _, ms = spec.partition("=")
+        if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
+            ap.error(f"--moe-m {spec!r}: expected MODEL=M[,M...] with MODEL one of {sorted(MOE)}")
+        MOE_M[name] = [int(v) for v in ms.split(",")]
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .moe_kernels import moe_gemm_kernel
+from .moe_kernels import moe_gemm_kernel, quantize_row_codes
 from .pdl import wait_until_at_least
 
 
@@ -39,7 +39,7 @@ def _wait_ready(ready_ptr, pair, SPIN_ASM: tl.constexpr):
 
 @triton.jit
 def moe_pairs_persistent_kernel(
-        # FC1: the tokens (layer dtype) and their codes / scales (written by each FC1 tile, QUANT_PRO; xq and
+        # FC1: the tokens (layer dtype) and their codes / scales (written by each program first; xq and
         # xqc: one buffer as the dot's operand type and as bytes), w13 and its scales, bias, FC1's output rows
         # and the rounded ones FC2 reads (iq / iqc: one buffer, as xq / xqc) with their scales
         x_ptr, xq_ptr, xqc_ptr, xs_ptr, w1_ptr, s1_ptr, b1_ptr, inter_ptr, iq_ptr, iqc_ptr, is_ptr,
@@ -66,6 +66,12 @@ def moe_pairs_persistent_kernel(
     n2 = tl.cdiv(H, BLOCK_N2)
     total1 = T * n1
     total = total1 + T * n2
+    # FC1's input codes, once per program (every program writes the same bytes and reads its own): the
+    # two-launch path rounds the pair's row in every FC1 program's prologue (QUANT_PRO), here that would
+    # be once per tile, in series
+    for m in range(0, M):
+        quantize_row_codes(x_ptr + m * stride_x, xqc_ptr + m * stride_x, xs_ptr + m, M, H,
+                           K_GROUPS)
     tile = tl.atomic_add(work_ptr, 1)
     while tile < total:
         if tile < total1:
@@ -77,8 +83,7 @@ def moe_pairs_persistent_kernel(
                             1, ACTFN, GATED, INTERLEAVED, HAS_LIMIT, False, True, 0, 1, GROUP1, SCALE_ROWS, False, True,
                             HAS_BIAS1, 16, BLOCK_N1, BLOCK_K, HW_FP8, DOT_F32, OUT_F16,
                             A_CODES=1, FP8_DOT=FP8_DOT, UNIFORM_WS=UNIFORM1, EVEN_K=EVEN_K1, DIRECT=True,
-                            os_ptr=is_ptr, xq_ptr=x_ptr, qc_ptr=xqc_ptr, stride_xq=stride_x, QUANT_PRO=True,
-                            K_GROUPS=K_GROUPS, cnt_ptr=last_cnt_ptr, lq_ptr=iqc_ptr, QUANT_LAST=True, N_GROUPS=N_GROUPS,
+                            os_ptr=is_ptr, cnt_ptr=last_cnt_ptr, lq_ptr=iqc_ptr, QUANT_LAST=True, N_GROUPS=N_GROUPS,
                             SWAP_AB=SWAP1, PF_HEAD=PF_HEAD, TILE_ARGS=True, tile_m=tile // n1, tile_n=tile % n1,
                             ready_ptr=ready_ptr, READY=True)
         else:
