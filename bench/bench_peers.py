@@ -491,8 +491,8 @@ def _compile_dense_jobs(job: tuple) -> str:
     of the configurations it would try (every workers-th), and oracle-triton's layer for every
     workers-th pair: Triton compiles them into its on-disk cache, so the timing process's own
     autotuning (all configurations, a quiet GPU) only times them."""
-    index, workers, pairs, tune_ms, pins = job
-    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config)
+    index, workers, pairs, tune_ms, pins, peers = job
+    GEMLITE_PINS[:] = pins          # (a spawned process: the parent's --gemlite-load-config and --peers)
     if tune_ms:
         _tune_time(tune_ms)
     from triton.runtime import autotuner
@@ -507,9 +507,10 @@ def _compile_dense_jobs(job: tuple) -> str:
     modes = {d[1]: d for d in DENSE_MODES}
     quantized: dict = {}
     for j, (name, mode_name, m) in enumerate(pairs):
-        fmt, _, act, params, peers = modes[mode_name]
+        fmt, _, act, params, mode_peers = modes[mode_name]
         n, k = DENSE[name]
-        cands = (("oracle",) if j % workers == index else ()) + tuple(p for p in peers if p == "gemlite")
+        cands = (("oracle",) if j % workers == index else ()) + \
+            tuple(p for p in mode_peers if p == "gemlite" and (peers is None or p in peers))
         if not cands:
             continue
         try:
@@ -535,8 +536,8 @@ def precompile_dense(ms: list[int], workers: int, timeout_s: float, tune_ms: flo
     """Compile the dense table's Triton kernels (ours and gemlite's, per shape, mode and M) in
     `workers` processes at once; best effort, as precompile_moe."""
     pairs = [(name, d[1], m) for name in DENSE for d in DENSE_MODES for m in ms]
-    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS)) for i in range(workers)], workers, timeout_s,
-              "dense")
+    _pool_run(_compile_dense_jobs, [(i, workers, pairs, tune_ms, list(GEMLITE_PINS), PEERS[0]) for i in range(workers)],
+              workers, timeout_s, "dense")
 
 
 def _pool_run(fn, jobs: list, workers: int, timeout_s: float, what: str) -> None:
