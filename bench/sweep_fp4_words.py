@@ -51,8 +51,12 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: multiply per value pair) and JOIN's K order that keeps each decoded register pair whole (PERM), whose
 #: sm_90 loop (Triton 3.6, 8192x8192 MXFP4 at 128x16 tiles, 8 warps) has 267 instructions and one
 #: wgmma wait per K tile against the shipped tiles' 413 and eight waits (INT4: 233 against 306).
-SWAP_GRID = [(128, 8, 1.5, 1, 1, 1), (128, 4, 1.5, 1, 1, 1), (64, 4, 3, 1, 1, 1), (128, 8, 1.5, 0, 1, 1),
-             (64, 4, 6, 1, 1, 1)]
+#: R16 (all four shapes): the joined tiles 1.4-2.9x slower than the shipped per-nibble dots in every case
+#: (8192x8192 MXFP4 61.4 against 30.6), the fused decoder on the shipped tiles 3-8% faster (28.6 against
+#: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
+#: R17: K tiles of 256 with the fused decoder 1.1-1.9x slower than 128 (8192x8192 MXFP4 41.7 against
+#: 28.6), so dropped too; the fused decoder on each shipped default is timed as "words default d5".
+SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -70,19 +74,6 @@ WG_GRID = [(64, 256, 64, 4, 3, 1), (64, 256, 128, 4, 3, 1), (64, 256, 64, 4, 3, 
 #: The same kernel at M <= 32 (16-row activation tiles: wgmma's narrow N side), split-K to fill the SMs.
 #: R13 (8192x8192 M=16): 30.6-43.6 us against the swap kernel's 26.8 (INT4) / 30.5 (MXFP4).
 WG_FEW = [(128, 16, 128, 4, 3, 1.5), (64, 16, 128, 4, 3, 3)]
-
-
-#: Seventh pass (2026-12-02, session 7): w4_gluon (Gluon: decode of tile t + 1 beside the asynchronous wgmma
-#: of tile t, weights and activations from shared memory): (warps = BLOCK_N / 16, BLOCK_M, activation stages).
-GLUON_GRID = [(8, 128, 3), (8, 256, 3), (4, 256, 3)]
-#: ... and at M <= 32 (16-row activation tiles): split-K waves.
-GLUON_FEW = [3, 6]
-
-
-def gluon_grid(m: int) -> list[tuple[str, dict]]:
-    return [(f"gluon bn{16 * nw} bm{bm} st{st}", {"GLUON": 1, "BLOCK_M": bm, "BLOCK_N": 16 * nw, "num_warps": nw,
-                                                  "num_stages": st})
-            for nw, bm, st in GLUON_GRID if m >= 64]
 
 
 def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str, dict]]:
@@ -115,10 +106,6 @@ def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dic
             cfg["PREFETCH"] = pf
         out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
                     f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
-    for waves in GLUON_FEW:     # w4_gluon with 16-row activation tiles, 64 weight rows, split-K to fill the GPU
-        sp = fill_split(-(-n // 64), k // 64, sms, waves)
-        out.append((f"gluon bn64 bm16 s{sp}", {"GLUON": 1, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4,
-                                                "num_stages": 3, "SPLIT_K": sp}))
     return out
 
 
@@ -142,6 +129,9 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
             if not words:
                 cfg = OLD.get((fmt, n, k, bucket(m)), cfg)
             out.append((m, "words default" if words else "checkpoint layout default", words, cfg))
+            swap_grid_on = grid if swap_grid_ok is None else swap_grid_ok
+            if words and swap_grid_on and cfg.get("SWAP") and cfg.get("DECODE") == 4:    # the fused decoder on it
+                out.append((m, "words default d5", True, {**cfg, "DECODE": 5}))
             if not words:
                 old[m] = cfg
             elif grid and m in old and "SWAP" in old[m] and old[m] != cfg:     # the checkpoint layout's tuned tile on the words
@@ -152,7 +142,6 @@ def plan(fmt: str, n: int, k: int, ms: list[int], facts: dict, grid: bool,
     if 16 in ms and (grid if swap_grid_ok is None else swap_grid_ok):
         out += [(16, label, True, {**cfg, **kn}) for label, cfg in swap_grid(fmt, n, k, 16, facts["sms"])]
     if wg_ok:
-        out += [(m, label, True, {**cfg, **kn}) for m in ms for label, cfg in gluon_grid(m)]
         out += [(m, label, True, {**cfg, **kn}) for m in ms if m >= 16
                 for label, cfg in wg_grid(n, k, m, facts["sms"], wg_first)]
     seen, unique = set(), []      # one timing per distinct launch (KN only names the layout)

@@ -112,7 +112,6 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
-    - Gluon 4-bit (GLUON, w4_gluon): words in GPTQ's [K/8, N] layout, 4 or 8 warps, 16-256 activation rows;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
@@ -150,16 +149,6 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              "NVFP4 in the [K/8, N] word layout) only")
         if cfg.get("PERM") and not cfg.get("FULL_TILE"):
             raise ValueError(f"PERM for {what}: the decoders' pair order applies to the joined whole tile (FULL_TILE 1)")
-        return
-    if cfg.get("GLUON"):
-        warps = cfg.get("num_warps", 0)
-        if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:
-            raise ValueError(f"GLUON for {what}: w4_gluon reads 4-bit words in GPTQ's [K/8, N] layout (INT4, or "
-                             "MXFP4 / NVFP4 repacked at load) only")
-        if warps not in (4, 8) or cfg.get("BLOCK_M", 0) < 4 * warps or cfg.get("BLOCK_M", 0) > 256 \
-                or cfg.get("BLOCK_M", 0) % 16 or cfg.get("SPLIT_K", 1) < 1:
-            raise ValueError(f"GLUON for {what}: 4 or 8 warps (16 weight rows each), BLOCK_M a multiple of 16 from "
-                             "4 x warps to 256 activation rows, SPLIT_K >= 1")
         return
     if cfg.get("WG"):
         if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:

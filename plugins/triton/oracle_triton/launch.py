@@ -362,15 +362,6 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
-        if cfg.get("GLUON"):                         # 4-bit decode beside asynchronous wgmma (Gluon)
-            if self.gluon_ok(x, act, out_dtype) and (self.k // 64) % cfg.get("SPLIT_K", 1) == 0 \
-                    and cfg["BLOCK_M"] >= 4 * cfg["num_warps"]:
-                return self.gluon(x, cfg)
-            if config is not None:
-                raise ValueError("GLUON: w4_gluon serves MXFP4 / NVFP4 words with scales <= 2 or INT4, "
-                                 "bf16 activations and output, no bias, K a multiple of 64 x SPLIT_K, "
-                                 "BLOCK_M >= 4 x num_warps, on sm_90 only")
-            return self.dequant_mm(x, out_dtype)     # a tuned entry meeting a call it cannot serve
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -532,8 +523,6 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act)
-        if cfg.get("GLUON"):
-            return self.gluon_layer_ok(act)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -570,41 +559,6 @@ class DenseGemm:
         or E2M1 repacked at load), layer-dtype activations, the PTX word decoders (capability >= 8.9)."""
         lay = self.layout
         return act == 0 and self.facts["hw_fp8"] and (is_words(lay) or lay.elem == INT4) and self.k % 8 == 0
-
-    def gluon_ok(self, x: torch.Tensor, act: int, out_dtype: torch.dtype) -> bool:
-        """Can w4_gluon.w4_gluon_kernel serve this call: MXFP4 / NVFP4 words whose scales the fused decoder
-        covers (fused_ok) or INT4, bf16 in and out, no bias, K a multiple of 64, an sm_90
-        GPU (wgmma)."""
-        return out_dtype == torch.bfloat16 and x.dtype == torch.bfloat16 and self.gluon_layer_ok(act)
-
-    def gluon_layer_ok(self, act: int) -> bool:
-        """gluon_ok's checks that depend on the layer only (a tuned GLUON entry is served where they hold)."""
-        lay = self.layout
-        weights = self.fused_ok or lay.elem == INT4
-        return (act == 0 and weights and self.bias is None and self.k % 64 == 0 and self.weight.device.type == "cuda"
-                and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
-
-    def gluon(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
-        """Many rows of MXFP4 / NVFP4 W4A16: w4_gluon.w4_gluon_kernel, BLOCK_N = 16 x num_warps weight rows
-        by BLOCK_M activation rows per program, num_stages activation tiles in flight (one launch; the
-        weight stays packed)."""
-        from .w4_gluon import w4_gluon_kernel
-
-        m = x.shape[0]
-        if x.stride(1) != 1:
-            x = x.contiguous()
-        y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
-        warps, bm, lay, split = cfg["num_warps"], cfg["BLOCK_M"], self.layout, cfg.get("SPLIT_K", 1)
-        grid_n, grid_m = -(-self.n // (16 * warps)), -(-m // bm)
-        part, cnt = self.workspace(m, grid_n * grid_m, split, y)
-        fastlaunch.launch(w4_gluon_kernel, (grid_n, grid_m, split), warps, None,
-                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
-                          y_ptr=y, part_ptr=part, cnt_ptr=cnt, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
-                          stride_ym=y.stride(0), SPLIT_K=split,
-                          stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem,
-                          GROUP=lay.group, HAS_ZERO=lay.elem == INT4 and lay.stride_zk != 0, BN=16 * warps, BM=bm,
-                          BK=64, STAGES=cfg["num_stages"])
-        return y
 
     def wgmma(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16: w4_wgmma.w4_wgmma_kernel (one launch; no dequantized copy)."""

@@ -246,13 +246,6 @@ def test_a_config_that_breaks_the_tile_rules_is_refused_by_name():
         check_config(sw, layout_for("mxfp4", 256, 256), "mxfp4")
     with pytest.raises(ValueError, match="PERM .*FULL_TILE"):
         check_config(dict(sw, FULL_TILE=0), words_layout("mxfp4", 256, 256))
-    gl = {"GLUON": 1, "BLOCK_M": 16, "num_warps": 4, "num_stages": 3, "SPLIT_K": 4}     # w4_gluon: words only
-    check_config(gl, words_layout("mxfp4", 256, 256))
-    check_config(dict(gl, BLOCK_M=256, num_warps=8), layout_for("int4", 256, 256, 128))
-    with pytest.raises(ValueError, match="GLUON .*mxfp4.*GPTQ's"):
-        check_config(gl, layout_for("mxfp4", 256, 256), "mxfp4")
-    with pytest.raises(ValueError, match="GLUON .*4 x warps"):
-        check_config(dict(gl, num_warps=8), words_layout("nvfp4", 256, 256))
 
 
 def test_fused_decoder_needs_scales_up_to_two():
