@@ -9,22 +9,11 @@ from __future__ import annotations
 import torch
 from bench_peers import _clone, build_dense, copies_for
 from bench_triton import dense_reference
-from gpu_timing import graph_ms, rel
+from gpu_timing import rel
+from sweep_dense import gtime
 
 from oracle_triton import launch
 from oracle_triton.formats import ACT_TOKEN
-
-
-def gtime(calls: list, reps: int = 20) -> float:
-    n = len(calls)
-    r = n * max(1, -(-reps // n))
-
-    def loop():
-        for i in range(r):
-            calls[i % n]()
-    loop()
-    torch.cuda.synchronize()
-    return graph_ms(loop, 1) * 1e3 / r
 
 
 def main() -> int:
