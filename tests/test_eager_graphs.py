@@ -289,3 +289,22 @@ def test_runner_replays_the_kernels_in_place_graph_directly_on_a_gpu():
             assert torch.equal(runner(x), x * 2 + raw.b)
     assert kernel.applies == 2 and raw.calls == 2 and runner.placed.kept    # raw, capture, then 4 direct replays
     assert kernel.eager.served == [5, 0, 1]
+
+
+def test_kernel_mlps_are_wrapped_once_and_run_their_own_forward_outside_decode_steps(tmp_path):
+    """oracle.hf.blocks: DeepSeek's dense MLPs and shared experts (three oracle projections, no weights
+    of their own) are found, wrapped once, and off a decode step (or on the CPU) run their own forward."""
+    import decode_models
+
+    from oracle.hf import blocks
+
+    model = decode_models.build("deepseek-fp8", tmp_path)
+    found = [name for name, m in model.named_modules() if blocks.is_kernel_mlp(m)]
+    assert found == ["model.layers.0.mlp", "model.layers.1.mlp.shared_experts", "model.layers.2.mlp.shared_experts"]
+    assert blocks.install(model) == 3 and blocks.install(model) == 0
+    mlp = model.get_submodule(found[0])
+    x = torch.randn(1, 1, 256, dtype=torch.bfloat16)
+    want = type(mlp).forward(mlp, x)
+    with borrowed_outputs():
+        assert torch.equal(mlp(x), want) and mlp._oracle_mlp_graph.eager.served == [0, 0, 0]   # CPU: its own forward
+    assert not blocks.is_kernel_mlp(model.get_submodule("model.layers.1.mlp"))    # the MoE block holds a router

@@ -77,6 +77,22 @@ def test_graph_decode_equals_eager_decode(model, batch):
     assert torch.equal(graphs, eager)
 
 
+def test_eager_steps_replay_kernel_mlps_as_one_graph(model):
+    """oracle.hf.blocks on a GPU: the eager decoder wraps every MLP made of oracle kernels (DeepSeek's
+    dense MLP and shared experts; none in the Qwen3-MoE and gpt-oss kinds) and its steps replay each
+    from one graph, in place where the input comes back at its address (tokens: checked against graphs above)."""
+    from oracle.hf import blocks
+
+    mlps = [m for m in model.modules() if blocks.is_kernel_mlp(m)]
+    ids = torch.randint(0, model.config.vocab_size, (1, 20), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(7))
+    Decoder(model, 1, 64, "eager").generate(ids, 8)
+    assert len(mlps) == (3 if "deepseek" in str(model.config.model_type) else 0)
+    for m in mlps:
+        served = m._oracle_mlp_graph.eager.served      # [in place, copied in, raw]
+        assert served[0] + served[1] >= 4, served
+
+
 def test_compiled_layers_capture_and_follow_eager(model):
     """Inductor-compiled layers inside the captured step: the capture succeeds (no fallback) and the
     step logits stay within the FP8 bound of tests/test_hf_decode_models.py of the eager steps'."""

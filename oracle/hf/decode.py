@@ -63,6 +63,9 @@ class Decoder:
             from .compiled import compile_layers
             compile_layers(model)
         self.replay = device.type == "cuda" and mode in ("graphs", "compiled")
+        if mode == "eager" and device.type == "cuda":   # kernel-only MLPs replay as one graph (oracle.hf.blocks)
+            from .blocks import install
+            self.blocks = install(model)
         self.cache = static_cache(model, max_len)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)     # next step's input
         self.pos = torch.zeros(batch, 1, dtype=torch.long, device=device)       # its position

@@ -84,6 +84,11 @@ def borrowed_outputs() -> Any:
         _borrowing.reset(token)
 
 
+def borrowing() -> bool:
+    """Whether the caller is inside `borrowed_outputs()` (an eager decode step)."""
+    return _borrowing.get()
+
+
 def capture_stream(device: Any) -> Any:
     """The side stream all CUDA-graph captures (and their warm-up calls) on `device` share."""
     import torch
@@ -189,6 +194,7 @@ class EagerGraphs:
         graph = torch.cuda.CUDAGraph()
         side = capture_stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
+        token = _borrowing.set(False)      # what runs inside runs raw: no replay of another graph, no borrowing
         try:
             with torch.cuda.stream(side):
                 graph.capture_begin(pool=pool)
@@ -202,7 +208,9 @@ class EagerGraphs:
             warnings.warn(f"eager calls of {owner} are not replayed from a CUDA graph: the capture failed "
                           f"({self.off_reason})", RuntimeWarning, stacklevel=3)
             torch.cuda.current_stream(device).wait_stream(side)
+            _borrowing.reset(token)
             return self.raw(*inputs)
+        _borrowing.reset(token)
         torch.cuda.current_stream(device).wait_stream(side)
         _anchors.setdefault(device, graph)
         if in_place:         # the graph reads the caller's tensors: replayed only while inputs lie there

@@ -311,15 +311,7 @@ def tile_load(a_row, k0, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + gk[None, :] * stride_sk,
                         mask=n_ok[:, None] & (gk[None, :] < k_end // GROUP), other=0)
         z = u
-        if XW == 2 and HX != 0:     # raw: tile_compute converts them (no use of the loads in this K step)
-            a64 = a_row.to(tl.pointer_type(tl.int64))
-            if FULL:
-                x = tl.load(a64 + jw * 2)
-                x2 = tl.load(a64 + jw * 2 + 1)
-            else:
-                x = tl.load(a64 + jw * 2, mask=jw * 8 < k_end, other=0)
-                x2 = tl.load(a64 + jw * 2 + 1, mask=jw * 8 < k_end, other=0)
-        elif XW and HX != 0:
+        if XW and HX != 0:
             a64 = a_row.to(tl.pointer_type(tl.int64))
             q = tl.arange(0, 2)[None, None, :]                                     # one 16-byte load per word
             if FULL:
@@ -366,7 +358,7 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
                  ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr,
                  DECODE: tl.constexpr, ACT: tl.constexpr, EXACT_W: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr, KN: tl.constexpr = False,
-                 HX: tl.constexpr = 0, XW: tl.constexpr = 0):
+                 HX: tl.constexpr = 0):
     """acc + x * dequant(W), elementwise, for one tile from tile_load (reduced once, by tile_reduce).
 
     wscale: per-channel / per-tensor FP8 weight scales [BLOCK_N] (applied here only under
@@ -375,9 +367,6 @@ def tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale,
     rounding sees the reference's values. KN (E2M1 words [K/8, N], layer-dtype activations): the
     INT4 tile's structure, E2M1 decoding, one group scale per (group, n) on the word sums. HX (E2M1
     words, DECODE 3, XW): each word's 8 products summed in packed f16 (_E2M1_HX_PTX), then scaled in fp32."""
-    if HX != 0 and XW == 2:         # tile_load left the activation words raw (bf16)
-        x = _f16x4(x)
-        x2 = _f16x4(x2)
     if HX == 2 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
         res = acc + _hx_group_products(u, x[None, :, :], x2[None, :, :]) * _e2m1_scales(s, gscale, ELEM)
     elif HX == 1 and DECODE == 3 and ELEM != 0 and ELEM != 3 and not KN:
@@ -602,7 +591,7 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
                                             SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX, True)
             acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
             u, s, z, x, x2 = un, sn, zn, xn, x2n
         t0 = tl.maximum(t0, t_full - 1)            # the tile in u; the loop below takes it and the tail
     if PAIRS:       # two tiles per iteration, the buffers alternating (a tile past t1 is masked off: zeros)
@@ -611,19 +600,19 @@ def row_products(acc, a_row, t0, t1, K, amax, xs_ptr, offs_n, w_ptr, s_ptr, z_pt
                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
                                             SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
             acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
             u, s, z, x, x2 = tile_load(a_row, (t + 2) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                        stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
                                        SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
             acc = tile_compute(acc, ub, sb, zb, xb, x2b, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
     else:
         for t in range(t0, t1):
             un, sn, zn, xn, x2n = tile_load(a_row, (t + 1) * BLOCK_K, k_end, offs_n, n0, w_ptr, s_ptr, z_ptr, N,
                                             stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                             ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, KN, XW, HX)
             acc = tile_compute(acc, u, s, z, x, x2, amax, xs_ptr, wscale, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX, XW)
+                               DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, KN, HX)
             u, s, z, x, x2 = un, sn, zn, xn, x2n
     return acc
 

@@ -236,9 +236,11 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 #: Up to this K a per-token row is quantized from one load (act_qdq_kernel ONE_TILE: at most 32 fp32
 #: values per thread at 16 warps); longer rows take the two passes above, which walk K = 18432
 #: (DeepSeek's down projection) in nine dependent steps twice: 9.6 us at M = 1 on an H200 (R7)
-#: against 3.6 us for one load of K = 8192. One load of up to 32768 at 32 warps compiles for sm_90
-#: without spills (64 registers: the whole register file at 1024 threads) but was not run on a GPU
-#: in the session that wrote it, so it is not shipped.
+#: against 3.6 us for one load of K = 8192. One load of K = 18432 (a 32768-wide tile at 16 warps, 118
+#: registers, no spills for sm_90) measured slower than the two passes on an H200 (seventh pass R18,
+#: bench/quant_onetile_check.py, graph replay, the same codes and scales): the quantizer 11.6 against
+#: 10.0 us at M = 16 and 23.4 against 13.0 at M = 256; the whole 7168x18432 W8A8 call 47.8 against 47.5
+#: and 83.8 against 69.8 us. So longer rows keep the two passes.
 ONE_TILE_MAX_K = 16384
 
 

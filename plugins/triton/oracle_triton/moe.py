@@ -159,9 +159,17 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     HX 2: one f16 sum per 32-value group), TAIL 2: FC2's whole K tiles in a loop without masks (TAIL 1
     does FC1's too, which costs it 24 registers): gpt-oss-20b M=1 34.3 us (FC1 17.5 + FC2 15.6) against
     40.2 without HX in the same run; HX 1 with TAIL 2 34.9, HX 2 with TAIL 1 35.4, HX 1 with TAIL 1 39.2
-    (R15 of the sixth session, bench/results/h200-2026-12-02/moe7a_rounds.md)."""
+    (R15 of the sixth session, bench/results/h200-2026-12-02/moe7a_rounds.md). Warps (seventh pass, R16 /
+    R17, moe8a_rounds.md): the one-row programs are latency chains of 6-12 K steps, so what counts is that
+    all of them are resident at once: FC2 at 2 warps (14 of its 1440 programs per SM, one wave) 12.0 us
+    against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
+    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
+    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
+    if words and tokens == 1 and elem == E2M1_MX:       # the seventh pass's measurement (gpt-oss, one token)
+        return {"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 2,
+                "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 2, "XW": 1, "HX": 2, "TAIL": 2}
     if words:
         return {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1, "DECODE": DECODE_E4M3_PTX, "num_warps": 4,
                 "num_stages": 3, "BLOCK_N2": 8, "BLOCK_K2": 512, "WARPS2": 4, "XW": 1, "HX": 2, "TAIL": 2}
@@ -723,8 +731,7 @@ class TritonMoE(Kernel):
         config keys: BLOCK_N/BLOCK_K/num_warps/num_stages/DECODE (both kernels unless the down
         kernel's BLOCK_N2/BLOCK_K2/WARPS2 are given); SPLIT_K selects moe_up_split_kernel (gate
         and up in one K loop, K split over SPLIT_K programs)."""
-        from .moe_gemv import (moe_down_kernel, moe_down_slots_kernel, moe_up_kernel, moe_up_slots_kernel,
-                               moe_up_split_kernel)
+        from .moe_gemv import moe_down_kernel, moe_up_kernel, moe_up_split_kernel
         from .moe_kernels import ACTIVATION_CODES
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
@@ -736,10 +743,9 @@ class TritonMoE(Kernel):
                       ACT=self.act, HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"], EXACT_BF16=self.facts["dot_f32"],
                       OUT_F16=self.dtype == torch.float16, num_stages=cfg["num_stages"])
         w, lay = self.w13, self.w13.layout
-        # XW 1: 64-bit activation reads (converted as loaded under HX); 2 (HX): left raw until the products
-        xw = int(cfg.get("XW", 0)) if cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
-            and self.dtype == torch.bfloat16 and self.act == ACT_NONE else 0
-        common["XW"] = xw if _rows_align8(a1) else 0
+        xw = bool(cfg.get("XW", 0)) and cfg["DECODE"] == 3 and lay.elem in (E2M1_MX, E2M1_NV) \
+            and self.dtype == torch.bfloat16 and self.act == ACT_NONE
+        common["XW"] = xw and _rows_align8(a1)
         split = cfg.get("SPLIT_K")
         # packed f16 products: MXFP4 only (NVFP4 W4A16 runs the same code, but no GPU run has checked it yet)
         hx = int(cfg.get("HX", 0)) if common["XW"] and split is not None and lay.elem == E2M1_MX else 0
@@ -762,19 +768,7 @@ class TritonMoE(Kernel):
                         A_BY_PAIR=by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b13 is not None,
                         BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], **common)
         tiles_up = -(-self.inter // bn)
-        slots = int(cfg.get("SLOTS", 0))       # bits: 1 FC2, 2 FC1 with all of a token's top-k experts per program
-        if slots & 2 and hx == 2 and common["XW"] and self.gated and not by_pair and lay.stride_wk == 1 \
-                and k <= 8:
-            moe_up_slots_kernel[(m, tiles_up)](
-                a1, ids, w.weight, w.scale, _or(self.b13, w.scale), inter, self.experts, k, self.inter, self.hidden,
-                a1.stride(0), inter.stride(0), w.weight.stride(0), w.scale.stride(0),
-                self.b13.stride(0) if self.b13 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
-                *up_tail[-4:], ACTFN=up_flags["ACTFN"], GATED=True, INTERLEAVED=up_flags["INTERLEAVED"],
-                HAS_LIMIT=up_flags["HAS_LIMIT"], HAS_BIAS=self.b13 is not None, SLOTS=triton_pow2(k),
-                GROUP=lay.group, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"],
-                OUT_F16=self.dtype == torch.float16, GUARD=guard, num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"])
-        elif split is None:
+        if split is None:
             moe_up_kernel[(t, tiles_up)](a1, ids, *up_args, *up_tail, **up_flags)
         else:
             part = torch.empty(split, t, 2, self.inter, dtype=torch.float32, device=dev) if split > 1 else inter
@@ -784,23 +778,13 @@ class TritonMoE(Kernel):
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
-        common["XW"] = xw if _rows_align8(inter) else 0
+        common["XW"] = xw and _rows_align8(inter)
         common["HX"] = hx if common["XW"] else 0
         common["TAIL"] = tail in (1, 2) and bool(common["HX"])
         out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
         bn2 = cfg.get("BLOCK_N2", bn)
         tiles = -(-self.hidden // bn2)
         bk2, warps2 = cfg.get("BLOCK_K2", cfg["BLOCK_K"]), cfg.get("WARPS2", cfg["num_warps"])
-        if slots & 1 and common["HX"] == 2 and lay.stride_wk == 1 and k <= 8:
-            # all of a token's top-k experts in one program (moe_down_slots_kernel): no slot partials
-            moe_down_slots_kernel[(m, tiles)](
-                inter, ids, topw, w.weight, w.scale, _or(self.b2, w.scale), out, self.experts, k, self.hidden,
-                self.inter, inter.stride(0), out.stride(0), w.weight.stride(0), w.scale.stride(0),
-                self.b2.stride(0) if self.b2 is not None else 0, lay.stride_wn, lay.stride_sn, lay.stride_sk,
-                WEIGHT_OUT=not by_pair, HAS_BIAS=self.b2 is not None, SLOTS=triton_pow2(k), GROUP=lay.group,
-                BLOCK_N=bn2, BLOCK_K=bk2, EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
-                num_warps=warps2, num_stages=cfg["num_stages"], GUARD=guard)
-            return out
         part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
         cnt = self._counters(m * tiles) if k > 1 else w.scale
         moe_down_kernel[(m, tiles, k)](

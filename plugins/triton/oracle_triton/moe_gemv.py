@@ -22,8 +22,7 @@ import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
-from .gemv import (_E2M1_WORD_PTX, _bf16x4, _e2m1_scales, _f16x4, _hx_group_products, channel_scales, finish_row,
-                   row_amax, row_products, tile_compute, tile_load, tile_zeros)
+from .gemv import channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load, tile_zeros
 from .moe_kernels import _activate, gate_up_rows, sum_slots
 
 
@@ -132,150 +131,6 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                 M, N, stride_om, SPLIT, False, EXACT_BF16)
 
 
-@triton.jit
-def slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k0, K, stride_sk,
-                   GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
-    """One K tile of every top-k slot of moe_down_slots_kernel: slot_words, and the activation words
-    k 0-3 / 4-7 of each slot's row (x_rows [S]: rows of a64, 64-bit words), raw bf16 [S, G, UW]
-    (converted where they are multiplied: a use here would wait for the loads)."""
-    u, sc = slot_words(w32, s_ptr, w_rows, s_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
-    x, x2 = slot_acts(a64, x_rows, k0, K, GROUP, BLOCK_K, FULL)
-    return u, sc, x, x2
-
-
-@triton.jit
-def slot_words(w32, s_ptr, w_rows, s_rows, n_ok, k0, K, stride_sk, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
-               FULL: tl.constexpr):
-    """The E2M1 words [S, BN, G, UW] of one K tile of rows w_rows [S, BN] (each row's first word; n_ok:
-    which rows exist) and their E8M0 scales [S, BN, G] (s_rows: each row's first scale). FULL: a whole
-    K tile (no masks along K)."""
-    G: tl.constexpr = BLOCK_K // GROUP
-    UW: tl.constexpr = GROUP // 8
-    gg = tl.arange(0, G)
-    jw = k0 // 8 + gg[:, None] * UW + tl.arange(0, UW)[None, :]                       # [G, UW] words
-    gk = k0 // GROUP + gg
-    wp = w32 + w_rows[:, :, None, None] + jw[None, None, :, :]
-    sp = s_ptr + s_rows[:, :, None] + gk[None, None, :] * stride_sk
-    if FULL:
-        u = tl.load(wp, mask=n_ok[:, :, None, None], other=0)
-        sc = tl.load(sp, mask=n_ok[:, :, None], other=0)
-    else:
-        u = tl.load(wp, mask=n_ok[:, :, None, None] & (jw < K // 8)[None, None, :, :], other=0)
-        sc = tl.load(sp, mask=n_ok[:, :, None] & (gk < K // GROUP)[None, None, :], other=0)
-    return u, sc
-
-
-@triton.jit
-def slot_acts(a64, x_rows, k0, K, GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
-    """The bf16 activations of one K tile of rows x_rows [R] of a64 (64-bit words), raw: k 0-3 and k 4-7
-    of each E2M1 word, [R, G, UW] each."""
-    G: tl.constexpr = BLOCK_K // GROUP
-    UW: tl.constexpr = GROUP // 8
-    jw = k0 // 8 + tl.arange(0, G)[:, None] * UW + tl.arange(0, UW)[None, :]
-    xp = a64 + x_rows[:, None, None] + jw[None, :, :] * 2
-    if FULL:
-        x = tl.load(xp)
-        x2 = tl.load(xp + 1)
-    else:
-        km = (jw < K // 8)[None, :, :]
-        x = tl.load(xp, mask=km, other=0)
-        x2 = tl.load(xp + 1, mask=km, other=0)
-    return x, x2
-
-
-@triton.jit
-def _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok, k0, K, stride_sk,
-                  GROUP: tl.constexpr, BLOCK_K: tl.constexpr, FULL: tl.constexpr):
-    """One K tile of moe_up_slots_kernel: the gate and the up rows' words and scales of every slot, and
-    the token's activations ([1, G, UW], shared by all of them)."""
-    ug, sg = slot_words(w32, s_ptr, wg_rows, sg_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
-    uu, su = slot_words(w32, s_ptr, wu_rows, su_rows, n_ok, k0, K, stride_sk, GROUP, BLOCK_K, FULL)
-    x, x2 = slot_acts(a64, x_row, k0, K, GROUP, BLOCK_K, FULL)
-    return ug, sg, uu, su, x, x2
-
-
-@triton.jit
-def _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2):
-    """acc_g / acc_u [S, BN, G] + each MX group's products (HX 2) times its scale; x / x2 [1, G, UW] raw."""
-    xa = _f16x4(x)[:, None, :, :]
-    xb = _f16x4(x2)[:, None, :, :]
-    acc_g += _hx_group_products(ug, xa, xb) * _e2m1_scales(sg, 1.0, 1)
-    acc_u += _hx_group_products(uu, xa, xb) * _e2m1_scales(su, 1.0, 1)
-    return acc_g, acc_u
-
-
-@triton.jit
-def moe_up_slots_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, b_ptr, out_ptr, E, TOPK, N_OUT, K, stride_am, stride_om,
-                        stride_we, stride_se, stride_be, stride_wn, stride_sn, stride_sk, limit, alpha, beta, lbeta,
-                        ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
-                        HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr, SLOTS: tl.constexpr, GROUP: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
-                        OUT_F16: tl.constexpr, GUARD: tl.constexpr = True):
-    """FC1 of a few tokens on gated MXFP4 experts (E2M1 words, bf16 activations, HX 2 products), the router
-    weight on the output, grid (M, I / BLOCK_N): one program per (token, column tile) streams the gate
-    and up rows of all the token's top-k experts at once (SLOTS: top_k rounded up to a power of two)
-    against one copy of the token's activations, two K tiles per iteration (moe_down_slots_kernel says
-    why), then per slot moe_up_split_kernel's epilogue (bias, rounding, activation) into its pair's row."""
-    m = tl.program_id(0)
-    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    io_t = tl.float16 if OUT_F16 else tl.bfloat16
-    sl = tl.arange(0, SLOTS)
-    pair = m * TOPK + tl.minimum(sl, TOPK - 1)
-    e = tl.load(ids_ptr + pair).to(tl.int32)
-    valid = (e >= 0) & (e < E)
-    e64 = tl.where(valid, e, 0).to(tl.int64)
-    live = (sl < TOPK)[:, None] & (j < N_OUT)[None, :]                                # [S, BN]: rows stored
-    n_ok = live & valid[:, None]                                                      # rows read
-    n_g, n_u = gate_up_rows(j, N_OUT, GATED, INTERLEAVED)
-    w32 = w_ptr.to(tl.pointer_type(tl.int32))
-    wg_rows = (e64 * stride_we)[:, None] // 4 + (n_g * (stride_wn // 4))[None, :]
-    wu_rows = (e64 * stride_we)[:, None] // 4 + (n_u * (stride_wn // 4))[None, :]
-    sg_rows = (e64 * stride_se)[:, None] + (n_g * stride_sn)[None, :]
-    su_rows = (e64 * stride_se)[:, None] + (n_u * stride_sn)[None, :]
-    a64 = a_ptr.to(tl.pointer_type(tl.int64))
-    x_row = (m.to(tl.int64) * (stride_am // 4)) + tl.zeros([1], dtype=tl.int64)
-    acc_g = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-    acc_u = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    t_full = K // BLOCK_K
-    ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok, 0, K,
-                                          stride_sk, GROUP, BLOCK_K, False)
-    pairs_full = tl.maximum(t_full - 1, 0) // 2
-    for i in range(0, pairs_full):
-        k1 = (2 * i + 1) * BLOCK_K
-        ugb, sgb, uub, sub, xb, x2b = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
-                                                    n_ok, k1, K, stride_sk, GROUP, BLOCK_K, True)
-        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2)
-        ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok,
-                                              k1 + BLOCK_K, K, stride_sk, GROUP, BLOCK_K, True)
-        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ugb, sgb, uub, sub, xb, x2b)
-    for i in range(2 * pairs_full, k_tiles, 2):
-        k1 = (i + 1) * BLOCK_K
-        ugb, sgb, uub, sub, xb, x2b = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row,
-                                                    n_ok, k1, K, stride_sk, GROUP, BLOCK_K, False)
-        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ug, sg, uu, su, x, x2)
-        ug, sg, uu, su, x, x2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows, x_row, n_ok,
-                                              k1 + BLOCK_K, K, stride_sk, GROUP, BLOCK_K, False)
-        acc_g, acc_u = _up_slot_products(acc_g, acc_u, ugb, sgb, uub, sub, xb, x2b)
-    g = tl.sum(acc_g, axis=2) * 64.0                                                  # [S, BN]
-    u = tl.sum(acc_u, axis=2) * 64.0
-    if GUARD:
-        if overflowed(g, u):                 # an f16 product or sum overflowed: the tile again in fp32
-            f_g = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
-            f_u = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
-            for t in range(0, tl.cdiv(K, FALLBACK_K)):
-                fug, fsg, fuu, fsu, fx, fx2 = _up_slot_load(w32, s_ptr, a64, wg_rows, wu_rows, sg_rows, su_rows,
-                                                            x_row, n_ok, t * FALLBACK_K, K, stride_sk, GROUP,
-                                                            FALLBACK_K, False)
-                f_g += tl.sum(_fp4_word_products_x4(fug, fx, fx2), axis=3) * _e2m1_scales(fsg, 1.0, 1)
-                f_u += tl.sum(_fp4_word_products_x4(fuu, fx, fx2), axis=3) * _e2m1_scales(fsu, 1.0, 1)
-            g = tl.sum(f_g, axis=2) * 64.0
-            u = tl.sum(f_u, axis=2) * 64.0
-    out_rows = out_ptr + pair[:, None].to(tl.int64) * stride_om + j[None, :]
-    _up_epilogue(g, u, valid[:, None], e64[:, None], b_ptr, stride_be, n_g[None, :], n_u[None, :], live, out_ptr,
-                 out_rows, limit, alpha, beta, lbeta, ACTFN, GATED, HAS_LIMIT, HAS_BIAS, io_t, EXACT_BF16)
-
-
 #: the K tile of the overflow guard's fp32 recomputation (two MX groups, four NVFP4 ones): a rare path,
 #: kept narrow so that its registers do not raise the kernel's (a BLOCK_K-wide fp32 loop did: fewer
 #: programs per SM for every call, measured in the sm_90 compile)
@@ -289,99 +144,6 @@ def overflowed(g, u):
     reference's arithmetic; an input that is itself infinite or NaN gives the same values either way)."""
     big = 3.4028234663852886e38
     return tl.max(tl.where((tl.abs(g) <= big) & (tl.abs(u) <= big), 0, 1)) > 0
-
-
-@triton.jit
-def _fp4_word_products_x4(u, x, x2):
-    """u [S, BN, G, UW] E2M1 words, x / x2 [S, G, UW] their bf16 activations k 0-3 / 4-7, raw 64-bit words
-    (slot_tile_load) -> [S, BN, G, UW] fp32 sums of each word's 8 products, values x 2**-6
-    (gemv._E2M1_WORD_PTX)."""
-    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-        _E2M1_WORD_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r", [u], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-    x0, x1, x2_, x3 = _bf16x4(x[:, None, :, :])
-    x4, x5, x6, x7 = _bf16x4(x2[:, None, :, :])
-    return (w0 * x0 + w1 * x1 + w2 * x2_ + w3 * x3) + (w4 * x4 + w5 * x5 + w6 * x6 + w7 * x7)
-
-
-@triton.jit
-def _slot_products(acc, u, sc, x, x2):
-    """acc [S, BN, G] + each MX group's products (HX 2) times its E8M0 scale, for slot_tile_load's tile."""
-    return acc + _hx_group_products(u, _f16x4(x)[:, None, :, :], _f16x4(x2)[:, None, :, :]) * _e2m1_scales(sc, 1.0, 1)
-
-
-@triton.jit
-def moe_down_slots_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, b_ptr, out_ptr,
-                          E, TOPK, N, K, stride_am, stride_om, stride_we, stride_se, stride_be,
-                          stride_wn, stride_sn, stride_sk,
-                          WEIGHT_OUT: tl.constexpr, HAS_BIAS: tl.constexpr, SLOTS: tl.constexpr,
-                          GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, GUARD: tl.constexpr = True):
-    """FC2 of a few tokens on MXFP4 experts (E2M1 words, bf16 activations, HX 2 products), grid (M, H /
-    BLOCK_N): one program per (token, column tile) streams the tile's rows of all its top-k experts at
-    once (SLOTS: top_k rounded up to a power of two), so each K step has SLOTS times moe_down_kernel's
-    bytes in flight, and sums the slots in slot order in registers: no partials in memory, no arrival
-    counter, a quarter of the programs at top-k 4. Per slot as moe_down_kernel: the products, bias, the
-    reference's rounding of FC2's output, the router weight (WEIGHT_OUT); a pair whose expert id is out
-    of range adds zero."""
-    m = tl.program_id(0)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    io_t = tl.float16 if OUT_F16 else tl.bfloat16
-    sl = tl.arange(0, SLOTS)
-    pair = m * TOPK + tl.minimum(sl, TOPK - 1)                   # padded slots read a real row, masked off
-    e = tl.load(ids_ptr + pair).to(tl.int32)
-    valid = (sl < TOPK) & (e >= 0) & (e < E)
-    e64 = tl.where(valid, e, 0).to(tl.int64)
-    n_ok = valid[:, None] & (offs_n < N)[None, :]                                   # [S, BN]
-    w32 = w_ptr.to(tl.pointer_type(tl.int32))
-    w_rows = (e64 * stride_we)[:, None] // 4 + (offs_n * (stride_wn // 4))[None, :]
-    s_rows = (e64 * stride_se)[:, None] + (offs_n * stride_sn)[None, :]
-    a64 = a_ptr.to(tl.pointer_type(tl.int64))
-    x_rows = pair.to(tl.int64) * (stride_am // 4)
-    acc = tl.zeros([SLOTS, BLOCK_N, BLOCK_K // GROUP], dtype=tl.float32)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    t_full = K // BLOCK_K
-    # Two K tiles per iteration, the buffers alternating: with one tile per iteration the next tile's
-    # registers must be copied into the current tile's at the loop's end, and that copy waits for the
-    # loads just issued (the sm_90 SASS: no load was in flight across an iteration's compute).
-    u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, 0, K, stride_sk, GROUP, BLOCK_K,
-                                  False)
-    pairs_full = tl.maximum(t_full - 1, 0) // 2           # iterations whose two next tiles are whole
-    for i in range(0, pairs_full):
-        k1 = (2 * i + 1) * BLOCK_K
-        ub, scb, xb, x2b = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1, K, stride_sk, GROUP,
-                                          BLOCK_K, True)
-        acc = _slot_products(acc, u, sc, x, x2)
-        u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1 + BLOCK_K, K, stride_sk,
-                                      GROUP, BLOCK_K, True)
-        acc = _slot_products(acc, ub, scb, xb, x2b)
-    for i in range(2 * pairs_full, k_tiles, 2):        # the rest, masked (a tile past K adds zeros)
-        k1 = (i + 1) * BLOCK_K
-        ub, scb, xb, x2b = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1, K, stride_sk, GROUP,
-                                          BLOCK_K, False)
-        acc = _slot_products(acc, u, sc, x, x2)
-        u, sc, x, x2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, k1 + BLOCK_K, K, stride_sk,
-                                      GROUP, BLOCK_K, False)
-        acc = _slot_products(acc, ub, scb, xb, x2b)
-    y = tl.sum(acc, axis=2) * 64.0                                                    # [S, BN]
-    if GUARD:
-        if overflowed(y, y):                 # an f16 product or sum overflowed: the tile again in fp32
-            f_acc = tl.zeros([SLOTS, BLOCK_N, FALLBACK_K // GROUP], dtype=tl.float32)
-            for t in range(0, tl.cdiv(K, FALLBACK_K)):
-                fu, fs, fx, fx2 = slot_tile_load(w32, s_ptr, a64, w_rows, s_rows, x_rows, n_ok, t * FALLBACK_K, K,
-                                                 stride_sk, GROUP, FALLBACK_K, False)
-                f_acc += tl.sum(_fp4_word_products_x4(fu, fx, fx2), axis=3) * _e2m1_scales(fs, 1.0, 1)
-            y = tl.sum(f_acc, axis=2) * 64.0
-    if HAS_BIAS:
-        y += tl.load(b_ptr + e64[:, None] * stride_be + offs_n[None, :], mask=n_ok, other=0.0).to(tl.float32)
-    y = to_dtype(y, io_t, EXACT_BF16).to(tl.float32)            # the reference rounds FC2's output
-    if WEIGHT_OUT:
-        y = y * tl.load(topw_ptr + pair)[:, None]
-    y = tl.where(valid[:, None], y, 0.0)
-    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for j in tl.static_range(SLOTS):          # slot order, as dequant.finish_tile sums moe_down_kernel's slots
-        total += tl.sum(tl.where(sl[:, None] == j, y, 0.0), axis=0)
-    tl.store(out_ptr + m.to(tl.int64) * stride_om + offs_n, to_dtype(total, out_ptr.dtype.element_ty, EXACT_BF16),
-             mask=offs_n < N)
 
 
 @triton.jit
@@ -421,14 +183,14 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
                                                  SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW, HX=HX,
                                                  FULL=GATED)
             acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO,
-                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
+                                 HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
             if GATED:
                 acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                                     HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
+                                     HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
             ug, sg, zg, x, x2 = ugn, sgn, zgn, xn, x2n
             uu, su, zu = uun, sun, zun
         t0 = tl.maximum(t0, t_full - 1)
-    if PAIRS:       # two tiles per iteration, buffers alternating (moe_down_slots_kernel says why)
+    if PAIRS:       # two tiles per iteration, buffers alternating (gemv.row_products' PAIRS says why)
         for t in range(t0, t1, 2):
             k1 = (t + 1) * BLOCK_K
             ugb, sgb, zgb, xb, x2b = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
@@ -475,10 +237,10 @@ def _gate_up_step(acc_g, acc_u, ug, sg, zg, uu, su, zu, x, x2, amax, xs_ptr, ws_
                   io_t: tl.constexpr, EXACT_BF16: tl.constexpr, XW: tl.constexpr, HX: tl.constexpr):
     """One K tile's gate (and, GATED, up) products (gemv.tile_compute; the activations shared)."""
     acc_g = tile_compute(acc_g, ug, sg, zg, x, x2, amax, xs_ptr, ws_g, gscale, ELEM, GROUP, HAS_ZERO, HW_FP8,
-                         DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
+                         DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
     if GATED:
         acc_u = tile_compute(acc_u, uu, su, zu, x, x2, amax, xs_ptr, ws_u, gscale, ELEM, GROUP, HAS_ZERO,
-                             HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX, XW=XW)
+                             HW_FP8, DECODE, ACT, ACT != 0, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, HX=HX)
     return acc_g, acc_u
 
 

@@ -212,13 +212,9 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         hx = 1
     common = dict(ELEM=elem, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=False, HAS_BIAS=True, ACT=act,
                   BLOCK_N=bn, BLOCK_K=bk, HW_FP8=True, DECODE=cfg["DECODE"], EXACT_BF16=False, OUT_F16=False,
-                  XW=int(cfg.get("XW", 0)) if elem in (1, 2) and act == 0 else 0, HX=hx,
+                  XW=bool(cfg.get("XW")) and elem in (1, 2) and act == 0, HX=hx,
                   TAIL=bool(hx) and int(cfg.get("TAIL", 1)) in ((1, 2) if down else (1,)), **_ones(elem))
     guard = {"GUARD": bool(cfg.get("GUARD", 1))} if hx else {}
-    if not down and int(cfg.get("SLOTS", 0)) & 2 and hx == 2:
-        consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, HAS_BIAS=True, SLOTS=4, GROUP=group,
-                      BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False, OUT_F16=False, stride_sk=1, **guard)
-        return compile_kernel(mg.moe_up_slots_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
     if not down:
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
@@ -226,11 +222,6 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
                                                                                   PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    if int(cfg.get("SLOTS", 0)) & 1 and hx == 2:      # TritonMoE.apply_direct's slots kernel
-        consts = dict(WEIGHT_OUT=True, HAS_BIAS=True, SLOTS=4, GROUP=group, BLOCK_N=bn, BLOCK_K=bk, EXACT_BF16=False,
-                      OUT_F16=False, stride_sk=1, GUARD=bool(cfg.get("GUARD", 1)))
-        return compile_kernel(mg.moe_down_slots_kernel, dict(_small_ptrs(elem), topw_ptr="*fp32"), consts, warps,
-                              cfg["num_stages"])
     consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
@@ -360,14 +351,10 @@ def small_batch_cases():
         "direct MoE FC1 mxfp4 (HX 2: a sum per MX group)": lambda: moe_direct(
             1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=1),
         "direct MoE FC2 mxfp4 (HX 2)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), HX=2), stage=2),
-        "direct MoE FC1 mxfp4 (XW 2, PAIRS: two K tiles per iteration)": lambda: moe_direct(
-            1, 32, dict(moe_gemv_config(1, 1, 32, True), XW=2, PAIRS=3), stage=1),
-        "direct MoE FC2 mxfp4 (XW 2, PAIRS)": lambda: moe_direct(
-            1, 32, dict(moe_gemv_config(1, 1, 32, True), XW=2, PAIRS=3), stage=2),
-        "direct MoE FC1 mxfp4 (SLOTS: a token's top-k experts per program)": lambda: moe_direct(
-            1, 32, dict(moe_gemv_config(1, 1, 32, True), SLOTS=3, BLOCK_K=256), stage=1),
-        "direct MoE FC2 mxfp4 (SLOTS)": lambda: moe_direct(
-            1, 32, dict(moe_gemv_config(1, 1, 32, True), SLOTS=3, BLOCK_K2=256), stage=2),
+        "direct MoE FC1 mxfp4 (PAIRS: two K tiles per iteration)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3), stage=1),
+        "direct MoE FC2 mxfp4 (PAIRS)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3),
+                                                           stage=2),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),

@@ -177,22 +177,12 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
-#: the one-row MXFP4 kernels of TritonMoE.apply_direct: one pair per program (moe_up_split_kernel,
-#: moe_down_kernel) with the activations converted as loaded (XW 1) or left raw and the K loops two tiles
-#: per iteration (XW 2, PAIRS 3); or a token's top-k experts in one program (SLOTS 3: moe_up_slots_kernel,
-#: moe_down_slots_kernel)
-PAIR_XW1 = {"XW": 1, "PAIRS": 0, "SLOTS": 0}
-PAIR_XW2 = {"XW": 2, "PAIRS": 3, "SLOTS": 0}
-SLOTS = {"XW": 2, "SLOTS": 3, "BLOCK_K": 256, "BLOCK_K2": 256}
-
-
-@pytest.mark.parametrize("extra", [dict(PAIR_XW1, HX=1), dict(PAIR_XW1, HX=2), dict(PAIR_XW2, HX=2),
-                                   dict(SLOTS, HX=2)])
+@pytest.mark.parametrize("extra", [{"HX": 1}, {"HX": 2}, {"HX": 2, "PAIRS": 3}])
 def test_moe_direct_f16_products_match_emulation(extra):
     """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
-    packed sum per MX group) on the direct path's kernels above, against oracle-emulation: one and two
-    tokens, a K tail (hidden 1056 is not a multiple of the K tile), bias, activations up to 1000 and
-    down to 1e-3."""
+    packed sum per MX group) on the direct path (the shipped tiles), also with both K loops two tiles per
+    iteration (PAIRS 3), against oracle-emulation: one and two tokens, a K tail (hidden 1056 is not a
+    multiple of the K tile), bias, activations up to 1000 and down to 1e-3."""
     from oracle_triton.moe import moe_gemv_config
 
     t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="swigluoai", bias=True,
@@ -206,10 +196,10 @@ def test_moe_direct_f16_products_match_emulation(extra):
         assert err < TOL, (extra, m, err)
 
 
-@pytest.mark.parametrize("extra", [PAIR_XW2, SLOTS])
+@pytest.mark.parametrize("extra", [{}, {"PAIRS": 3}])
 def test_moe_direct_f16_overflow_is_recomputed_in_fp32(extra):
-    """An activation of 1e5 (above f16's 65504) on the one-row MXFP4 kernels (HX 2): FC1's f16 products
-    overflow, and so do FC2's (silu without a clamp makes its inputs ~1e7); the guard (GUARD, on by
+    """An activation of 1e5 (above f16's 65504) on the shipped one-row MXFP4 kernels (HX 2): FC1's f16
+    products overflow, and so do FC2's (silu without a clamp makes its inputs ~1e7); the guard (GUARD, on by
     default) redoes those tiles in fp32, so the result matches oracle-emulation. Without the guard the
     same call gives infinities or NaNs (what the test would miss if the guard did nothing)."""
     from oracle_triton.moe import moe_gemv_config

@@ -74,6 +74,7 @@ def test_split_up_kernel_matches_emulation(fmt, mode, act, params):
 
 @slow
 @pytest.mark.parametrize("fmt,mode,act,params", [("mxfp4", "w4a16_mx", "bf16", {}),
+                                                 ("nvfp4", "w4a4_nvfp4", "nvfp4", {}),
                                                  ("fp8_block", "w8a16_block", "bf16", {})])
 def test_split_up_kernel_pairs_loop_gives_the_same_bits(fmt, mode, act, params):
     """PAIRS 3 (the K loops of FC1's gate_up_products and FC2's gemv.row_products two tiles per iteration,
