@@ -134,10 +134,10 @@ def test_every_engine_module_imports_without_heavy_packages(graph):
     import subprocess
     import sys
 
-    # torch code by nature: the hf extra's loader and modules, the torch custom ops; `import oracle.hf`
+    # torch code by nature: the hf extra's loader, modules and eager MLP graphs, the torch custom ops; `import oracle.hf`
     # and the `oracle run` command stay torch-free (tests/test_checkpoints_layouts.py)
     optional = ("oracle.hf.loader", "oracle.hf.modules", "oracle.hf.decode", "oracle.hf.compiled", "oracle.hf.topk",
-                "oracle.hf.topk_triton",
+                "oracle.hf.topk_triton", "oracle.hf.blocks",
                 "oracle.integration.ops")
     modules = sorted(m for m in graph.modules if package(m) == "oracle" and not m.endswith("__main__")
                      and m not in optional)
