@@ -67,13 +67,10 @@ def w4_wgmma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, c
                     stride_ym, stride_wk, stride_sk, stride_zk, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr,
                     HAS_BIAS: tl.constexpr, GROUP: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OUT_F16: tl.constexpr,
-                    EVEN_K: tl.constexpr, PIPE_W: tl.constexpr = False):
+                    EVEN_K: tl.constexpr):
     """Grid (tiles, SPLIT_K): tile = pid over bands of GROUP_M activation-row tiles (the row tiles of
     a band fastest, so programs running together share a weight column tile in L2 and the band's
-    activations), each program a [BM, BN] output tile over its K slice (finish_tile sums slices).
-    PIPE_W: the words loaded where they are decoded, so Triton's pipeliner stages them by cp.async with
-    the activations (num_stages) and the decode reads them from shared memory, instead of a register
-    copy one tile ahead."""
+    activations), each program a [BM, BN] output tile over its K slice (finish_tile sums slices)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -94,22 +91,16 @@ def w4_wgmma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, c
         gscale = tl.load(g_ptr)
     t0, t1 = split_range(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    if not PIPE_W:
-        u, s, z = _wg_words(tl.minimum(t0, t1 - 1), offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk, stride_sk,
-                            stride_zk, ELEM, HAS_ZERO, GROUP, UJ, EVEN_K)
+    u, s, z = _wg_words(tl.minimum(t0, t1 - 1), offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk, stride_sk,
+                        stride_zk, ELEM, HAS_ZERO, GROUP, UJ, EVEN_K)
     for t in range(t0, t1):
-        if PIPE_W:
-            u, s, z = _wg_words(t, offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk, stride_sk, stride_zk, ELEM,
-                                HAS_ZERO, GROUP, UJ, EVEN_K)
-        else:
-            un, sn, zn = _wg_words(tl.minimum(t + 1, t1 - 1), offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk,
-                                   stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, UJ, EVEN_K)
+        un, sn, zn = _wg_words(tl.minimum(t + 1, t1 - 1), offs_n, n_ok, w_ptr, s_ptr, z_ptr, K, stride_wk,
+                               stride_sk, stride_zk, ELEM, HAS_ZERO, GROUP, UJ, EVEN_K)
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
                     mask=row_ok[None, :] & k_in(offs_k, K, EVEN_K)[:, None], other=0.0)
         w = _wg_decode(u, s, z, gscale, ELEM, io_t)
         acc = tl.dot(w, x.to(io_t), acc)
-        if not PIPE_W:
-            u, s, z = un, sn, zn
+        u, s, z = un, sn, zn
     finish_tile(tl.trans(acc), part_ptr, cnt_ptr, pid, pid_k, b_ptr, y_ptr, offs_m, offs_n, M, N, stride_ym,
                 SPLIT_K, HAS_BIAS, False)
