@@ -56,15 +56,13 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
 #: R17: K tiles of 256 with the fused decoder 1.1-1.9x slower than 128 (8192x8192 MXFP4 41.7 against
 #: 28.6), so dropped too; the fused decoder on each shipped default is timed as "words default d5".
-#: Eighth pass (2026-12-02, session 8): the 7th field is num_stages; PREFETCH 0 (5th field) loads each K tile where it
-#: is used, so Triton's pipeliner copies the words, scales and activations into shared memory by cp.async
-#: (num_stages - 1 tiles in flight per program) and the decode reads the words from there in the MMA
-#: operand's layout: no register prefetch, and no store / barrier / ldmatrix round trip of the decoded
-#: tile (sm_90 SASS, 8192x8192 MXFP4 128x16 w8: 331 instructions per K tile, 0 LDSM, 4 LDGSTS). The
-#: shipped loop keeps one tile in flight (about 17 KB per SM at two programs), which Little's law at
-#: the measured per-tile time (1.6 us) puts at about 1.4 TB/s: the measured rate.
-SWAP_GRID = [(128, 8, 1.5, 0, 0, 1, 3), (64, 4, 3, 0, 0, 1, 4), (32, 4, 3, 0, 0, 1, 4), (128, 8, 1.5, 0, 0, 1, 4),
-             (64, 4, 1.5, 0, 0, 1, 4)]
+#: Eighth pass (2026-12-02, session 8), R19: the K tiles loaded where used and pipelined by Triton
+#: (PREFETCH 0, num_stages 3-4: cp.async into shared memory, 2-3 tiles in flight per program, the
+#: words read from there in the MMA operand's layout; sm_90 loop of 8192x8192 MXFP4 128x16 w8: 331
+#: instructions, 0 LDSM) was slower on every shape, format and tile (8192x8192 MXFP4 34.1-78.3 us
+#: against the shipped 28.6; 7168x18432 69.2-177.2 against 57.4-60.2; 2048x4096 10.4-17.7 against
+#: 8.4-8.8), so more bytes in flight per SM do not help and it was removed.
+SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}
@@ -100,21 +98,20 @@ def wg_grid(n: int, k: int, m: int, sms: int, first: int = 0) -> list[tuple[str,
 
 def swap_grid(fmt: str, n: int, k: int, m: int, sms: int) -> list[tuple[str, dict]]:
     out = []
-    for bn, nw, waves, join, pf, fused, stages in SWAP_GRID:
-        if fmt == "int4" and fused and not join and pf == 1:
+    for bn, nw, waves, join, pf, fused in SWAP_GRID:
+        if fmt == "int4" and fused and not join:
             continue
         sp = fill_split(-(-n // bn) * -(-m // 16), k // 128, sms, waves)
         cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sp,
-               "DECODE": 3 if fmt == "int4" else (5 if fused else 4), "num_warps": nw, "num_stages": stages}
+               "DECODE": 3 if fmt == "int4" else (5 if fused else 4), "num_warps": nw, "num_stages": 1}
         if join:
             cfg["FULL_TILE"] = 1
             if fused:
                 cfg["PERM"] = 1
-        if pf != 1:
+        if pf > 1:
             cfg["PREFETCH"] = pf
         out.append((f"swap bn{bn} w{nw} s{sp}{' join' if join else ''}{' perm' if cfg.get('PERM') else ''}"
-                    f"{' d5' if cfg['DECODE'] == 5 else ''}{f' pf{pf}' if pf != 1 else ''}"
-                    f"{f' st{stages}' if stages > 1 else ''}", cfg))
+                    f"{' d5' if cfg['DECODE'] == 5 else ''}{' pf2' if pf > 1 else ''}", cfg))
     return out
 
 

@@ -128,10 +128,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     if cfg.get("SWAP"):
         if cfg.get("BLOCK_M", 0) < 16:
             raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")
-        if cfg.get("PREFETCH", 1) not in (0, 1, 2) or (cfg.get("PREFETCH", 1) != 1 and layout.elem == FP8):
+        if cfg.get("PREFETCH", 1) not in (1, 2) or (cfg.get("PREFETCH", 1) == 2 and layout.elem == FP8):
             raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the 4-bit swap kernel loads 1 or 2 K tiles "
-                             "ahead in registers, or (0) where used, pipelined by Triton over num_stages (the FP8 "
-                             "one: its pipelined dot, no PREFETCH)")
+                             "ahead (the FP8 one: its pipelined dot, no PREFETCH)")
         if layout.elem == FP8:
             if layout.group != 1:
                 raise ValueError(f"SWAP for {what}: the FP8 swap kernel serves per-channel / per-tensor scales only")

@@ -543,10 +543,7 @@ def w4_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
 
     PREFETCH 2: the loads of the K tile two steps ahead are in flight while a tile is decoded and
     multiplied (ptxas places the loads late in the loop body; one step ahead leaves the next step
-    waiting for memory). PREFETCH 0 (num_stages >= 2): each tile loaded where it is used, so Triton's
-    pipeliner copies words, scales and activations into shared memory by cp.async, num_stages - 1
-    tiles ahead, and the decode reads the words from there in the MMA operand's layout (no register
-    double buffer, and no store / barrier / ldmatrix round trip of the decoded operand)."""
+    waiting for memory)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -584,23 +581,17 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
     dot_t = tl.float32 if DOT_F32 else io_t
     UJ: tl.constexpr = BLOCK_K // 8
     XP: tl.constexpr = X_PIPE and JOIN and ELEM != 3
-    if PREFETCH > 0:
-        u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
-                                     stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                     ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
+    u, s, z, x = _swap_tile_load(tl.minimum(t0, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N,
+                                 stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                 ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
     if PREFETCH == 2:
         u1, s1, z1, x1_ = _swap_tile_load(tl.minimum(t0 + 1, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr,
                                           z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                                           ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
     for t in range(t0, t1):
-        if PREFETCH == 0:       # loaded where used: Triton's pipeliner (num_stages) keeps tiles in flight
-            u, s, z, x = _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, stride_xm,
-                                         stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
-                                         GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
-        else:
-            un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
-                                             s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
-                                             stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
+        un, sn, zn, xn = _swap_tile_load(tl.minimum(t + PREFETCH, t1 - 1), offs_n, offs_m, row_ok, x_ptr, w_ptr,
+                                         s_ptr, z_ptr, N, stride_xm, stride_wn, stride_wk, stride_sn, stride_sk,
+                                         stride_zk, ELEM, HAS_ZERO, GROUP, UJ, JOIN, K, EVEN_K, KN, not XP, PERM)
         if JOIN and PERM:       # one dot per tile, the decoded pairs kept whole (join_pairs / perm_k)
             if ELEM == 3:
                 w0, w1, w2, w3, w4, w5, w6, w7 = int4_word_values(u, z[:, None], DECODE, io_t)
@@ -658,7 +649,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
         if PREFETCH == 2:
             u, s, z, x = u1, s1, z1, x1_
             u1, s1, z1, x1_ = un, sn, zn, xn
-        elif PREFETCH == 1:
+        else:
             u, s, z, x = un, sn, zn, xn
     return acc
 

@@ -92,10 +92,9 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
             # the whole tile in the word decoders' pair order, the activations read in that order (PERM)
             assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1, "PERM": 1}), e.apply(x)) < TOL, \
                 (m, symmetric)
-        # loads two K tiles ahead, or each where used (PREFETCH 0, pipelined over num_stages): the same products
-        for ahead in ({"PREFETCH": 2}, {"PREFETCH": 0, "num_stages": 3}):
-            assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, **ahead}),
-                               t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric, ahead)
+        # loads two K tiles ahead: the same products
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}),
+                           t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric)
 
 
 @pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),

@@ -286,8 +286,7 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     read in that order) and the fused E2M1 decoder (DECODE 5: one packed multiply by 2**126 x scale):
     N = 1000, a row tail, a bias, split-K 2, against the reference; DECODE 5 bitwise equal to the
     two-step decoder (DECODE 4) in both loop forms, and to it again where the layer's scales are
-    declared out of the fused range (the launch falls back); the K tiles pipelined by Triton (PREFETCH 0)
-    bitwise equal to the register prefetch, and on mma.sync tiles; captured and replayed."""
+    declared out of the fused range (the launch falls back); captured and replayed."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     dec = 3 if fmt == "int4" else 5
@@ -305,14 +304,6 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
         t.gemm.fused_ok = False
         assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, cfg))
         t.gemm.fused_ok = True
-    # each K tile loaded where used, pipelined by Triton over 3 stages (PREFETCH 0): the same products as the
-    # register prefetch; and on 32-row tiles (mma.sync) against the reference, then replayed
-    piped = {**cfg, "FULL_TILE": 0, "PERM": 0, "PREFETCH": 0, "num_stages": 3}
-    assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, piped),
-                       t.gemm(x, 0, None, torch.bfloat16, {**piped, "PREFETCH": 1, "num_stages": 1}))
-    narrow = {**piped, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4}
-    assert rel(t.gemm(x, 0, None, torch.bfloat16, narrow), e.apply(x)) < TOL
-    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, narrow), x, e.apply)
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
 
 
