@@ -73,19 +73,20 @@ def activations_of(model) -> dict[str, dict[str, str]]:
     return out
 
 
-def transformers_unavailable() -> str:
-    """Why transformers' own FP8 / MXFP4 kernels cannot run here. Checked in transformers 5.23:
-    integrations/finegrained_fp8.py runs FP8 linears and experts through DeepGEMM or the Triton
-    `kernels-community/finegrained-fp8`, both fetched by the hub `kernels` package (no torch-only
-    fallback: without it the call raises ImportError); quantizer_mxfp4.py needs `kernels` for its
-    triton_kernels MoE and otherwise dequantizes the checkpoint to BF16, which is the bf16 row."""
-    from transformers.utils import is_kernels_available
-    why = ("transformers 5.23 runs FP8 (fine-grained) only through DeepGEMM or the Triton kernels-community/"
-           "finegrained-fp8 kernel and MXFP4 only through triton_kernels, all fetched from the Hugging Face hub "
-           "by the `kernels` package; without them MXFP4 is dequantized to BF16 (the bf16 row) and FP8 fails")
-    if not is_kernels_available():
-        return why + "; `kernels` is not installed here and the hub is unreachable"
-    return why + "; this benchmark does not fetch hub kernels"
+def transformers_engine(args) -> dict:
+    """The transformers engine's result: its quantized entry points tried on this device
+    (bench/transformers_paths.py). Every one failing is why the row is not measured, with the
+    transformers source line that raised."""
+    import transformers_paths
+
+    rows = transformers_paths.probe(args.device)
+    ran = [r["path"] for r in rows[1:] if r["runs"] == "yes"]
+    why = (f"these transformers quantized paths run here but no engine is built from them: {', '.join(ran)}" if ran
+           else "every transformers quantized path fails here (no `kernels` package and no hub: its FP8 and MXFP4 "
+                "kernels are downloaded from the Hugging Face hub; without them only dequantize-to-BF16 loads, "
+                "which is the bf16 row): " + "; ".join(f"{r['path']}: {r['why'][:90]} at {r['where']}"
+                                                      for r in rows[1:]))
+    return {"engine": "transformers", "skipped": why, "paths": rows, "runs": []}
 
 
 def child(engine: str, args) -> dict:
@@ -93,6 +94,11 @@ def child(engine: str, args) -> dict:
 
     from oracle.hf.decode import measure
 
+    if engine == "transformers":
+        result = transformers_engine(args)
+        Path(args.result).write_text(json.dumps(result))
+        print(result["skipped"], flush=True)
+        return result
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
@@ -405,6 +411,10 @@ def table(results: dict[str, dict], args) -> str:
             for run in r.get("runs", []) if run.get("ran", run["mode"]) != run["mode"]]
     if fell:
         lines.append("graph capture failed, measured without a graph: " + "; ".join(fell))
+    if results.get("transformers", {}).get("paths"):
+        import transformers_paths
+        lines += ["", "transformers' own quantized paths, each called once on this device "
+                  "(bench/transformers_paths.py):", "", *transformers_paths.lines(results["transformers"]["paths"])]
     emu, ora = results.get("emulation", {}), results.get("oracle", {})
     if "check" in ora and "perturbed" in emu:
         load = (lambda c: {**c, "states": torch.load(c["states"])})
@@ -516,9 +526,6 @@ def main() -> None:
     timeouts = _timeouts(args.timeout)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     for engine in args.engines:
-        if engine == "transformers":          # its kernels come from the hub: say why it is not measured
-            results[engine] = {"engine": engine, "skipped": transformers_unavailable()}
-            continue
         out = tmp / f"{engine}.json"
         cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
         if engine == "emulation" and results.get("oracle", {}).get("activations"):
