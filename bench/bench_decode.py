@@ -439,12 +439,16 @@ def table(results: dict[str, dict], args) -> str:
     if probed:
         lines += ["", "host probe (bench/host_state.py: host us per call of an RMSNorm's ops and of an in-place add "
                   "on one row, and the process-wide state, at each stage of each process):", "",
-                  "| engine | stage | rmsnorm us | add us | OS threads | torch-function modes | dispatch modes | "
-                  "gc objects | TLS include |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| engine | stage | rmsnorm us | add us | graph replay us | replay + rmsnorm us | OS threads | "
+                  "torch-function modes | dispatch modes | gc objects | TLS include |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for e, r in probed:
             for p in r["host_probe"]:
+                if "error" in p:
+                    lines.append(f"| {e} | {p['stage']} | failed: {p['error']} |")
+                    continue
                 st = p["state"]
-                lines.append(f"| {e} | {p['stage']} | {p['rmsnorm_us']:.1f} | {p['add_us']:.1f} | {st['os_threads']} | "
+                lines.append(f"| {e} | {p['stage']} | {p['rmsnorm_us']:.1f} | {p['add_us']:.1f} | "
+                             f"{p.get('replay_us', 0):.1f} | {p.get('replay_rmsnorm_us', 0):.1f} | {st['os_threads']} | "
                              f"{st['torch_function_modes']} | {st.get('dispatch_modes')} | {st['gc_objects']} | "
                              f"{st.get('dispatch_include')} |")
         gcs = [f"{e} b{run['batch']} {run['mode']} {run['gc_ms']:.0f} ms {run['gc_collections']}"

@@ -8,7 +8,10 @@ per-call slowdown of every op points to something process-wide: a torch-function
 left on, thread-local dispatch keys, grad mode, a trace or profile hook, garbage collection over
 many more objects, threads competing for the GIL or the cores. `snapshot` lists each of those;
 `op_cost` times the same op sequence (an RMSNorm's ops on one [1, 1, hidden] BF16 row, and a
-bare in-place add) in the process as it is, so stages and processes can be compared directly.
+bare in-place add) in the process as it is, so stages and processes can be compared directly; on
+CUDA also a one-kernel graph's replay, and that replay followed by the RMSNorm's ops (an eager oracle
+step interleaves graph replays with transformers' own launches; BF16's step has no replays): what
+the mix costs beyond its parts.
 
 `GcClock` adds up the time the garbage collector takes (gc.callbacks), per run.
 """
@@ -76,9 +79,20 @@ def op_cost(hidden: int = 7168, calls: int = 400, device: str = "cuda") -> dict[
     def add() -> None:
         x.add_(0)
 
+    fns: list[tuple[str, Any]] = [("rmsnorm_us", lambda: rms(x)), ("add_us", add)]
+    if device.startswith("cuda"):      # the same ops right after a graph replay, as an eager oracle step runs them
+        graph, y = torch.cuda.CUDAGraph(), torch.zeros_like(x)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y.add_(1)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad(), torch.cuda.graph(graph, stream=side):
+            y.add_(1)
+        fns += [("replay_us", graph.replay), ("replay_rmsnorm_us", lambda: (graph.replay(), rms(x)))]
     out: dict[str, float] = {}
     with torch.no_grad():
-        for name, fn in (("rmsnorm_us", lambda: rms(x)), ("add_us", add)):
+        for name, fn in fns:
             fn()
             per = []
             for _ in range(5):
@@ -94,9 +108,16 @@ def op_cost(hidden: int = 7168, calls: int = 400, device: str = "cuda") -> dict[
 
 def probe(stage: str, device: str = "cuda") -> dict[str, Any]:
     """`op_cost` and `snapshot` at a named stage of a process (one line printed)."""
-    cost = op_cost(device=device)
-    state = snapshot()
-    print(f"host probe [{stage}]: rmsnorm {cost['rmsnorm_us']:.1f} us, add {cost['add_us']:.1f} us per call; "
+    try:
+        cost = op_cost(device=device)
+        state = snapshot()
+    except Exception as exc:  # noqa: BLE001 - a diagnostic must never cost the run its figures
+        print(f"host probe [{stage}] failed: {type(exc).__name__}: {exc}", flush=True)
+        return {"stage": stage, "error": f"{type(exc).__name__}: {exc}"}
+    graphs = (f", a graph replay {cost['replay_us']:.1f}, replay then rmsnorm {cost['replay_rmsnorm_us']:.1f} "
+              f"(+{cost['replay_rmsnorm_us'] - cost['replay_us'] - cost['rmsnorm_us']:.1f} from mixing them)"
+              if "replay_us" in cost else "")
+    print(f"host probe [{stage}]: rmsnorm {cost['rmsnorm_us']:.1f} us, add {cost['add_us']:.1f} us{graphs} per call; "
           f"threads {state['os_threads']} ({', '.join(state['threads'])}); torch-function modes "
           f"{state['torch_function_modes']}, dispatch modes {state.get('dispatch_modes')}, grad {state['grad']}, "
           f"gc objects {state['gc_objects']}, trace {state['trace']}, profile {state['profile']}, "
