@@ -35,6 +35,8 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
+MOE_TOUCH: dict[str, int] = {}      # --moe-experts: a model's M > 1 routings touch exactly this many experts
+MOE_REPEAT = [1]                    # --moe-repeat: the oracle's row timed this many times (the spread)
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -306,6 +308,9 @@ def _print_row(row):
         if "graph" in t:
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
                          + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+            if t.get("repeats"):
+                print(f"    {row['shape']} {cand} repeats (graph us): "
+                      + ", ".join(f"{v:.1f}" for v in t["repeats"]))
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
         else:
@@ -320,9 +325,11 @@ def routing_seed(m, e, topk):
     return 1_000_003 * m + 1009 * e + topk
 
 
-def _routings(m, e, topk, count, device):
+def _routings(m, e, topk, count, device, touch: int | None = None):
     """`count` routings from routing_seed's generator; at M=1 disjoint expert sets (a random permutation
-    cut in top_k pieces), else the top_k of a softmax over normal logits per token."""
+    cut in top_k pieces), else the top_k of a softmax over normal logits per token. touch (M > 1): only
+    the draws whose routing touches exactly that many experts are kept (the generator's next draws until
+    one does), so a figure can be set beside another benchmark's on as many expert bytes."""
     out = []
     gen = torch.Generator().manual_seed(routing_seed(m, e, topk))
     perm = torch.randperm(e, generator=gen)
@@ -332,7 +339,13 @@ def _routings(m, e, topk, count, device):
             ids = perm[idx].view(1, topk)
             w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
-            w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
+            for _ in range(100_000 if touch else 1):
+                w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
+                if touch is None or int(torch.unique(ids).numel()) == touch:
+                    break
+            else:
+                raise ValueError(f"no routing of {m} tokens (top {topk} of {e}) touched exactly {touch} experts "
+                                 "in 100000 draws")
         out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
     return out
 
@@ -405,16 +418,23 @@ def bench_moe(ms_list, bw, rows, skipped):
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
             touched_one = min(ne, m * topk) * per_expert
             count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-            routes = _routings(m, ne, topk, count, "cuda")
+            touch = MOE_TOUCH.get(name) if m > 1 else None
+            routes = _routings(m, ne, topk, count, "cuda", touch)
             touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
             hbm = touched * per_expert / bw * 1e6
             row = dict(kind="moe", shape=name, mode=mode_name, m=m, hbm_us=hbm, experts_touched=touched,
-                       routings=count, routing_seed=routing_seed(m, ne, topk), peers={})
+                       routings=count, routing_seed=routing_seed(m, ne, topk), peers={},
+                       **({"touch": touch} if touch else {}))
             # the references (emulation's MoE, the BF16 product) run after the timings, so their fresh
             # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             warm_clocks(SETTLE_S)
-            o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+            calls = [lambda r=r: t.apply(x, *r) for r in routes]
+            o = measure(calls, m)
+            if MOE_REPEAT[0] > 1:          # the same row timed again: its spread (graph figures, first included)
+                again = [measure(calls, m) for _ in range(MOE_REPEAT[0] - 1)]
+                o["repeats"] = [o["graph"], *(a["graph"] for a in again)]
+                o["eager_repeats"] = [o["eager"], *(a["eager"] for a in again)]
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
@@ -589,6 +609,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
                     help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
                          "that fits a device round)")
+    ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=E",
+                    help="MoE: that model's M > 1 rows on routings that touch exactly E experts (from the same seeded "
+                         "generator's draws), e.g. deepseek-r1=97 beside a figure measured on such a routing")
+    ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
+                    help="MoE: time the oracle's row N times in the process (the figure is the first; all N printed)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -631,6 +656,12 @@ def main(argv: list[str] | None = None) -> int:
         if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
             ap.error(f"--moe-m {spec!r}: expected MODEL=M[,M...] with MODEL one of {sorted(MOE)}")
         MOE_M[name] = [int(v) for v in ms.split(",")]
+    for spec in args.moe_experts:
+        name, _, n = spec.partition("=")
+        if name not in MOE or not n.isdigit() or not 1 <= int(n) <= MOE[name][0]:
+            ap.error(f"--moe-experts {spec!r}: expected MODEL=E with MODEL one of {sorted(MOE)} and E an expert count")
+        MOE_TOUCH[name] = int(n)
+    MOE_REPEAT[0] = max(1, args.moe_repeat)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
