@@ -35,7 +35,8 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
-MOE_TOUCH: dict[str, int] = {}      # --moe-experts: a model's M > 1 routings touch exactly this many experts
+#: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
+MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [1]                    # --moe-repeat: the oracle's row timed this many times (the spread)
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
@@ -302,7 +303,8 @@ def _print_row(row):
         with open(JSON_OUT[0], "w") as f:
             json.dump(JSON_OUT[1], f, indent=1)
     b = row["bf16"]
-    parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5} hbm {row['hbm_us']:7.1f} | "
+    touch = f" [{row['touch']} experts]" if row.get("touch") else ""
+    parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5}{touch} hbm {row['hbm_us']:7.1f} | "
              f"bf16 {b['graph']:7.1f}/{b['eager']:6.1f}"]
     for cand, t in row["peers"].items():
         if "graph" in t:
@@ -410,7 +412,9 @@ def bench_moe(ms_list, bw, rows, skipped):
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
-        for m in MOE_M.get(name, ms_list):
+        plan = [(m, touch) for m in MOE_M.get(name, ms_list)
+                for touch in (None, *([MOE_TOUCH[name, m]] if (name, m) in MOE_TOUCH else []))]
+        for m, touch in plan:
             if time.perf_counter() > DEADLINE[0]:
                 skipped.append(f"{name} M={m}: not measured (--budget-s spent)")
                 print("  " + skipped[-1], flush=True)
@@ -418,7 +422,6 @@ def bench_moe(ms_list, bw, rows, skipped):
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
             touched_one = min(ne, m * topk) * per_expert
             count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-            touch = MOE_TOUCH.get(name) if m > 1 else None
             routes = _routings(m, ne, topk, count, "cuda", touch)
             touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
             hbm = touched * per_expert / bw * 1e6
@@ -609,9 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
                     help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
                          "that fits a device round)")
-    ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=E",
-                    help="MoE: that model's M > 1 rows on routings that touch exactly E experts (from the same seeded "
-                         "generator's draws), e.g. deepseek-r1=97 beside a figure measured on such a routing")
+    ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
+                    help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
+                         "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
+                         "such a routing")
     ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
                     help="MoE: time the oracle's row N times in the process (the figure is the first; all N printed)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
@@ -657,10 +661,13 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--moe-m {spec!r}: expected MODEL=M[,M...] with MODEL one of {sorted(MOE)}")
         MOE_M[name] = [int(v) for v in ms.split(",")]
     for spec in args.moe_experts:
-        name, _, n = spec.partition("=")
-        if name not in MOE or not n.isdigit() or not 1 <= int(n) <= MOE[name][0]:
-            ap.error(f"--moe-experts {spec!r}: expected MODEL=E with MODEL one of {sorted(MOE)} and E an expert count")
-        MOE_TOUCH[name] = int(n)
+        name, _, rest = spec.partition("=")
+        m, _, n = rest.partition(":")
+        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 2 or \
+                not 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1]):
+            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)}, M > 1 and E an "
+                     "expert count that M tokens can touch")
+        MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
