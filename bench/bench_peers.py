@@ -103,11 +103,12 @@ def measure(calls: list, m: int) -> dict:
 
 
 def measure_moe(calls: list, m: int) -> dict:
-    """measure(), MOE_REPEAT times over (--moe-repeat): graph / eager / host are the medians, and `repeats` /
+    """measure(), MOE_REPEAT times over at M = 1 (--moe-repeat; one token, where the transient below is a tenth
+    of the figure; larger M once): graph / eager / host are the medians, and `repeats` /
     `eager_repeats` every figure in order. Why: the eighth pass (R19, bench/moe_gap.py --content) timed
     DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
     two (same build, routings and kernels): a single timing of the first row carries that transient."""
-    runs = [measure(calls, m) for _ in range(MOE_REPEAT[0])]
+    runs = [measure(calls, m) for _ in range(MOE_REPEAT[0] if m == 1 else 1)]
     if len(runs) == 1:
         return runs[0]
     med = lambda key: sorted(r[key] for r in runs)[len(runs) // 2]     # noqa: E731
@@ -628,8 +629,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
                          "such a routing")
     ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
-                    help="MoE: time each candidate of a row N times in the process (the figure: the median; all N "
-                         "printed)")
+                    help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
+                         "N printed)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
