@@ -357,13 +357,13 @@ def _routings(m, e, topk, count, device, touch: int | None = None):
             ids = perm[idx].view(1, topk)
             w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
-            for _ in range(100_000 if touch else 1):
+            for _ in range(10_000 if touch else 1):
                 w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
                 if touch is None or int(torch.unique(ids).numel()) == touch:
                     break
             else:
                 raise ValueError(f"no routing of {m} tokens (top {topk} of {e}) touched exactly {touch} experts "
-                                 "in 100000 draws")
+                                 "in 10000 draws")
         out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
     return out
 
