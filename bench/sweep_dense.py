@@ -262,6 +262,19 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         # rows are quantized, were slower still: no longer tried)
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
+    if m <= 32 and "SWAP" in default:            # weights read with L2 evict-first (streamed once)
+        out.append(("default, evict", {**default, "EVICT": 1}))
+        if m > 1 and facts.get("pdl"):
+            out.append(("default, pdl 1 evict", {**default, "PDL": 1, "EVICT": 1}))
+    if m == 1 and "SWAP" in default:             # eighth pass: deeper pipelines, wider tiles at one row
+        for bn, bk, nw, st in ((64, 256, 4, 3), (64, 256, 4, 5), (64, 128, 4, 6), (64, 128, 4, 8), (128, 128, 4, 5),
+                               (128, 256, 8, 3), (64, 512, 4, 3), (32, 256, 4, 4)):
+            tiles, kt = -(-n // bn), k // bk
+            splits = sorted({fill_split(tiles, kt, sms, waves) for waves in (1, 2)})
+            for sp in splits:
+                out.append((f"m1 bn{bn} bk{bk} s{sp} w{nw} st{st}",
+                            {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
+                             "num_warps": nw, "num_stages": st}))
     out += quant_in_variants(n, k, m, sms, default, facts)
     if DEFAULTS_ONLY[0]:
         return only(out)

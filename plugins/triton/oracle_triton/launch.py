@@ -637,8 +637,8 @@ class DenseGemm:
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
-            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **self.coop_args(coop, cfg))
+            **({"PF_L2": True} if cfg.get("PF_L2") and self.facts["pdl"] and self.k % 16 == 0 else {}),
+            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.coop_args(coop, cfg))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
