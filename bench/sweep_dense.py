@@ -266,9 +266,13 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         out.append(("default, evict", {**default, "EVICT": 1}))
         if m > 1 and facts.get("pdl"):
             out.append(("default, pdl 1 evict", {**default, "PDL": 1, "EVICT": 1}))
+    if m <= 32 and "SWAP" in default and facts.get("pdl"):   # each program's row heads asked of L2 first (bytes)
+        for head in (512, 1024):
+            out.append((f"default, head {head}", {**default, "PF_HEAD": head}))
+            if m > 1:
+                out.append((f"default, pdl 1 head {head}", {**default, "PDL": 1, "PF_HEAD": head}))
     if m == 1 and "SWAP" in default:             # eighth pass: deeper pipelines, wider tiles at one row
-        for bn, bk, nw, st in ((64, 256, 4, 3), (64, 256, 4, 5), (64, 128, 4, 6), (64, 128, 4, 8), (128, 128, 4, 5),
-                               (128, 256, 8, 3), (64, 512, 4, 3), (32, 256, 4, 4)):
+        for bn, bk, nw, st in ((64, 256, 4, 3), (64, 256, 4, 5), (64, 128, 4, 6), (128, 128, 4, 5), (32, 256, 4, 4)):
             tiles, kt = -(-n // bn), k // bk
             splits = sorted({fill_split(tiles, kt, sms, waves) for waves in (1, 2)})
             for sp in splits:

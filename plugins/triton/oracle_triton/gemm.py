@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finis
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2, wait_until_at_least
 from .token_rows import rows_codes, rows_scales, rows_tile
 
 
@@ -661,7 +661,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
-                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False, EVICT: tl.constexpr = False):
+                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False, EVICT: tl.constexpr = False,
+                    PF_HEAD: tl.constexpr = 0):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -704,6 +705,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         first_byte = tl.minimum(pid_k * share, tile_bytes)
         prefetch_rows_l2(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn + first_byte,
                          tl.minimum(share, tile_bytes - first_byte))
+    if PF_HEAD > 0:     # the head of each weight row's K range asked of L2 (bytes; K >= PF_HEAD, both % 16 == 0)
+        h0, _ = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+        rows_h = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+        prefetch_row_heads(w_ptr + rows_h * stride_wn + tl.minimum(h0 * BLOCK_K, K - PF_HEAD), PF_HEAD)
     if GDC:
         gdc_wait()
     if COOP:

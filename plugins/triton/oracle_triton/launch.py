@@ -638,8 +638,17 @@ class DenseGemm:
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if cfg.get("PF_L2") and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.coop_args(coop, cfg))
+            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.head_args(cfg), **self.coop_args(coop, cfg))
         return y
+
+    def head_args(self, cfg: dict[str, int]) -> dict[str, Any]:
+        """fp8_swap_kernel's PF_HEAD (cfg PF_HEAD bytes, sm_90's bulk L2 prefetch: 16-byte multiples, at most
+        K): each program first asks L2 for the head of each of its weight rows' K range, so HBM streams
+        while it takes its row's amax (QUANT_IN) or waits for the quantizer (PDL)."""
+        head = cfg.get("PF_HEAD", 0)
+        if not head or not self.facts["pdl"] or self.k % 16 or head % 16 or head > self.k:
+            return {}
+        return {"PF_HEAD": head}
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16: gemm.w4_swap_kernel (one launch)."""
