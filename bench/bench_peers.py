@@ -203,8 +203,11 @@ def build_dense(cand, fmt, layer, mode, tensors):
                 q, tensors["weight_scale"].t().contiguous(), z.t().to(torch.bfloat16).contiguous(), W_nbits=4,
                 group_size=k // tensors["weight_scale"].shape[0])
         elif fmt == "mxfp4":
+            # gemlite converts the scales it is given with .to(float8_e8m0fnu): it wants their values (an E8M0
+            # tensor passes through), not the raw exponent bytes as uint8 (R19: 127 read as the number 127,
+            # relative error 4.6e3 against emulation)
             lin = helper.A16W4_MXFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
-                tensors["weight"], tensors["weight_scale"].view(torch.uint8))
+                tensors["weight"], tensors["weight_scale"].view(torch.uint8).view(torch.float8_e8m0fnu))
         elif fmt == "nvfp4":
             lin = helper.A16W4_NVFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
                 tensors["weight"], scales=tensors["weight_scale"], meta_scale=tensors["weight_global_scale"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, finish_tile, fp8_codes_product, fp8_codes_scale,
+from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
@@ -746,9 +746,9 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
             xr = xr_next
         elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
-            x1 = tl.where(first, xr, 0.0)       # the row, and zeros in the MMA operand's other rows
-            a = rows_codes(x1, tl.broadcast_to(xs, (BLOCK_M,)), FP8_DOT, dot_t)
-            xr = xr_next
+            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)   # (rounding [1, BK], not
+            xr = xr_next                                                             # [16, BK]: R19, 8.0 vs 7.4 us)
+            a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
         else:
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
         acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
