@@ -220,8 +220,11 @@ def build_dense(cand, fmt, layer, mode, tensors):
                 q, tensors["weight_scale"].t().contiguous(), z.t().to(torch.bfloat16).contiguous(), W_nbits=4,
                 group_size=k // tensors["weight_scale"].shape[0])
         elif fmt == "mxfp4":
+            # gemlite converts the scales it is given with .to(float8_e8m0fnu): it wants their values (an E8M0
+            # tensor passes through), not the raw exponent bytes as uint8 (R19: 127 read as the number 127,
+            # relative error 4.6e3 against emulation)
             lin = helper.A16W4_MXFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
-                tensors["weight"], tensors["weight_scale"].view(torch.uint8))
+                tensors["weight"], tensors["weight_scale"].view(torch.uint8).view(torch.float8_e8m0fnu))
         elif fmt == "nvfp4":
             lin = helper.A16W4_NVFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
                 tensors["weight"], scales=tensors["weight_scale"], meta_scale=tensors["weight_global_scale"])
@@ -284,6 +287,8 @@ def bench_dense(ms_list, bw, rows, skipped):
                     except Exception as exc:  # noqa: BLE001
                         t = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
                     row["peers"][cand] = t
+                if fmt == "fp8_channel" and PEERS[0] is not None and "quantizer" in PEERS[0]:
+                    row["peers"]["quantizer"] = _quantizer_alone(x)
                 if m == 1 and fmt.startswith("fp8") and "oracle" in built and not LEAN[0]:
                     row["peers"]["oracle-gemv"] = _forced_gemv(built["oracle"][0], x)
                 rows.append(row)
@@ -295,6 +300,27 @@ def bench_dense(ms_list, bw, rows, skipped):
 
 
 JSON_OUT: list = []     # [path, document] when --json is given: rewritten after every row (a timeout keeps them)
+
+
+def _quantizer_alone(x) -> dict:
+    """oracle-triton's per-token activation quantizer alone (launch.quantize_activation_codes, the first of
+    the two launches of an FP8 W8A8 per-channel call at 2-32 rows and from 256 rows), its codes and
+    scales checked against oracle-torch's (torch ops: an independent implementation); err = the share
+    of codes that differ."""
+    from oracle_torch import quantize
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.launch import device_facts, quantize_activation_codes
+    try:
+        facts = device_facts(x.device)
+        codes, scales = quantize_activation_codes(x, ACT_TOKEN, None, facts)
+        q, sa = quantize.fp8_per_token(x)
+        err = (codes.view(torch.uint8) != q.view(torch.uint8)).float().mean().item() + \
+            (scales.reshape(-1) != sa.reshape(-1).float()).float().mean().item()
+        t = measure([lambda: quantize_activation_codes(x, ACT_TOKEN, None, facts)], x.shape[0])
+        t.update(err=err)
+        return t
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
 
 
 def _forced_gemv(applies, x) -> dict:
