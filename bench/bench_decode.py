@@ -204,14 +204,9 @@ def child(engine: str, args) -> dict:
 
 def eager_graph_calls(model) -> dict[str, int]:
     """How the oracle kernels' eager calls were served (oracle.integration.eager_graphs), summed over kernels."""
-    kernels = getattr(getattr(model, "oracle", None), "kernels", None) or {}
-    totals = [0, 0, 0]
-    for kernel in kernels.values():
-        for part in getattr(kernel, "parts", [kernel]):
-            served = getattr(getattr(part, "eager", None), "served", None)
-            if served:
-                totals = [a + b for a, b in zip(totals, served)]
-    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
+    from oracle.integration.eager_graphs import served_counts
+
+    return served_counts((getattr(getattr(model, "oracle", None), "kernels", None) or {}).values())
 
 
 def _ranked_table(title: str, columns: tuple[str, ...], spent: dict, limit: int, cells) -> str:

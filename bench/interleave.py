@@ -29,6 +29,7 @@ def run(args: Any, build: Callable[[str, Any], tuple], save: Callable[[dict], No
     import torch
 
     from oracle.hf.decode import Decoder
+    from oracle.integration.eager_graphs import served_counts
 
     engines = [e for e in args.engines if e in PAIR]
     if len(engines) != 2:
@@ -63,6 +64,9 @@ def run(args: Any, build: Callable[[str, Any], tuple], save: Callable[[dict], No
                 warm[e] = time.perf_counter() - t
             blocks: dict[str, list[float]] = {e: [] for e in engines}
             tokens: dict[str, list[list[int]]] = {e: [] for e in engines}
+            run_: dict = {"batch": batch, "mode": mode, "ran": {e: decs[e].mode for e in engines}, "warmup_s": warm,
+                          "block_ms": blocks, "tokens": tokens}
+            result["runs"].append(run_)
             for r in range(rounds):
                 for e in (engines if r % 2 == 0 else engines[::-1]):
                     dec = decs[e]
@@ -75,33 +79,19 @@ def run(args: Any, build: Callable[[str, Any], tuple], save: Callable[[dict], No
                     sync()
                     blocks[e].append(1e3 * (time.perf_counter() - t) / args.steps)
                     tokens[e].append(out[0].tolist())
-            ratios = [b / o for b, o in zip(blocks["bf16"], blocks["oracle"])]   # tokens/s, oracle over BF16
-            run_ = {"batch": batch, "mode": mode, "ran": {e: decs[e].mode for e in engines}, "warmup_s": warm,
-                    "block_ms": blocks, "tokens": tokens, "ratios": ratios, "ratio_median": statistics.median(ratios),
-                    "ratio_min": min(ratios), "ratio_max": max(ratios),
-                    "ms_median": {e: statistics.median(v) for e, v in blocks.items()}}
-            result["runs"].append(run_)
-            save(result)
+                ratios = [b / o for b, o in zip(blocks["bf16"], blocks["oracle"])]   # tokens/s, oracle over BF16
+                run_.update(ratios=ratios, ratio_median=statistics.median(ratios), ratio_min=min(ratios),
+                            ratio_max=max(ratios), ms_median={e: statistics.median(v) for e, v in blocks.items()})
+                save(result)                      # after every round: a process stopped later keeps these
             print(line(run_), flush=True)
             del decs
             if cuda:
                 torch.cuda.empty_cache()
-    served = _served(models.get("oracle"))
+    served = served_counts((getattr(getattr(models["oracle"], "oracle", None), "kernels", None) or {}).values())
     if served:
         result["eager_graph_calls"] = served
     save(result)
     return result
-
-
-def _served(model: Any) -> dict[str, int]:
-    kernels = getattr(getattr(model, "oracle", None), "kernels", None) or {}
-    totals = [0, 0, 0]
-    for kernel in kernels.values():
-        for part in getattr(kernel, "parts", [kernel]):
-            got = getattr(getattr(part, "eager", None), "served", None)
-            if got:
-                totals = [a + b for a, b in zip(totals, got)]
-    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
 
 
 def line(run: dict) -> str:
@@ -122,7 +112,7 @@ def table(result: dict, args: Any) -> str:
     for e, r in result.get("engines", {}).items():
         lines.append(f"| {e} | {r['build_s']:.1f} | {r['weights_gib']:.2f} |")
     lines.append("")
-    lines += [line(run) for run in result.get("runs", [])]
+    lines += [line(run) for run in result.get("runs", []) if run.get("ratios")]
     if result.get("eager_graph_calls"):
         lines.append("oracle eager graph calls: " + ", ".join(f"{k} {v}" for k, v in result["eager_graph_calls"].items()))
     if result.get("error"):
