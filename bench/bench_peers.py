@@ -64,6 +64,7 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
+    "qwen3-30b-a3b-int4": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),     # symmetric (zero point 8)
     "qwen3-30b-a3b-int4-zp": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),
 }
 
