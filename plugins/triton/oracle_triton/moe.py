@@ -736,6 +736,10 @@ class TritonMoE(Kernel):
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
                                         words=self.facts["hw_fp8"] and self.act == ACT_NONE)
+        if cfg.get("XQ") and self.act == ACT_NVFP4 and self.w13.layout.elem == E2M1_NV:
+            from .moe_w4a4 import apply_rows     # NVFP4 W4A4: inputs rounded once, weights by byte table
+
+            return apply_rows(self, x, topw, ids, m, k, cfg, self.facts["hw_fp8"] and not interpreting())
         t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
