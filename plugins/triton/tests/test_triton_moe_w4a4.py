@@ -15,7 +15,7 @@ from oracle_triton.moe_w4a4 import _tile
 
 slow = pytest.mark.slow
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-E, H, I, K = 8, 256, 384, 2
+E, H, I, K = 8, 256, 160, 2
 XQ = {"XQ": 1, "DECODE": 2, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "BLOCK_N2": 16,
       "BLOCK_K2": 128, "WARPS2": 4}
 
@@ -93,10 +93,10 @@ def test_byte_table_ptx_matches_the_arithmetic_form_and_the_reference():
 
 
 @slow
-@pytest.mark.parametrize("activation,router_on_input", [("silu", False), ("swigluoai", False), ("relu2", True)])
+@pytest.mark.parametrize("activation,router_on_input", [("swigluoai", False), ("relu2", True)])
 def test_xq_path_matches_emulation(activation, router_on_input):
-    """Gated halves, gated interleaved with a limit, ungated with the router weight on the input; K tails
-    (H = 256 in 128-wide tiles, I = 384 in 256-wide ones: a partial tile), PAIRS on both; an
+    """Gated interleaved with a limit, ungated with the router weight on the input; K tails (I = 160 in
+    128- and 256-wide tiles: a partial tile), PAIRS on both; an
     out-of-range id adds nothing. Exact weights and activations: closer than the W4A4 tolerance (8e-2)."""
     k = 1 if router_on_input else K
     t, ref = moe_pair("nvfp4", E, H, I, k, "w4a4_nvfp4", "nvfp4", {}, activation=activation, bias=True, device=DEV,
