@@ -779,6 +779,7 @@ class TritonMoE(Kernel):
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
                                                       PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), GUARD=guard,
+                                                      X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
@@ -798,7 +799,7 @@ class TritonMoE(Kernel):
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
             BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
-            **common)
+            X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and bool(common["HX"]), **common)
         return out
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
