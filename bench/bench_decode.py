@@ -73,19 +73,20 @@ def activations_of(model) -> dict[str, dict[str, str]]:
     return out
 
 
-def transformers_unavailable() -> str:
-    """Why transformers' own FP8 / MXFP4 kernels cannot run here. Checked in transformers 5.23:
-    integrations/finegrained_fp8.py runs FP8 linears and experts through DeepGEMM or the Triton
-    `kernels-community/finegrained-fp8`, both fetched by the hub `kernels` package (no torch-only
-    fallback: without it the call raises ImportError); quantizer_mxfp4.py needs `kernels` for its
-    triton_kernels MoE and otherwise dequantizes the checkpoint to BF16, which is the bf16 row."""
-    from transformers.utils import is_kernels_available
-    why = ("transformers 5.23 runs FP8 (fine-grained) only through DeepGEMM or the Triton kernels-community/"
-           "finegrained-fp8 kernel and MXFP4 only through triton_kernels, all fetched from the Hugging Face hub "
-           "by the `kernels` package; without them MXFP4 is dequantized to BF16 (the bf16 row) and FP8 fails")
-    if not is_kernels_available():
-        return why + "; `kernels` is not installed here and the hub is unreachable"
-    return why + "; this benchmark does not fetch hub kernels"
+def transformers_engine(args) -> dict:
+    """The transformers engine's result: its quantized entry points tried on this device
+    (bench/transformers_paths.py). Every one failing is why the row is not measured, with the
+    transformers source line that raised."""
+    import transformers_paths
+
+    rows = transformers_paths.probe(args.device)
+    ran = [r["path"] for r in rows[1:] if r["runs"] == "yes"]
+    why = (f"these transformers quantized paths run here but no engine is built from them: {', '.join(ran)}" if ran
+           else "every transformers quantized path fails here (no `kernels` package and no hub: its FP8 and MXFP4 "
+                "kernels are downloaded from the Hugging Face hub; without them only dequantize-to-BF16 loads, "
+                "which is the bf16 row): " + "; ".join(f"{r['path']}: {r['why'][:90]} at {r['where']}"
+                                                      for r in rows[1:]))
+    return {"engine": "transformers", "skipped": why, "paths": rows, "runs": []}
 
 
 def child(engine: str, args) -> dict:
@@ -93,14 +94,26 @@ def child(engine: str, args) -> dict:
 
     from oracle.hf.decode import measure
 
+    if engine == "transformers":
+        result = transformers_engine(args)
+        Path(args.result).write_text(json.dumps(result))
+        print(result["skipped"], flush=True)
+        return result
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     result: dict = {"engine": engine, "runs": []}
+    probes = result.setdefault("host_probe", []) if args.host_probe else None
+    if probes is not None:               # the same op sequence timed at each stage of each engine's process
+        import host_state
+        probes.append(host_state.probe("start", args.device))
+        gc_clock = host_state.GcClock()
     start = time.perf_counter()
     model, kernels = build(engine, args)
     sync()
+    if probes is not None:
+        probes.append(host_state.probe("built", args.device))
     result.update(build_s=time.perf_counter() - start, weights_gib=_gib(torch.cuda.memory_allocated() if cuda else 0),
                   build_peak_gib=_gib(torch.cuda.max_memory_allocated() if cuda else 0), kernels=kernels)
     if cuda:    # the build's peak holds the random weights being made (no real load has them): decode apart
@@ -127,8 +140,10 @@ def child(engine: str, args) -> dict:
         if cuda:           # each run's own peak too: which mode holds what (the table's peak is the max)
             result["peak_gib"] = max(result.get("peak_gib", 0.0), _gib(torch.cuda.max_memory_allocated()))
             torch.cuda.reset_peak_memory_stats()
+        if probes is not None:
+            gc_clock.start()
         try:
-            m = measure(model, prompts[:batch], args.steps, mode)
+            m = measure(model, prompts[:batch], args.steps, mode, repeats=args.repeat)
         except Exception as exc:  # noqa: BLE001 - one mode failing (a compile error) must not lose the others
             result.setdefault("failed", []).append(f"b{batch} {mode}: {type(exc).__name__}: {str(exc)[:300]}")
             print(f"b{batch} {mode} failed: {result['failed'][-1]}", flush=True)
@@ -136,12 +151,19 @@ def child(engine: str, args) -> dict:
             continue
         result["runs"].append({"batch": batch, "mode": mode, "ran": m.mode, "tok_s": m.tok_s, "ms_step": m.ms_step,
                                "prefill_ms": m.prefill_ms, "warmup_s": m.warmup_s,
-                               "tokens": m.tokens[0, :args.check].tolist(),
+                               "tokens": m.tokens[0, :args.check].tolist(), "block_ms": m.block_ms,
                                "peak_gib": _gib(torch.cuda.max_memory_allocated()) if cuda else 0.0})
+        if probes is not None:
+            result["runs"][-1].update(gc_clock.read())
+            probes.append(host_state.probe(f"after b{batch} {mode}", args.device))
         result["peak_gib"] = max(result.get("peak_gib", 0.0), result["runs"][-1]["peak_gib"])   # while decoding
         save()
-        print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step, "
-              f"warm-up {m.warmup_s:.1f} s", flush=True)
+        spread = (f" (median of {len(m.block_ms)} blocks: " + ", ".join(f"{v:.2f}" for v in m.block_ms) + " ms)"
+                  if len(m.block_ms) > 1 else "")
+        gcs = (f"; gc {result['runs'][-1]['gc_ms']:.0f} ms, collections {result['runs'][-1]['gc_collections']}"
+               if probes is not None else "")
+        print(f"{time.perf_counter() - t0:6.1f} s  b{batch} {mode}: {m.tok_s:.1f} tok/s, {m.ms_step:.2f} ms/step"
+              f"{spread}, warm-up {m.warmup_s:.1f} s{gcs}", flush=True)
         del m
         if cuda and mode in args.profile_kernels and batch == min(args.batch):
             result.setdefault("kernel_profile", {})[f"b{batch} {mode}"] = profile_kernels(model, prompts[:batch], mode)
@@ -375,6 +397,10 @@ def table(results: dict[str, dict], args) -> str:
     lines.append("ms per decode step: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run['ms_step']:.2f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
+    spreads = [f"{e} b{run['batch']} {run['mode']} " + "/".join(f"{v:.2f}" for v in run["block_ms"])
+               for e, r in results.items() for run in r.get("runs", []) if len(run.get("block_ms", [])) > 1]
+    if spreads:
+        lines.append("ms per step of each timed block (the table: the median block): " + "; ".join(spreads))
     lines.append("decode peak GiB per run: " + "; ".join(
         f"{e} " + ", ".join(f"b{run['batch']} {run['mode']} {run.get('peak_gib', 0):.2f}" for run in r["runs"])
         for e, r in results.items() if r.get("runs") and e != "emulation"))
@@ -385,6 +411,10 @@ def table(results: dict[str, dict], args) -> str:
             for run in r.get("runs", []) if run.get("ran", run["mode"]) != run["mode"]]
     if fell:
         lines.append("graph capture failed, measured without a graph: " + "; ".join(fell))
+    if results.get("transformers", {}).get("paths"):
+        import transformers_paths
+        lines += ["", "transformers' own quantized paths, each called once on this device "
+                  "(bench/transformers_paths.py):", "", *transformers_paths.lines(results["transformers"]["paths"])]
     emu, ora = results.get("emulation", {}), results.get("oracle", {})
     if "check" in ora and "perturbed" in emu:
         load = (lambda c: {**c, "states": torch.load(c["states"])})
@@ -405,6 +435,27 @@ def table(results: dict[str, dict], args) -> str:
         if r.get("profile") and args.profile:
             lines += ["", f"{name} eager batch-1 step profile ({r['profile'].splitlines()[0]}):", "",
                       *("    " + line for line in r["profile"].splitlines()[1:])]
+    probed = [(e, r) for e, r in results.items() if r.get("host_probe")]
+    if probed:
+        lines += ["", "host probe (bench/host_state.py: host us per call of an RMSNorm's ops and of an in-place add "
+                  "on one row, and the process-wide state, at each stage of each process):", "",
+                  "| engine | stage | rmsnorm us | add us | graph replay us | replay + rmsnorm us | OS threads | "
+                  "torch-function modes | dispatch modes | gc objects | TLS include |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for e, r in probed:
+            for p in r["host_probe"]:
+                if "error" in p:
+                    lines.append(f"| {e} | {p['stage']} | failed: {p['error']} |")
+                    continue
+                st = p["state"]
+                lines.append(f"| {e} | {p['stage']} | {p['rmsnorm_us']:.1f} | {p['add_us']:.1f} | "
+                             f"{p.get('replay_us', 0):.1f} | {p.get('replay_rmsnorm_us', 0):.1f} | {st['os_threads']} | "
+                             f"{st['torch_function_modes']} | {st.get('dispatch_modes')} | {st['gc_objects']} | "
+                             f"{st.get('dispatch_include')} |")
+        gcs = [f"{e} b{run['batch']} {run['mode']} {run['gc_ms']:.0f} ms {run['gc_collections']}"
+               for e, r in probed for run in r.get("runs", []) if "gc_ms" in run]
+        if gcs:
+            lines.append("garbage collection during each run (warm-up and timed blocks; collections per generation): "
+                         + "; ".join(gcs))
     for name, r in results.items():
         if r.get("direct_ab"):
             lines += ["", f"{name} {r['direct_ab']['line']}"]
@@ -446,6 +497,11 @@ def main() -> None:
                     help="add the host time of an eager batch-1 step by module role (kv_b_proj, experts, ...)")
     ap.add_argument("--profile-kernels", nargs="*", default=[], choices=("eager", "graphs", "compiled"),
                     help="after the smallest batch's run of these modes: GPU time per kernel name over 4 steps")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="time this many blocks of --steps steps per run (the figure: the median block's)")
+    ap.add_argument("--host-probe", action="store_true",
+                    help="time a fixed op sequence and list the process-wide state (modes, threads, gc) at each "
+                         "stage of each engine's process (bench/host_state.py)")
     ap.add_argument("--ab-direct", action="store_true",
                     help="oracle: eager b1 steps with the direct replays of in-place graphs on and off, alternating")
     ap.add_argument("--device", default="cuda", help="cuda (measurements) or cpu (a dry run of the code path)")
@@ -474,9 +530,6 @@ def main() -> None:
     timeouts = _timeouts(args.timeout)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     for engine in args.engines:
-        if engine == "transformers":          # its kernels come from the hub: say why it is not measured
-            results[engine] = {"engine": engine, "skipped": transformers_unavailable()}
-            continue
         out = tmp / f"{engine}.json"
         cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
         if engine == "emulation" and results.get("oracle", {}).get("activations"):

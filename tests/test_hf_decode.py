@@ -60,3 +60,16 @@ def test_bad_requests_are_input_errors(model):
         dec.prefill(torch.ones(1, 8, dtype=torch.long))
     with pytest.raises(InputError, match=r"shape \[1, P\]"):
         dec.prefill(torch.ones(2, 3, dtype=torch.long))
+
+
+def test_repeated_timed_blocks_decode_the_same_tokens(model):
+    """measure(repeats=3) times three blocks, each after its own prefill of the same decoder: every
+    block decodes the same greedy tokens as a plain generate, and the figure is the median block's."""
+    from oracle.hf.decode import measure
+
+    ids = torch.tensor(PROMPTS[:1])
+    want = Decoder(model, batch=1, max_len=32, mode="eager").generate(ids, 7)
+    m = measure(model, ids, steps=6, mode="eager", warmup=4, repeats=3)
+    assert len(m.block_ms) == 3 and all(v > 0 for v in m.block_ms)
+    assert m.ms_step == pytest.approx(sorted(m.block_ms)[1])
+    assert torch.equal(m.tokens, want)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -188,12 +188,16 @@ class Measurement:
     warmup_s: float         # the warm-up generation: first calls, compiles (torch.compile, Triton), capture
     tokens: torch.Tensor    # [batch, steps + 1] greedy tokens (the first from the prefill), on the CPU
     logits: torch.Tensor    # [vocab] the prefill's next-token logits of row 0, fp32, on the CPU
+    block_ms: list[float] = field(default_factory=list)   # ms per step of each timed block (repeats > 1)
 
 
-def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: int = 16) -> Measurement:
+def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: int = 16,
+            repeats: int = 1) -> Measurement:
     """Warm up (kernels compile, the graph is captured) with `warmup` tokens, prefill `ids` [batch, P]
     again and time `steps` decode steps. The static cache gives every step the same shapes, so the
-    timed steps meet nothing the warm-up did not (no first-call compiles or attention plans)."""
+    timed steps meet nothing the warm-up did not (no first-call compiles or attention plans).
+    `repeats` > 1 times that many blocks (each after its own prefill, the same decoder): the figures
+    are the median block's, `block_ms` has every block's (the spread of one process's host)."""
     batch = ids.shape[0]
     dec = Decoder(model, batch, ids.shape[1] + max(steps, warmup) + 8, mode)
     sync = torch.cuda.synchronize if dec.device.type == "cuda" else (lambda: None)
@@ -201,16 +205,19 @@ def measure(model: nn.Module, ids: torch.Tensor, steps: int, mode: str, warmup: 
     dec.generate(ids, warmup)
     sync()
     warmup_s = time.perf_counter() - t
-    out = torch.empty(batch, steps + 1, dtype=torch.long, device=dec.device)
-    sync()
-    t = time.perf_counter()
-    out[:, :1] = dec.prefill(ids)
-    sync()
-    prefill = time.perf_counter() - t
-    t = time.perf_counter()
-    for i in range(steps):
-        out[:, i + 1:i + 2] = dec.step()
-    sync()
-    seconds = time.perf_counter() - t
+    blocks: list[tuple[float, float, torch.Tensor]] = []      # (seconds, prefill seconds, tokens)
+    for _ in range(max(1, repeats)):
+        out = torch.empty(batch, steps + 1, dtype=torch.long, device=dec.device)
+        sync()
+        t = time.perf_counter()
+        out[:, :1] = dec.prefill(ids)
+        sync()
+        prefill = time.perf_counter() - t
+        t = time.perf_counter()
+        for i in range(steps):
+            out[:, i + 1:i + 2] = dec.step()
+        sync()
+        blocks.append((time.perf_counter() - t, prefill, out))
+    seconds, prefill, out = sorted(blocks, key=lambda b: b[0])[(len(blocks) - 1) // 2]   # the median block
     return Measurement(batch, dec.mode, batch * steps / seconds, 1e3 * seconds / steps, 1e3 * prefill, warmup_s,
-                       out.cpu(), dec.logits[0].float().cpu())
+                       out.cpu(), dec.logits[0].float().cpu(), [1e3 * b[0] / steps for b in blocks])
