@@ -121,15 +121,12 @@ def test_xq_path_matches_emulation(activation, router_on_input):
 def test_xq_path_on_gpu_graph_replay():
     """A Qwen3-235B-like expert (H 1024, I 384, top 8 of 32) at M = 1: the PTX decoder's output equals the
     arithmetic form's, matches emulation, and a captured call replays with new inputs."""
-    from oracle_triton.moe_w4a4 import apply_rows
-
     t, ref = moe_pair("nvfp4", 32, 1024, 384, 8, "w4a4_nvfp4", "nvfp4", {}, bias=False, device="cuda")
     t.config = dict(XQ, BLOCK_N=8, BLOCK_K=256, BLOCK_N2=8, BLOCK_K2=256, PAIRS=3)
     x = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
     w, ids = routing(1, 32, 8, "cuda")
     y = t.apply(x, w, ids)
-    flat = (x, w.reshape(-1).float(), ids.reshape(-1), 1, 8, t.config)
-    assert torch.equal(y, apply_rows(t, *flat, ptx=False))
+    assert torch.equal(y, t.apply_w4a4_rows(x, w.reshape(-1).float(), ids.reshape(-1), 1, 8, t.config, ptx=False))
     assert rel(y, ref.apply(x, w, ids)) < 1e-2
     t.check_inputs = False
     t.apply(x, w, ids)                     # (compiled outside the capture)
