@@ -35,6 +35,9 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
+#: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
+#: choice (ONLY_M: at that M only), as peers "oracle:LABEL"
+MOE_VARIANTS: dict[str, dict] = {}
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -306,7 +309,8 @@ def _print_row(row):
     for cand, t in row["peers"].items():
         if "graph" in t:
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
-                         + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+                         + (f" L{t['launches']}" if t.get("launches") is not None else "")
+                         + (f" 1st {t['first_call_s']:.2f}s" if "first_call_s" in t else ""))
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
         else:
@@ -415,10 +419,16 @@ def bench_moe(ms_list, bw, rows, skipped):
             # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             warm_clocks(SETTLE_S)
+            first = time.perf_counter()
+            shipped_y = t.apply(x, *routes[0]).clone()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first      # seconds: more than a few hundredths means a compile
             o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+            o["first_call_s"] = first
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
+            _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
                     ob = measure([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
@@ -441,6 +451,27 @@ def bench_moe(ms_list, bw, rows, skipped):
             _print_row(row)
         del t, em, w13, w2, own_bf16
         torch.cuda.empty_cache()
+
+
+def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
+    """--moe-variants: each config of `name` (at this M) timed as the shipped choice is, in the same row (peer
+    "oracle:LABEL", with its first call's seconds and its relative difference from the shipped output)."""
+    for label, cfg in MOE_VARIANTS.get(name, {}).items():
+        if cfg.get("ONLY_M", m) != m:
+            continue
+        t.config = {k: v for k, v in cfg.items() if k != "ONLY_M"}
+        try:
+            first = time.perf_counter()
+            y = t.apply(x, *routes[0])
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first
+            v = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+            v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            row["peers"][f"oracle:{label}"] = v
+        except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+            row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        finally:
+            t.config = None
 
 
 def _compile_moe_jobs(jobs: list) -> str:
@@ -590,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
                     help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
                          "that fits a device round)")
+    ap.add_argument("--moe-variants", metavar="JSON",
+                    help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
+                         "row beside the shipped choice (peers oracle:LABEL)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -627,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
+    if args.moe_variants:
+        with open(args.moe_variants) as f:
+            MOE_VARIANTS.update(json.load(f))
     for spec in args.moe_m:
         name, _, ms = spec.partition("=")
         if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
