@@ -262,6 +262,30 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
         # rows are quantized, were slower still: no longer tried)
     if m <= 32 and "SWAP" in default and facts.get("pdl"):       # its weights asked of L2 before the K loop
         out.append((f"default, pf_l2 {1 - default.get('PF_L2', 0)}", {**default, "PF_L2": 1 - default.get("PF_L2", 0)}))
+    if m <= 32 and "SWAP" in default:            # weights read with L2 evict-first (streamed once)
+        out.append(("default, evict", {**default, "EVICT": 1}))
+        if m > 1 and facts.get("pdl"):
+            out.append(("default, pdl 1 evict", {**default, "PDL": 1, "EVICT": 1}))
+    if m <= 32 and "SWAP" in default and facts.get("pdl"):   # each program's row heads asked of L2 first (bytes)
+        for head in (512, 1024):
+            out.append((f"default, head {head}", {**default, "PF_HEAD": head}))
+            if m > 1:
+                out.append((f"default, pdl 1 head {head}", {**default, "PDL": 1, "PF_HEAD": head}))
+    if m == 1 and "SWAP" in default:             # eighth pass: deeper pipelines, wider tiles at one row
+        for bn, bk, nw, st in ((64, 256, 4, 3), (64, 256, 4, 5), (64, 128, 4, 6), (128, 128, 4, 5), (32, 256, 4, 4)):
+            tiles, kt = -(-n // bn), k // bk
+            splits = sorted({fill_split(tiles, kt, sms, waves) for waves in (1, 2)})
+            for sp in splits:
+                out.append((f"m1 bn{bn} bk{bk} s{sp} w{nw} st{st}",
+                            {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
+                             "num_warps": nw, "num_stages": st}))
+    if m == 1:          # the one-row FP8 GEMV on CUDA cores (fp8_gemv, ROWGEMV): rows x K chunk, warps
+        for bn, bk, nw in ((16, 512, 8), (8, 1024, 8), (8, 512, 4), (4, 1024, 4), (2, 4096, 8), (16, 1024, 8)):
+            sp = fill_split(-(-n // bn), k // bk, sms, 4)
+            for ahead in (1, 2):
+                out.append((f"rowgemv bn{bn} bk{bk} w{nw} s{sp}{' ahead' if ahead == 2 else ''}",
+                            {"ROWGEMV": 1, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
+                             "num_stages": 1, "PREFETCH": ahead}))
     out += quant_in_variants(n, k, m, sms, default, facts)
     if DEFAULTS_ONLY[0]:
         return only(out)

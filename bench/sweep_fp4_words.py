@@ -56,7 +56,17 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: 30.6; 7168x18432 57.2 against 62.1), so the grid keeps the fused decoder on plain tiles.
 #: R17: K tiles of 256 with the fused decoder 1.1-1.9x slower than 128 (8192x8192 MXFP4 41.7 against
 #: 28.6), so dropped too; the fused decoder on each shipped default is timed as "words default d5".
-SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
+#: Eighth pass (2026-12-02, session 8), R19: the K tiles loaded where used and pipelined by Triton
+#: (PREFETCH 0, num_stages 3-4: cp.async into shared memory, 2-3 tiles in flight per program, the
+#: words read from there in the MMA operand's layout; sm_90 loop of 8192x8192 MXFP4 128x16 w8: 331
+#: instructions, 0 LDSM) was slower on every shape, format and tile (8192x8192 MXFP4 34.1-78.3 us
+#: against the shipped 28.6; 7168x18432 69.2-177.2 against 57.4-60.2; 2048x4096 10.4-17.7 against
+#: 8.4-8.8), so more bytes in flight per SM do not help and it was removed.
+#: Then (CPU, sm_90 SASS): the R16 joined tile (`PERM`) gathered its activations as 2-byte loads that ptxas
+#: issued at the end of the loop, so each tile waited for them; now they are loaded 8 contiguous k at a
+#: time and reordered in registers (MXFP4 128x16 w8: 264 loop instructions, one fence and one wgmma wait
+#: per K tile; INT4 218), and tried one and two tiles ahead.
+SWAP_GRID = [(128, 8, 1.5, 1, 2, 1), (128, 8, 1.5, 1, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}

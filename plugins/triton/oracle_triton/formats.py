@@ -120,6 +120,14 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     bk = cfg.get("BLOCK_K", 0)
     if cfg.get("DEQUANT_MM"):
         return
+    if cfg.get("ROWGEMV"):
+        bn = cfg.get("BLOCK_N", 0)
+        if layout.elem != FP8 or layout.group != 1:
+            raise ValueError(f"ROWGEMV for {what}: the FP8 row GEMV serves per-channel / per-tensor FP8 weights only")
+        if bn < 1 or bn & (bn - 1) or bk < 64 or bk & (bk - 1):
+            raise ValueError(f"BLOCK_N={bn}, BLOCK_K={bk} for {what}: the FP8 row GEMV takes powers of two "
+                             "(K chunks >= 64)")
+        return
     if cfg.get("SCALED_MM"):
         if layout.elem != FP8 or layout.group != 1:
             raise ValueError(f"SCALED_MM for {what}: torch._scaled_mm rowwise serves FP8 weights with per-channel "

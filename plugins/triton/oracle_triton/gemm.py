@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round
                       e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_rows_l2, wait_until_at_least
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2, wait_until_at_least
 from .token_rows import rows_codes, rows_scales, rows_tile
 
 
@@ -456,6 +456,13 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
         z = s
     if not LOAD_X:
         x = 0.0
+    elif JOIN and PERM:     # loaded 8 contiguous k at a time, then put in the pairs' order in registers
+        kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
+        xv = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None] & k_in(kx, K, EVEN_K),
+                     other=0.0)
+        x0, x1, x2, x3, x4, x5, x6, x7 = split8(xv)
+        x = tl.trans(join_pairs(tl.trans(x0), tl.trans(x1), tl.trans(x2), tl.trans(x3), tl.trans(x4), tl.trans(x5),
+                                tl.trans(x6), tl.trans(x7)))
     elif JOIN:
         x = _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, UJ * 8, K, EVEN_K, PERM)
     else:
@@ -661,7 +668,8 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, EVEN_K: tl.constexpr, QUANT_IN: tl.constexpr = 0,
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
-                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False):
+                    COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False, EVICT: tl.constexpr = False,
+                    PF_HEAD: tl.constexpr = 0):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -704,6 +712,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
         first_byte = tl.minimum(pid_k * share, tile_bytes)
         prefetch_rows_l2(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn + first_byte,
                          tl.minimum(share, tile_bytes - first_byte))
+    if PF_HEAD > 0:     # the head of each weight row's K range asked of L2 (bytes; K >= PF_HEAD, both % 16 == 0)
+        h0, _ = split_range(K, BLOCK_K, SPLIT_K, pid_k)
+        rows_h = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+        prefetch_row_heads(w_ptr + rows_h * stride_wn + tl.minimum(h0 * BLOCK_K, K - PF_HEAD), PF_HEAD)
     if GDC:
         gdc_wait()
     if COOP:
@@ -733,15 +745,16 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     for t in range(t0, t1):
         offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
-                    mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0)
+                    mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0,
+                    eviction_policy="evict_first" if EVICT else "")
         if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
             xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
             a = rows_codes(xr, xs, FP8_DOT, dot_t)
             xr = xr_next
         elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
             xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
-            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)
-            xr = xr_next
+            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)   # (rounding [1, BK], not
+            xr = xr_next                                                             # [16, BK]: R19, 8.0 vs 7.4 us)
             a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
         else:
             a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)

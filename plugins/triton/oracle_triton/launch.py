@@ -285,9 +285,9 @@ MAX_PLANS = 8
 def _jit_kernel(name: str) -> Any:
     """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, gemm, gemv, w4_wgmma
+    from . import fp4_gemv, fp8_gemv, gemm, gemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
-        getattr(fp4_gemv, name)
+        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name)
 
 
 class DenseGemm:
@@ -364,6 +364,8 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
+        if cfg.get("ROWGEMV"):                       # one row of FP8 W8A8 on CUDA cores (fp8_gemv)
+            return self.fp8_row_gemv(x, act, act_scale, out_dtype, cfg)
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -446,7 +448,7 @@ class DenseGemm:
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
         if found is not None and self.serves(found, m, act):
-            return found if {"SWAP", "DECODE", "WG"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+            return found if {"SWAP", "DECODE", "WG", "ROWGEMV"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
         lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
         if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
@@ -519,6 +521,8 @@ class DenseGemm:
             return False
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
+        if cfg.get("ROWGEMV"):
+            return m == 1 and self.row_gemv_ok(act)
         if cfg.get("DEQUANT_MM"):
             return act == 0
         if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
@@ -637,8 +641,44 @@ class DenseGemm:
             BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], FP8_DOT=self.facts["fp8_dot"],
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
-            **({"PF_L2": True} if (pdl or cfg.get("PF_L2")) and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **self.coop_args(coop, cfg))
+            **({"PF_L2": True} if cfg.get("PF_L2") and self.facts["pdl"] and self.k % 16 == 0 else {}),
+            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.head_args(cfg), **self.coop_args(coop, cfg))
+        return y
+
+    def head_args(self, cfg: dict[str, int]) -> dict[str, Any]:
+        """fp8_swap_kernel's PF_HEAD (cfg PF_HEAD bytes, sm_90's bulk L2 prefetch: 16-byte multiples, at most
+        K): each program first asks L2 for the head of each of its weight rows' K range, so HBM streams
+        while it takes its row's amax (QUANT_IN) or waits for the quantizer (PDL)."""
+        head = cfg.get("PF_HEAD", 0)
+        if not head or not self.facts["pdl"] or self.k % 16 or head % 16 or head > self.k:
+            return {}
+        return {"PF_HEAD": head}
+
+    def row_gemv_ok(self, act: int) -> bool:
+        """Can fp8_gemv.fp8_row_gemv_kernel serve this weight: FP8 with scales constant along K (per
+        channel / per tensor), W8A8 per-token or per-tensor activations."""
+        return self.layout.elem == FP8 and self.layout.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
+
+    def fp8_row_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+                     cfg: dict[str, int]) -> torch.Tensor:
+        """One row of FP8 W8A8 (cfg ROWGEMV, a tuned entry's choice at M = 1): fp8_gemv.fp8_row_gemv_kernel,
+        BLOCK_N weight rows per program in BLOCK_K-wide chunks, the row rounded by every program (one launch)."""
+        if x.shape[0] != 1 or not self.row_gemv_ok(act) or (act == ACT_TENSOR and act_scale is None):
+            raise ValueError(f"ROWGEMV serves one row of FP8 W8A8 per channel / per tensor (a per-tensor scale "
+                             f"given), not {x.shape[0]} rows, act {act}, weight {self.layout}")
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "fp8_row_gemv_kernel", (grid_n, split, 1), cfg,
+            x_ptr=x, as_ptr=act_scale if act == ACT_TENSOR else self.scale, w_ptr=self.weight, s_ptr=self.scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
+            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            AMAX_K=min(1 << (self.k - 1).bit_length(), 32 * 32 * cfg["num_warps"]), HW_FP8=self.facts["hw_fp8"],
+            EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, AHEAD=cfg.get("PREFETCH", 1) == 2)
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -32,13 +32,15 @@ TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
-        "X_PIPE", "QUANT_IN",
+        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
 #: entry (WG: w4_wgmma) say their split.
 NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
 NEEDED_SWAP = NEEDED | {"SPLIT_K"}
+#: Dense: the FP8 one-row CUDA-core GEMV (ROWGEMV: fp8_gemv) has no BLOCK_M.
+NEEDED_ROWGEMV = {"ROWGEMV", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel); SWAP with WORDS 1: 4-bit weights on swap-AB
@@ -48,7 +50,7 @@ NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "PREP", "SCALED_DOT", "PREFETCH",
             "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "N_FAST", "PF_NEXT", "WORDS", "JOIN",
             "BY_EXPERT", "QUANT_LAST", "XW", "HX", "TAIL", "SWAP_AB", "PF_HEAD", "X_PIPE", "PERSIST", "PAIRS",
-            "GUARD"}
+            "GUARD", "XQ", "X_LATE"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4"}
 
@@ -90,6 +92,8 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
             if e["kind"] == "dense" and isinstance(e.get("config"), dict) and "DECODE" in e["config"] \
                     and not e["config"].get("SWAP") and e["m"] != 1:
                 raise _fail(path, f"{where}.m", "1 (a GEMV configuration serves one activation row)", e["m"])
+            if e["kind"] == "dense" and isinstance(e.get("config"), dict) and e["config"].get("ROWGEMV") and e["m"] != 1:
+                raise _fail(path, f"{where}.m", "1 (a ROWGEMV configuration serves one activation row)", e["m"])
             if not isinstance(e.get("mode"), str):
                 raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
             cfg = e.get("config")
@@ -101,6 +105,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                     needed = NEEDED_DECODE if "DECODE" in cfg else NEEDED
                 else:
                     needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else {"DEQUANT_MM"} if cfg.get("DEQUANT_MM") \
+                        else NEEDED_ROWGEMV if cfg.get("ROWGEMV") \
                         else NEEDED_SWAP if cfg.get("SWAP") or cfg.get("WG") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
             if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= allowed or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):

@@ -219,11 +219,30 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
             return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"],
-                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), **guard),
+                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1),
+                                                                                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
+                                                                                  **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
+                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and hx != 0, **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
+
+
+def moe_w4a4(stage: int, bn: int, bk: int, warps: int):
+    """oracle_triton.moe_w4a4's one-row NVFP4 W4A4 kernels (XQ: the PRMT byte-table decoder) and the
+    one-program input rounding (stage 0)."""
+    import oracle_triton.moe_w4a4 as mw
+
+    if stage == 0:
+        return compile_kernel(mw.nvfp4_round_kernel, {"x_ptr": "*bf16", "out_ptr": "*bf16", "xs_ptr": "*fp32"},
+                              dict(BLOCK=mw.ROUND_BLOCK, EXACT_BF16=False), mw.ROUND_WARPS, 1)
+    ptrs = {**_small_ptrs(2), "g_ptr": "*fp32", "topw_ptr": "*fp32", "part_ptr": "*fp32"}
+    common = dict(HAS_BIAS=False, BLOCK_N=bn, BLOCK_K=bk, PTX=True, EXACT_BF16=False, OUT_F16=False)
+    if stage == 1:
+        return compile_kernel(mw.moe_w4a4_up_kernel, ptrs, dict(common, ACTFN=0, GATED=True, INTERLEAVED=False,
+                                                               HAS_LIMIT=False, A_BY_PAIR=False), warps, 3)
+    return compile_kernel(mw.moe_w4a4_down_kernel, ptrs, dict(common, WEIGHT_OUT=True, SPLIT=8), warps, 3)
 
 
 def swap(elem, group, cfg, *, zero=False, f16=False):
@@ -304,15 +323,26 @@ def dequant(elem, pack, group, *, zero=False, scale_rows=1, words=False):
     return compile_kernel(gemm.dequant_kernel, ptrs, consts, 4, 1)
 
 
-def fp8_swap(cfg, act=2, quant_in=0, coop_k=0, amax_k=8192):
+def fp8_swap(cfg, act=2, quant_in=0, coop_k=0, amax_k=8192, **extra):
     """coop_k: the rows quantized by the programs (COOP, chunks of coop_k); quant_in 1: one row rounded
     inside, 2: each program rounds its own rows (amax chunks of amax_k)."""
     consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], HW_FP8=True, FP8_DOT=True, DOT_F32=False, EVEN_K=True, stride_sn=1,
-                  QUANT_IN=quant_in, AMAX_K=amax_k, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}))
+                  QUANT_IN=quant_in, AMAX_K=amax_k, **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}),
+                  **extra)
     ptrs = {"x_ptr": "*bf16" if quant_in else "*fp8e4nv", "w_ptr": "*fp8e4nv", "y_ptr": "*bf16", "b_ptr": "*bf16",
             "cnt_ptr": "*i32", "xin_ptr": "*bf16", "sync_ptr": "*i32"}
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
+
+
+def fp8_row_gemv(bn, bk, warps, act=2, split=1):
+    """fp8_gemv.fp8_row_gemv_kernel (ROWGEMV: one row of FP8 W8A8 on CUDA cores, the row rounded inside)."""
+    from oracle_triton.fp8_gemv import fp8_row_gemv_kernel
+
+    consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk, AMAX_K=min(8192, 1024 * warps),
+                  HW_FP8=True, EXACT_BF16=False, EVEN_K=True, stride_sn=1)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16", "cnt_ptr": "*i32"}
+    return compile_kernel(fp8_row_gemv_kernel, ptrs, consts, warps, 1)
 
 
 def fp4_rows(elem, cfg):
@@ -355,6 +385,13 @@ def small_batch_cases():
             1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3), stage=1),
         "direct MoE FC2 mxfp4 (PAIRS)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3),
                                                            stage=2),
+        "direct MoE FC1 mxfp4 (X_LATE: activations converted at use)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3), stage=1),
+        "direct MoE FC2 mxfp4 (X_LATE)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3),
+                                                            stage=2),
+        "direct MoE NVFP4 W4A4 FC1 (XQ: byte-table weights) 8x256": lambda: moe_w4a4(1, 8, 256, 4),
+        "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
+        "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -383,6 +420,13 @@ def words_cases():
         "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
         "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1),
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=1),
+        "fp8 row GEMV W8A8 per token 2 x 4096 w8": lambda: fp8_row_gemv(2, 4096, 8),
+        "fp8 row GEMV W8A8 per token 4 x 2048 w4": lambda: fp8_row_gemv(4, 2048, 4),
+        "fp8 row GEMV W8A8 per tensor 8 x 1024 w8 split 2": lambda: fp8_row_gemv(8, 1024, 8, act=3, split=2),
+        "fp8 swap W8A8 per token, row rounded inside, row heads prefetched, evict-first (M=1)":
+            lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1, PF_HEAD=1024, EVICT=True),
+        "fp8 swap W8A8 per token, PDL wait after the row heads' prefetch": lambda: fp8_swap(c(16, 64, 4, 0), PF_HEAD=1024,
+                                                                                      GDC=True),
         "fp8 swap W8A8 per token, each program rounds its 16 rows (QUANT_IN 2)":
             lambda: fp8_swap(c(16, 64, 4, 0), quant_in=2, amax_k=256),
         "fp8 swap W8A8 per token, each program rounds its 32 rows (QUANT_IN 2) bn128":
