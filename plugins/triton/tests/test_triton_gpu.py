@@ -286,7 +286,8 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     read in that order) and the fused E2M1 decoder (DECODE 5: one packed multiply by 2**126 x scale):
     N = 1000, a row tail, a bias, split-K 2, against the reference; DECODE 5 bitwise equal to the
     two-step decoder (DECODE 4) in both loop forms, and to it again where the layer's scales are
-    declared out of the fused range (the launch falls back); captured and replayed."""
+    declared out of the fused range (the launch falls back); the joined tile loaded two K tiles ahead
+    bitwise equal to one; captured and replayed."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     dec = 3 if fmt == "int4" else 5
@@ -295,6 +296,7 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
     y = t.gemm(x, 0, None, torch.bfloat16, cfg)
     assert rel(y, e.apply(x)) < TOL
+    assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}))     # two K tiles ahead
     if fmt != "int4":
         assert t.gemm.fused_ok
         assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "DECODE": 4}))
