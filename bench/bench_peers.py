@@ -35,6 +35,9 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
+#: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
+#: choice (ONLY_M: at that M only), as peers "oracle:LABEL"
+MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [1]                    # --moe-repeat: each MoE candidate timed this many times (median; the spread)
@@ -68,6 +71,7 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
+    "qwen3-30b-a3b-int4": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),     # symmetric (zero point 8)
     "qwen3-30b-a3b-int4-zp": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),
 }
 
@@ -365,7 +369,8 @@ def _print_row(row):
     for cand, t in row["peers"].items():
         if "graph" in t:
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
-                         + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+                         + (f" L{t['launches']}" if t.get("launches") is not None else "")
+                         + (f" 1st {t['first_call_s']:.2f}s" if "first_call_s" in t else ""))
             if t.get("repeats") or t.get("clocks"):
                 print(f"    {row['shape']} {cand} repeats (graph us): "
                       + ", ".join(f"{v:.1f}" for v in t.get("repeats", [t["graph"]]))
@@ -489,11 +494,17 @@ def bench_moe(ms_list, bw, rows, skipped):
             # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             warm_clocks(SETTLE_S)
+            first = time.perf_counter()
+            shipped_y = t.apply(x, *routes[0]).clone()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first      # seconds: more than a few hundredths means a compile
             calls = [lambda r=r: t.apply(x, *r) for r in routes]
             o = measure_moe(calls, m)
+            o["first_call_s"] = first
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
+            _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
                     ob = measure_moe([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
@@ -516,6 +527,27 @@ def bench_moe(ms_list, bw, rows, skipped):
             _print_row(row)
         del t, em, w13, w2, own_bf16
         torch.cuda.empty_cache()
+
+
+def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
+    """--moe-variants: each config of `name` (at this M) timed as the shipped choice is, in the same row (peer
+    "oracle:LABEL", with its first call's seconds and its relative difference from the shipped output)."""
+    for label, cfg in MOE_VARIANTS.get(name, {}).items():
+        if cfg.get("ONLY_M", m) != m:
+            continue
+        t.config = {k: v for k, v in cfg.items() if k != "ONLY_M"}
+        try:
+            first = time.perf_counter()
+            y = t.apply(x, *routes[0])
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first
+            v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
+            v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            row["peers"][f"oracle:{label}"] = v
+        except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+            row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        finally:
+            t.config = None
 
 
 def _compile_moe_jobs(jobs: list) -> str:
@@ -665,6 +697,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
                     help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
                          "that fits a device round)")
+    ap.add_argument("--moe-variants", metavar="JSON",
+                    help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
+                         "row beside the shipped choice (peers oracle:LABEL)")
     ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
                     help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
                          "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
@@ -712,6 +747,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
+    if args.moe_variants:
+        with open(args.moe_variants) as f:
+            MOE_VARIANTS.update(json.load(f))
     for spec in args.moe_m:
         name, _, ms = spec.partition("=")
         if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
