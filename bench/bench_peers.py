@@ -27,7 +27,7 @@ import time
 
 import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
-from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args, warm_clocks
+from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, sm_clock, start, table_args, warm_clocks
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -41,6 +41,7 @@ MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [1]                    # --moe-repeat: each MoE candidate timed this many times (median; the spread)
+MOE_WARM = [0.0]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -112,11 +113,23 @@ def measure_moe(calls: list, m: int) -> dict:
     `eager_repeats` every figure in order. Why: the eighth pass (R19, bench/moe_gap.py --content) timed
     DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
     two (same build, routings and kernels): a single timing of the first row carries that transient."""
-    runs = [measure(calls, m) for _ in range(MOE_REPEAT[0] if m == 1 else 1)]
+    clocks = [sm_clock()]
+    if MOE_WARM[0] > 0:         # the candidate's own calls first (R20: the BF16 settle's clocks lasted ~0.3 s)
+        end, i = time.perf_counter() + MOE_WARM[0], 0
+        while time.perf_counter() < end:
+            calls[i % len(calls)]()
+            i += 1
+            if i % 16 == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    runs = []
+    for _ in range(MOE_REPEAT[0] if m == 1 else 1):
+        clocks.append(sm_clock())
+        runs.append(measure(calls, m))
     if len(runs) == 1:
-        return runs[0]
+        return {**runs[0], "clocks": clocks}
     med = lambda key: sorted(r[key] for r in runs)[len(runs) // 2]     # noqa: E731
-    return {"graph": med("graph"), "eager": med("eager"), "host": med("host"),
+    return {"graph": med("graph"), "eager": med("eager"), "host": med("host"), "clocks": clocks,
             "repeats": [r["graph"] for r in runs], "eager_repeats": [r["eager"] for r in runs]}
 
 
@@ -347,8 +360,9 @@ def _print_row(row):
         with open(JSON_OUT[0], "w") as f:
             json.dump(JSON_OUT[1], f, indent=1)
     b = row["bf16"]
-    if b.get("repeats"):
-        print(f"    {row['shape']} bf16 repeats (graph us): " + ", ".join(f"{v:.1f}" for v in b["repeats"]))
+    if b.get("repeats") or b.get("clocks"):
+        print(f"    {row['shape']} bf16 repeats (graph us): " + ", ".join(f"{v:.1f}" for v in b.get("repeats", [b["graph"]]))
+              + f"; SM MHz/W: {' '.join(b.get('clocks', []))}")
     touch = f" [{row['touch']} experts]" if row.get("touch") else ""
     parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5}{touch} hbm {row['hbm_us']:7.1f} | "
              f"bf16 {b['graph']:7.1f}/{b['eager']:6.1f}"]
@@ -357,9 +371,10 @@ def _print_row(row):
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
                          + (f" L{t['launches']}" if t.get("launches") is not None else "")
                          + (f" 1st {t['first_call_s']:.2f}s" if "first_call_s" in t else ""))
-            if t.get("repeats"):
+            if t.get("repeats") or t.get("clocks"):
                 print(f"    {row['shape']} {cand} repeats (graph us): "
-                      + ", ".join(f"{v:.1f}" for v in t["repeats"]))
+                      + ", ".join(f"{v:.1f}" for v in t.get("repeats", [t["graph"]]))
+                      + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
         else:
@@ -692,6 +707,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-warm-s", type=float, default=0.0, metavar="S",
+                    help="MoE: run each candidate's own calls for S seconds before its timings (after the BF16 settle, "
+                         "whose clocks R20 saw last ~0.3 s into the first candidate's timings)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -746,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                      "expert count that M tokens can touch")
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
+    MOE_WARM[0] = max(0.0, args.moe_warm_s)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
