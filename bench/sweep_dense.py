@@ -232,17 +232,24 @@ def sweep_4bit(name, n, k, w, bw, fmt, ms):
             base["tinygemm_us"] = gtime([lambda f=f: f(x) for f in tiny])
         print(f"{name} {fmt} M={m}: bf16 {base['bf16_us']:.1f} us, tinygemm {base.get('tinygemm_us', 0):.1f} us, "
               f"hbm {hbm:.1f} us", flush=True)
-        best = [None, math.inf]
-        for label, cfg in variants_4bit(fmt, n, k, m, g.facts, g.config_for(m, 0)):
-            us = record(name, fmt, m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
-                                                   for gg in gs], ref, base)
-            if us is not None and us < best[1]:
-                best[:] = [(label, cfg), us]
-        if best[0] is not None:
-            print(f"BEST {name} {fmt} M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
-                  f"x tinygemm {base.get('tinygemm_us', 0) / best[1]:.2f}  {best[0][1]}", flush=True)
-            ROWS.append(dict(shape=name, fmt=fmt, m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+        time_layer_dtype(name, fmt, m, variants_4bit(fmt, n, k, m, g.facts, g.config_for(m, 0)), gs, x, ref, base)
     del t, em, gs, bf16
+
+
+def time_layer_dtype(name, fmt, m, variants, gs, x, ref, base) -> None:
+    """Time each (label, config) of a layer-dtype-activation layer (one call per weight copy), then print and
+    record the fastest that agreed (with its ratio to tinygemm where base has one)."""
+    best = [None, math.inf]
+    for label, cfg in variants:
+        us = record(name, fmt, m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
+                                               for gg in gs], ref, base)
+        if us is not None and us < best[1]:
+            best[:] = [(label, cfg), us]
+    if best[0] is not None:
+        tiny = f"x tinygemm {base['tinygemm_us'] / best[1]:.2f}  " if base.get("tinygemm_us") else ""
+        print(f"BEST {name} {fmt} M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
+              f"{tiny}{best[0][1]}", flush=True)
+        ROWS.append(dict(shape=name, fmt=fmt, m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
 
 
 def variants_w8a16(m: int, default: dict) -> list[tuple[str, dict]]:
@@ -272,16 +279,7 @@ def sweep_w8a16(name, n, k, w, bw, ms):
         ref = em.apply(x)
         base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 4), "hbm_us": hbm}
         print(f"{name} fp8blk M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
-        best = [None, math.inf]
-        for label, cfg in variants_w8a16(m, g.config_for(m, 0)):
-            us = record(name, "fp8blk", m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
-                                                      for gg in gs], ref, base)
-            if us is not None and us < best[1]:
-                best[:] = [(label, cfg), us]
-        if best[0] is not None:
-            print(f"BEST {name} fp8blk M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
-                  f"{best[0][1]}", flush=True)
-            ROWS.append(dict(shape=name, fmt="fp8blk", m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+        time_layer_dtype(name, "fp8blk", m, variants_w8a16(m, g.config_for(m, 0)), gs, x, ref, base)
     del t, em, gs, bf16
 
 
