@@ -27,7 +27,7 @@ import time
 
 import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
-from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, start, table_args, warm_clocks
+from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, sm_clock, start, table_args, warm_clocks
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -35,6 +35,13 @@ from oracle.catalog import Mode
 ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
+#: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
+#: choice (ONLY_M: at that M only), as peers "oracle:LABEL"
+MOE_VARIANTS: dict[str, dict] = {}
+#: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
+MOE_TOUCH: dict[tuple[str, int], int] = {}
+MOE_REPEAT = [1]                    # --moe-repeat: each MoE candidate timed this many times (median; the spread)
+MOE_WARM = [0.0]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -64,6 +71,7 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
+    "qwen3-30b-a3b-int4": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),     # symmetric (zero point 8)
     "qwen3-30b-a3b-int4-zp": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),
 }
 
@@ -97,6 +105,32 @@ def measure(calls: list, m: int) -> dict:
         eager.append(start_ev.elapsed_time(end_ev) * 1e3 / reps)
     graph = graph_ms(loop, 1) * 1e3 / reps          # the whole cycle captured once, replayed
     return {"graph": graph, "eager": sorted(eager)[1], "host": host}
+
+
+def measure_moe(calls: list, m: int) -> dict:
+    """measure(), MOE_REPEAT times over at M = 1 (--moe-repeat; one token, where the transient below is a tenth
+    of the figure; larger M once): graph / eager / host are the medians, and `repeats` /
+    `eager_repeats` every figure in order. Why: the eighth pass (R19, bench/moe_gap.py --content) timed
+    DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
+    two (same build, routings and kernels): a single timing of the first row carries that transient."""
+    clocks = [sm_clock()]
+    if MOE_WARM[0] > 0:         # the candidate's own calls first (R20: the BF16 settle's clocks lasted ~0.3 s)
+        end, i = time.perf_counter() + MOE_WARM[0], 0
+        while time.perf_counter() < end:
+            calls[i % len(calls)]()
+            i += 1
+            if i % 16 == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    runs = []
+    for _ in range(MOE_REPEAT[0] if m == 1 else 1):
+        clocks.append(sm_clock())
+        runs.append(measure(calls, m))
+    if len(runs) == 1:
+        return {**runs[0], "clocks": clocks}
+    med = lambda key: sorted(r[key] for r in runs)[len(runs) // 2]     # noqa: E731
+    return {"graph": med("graph"), "eager": med("eager"), "host": med("host"), "clocks": clocks,
+            "repeats": [r["graph"] for r in runs], "eager_repeats": [r["eager"] for r in runs]}
 
 
 def launches(fn) -> tuple[int | None, str]:
@@ -326,12 +360,21 @@ def _print_row(row):
         with open(JSON_OUT[0], "w") as f:
             json.dump(JSON_OUT[1], f, indent=1)
     b = row["bf16"]
-    parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5} hbm {row['hbm_us']:7.1f} | "
+    if b.get("repeats") or b.get("clocks"):
+        print(f"    {row['shape']} bf16 repeats (graph us): " + ", ".join(f"{v:.1f}" for v in b.get("repeats", [b["graph"]]))
+              + f"; SM MHz/W: {' '.join(b.get('clocks', []))}")
+    touch = f" [{row['touch']} experts]" if row.get("touch") else ""
+    parts = [f"{row['shape']:11} {row['mode']:17} M={row['m']:<5}{touch} hbm {row['hbm_us']:7.1f} | "
              f"bf16 {b['graph']:7.1f}/{b['eager']:6.1f}"]
     for cand, t in row["peers"].items():
         if "graph" in t:
             parts.append(f"{cand} {t['graph']:7.1f}/{t['eager']:6.1f} h{t['host']:5.1f} x{b['graph'] / t['graph']:4.2f}"
-                         + (f" L{t['launches']}" if t.get("launches") is not None else ""))
+                         + (f" L{t['launches']}" if t.get("launches") is not None else "")
+                         + (f" 1st {t['first_call_s']:.2f}s" if "first_call_s" in t else ""))
+            if t.get("repeats") or t.get("clocks"):
+                print(f"    {row['shape']} {cand} repeats (graph us): "
+                      + ", ".join(f"{v:.1f}" for v in t.get("repeats", [t["graph"]]))
+                      + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
         else:
@@ -346,9 +389,11 @@ def routing_seed(m, e, topk):
     return 1_000_003 * m + 1009 * e + topk
 
 
-def _routings(m, e, topk, count, device):
+def _routings(m, e, topk, count, device, touch: int | None = None):
     """`count` routings from routing_seed's generator; at M=1 disjoint expert sets (a random permutation
-    cut in top_k pieces), else the top_k of a softmax over normal logits per token."""
+    cut in top_k pieces), else the top_k of a softmax over normal logits per token. touch (M > 1): only
+    the draws whose routing touches exactly that many experts are kept (the generator's next draws until
+    one does), so a figure can be set beside another benchmark's on as many expert bytes."""
     out = []
     gen = torch.Generator().manual_seed(routing_seed(m, e, topk))
     perm = torch.randperm(e, generator=gen)
@@ -358,7 +403,13 @@ def _routings(m, e, topk, count, device):
             ids = perm[idx].view(1, topk)
             w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
-            w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
+            for _ in range(10_000 if touch else 1):
+                w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=gen), -1), topk)
+                if touch is None or int(torch.unique(ids).numel()) == touch:
+                    break
+            else:
+                raise ValueError(f"no routing of {m} tokens (top {topk} of {e}) touched exactly {touch} experts "
+                                 "in 10000 draws")
         out.append((w.to(device).float(), ids.to(device=device, dtype=torch.int32)))
     return out
 
@@ -423,7 +474,9 @@ def bench_moe(ms_list, bw, rows, skipped):
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
-        for m in MOE_M.get(name, ms_list):
+        plan = [(m, touch) for m in MOE_M.get(name, ms_list)
+                for touch in (None, *([MOE_TOUCH[name, m]] if (name, m) in MOE_TOUCH else []))]
+        for m, touch in plan:
             if time.perf_counter() > DEADLINE[0]:
                 skipped.append(f"{name} M={m}: not measured (--budget-s spent)")
                 print("  " + skipped[-1], flush=True)
@@ -431,22 +484,30 @@ def bench_moe(ms_list, bw, rows, skipped):
             x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
             touched_one = min(ne, m * topk) * per_expert
             count = max(2, min(ne // topk if m == 1 else 16, ROTATE // max(1, int(touched_one)) + 1))
-            routes = _routings(m, ne, topk, count, "cuda")
+            routes = _routings(m, ne, topk, count, "cuda", touch)
             touched = sum(int(torch.unique(ids).numel()) for _, ids in routes) / len(routes)
             hbm = touched * per_expert / bw * 1e6
             row = dict(kind="moe", shape=name, mode=mode_name, m=m, hbm_us=hbm, experts_touched=touched,
-                       routings=count, routing_seed=routing_seed(m, ne, topk), peers={})
+                       routings=count, routing_seed=routing_seed(m, ne, topk), peers={},
+                       **({"touch": touch} if touch else {}))
             # the references (emulation's MoE, the BF16 product) run after the timings, so their fresh
             # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             warm_clocks(SETTLE_S)
-            o = measure([lambda r=r: t.apply(x, *r) for r in routes], m)
+            first = time.perf_counter()
+            shipped_y = t.apply(x, *routes[0]).clone()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first      # seconds: more than a few hundredths means a compile
+            calls = [lambda r=r: t.apply(x, *r) for r in routes]
+            o = measure_moe(calls, m)
+            o["first_call_s"] = first
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
+            _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
-                    ob = measure([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
+                    ob = measure_moe([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
                     b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     ob.update(err=rel(own_bf16.apply(x, *routes[0]), b_ref))
                     del b_ref
@@ -455,7 +516,7 @@ def bench_moe(ms_list, bw, rows, skipped):
                     row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
             try:
                 prepared = [(w_, *_sorted_routing(ids, ne, topk)) for w_, ids in routes]
-                row["bf16"] = measure([lambda p=p: _bf16_moe(x, w13, w2, p[0], p[1], p[2], p[3], act_fn)
+                row["bf16"] = measure_moe([lambda p=p: _bf16_moe(x, w13, w2, p[0], p[1], p[2], p[3], act_fn)
                                        for p in prepared], m)
             except Exception as exc:  # noqa: BLE001 - a torch without _grouped_mm here
                 row["bf16"] = {"graph": float("nan"), "eager": float("nan"), "host": float("nan")}
@@ -466,6 +527,27 @@ def bench_moe(ms_list, bw, rows, skipped):
             _print_row(row)
         del t, em, w13, w2, own_bf16
         torch.cuda.empty_cache()
+
+
+def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
+    """--moe-variants: each config of `name` (at this M) timed as the shipped choice is, in the same row (peer
+    "oracle:LABEL", with its first call's seconds and its relative difference from the shipped output)."""
+    for label, cfg in MOE_VARIANTS.get(name, {}).items():
+        if cfg.get("ONLY_M", m) != m:
+            continue
+        t.config = {k: v for k, v in cfg.items() if k != "ONLY_M"}
+        try:
+            first = time.perf_counter()
+            y = t.apply(x, *routes[0])
+            torch.cuda.synchronize()
+            first = time.perf_counter() - first
+            v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
+            v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            row["peers"][f"oracle:{label}"] = v
+        except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+            row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        finally:
+            t.config = None
 
 
 def _compile_moe_jobs(jobs: list) -> str:
@@ -615,6 +697,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-m", nargs="+", default=[], metavar="MODEL=M,M",
                     help="MoE: these token counts for that model instead of --m (e.g. deepseek-r1=1,16: one run "
                          "that fits a device round)")
+    ap.add_argument("--moe-variants", metavar="JSON",
+                    help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
+                         "row beside the shipped choice (peers oracle:LABEL)")
+    ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
+                    help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
+                         "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
+                         "such a routing")
+    ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
+                    help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
+                         "N printed)")
+    ap.add_argument("--moe-warm-s", type=float, default=0.0, metavar="S",
+                    help="MoE: run each candidate's own calls for S seconds before its timings (after the BF16 settle, "
+                         "whose clocks R20 saw last ~0.3 s into the first candidate's timings)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -652,11 +747,24 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_GEMLITE_QUANT_ROWS"] = str(args.gemlite_quantizer_rows)
     if args.budget_s is not None:
         DEADLINE[0] = time.perf_counter() + args.budget_s
+    if args.moe_variants:
+        with open(args.moe_variants) as f:
+            MOE_VARIANTS.update(json.load(f))
     for spec in args.moe_m:
         name, _, ms = spec.partition("=")
         if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):
             ap.error(f"--moe-m {spec!r}: expected MODEL=M[,M...] with MODEL one of {sorted(MOE)}")
         MOE_M[name] = [int(v) for v in ms.split(",")]
+    for spec in args.moe_experts:
+        name, _, rest = spec.partition("=")
+        m, _, n = rest.partition(":")
+        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 2 or \
+                not 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1]):
+            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)}, M > 1 and E an "
+                     "expert count that M tokens can touch")
+        MOE_TOUCH[name, int(m)] = int(n)
+    MOE_REPEAT[0] = max(1, args.moe_repeat)
+    MOE_WARM[0] = max(0.0, args.moe_warm_s)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]

@@ -38,6 +38,22 @@ def warm_clocks(seconds: float = 2.0) -> None:
     torch.cuda.synchronize()
 
 
+def sm_clock() -> str:
+    """The GPU's SM clock and power draw now, "MHz/W" (NVML through torch, else nvidia-smi; "?" if neither
+    answers): what the bench logs beside a timing to tell a clock transient from a kernel's own time."""
+    try:
+        return f"{torch.cuda.clock_rate()}/{torch.cuda.power_draw() / 1000:.0f}"
+    except Exception:  # noqa: BLE001 - pynvml missing: ask nvidia-smi
+        import subprocess
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                  f"--id={torch.cuda.current_device()}"], capture_output=True, text=True, timeout=5)
+            mhz, watts = (v.strip() for v in out.stdout.strip().split(","))
+            return f"{mhz}/{float(watts):.0f}"
+        except Exception:  # noqa: BLE001 - a reading is a detail, never a failure
+            return "?"
+
+
 def graph_ms(fn, reps: int) -> float:
     """Milliseconds per call of `fn`, `reps` calls captured in one CUDA graph and replayed."""
     s = torch.cuda.Stream()

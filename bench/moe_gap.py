@@ -55,12 +55,59 @@ def peers_build(name: str):
     return t, layer, mode, tensors, w13, w2
 
 
+def content_gap(name: str, m: int, bw: float, row) -> None:
+    """--content (eighth pass): is the gap the build's bytes, their placement, or the first timings
+    after a build? In one process: bench_peers' row as it runs (its build, BF16 mode and emulation
+    reference alive, the settle, `measure` on apply three times), then the sweep's build timed
+    alternately with it, then the sweep's weight and scale bytes copied into bench_peers' own tensors
+    (same addresses, the sweep's content) and timed again."""
+    from oracle_emulation.moe import EmulationMoE
+
+    ne, topk, h = MOE[name][:3]
+    t2, layer, mode, tensors, w13, w2 = peers_build(name)
+    per2 = (t2.w13.nbytes() + t2.w2.nbytes()) / ne
+    own = _own_bf16(layer, w13, w2)
+    try:
+        em = EmulationMoE(layer, mode, None)
+        em.process_weights(**tensors)
+    except torch.cuda.OutOfMemoryError:
+        em = None
+    torch.cuda.synchronize()
+    x, routes, count, hbm = _inputs(m, ne, topk, h, per2, bw)
+    print(f"peers build: {count} routings, HBM limit {hbm:.1f} us", flush=True)
+    warm_clocks(SETTLE_S)
+    calls = [lambda r=r: t2.apply(x, *r) for r in routes]
+    for n in range(3):
+        row("peers", f"measure(apply) #{n + 1}", lambda: measure(calls, m), t2 if n == 0 else None, x, routes, hbm)
+    row("peers", "timed(forward)", lambda: timed(t2, x, routes), hbm=hbm)
+    t1, per1 = build(name)
+    torch.cuda.synchronize()
+    for n in range(2):
+        row("sweep", f"timed(forward) #{n + 1}", lambda: timed(t1, x, routes), t1 if n == 0 else None, x, routes, hbm)
+        row("peers", f"timed(forward) alternated #{n + 1}", lambda: timed(t2, x, routes), hbm=hbm)
+    row("sweep", "measure(apply)", lambda: measure([lambda r=r: t1.apply(x, *r) for r in routes], m), hbm=hbm)
+    for mine, theirs in ((t2.w13, t1.w13), (t2.w2, t1.w2)):   # the sweep's bytes at bench_peers' addresses
+        mine.weight.copy_(theirs.weight)
+        mine.scale.copy_(theirs.scale)
+    torch.cuda.synchronize()
+    for n in range(2):
+        row("peers, sweep bytes", f"timed(forward) #{n + 1}", lambda: timed(t2, x, routes), t2 if n == 0 else None,
+            x, routes, hbm)
+    row("peers, sweep bytes", "measure(apply)", lambda: measure(calls, m), hbm=hbm)
+    row("sweep", "timed(forward) last", lambda: timed(t1, x, routes), hbm=hbm)
+    del own, em
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="deepseek-r1", choices=list(MOE))
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--steps-only", action="store_true",
                     help="only bench_peers' build and its steps one at a time (skip the sweep build and the timer cross)")
+    ap.add_argument("--content", action="store_true",
+                    help="only: bench_peers' build and row procedure (first timings after the build), the sweep's "
+                         "build in the same process, alternated, then the sweep's weight bytes copied into "
+                         "bench_peers' tensors (content or placement?)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if not start("moe_gap"):
@@ -100,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         row(label, "measure(forward)", lambda: measure([lambda r=r: t.forward(x, *r) for r in routes], m), hbm=hbm)
         row(label, "timed(forward) again", lambda: timed(t, x, routes), hbm=hbm)
 
+    if args.content:
+        content_gap(name, m, bw, row)
+        return 0
     if not args.steps_only:
         t1, per_expert = build(name)
         both("sweep build", t1, per_expert)

@@ -62,7 +62,11 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: instructions, 0 LDSM) was slower on every shape, format and tile (8192x8192 MXFP4 34.1-78.3 us
 #: against the shipped 28.6; 7168x18432 69.2-177.2 against 57.4-60.2; 2048x4096 10.4-17.7 against
 #: 8.4-8.8), so more bytes in flight per SM do not help and it was removed.
-SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
+#: Then (CPU, sm_90 SASS): the R16 joined tile (`PERM`) gathered its activations as 2-byte loads that ptxas
+#: issued at the end of the loop, so each tile waited for them; now they are loaded 8 contiguous k at a
+#: time and reordered in registers (MXFP4 128x16 w8: 264 loop instructions, one fence and one wgmma wait
+#: per K tile; INT4 218), and tried one and two tiles ahead.
+SWAP_GRID = [(128, 8, 1.5, 1, 2, 1), (128, 8, 1.5, 1, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}

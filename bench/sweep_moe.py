@@ -271,9 +271,11 @@ def sweep_shape(name, ms, bw, rows, deadline, tol, save=lambda: None, quick=Fals
     torch.cuda.empty_cache()
 
 
-def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, split=False):
+def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, split=False, rounds=1):
     """Time the shipped rule's path and each of `configs` (label -> config; ONLY_M: at that M only) on
-    `name`, M in ms; every variant's output is compared with the shipped path's (DISAGREES beyond tol)."""
+    `name`, M in ms; every variant's output is compared with the shipped path's (DISAGREES beyond tol).
+    rounds > 1: the whole list again that many times in the same process (labels get " #r"; the launch
+    split only in the first), so each figure comes with its spread over repeats."""
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
     t0 = time.perf_counter()
     t, per_expert = build(name)
@@ -283,7 +285,9 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, spli
         x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
         ref = None
         warm_clocks(0.3)        # the build or the precompile left the GPU idle (bench_peers.SETTLE_S)
-        for label, cfg in [("shipped-rule", None), *configs.items()]:
+        variants = [("shipped-rule", None), *configs.items()]
+        for r, (label, cfg) in enumerate((f"{lab} #{n + 1}" if rounds > 1 else lab, c)
+                                         for n in range(rounds) for lab, c in variants):
             if cfg is not None and "ONLY_M" in cfg:          # a variant for one token count
                 if cfg["ONLY_M"] != m:
                     continue
@@ -298,7 +302,7 @@ def explicit(name, ms, bw, rows, deadline, tol, configs, save=lambda: None, spli
                     ref = y.clone()
                 err = rel(y, ref)
                 us = timed(t, x, routes)
-                kernels = kernel_split(t, x, routes) if split else None
+                kernels = kernel_split(t, x, routes) if split and r < len(variants) else None
             except Exception as exc:  # noqa: BLE001 - a variant that does not compile is reported
                 print(f"  {name} M={m} {label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
                 continue
@@ -396,6 +400,8 @@ def main(argv=None) -> int:
                          "expert count and tile options, not on H or I, so one shape's compile serves the others")
     ap.add_argument("--split", action="store_true", help="with --configs: also each launch's device time "
                     "(torch.profiler over eager calls on the rotated routings)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --configs: time the shipped rule and the variants "
+                    "this many times over in the same process (the spread over repeats)")
     ap.add_argument("--configs", help="a JSON file {label: config} or {shape: {label: config}}: time the shipped "
                     "rule and these only")
     ap.add_argument("--precompile-only", action="store_true",
@@ -431,7 +437,8 @@ def main(argv=None) -> int:
                 configs = _configs_for(args.configs, name)
                 if args.precompile and (not args.precompile_shapes or name in args.precompile_shapes):
                     precompile(name, args.m, configs, args.precompile, args.precompile_timeout_s)
-                explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split)
+                explicit(name, args.m, bw, rows, deadline, tol, configs, save, split=args.split,
+                         rounds=args.rounds)
                 continue
             sweep_shape(name, args.m, bw, rows, deadline, {"bf16": 1e-2, "fp8": 5e-2}.get(act, 8e-2), save, args.quick)
     finally:

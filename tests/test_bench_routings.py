@@ -31,3 +31,14 @@ def test_one_token_routings_touch_disjoint_expert_sets():
 def test_seeds_differ_per_shape_and_token_count():
     seeds = {routing_seed(m, e, k) for m in (1, 16, 256, 4096) for e, k in ((128, 8), (256, 8), (32, 4))}
     assert len(seeds) == 12
+
+
+def test_routings_can_be_held_to_an_expert_count():
+    """--moe-experts: the seeded generator's draws kept only where the routing touches exactly E experts, so a
+    row can be set beside a peer's figure measured on fewer expert bytes; the same draws every time."""
+    a = _routings(16, 256, 8, 3, "cpu", touch=97)
+    b = _routings(16, 256, 8, 3, "cpu", touch=97)
+    for (wa, ia), (wb, ib) in zip(a, b):
+        assert int(torch.unique(ia).numel()) == 97 and torch.equal(ia, ib) and torch.equal(wa, wb)
+    with pytest.raises(ValueError, match="touched exactly"):
+        _routings(2, 256, 8, 1, "cpu", touch=3)          # two tokens touch at least 8 experts

@@ -456,6 +456,13 @@ def _swap_tile_load(t, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_ptr, N, st
         z = s
     if not LOAD_X:
         x = 0.0
+    elif JOIN and PERM:     # loaded 8 contiguous k at a time, then put in the pairs' order in registers
+        kx = (8 * jrow)[:, None, None] + tl.arange(0, 8)[None, None, :]
+        xv = tl.load(x_ptr + offs_m[None, :, None] * stride_xm + kx, mask=row_ok[None, :, None] & k_in(kx, K, EVEN_K),
+                     other=0.0)
+        x0, x1, x2, x3, x4, x5, x6, x7 = split8(xv)
+        x = tl.trans(join_pairs(tl.trans(x0), tl.trans(x1), tl.trans(x2), tl.trans(x3), tl.trans(x4), tl.trans(x5),
+                                tl.trans(x6), tl.trans(x7)))
     elif JOIN:
         x = _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, UJ * 8, K, EVEN_K, PERM)
     else:

@@ -736,6 +736,8 @@ class TritonMoE(Kernel):
 
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
                                         words=self.facts["hw_fp8"] and self.act == ACT_NONE)
+        if cfg.get("XQ") and self.act == ACT_NVFP4 and self.w13.layout.elem == E2M1_NV:
+            return self.apply_w4a4_rows(x, topw, ids, m, k, cfg, self.facts["hw_fp8"] and not interpreting())
         t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
         by_pair = bool(self.layer.apply_router_weight_on_input)
         a1 = self._input(x, topw, k)
@@ -775,6 +777,7 @@ class TritonMoE(Kernel):
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
                                                       PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), GUARD=guard,
+                                                      X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
@@ -794,7 +797,63 @@ class TritonMoE(Kernel):
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
             BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
-            **common)
+            X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and bool(common["HX"]), **common)
+        return out
+
+    def _rounded_nvfp4(self, idx: int, a: torch.Tensor) -> torch.Tensor:
+        """FC1's (idx 0) or FC2's (idx 1) input a [rows, K] rounded through NVFP4 (values in a's dtype): one
+        program (moe_w4a4.nvfp4_round_kernel) for a dynamic scale of a small tensor, else _round's launches."""
+        from .moe_w4a4 import ROUND_BLOCK, ROUND_WARPS, nvfp4_round_kernel
+
+        if self.static[idx] is not None or not a.is_contiguous() or a.numel() > TENSOR_SCALE_MAX:
+            return self._round(idx, a)[0]
+        out = torch.empty_like(a)
+        xs = torch.empty(1, dtype=torch.float32, device=a.device)
+        nvfp4_round_kernel[(1,)](a, out, xs, a.numel(), BLOCK=ROUND_BLOCK, EXACT_BF16=self.facts["dot_f32"],
+                                 num_warps=ROUND_WARPS)
+        return out
+
+    def apply_w4a4_rows(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                        cfg: dict[str, int], ptx: bool) -> torch.Tensor:
+        """The one-row NVFP4 W4A4 path (config XQ, oracle_triton.moe_w4a4): the inputs rounded once
+        (_rounded_nvfp4), FC1 and FC2 by moe_w4a4_up_kernel / moe_w4a4_down_kernel. cfg: BLOCK_N/BLOCK_K/
+        num_warps/num_stages (FC1), BLOCK_N2/BLOCK_K2/WARPS2 (FC2), PAIRS (bit 1 FC1, bit 2 FC2). ptx: the
+        PRMT decoder (compiled GPU runs; the interpreter computes the same weights by Triton arithmetic)."""
+        from .moe_kernels import ACTIVATION_CODES
+        from .moe_w4a4 import moe_w4a4_down_kernel, moe_w4a4_up_kernel
+
+        t, dev = m * k, self.device
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        exact, f16 = self.facts["dot_f32"], self.dtype == torch.float16
+        a1 = self._rounded_nvfp4(0, self._input(x, topw, k))
+        w = self.w13
+        we, se, _, be = _expert_strides(w, self.b13)
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        bn = cfg["BLOCK_N"]
+        moe_w4a4_up_kernel[(t, -(-self.inter // bn))](
+            a1, ids, w.weight, w.scale, w.global_scale, _or(self.b13, w.scale), inter, self.experts, k, self.inter,
+            self.rows, self.hidden, a1.stride(0), inter.stride(0), we, se, be, w.layout.stride_wn, w.layout.stride_sn,
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+            A_BY_PAIR=by_pair, HAS_BIAS=self.b13 is not None, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], PTX=ptx,
+            EXACT_BF16=exact, OUT_F16=f16, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"])
+        a2 = self._rounded_nvfp4(1, inter)
+        w = self.w2
+        we, se, _, be = _expert_strides(w, self.b2)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        bn2 = cfg.get("BLOCK_N2", bn)
+        tiles = -(-self.hidden // bn2)
+        part = torch.empty(k, m, self.hidden, dtype=torch.float32, device=dev) if k > 1 else out
+        cnt = self._counters(m * tiles) if k > 1 else w.scale
+        moe_w4a4_down_kernel[(m, tiles, k)](
+            a2, ids, topw, w.weight, w.scale, w.global_scale, _or(self.b2, w.scale), out, part, cnt, m, self.experts,
+            k, self.hidden, self.inter, a2.stride(0), out.stride(0), we, se, be, w.layout.stride_wn,
+            w.layout.stride_sn, WEIGHT_OUT=not by_pair, HAS_BIAS=self.b2 is not None, SPLIT=k, BLOCK_N=bn2,
+            BLOCK_K=cfg.get("BLOCK_K2", cfg["BLOCK_K"]), PTX=ptx, EXACT_BF16=exact, OUT_F16=f16,
+            PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
+            num_stages=cfg["num_stages"])
         return out
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:

@@ -219,11 +219,30 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         consts = dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, A_BY_PAIR=False, **common)
         if "SPLIT_K" in cfg:
             return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"],
-                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), **guard),
+                                                                                  PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1),
+                                                                                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
+                                                                                  **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
+                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and hx != 0, **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
+
+
+def moe_w4a4(stage: int, bn: int, bk: int, warps: int):
+    """oracle_triton.moe_w4a4's one-row NVFP4 W4A4 kernels (XQ: the PRMT byte-table decoder) and the
+    one-program input rounding (stage 0)."""
+    import oracle_triton.moe_w4a4 as mw
+
+    if stage == 0:
+        return compile_kernel(mw.nvfp4_round_kernel, {"x_ptr": "*bf16", "out_ptr": "*bf16", "xs_ptr": "*fp32"},
+                              dict(BLOCK=mw.ROUND_BLOCK, EXACT_BF16=False), mw.ROUND_WARPS, 1)
+    ptrs = {**_small_ptrs(2), "g_ptr": "*fp32", "topw_ptr": "*fp32", "part_ptr": "*fp32"}
+    common = dict(HAS_BIAS=False, BLOCK_N=bn, BLOCK_K=bk, PTX=True, EXACT_BF16=False, OUT_F16=False)
+    if stage == 1:
+        return compile_kernel(mw.moe_w4a4_up_kernel, ptrs, dict(common, ACTFN=0, GATED=True, INTERLEAVED=False,
+                                                               HAS_LIMIT=False, A_BY_PAIR=False), warps, 3)
+    return compile_kernel(mw.moe_w4a4_down_kernel, ptrs, dict(common, WEIGHT_OUT=True, SPLIT=8), warps, 3)
 
 
 def swap(elem, group, cfg, *, zero=False, f16=False):
@@ -366,6 +385,13 @@ def small_batch_cases():
             1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3), stage=1),
         "direct MoE FC2 mxfp4 (PAIRS)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3),
                                                            stage=2),
+        "direct MoE FC1 mxfp4 (X_LATE: activations converted at use)": lambda: moe_direct(
+            1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3), stage=1),
+        "direct MoE FC2 mxfp4 (X_LATE)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3),
+                                                            stage=2),
+        "direct MoE NVFP4 W4A4 FC1 (XQ: byte-table weights) 8x256": lambda: moe_w4a4(1, 8, 256, 4),
+        "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
+        "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),

@@ -90,8 +90,10 @@ def test_swap_kernel_matches_emulation(fmt, mode, symmetric):
         if fmt == "int4":       # one dot per K tile on the interleaved whole tile (E2M1 joins PTX-decoded words only)
             assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1}), e.apply(x)) < TOL, (m, symmetric)
             # the whole tile in the word decoders' pair order, the activations read in that order (PERM)
-            assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "FULL_TILE": 1, "PERM": 1}), e.apply(x)) < TOL, \
-                (m, symmetric)
+            perm = {**cfg, "FULL_TILE": 1, "PERM": 1}
+            assert rel(t.gemm(x, 0, None, torch.bfloat16, perm), e.apply(x)) < TOL, (m, symmetric)
+            assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**perm, "PREFETCH": 2}),
+                               t.gemm(x, 0, None, torch.bfloat16, perm)), (m, symmetric)
         # loads two K tiles ahead: the same products
         assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}),
                            t.gemm(x, 0, None, torch.bfloat16, cfg)), (m, symmetric)

@@ -177,12 +177,13 @@ def test_moe_direct_path_graph_capture_and_replay():
     _replay_moe(t, ref, 2, TOL)
 
 
-@pytest.mark.parametrize("extra", [{"HX": 1}, {"HX": 2}, {"HX": 2, "PAIRS": 3}])
+@pytest.mark.parametrize("extra", [{"HX": 1}, {"HX": 2}, {"HX": 2, "PAIRS": 3}, {"HX": 2, "X_LATE": 3}])
 def test_moe_direct_f16_products_match_emulation(extra):
     """HX 1 (E2M1 words times f16 activations, 4 packed FMAs per word, gemv._E2M1_HX_PTX) and HX 2 (one
     packed sum per MX group) on the direct path (the shipped tiles), also with both K loops two tiles per
-    iteration (PAIRS 3), against oracle-emulation: one and two tokens, a K tail (hidden 1056 is not a
-    multiple of the K tile), bias, activations up to 1000 and down to 1e-3."""
+    iteration (PAIRS 3) or converting the activations at use (X_LATE 3), against oracle-emulation: one and
+    two tokens, a K tail (hidden 1056 is not a multiple of the K tile), bias, activations up to 1000 and
+    down to 1e-3. X_LATE computes the same products in the same order: the same bits as without it."""
     from oracle_triton.moe import moe_gemv_config
 
     t, ref = moe_pair("mxfp4", 32, 1056, 768, 4, "w4a16_mx", "bf16", activation="swigluoai", bias=True,
@@ -192,8 +193,13 @@ def test_moe_direct_f16_products_match_emulation(extra):
         x = torch.randn(m, 1056, device="cuda", dtype=torch.bfloat16)
         x[0, :8] = torch.tensor([1000.0, -999.0, 1e-3, -1e-3, 0.0, 300.0, -0.5, 64.0])
         w, ids = routing(m, 32, 4, "cuda")
-        err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+        y = t.apply(x, w, ids)
+        err = rel(y, ref.apply(x, w, ids))
         assert err < TOL, (extra, m, err)
+        if "X_LATE" in extra:
+            t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), HX=2)
+            assert torch.equal(y, t.apply(x, w, ids)), m
+            t.config = dict(moe_gemv_config(1, t.w13.layout.elem, t.w13.layout.group, words=True), **extra)
 
 
 @pytest.mark.parametrize("extra", [{}, {"PAIRS": 3}])
@@ -286,7 +292,8 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     read in that order) and the fused E2M1 decoder (DECODE 5: one packed multiply by 2**126 x scale):
     N = 1000, a row tail, a bias, split-K 2, against the reference; DECODE 5 bitwise equal to the
     two-step decoder (DECODE 4) in both loop forms, and to it again where the layer's scales are
-    declared out of the fused range (the launch falls back); captured and replayed."""
+    declared out of the fused range (the launch falls back); the joined tile loaded two K tiles ahead
+    bitwise equal to one; captured and replayed."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     dec = 3 if fmt == "int4" else 5
@@ -295,6 +302,7 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
     y = t.gemm(x, 0, None, torch.bfloat16, cfg)
     assert rel(y, e.apply(x)) < TOL
+    assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PREFETCH": 2}))     # two K tiles ahead
     if fmt != "int4":
         assert t.gemm.fused_ok
         assert torch.equal(y, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "DECODE": 4}))
