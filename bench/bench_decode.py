@@ -204,14 +204,9 @@ def child(engine: str, args) -> dict:
 
 def eager_graph_calls(model) -> dict[str, int]:
     """How the oracle kernels' eager calls were served (oracle.integration.eager_graphs), summed over kernels."""
-    kernels = getattr(getattr(model, "oracle", None), "kernels", None) or {}
-    totals = [0, 0, 0]
-    for kernel in kernels.values():
-        for part in getattr(kernel, "parts", [kernel]):
-            served = getattr(getattr(part, "eager", None), "served", None)
-            if served:
-                totals = [a + b for a, b in zip(totals, served)]
-    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}
+    from oracle.integration.eager_graphs import served_counts
+
+    return served_counts((getattr(getattr(model, "oracle", None), "kernels", None) or {}).values())
 
 
 def _ranked_table(title: str, columns: tuple[str, ...], spent: dict, limit: int, cells) -> str:
@@ -509,12 +504,20 @@ def main() -> None:
     ap.add_argument("--timeout", nargs="+", default=["900"], metavar="[ENGINE=]SECONDS",
                     help="seconds per engine process, for all or per engine (oracle=90 bf16=70)")
     ap.add_argument("--emulate-activations", help=argparse.SUPPRESS)   # the oracle run's, for the emulation run
-    ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--interleave", action="store_true",
+                    help="oracle and bf16 built in ONE process, each with the same warm-up, then --steps-step blocks "
+                         "alternating between them for --repeat rounds (bench/interleave.py: host drift hits both "
+                         "alike); the --timeout default applies to that process")
+    ap.add_argument("--child", choices=ENGINES + ("pair",), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    if args.child:
+    if args.child == "pair":
+        import interleave
+        interleave.run(args, build, lambda r: Path(args.result).write_text(json.dumps(r)))
+    elif args.child:
         child(args.child, args)
+    if args.child:
         # its results are written: leave at once. R14's oracle process finished its work at ~54 s and was
         # killed at its 62-s limit in interpreter teardown (torch.compile's worker pool, CUDA graphs)
         sys.stdout.flush()
@@ -529,29 +532,44 @@ def main() -> None:
     results: dict[str, dict] = {}
     timeouts = _timeouts(args.timeout)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    if args.interleave:
+        import interleave
+        pair = _spawn("pair", [], timeouts.get("", 900), tmp)
+        text = interleave.table(pair, args)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            stem = Path(args.config).parent.name + (f"-{args.layers}l" if args.layers else "") + "-interleaved"
+            (args.out / f"{stem}.md").write_text(f"    python bench/bench_decode.py {' '.join(sys.argv[1:])}\n\n{text}\n")
+            (args.out / f"{stem}.json").write_text(json.dumps(pair, indent=1))
+        print(text)
+        return
     for engine in args.engines:
-        out = tmp / f"{engine}.json"
-        cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:])
-        if engine == "emulation" and results.get("oracle", {}).get("activations"):
-            cmd += ["--emulate-activations", json.dumps(results["oracle"]["activations"])]
+        extra = ["--emulate-activations", json.dumps(results["oracle"]["activations"])] \
+            if engine == "emulation" and results.get("oracle", {}).get("activations") else []
         t = time.perf_counter()
-        limit = timeouts.get(engine, timeouts.get("", 900))
-        log = tmp / f"{engine}.log"
-        with log.open("w") as sink:           # the child's progress lines go to our stdout as they come
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sink, text=True,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            why = _relay(proc, limit, engine)
-        partial = json.loads(out.read_text()) if out.is_file() else {"engine": engine, "runs": []}
-        if why is not None:                   # what the child measured before it failed is kept
-            tail = log.read_text()[-3000:]
-            print(f"{engine}: {why}\n{tail}", flush=True)
-            partial["error"] = why
-        results[engine] = partial
+        results[engine] = _spawn(engine, extra, timeouts.get(engine, timeouts.get("", 900)), tmp)
         print(f"{engine}: {time.perf_counter() - t:.0f} s", flush=True)
         _write(results, args)                 # after every engine: a later failure keeps what was measured
         if engine != args.engines[-1]:
             print(table(results, args), flush=True)
     print(table(results, args))
+
+
+def _spawn(engine: str, extra: list[str], limit: float, tmp: Path) -> dict:
+    """Run `--child engine` in a process of its own, relaying its progress lines, stopped after `limit` s;
+    its results file (what it measured before a failure too), with "error" set if it failed."""
+    out = tmp / f"{engine}.json"
+    cmd = [sys.executable, __file__, "--child", engine, "--result", str(out)] + _forward(sys.argv[1:]) + extra
+    log = tmp / f"{engine}.log"
+    with log.open("w") as sink:           # the child's progress lines go to our stdout as they come
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sink, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        why = _relay(proc, limit, engine)
+    partial = json.loads(out.read_text()) if out.is_file() else {"engine": engine, "runs": []}
+    if why is not None:                   # what the child measured before it failed is kept
+        print(f"{engine}: {why}\n{log.read_text()[-3000:]}", flush=True)
+        partial["error"] = why
+    return partial
 
 
 def _timeouts(items: list[str]) -> dict[str, int]:

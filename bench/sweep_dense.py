@@ -38,6 +38,8 @@ OK = 1e-2
 M_FP8 = [1, 16, 256]
 M_4BIT = {"int4": [1, 16, 32, 256, 4096], "mxfp4": [1, 16, 256], "nvfp4": [1, 16]}
 #: The sweep's order: (format, rows) over every shape, the targets that matter most first.
+#: A phase's part (--parts): fp8ch W8A8 per channel and fp8blk W8A16 block are "fp8".
+PART = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8", "fp8blk": "fp8"}
 PHASES = [("int4", [1, 16]), ("fp8ch", M_FP8), ("mxfp4", [1, 16]), ("nvfp4", [1, 16]), ("int4", [32, 256, 4096]),
           ("mxfp4", [256])]
 ROWS: list[dict] = []
@@ -230,16 +232,54 @@ def sweep_4bit(name, n, k, w, bw, fmt, ms):
             base["tinygemm_us"] = gtime([lambda f=f: f(x) for f in tiny])
         print(f"{name} {fmt} M={m}: bf16 {base['bf16_us']:.1f} us, tinygemm {base.get('tinygemm_us', 0):.1f} us, "
               f"hbm {hbm:.1f} us", flush=True)
-        best = [None, math.inf]
-        for label, cfg in variants_4bit(fmt, n, k, m, g.facts, g.config_for(m, 0)):
-            us = record(name, fmt, m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
-                                                   for gg in gs], ref, base)
-            if us is not None and us < best[1]:
-                best[:] = [(label, cfg), us]
-        if best[0] is not None:
-            print(f"BEST {name} {fmt} M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
-                  f"x tinygemm {base.get('tinygemm_us', 0) / best[1]:.2f}  {best[0][1]}", flush=True)
-            ROWS.append(dict(shape=name, fmt=fmt, m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+        time_layer_dtype(name, fmt, m, variants_4bit(fmt, n, k, m, g.facts, g.config_for(m, 0)), gs, x, ref, base)
+    del t, em, gs, bf16
+
+
+def time_layer_dtype(name, fmt, m, variants, gs, x, ref, base) -> None:
+    """Time each (label, config) of a layer-dtype-activation layer (one call per weight copy), then print and
+    record the fastest that agreed (with its ratio to tinygemm where base has one)."""
+    best = [None, math.inf]
+    for label, cfg in variants:
+        us = record(name, fmt, m, label, cfg, [lambda gg=gg, cfg=cfg: gg(x, 0, None, torch.bfloat16, cfg)
+                                               for gg in gs], ref, base)
+        if us is not None and us < best[1]:
+            best[:] = [(label, cfg), us]
+    if best[0] is not None:
+        tiny = f"x tinygemm {base['tinygemm_us'] / best[1]:.2f}  " if base.get("tinygemm_us") else ""
+        print(f"BEST {name} {fmt} M={m}: {best[0][0]} {best[1]:.1f} us  xBF16 {base['bf16_us'] / best[1]:.2f}  "
+              f"{tiny}{best[0][1]}", flush=True)
+        ROWS.append(dict(shape=name, fmt=fmt, m=m, best=best[0][0], config=best[0][1], us=best[1], **base))
+
+
+def variants_w8a16(m: int, default: dict) -> list[tuple[str, dict]]:
+    """FP8 W8A16 block weights at many rows: the default (DEQUANT_MM from 256 rows: the weight dequantized
+    once, then cuBLAS) against our tiled GEMM decoding the E4M3 tiles in registers (one launch, no
+    dequantized copy), whose per-128x128-block scale is one value per tile (eighth pass)."""
+    tiles = ((64, 64, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1), (128, 64, 128, 4, 4, 1), (128, 128, 128, 8, 3, 1),
+             (128, 128, 64, 8, 4, 1), (64, 128, 128, 4, 4, 2)) if m <= 256 else \
+        ((128, 128, 128, 8, 3, 1), (128, 256, 64, 8, 3, 1), (128, 128, 64, 8, 4, 1), (256, 128, 64, 8, 3, 1))
+    out = [("default", default)]
+    for bm, bn, bk, nw, st, sp in tiles:
+        out.append((f"w8a16 tile bm{bm} bn{bn} bk{bk} w{nw} st{st} s{sp}",
+                    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw, "num_stages": st,
+                     "GROUP_M": 8, "FULL_TILE": 0}))
+    return only(out)
+
+
+def sweep_w8a16(name, n, k, w, bw, ms):
+    """FP8 W8A16 block (1x128x128 weight scales, layer-dtype activations) at many rows, beside BF16."""
+    t, em, gs, tensors, layer, mode = build("fp8_block", n, k, w, "w8a16_block", "bf16", {})
+    g = gs[0]
+    hbm = t.packed.nbytes() / bw * 1e6
+    del tensors
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    for m in ms:
+        x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+        ref = em.apply(x)
+        base = {"bf16_us": gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 4), "hbm_us": hbm}
+        print(f"{name} fp8blk M={m}: bf16 {base['bf16_us']:.1f} us, hbm {hbm:.1f} us", flush=True)
+        time_layer_dtype(name, "fp8blk", m, variants_w8a16(m, g.config_for(m, 0)), gs, x, ref, base)
     del t, em, gs, bf16
 
 
@@ -434,12 +474,13 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
     small = {}
     modes = {"int4": ("w4a16_int4", "bf16", {}), "mxfp4": ("w4a16_mx", "bf16", {}),
              "nvfp4": ("w4a16_nvfp4", "bf16", {}),
-             "fp8_channel": ("w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})}
+             "fp8_channel": ("w8a8_fp8_channel", "fp8", {"activation_granularity": "token"}),
+             "fp8_block": ("w8a16_block", "bf16", {})}
     for phase, ms in PHASES:
-        part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[phase]
+        part = PART[phase]
         if part not in parts:
             continue
-        fmt = "fp8_channel" if phase == "fp8ch" else phase
+        fmt = {"fp8ch": "fp8_channel", "fp8blk": "fp8_block"}.get(phase, phase)
         if fmt not in small:
             w = torch.randn(sn, sk, device=DEV, dtype=torch.bfloat16) * 0.05
             small[fmt] = build(fmt, sn, sk, w, *modes[fmt])[2][0]
@@ -450,13 +491,16 @@ def compile_worker(index: int, workers: int, parts: list[str], shapes: list[str]
             fake = DenseGemm(layout_for(fmt, n, k, 128), n, k, g.weight, g.scale, None, None, None,
                              mode=modes[fmt][0], weight_format=fmt)
             for m in ms:
-                if part == "fp8":
+                if phase == "fp8blk":
+                    for _, cfg in variants_w8a16(m, fake.config_for(m, 0)):
+                        jobs.append(("fp8_block", m, 0, cfg))
+                elif part == "fp8":
                     for _, cfg in variants_fp8(n, k, m, facts, fake.config_for(m, ACT_TOKEN)):
                         jobs.append(("fp8", m, ACT_TOKEN, cfg))
                 else:
                     for _, cfg in variants_4bit(fmt, n, k, m, facts, fake.config_for(m, 0)):
                         jobs.append((fmt, m, 0, cfg))
-        if part == "fp8" and not DEFAULTS_ONLY[0] and not ONLY[0]:
+        if phase == "fp8ch" and not DEFAULTS_ONLY[0] and not ONLY[0]:
             for m in ms:
                 for v in QUANT_VARIANTS:
                     jobs.append(("quant", m, 0, v))
@@ -544,7 +588,7 @@ def host_profile() -> None:
 
 
 MODES = {"int4": ("w4a16_int4", "int4"), "mxfp4": ("w4a16_mx", "mxfp4"), "nvfp4": ("w4a16_nvfp4", "nvfp4"),
-         "fp8ch": ("w8a8_fp8_channel", "fp8_channel")}
+         "fp8ch": ("w8a8_fp8_channel", "fp8_channel"), "fp8blk": ("w8a16_block", "fp8_block")}
 
 
 def table_entries(rows: list[dict], min_gain: float = 1.02) -> list[dict]:
@@ -621,7 +665,7 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     try:
         for fmt, ms in PHASES:        # most important first: a budget that runs out loses the least
-            part = {"int4": "int4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8ch": "fp8"}[fmt]
+            part = PART[fmt]
             if part not in args.parts:
                 continue
             for name in args.shapes:
@@ -632,6 +676,8 @@ def main(argv=None) -> int:
                 w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.05
                 if fmt == "fp8ch":
                     sweep_fp8(name, n, k, w, bw, ms)
+                elif fmt == "fp8blk":
+                    sweep_w8a16(name, n, k, w, bw, ms)
                 else:
                     sweep_4bit(name, n, k, w, bw, fmt, ms)
                 del w

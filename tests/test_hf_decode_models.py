@@ -82,3 +82,27 @@ def test_bulk_made_experts_are_the_per_tensor_draws_in_the_loaders_order():
             want_scale = q["weight_scale"]
             assert torch.equal(got.view(torch.uint8), q["weight"].view(torch.uint8)), name
     assert torch.equal(torch.randn(4, generator=bulk), torch.randn(4, generator=single))   # same draws used
+
+
+def test_interleaved_engines_decode_as_each_does_alone(tmp_path):
+    """bench_decode.py --interleave (bench/interleave.py): the oracle and BF16 DeepSeek models in one
+    process, timed in alternating blocks, each decode the greedy tokens its own Decoder gives alone, in
+    every block (sharing the process and alternating changes no engine's result); one block time per
+    engine per round, and each round's ratio is BF16's ms over oracle's."""
+    import argparse
+
+    import interleave
+
+    models = {e: decode_models.build("deepseek-fp8", tmp_path, engine=e) for e in ("oracle", "bf16")}
+    args = argparse.Namespace(engines=["oracle", "bf16"], device="cpu", seed=0, batch=[1], decode=["eager"],
+                              prompt=6, steps=4, repeat=3)
+    saved = []
+    got = interleave.run(args, lambda engine, _: (models[engine], []), saved.append)
+    run = got["runs"][0]
+    ids = torch.randint(0, 512, (1, 6), generator=torch.Generator().manual_seed(1))
+    for engine, model in models.items():
+        alone = Decoder(model, 1, 6 + 16 + 8, "eager").generate(ids, 5)[0].tolist()
+        assert run["tokens"][engine] == [alone] * 3
+        assert len(run["block_ms"][engine]) == 3
+    assert run["ratios"] == pytest.approx([b / o for b, o in zip(run["block_ms"]["bf16"], run["block_ms"]["oracle"])])
+    assert saved and saved[-1] is got

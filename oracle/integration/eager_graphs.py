@@ -288,3 +288,15 @@ class PlacedCalls:
             self.kept.clear()
             self.generation = self.eager.generation
         self.kept[key] = (graph, result)
+
+
+def served_counts(kernels: Any) -> dict[str, int]:
+    """How the eager calls of `kernels` (a model's `oracle.kernels` values; fused parts counted each)
+    were served, summed: replayed in place, replayed after a copy in, raw. Empty if none was counted."""
+    totals = [0, 0, 0]
+    for kernel in kernels:
+        for part in getattr(kernel, "parts", [kernel]):
+            served = getattr(getattr(part, "eager", None), "served", None)
+            if served:
+                totals = [a + b for a, b in zip(totals, served)]
+    return dict(zip(("in place", "copied in", "raw"), totals)) if any(totals) else {}

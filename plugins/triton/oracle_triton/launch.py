@@ -245,10 +245,14 @@ ONE_TILE_MAX_K = 16384
 
 
 #: FP8 W8A8 with 2-32 rows on sm_90: chain the quantizer and the swap GEMM by programmatic dependent
-#: launch (cfg PDL 1; gemm.fp8_swap_kernel GDC: the GEMM's programs prefetch their weights into L2 while
-#: the quantizer runs, then wait for it). Off by default: measured slower on an H200 (R11, graph replay,
-#: weights from HBM): 2048x4096 M=16 10.3 us against 9.8 without, 8192x8192 24.2 -> 28.4; a tuned entry
-#: may turn it on where a sweep (bench/sweep_dense.py "pdl 1") finds it faster.
+#: launch (cfg PDL 1; gemm.fp8_swap_kernel GDC: the GEMM's programs become resident while the quantizer
+#: runs and wait for it on the device; cfg PF_L2 / PF_HEAD add an L2 prefetch of their weights before the
+#: wait). Off by default: no measured gain on an H200 (graph replay, weights from HBM). R11, with the
+#: whole weight share prefetched: 2048x4096 M=16 10.3 us against 9.8 without, 8192x8192 24.2 -> 28.4.
+#: Eighth pass R19 (bench/sweep_dense.py, one run): PDL alone 24.2 against 24.4 on 8192x8192 and 9.9
+#: against 9.8 on 2048x4096; with 512 bytes of each weight row's head prefetched (PF_HEAD 512) 23.9 and
+#: 10.6; evict-first weight loads (EVICT) changed nothing (24.4, 9.8). A tuned entry may turn them on
+#: where a sweep finds them faster.
 FP8_PDL = 0
 
 #: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
