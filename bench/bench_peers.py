@@ -11,6 +11,8 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
     timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
     experts touched exceed 256 MB.
+MoE candidates are warmed on their own calls first (--moe-warm-s, 0.3 s: a BF16-GEMM warm-up power-capped the GPU
+for the next timing, see SETTLE_S) and timed three times at M = 1 (--moe-repeat; the median, all printed).
 Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
 host (Python time per eager call), the relative error against oracle-emulation (a peer whose
 numerics disagree is flagged, not ranked), and launches per raw call (torch.profiler). HBM: bytes
