@@ -75,7 +75,8 @@ def test_swap_ab_is_a_tuned_table_key():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, num_warps=8, num_stages=4), ALIGNED],
+@pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
+                                                  num_stages=4), ALIGNED],
                          ids=["direct_last", "direct_last_qwen3_m1_entry", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
