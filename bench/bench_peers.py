@@ -11,6 +11,8 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
     timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
     experts touched exceed 256 MB.
+MoE candidates are warmed on their own calls first (--moe-warm-s, 0.3 s: a BF16-GEMM warm-up power-capped the GPU
+for the next timing, see SETTLE_S) and timed three times at M = 1 (--moe-repeat; the median, all printed).
 Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
 host (Python time per eager call), the relative error against oracle-emulation (a peer whose
 numerics disagree is flagged, not ranked), and launches per raw call (torch.profiler). HBM: bytes
@@ -27,7 +29,8 @@ import time
 
 import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
-from gpu_timing import copy_bandwidth, graph_ms, keep_shapes, rel, sm_clock, start, table_args, warm_clocks
+from gpu_timing import (copy_bandwidth, graph_ms, keep_shapes, rel, sm_clock, start, table_args, warm_calls,
+                        warm_clocks)
 
 from oracle import LinearLayer, MoELayer
 from oracle.catalog import Mode
@@ -40,8 +43,8 @@ MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts inste
 MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
-MOE_REPEAT = [1]                    # --moe-repeat: each MoE candidate timed this many times (median; the spread)
-MOE_WARM = [0.0]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
+MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
+MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -52,7 +55,12 @@ WRONG = 2e-2          # a candidate further than this from emulation is computin
 #: (R10, bench/moe_gap.py; its FC1 launch 72.4 us against 63.1). With this settle, R12 still timed that
 #: row at 115.7 here (FC1 69.4 us of device time) against 105.1 in sweep_moe.py for the same entry, so
 #: the transient is not the whole difference (bench/results/h200-2026-12-02/moe6b_rounds.md says what is
-#: known).
+#: known). Eighth pass: the settle is the transient's cause, not its cure. R21 logged the SM clock and board
+#: power: 1485 MHz at 692-697 W right after it (the 700 W cap), and DeepSeek-R1 M=1's first timing 115.2 us
+#: against 103.6 / 103.5 next; a Qwen3 row (235 W) was back at 1980 MHz after 0.3 s of its own calls. So a
+#: row now starts with each candidate's own calls (--moe-warm-s, 0.3 s by default: the clocks leave idle
+#: without the power cap) and times M=1 candidates three times (--moe-repeat, median); the BF16 settle runs
+#: only with --moe-warm-s 0 (the seventh pass's procedure).
 SETTLE_S = 0.3
 
 DENSE = {"8192x8192": (8192, 8192), "36864x7168": (36864, 7168), "7168x18432": (7168, 18432),
@@ -114,14 +122,8 @@ def measure_moe(calls: list, m: int) -> dict:
     DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
     two (same build, routings and kernels): a single timing of the first row carries that transient."""
     clocks = [sm_clock()]
-    if MOE_WARM[0] > 0:         # the candidate's own calls first (R20: the BF16 settle's clocks lasted ~0.3 s)
-        end, i = time.perf_counter() + MOE_WARM[0], 0
-        while time.perf_counter() < end:
-            calls[i % len(calls)]()
-            i += 1
-            if i % 16 == 0:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
+    if MOE_WARM[0] > 0:         # the candidate's own calls first (SETTLE_S says why)
+        warm_calls(calls, MOE_WARM[0])
     runs = []
     for _ in range(MOE_REPEAT[0] if m == 1 else 1):
         clocks.append(sm_clock())
@@ -437,8 +439,21 @@ def _own_bf16(layer, w13, w2):
         return None
 
 
-def bench_moe(ms_list, bw, rows, skipped):
+def emulation_reference(layer, mode, tensors):
+    """oracle-emulation's MoE on the checkpoint tensors (each row's reference), or None where it does not fit in
+    device memory beside the layer and its BF16 experts."""
     from oracle_emulation.moe import EmulationMoE
+
+    try:
+        em = EmulationMoE(layer, mode, None)
+        em.process_weights(**tensors)
+        return em
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+
+
+def bench_moe(ms_list, bw, rows, skipped):
     from oracle_emulation.moe_activations import apply_activation
     from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE
@@ -465,12 +480,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
         own_bf16 = _own_bf16(layer, w13, w2)
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
-        try:
-            em = EmulationMoE(layer, mode, None)
-            em.process_weights(**tensors)
-        except torch.cuda.OutOfMemoryError:
-            em = None
-            torch.cuda.empty_cache()
+        em = emulation_reference(layer, mode, tensors)
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731
@@ -493,7 +503,8 @@ def bench_moe(ms_list, bw, rows, skipped):
             # the references (emulation's MoE, the BF16 product) run after the timings, so their fresh
             # temporaries never sit between the settle and a timing (R12: this row 115.7 us with the reference
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
-            warm_clocks(SETTLE_S)
+            if MOE_WARM[0] <= 0:                 # the old procedure (see SETTLE_S)
+                warm_clocks(SETTLE_S)
             first = time.perf_counter()
             shipped_y = t.apply(x, *routes[0]).clone()
             torch.cuda.synchronize()
@@ -704,12 +715,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
                          "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
                          "such a routing")
-    ap.add_argument("--moe-repeat", type=int, default=1, metavar="N",
+    ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
-    ap.add_argument("--moe-warm-s", type=float, default=0.0, metavar="S",
-                    help="MoE: run each candidate's own calls for S seconds before its timings (after the BF16 settle, "
-                         "whose clocks R20 saw last ~0.3 s into the first candidate's timings)")
+    ap.add_argument("--moe-warm-s", type=float, default=MOE_WARM[0], metavar="S",
+                    help="MoE: run each candidate's own calls for S seconds before its timings instead of the BF16 "
+                         "settle before each row (R21: that settle left the GPU power-capped at 1485 MHz for the first "
+                         "timing); 0: the settle, as before the eighth pass")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",

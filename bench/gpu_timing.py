@@ -38,6 +38,19 @@ def warm_clocks(seconds: float = 2.0) -> None:
     torch.cuda.synchronize()
 
 
+def warm_calls(calls: list, seconds: float) -> None:
+    """Run the calls (in turn) for `seconds` before a timing, so the clocks leave idle on the timed kernels'
+    own load: a BF16-GEMM warm-up (warm_clocks) just before left an H200 power-capped at 1485 MHz / 697 W
+    for its first timing (R21 of the eighth pass, bench_peers.SETTLE_S)."""
+    end, i = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        calls[i % len(calls)]()
+        i += 1
+        if i % 16 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
 def sm_clock() -> str:
     """The GPU's SM clock and power draw now, "MHz/W" (NVML through torch, else nvidia-smi; "?" if neither
     answers): what the bench logs beside a timing to tell a clock transient from a kernel's own time."""

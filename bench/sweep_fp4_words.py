@@ -65,8 +65,10 @@ def gemv_grid(n: int, k: int, sms: int) -> list[tuple[str, dict]]:
 #: Then (CPU, sm_90 SASS): the R16 joined tile (`PERM`) gathered its activations as 2-byte loads that ptxas
 #: issued at the end of the loop, so each tile waited for them; now they are loaded 8 contiguous k at a
 #: time and reordered in registers (MXFP4 128x16 w8: 264 loop instructions, one fence and one wgmma wait
-#: per K tile; INT4 218), and tried one and two tiles ahead.
-SWAP_GRID = [(128, 8, 1.5, 1, 2, 1), (128, 8, 1.5, 1, 1, 1)]
+#: per K tile; INT4 218), and tried one and two tiles ahead. R21: 4-9% faster than R16's joined tile but
+#: still 1.3x (INT4) to 2.1x (E2M1) slower than the shipped per-nibble dots (8192x8192 MXFP4 56.6 / 58.7
+#: against 29.0), so the grid is back to the fused decoder on plain tiles.
+SWAP_GRID = [(128, 8, 1.5, 0, 1, 1)]
 #: What the checkpoint layout shipped before the word layout (its tuned entries), so both are timed as shipped.
 OLD = {(e["weight"], e["n"], e["k"], e["m"]): e["config"] for e in json.loads(
     (Path(__file__).parent / "configs" / "fp4_checkpoint_layout_entries.json").read_text())["entries"]}

@@ -164,7 +164,11 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     all of them are resident at once: FC2 at 2 warps (14 of its 1440 programs per SM, one wave) 12.0 us
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
     17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
-    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32."""
+    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
+    X_LATE (off; bit 1 FC1, bit 2 FC2): the HX activations converted when multiplied instead of when loaded;
+    the same bits, but slower in the eighth pass's R21 (gpt-oss-20b M=1 30.6 / 31.0 us with bit 1 / both
+    against 29.8 for this rule, medians of three in one bench_peers process). NVFP4 W4A4 experts take their
+    own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words and tokens == 1 and elem == E2M1_MX:       # the seventh pass's measurement (gpt-oss, one token)

@@ -142,3 +142,19 @@ def test_xq_path_on_gpu_graph_replay():
         torch.cuda.synchronize()
         assert rel(out, ref.apply(x, w, ids)) < 1e-2
         assert torch.equal(out, t.apply(x, w, ids))
+
+
+def test_xq_dispatch_and_tuned_entry(monkeypatch):
+    """The H200's tuned entry for Qwen3-235B NVFP4 W4A4 at one token is an XQ config, and an XQ config sends
+    a W4A4 call to TritonMoE.apply_w4a4_rows, with the PTX decoder only on a compiled GPU run."""
+    from oracle_triton.tuned import lookup
+
+    cfg = lookup("NVIDIA H200", "moe", "w4a4_nvfp4", 3072, 4096, 1, 128)
+    assert cfg is not None and cfg["XQ"] == 1 and "DECODE" in cfg
+    t, _ = moe_pair("nvfp4", E, H, I, K, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
+    seen = []
+    monkeypatch.setattr(type(t), "apply_w4a4_rows", lambda self, *a, **kw: seen.append(a[-1]) or "xq")
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = XQ
+    assert t.forward(x, w, ids) == "xq" and seen == [DEV == "cuda"]
