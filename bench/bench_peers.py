@@ -11,6 +11,8 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
     timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
     experts touched exceed 256 MB.
+MoE candidates are warmed on their own calls first (--moe-warm-s, 0.3 s: a BF16-GEMM warm-up power-capped the GPU
+for the next timing, see SETTLE_S) and timed three times at M = 1 (--moe-repeat; the median, all printed).
 Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
 host (Python time per eager call), the relative error against oracle-emulation (a peer whose
 numerics disagree is flagged, not ranked), and launches per raw call (torch.profiler). HBM: bytes
@@ -437,8 +439,21 @@ def _own_bf16(layer, w13, w2):
         return None
 
 
-def bench_moe(ms_list, bw, rows, skipped):
+def emulation_reference(layer, mode, tensors):
+    """oracle-emulation's MoE on the checkpoint tensors (each row's reference), or None where it does not fit in
+    device memory beside the layer and its BF16 experts."""
     from oracle_emulation.moe import EmulationMoE
+
+    try:
+        em = EmulationMoE(layer, mode, None)
+        em.process_weights(**tensors)
+        return em
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+
+
+def bench_moe(ms_list, bw, rows, skipped):
     from oracle_emulation.moe_activations import apply_activation
     from oracle.tensors import moe_activation_params
     from oracle_triton.moe import TritonMoE
@@ -465,12 +480,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
         own_bf16 = _own_bf16(layer, w13, w2)
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
-        try:
-            em = EmulationMoE(layer, mode, None)
-            em.process_weights(**tensors)
-        except torch.cuda.OutOfMemoryError:
-            em = None
-            torch.cuda.empty_cache()
+        em = emulation_reference(layer, mode, tensors)
         del tensors
         pr = moe_activation_params(activation, {})
         act_fn = lambda hh: apply_activation(hh, activation, pr)   # noqa: E731

@@ -26,7 +26,7 @@ import sys
 import time
 
 import torch
-from bench_peers import MOE, SETTLE_S, _own_bf16, measure
+from bench_peers import MOE, SETTLE_S, _own_bf16, emulation_reference, measure
 from bench_triton import _quant
 from gpu_timing import copy_bandwidth, start, warm_clocks
 from sweep_moe import _inputs, build, kernel_split, timed
@@ -61,17 +61,11 @@ def content_gap(name: str, m: int, bw: float, row) -> None:
     reference alive, the settle, `measure` on apply three times), then the sweep's build timed
     alternately with it, then the sweep's weight and scale bytes copied into bench_peers' own tensors
     (same addresses, the sweep's content) and timed again."""
-    from oracle_emulation.moe import EmulationMoE
-
     ne, topk, h = MOE[name][:3]
     t2, layer, mode, tensors, w13, w2 = peers_build(name)
     per2 = (t2.w13.nbytes() + t2.w2.nbytes()) / ne
     own = _own_bf16(layer, w13, w2)
-    try:
-        em = EmulationMoE(layer, mode, None)
-        em.process_weights(**tensors)
-    except torch.cuda.OutOfMemoryError:
-        em = None
+    em = emulation_reference(layer, mode, tensors)
     torch.cuda.synchronize()
     x, routes, count, hbm = _inputs(m, ne, topk, h, per2, bw)
     print(f"peers build: {count} routings, HBM limit {hbm:.1f} us", flush=True)
@@ -160,12 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.steps_only:
         both("peers build", t2, per2)
     own = _own_bf16(layer, w13, w2)           # what bench_peers also holds while it times
-    try:
-        from oracle_emulation.moe import EmulationMoE
-        em = EmulationMoE(layer, mode, None)
-        em.process_weights(**tensors)
-    except torch.cuda.OutOfMemoryError:
-        em = None
+    em = emulation_reference(layer, mode, tensors)
     torch.cuda.synchronize()
     if not args.steps_only:
         both("peers + bf16/em", t2, per2)

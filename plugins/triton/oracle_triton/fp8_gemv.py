@@ -12,6 +12,11 @@ E4M3 code of x / scale per chunk, as act_qdq_kernel computes them; per tensor: t
 one launch serves the call. The products of two E4M3 values are exact in fp32 and are summed in
 fp32 (elementwise per thread, one reduction at the end): the same terms as the tensor-core path,
 summed in another order.
+
+Measured slower than the swap GEMM on an H200 (eighth pass R20, 8192x8192 M=1, graph replay, weights from
+HBM: 27.6-50.4 us for 2-16 rows per program, 37.5-117.1 with the next chunk loaded ahead, against 21.1), so
+no rule chooses it; a tuned entry (cfg ROWGEMV) may. Each program re-reads and re-rounds the bf16 row, which
+gemlite's GEMV avoids by reading the codes of a separate quantizer launch.
 """
 from __future__ import annotations
 

@@ -628,8 +628,9 @@ class DenseGemm:
         replay), against the quantizer launch: 8192x8192 21.7 us against 23.7, 36864x7168 67.2 against
         69.5, 2048x4096 7.4 against 9.1, 7168x18432 48.1 against 47.8 (K = 18432: three loads for the
         row's amax in every program). pdl (cfg PDL, sm_90): launched with launch_pdl after a quantizer
-        launched with GDC, so its programs prefetch their weights into L2 while the quantizer runs
-        (gemm.fp8_swap_kernel GDC). coop (x, its three sync counters): the kernel writes `codes`
+        launched with GDC, so its programs become resident while the quantizer runs and wait for it on the
+        device (gemm.fp8_swap_kernel GDC; cfg PF_L2 / PF_HEAD add an L2 prefetch of their weights before
+        the wait, cfg EVICT evict-first weight loads). coop (x, its three sync counters): the kernel writes `codes`
         and `xs` from x itself first (fp8_swap_coop)."""
         m = codes.shape[0]
         y = torch.empty(m, self.n, dtype=out_dtype, device=codes.device)

@@ -61,6 +61,27 @@ def test_swap_ab_direct_with_prologue_and_last_program_rounding():
 
 
 @slow
+def test_swap_ab_direct_options_keep_the_products():
+    """Two options of the direct path timed in the eighth pass (not shipped): the gate and up rows stacked in one
+    dot (FUSE_GU with FP8 codes) and FC2 rounding its own input in its prologue (QUANT_PRO bit 2 instead of FC1's
+    last program, QUANT_LAST). Same products in the same K order: the same bits in the interpreter (the float8
+    MMAs on a GPU may order a tile's sums differently: within the tolerance there)."""
+    t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = DIRECT_LAST
+    base = t.apply(x, w, ids)
+    pro3 = {k: v for k, v in DIRECT_LAST.items() if k != "QUANT_LAST"}
+    for cfg in (dict(DIRECT_LAST, FUSE_GU=1), dict(DIRECT_LAST, BLOCK_N=32, FUSE_GU=1), dict(pro3, QUANT_PRO=3)):
+        t.config = cfg
+        y = t.apply(x, w, ids)
+        assert (torch.equal(y, base) if DEV == "cpu" else rel(y, base) < TOL), cfg
+        assert rel(y, ref.apply(x, w, ids)) < TOL, cfg
+    assert int(t._sum_counters.abs().sum()) == 0
+
+
+@slow
 @pytest.mark.parametrize("fmt,mode,params", FP8[:2])
 @pytest.mark.parametrize("bits", [1, 2, 3])
 def test_swap_ab_aligned_blocks_match_emulation(fmt, mode, params, bits):
@@ -75,7 +96,8 @@ def test_swap_ab_is_a_tuned_table_key():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, num_warps=8, num_stages=4), ALIGNED],
+@pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
+                                                  num_stages=4), ALIGNED],
                          ids=["direct_last", "direct_last_qwen3_m1_entry", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
