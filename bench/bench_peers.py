@@ -44,6 +44,7 @@ MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
+MOE_REPEAT_ALL = [False]            # --moe-repeat-all: the MOE_REPEAT timings at every M, not only M=1
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
@@ -125,7 +126,7 @@ def measure_moe(calls: list, m: int) -> dict:
     if MOE_WARM[0] > 0:         # the candidate's own calls first (SETTLE_S says why)
         warm_calls(calls, MOE_WARM[0])
     runs = []
-    for _ in range(MOE_REPEAT[0] if m == 1 else 1):
+    for _ in range(MOE_REPEAT[0] if m == 1 or MOE_REPEAT_ALL[0] else 1):
         clocks.append(sm_clock())
         runs.append(measure(calls, m))
     if len(runs) == 1:
@@ -718,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-repeat-all", action="store_true",
+                    help="MoE: --moe-repeat's timings (median) at every M, not only at M=1 (a tuned entry at M=256 "
+                         "set against a figure 1%% away)")
     ap.add_argument("--moe-warm-s", type=float, default=MOE_WARM[0], metavar="S",
                     help="MoE: run each candidate's own calls for S seconds before its timings instead of the BF16 "
                          "settle before each row (R21: that settle left the GPU power-capped at 1485 MHz for the first "
@@ -776,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
                      "expert count that M tokens can touch")
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
+    MOE_REPEAT_ALL[0] = args.moe_repeat_all
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
