@@ -45,6 +45,7 @@ MOE_VARIANTS: dict[str, dict] = {}
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
+MOE_LAUNCHES = [False]              # --moe-launches: every MoE row (not only M=1) records each candidate's launches
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -512,7 +513,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             calls = [lambda r=r: t.apply(x, *r) for r in routes]
             o = measure_moe(calls, m)
             o["first_call_s"] = first
-            if m == 1:
+            if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"]["oracle"] = o
             _time_variants(t, name, m, x, routes, shipped_y, row)
@@ -554,6 +555,8 @@ def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
             first = time.perf_counter() - first
             v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
             v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            if MOE_LAUNCHES[0]:
+                v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"oracle:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -722,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="MoE: run each candidate's own calls for S seconds before its timings instead of the BF16 "
                          "settle before each row (R21: that settle left the GPU power-capped at 1485 MHz for the first "
                          "timing); 0: the settle, as before the eighth pass")
+    ap.add_argument("--moe-launches", action="store_true",
+                    help="MoE: record each candidate's launches and their device times (torch.profiler, one eager "
+                         "call) at every M, not only at M=1 (where a call is few launches, they always are)")
     ap.add_argument("--precompile", type=int, default=0, metavar="N",
                     help="compile the table's Triton kernels (ours, gemlite's) in N processes first")
     ap.add_argument("--gemlite-tune-ms", type=float, metavar="MS",
@@ -777,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
+    MOE_LAUNCHES[0] = args.moe_launches
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
