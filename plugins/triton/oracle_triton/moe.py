@@ -21,7 +21,7 @@ from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_pa
 
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
-                     quantize_activations, tensor_scale)
+                     quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
@@ -404,8 +404,11 @@ class TritonMoE(Kernel):
             return None
         if self.static[idx] is not None:
             return self.static[idx]
+        div = E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX
         if a.is_contiguous() and a.numel() <= TENSOR_SCALE_MAX:     # one program instead of torch's ~7 launches
-            return tensor_scale(a, E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+            return tensor_scale(a, div)
+        if a.is_contiguous():                                       # many programs, one launch
+            return tensor_scale_wide(a, div, self._counters(2, "_scale_state"))
         return dynamic_tensor_scale(a, self.act)
 
     def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -484,11 +484,13 @@ def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
 
 @slow
 @pytest.mark.parametrize("fmt,mode,act", [("int4", "w4a16_int4", "bf16"), ("nvfp4", "w4a4_nvfp4", "nvfp4")])
-def test_swap_words_mid_blocks_match_emulation(fmt, mode, act):
+def test_swap_words_mid_blocks_match_emulation(fmt, mode, act, monkeypatch):
     """The rule's 32-pair blocks (swap_words_config above SWAP_MAX_PAIRS pairs per expert: Qwen3 NVFP4 W4A4 and
     INT4 at M=256) against emulation, with zero points (INT4) and NVFP4 activations: 12 pairs per expert on
     average, so experts with more than 16 and fewer than 8 pairs, a block's padding rows and one expert's
-    pairs in one block all occur; a second call gives the same bits."""
+    pairs in one block all occur; a second call gives the same bits, and so does a call whose activation
+    scales come from the many-program launch (launch.tensor_scale_wide, as at M=256 on Qwen3-235B)."""
+    from oracle_triton import moe
     from oracle_triton.moe import swap_words_config
 
     e, m = 4, 24
@@ -499,6 +501,8 @@ def test_swap_words_mid_blocks_match_emulation(fmt, mode, act):
     assert t.config["BLOCK_M"] == 32
     y = t.apply(x, w, ids)
     assert rel(y, ref.apply(x, w, ids)) < TOL[act]
+    assert torch.equal(y, t.apply(x, w, ids))
+    monkeypatch.setattr(moe, "TENSOR_SCALE_MAX", 0)
     assert torch.equal(y, t.apply(x, w, ids))
 
 
@@ -546,6 +550,31 @@ def test_small_dynamic_tensor_scales_take_one_program():
         for a in (torch.randn(3, H, dtype=torch.bfloat16, device=DEV) * 7, torch.zeros(1, H, device=DEV,
                                                                                        dtype=torch.bfloat16)):
             assert torch.equal(t._act_scale(0, a), dynamic_tensor_scale(a, t.act)), (fmt, a.abs().max())
+
+
+def test_large_dynamic_tensor_scales_take_one_launch_of_many_programs():
+    """Dynamic per-tensor scales above launch.TENSOR_SCALE_MAX values (the NVFP4 W4A4 MoE's inputs from a few
+    hundred tokens on) come from launch.tensor_scale_wide: the bits of linear.dynamic_tensor_scale (torch's amax
+    and IEEE division; 1 for an all-zero input) with the largest value first, last, in the middle or in the
+    short tail, and the state it keeps between calls back at zero after each call."""
+    from oracle.formats import E2M1_MAX, E4M3_MAX
+    from oracle_triton.formats import ACT_NVFP4, ACT_TENSOR
+    from oracle_triton.launch import TENSOR_SCALE_BLOCK, TENSOR_SCALE_PROGRAMS, tensor_scale_wide
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    state = torch.zeros(2, dtype=torch.int32, device=DEV)
+    n = (TENSOR_SCALE_PROGRAMS + 3) * TENSOR_SCALE_BLOCK + 5     # strided steps, a tail shorter than a block
+    base = torch.randn(n, dtype=torch.bfloat16, device=DEV)
+    for where in (0, n - 1, n // 2, None):
+        x = base.clone()
+        if where is None:
+            x.zero_()
+        else:
+            x[where] = -37.5
+        for act, div in ((ACT_NVFP4, E2M1_MAX * E4M3_MAX), (ACT_TENSOR, E4M3_MAX)):
+            got = tensor_scale_wide(x, div, state)
+            assert torch.equal(got, dynamic_tensor_scale(x, act)), (where, act)
+            assert int(state.abs().sum()) == 0
 
 
 def test_swap_words_refuses_partial_tiles():
