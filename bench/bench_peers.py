@@ -379,6 +379,8 @@ def _print_row(row):
                       + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
+            if cand == "oracle" and t.get("config"):
+                print(f"    {row['shape']} {cand} config: {t['config']}")
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
@@ -395,13 +397,17 @@ def _routings(m, e, topk, count, device, touch: int | None = None):
     """`count` routings from routing_seed's generator; at M=1 disjoint expert sets (a random permutation
     cut in top_k pieces), else the top_k of a softmax over normal logits per token. touch (M > 1): only
     the draws whose routing touches exactly that many experts are kept (the generator's next draws until
-    one does), so a figure can be set beside another benchmark's on as many expert bytes."""
+    one does), so a figure can be set beside another benchmark's on as many expert bytes. touch at M=1:
+    the disjoint sets come from a permutation of the first `touch` experts only (the same bytes per call,
+    on experts that lie together in memory: gpt-oss-120b's 128 experts on 20b's 32, to tell whether where
+    the experts lie costs time)."""
     out = []
     gen = torch.Generator().manual_seed(routing_seed(m, e, topk))
-    perm = torch.randperm(e, generator=gen)
+    span = touch if m == 1 and touch else e
+    perm = torch.randperm(span, generator=gen)
     for j in range(count):
         if m == 1:
-            idx = torch.arange(j * topk, (j + 1) * topk) % e
+            idx = torch.arange(j * topk, (j + 1) * topk) % span
             ids = perm[idx].view(1, topk)
             w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
@@ -514,6 +520,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             o["first_call_s"] = first
             if m == 1:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
+                o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
             row["peers"]["oracle"] = o
             _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
@@ -712,9 +719,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
                          "row beside the shipped choice (peers oracle:LABEL)")
     ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
-                    help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
-                         "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
-                         "such a routing")
+                    help="MoE: after that model's row at M, one more on routings that touch exactly E experts "
+                         "(M > 1: the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured "
+                         "on such a routing; M=1: the disjoint expert sets drawn from the first E experts only, e.g. "
+                         "gpt-oss-120b=1:32 (as many experts as gpt-oss-20b has, lying together in memory)")
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
@@ -770,10 +778,11 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.moe_experts:
         name, _, rest = spec.partition("=")
         m, _, n = rest.partition(":")
-        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 2 or \
-                not 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1]):
-            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)}, M > 1 and E an "
-                     "expert count that M tokens can touch")
+        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 1 or \
+                not (MOE[name][1] <= int(n) <= MOE[name][0] if int(m) == 1
+                     else 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1])):
+            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)} and E an expert "
+                     "count that M tokens can touch (M=1: from top_k to the model's experts)")
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
