@@ -44,6 +44,7 @@ MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
+MOE_REPEAT_UPTO = [1]               # --moe-repeat-upto: ... and each candidate of a row up to this M
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
@@ -117,7 +118,8 @@ def measure(calls: list, m: int) -> dict:
 
 def measure_moe(calls: list, m: int) -> dict:
     """measure(), MOE_REPEAT times over at M = 1 (--moe-repeat; one token, where the transient below is a tenth
-    of the figure; larger M once): graph / eager / host are the medians, and `repeats` /
+    of the figure) and up to --moe-repeat-upto (the ninth pass's R23 found INT4 M=16 candidates 2-5% apart,
+    within what one timing can tell); larger M once: graph / eager / host are the medians, and `repeats` /
     `eager_repeats` every figure in order. Why: the eighth pass (R19, bench/moe_gap.py --content) timed
     DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
     two (same build, routings and kernels): a single timing of the first row carries that transient."""
@@ -125,7 +127,7 @@ def measure_moe(calls: list, m: int) -> dict:
     if MOE_WARM[0] > 0:         # the candidate's own calls first (SETTLE_S says why)
         warm_calls(calls, MOE_WARM[0])
     runs = []
-    for _ in range(MOE_REPEAT[0] if m == 1 else 1):
+    for _ in range(MOE_REPEAT[0] if m <= max(1, MOE_REPEAT_UPTO[0]) else 1):
         clocks.append(sm_clock())
         runs.append(measure(calls, m))
     if len(runs) == 1:
@@ -726,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-repeat-upto", type=int, default=MOE_REPEAT_UPTO[0], metavar="M",
+                    help="MoE: --moe-repeat for every row up to this M too (default 1: M=1 rows only)")
     ap.add_argument("--moe-warm-s", type=float, default=MOE_WARM[0], metavar="S",
                     help="MoE: run each candidate's own calls for S seconds before its timings instead of the BF16 "
                          "settle before each row (R21: that settle left the GPU power-capped at 1485 MHz for the first "
@@ -785,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
                      "count that M tokens can touch (M=1: from top_k to the model's experts)")
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
+    MOE_REPEAT_UPTO[0] = max(1, args.moe_repeat_upto)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
