@@ -46,6 +46,7 @@ MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
 MOE_REPEAT_UPTO = [1]               # --moe-repeat-upto: ... and each candidate of a row up to this M
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
+MOE_LAUNCHES = [False]              # --moe-launches: every oracle candidate's launches and device times, at every M
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -520,7 +521,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             calls = [lambda r=r: t.apply(x, *r) for r in routes]
             o = measure_moe(calls, m)
             o["first_call_s"] = first
-            if m == 1:
+            if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
                 o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
             row["peers"]["oracle"] = o
@@ -563,6 +564,8 @@ def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
             first = time.perf_counter() - first
             v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
             v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            if MOE_LAUNCHES[0]:
+                v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"oracle:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -728,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-launches", action="store_true",
+                    help="MoE: every oracle candidate's launches and their device times (torch.profiler, one eager "
+                         "call), at every M (without it: the shipped choice's at M=1)")
     ap.add_argument("--moe-repeat-upto", type=int, default=MOE_REPEAT_UPTO[0], metavar="M",
                     help="MoE: --moe-repeat for every row up to this M too (default 1: M=1 rows only)")
     ap.add_argument("--moe-warm-s", type=float, default=MOE_WARM[0], metavar="S",
@@ -791,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     MOE_REPEAT[0] = max(1, args.moe_repeat)
     MOE_REPEAT_UPTO[0] = max(1, args.moe_repeat_upto)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
+    MOE_LAUNCHES[0] = args.moe_launches
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]
