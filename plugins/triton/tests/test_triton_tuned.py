@@ -166,7 +166,7 @@ def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     write_table(str(path), DEVICE, [entry])
     write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)])
     table = tuned.parse(json.loads(path.read_text()), path)[DEVICE]
-    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16): dict(MOE_CFG, num_warps=8)}
+    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16, None): dict(MOE_CFG, num_warps=8)}
     with pytest.raises(PolicyError):
         write_table(str(path), DEVICE, [dict(entry, m=3)])
     assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
