@@ -191,6 +191,9 @@ GEMLITE_PINS: list[str] = []
 GEMLITE_AUTOTUNE_SET: list[str] = []
 #: --peers: only these peers beside ours and BF16 (None: every peer the mode lists)
 PEERS: list = [None]
+#: --gemlite-save-config: the path gemlite's autotuned choices are written to after every dense row (a run cut by
+#: its time limit keeps the rows it finished)
+GEMLITE_SAVE: list[str] = []
 
 
 def _gemlite():
@@ -336,6 +339,8 @@ def bench_dense(ms_list, bw, rows, skipped):
                     row["peers"]["oracle-gemv"] = _forced_gemv(built["oracle"][0], x)
                 rows.append(row)
                 _print_row(row)
+                if GEMLITE_SAVE and "gemlite" in built:
+                    _gemlite()[0].GemLiteLinear.cache_config(GEMLITE_SAVE[0])
             del built, tensors
             torch.cuda.empty_cache()
         del w, bf16
@@ -806,6 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     LEAN[0] = args.lean
     GEMLITE_PINS[:] = args.gemlite_load_config
     PEERS[0] = args.peers
+    GEMLITE_SAVE[:] = [args.gemlite_save_config] if args.gemlite_save_config else []
     import os
     if args.gemlite_autotune:
         os.environ["BENCH_GEMLITE_AUTOTUNE"] = args.gemlite_autotune

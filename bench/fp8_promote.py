@@ -12,7 +12,7 @@ relative Frobenius error (the tests' measure, tolerance 1e-2) and the largest el
 to that output's magnitude. Timing is bench_peers.py --dense-variants' job (same process as the peers).
 
     python bench/fp8_promote.py [--shapes 8192x8192 7168x18432 2048x4096] [--m 1 16] [--promote 1 0 2 4]
-                                [--workers 18] [--json out.json]
+                                [--variants configs/fp8_2048_r24.json] [--workers 18] [--json out.json]
 It also compiles those kernels into Triton's cache for a timing run after it (in --workers processes).
 """
 from __future__ import annotations
@@ -29,17 +29,17 @@ SHAPES = {"8192x8192": (8192, 8192), "7168x18432": (7168, 18432), "2048x4096": (
 MODE = ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})
 
 
-def configs(g, m: int, act: int, promotes: list[int]) -> list[tuple[str, dict]]:
-    """(label, config) per PROMOTE value over the configuration the layer ships at M (what
-    bench_peers.py --dense-variants' {"BASE": 1, "PROMOTE": n} times; skipped where n does not divide the
-    splits)."""
-    base = g.config_for(m, act)
-    out = []
-    for p in promotes:
-        cfg = {**base, "PROMOTE": p}
-        if "SWAP" in base and g.promote_ok(cfg):
-            out.append((f"promote {p}", cfg))
-    return out
+def config_of(g, m: int, act: int, spec: dict) -> dict | None:
+    """A variant's launch configuration as bench_peers.py --dense-variants reads it: "BASE": 1 lays the rest
+    over the configuration the layer ships at M ({"BASE": 1, "PROMOTE": n}); None where a PROMOTE does not
+    apply (not a swap configuration, or n does not divide every split's K tiles)."""
+    base = g.config_for(m, act) if spec.get("BASE") else {}
+    cfg = {**base, **{k: v for k, v in spec.items() if k not in ("BASE", "ONLY_M")}}
+    if cfg.get("PROMOTE") == 1:        # the default: also what a non-swap configuration does
+        del cfg["PROMOTE"]
+    if "PROMOTE" in cfg and ("SWAP" not in cfg or not g.promote_ok(cfg)):
+        return None
+    return cfg
 
 
 def build(name: str, positive: bool = False):
@@ -62,8 +62,8 @@ def errors(y: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return fro, worst
 
 
-def measure_job(name: str, m: int, promote: int, built: dict) -> list[dict]:
-    """Compile and run one (shape, M, PROMOTE) on the shape's random-normal and absolute-value layers
+def measure_job(name: str, m: int, label: str, spec: dict, built: dict) -> list[dict]:
+    """Compile and run one (shape, M, variant) on the shape's random-normal and absolute-value layers
     (built once per process): its errors against oracle-emulation on both."""
     from oracle_triton.formats import ACT_TOKEN
     rows = []
@@ -80,7 +80,8 @@ def measure_job(name: str, m: int, promote: int, built: dict) -> list[dict]:
         if positive:
             x = x.abs()
         ref = e.apply(x)
-        for label, cfg in configs(t.gemm, m, ACT_TOKEN, [promote]):
+        cfg = config_of(t.gemm, m, ACT_TOKEN, spec)
+        if cfg is not None:
             y = t.gemm(x, ACT_TOKEN, None, torch.bfloat16, cfg)
             fro, worst = errors(y, ref)
             rows.append(dict(shape=name, m=m, data="abs" if positive else "normal", variant=label, config=cfg,
@@ -96,25 +97,34 @@ def _line(r: dict) -> str:
 def _job(job: tuple) -> list[dict]:
     """One worker: its share of the (shape, M, PROMOTE) runs (each compiles its kernel into Triton's cache,
     so the timing process only loads it)."""
-    index, workers, shapes, ms, promotes = job
-    jobs = [(name, m, p) for name in shapes for m in ms for p in promotes]
+    index, workers, jobs = job
     rows, built = [], {}
-    for name, m, p in jobs[index::workers]:
+    for name, m, label, spec in jobs[index::workers]:
         try:
-            rows += measure_job(name, m, p, built)
+            rows += measure_job(name, m, label, spec, built)
         except Exception as exc:  # noqa: BLE001 - reported, never fatal
-            rows.append(dict(shape=name, m=m, variant=f"promote {p}", error=f"{type(exc).__name__}: {str(exc)[:160]}"))
+            rows.append(dict(shape=name, m=m, variant=label, error=f"{type(exc).__name__}: {str(exc)[:160]}"))
     return rows
 
 
-def run(workers: int, shapes: list[str], ms: list[int], promotes: list[int], timeout_s: float, out: list) -> None:
+def jobs_for(shapes: list[str], ms: list[int], promotes: list[int], variants: dict) -> list[tuple]:
+    """(shape, M, label, spec): each PROMOTE over the shipped configuration, then each --variants entry
+    (at its ONLY_M, else at every M)."""
+    jobs = [(name, m, f"promote {p}", {"BASE": 1, "PROMOTE": p}) for name in shapes for m in ms for p in promotes]
+    for name, table in variants.items():
+        for label, spec in table.items():
+            jobs += [(name, m, label, spec) for m in ms if spec.get("ONLY_M", m) == m]
+    return jobs
+
+
+def run(workers: int, jobs: list[tuple], timeout_s: float, out: list) -> None:
     """Every (shape, M, PROMOTE) in `workers` processes at once (Triton's compiler is single-threaded per
     process); rows printed as they come back."""
     import multiprocessing
     t0 = time.perf_counter()
     try:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for rows in pool.imap_unordered(_job, [(i, workers, shapes, ms, promotes) for i in range(workers)]):
+            for rows in pool.imap_unordered(_job, [(i, workers, jobs) for i in range(workers)]):
                 out.extend(rows)
                 for r in rows:
                     print(_line(r) if "error" not in r else f"{r['shape']} M={r['m']} {r['variant']}: {r['error']}",
@@ -130,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["8192x8192", "7168x18432", "2048x4096"])
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16])
-    ap.add_argument("--promote", type=int, nargs="+", default=[1, 0, 2, 4])
+    ap.add_argument("--promote", type=int, nargs="*", default=[1, 0, 2, 4])
+    ap.add_argument("--variants", metavar="JSON", help="also these configurations (bench_peers.py --dense-variants' file)")
     ap.add_argument("--workers", type=int, default=1, metavar="N", help="N processes (each compiles its runs' kernels)")
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--json", help="write the rows there")
@@ -141,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     rows: list = []
     try:
-        run(args.workers, args.shapes, args.m, args.promote, args.timeout_s, rows)
+        variants = {}
+        if args.variants:
+            with open(args.variants) as f:
+                variants = json.load(f)
+        run(args.workers, jobs_for(args.shapes, args.m, args.promote, variants), args.timeout_s, rows)
     finally:
         if args.json:
             with open(args.json, "w") as f:
