@@ -651,6 +651,14 @@ class DenseGemm:
             **self.promote_args(cfg))
         return y
 
+    #: cfg PROMOTE (fp8_swap_kernel): off by default (1, every K tile promoted). Ninth pass R23 (H200, graph
+    #: replay, weights from HBM, bench_peers.py --dense-variants on the shipped tilings): PROMOTE 0, which
+    #: removes the accumulator wait ptxas injects in every K tile, timed the same as the shipped kernel
+    #: (8192x8192 M=1 20.9 against 21.0 us, M=16 24.3 / 24.3; 2048x4096 7.4 / 7.6 and 10.0 / 9.8; 7168x18432
+    #: 40.4 / 40.7 and 46.8 / 47.0), so that wait is not what keeps the swap GEMM at 3.2 TB/s; and its sums
+    #: drift from the reference on same-sign data (bench/fp8_promote.py: relative error 6.5e-2 over K = 4096
+    #: per program, 1.4e-1 over 9216, against the tests' 1e-2; 3.4-3.9e-3 on random-normal data, 3.1e-3
+    #: promoted). PROMOTE 2 stays within 1e-2 (6.3e-3 at worst) but timed 2-26% slower.
     def promote_ok(self, cfg: dict[str, int]) -> bool:
         """Does cfg's PROMOTE (fp8_swap_kernel: K tiles summed in the float8 MMA's own accumulation before
         each fp32 promotion; 1 every tile, 0 never) fit its K split: n >= 2 must divide every split's tiles."""
