@@ -26,22 +26,11 @@ M = 16
 
 
 def rega(g, x: torch.Tensor, warps: int, split: int, xt: int, pf: int) -> torch.Tensor:
-    """w4_rega.w4_rega_kernel on DenseGemm g's packed tensors (its word layout, as the engine stores them)."""
-    from oracle_triton import fastlaunch
-    from oracle_triton.w4_rega import w4_rega_kernel
-
-    m, lay = x.shape[0], g.layout
-    y = torch.empty(m, g.n, dtype=torch.bfloat16, device=x.device)
-    grid = (-(-g.n // (16 * warps)), -(-m // 16), split)
-    part, cnt = g.workspace(m, grid[0] * grid[1], split, y)
-    fastlaunch.launch(w4_rega_kernel, grid, warps, None,
-                      x_ptr=x, w_ptr=g.weight, s_ptr=g.scale, z_ptr=g.zero, g_ptr=g.global_scale,
-                      b_ptr=g.bias if g.bias is not None else g.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, M=m,
-                      N=g.n, K=g.k, stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wn=lay.stride_wn,
-                      stride_wk=lay.stride_wk, stride_sn=lay.stride_sn, stride_sk=lay.stride_sk,
-                      stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=lay.stride_zk != 0,
-                      HAS_BIAS=g.bias is not None, SPLIT_K=split, XT=xt, PF=pf)
-    return y
+    """The engine's REGA path (launch.DenseGemm.rega: w4_rega.w4_rega_kernel on g's packed word layout)."""
+    cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": pf, "num_warps": warps}
+    if g.layout.elem != 3:
+        cfg["KN"] = 1
+    return g(x, 0, None, torch.bfloat16, cfg)
 
 
 def variants(shape: str, split: int) -> list[tuple[int, int, int, int]]:
