@@ -37,10 +37,10 @@ def variants(shape: str, split: int) -> list[tuple[int, int, int, int]]:
     """(warps, split, XT, PF) tried on a shape whose shipped M=16 entry splits K `split` ways."""
     n, k = SHAPES[shape]
     per = -(-(k // 128) // split)
-    xt = min(16, per)
+    xt = min(4, per)
     out = [(8, split, xt, 2), (8, split, xt, 1)]
     per4 = -(-(k // 128) // max(1, split // 2))
-    out.append((4, max(1, split // 2), min(16, per4), 2))       # 64-row tiles: twice the n tiles, half the split
+    out.append((4, max(1, split // 2), min(4, per4), 2))       # 64-row tiles: twice the n tiles, half the split
     return out
 
 
