@@ -165,10 +165,8 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
     17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
     it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
-    X_LATE (off; bit 1 FC1, bit 2 FC2): the HX activations converted when multiplied instead of when loaded;
-    the same bits, but slower in the eighth pass's R21 (gpt-oss-20b M=1 30.6 / 31.0 us with bit 1 / both
-    against 29.8 for this rule, medians of three in one bench_peers process). NVFP4 W4A4 experts take their
-    own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not this rule."""
+    NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
+    this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
     if words and tokens == 1 and elem == E2M1_MX:       # the seventh pass's measurement (gpt-oss, one token)
@@ -781,7 +779,6 @@ class TritonMoE(Kernel):
             cnt = self._counters(t * tiles_up, "_up_counters") if split > 1 else ids
             moe_up_split_kernel[(t, tiles_up, split)](a1, ids, *up_args, part, cnt, *up_tail, SPLIT_K=split,
                                                       PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1), GUARD=guard,
-                                                      X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
                                                       **up_flags)
         w, lay = self.w2, self.w2.layout
         xs = self._act_scale(1, inter)
@@ -801,7 +798,7 @@ class TritonMoE(Kernel):
             lay.stride_wn, lay.stride_wk, lay.stride_sn, lay.stride_sk, lay.stride_zk,
             WEIGHT_OUT=not by_pair, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.b2 is not None, SPLIT=k,
             BLOCK_N=bn2, BLOCK_K=bk2, num_warps=warps2, GUARD=guard, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
-            X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and bool(common["HX"]), **common)
+            **common)
         return out
 
     def _rounded_nvfp4(self, idx: int, a: torch.Tensor) -> torch.Tensor:

@@ -231,12 +231,10 @@ def moe_direct(elem, group, cfg, *, stage, act=0, scale_rows=1):
         if "SPLIT_K" in cfg:
             return compile_kernel(mg.moe_up_split_kernel, _small_ptrs(elem), dict(consts, SPLIT_K=cfg["SPLIT_K"],
                                                                                   PAIRS=bool(int(cfg.get("PAIRS", 0)) & 1),
-                                                                                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 1) and hx != 0,
                                                                                   **guard),
                                   warps, cfg["num_stages"])
         return compile_kernel(mg.moe_up_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
-    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2),
-                  X_LATE=bool(int(cfg.get("X_LATE", 0)) & 2) and hx != 0, **common, **guard)
+    consts = dict(WEIGHT_OUT=True, SPLIT=8, PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), **common, **guard)
     return compile_kernel(mg.moe_down_kernel, _small_ptrs(elem), consts, warps, cfg["num_stages"])
 
 
@@ -396,10 +394,6 @@ def small_batch_cases():
             1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3), stage=1),
         "direct MoE FC2 mxfp4 (PAIRS)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), PAIRS=3),
                                                            stage=2),
-        "direct MoE FC1 mxfp4 (X_LATE: activations converted at use)": lambda: moe_direct(
-            1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3), stage=1),
-        "direct MoE FC2 mxfp4 (X_LATE)": lambda: moe_direct(1, 32, dict(moe_gemv_config(1, 1, 32, True), X_LATE=3),
-                                                            stage=2),
         "direct MoE NVFP4 W4A4 FC1 (XQ: byte-table weights) 8x256": lambda: moe_w4a4(1, 8, 256, 4),
         "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
         "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
