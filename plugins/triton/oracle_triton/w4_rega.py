@@ -39,12 +39,12 @@ def byte_pairs_ptx(e2m1: bool) -> str:
     """PTX: one word $8 of 8 codes (code i at bits 4i..4i+3, k order) and $9 -> the codes 2j and 2j + 1 of
     each byte j as the halves $j / $(j + 4) of one register, in bf16: prmt puts byte j of the word and of
     the word shifted right by 4 in the two halves, so both codes sit at their half's bits 0-3.
-    INT4 ($9 = {0x4300 | z, 0x4300 | z}): ORed into 0x4300 (bf16 128, where 128 + q is exact) and one
-    packed subtraction gives q - z exactly (as gemm._int4_word_halves). E2M1 ($9 = {c, c}, c = 2**126 x
+    INT4 ($9 = {0x4300 | z, 0x4300 | z}): masked and ORed into 0x4300 in one lop3 (bf16 128, where 128 + q
+    is exact) and one packed subtraction gives q - z exactly (as gemm._int4_word_halves). E2M1 ($9 = {c, c}, c = 2**126 x
     scale in bf16, gemm.e2m1_scale_pair): the magnitude bits to bf16 bits 6-8 and the sign to bit 15 give
     the value x 2**-126 exactly, one packed multiply by c gives value x scale rounded once (the fused form
     of gemm.e2m1_word_ptx; + -0 keeps the signs of zeros)."""
-    lines = [".reg .b32 v, t, a, b, z;", "mov.b32 z, 0x80008000;", "shr.b32 v, $8, 4;"]
+    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;", "shr.b32 v, $8, 4;"]
     for j in range(4):
         sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
         lines.append(f"prmt.b32 t, $8, v, {sel:#x};")
@@ -52,7 +52,7 @@ def byte_pairs_ptx(e2m1: bool) -> str:
             lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
                       "or.b32 a, a, b;", "fma.rn.bf16x2 a, a, $9, z;"]
         else:
-            lines += ["and.b32 a, t, 0x000F000F;", "or.b32 a, a, 0x43004300;", "sub.rn.bf16x2 a, a, $9;"]
+            lines += ["lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $9;"]     # (t & mask) | c
         lines.append(f"mov.b32 {{${j}, ${j + 4}}}, a;")
     return "{\n" + "\n".join(lines) + "\n}"
 
