@@ -362,10 +362,12 @@ class TritonMoE(Kernel):
         if self.config is not None:
             return self.config
         from .tuned import lookup
-        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts)
+        lay = self.w13.layout
+        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts,
+                       zero_point=lay.stride_zk != 0 if lay.elem == INT4 else None)
         if found is not None:
             return found
-        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
+        words = self.facts["hw_fp8"] and self.act == ACT_NONE
         if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
             return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
