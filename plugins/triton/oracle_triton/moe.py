@@ -95,7 +95,9 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. W4A16
     continues to SWAP_WIDE_MAX_PAIRS per expert on 64-pair blocks (swap_words_config): gpt-oss-20b
     M=256 (32 pairs per expert) 540.6 us against 790.0 for the aligned tiles (R10, 2026-12-02). INT4
-    is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
+    is not taken here: on the one INT4 shape timed (qwen3-30b-a3b, 16 tokens, ninth pass R23) this path
+    won with zero points (175.3 us against 188.0 for the direct path's best tiles) and lost without them
+    (173.0 against 161.5), so the choice is the tuned table's (entries by zero_point), not a rule."""
     pairs = tokens * top_k
     if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
         return False
@@ -163,8 +165,9 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     R17, moe8a_rounds.md): the one-row programs are latency chains of 6-12 K steps, so what counts is that
     all of them are resident at once: FC2 at 2 warps (14 of its 1440 programs per SM, one wave) 12.0 us
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
-    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
-    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
+    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts keep the 4-warp tiles; the
+    ninth pass measured 2-warp 8x256 tiles on INT4 at qwen3-30b-a3b's shape only, 22.1 against 24.6 us at
+    one token with zero points and 161.5 against 212.4 at 16 symmetric, and ships them as tuned entries). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
     NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
     this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
