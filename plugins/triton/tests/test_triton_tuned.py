@@ -266,3 +266,30 @@ def test_wgmma_entries_load_and_serve_word_layouts_on_devices_with_the_ptx_decod
         with pytest.raises(PolicyError) as err:
             tuned.parse(json.loads(path.read_text()), path)
         assert "[0].config" in str(err.value), (weight, cfg)
+
+
+REGA_CFG = {"REGA": 1, "SPLIT_K": 4, "XT": 4, "PF": 2, "num_warps": 8}
+
+
+def test_rega_entries_load_and_serve_only_where_the_register_a_kernel_runs(table, tmp_path):
+    """A few-row register-A entry (REGA: w4_rega, Gluon, sm_90 only) loads for INT4 and for E2M1 words (KN 1);
+    config_for never returns it where the kernel cannot run (no sm_90 GPU: the interpreter, the CPU), so the
+    call keeps the shape rules' kernel; entries without XT, with 2 warps, or on E2M1's checkpoint layout
+    are refused at load."""
+    t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
+    table([{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 16, "config": REGA_CFG}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    assert t.gemm.rega_ok(0) == ("REGA" in t.gemm.config_for(16))
+    if not t.gemm.rega_ok(0):
+        x = torch.randn(16, 512, dtype=torch.bfloat16, device=DEV)
+        assert rel(t.apply(x), ref.apply(x)) < 1e-2
+    for weight, mode, cfg in (("int4", "w4a16_int4", {k: v for k, v in REGA_CFG.items() if k != "XT"}),
+                              ("int4", "w4a16_int4", {**REGA_CFG, "num_warps": 2}), ("mxfp4", "w4a16_mx", REGA_CFG)):
+        path = _write(tmp_path, [{"kind": "dense", "mode": mode, "weight": weight, "n": 256, "k": 512, "m": 16,
+                                  "config": cfg}])
+        with pytest.raises(PolicyError) as err:
+            tuned.parse(json.loads(path.read_text()), path)
+        assert "[0].config" in str(err.value), (weight, cfg)
+    path = _write(tmp_path, [{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 16,
+                              "config": {**REGA_CFG, "KN": 1}}])
+    assert tuned.parse(json.loads(path.read_text()), path)
