@@ -99,7 +99,10 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     16 pairs per expert at M=256, 32-pair blocks): qwen3-235b NVFP4 W4A4 1152.9 us against 4232.5 for the
     aligned tiles and 1275.1 for this MoE's BF16 mode; qwen3-30b INT4 with zero points 348.2 against 670.8
     (BF16 mode 346.6), symmetric 327.3 against 518.7 (BF16 mode 346.5). INT4 was timed at 16 pairs per
-    expert only; below that it takes this path on the E2M1 W4A16 evidence (the same K loop and blocks)."""
+    expert only; below that it takes this path on the E2M1 W4A16 evidence (the same K loop and blocks). At
+    one pair per expert (qwen3-30b M=16, below the 1.5 threshold) R23 (moe10a) found this path faster with
+    zero points (175.3 us against 188.0 for the direct path's best tiles; BF16 mode 183.3) and slower without
+    (173.0 against 161.5): the tuned table's INT4 entries (by zero_point) carry that choice, not this rule."""
     pairs = tokens * top_k
     if not ptx or act not in (ACT_NONE, ACT_NVFP4):
         return False
@@ -180,8 +183,9 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     R17, moe8a_rounds.md): the one-row programs are latency chains of 6-12 K steps, so what counts is that
     all of them are resident at once: FC2 at 2 warps (14 of its 1440 programs per SM, one wave) 12.0 us
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
-    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
-    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
+    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts keep the 4-warp tiles; the
+    ninth pass measured 2-warp 8x256 tiles on INT4 at qwen3-30b-a3b's shape only, 22.1 against 24.6 us at
+    one token with zero points and 161.5 against 212.4 at 16 symmetric, and ships them as tuned entries). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
     NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
     this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16

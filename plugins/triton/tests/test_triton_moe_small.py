@@ -201,6 +201,25 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("symmetric,m", [(False, 16), (True, 16), (False, 1)])
+def test_tuned_int4_entries_match_emulation(symmetric, m):
+    """The H200's INT4 MoE entries (tuned_configs.json, by zero_point: with zero points at 16 tokens the
+    aligned swap-AB words path with JOIN, symmetric at 16 and with zero points at one token the direct path
+    on 8x256 tiles at 2 warps) on 32 experts, top 8, against oracle-emulation."""
+    from oracle_triton.tuned import lookup
+
+    cfg = lookup("NVIDIA H200", "moe", "w4a16_int4", 1536, 2048, m, 128, zero_point=not symmetric)
+    assert cfg is not None
+    t, ref = moe_pair("int4", 32, 1024, 384, 8, "w4a16_int4", "bf16", {}, bias=True, device="cuda", group=128,
+                      symmetric=symmetric)
+    t.config = cfg
+    x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(m, 32, 8, "cuda")
+    err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+    assert err < TOL["bf16"], (symmetric, m, cfg, err)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("fmt,mode,act,params", [FAMILIES[0], FAMILIES[4]])
 def test_decode_paths_replay_under_cuda_graphs(fmt, mode, act, params, path):
