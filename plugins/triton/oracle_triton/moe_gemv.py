@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .dequant import expert_operands, finish_tile, k_in, mma_acc, split_range, to_dtype, w4_tile
 from .gemm import w4_swap_tiles
-from .gemv import (_f16x4, channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load,
+from .gemv import (channel_scales, finish_row, row_amax, row_products, tile_compute, tile_load,
                    tile_zeros)
 from .moe_kernels import _activate, gate_up_rows, sum_slots
 
@@ -87,12 +87,11 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr,
                     EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr, XW: tl.constexpr = False,
                     HX: tl.constexpr = 0, TAIL: tl.constexpr = False, GUARD: tl.constexpr = True,
-                    PAIRS: tl.constexpr = False, X_LATE: tl.constexpr = False):
+                    PAIRS: tl.constexpr = False):
     """Grid (M, H / BLOCK_N, top_k): SPLIT is top_k (1: no workspace). XW: gemv.tile_load's 64-bit
     activation reads (E2M1 words, bf16 rows 8-byte aligned); HX 1 (with XW): gemv.tile_compute's packed
     f16 products; TAIL (with HX): gemv.row_products' unmasked whole K tiles; PAIRS: its K loop two tiles
-    per iteration; GUARD (with HX): a row whose f16 products overflowed is redone in fp32; X_LATE (with HX,
-    instead of TAIL and PAIRS): the K loop of gate_up_products (the rows once), activations converted at use."""
+    per iteration; GUARD (with HX): a row whose f16 products overflowed is redone in fp32."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     slot = tl.program_id(2)
@@ -111,16 +110,10 @@ def moe_down_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
         a_row = a_ptr + pair.to(tl.int64) * stride_am
         ws = channel_scales(s_e, offs_n, N, stride_sn, ELEM, GROUP)
         acc_t = tile_zeros(ELEM, GROUP, BLOCK_N, BLOCK_K, DECODE, HX=HX)
-        if X_LATE and HX != 0:
-            acc_t, _ = gate_up_products(acc_t, acc_t, a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr, offs_n, offs_n,
-                                        w_e, s_e, z_e, ws, ws, gscale, N, stride_wn, stride_wk, stride_sn, stride_sk,
-                                        stride_zk, False, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, X_LATE=True)
-        else:
-            acc_t = row_products(acc_t, a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
-                                 offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
-                                 stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE,
-                                 ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
+        acc_t = row_products(acc_t, a_row, 0, tl.cdiv(K, BLOCK_K), K, amax, xs_ptr,
+                             offs_n, w_e, s_e, z_e, ws, gscale, N, stride_wn, stride_wk,
+                             stride_sn, stride_sk, stride_zk, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE,
+                             ACT, BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
         r = finish_row(acc_t, ws, ELEM, DECODE, ACT != 0, HX=HX)
         if HX != 0 and GUARD:
             if overflowed(r, r):            # an f16 product or sum overflowed: the row again in fp32
@@ -156,32 +149,17 @@ def overflowed(g, u):
 
 
 @triton.jit
-def _hx_x_raw(a_row, k0, k_end, BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
-    """The HX activations of the K tile at k0 as gemv.tile_load reads them (per E2M1 word its 8 BF16 values
-    as two 64-bit words, [G, UW, 2]), not yet converted to f16 (gemv._f16x4)."""
-    G4: tl.constexpr = BLOCK_K // GROUP
-    UW: tl.constexpr = GROUP // 8
-    jw = k0 // 8 + tl.arange(0, G4)[:, None] * UW + tl.arange(0, UW)[None, :]
-    q = tl.arange(0, 2)[None, None, :]
-    return tl.load(a_row.to(tl.pointer_type(tl.int64)) + jw[:, :, None] * 2 + q,
-                   mask=(jw * 8 < k_end)[:, :, None] & (q < 2), other=0)
-
-
-@triton.jit
 def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_ptr, s_ptr, z_ptr, ws_g, ws_u, gscale,
                      N, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
                      GATED: tl.constexpr, ELEM: tl.constexpr, GROUP: tl.constexpr, SCALE_ROWS: tl.constexpr,
                      HAS_ZERO: tl.constexpr, HW_FP8: tl.constexpr, DECODE: tl.constexpr, ACT: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, io_t: tl.constexpr, EXACT_BF16: tl.constexpr,
                      XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
-                     PAIRS: tl.constexpr = False, X_LATE: tl.constexpr = False):
+                     PAIRS: tl.constexpr = False):
     """gemv.row_products for the gate rows n_g and the up rows n_u at once: both rows' next K tiles
     are loaded while the current ones are multiplied (GATED False: the gate rows only). TAIL: as
     gemv.row_products (whole K tiles with unmasked loads first). PAIRS: the (rest of the) K loop two
-    tiles per iteration (a tile past t1 is masked off and adds zeros). X_LATE (HX, one tile per
-    iteration): the activations' f16 conversion when the tile is multiplied, not when it is loaded
-    (tile_load converts as it loads, so the sm_90 loop waited for the next tile's activation loads in
-    the iteration that issued them, before the current tile's products)."""
+    tiles per iteration (a tile past t1 is masked off and adds zeros)."""
     ng0 = tl.min(n_g, axis=0)
     nu0 = tl.min(n_u, axis=0)
     k_end = tl.minimum(K, t1 * BLOCK_K)
@@ -235,25 +213,6 @@ def gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_p
             acc_g, acc_u = _gate_up_step(acc_g, acc_u, ugb, sgb, zgb, uub, sub, zub, xb, x2b, amax, xs_ptr, ws_g, ws_u,
                                          gscale, GATED, ELEM, GROUP, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N,
                                          BLOCK_K, io_t, EXACT_BF16, XW, HX)
-    elif X_LATE and HX != 0:
-        xr = _hx_x_raw(a_row, t0 * BLOCK_K, k_end, BLOCK_K, GROUP)
-        for t in range(t0, t1):
-            k1 = (t + 1) * BLOCK_K
-            ugn, sgn, zgn, _, _ = tile_load(a_row, k1, k_end, n_g, ng0, w_ptr, s_ptr, z_ptr, N,
-                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                            ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K, XW=XW,
-                                            HX=HX)
-            uun, sun, zun, _, _ = tile_load(a_row, k1, ku_end, n_u, nu0, w_ptr, s_ptr, z_ptr, N,
-                                            stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                            ELEM, GROUP, SCALE_ROWS, HAS_ZERO, ACT, DECODE, BLOCK_N, BLOCK_K,
-                                            XW=XW, HX=HX)
-            xrn = _hx_x_raw(a_row, k1, k_end, BLOCK_K, GROUP)
-            x, x2 = tl.split(_f16x4(xr))
-            acc_g, acc_u = _gate_up_step(acc_g, acc_u, ug, sg, zg, uu, su, zu, x, x2, amax, xs_ptr, ws_g, ws_u,
-                                         gscale, GATED, ELEM, GROUP, HAS_ZERO, HW_FP8, DECODE, ACT, BLOCK_N,
-                                         BLOCK_K, io_t, EXACT_BF16, XW, HX)
-            ug, sg, zg, xr = ugn, sgn, zgn, xrn
-            uu, su, zu = uun, sun, zun
     else:
         for t in range(t0, t1):
             k1 = (t + 1) * BLOCK_K
@@ -316,10 +275,10 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr,
                         DECODE: tl.constexpr, EXACT_BF16: tl.constexpr, OUT_F16: tl.constexpr,
                         XW: tl.constexpr = False, HX: tl.constexpr = 0, TAIL: tl.constexpr = False,
-                        PAIRS: tl.constexpr = False, GUARD: tl.constexpr = True, X_LATE: tl.constexpr = False):
+                        PAIRS: tl.constexpr = False, GUARD: tl.constexpr = True):
     """Grid (pairs, I / BLOCK_N, SPLIT_K). part: fp32 [SPLIT_K, pairs, 2, N_OUT] slices (SPLIT_K > 1);
     cnt: one arrival counter per (pair, column tile), zero between calls. XW, HX, TAIL: as moe_down_kernel;
-    PAIRS, X_LATE: gate_up_products' K loop two tiles per iteration, the activations converted at use."""
+    PAIRS: gate_up_products' K loop two tiles per iteration."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -347,8 +306,7 @@ def moe_up_split_kernel(a_ptr, ids_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, xs_pt
         acc_g, acc_u = gate_up_products(acc_g, acc_u, a_row, t0, t1, K, amax, xs_ptr, n_g, n_u, w_e, s_e, z_e,
                                         ws_g, ws_u, gscale, N_W, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, GATED, ELEM, GROUP, SCALE_ROWS, HAS_ZERO, HW_FP8, DECODE, ACT,
-                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS,
-                                        X_LATE=X_LATE)
+                                        BLOCK_N, BLOCK_K, io_t, EXACT_BF16, XW=XW, HX=HX, TAIL=TAIL, PAIRS=PAIRS)
     g = finish_row(acc_g, ws_g, ELEM, DECODE, ACT != 0, HX=HX)
     u = finish_row(acc_u, ws_u, ELEM, DECODE, ACT != 0, HX=HX)
     if HX != 0 and GUARD:

@@ -92,6 +92,33 @@ def routing(m: int, e: int, k: int, device="cpu"):
     return w, ids
 
 
+def replay_moe(call, reference, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, experts: int, tol: float,
+               times: int = 3) -> None:
+    """Capture call(x, w, ids) in a CUDA graph (after one call on a side stream, so compiles and one-time
+    allocations happen outside the capture), then refill x, w and ids with new tokens and a new routing
+    over `experts` and replay: each replay within tol of reference(x, w, ids) (relative) and bit for bit
+    what an eager call computes (split reductions' counters back at zero)."""
+    m, k = ids.shape
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call(x, w, ids)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = call(x, w, ids)
+    for _ in range(times):
+        x.copy_(torch.randn_like(x))
+        nw, nids = routing(m, experts, k, x.device)
+        w.copy_(nw)
+        ids.copy_(nids)
+        g.replay()
+        torch.cuda.synchronize()
+        err = rel(out, reference(x, w, ids))
+        assert err < tol, err
+        assert torch.equal(out, call(x, w, ids))
+
+
 def sm90_declared_cases(group: str) -> int:
     """How many kernels sm90_compile.py's `group` (e.g. "small_batch_cases") declares: it prints one ok/FAIL
     line per kernel, so a test checks that every declared kernel was compiled, however many are added."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODES, linear_pair, rel
+from helpers import MODES, linear_pair, rel, sm90_declared_cases
 
 pytestmark = pytest.mark.slow   # every case runs the kernels in Triton's CPU interpreter (seconds each)
 
@@ -210,3 +210,46 @@ def test_tensor_scale_is_the_dynamic_per_tensor_scale(shape):
     for act, div in ((ACT_TENSOR, 448.0), (ACT_NVFP4, 6 * 448.0)):
         assert torch.equal(tensor_scale(x, div), dynamic_tensor_scale(x, act)), act
     assert tensor_scale(torch.zeros(*shape, dtype=torch.bfloat16, device=DEV), 448.0).tolist() == [1.0]
+
+
+def test_fp8_swap_promotion_interval_sums_the_same_products():
+    """fp8_swap_kernel PROMOTE (K tiles summed in the float8 MMA's own accumulation between fp32 promotions;
+    1 every tile, the default): 0 and 2 sum the same products (the interpreter's fp32 dot: equal up to the
+    order of the fp32 additions); a PROMOTE that does not divide every split's K tiles is refused with the
+    reason, and a tuned entry carrying it does not serve the layer."""
+    t, e = linear_pair("fp8_channel", 96, 512, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       bias=True, device=DEV)
+    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
+    for m in (1, 5):
+        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV) * 3
+        y = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+        assert rel(y, e.apply(x)) < TOL, m
+        for promote in (0, 2):
+            assert rel(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PROMOTE": promote}), y) < 1e-5, (m, promote)
+    assert t.gemm.promote_ok({**cfg, "PROMOTE": 2}) and not t.gemm.promote_ok({**cfg, "PROMOTE": 4})
+    with pytest.raises(ValueError, match="PROMOTE 4 must divide the K tiles of every split"):
+        t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PROMOTE": 4})
+    assert t.gemm.serves({**cfg, "PROMOTE": 2}, 1, t.act) and not t.gemm.serves({**cfg, "PROMOTE": 4}, 1, t.act)
+
+
+@pytest.mark.slow
+def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
+    """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register
+    spills, and its K loop (the innermost loop with a wgmma) issues 8 wgmma with the decoded weights from
+    registers and waits once: no shared-memory load or store and no barrier in it (the shared round trip
+    and the per-MMA waits of the tl.dot swap kernel are what it removes)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia")
+    pytest.importorskip("triton.experimental.gluon")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "rega"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert out.returncode == 0 and len(lines) == sm90_declared_cases("rega_cases"), out.stdout + out.stderr[-3000:]
+    for ln in lines:
+        assert " 0 B spilled" in ln and " 0 barriers / " in ln, ln
+        assert "/ 8 wgmma / 1 wgmma waits / 0 shared-memory ops" in ln, ln

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from helpers import moe_pair, rel, routing
+from helpers import moe_pair, rel, replay_moe, routing
 from oracle_triton.moe_w4a4 import _tile
 
 slow = pytest.mark.slow
@@ -129,19 +129,7 @@ def test_xq_path_on_gpu_graph_replay():
     assert torch.equal(y, t.apply_w4a4_rows(x, w.reshape(-1).float(), ids.reshape(-1), 1, 8, t.config, ptx=False))
     assert rel(y, ref.apply(x, w, ids)) < 1e-2
     t.check_inputs = False
-    t.apply(x, w, ids)                     # (compiled outside the capture)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = t.apply(x, w, ids)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        nw, nids = routing(1, 32, 8, "cuda")
-        w.copy_(nw)
-        ids.copy_(nids)
-        g.replay()
-        torch.cuda.synchronize()
-        assert rel(out, ref.apply(x, w, ids)) < 1e-2
-        assert torch.equal(out, t.apply(x, w, ids))
+    replay_moe(t.apply, ref.apply, x, w, ids, 32, 1e-2, times=2)
 
 
 def test_xq_dispatch_and_tuned_entry(monkeypatch):
