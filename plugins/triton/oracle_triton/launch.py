@@ -224,6 +224,24 @@ def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
     return s
 
 
+#: tensor_scale_wide: programs at most (two per SM of an H200) and values per program and step.
+TENSOR_SCALE_PROGRAMS, TENSOR_SCALE_BLOCK = 264, 2048
+
+
+def tensor_scale_wide(x: torch.Tensor, divisor: float, state: torch.Tensor) -> torch.Tensor:
+    """tensor_scale's value for x of any size (contiguous) in one launch of many programs
+    (gemm.tensor_scale_wide_kernel), where torch's reduction takes six or seven launches (the MoE's NVFP4
+    W4A4 inputs at M=256: ~45 us a call, ninth pass R23). state: int32 [2], zero, kept by the caller between
+    calls (the kernel leaves it zero)."""
+    from .gemm import tensor_scale_wide_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=x.device))
+    programs = max(1, min(TENSOR_SCALE_PROGRAMS, -(-x.numel() // TENSOR_SCALE_BLOCK)))
+    fastlaunch.launch(tensor_scale_wide_kernel, (programs, 1, 1), 4, x_ptr=x, s_ptr=s, state_ptr=state,
+                      numel=x.numel(), DIV=float(divisor), BLOCK=TENSOR_SCALE_BLOCK)
+    return s
+
+
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
