@@ -215,6 +215,9 @@ class TritonMoE(Kernel):
     capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
+    #: PERSIST probe (bench/persist_probe.py): an int64 [programs, moe_persist.STAMP_SLOTS] buffer the persistent
+    #: launch writes each program's timeline into (None: no stamps, the kernel as timed)
+    stamps: torch.Tensor | None = None
 
     @property
     def config(self) -> dict[str, int] | None:
@@ -583,7 +586,7 @@ class TritonMoE(Kernel):
             UNIFORM2=l2.scale_rows % bn2 == 0, EVEN_K1=h % 128 == 0, EVEN_K2=i % 128 == 0,
             K_GROUPS=triton_pow2(-(-h // 128)), N_GROUPS=triton_pow2(-(-i // 128)), SWAP1=bool(swap & 1),
             SWAP2=bool(swap & 2), PF_HEAD=pf_head, SPIN_ASM=not interpreting(), num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"])
+            num_stages=cfg["num_stages"], **({"stamp_ptr": self.stamps, "STAMP": True} if self.stamps is not None else {}))
         return out
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
