@@ -44,7 +44,9 @@ MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
+MOE_REPEAT_UPTO = [1]               # --moe-repeat-upto: ... and each candidate of a row up to this M
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
+MOE_LAUNCHES = [False]              # --moe-launches: every oracle candidate's launches and device times, at every M
 #: --dense-repeat / --dense-warm-s: each dense candidate (BF16 included) runs its own calls this long, then is
 #: timed this many times (the median; all printed with the SM clock before each). Ninth pass: the MoE table's
 #: power-cap artifact (SETTLE_S) checked on the dense table, where every candidate used to be timed once
@@ -127,11 +129,12 @@ def measure(calls: list, m: int) -> dict:
 
 def measure_moe(calls: list, m: int) -> dict:
     """measure(), MOE_REPEAT times over at M = 1 (--moe-repeat; one token, where the transient below is a tenth
-    of the figure; larger M once): graph / eager / host are the medians, and `repeats` /
+    of the figure) and up to --moe-repeat-upto (the ninth pass's R23 found INT4 M=16 candidates 2-5% apart,
+    within what one timing can tell); larger M once: graph / eager / host are the medians, and `repeats` /
     `eager_repeats` every figure in order. Why: the eighth pass (R19, bench/moe_gap.py --content) timed
     DeepSeek-R1 M=1 at 113.3 us in a process's first measure after the build and 102.7 / 102.5 in the next
     two (same build, routings and kernels): a single timing of the first row carries that transient."""
-    return measure_repeated(calls, m, MOE_REPEAT[0] if m == 1 else 1, MOE_WARM[0])
+    return measure_repeated(calls, m, MOE_REPEAT[0] if m <= max(1, MOE_REPEAT_UPTO[0]) else 1, MOE_WARM[0])
 
 
 def measure_dense(calls: list, m: int) -> dict:
@@ -430,6 +433,8 @@ def _print_row(row):
                       + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
+            if cand == "oracle" and t.get("config"):
+                print(f"    {row['shape']} {cand} config: {t['config']}")
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
@@ -446,13 +451,17 @@ def _routings(m, e, topk, count, device, touch: int | None = None):
     """`count` routings from routing_seed's generator; at M=1 disjoint expert sets (a random permutation
     cut in top_k pieces), else the top_k of a softmax over normal logits per token. touch (M > 1): only
     the draws whose routing touches exactly that many experts are kept (the generator's next draws until
-    one does), so a figure can be set beside another benchmark's on as many expert bytes."""
+    one does), so a figure can be set beside another benchmark's on as many expert bytes. touch at M=1:
+    the disjoint sets come from a permutation of the first `touch` experts only (the same bytes per call,
+    on experts that lie together in memory: gpt-oss-120b's 128 experts on 20b's 32, to tell whether where
+    the experts lie costs time)."""
     out = []
     gen = torch.Generator().manual_seed(routing_seed(m, e, topk))
-    perm = torch.randperm(e, generator=gen)
+    span = touch if m == 1 and touch else e
+    perm = torch.randperm(span, generator=gen)
     for j in range(count):
         if m == 1:
-            idx = torch.arange(j * topk, (j + 1) * topk) % e
+            idx = torch.arange(j * topk, (j + 1) * topk) % span
             ids = perm[idx].view(1, topk)
             w = torch.softmax(torch.randn(1, topk, generator=gen), -1)
         else:
@@ -563,8 +572,9 @@ def bench_moe(ms_list, bw, rows, skipped):
             calls = [lambda r=r: t.apply(x, *r) for r in routes]
             o = measure_moe(calls, m)
             o["first_call_s"] = first
-            if m == 1:
+            if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
+                o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
             row["peers"]["oracle"] = o
             _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
@@ -605,6 +615,8 @@ def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
             first = time.perf_counter() - first
             v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
             v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
+            if MOE_LAUNCHES[0]:
+                v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"oracle:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -763,12 +775,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
                          "row beside the shipped choice (peers oracle:LABEL)")
     ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
-                    help="MoE: after that model's row at M (> 1), one more on routings that touch exactly E experts "
-                         "(the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured on "
-                         "such a routing")
+                    help="MoE: after that model's row at M, one more on routings that touch exactly E experts "
+                         "(M > 1: the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured "
+                         "on such a routing; M=1: the disjoint expert sets drawn from the first E experts only, e.g. "
+                         "gpt-oss-120b=1:32 (as many experts as gpt-oss-20b has, lying together in memory)")
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-launches", action="store_true",
+                    help="MoE: every oracle candidate's launches and their device times (torch.profiler, one eager "
+                         "call), at every M (without it: the shipped choice's at M=1)")
+    ap.add_argument("--moe-repeat-upto", type=int, default=MOE_REPEAT_UPTO[0], metavar="M",
+                    help="MoE: --moe-repeat for every row up to this M too (default 1: M=1 rows only)")
     ap.add_argument("--moe-warm-s", type=float, default=MOE_WARM[0], metavar="S",
                     help="MoE: run each candidate's own calls for S seconds before its timings instead of the BF16 "
                          "settle before each row (R21: that settle left the GPU power-capped at 1485 MHz for the first "
@@ -835,13 +853,16 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.moe_experts:
         name, _, rest = spec.partition("=")
         m, _, n = rest.partition(":")
-        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 2 or \
-                not 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1]):
-            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)}, M > 1 and E an "
-                     "expert count that M tokens can touch")
+        if name not in MOE or not (m.isdigit() and n.isdigit()) or int(m) < 1 or \
+                not (MOE[name][1] <= int(n) <= MOE[name][0] if int(m) == 1
+                     else 1 <= int(n) <= min(MOE[name][0], int(m) * MOE[name][1])):
+            ap.error(f"--moe-experts {spec!r}: expected MODEL=M:E with MODEL one of {sorted(MOE)} and E an expert "
+                     "count that M tokens can touch (M=1: from top_k to the model's experts)")
         MOE_TOUCH[name, int(m)] = int(n)
     MOE_REPEAT[0] = max(1, args.moe_repeat)
+    MOE_REPEAT_UPTO[0] = max(1, args.moe_repeat_upto)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
+    MOE_LAUNCHES[0] = args.moe_launches
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]

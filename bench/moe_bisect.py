@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from bench_peers import MOE
 from bench_triton import _quant
-from gpu_timing import copy_bandwidth, rel, start, warm_clocks
+from gpu_timing import copy_bandwidth, rel, start, warm_calls
 from sweep_moe import CHUNK, _inputs, kernel_split, timed
 
 from oracle import MoELayer
@@ -46,12 +46,14 @@ def load_package(label: str, directory: str):
     return importlib.import_module(f"{path.name}.moe")
 
 
-def tensors_for(name: str) -> dict:
-    """CHUNK experts quantized once and repeated to E (distinct memory, equal bytes), as sweep_moe.build."""
+def tensors_for(name: str, experts: int | None = None) -> dict:
+    """CHUNK experts quantized once and repeated to E (or `experts`: distinct memory, equal bytes), as
+    sweep_moe.build."""
     import sweep_moe
 
     device = sweep_moe.DEVICE
     ne, topk, h, i, fmt = MOE[name][:5]
+    ne = experts or ne
     c = min(CHUNK, ne)
     out = {}
     for key, rows, cols in (("w13", 2 * i, h), ("w2", h, i)):
@@ -64,8 +66,9 @@ def tensors_for(name: str) -> dict:
     return out
 
 
-def build(moe_module, name: str, tensors: dict):
+def build(moe_module, name: str, tensors: dict, experts: int | None = None):
     ne, topk, h, i, fmt, mode_name, act, params, activation = MOE[name]
+    ne = experts or ne
     layer = MoELayer(name=name, num_experts=ne, top_k=topk, hidden_size=h, intermediate_size=i,
                      weight_format=fmt, activation=activation)
     t = moe_module.TritonMoE(layer, Mode(weight=fmt, activation=act, name=mode_name, params=params), None)
@@ -88,12 +91,17 @@ def _compile_one(label: str, directory: str | None, name: str, ms: list[int], va
     timing process then reads: a fresh machine compiles every version's kernels in parallel)."""
     mod = load_package(label, directory) if directory else importlib.import_module("oracle_triton.moe")
     ne, topk, h = MOE[name][:3]
-    t = build(mod, name, tensors_for(name))
+    small = min(CHUNK, ne)          # the kernels do not depend on the expert count; 16 experts' memory, not E's
+    t = build(mod, name, tensors_for(name, small), small)
     current = importlib.import_module("oracle_triton.moe")
     for m in ms:
-        x, routes, _, _ = _inputs(m, ne, topk, h, 1.0, 1.0)
-        configs = [None, *_variants_at(variants or {}, m).values()] if directory is None else \
-            [current.moe_config(m, topk, ne, 1)]
+        x, routes, _, _ = _inputs(m, small, topk, h, 1.0, 1.0)
+        if directory is None:
+            t.experts = ne              # the full model's own choice (tuned entry or rule) at this M
+            configs = [t.config_for(m, topk), *_variants_at(variants or {}, m).values()]
+            t.experts = small
+        else:
+            configs = [current.moe_config(m, topk, ne, 1)]
         for cfg in configs:
             t.config = cfg
             t.forward(x, *routes[0])
@@ -124,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[256])
     ap.add_argument("--old", nargs="*", default=[], metavar="LABEL=DIR", help="older package copies to time")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--old-m", type=int, nargs="+", help="the older versions only at these M (default: every --m)")
     ap.add_argument("--own-config", action="store_true", help="each version's own config_for, not the current rule")
     ap.add_argument("--variants", help="a JSON file {label: config} of the current package to time beside")
     ap.add_argument("--precompile", action="store_true", help="compile each version in its own process first")
@@ -165,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     for m in args.m:
         x, routes, count, hbm = _inputs(m, ne, topk, h, per_expert, bw)
         rule = current.moe_config(m, topk, ne, 1) if not args.own_config else None
-        runs = {label: (t, None if label == "now" else rule) for label, t in built.items()}
+        runs = {label: (t, None if label == "now" else rule) for label, t in built.items()
+                if label == "now" or not args.old_m or m in args.old_m}
         runs.update({f"now {label}": (built["now"], cfg) for label, cfg in _variants_at(variants, m).items()})
         ref = None
         for label, (t, cfg) in runs.items():
@@ -178,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ref = y.clone() if ref is None else ref
             print(f"{name} M={m} {label}: config {t.config_for(m, topk)}  err vs now {rel(y, ref):.1e}", flush=True)
-        warm_clocks(0.3)
+        # the first run's own calls, not a BF16 warm-up: right after one, an H200 sat at its 700 W cap at
+        # 1485 MHz for DeepSeek-R1's first timing (bench_peers.SETTLE_S)
+        first = next(r for r in runs.values() if r is not None)
+        first[0].config = first[1]
+        warm_calls([lambda r=r: first[0].forward(x, *r) for r in routes], 0.3)
         for r in range(args.rounds):
             for label, run in runs.items():
                 if run is None:

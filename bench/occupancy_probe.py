@@ -10,7 +10,7 @@
   the SM (swap_chain_probe.py), which more resident warps can overlap. The capped launch calls
   gemm.w4_swap_kernel directly with DenseGemm.swap's arguments (the engine does not pass `maxnreg`).
 
-    python bench/occupancy_probe.py [--parts nvfp4 int4]
+    python bench/occupancy_probe.py [--parts nvfp4 int4] [--nvfp4-shapes 7168x18432 36864x7168]
 """
 from __future__ import annotations
 
@@ -95,6 +95,8 @@ def compile_only(index: int) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="+", default=["nvfp4", "int4"], choices=["nvfp4", "int4"])
+    ap.add_argument("--nvfp4-shapes", nargs="+", default=["2048x4096", "8192x8192"], choices=list(SHAPES),
+                    help="the shapes of the NVFP4 M=4096 part (the first before the INT4 part, the rest after)")
     ap.add_argument("--compile-only", type=int, help="compile the INT4 variant of this index and exit")
     args = ap.parse_args(argv)
     import oracle_triton.linear as lin
@@ -105,12 +107,14 @@ def main(argv=None) -> int:
         return 0
     if not start("occupancy_probe"):
         return 2
+    first, *rest = args.nvfp4_shapes
     if "nvfp4" in args.parts:
-        nvfp4_m4096("2048x4096")
+        nvfp4_m4096(first)
     if "int4" in args.parts:
         int4_m16()
     if "nvfp4" in args.parts:
-        nvfp4_m4096("8192x8192")
+        for name in rest:
+            nvfp4_m4096(name)
     return 0
 
 

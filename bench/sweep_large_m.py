@@ -202,7 +202,8 @@ def write_table(path: str, device: str, entries: list[dict]) -> None:
 
     target = Path(path)
     data = json.loads(target.read_text()) if target.exists() else {"schema": 1, "devices": {}}
-    keep = lambda e: (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])   # noqa: E731
+    keep = lambda e: (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"],   # noqa: E731
+                      str(e.get("zero_point", "")))           # (INT4: with / without zero points, or either)
     merged = {keep(e): e for e in data["devices"].get(device, [])}
     merged.update({keep(e): e for e in entries})
     data["devices"][device] = sorted(merged.values(), key=keep)

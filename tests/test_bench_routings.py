@@ -42,3 +42,16 @@ def test_routings_can_be_held_to_an_expert_count():
         assert int(torch.unique(ia).numel()) == 97 and torch.equal(ia, ib) and torch.equal(wa, wb)
     with pytest.raises(ValueError, match="touched exactly"):
         _routings(2, 256, 8, 1, "cpu", touch=3)          # two tokens touch at least 8 experts
+
+
+def test_one_token_routings_can_be_held_to_the_first_experts():
+    """--moe-experts MODEL=1:E: one-token routings whose disjoint expert sets come from experts [0, E) only
+    (gpt-oss-120b's 128 experts held to 20b's 32), as many sets as without it; 6 sets of 4 from 32 experts
+    are disjoint, as the unrestricted ones are."""
+    held = _routings(1, 128, 4, 6, "cpu", touch=32)
+    ids = torch.cat([i.reshape(-1) for _, i in held])
+    assert len(held) == 6 and int(ids.max()) < 32 and len(set(ids.tolist())) == 24
+    again = torch.cat([i.reshape(-1) for _, i in _routings(1, 128, 4, 6, "cpu", touch=32)])
+    assert torch.equal(ids, again)
+    spread = torch.cat([i.reshape(-1) for _, i in _routings(1, 128, 4, 6, "cpu")])
+    assert int(spread.max()) >= 32                           # the default draws span the 128 experts

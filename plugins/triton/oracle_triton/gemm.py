@@ -920,3 +920,24 @@ def tensor_scale_kernel(x_ptr, s_ptr, numel, DIV: tl.constexpr, BLOCK: tl.conste
         amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)))
     s = tl.math.div_rn(tl.max(amax, axis=0), DIV)
     tl.store(s_ptr, tl.where(s > 0, s, 1.0))
+
+
+@triton.jit
+def tensor_scale_wide_kernel(x_ptr, s_ptr, state_ptr, numel, DIV: tl.constexpr, BLOCK: tl.constexpr):
+    """tensor_scale_kernel's value for large activations, over many programs: each takes the amax of its
+    strided share of x and merges it into state_ptr[0] (the fp32 bits as int32: non-negative floats order as
+    their bits) by an atomic max; the last program to arrive (the counter state_ptr[1]) turns the amax into
+    the scale and sets both back to zero, so the next call (or a graph replay) starts clean."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(pid * BLOCK, numel, programs * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)))
+    tl.atomic_max(state_ptr, tl.max(amax, axis=0).to(tl.int32, bitcast=True))
+    arrived = tl.atomic_add(state_ptr + 1, 1)          # after this program's max (acq_rel)
+    if arrived == programs - 1:
+        a = tl.atomic_xchg(state_ptr, 0).to(tl.float32, bitcast=True)
+        s = tl.math.div_rn(a, DIV)
+        tl.store(s_ptr, tl.where(s > 0, s, 1.0))
+        tl.atomic_xchg(state_ptr + 1, 0)

@@ -224,6 +224,24 @@ def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
     return s
 
 
+#: tensor_scale_wide: programs at most (two per SM of an H200) and values per program and step.
+TENSOR_SCALE_PROGRAMS, TENSOR_SCALE_BLOCK = 264, 2048
+
+
+def tensor_scale_wide(x: torch.Tensor, divisor: float, state: torch.Tensor) -> torch.Tensor:
+    """tensor_scale's value for x of any size (contiguous) in one launch of many programs
+    (gemm.tensor_scale_wide_kernel), where torch's reduction takes six or seven launches (the MoE's NVFP4
+    W4A4 inputs at M=256: ~45 us a call, ninth pass R23). state: int32 [2], zero, kept by the caller between
+    calls (the kernel leaves it zero)."""
+    from .gemm import tensor_scale_wide_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=x.device))
+    programs = max(1, min(TENSOR_SCALE_PROGRAMS, -(-x.numel() // TENSOR_SCALE_BLOCK)))
+    fastlaunch.launch(tensor_scale_wide_kernel, (programs, 1, 1), 4, x_ptr=x, s_ptr=s, state_ptr=state,
+                      numel=x.numel(), DIV=float(divisor), BLOCK=TENSOR_SCALE_BLOCK)
+    return s
+
+
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds
@@ -370,6 +388,13 @@ class DenseGemm:
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if cfg.get("ROWGEMV"):                       # one row of FP8 W8A8 on CUDA cores (fp8_gemv)
             return self.fp8_row_gemv(x, act, act_scale, out_dtype, cfg)
+        if cfg.get("REGA"):                          # few rows, decoded words as wgmma's register A operand
+            if config is not None:
+                check_config(config, self.layout)
+            if self.rega_ok(act) and x.dtype == out_dtype == torch.bfloat16:
+                return self.rega(x, cfg)
+            cfg = swap_config(m, self.n, self.k, self.facts["sms"], self.layout.elem, self.facts["hw_fp8"])
+            return self.swap(x, out_dtype, cfg)
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -533,6 +558,8 @@ class DenseGemm:
             return False
         if cfg.get("SWAP"):
             return self.swap_ok(act) and self.promote_ok(cfg)
+        if cfg.get("REGA"):
+            return self.rega_ok(act)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -563,6 +590,39 @@ class DenseGemm:
         if lay.elem == FP8:
             return lay.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
         return act == 0 and (lay.group == 128 if lay.elem == INT4 else self.k % 128 == 0)
+
+    def rega_ok(self, act: int) -> bool:
+        """Can w4_rega.w4_rega_kernel serve this weight: INT4 with 128-wide groups, or MXFP4 / NVFP4 words
+        whose scales the fused decoder covers (fused_ok), K a multiple of 128, layer-dtype activations, an
+        sm_90 GPU (wgmma; the kernel is Gluon, compiled only). Calls with other than bf16 in and out take
+        the swap kernel (__call__)."""
+        lay = self.layout
+        weights = (lay.elem == INT4 and lay.group == 128) or (is_words(lay) and self.fused_ok)
+        return (act == 0 and weights and self.k % 128 == 0 and self.weight.device.type == "cuda"
+                and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
+
+    def rega(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
+        """Few rows of 4-bit W4A16, bf16: w4_rega.w4_rega_kernel (16 activation rows and 16 x num_warps weight
+        rows per program, K split SPLIT_K ways, XT activation tiles per shared-memory chunk, words PF tiles
+        ahead; one launch)."""
+        from .w4_rega import w4_rega_kernel
+
+        m = x.shape[0]
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
+        warps, split, lay = cfg["num_warps"], cfg["SPLIT_K"], self.layout
+        grid = (-(-self.n // (16 * warps)), -(-m // 16), split)
+        part, cnt = self.workspace(m, grid[0] * grid[1], split, y)
+        fastlaunch.launch(w4_rega_kernel, grid, warps, None,
+                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+                          b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part,
+                          cnt_ptr=cnt, M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
+                          stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
+                          stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
+                          HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split, XT=cfg["XT"],
+                          PF=cfg.get("PF", 2))
+        return y
 
     def wgmma_ok(self, act: int) -> bool:
         """Can w4_wgmma.w4_wgmma_kernel serve this weight: 4-bit words in GPTQ's [K/8, N] layout (INT4,

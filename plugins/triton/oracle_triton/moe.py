@@ -21,11 +21,17 @@ from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_pa
 
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
-                     quantize_activations, tensor_scale)
+                     quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
 
+
+#: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
+#: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
+#: the ninth pass's R23 profile). Off: written after the pass's last GPU round, so never run on a GPU yet
+#: (interpreter-tested against linear.dynamic_tensor_scale; bench/scale_wide_check.py times it both ways).
+TENSOR_SCALE_WIDE = False
 
 #: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
 #: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
@@ -81,31 +87,49 @@ def use_direct(tokens: int, top_k: int, experts: int, elem: int, words: bool = F
     return elem in (E2M1_MX, E2M1_NV, INT4) and pairs <= (2 * experts if words else max(1, experts // 2))
 
 
-def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, ptx: bool) -> bool:
+def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, ptx: bool, group: int = 0) -> bool:
     """The swap-AB tensor-core path with word decoding (TritonMoE.apply_swap, WORDS; swap_words_config)
-    for E2M1 experts (MXFP4, NVFP4) with layer-dtype or NVFP4 activations: each weight is decoded
-    once for a block of up to 16 pairs of its expert, where the CUDA-core direct path decodes it for
-    every pair and the aligned tiles (moe_config) pay a decode per 16-row MMA tile. From above 1.5
-    pairs per expert (W4A16, where the direct path decodes words too) or half a pair per expert
-    (NVFP4 W4A4, whose direct path has no word decoder) up to SWAP_MAX_PAIRS per expert. ptx: the
-    PTX word decoders (capability >= 8.9, compiled). Measured on an H200, weights from HBM, graph
-    replay (bench/sweep_moe.py --configs configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b
-    (32 experts, top 4) M=16 298.8 us against 475 for the direct path, M=32 321.9 and M=64 323.6
-    against 858 / 885 for the aligned tiles; M=1 (4 pairs) 59 against 39 for the direct path;
-    qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965 for the aligned tiles. W4A16
-    continues to SWAP_WIDE_MAX_PAIRS per expert on 64-pair blocks (swap_words_config): gpt-oss-20b
-    M=256 (32 pairs per expert) 540.6 us against 790.0 for the aligned tiles (R10, 2026-12-02). INT4
-    is not taken here: its swap path was not timed in a MoE (the config can still ask for it)."""
+    for E2M1 experts (MXFP4, NVFP4) with layer-dtype or NVFP4 activations and INT4 experts with 128-wide
+    groups (the K tile must be one group) and layer-dtype activations: each weight is decoded once for a
+    block of its expert's pairs, where the CUDA-core direct path decodes it for every pair and the aligned
+    tiles (moe_config) pay a generic decode per 16-row MMA tile. From above 1.5 pairs per expert (W4A16,
+    where the direct path decodes words too) or half a pair per expert (NVFP4 W4A4, whose direct path has
+    no word decoder) up to SWAP_MAX_PAIRS per expert, and to SWAP_MID_PAIRS (NVFP4 W4A4, INT4) or
+    SWAP_WIDE_MAX_PAIRS (E2M1 W4A16) per expert on larger blocks. ptx: the PTX word decoders (capability
+    >= 8.9, compiled). Measured on an H200, weights from HBM, graph replay (bench/sweep_moe.py --configs
+    configs/moe_w4_words_r7.json / _r8.json): gpt-oss-20b (32 experts, top 4) M=16 298.8 us against 475
+    for the direct path, M=32 321.9 and M=64 323.6 against 858 / 885 for the aligned tiles; M=1 (4 pairs)
+    59 against 39 for the direct path; qwen3-235b NVFP4 W4A4 (128 experts, top 8) M=16 714 against 1965
+    for the aligned tiles; gpt-oss-20b M=256 (32 pairs per expert) 540.6 us against 790.0 for the aligned
+    tiles (R10, 2026-12-02). Ninth pass (2026-12-02, session 9), R23 (bench/bench_peers.py, one process,
+    16 pairs per expert at M=256, 32-pair blocks): qwen3-235b NVFP4 W4A4 1152.9 us against 4232.5 for the
+    aligned tiles and 1275.1 for this MoE's BF16 mode; qwen3-30b INT4 with zero points 348.2 against 670.8
+    (BF16 mode 346.6), symmetric 327.3 against 518.7 (BF16 mode 346.5). INT4 was timed at 16 pairs per
+    expert only, so the rule takes it only above SWAP_MAX_PAIRS per expert (its 32-pair blocks); fewer
+    pairs keep the direct path or the aligned tiles until a run times them there. At
+    one pair per expert (qwen3-30b M=16, below the 1.5 threshold) R23 (moe10a) found this path faster with
+    zero points (175.3 us against 188.0 for the direct path's best tiles; BF16 mode 183.3) and slower without
+    (173.0 against 161.5): the tuned table's INT4 entries (by zero_point) carry that choice, not this rule."""
     pairs = tokens * top_k
-    if not ptx or elem not in (E2M1_MX, E2M1_NV) or act not in (ACT_NONE, ACT_NVFP4):
+    if not ptx or act not in (ACT_NONE, ACT_NVFP4):
+        return False
+    if elem == INT4:
+        if act != ACT_NONE or group != 128:
+            return False
+    elif elem not in (E2M1_MX, E2M1_NV):
         return False
     low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
-    return low < pairs <= (SWAP_WIDE_MAX_PAIRS if act == ACT_NONE else SWAP_MAX_PAIRS) * experts
+    if elem == INT4:                    # timed at 16 pairs per expert only: the 32-pair blocks' range
+        low = SWAP_MAX_PAIRS * experts
+    wide = act == ACT_NONE and elem != INT4
+    return low < pairs <= (SWAP_WIDE_MAX_PAIRS if wide else SWAP_MID_PAIRS) * experts
 
 
 #: use_swap_words up to this many pairs per expert on 16-pair blocks (measured to 8: gpt-oss-20b M=64),
-#: and with W4A16 up to SWAP_WIDE_MAX_PAIRS on 64-pair blocks (measured at 32: gpt-oss-20b M=256).
+#: to SWAP_MID_PAIRS on 32-pair blocks (measured at 16: Qwen3 NVFP4 / INT4 at M=256, ninth pass R23), and
+#: with E2M1 W4A16 up to SWAP_WIDE_MAX_PAIRS on 64-pair blocks (measured at 32: gpt-oss-20b M=256).
 SWAP_MAX_PAIRS = 8
+SWAP_MID_PAIRS = 16
 SWAP_WIDE_MAX_PAIRS = 32
 
 
@@ -116,12 +140,17 @@ def swap_words_config(per_expert: float = 0.0) -> dict[str, int]:
     H200: 298.8 us (R8) against 322.3 without JOIN, 327.7 with loads two tiles ahead (PREFETCH 2),
     348.0 with 32-row FC2 tiles, 388.5 with 128-row ones at 8 warps; R7 without JOIN: 64/64 rows
     337.5, 128/128 at 8 warps 460.2, K tiles of 256 420.4. Above SWAP_MAX_PAIRS pairs per expert
-    (per_expert), blocks of 64 pairs at 8 warps: gpt-oss-20b M=256 540.6 us against 566.3 with
-    32-pair blocks at 4 warps (R10)."""
+    (per_expert) up to SWAP_MID_PAIRS, blocks of 32 pairs at 4 warps (an expert's pairs in one block:
+    at 16 per expert on average, 16-pair blocks decode each weight 1.41 times): ninth pass R23, Qwen3
+    at M=256, qwen3-235b NVFP4 W4A4 1152.9 us against 1357.4 with 16-pair blocks and 1614.3 with 64-pair
+    blocks at 8 warps; qwen3-30b INT4 with zero points 348.2 against 406.7 / 621.2. Above that, blocks of
+    64 pairs at 8 warps: gpt-oss-20b M=256 540.6 us against 566.3 with 32-pair blocks at 4 warps (R10)."""
     cfg = {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
            "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
-    if per_expert > SWAP_MAX_PAIRS:
+    if per_expert > SWAP_MID_PAIRS:
         cfg.update(BLOCK_M=64, num_warps=8)
+    elif per_expert > SWAP_MAX_PAIRS:
+        cfg.update(BLOCK_M=32)
     return cfg
 
 
@@ -163,8 +192,9 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     R17, moe8a_rounds.md): the one-row programs are latency chains of 6-12 K steps, so what counts is that
     all of them are resident at once: FC2 at 2 warps (14 of its 1440 programs per SM, one wave) 12.0 us
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
-    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts were not measured with
-    it and keep the 4-warp tiles). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
+    17.1 against 17.9 (MXFP4 at one token only: other formats and token counts keep the 4-warp tiles; the
+    ninth pass measured 2-warp 8x256 tiles on INT4 at qwen3-30b-a3b's shape only, 22.1 against 24.6 us at
+    one token with zero points and 161.5 against 212.4 at 16 symmetric, and ships them as tuned entries). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
     NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
     this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
@@ -185,6 +215,9 @@ class TritonMoE(Kernel):
     capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
+    #: PERSIST probe (bench/persist_probe.py): an int64 [programs, moe_persist.STAMP_SLOTS] buffer the persistent
+    #: launch writes each program's timeline into (None: no stamps, the kernel as timed)
+    stamps: torch.Tensor | None = None
 
     @property
     def config(self) -> dict[str, int] | None:
@@ -362,11 +395,14 @@ class TritonMoE(Kernel):
         if self.config is not None:
             return self.config
         from .tuned import lookup
-        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts)
+        lay = self.w13.layout
+        found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts,
+                       zero_point=lay.stride_zk != 0 if lay.elem == INT4 else None)
         if found is not None:
             return found
-        lay, words = self.w13.layout, self.facts["hw_fp8"] and self.act == ACT_NONE
-        if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting()):
+        words = self.facts["hw_fp8"] and self.act == ACT_NONE
+        if use_swap_words(tokens, top_k, self.experts, lay.elem, self.act, self.facts["hw_fp8"] and not interpreting(),
+                          lay.group):
             return swap_words_config(tokens * top_k / self.experts)
         if use_direct(tokens, top_k, self.experts, lay.elem, words):
             return moe_gemv_config(tokens, lay.elem, lay.group, words=words)
@@ -386,8 +422,11 @@ class TritonMoE(Kernel):
             return None
         if self.static[idx] is not None:
             return self.static[idx]
+        div = E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX
         if a.is_contiguous() and a.numel() <= TENSOR_SCALE_MAX:     # one program instead of torch's ~7 launches
-            return tensor_scale(a, E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)
+            return tensor_scale(a, div)
+        if TENSOR_SCALE_WIDE and a.is_contiguous():                 # many programs, one launch
+            return tensor_scale_wide(a, div, self._counters(2, "_scale_state"))
         return dynamic_tensor_scale(a, self.act)
 
     def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -547,7 +586,7 @@ class TritonMoE(Kernel):
             UNIFORM2=l2.scale_rows % bn2 == 0, EVEN_K1=h % 128 == 0, EVEN_K2=i % 128 == 0,
             K_GROUPS=triton_pow2(-(-h // 128)), N_GROUPS=triton_pow2(-(-i // 128)), SWAP1=bool(swap & 1),
             SWAP2=bool(swap & 2), PF_HEAD=pf_head, SPIN_ASM=not interpreting(), num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"])
+            num_stages=cfg["num_stages"], **({"stamp_ptr": self.stamps, "STAMP": True} if self.stamps is not None else {}))
         return out
 
     def apply_swap(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,

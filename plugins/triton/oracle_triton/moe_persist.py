@@ -37,6 +37,18 @@ def _wait_ready(ready_ptr, pair, SPIN_ASM: tl.constexpr):
     tl.debug_barrier()
 
 
+#: STAMP: int64 slots per program: start, inputs rounded, tiles taken, end, then (tile, begin, ready, end) for
+#: each of its first STAMP_TILES tiles (global timer, ns)
+STAMP_TILES = tl.constexpr(32)
+STAMP_SLOTS = tl.constexpr(4 + 4 * 32)
+
+
+@triton.jit
+def _now_ns():
+    """The GPU's global timer (ns, one clock for every SM)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
 @triton.jit
 def moe_pairs_persistent_kernel(
         # FC1: the tokens (layer dtype) and their codes / scales (written by each program first; xq and
@@ -58,10 +70,12 @@ def moe_pairs_persistent_kernel(
         BLOCK_K: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_F16: tl.constexpr,
         FP8_DOT: tl.constexpr, UNIFORM1: tl.constexpr, UNIFORM2: tl.constexpr, EVEN_K1: tl.constexpr,
         EVEN_K2: tl.constexpr, K_GROUPS: tl.constexpr, N_GROUPS: tl.constexpr, SWAP1: tl.constexpr,
-        SWAP2: tl.constexpr, PF_HEAD: tl.constexpr, SPIN_ASM: tl.constexpr):
+        SWAP2: tl.constexpr, PF_HEAD: tl.constexpr, SPIN_ASM: tl.constexpr, stamp_ptr=None,
+        STAMP: tl.constexpr = False):
     """Grid (P,): W8A8 experts with 1x128 activation groups, one pair per tile (row 0 of a 16-row tile),
     the router weight on the output. Tiles 0 .. T * n1 - 1 are FC1's (pair t // n1, column tile t % n1),
-    the rest FC2's; the top-k sum is FC2's (FUSE_SUM)."""
+    the rest FC2's; the top-k sum is FC2's (FUSE_SUM). STAMP (a probe, bench/persist_probe.py; compiled
+    only): each program writes its timeline to stamp_ptr (STAMP_SLOTS int64 per program, see STAMP_SLOTS)."""
     n1 = tl.cdiv(I, BLOCK_N1)
     n2 = tl.cdiv(H, BLOCK_N2)
     total1 = T * n1
@@ -69,11 +83,20 @@ def moe_pairs_persistent_kernel(
     # FC1's input codes, once per program (every program writes the same bytes and reads its own): the
     # two-launch path rounds the pair's row in every FC1 program's prologue (QUANT_PRO), here that would
     # be once per tile, in series
+    if STAMP:
+        srow = stamp_ptr + tl.program_id(0).to(tl.int64) * STAMP_SLOTS
+        tl.store(srow, _now_ns())
     for m in range(0, M):
         quantize_row_codes(x_ptr + m * stride_x, xqc_ptr + m * stride_x, xs_ptr + m, M, H,
                            K_GROUPS)
+    if STAMP:
+        tl.store(srow + 1, _now_ns())
+    taken = 0
     tile = tl.atomic_add(work_ptr, 1)
     while tile < total:
+        if STAMP:
+            t_begin = _now_ns()
+            t_ready = t_begin
         if tile < total1:
             moe_gemm_kernel(xq_ptr, w1_ptr, s1_ptr, s1_ptr, s1_ptr, b1_ptr, topw_ptr, ids_ptr, ids_ptr, inter_ptr,
                             xs_ptr, T, TOPK, I, N_W1, H, stride_x, stride_inter,
@@ -90,6 +113,8 @@ def moe_pairs_persistent_kernel(
             q = tile - total1
             pair = q // n2
             _wait_ready(ready_ptr, pair, SPIN_ASM)
+            if STAMP:
+                t_ready = _now_ns()
             moe_gemm_kernel(iq_ptr, w2_ptr, s2_ptr, s2_ptr, s2_ptr, b2_ptr, topw_ptr, sum_cnt_ptr, ids_ptr, pairs_ptr,
                             is_ptr, T, TOPK, H, H, I, stride_inter, stride_pairs,
                             stride_w2e, stride_s2e, 0, stride_b2e,
@@ -99,7 +124,18 @@ def moe_pairs_persistent_kernel(
                             HAS_BIAS2, 16, BLOCK_N2, BLOCK_K, HW_FP8, DOT_F32, OUT_F16,
                             A_CODES=1, FP8_DOT=FP8_DOT, UNIFORM_WS=UNIFORM2, EVEN_K=EVEN_K2, DIRECT=True,
                             FUSE_SUM=True, SWAP_AB=SWAP2, TILE_ARGS=True, tile_m=pair, tile_n=q % n2)
+        if STAMP:
+            if taken < STAMP_TILES:
+                slot = srow + 4 + 4 * taken
+                tl.store(slot, tile.to(tl.int64))
+                tl.store(slot + 1, t_begin)
+                tl.store(slot + 2, t_ready)
+                tl.store(slot + 3, _now_ns())
+        taken += 1
         tile = tl.atomic_add(work_ptr, 1)
+    if STAMP:
+        tl.store(srow + 2, taken.to(tl.int64))
+        tl.store(srow + 3, _now_ns())
     tl.debug_barrier()
     finished = tl.atomic_add(done_ptr, 1)
     if finished == tl.num_programs(0) - 1:       # every tile is done: zero the counter and flags for the next call

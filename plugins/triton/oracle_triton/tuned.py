@@ -13,7 +13,10 @@ gemv_config / swap_config, moe.moe_config / moe.use_direct) where the table has 
 
 Key: kind ("dense" | "moe"), the mode name (weight format and activation handling), N and K of
 the weight (per expert for MoE: the w13 rows and the hidden size), the expert count (MoE) and the
-token bucket: the smallest of BUCKETS that is >= M (MoE: tokens, not pairs). A file that does not
+token bucket: the smallest of BUCKETS that is >= M (MoE: tokens, not pairs). An INT4 entry may also say
+"zero_point": true or false, for experts with or without zero points only (INT4-zp and symmetric INT4
+take different paths at 16 tokens on the H200: bench/results/h200-2026-12-02/moe10a_rounds.md); without
+it an entry serves both, and an entry that says it is preferred where it matches. A file that does not
 validate is an error naming the file and the entry; the launch parameters must pass the kernels'
 own check (formats.check_config) when loaded, not at the first call.
 """
@@ -32,7 +35,7 @@ TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
-        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "PROMOTE",
+        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "PROMOTE", "REGA", "XT", "PF",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
@@ -41,6 +44,8 @@ NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stag
 NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 #: Dense: the FP8 one-row CUDA-core GEMV (ROWGEMV: fp8_gemv) has no BLOCK_M.
 NEEDED_ROWGEMV = {"ROWGEMV", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
+#: Dense: the register-A few-row 4-bit kernel (REGA: w4_rega, 16 x num_warps weight rows per program).
+NEEDED_REGA = {"REGA", "SPLIT_K", "XT", "num_warps"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel); SWAP with WORDS 1: 4-bit weights on swap-AB
@@ -94,6 +99,8 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                 raise _fail(path, f"{where}.m", "1 (a GEMV configuration serves one activation row)", e["m"])
             if e["kind"] == "dense" and isinstance(e.get("config"), dict) and e["config"].get("ROWGEMV") and e["m"] != 1:
                 raise _fail(path, f"{where}.m", "1 (a ROWGEMV configuration serves one activation row)", e["m"])
+            if "zero_point" in e and (not isinstance(e["zero_point"], bool) or e.get("weight") != "int4"):
+                raise _fail(path, f"{where}.zero_point", "true or false, on an int4 entry only", e["zero_point"])
             if not isinstance(e.get("mode"), str):
                 raise _fail(path, f"{where}.mode", "the kernel mode name, e.g. w8a8_block", e.get("mode"))
             cfg = e.get("config")
@@ -105,7 +112,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                     needed = NEEDED_DECODE if "DECODE" in cfg else NEEDED
                 else:
                     needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else {"DEQUANT_MM"} if cfg.get("DEQUANT_MM") \
-                        else NEEDED_ROWGEMV if cfg.get("ROWGEMV") \
+                        else NEEDED_ROWGEMV if cfg.get("ROWGEMV") else NEEDED_REGA if cfg.get("REGA") \
                         else NEEDED_SWAP if cfg.get("SWAP") or cfg.get("WG") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
             if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= allowed or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):
@@ -118,7 +125,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                 check(cfg, lay, where)
             except ValueError as exc:
                 raise _fail(path, f"{where}.config", "launch parameters the kernels cover", str(exc)) from None
-            key = (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"])
+            key = (e["kind"], e["mode"], e["n"], e["k"], e.get("experts", 0), e["m"], e.get("zero_point"))
             table[key] = dict(cfg)
     return out
 
@@ -136,13 +143,17 @@ def load(path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
 
 
 def lookup(device: str | None, kind: str, mode: str, n: int, k: int, m: int, experts: int = 0,
-           path: Path | None = None) -> dict[str, int] | None:
+           path: Path | None = None, zero_point: bool | None = None) -> dict[str, int] | None:
     """The measured configuration for this shape and M's bucket on `device` (from TABLE unless
-    `path`), or None."""
+    `path`), or None. zero_point (INT4 weights: whether they have zero points): an entry for that
+    case first, then one for either."""
     if not device:
         return None
     table = load(path or TABLE).get(device)
     if not table:
         return None
-    found = table.get((kind, mode, n, k, experts, bucket(m)))
+    key = (kind, mode, n, k, experts, bucket(m))
+    found = table.get((*key, zero_point)) if zero_point is not None else None
+    if found is None:
+        found = table.get((*key, None))
     return dict(found) if found is not None else None

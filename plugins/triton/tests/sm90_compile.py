@@ -7,7 +7,7 @@ The interpreter (the CPU tests) runs kernels as Python: what only the compiler c
 types across constexpr branches, float8 dot operands, layouts of interleave/trans, register
 pressure of a tile configuration) shows up here instead of on the GPU.
 
-    python plugins/triton/tests/sm90_compile.py [small|swap|words|moeswap]   # one line per kernel; small: the
+    python plugins/triton/tests/sm90_compile.py [small|swap|words|moeswap|rega]   # one line per kernel; small: the
                                         # one-row paths, swap: the few-row 4-bit kernel, moeswap: the MoE's
 """
 from __future__ import annotations
@@ -55,9 +55,14 @@ def _ones(elem: int) -> dict:
     return {"stride_wn": 1, "stride_sn": 1} if elem == 3 else {"stride_wk": 1, "stride_sk": 1}
 
 
-def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int) -> dict:
-    k = triton.compile(_source(fn, ptr_types, consts), target=TARGET,
-                       options={"num_warps": warps, "num_stages": stages})
+def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int, which_loop: str = "longest") -> dict:
+    """which_loop: the loop main_loop reports ("longest", or "mma": the innermost one with a wgmma)."""
+    src = _source(fn, ptr_types, consts)
+    if which_loop == "mma":       # a Gluon kernel (w4_rega): the same signature, Gluon's AST source
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        src = GluonASTSource(fn, src.signature, constexprs=src.constants, attrs=src.attrs)
+    k = triton.compile(src, target=TARGET, options={"num_warps": warps, "num_stages": stages})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
     regs = spills = loop = None
     if ptxas:
@@ -70,13 +75,13 @@ def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int) -
             log = out.stdout + out.stderr
             regs = int(re.findall(r"Used (\d+) registers", log)[0])
             spills = int(re.findall(r"(\d+) bytes spill stores", log)[0])
-            loop = main_loop(cubin, os.path.dirname(ptxas[0]))
+            loop = main_loop(cubin, os.path.dirname(ptxas[0]), which_loop)
     ptx = k.asm["ptx"]
     return {"shared": k.metadata.shared, "regs": regs, "spills": spills,
             "fp8_mma": "e4m3.e4m3" in ptx, "cp_async": "cp.async" in ptx, "loop": loop}
 
 
-def main_loop(cubin: str, bindir: str) -> dict | None:
+def main_loop(cubin: str, bindir: str, which: str = "longest") -> dict | None:
     """The longest backward-branch loop of the kernel's SASS (cuobjdump beside Triton's ptxas): its
     instruction count and how many are barriers (BAR: each a layout change through shared memory or
     a split-K sync) and global loads; None without cuobjdump. What the GPU rounds could not profile
@@ -91,10 +96,16 @@ def main_loop(cubin: str, bindir: str) -> dict | None:
     if not loops:
         return None
     lo, hi = max(loops, key=lambda b: b[1] - b[0])
+    if which == "mma":      # the innermost loop issuing a wgmma (a Gluon kernel's K loop inside its chunk loop)
+        mma = [(l0, h0) for l0, h0 in loops if any(l0 <= a <= h0 and "HGMMA" in op for a, op in ins)]
+        lo, hi = min(mma, key=lambda b: b[1] - b[0]) if mma else (lo, hi)
     body = [re.sub(r"^@!?U?P\w+\s+", "", op).split()[0] for a, op in ins if lo <= a <= hi]
     sizes = sorted((sum(1 for a, _ in ins if l0 <= a <= h0) for l0, h0 in loops), reverse=True)
     return {"instructions": len(body), "barriers": sum(o.startswith("BAR") for o in body),
-            "global_loads": sum(o.startswith("LDG") for o in body), "loops": sizes}
+            "global_loads": sum(o.startswith("LDG") for o in body), "loops": sizes,
+            "wgmma": sum(o.startswith("HGMMA") for o in body),
+            "mma_waits": sum(o.startswith("WARPGROUP.DEPBAR") for o in body),
+            "shared_ops": sum(o.startswith(("STS", "LDS", "LDSM")) for o in body)}
 
 
 def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0):
@@ -442,10 +453,32 @@ def words_cases():
     }
 
 
+def rega(elem: int, warps: int, split: int, xt: int, pf: int, zero: bool = False):
+    """w4_rega.w4_rega_kernel (Gluon) as launch.DenseGemm.rega launches it on the word layout."""
+    from oracle_triton.w4_rega import w4_rega_kernel
+
+    consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, SPLIT_K=split, XT=xt,
+                  PF=pf, num_warps=warps, stride_wn=1, stride_sn=1)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16",
+            "b_ptr": "*bf16", "cnt_ptr": "*i32"}
+    return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
+
+
+def rega_cases():
+    """The register-A few-row kernel (w4_rega) for each format: its K loop keeps the decoded words in
+    registers (no shared-memory traffic, no barrier) and issues 8 wgmma with one wait per K tile."""
+    return {
+        "rega mxfp4 w8 split 4 xt 4 pf 2": lambda: rega(1, 8, 4, 4, 2),
+        "rega nvfp4 w8 split 4 xt 4 pf 2": lambda: rega(2, 8, 4, 4, 2),
+        "rega int4 zero points w8 split 4 xt 4 pf 1": lambda: rega(3, 8, 4, 4, 1, zero=True),
+        "rega int4 w4 split 2 xt 4 pf 2": lambda: rega(3, 4, 2, 4, 2),
+    }
+
+
 def main(argv: list[str]) -> int:
     bad = 0
     cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases,
-             "moeswap": moe_swap_cases}.get(argv[0] if argv else "", default_cases)()
+             "moeswap": moe_swap_cases, "rega": rega_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()
@@ -455,7 +488,8 @@ def main(argv: list[str]) -> int:
             continue
         loop = r["loop"]
         body = f", main loop {loop['instructions']} instructions / {loop['barriers']} barriers / " \
-               f"{loop['global_loads']} global loads (loops {loop['loops']})" if loop else ""
+               f"{loop['global_loads']} global loads / {loop['wgmma']} wgmma / {loop['mma_waits']} wgmma waits / " \
+               f"{loop['shared_ops']} shared-memory ops (loops {loop['loops']})" if loop else ""
         print(f"ok   {name}: shared {r['shared']} B, {r['regs']} registers, {r['spills']} B spilled, "
               f"float8 MMA {r['fp8_mma']}, cp.async {r['cp_async']}{body}", flush=True)
     return 1 if bad else 0

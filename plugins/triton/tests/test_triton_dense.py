@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODES, linear_pair, rel
+from helpers import MODES, linear_pair, rel, sm90_declared_cases
 
 pytestmark = pytest.mark.slow   # every case runs the kernels in Triton's CPU interpreter (seconds each)
 
@@ -230,3 +230,26 @@ def test_fp8_swap_promotion_interval_sums_the_same_products():
     with pytest.raises(ValueError, match="PROMOTE 4 must divide the K tiles of every split"):
         t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PROMOTE": 4})
     assert t.gemm.serves({**cfg, "PROMOTE": 2}, 1, t.act) and not t.gemm.serves({**cfg, "PROMOTE": 4}, 1, t.act)
+
+
+@pytest.mark.slow
+def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
+    """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register
+    spills, and its K loop (the innermost loop with a wgmma) issues 8 wgmma with the decoded weights from
+    registers and waits once: no shared-memory load or store and no barrier in it (the shared round trip
+    and the per-MMA waits of the tl.dot swap kernel are what it removes)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia")
+    pytest.importorskip("triton.experimental.gluon")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "rega"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert out.returncode == 0 and len(lines) == sm90_declared_cases("rega_cases"), out.stdout + out.stderr[-3000:]
+    for ln in lines:
+        assert " 0 B spilled" in ln and " 0 barriers / " in ln, ln
+        assert "/ 8 wgmma / 1 wgmma waits / 0 shared-memory ops" in ln, ln

@@ -301,6 +301,25 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
 
 
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_rega_kernel_matches_emulation_and_replays(fmt):
+    """w4_rega (Gluon, sm_90: the decoded words as wgmma's register A operand) through the engine's REGA path:
+    N = 1000 (a tile tail), K = 3072, a bias, INT4 zero points, 20 rows (a second row program), split-K
+    with a short last split, one and two K tiles ahead, activations in chunks of 4 and 8 tiles, against
+    the reference; captured and replayed."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    if not t.gemm.rega_ok(0):
+        pytest.skip("w4_rega needs an sm_90 GPU (wgmma) and, for E2M1, scales inside the fused decoder's range")
+    x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    kn = {} if fmt == "int4" else {"KN": 1}
+    for warps, split, xt, pf in ((8, 5, 4, 2), (4, 2, 8, 1)):
+        cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": pf, "num_warps": warps, **kn}
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), ref) < TOL, (warps, split, xt, pf)
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
 def test_words_full_tile_gemm_matches_emulation_and_replays(fmt, dtype):
     """The large-M 4-bit GEMM with whole tiles decoded by words (FULL_TILE 2: E2M1 bit placement,

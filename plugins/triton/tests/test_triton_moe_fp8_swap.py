@@ -53,10 +53,11 @@ def test_swap_ab_direct_matches_emulation(fmt, mode, params):
 
 
 @slow
-def test_swap_ab_direct_with_prologue_and_last_program_rounding():
+@pytest.mark.parametrize("bn", [64, 128], ids=["fc1_64", "fc1_128_deepseek_m1_entry"])
+def test_swap_ab_direct_with_prologue_and_last_program_rounding(bn):
     t, ref = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
                       device=DEV)
-    _check(t, ref, 1, DIRECT_LAST)
+    _check(t, ref, 1, dict(DIRECT_LAST, BLOCK_N=bn))
     assert int(t._last_counters.abs().sum()) == 0 and int(t._sum_counters.abs().sum()) == 0
 
 
@@ -97,8 +98,11 @@ def test_swap_ab_is_a_tuned_table_key():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
-                                                  num_stages=4), ALIGNED],
-                         ids=["direct_last", "direct_last_qwen3_m1_entry", "aligned"])
+                                                  num_stages=4),
+                                 # DeepSeek-R1's M=1 entry (ninth pass): 128-column FC1 tiles, one program per SM
+                                 dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
+                                 ALIGNED],
+                         ids=["direct_last", "direct_last_qwen3_m1_entry", "direct_last_deepseek_m1_entry", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
                       device="cuda")

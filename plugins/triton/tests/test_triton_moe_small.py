@@ -162,12 +162,13 @@ def _gpu_configs(t):
             "swap_words": dict(SWAP, WORDS=1, BLOCK_N=64, BLOCK_N1=32, SPLIT_K=2, num_stages=1),
             "swap_words_aligned": dict(SWAP, SWAP=2, WORDS=1, BLOCK_N=64, BLOCK_N1=64, num_stages=1),
             "swap_words_wide": dict(SWAP, SWAP=2, WORDS=1, JOIN=1, BLOCK_M=64, BLOCK_N=64, BLOCK_N1=32, num_warps=8,
-                                    num_stages=1)}
+                                    num_stages=1),
+            "swap_words_mid": dict(SWAP, SWAP=2, WORDS=1, JOIN=1, BLOCK_M=32, BLOCK_N=64, BLOCK_N1=32, num_stages=1)}
 
 
 PATHS = ["split", "mma", "mma_sum", "mma_quant_tile", "mma_quant_fused", "mma_quant_pro",
          "mma_quant_pro_pdl", "mma_quant_last", "mma_persist", "swap", "swap_aligned", "swap_words", "swap_words_aligned",
-         "swap_words_wide"]
+         "swap_words_wide", "swap_words_mid"]
 
 
 def _skip_swap(path, fmt, act, params=None):
@@ -197,6 +198,25 @@ def test_decode_paths_at_model_shapes_on_gpu(fmt, mode, act, params, path):
         w, ids = routing(m, 32, 4, "cuda")
         err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
         assert err < TOL[act], (fmt, mode, m, path, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("symmetric,m", [(False, 16), (True, 16), (False, 1)])
+def test_tuned_int4_entries_match_emulation(symmetric, m):
+    """The H200's INT4 MoE entries (tuned_configs.json, by zero_point: with zero points at 16 tokens the
+    aligned swap-AB words path with JOIN, symmetric at 16 and with zero points at one token the direct path
+    on 8x256 tiles at 2 warps) on 32 experts, top 8, against oracle-emulation."""
+    from oracle_triton.tuned import lookup
+
+    cfg = lookup("NVIDIA H200", "moe", "w4a16_int4", 1536, 2048, m, 128, zero_point=not symmetric)
+    assert cfg is not None
+    t, ref = moe_pair("int4", 32, 1024, 384, 8, "w4a16_int4", "bf16", {}, bias=True, device="cuda", group=128,
+                      symmetric=symmetric)
+    t.config = cfg
+    x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(m, 32, 8, "cuda")
+    err = rel(t.apply(x, w, ids), ref.apply(x, w, ids))
+    assert err < TOL["bf16"], (symmetric, m, cfg, err)
 
 
 @pytest.mark.gpu
@@ -481,29 +501,63 @@ def test_swap_words_path_matches_emulation(fmt, mode, act, activation, inter):
         assert torch.equal(y, t.apply(x, w, ids)), cfg
 
 
+@slow
+@pytest.mark.parametrize("fmt,mode,act", [("int4", "w4a16_int4", "bf16"), ("nvfp4", "w4a4_nvfp4", "nvfp4")])
+def test_swap_words_mid_blocks_match_emulation(fmt, mode, act, monkeypatch):
+    """The rule's 32-pair blocks (swap_words_config above SWAP_MAX_PAIRS pairs per expert: Qwen3 NVFP4 W4A4 and
+    INT4 at M=256) against emulation, with zero points (INT4) and NVFP4 activations: 12 pairs per expert on
+    average, so experts with more than 16 and fewer than 8 pairs, a block's padding rows and one expert's
+    pairs in one block all occur; a second call gives the same bits, and so does a call whose activation
+    scales come from the many-program launch (launch.tensor_scale_wide, as at M=256 on Qwen3-235B)."""
+    from oracle_triton import moe
+    from oracle_triton.moe import swap_words_config
+
+    e, m = 4, 24
+    t, ref = moe_pair(fmt, e, H, 256, K, mode, act, {}, bias=True, device=DEV, group=128, symmetric=False)
+    x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(m, e, K, DEV)
+    t.config = swap_words_config(m * K / e)
+    assert t.config["BLOCK_M"] == 32
+    y = t.apply(x, w, ids)
+    assert rel(y, ref.apply(x, w, ids)) < TOL[act]
+    assert torch.equal(y, t.apply(x, w, ids))
+    monkeypatch.setattr(moe, "TENSOR_SCALE_MAX", 0)
+    monkeypatch.setattr(moe, "TENSOR_SCALE_WIDE", True)
+    assert torch.equal(y, t.apply(x, w, ids))
+
+
 def test_swap_words_rule():
-    """moe.use_swap_words: E2M1 experts with layer-dtype activations from 1.5 pairs per expert (below:
-    the CUDA-core direct path with word decoders), NVFP4 W4A4 from half a pair per expert, up to
-    SWAP_MAX_PAIRS per expert, where the PTX word decoders compile; its config passes the kernels' check."""
+    """moe.use_swap_words: E2M1 and 128-group INT4 experts with layer-dtype activations from 1.5 pairs per
+    expert (below: the CUDA-core direct path with word decoders), NVFP4 W4A4 from half a pair per expert, up
+    to SWAP_MID_PAIRS per expert (E2M1 W4A16: SWAP_WIDE_MAX_PAIRS), where the PTX word decoders compile; its
+    config (16-, 32- or 64-pair blocks by pairs per expert) passes the kernels' check."""
     from oracle_triton.formats import ACT_GROUP, ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, FP8, INT4, check_config, layout_for
-    from oracle_triton.moe import SWAP_MAX_PAIRS, SWAP_WIDE_MAX_PAIRS, swap_words_config, use_swap_words
+    from oracle_triton.moe import SWAP_MAX_PAIRS, SWAP_MID_PAIRS, SWAP_WIDE_MAX_PAIRS, swap_words_config, use_swap_words
 
     assert use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, True)                 # gpt-oss-20b M=16: 64 pairs
     assert use_swap_words(64, 4, 32, E2M1_MX, ACT_NONE, True)                 # M=64: 8 pairs per expert
     assert use_swap_words(256, 4, 32, E2M1_MX, ACT_NONE, True)                # M=256: 32 per expert (W4A16)
     assert not use_swap_words(257, 4, 32, E2M1_MX, ACT_NONE, True)            # above SWAP_WIDE_MAX_PAIRS: aligned
-    assert not use_swap_words(256, 8, 128, E2M1_NV, ACT_NVFP4, True)          # W4A4 above SWAP_MAX_PAIRS: aligned
+    assert use_swap_words(256, 8, 128, E2M1_NV, ACT_NVFP4, True)              # qwen3-235b W4A4 M=256: 16 per expert
+    assert not use_swap_words(257, 8, 128, E2M1_NV, ACT_NVFP4, True)          # W4A4 above SWAP_MID_PAIRS: aligned
     assert not use_swap_words(1, 4, 32, E2M1_MX, ACT_NONE, True)              # M=1: the direct path
     assert not use_swap_words(12, 4, 32, E2M1_MX, ACT_NONE, True)             # 48 pairs: 1.5 per expert
     assert not use_swap_words(16, 4, 32, E2M1_MX, ACT_NONE, False)            # no word decoders
     assert use_swap_words(16, 8, 128, E2M1_NV, ACT_NVFP4, True)               # qwen3-235b NVFP4 M=16
     assert not use_swap_words(8, 8, 128, E2M1_NV, ACT_NVFP4, True)            # half a pair per expert: direct
-    assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True)                # not timed in a MoE
+    assert use_swap_words(256, 8, 128, INT4, ACT_NONE, True, 128)             # qwen3-30b INT4 M=256: 16 per expert
+    assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True, 128)           # 2 per expert: not timed
+    assert use_swap_words(129, 8, 128, INT4, ACT_NONE, True, 128)             # just above 8 per expert
+    assert not use_swap_words(257, 8, 128, INT4, ACT_NONE, True, 128)         # above SWAP_MID_PAIRS: aligned
+    assert not use_swap_words(256, 8, 128, INT4, ACT_NONE, True, 64)          # K tiles are one 128-wide group
+    assert not use_swap_words(16, 8, 128, INT4, ACT_NONE, True, 128)          # 1 per expert: the direct path
     assert not use_swap_words(16, 4, 32, FP8, ACT_GROUP, True)
-    assert SWAP_MAX_PAIRS == 8 and SWAP_WIDE_MAX_PAIRS == 32
-    assert swap_words_config(8)["BLOCK_M"] == 16 and swap_words_config(32)["BLOCK_M"] == 64
-    for per_expert in (2, 32):
+    assert SWAP_MAX_PAIRS == 8 and SWAP_MID_PAIRS == 16 and SWAP_WIDE_MAX_PAIRS == 32
+    assert [swap_words_config(p)["BLOCK_M"] for p in (8, 9, 16, 17, 32)] == [16, 32, 32, 64, 64]
+    assert swap_words_config(16)["num_warps"] == 4 and swap_words_config(32)["num_warps"] == 8
+    for per_expert in (2, 16, 32):
         check_config(swap_words_config(per_expert), layout_for("mxfp4", 5760, 2880))
+        check_config(swap_words_config(per_expert), layout_for("int4", 1536, 2048, 128))
 
 
 def test_small_dynamic_tensor_scales_take_one_program():
@@ -517,6 +571,31 @@ def test_small_dynamic_tensor_scales_take_one_program():
         for a in (torch.randn(3, H, dtype=torch.bfloat16, device=DEV) * 7, torch.zeros(1, H, device=DEV,
                                                                                        dtype=torch.bfloat16)):
             assert torch.equal(t._act_scale(0, a), dynamic_tensor_scale(a, t.act)), (fmt, a.abs().max())
+
+
+def test_large_dynamic_tensor_scales_take_one_launch_of_many_programs():
+    """Dynamic per-tensor scales above launch.TENSOR_SCALE_MAX values (the NVFP4 W4A4 MoE's inputs from a few
+    hundred tokens on) come from launch.tensor_scale_wide: the bits of linear.dynamic_tensor_scale (torch's amax
+    and IEEE division; 1 for an all-zero input) with the largest value first, last, in the middle or in the
+    short tail, and the state it keeps between calls back at zero after each call."""
+    from oracle.formats import E2M1_MAX, E4M3_MAX
+    from oracle_triton.formats import ACT_NVFP4, ACT_TENSOR
+    from oracle_triton.launch import TENSOR_SCALE_BLOCK, TENSOR_SCALE_PROGRAMS, tensor_scale_wide
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    state = torch.zeros(2, dtype=torch.int32, device=DEV)
+    n = (TENSOR_SCALE_PROGRAMS + 3) * TENSOR_SCALE_BLOCK + 5     # strided steps, a tail shorter than a block
+    base = torch.randn(n, dtype=torch.bfloat16, device=DEV)
+    for where in (0, n - 1, n // 2, None):
+        x = base.clone()
+        if where is None:
+            x.zero_()
+        else:
+            x[where] = -37.5
+        for act, div in ((ACT_NVFP4, E2M1_MAX * E4M3_MAX), (ACT_TENSOR, E4M3_MAX)):
+            got = tensor_scale_wide(x, div, state)
+            assert torch.equal(got, dynamic_tensor_scale(x, act)), (where, act)
+            assert int(state.abs().sum()) == 0
 
 
 def test_swap_words_refuses_partial_tiles():

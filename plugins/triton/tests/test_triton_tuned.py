@@ -84,6 +84,42 @@ def test_moe_swap_words_entries_load(table, tmp_path):
         tuned.parse(json.loads(path.read_text()), path)
 
 
+def test_int4_entries_may_say_zero_points(table, tmp_path):
+    """An INT4 entry with "zero_point" serves only experts with (true) or without (false) zero points, before
+    an entry that does not say; the field is refused on other formats and when it is not a bool."""
+    from oracle_triton.moe import moe_gemv_config, swap_words_config
+
+    base = {"kind": "moe", "mode": "w4a16_int4", "weight": "int4", "n": 1536, "k": 2048, "experts": 128, "m": 16}
+    direct = moe_gemv_config(16, 3, 128, words=True)
+    table([dict(base, config=swap_words_config(), zero_point=True), dict(base, config=direct)])
+    assert tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 16, 128, zero_point=True) == swap_words_config()
+    assert tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 16, 128, zero_point=False) == direct
+    assert tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 16, 128) == direct
+    table([dict(base, config=swap_words_config(), zero_point=True)])
+    assert tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 16, 128, zero_point=False) is None
+    for bad in (dict(base, config=direct, zero_point=1),
+                dict(base, mode="w4a16_mx", weight="mxfp4", config=swap_words_config(), zero_point=False)):
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        path = _write(tmp_path / "bad", [bad])
+        with pytest.raises(PolicyError, match=r"\[0\]\.zero_point"):
+            tuned.parse(json.loads(path.read_text()), path)
+
+
+def test_moe_config_for_asks_for_the_layers_zero_points(table):
+    """TritonMoE.config_for looks INT4 experts up with whether they have zero points: the same shape gets the
+    zero-point entry with them and the other entry without."""
+    from oracle_triton.moe import moe_gemv_config, swap_words_config
+
+    e, h, i, k = 8, 256, 128, 2
+    base = {"kind": "moe", "mode": "w4a16_int4", "weight": "int4", "n": 2 * i, "k": h, "experts": e, "m": 16}
+    direct = moe_gemv_config(16, 3, 128, words=True)
+    table([dict(base, config=swap_words_config(), zero_point=True), dict(base, config=direct, zero_point=False)])
+    for symmetric, want in ((False, swap_words_config()), (True, direct)):
+        t, _ = moe_pair("int4", e, h, i, k, "w4a16_int4", "bf16", {}, device=DEV, group=128, symmetric=symmetric)
+        t.facts = dict(t.facts, name=DEVICE)
+        assert t.config_for(16, k) == want, symmetric
+
+
 @pytest.mark.slow
 def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     e, h, i, k = 8, 256, 128, 2
@@ -130,7 +166,7 @@ def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     write_table(str(path), DEVICE, [entry])
     write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)])
     table = tuned.parse(json.loads(path.read_text()), path)[DEVICE]
-    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16): dict(MOE_CFG, num_warps=8)}
+    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16, None): dict(MOE_CFG, num_warps=8)}
     with pytest.raises(PolicyError):
         write_table(str(path), DEVICE, [dict(entry, m=3)])
     assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
@@ -230,3 +266,30 @@ def test_wgmma_entries_load_and_serve_word_layouts_on_devices_with_the_ptx_decod
         with pytest.raises(PolicyError) as err:
             tuned.parse(json.loads(path.read_text()), path)
         assert "[0].config" in str(err.value), (weight, cfg)
+
+
+REGA_CFG = {"REGA": 1, "SPLIT_K": 4, "XT": 4, "PF": 2, "num_warps": 8}
+
+
+def test_rega_entries_load_and_serve_only_where_the_register_a_kernel_runs(table, tmp_path):
+    """A few-row register-A entry (REGA: w4_rega, Gluon, sm_90 only) loads for INT4 and for E2M1 words (KN 1);
+    config_for never returns it where the kernel cannot run (no sm_90 GPU: the interpreter, the CPU), so the
+    call keeps the shape rules' kernel; entries without XT, with 2 warps, or on E2M1's checkpoint layout
+    are refused at load."""
+    t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
+    table([{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 16, "config": REGA_CFG}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    assert t.gemm.rega_ok(0) == ("REGA" in t.gemm.config_for(16))
+    if not t.gemm.rega_ok(0):
+        x = torch.randn(16, 512, dtype=torch.bfloat16, device=DEV)
+        assert rel(t.apply(x), ref.apply(x)) < 1e-2
+    for weight, mode, cfg in (("int4", "w4a16_int4", {k: v for k, v in REGA_CFG.items() if k != "XT"}),
+                              ("int4", "w4a16_int4", {**REGA_CFG, "num_warps": 2}), ("mxfp4", "w4a16_mx", REGA_CFG)):
+        path = _write(tmp_path, [{"kind": "dense", "mode": mode, "weight": weight, "n": 256, "k": 512, "m": 16,
+                                  "config": cfg}])
+        with pytest.raises(PolicyError) as err:
+            tuned.parse(json.loads(path.read_text()), path)
+        assert "[0].config" in str(err.value), (weight, cfg)
+    path = _write(tmp_path, [{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 16,
+                              "config": {**REGA_CFG, "KN": 1}}])
+    assert tuned.parse(json.loads(path.read_text()), path)

@@ -1,0 +1,180 @@
+"""The register-A few-row 4-bit kernel (oracle_triton.w4_rega, Gluon) beside the shipped swap kernel and BF16
+at M = 16 (issue 26; H200, graph replay, weights rotated through > 256 MB of copies, one process, every
+variant checked against oracle-emulation: relative Frobenius error, > 1e-2 flagged DISAGREES).
+
+The shipped M = 16 path (gemm.w4_swap_kernel through tl.dot) round-trips each decoded K tile through shared
+memory and waits for each of its eight MMAs; w4_rega loads each thread's packed words where its wgmma A
+fragment needs them, decodes in registers and issues the eight MMAs back to back (its docstring). A
+variant is (warps, split-K, XT activation tiles per shared-memory chunk, PF: words loaded PF tiles ahead).
+
+    python bench/rega_probe.py [--fmts mxfp4 nvfp4 int4] [--shapes 8192x8192 ...] [--budget-s 40]
+    python bench/rega_probe.py --compile-only I --workers W   # compile every W-th kernel from I (no timing)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from gpu_timing import rel, start
+from sweep_dense import SHAPES, build, copies, gtime
+from sweep_fp4_words import MODES
+
+M = 16
+
+
+def rega(g, x: torch.Tensor, warps: int, split: int, xt: int, pf: int) -> torch.Tensor:
+    """The engine's REGA path (launch.DenseGemm.rega: w4_rega.w4_rega_kernel on g's packed word layout)."""
+    cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": pf, "num_warps": warps}
+    if g.layout.elem != 3:
+        cfg["KN"] = 1
+    return g(x, 0, None, torch.bfloat16, cfg)
+
+
+def variants(shape: str, split: int) -> list[tuple[int, int, int, int]]:
+    """(warps, split, XT, PF) tried on a shape whose shipped M=16 entry splits K `split` ways."""
+    n, k = SHAPES[shape]
+    per = -(-(k // 128) // split)
+    xt = min(4, per)
+    out = [(8, split, xt, 2), (8, split, xt, 1)]
+    per4 = -(-(k // 128) // max(1, split // 2))
+    out.append((4, max(1, split // 2), min(4, per4), 2))       # 64-row tiles: twice the n tiles, half the split
+    return out
+
+
+def shipped(fmt: str, shape: str) -> dict:
+    """The M=16 config the engine picks for this layer (rules + the shipped table), without a GPU layer."""
+    from oracle_triton.formats import layout_for, words_layout
+    from oracle_triton.launch import DenseGemm, device_facts
+
+    n, k = SHAPES[shape]
+    lay = layout_for(fmt, n, k, 128) if fmt == "int4" else words_layout(fmt, n, k)
+    one = torch.ones(1)
+    fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
+    fake.facts = device_facts(torch.device("cuda")) if torch.cuda.is_available() else H200
+    return fake.config_for(M, 0)
+
+
+#: device_facts of the H200 (for --list on a machine without it)
+H200 = {"hw_fp8": True, "fp8_dot": True, "dot_f32": False, "sms": 132, "name": "NVIDIA H200", "pdl": True}
+
+
+def jobs(fmts, shapes) -> list[tuple]:
+    """Every kernel the timing needs compiled: ("swap", fmt, cfg) and ("rega", fmt, variant)."""
+    out, seen = [], set()
+    for shape in shapes:
+        for fmt in fmts:
+            cfg = shipped(fmt, shape)
+            for job in [("swap", fmt, tuple(sorted(cfg.items())))] + [("rega", fmt, v)
+                                                                      for v in variants(shape, cfg["SPLIT_K"])]:
+                if job not in seen:
+                    seen.add(job)
+                    out.append(job)
+    return out
+
+
+def compile_job(job: tuple) -> None:
+    """One launch of the job's kernel on a small layer of the format (N, K are runtime values)."""
+    kind, fmt, spec = job
+    w = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16) * 0.05
+    g = build(fmt, 256, 4096, w, MODES[fmt], "bf16", {})[2][0]
+    x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+    if kind == "swap":
+        g(x, 0, None, torch.bfloat16, dict(spec))
+    else:
+        rega(g, x, *spec)
+    torch.cuda.synchronize()
+
+
+def diagnose(g, em, v) -> None:
+    """Where a disagreeing variant goes wrong: the first K tile's 128 unit rows through it and through the
+    reference; for each k the reference column its output matches best (cosine), and how well."""
+    k0 = torch.eye(128, g.k, device="cuda", dtype=torch.bfloat16)
+    got, ref = rega(g, k0, *v).float(), em.apply(k0).float()
+    got_n = got / got.norm(dim=1, keepdim=True).clamp_min(1e-30)
+    ref_n = ref / ref.norm(dim=1, keepdim=True).clamp_min(1e-30)
+    cos = got_n @ ref_n.t()                                  # [k in, k ref]
+    best, idx = cos.max(dim=1)
+    print(f"    diagnose: k -> best reference k (cos): {[(i, int(idx[i]), round(float(best[i]), 3)) for i in range(0, 128, 5)]}",
+          flush=True)
+    nerr = ((got - ref).norm(dim=0) / ref.norm(dim=0).clamp_min(1e-30))[:128]
+    print(f"    diagnose: per-n error, n = 0..127: {[round(float(e), 2) for e in nerr[::4]]}", flush=True)
+
+
+def run(fmt: str, shape: str, deadline: float) -> None:
+    n, k = SHAPES[shape]
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    x = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20)
+    del bf16
+    _, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+    ref = em.apply(x)
+    cfg = gs[0].config_for(M, 0)
+    err = rel(gs[0](x, 0, None, torch.bfloat16, cfg), ref)
+    us = gtime([lambda g=g: g(x, 0, None, torch.bfloat16, cfg) for g in gs], 20)
+    print(f"{shape} {fmt} M={M}: BF16 {bf:.1f} us (1.3x: {bf / 1.3:.1f}); shipped {cfg}: {us:.1f} us xBF16 "
+          f"{bf / us:.2f} err {err:.1e}", flush=True)
+    for v in variants(shape, cfg["SPLIT_K"]):
+        if time.perf_counter() > deadline:
+            print("  (budget spent)", flush=True)
+            return
+        try:
+            err = rel(rega(gs[0], x, *v), ref)
+            t = gtime([lambda g=g: rega(g, x, *v) for g in gs], 20)
+        except Exception as exc:  # noqa: BLE001 - reported, the next variant runs
+            print(f"  rega w{v[0]} split {v[1]} xt {v[2]} pf {v[3]}: FAILED {type(exc).__name__}: {str(exc)[:300]}",
+                  flush=True)
+            continue
+        print(f"  rega w{v[0]} split {v[1]} xt {v[2]} pf {v[3]}: {t:.1f} us xBF16 {bf / t:.2f} vs shipped "
+              f"{us / t:.2f}x err {err:.1e}{'' if err < 1e-2 else '  DISAGREES'}", flush=True)
+        if err >= 1e-2 and not DIAGNOSED.get(fmt):
+            DIAGNOSED[fmt] = True
+            try:
+                diagnose(gs[0], em, v)
+            except Exception as exc:  # noqa: BLE001 - reported
+                print(f"    diagnose failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+
+
+DIAGNOSED: dict[str, bool] = {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4", "int4"], choices=list(MODES))
+    ap.add_argument("--shapes", nargs="+", default=["8192x8192", "7168x18432", "2048x4096"], choices=list(SHAPES))
+    ap.add_argument("--budget-s", type=float, default=40.0)
+    ap.add_argument("--compile-only", type=int, help="compile jobs I, I + W, ... and exit")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--list", action="store_true", help="print the compile jobs and exit (no GPU)")
+    args = ap.parse_args(argv)
+    import oracle_triton.linear as lin
+
+    lin.WORD_LAYOUT = True
+    if args.list:
+        for i, job in enumerate(jobs(args.fmts, args.shapes)):
+            print(i, job)
+        return 0
+    if args.compile_only is not None:
+        for job in jobs(args.fmts, args.shapes)[args.compile_only::args.workers]:
+            try:
+                compile_job(job)
+            except Exception as exc:  # noqa: BLE001 - the timing process reports it
+                print(f"compile {job}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+        return 0
+    deadline = time.perf_counter() + args.budget_s
+    if not start("rega_probe"):
+        return 2
+    for shape in args.shapes:
+        for fmt in args.fmts:
+            if time.perf_counter() > deadline:
+                print(f"{shape} {fmt}: budget spent", flush=True)
+                continue
+            run(fmt, shape, deadline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""Few-row 4-bit W4A16 GEMM with the decoded weights as wgmma's REGISTER A operand (issue 26, M <= 16;
+Gluon, sm_90).
+
+Why: gemm.w4_swap_kernel (tl.dot, swap-AB) is bound inside the SM at M = 16, not by bytes: per 128-deep
+K tile each warp runs about 340 instructions, the decoded tile makes a shared-memory round trip (stores,
+a barrier, ldmatrix) into the layout wgmma wants, and the eight 64x16x16 MMAs each wait for the last.
+Triton picks the layout of a load itself, so tl.dot cannot get the decoded values where the MMA wants
+them. Gluon states layouts: here each thread LOADS exactly the packed words whose decoded values are its
+A-fragment registers (wgmma m64nNk16 bf16: lane l of warp w holds rows 16w + l/4 and + 8, k pairs
+2(l%4), +1 and + 8, + 9), decodes them in place (the PTX word decoders of gemm.py: one packed operation
+per value pair, no conversion), and hands them to `warpgroup_mma` with no layout change
+(`convert_layout(..., assert_trivial=True)` fails the compile otherwise). Eight MMAs per K tile are
+issued back to back and waited for once.
+
+The weights are repacked at load (weights.repack_rega): within each row's 128-wide K tile, the 32-bit
+word at position 4c + 2h + p (c: the lane's k pair 0..3, h: the fragment's k half, p: the MMA step
+group) holds, at nibbles j and j + 4 (the pair one decoder step yields as the halves of one register),
+the codes of k = 16 (j + 4p) + 2c + 8h and k + 1. MMA step q = j + 4p then multiplies the 16 contiguous
+activations x[:, 16q : 16q + 16] of the tile (copied into shared memory once per chunk of tiles by
+cp.async), and each lane's 4 words of a row are one 16-byte load.
+
+INT4 (zero points or not): q - z exactly (bf16 has 8 bits of mantissa), the tile's products summed
+in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4_swap_kernel). E2M1
+(MXFP4 / NVFP4): value x scale rounded once to bf16 as the reference dequantizes (the fused decoder;
+scales checked at load by formats.fused_scales_ok). bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+#: The CTA-wide barrier (bar.sync): `thread_barrier` in Triton 3.6 (the H200's), `barrier` in 3.7.
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+def byte_pairs_ptx(e2m1: bool) -> str:
+    """PTX: one word $8 of 8 codes (code i at bits 4i..4i+3, k order) and $9 -> the codes 2j and 2j + 1 of
+    each byte j as the halves $j / $(j + 4) of one register, in bf16: prmt puts byte j of the word and of
+    the word shifted right by 4 in the two halves, so both codes sit at their half's bits 0-3.
+    INT4 ($9 = {0x4300 | z, 0x4300 | z}): masked and ORed into 0x4300 in one lop3 (bf16 128, where 128 + q
+    is exact) and one packed subtraction gives q - z exactly (as gemm._int4_word_halves). E2M1 ($9 = {c, c}, c = 2**126 x
+    scale in bf16, gemm.e2m1_scale_pair): the magnitude bits to bf16 bits 6-8 and the sign to bit 15 give
+    the value x 2**-126 exactly, one packed multiply by c gives value x scale rounded once (the fused form
+    of gemm.e2m1_word_ptx; + -0 keeps the signs of zeros)."""
+    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;", "shr.b32 v, $8, 4;"]
+    for j in range(4):
+        sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
+        lines.append(f"prmt.b32 t, $8, v, {sel:#x};")
+        if e2m1:
+            lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
+                      "or.b32 a, a, b;", "fma.rn.bf16x2 a, a, $9, z;"]
+        else:
+            lines += ["lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $9;"]     # (t & mask) | c
+        lines.append(f"mov.b32 {{${j}, ${j + 4}}}, a;")
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_INT4_PTX = gl.constexpr(byte_pairs_ptx(False))
+_E2M1_PTX = gl.constexpr(byte_pairs_ptx(True))
+
+
+@gluon.constexpr_function
+def words_layout(num_warps: int, bn: int, per_lane: int) -> gl.DistributedLinearLayout:
+    """[BN, 4, per_lane] words of a K tile (row, lane pair c, word): lane l holds c = l % 4 of rows l / 4
+    and + 8 of its warp's 16 rows (the A fragment's rows), per_lane words each."""
+    regs = [[0, 0, 1 << i] for i in range(per_lane.bit_length() - 1)] + [[8, 0, 0]]
+    return gl.DistributedLinearLayout(reg_bases=regs,
+                                      lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+                                      warp_bases=[[16 << i, 0, 0] for i in range(num_warps.bit_length() - 1)],
+                                      block_bases=[], shape=[bn, 4, per_lane])
+
+
+@gluon.constexpr_function
+def x_pairs_layout(num_warps: int) -> gl.BlockedLayout:
+    """[2 XT x 16, 64] activation half tiles, 2 contiguous k per thread (one 4-byte cp.async)."""
+    return gl.BlockedLayout([1, 2], [1, 32], [num_warps, 1], [1, 0])
+
+
+@gluon.jit
+def _operand(lo, hi, a_l: gl.constexpr):
+    """Codes 2j and 2j + 1 of the words [BN, 4, 2] (lane pair c, fragment half h) -> the [BN, 16] A operand
+    (k index 8h + 2c + which), in the A fragment's registers: no data movement (asserted)."""
+    w = gl.permute(gl.join(lo, hi), (0, 2, 1, 3))        # [BN, h, c, which]
+    return gl.convert_layout(gl.reshape(w, [lo.shape[0], 16]), a_l, assert_trivial=True)
+
+
+@gluon.jit
+def _decode(u, f, ELEM: gl.constexpr):
+    """Words [BN, 4, 2] and their factor pairs -> the 8 bf16 code tensors (byte_pairs_ptx)."""
+    if ELEM == 3:
+        h = gl.inline_asm_elementwise(_INT4_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, f], dtype=(gl.int16,) * 8,
+                                      is_pure=True, pack=1)
+    else:
+        h = gl.inline_asm_elementwise(_E2M1_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, f], dtype=(gl.int16,) * 8,
+                                      is_pure=True, pack=1)
+    return h[0].to(gl.bfloat16, bitcast=True), h[1].to(gl.bfloat16, bitcast=True), \
+        h[2].to(gl.bfloat16, bitcast=True), h[3].to(gl.bfloat16, bitcast=True), \
+        h[4].to(gl.bfloat16, bitcast=True), h[5].to(gl.bfloat16, bitcast=True), \
+        h[6].to(gl.bfloat16, bitcast=True), h[7].to(gl.bfloat16, bitcast=True)
+
+
+@gluon.jit
+def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.constexpr):
+    """The four MMA steps of one word parity p: step j multiplies codes 2j, 2j + 1 of each word (A, from
+    registers) with the activations' half tile xs [16, 64] at columns 16j..16j + 15 (B)."""
+    h0, h1, h2, h3, h4, h5, h6, h7 = _decode(u, f, ELEM)
+    acc = warpgroup_mma(_operand(h0, h4, a_l), xs.slice(0, 16, dim=1).permute((1, 0)), acc, use_acc=not FIRST,
+                        is_async=True)
+    acc = warpgroup_mma(_operand(h1, h5, a_l), xs.slice(16, 16, dim=1).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(_operand(h2, h6, a_l), xs.slice(32, 16, dim=1).permute((1, 0)), acc, is_async=True)
+    return warpgroup_mma(_operand(h3, h7, a_l), xs.slice(48, 16, dim=1).permute((1, 0)), acc, is_async=True)
+
+
+@gluon.jit
+def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr, z_ptr,
+               gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr,
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr):
+    """K tile t's words [BN, 4, 4] (word 4c + e of the tile's 16 per row: row-contiguous layouts give one
+    16-byte load per row and lane), and the decoders' factors: INT4 the zero-point pairs [BN] and the
+    group scales [BN] (acc rows); E2M1 the scale pairs [BN, 4, 2] of words 4c + 2h (+ 1): k 32c + 16h.."""
+    t = gl.minimum(t, t1 - 1)
+    u = gl.load(w_ptr + rows3 * stride_wn + (t * 16 + 4 * c3 + e3) * stride_wk, mask=n_ok3, other=0)
+    if ELEM == 3:
+        s = gl.load(s_ptr + t * stride_sk + offs_n, mask=n_ok, other=0.0).to(gl.float32)
+        if HAS_ZERO:
+            zw = gl.load(z_ptr + t * stride_zk + rows1 // 8, mask=n_ok1, other=0)
+            z = (zw >> ((rows1 % 8) * 4)) & 15
+        else:
+            z = gl.full(rows1.shape, 8, gl.int32, rows1.type.layout)
+        f = (z | 0x4300) * 65537
+    else:
+        g = t * (128 // GROUP) + (32 * c2 + 16 * h2) // GROUP
+        sr = gl.load(s_ptr + rows2 * stride_sn + g * stride_sk, mask=n_ok2, other=0)
+        if ELEM == 1:
+            f = (sr.to(gl.int32) + 126) * 0x00800080
+        else:
+            c = (sr.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gscale) * 8.507059173023462e37
+            f = (c.to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF) * 65537
+        s = gl.zeros_like(offs_n.to(gl.float32))
+    return u, s, f
+
+
+@gluon.jit
+def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                   stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
+                   HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
+                   num_warps: gl.constexpr, PF: gl.constexpr = 2):
+    """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
+    weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
+    (dequant.split_range), the activations of XT tiles at a time in shared memory. Words: int32, word j
+    (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
+    SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
+    sums them in order and resets its counter (dequant.finish_tile's scheme).
+
+    Step q = j + 4p of a K tile (j, p < 4, 2) multiplies, for lane pair c and fragment half h, the codes
+    2j, 2j + 1 of word 4c + 2h + p: k = 32c + 16h + 8p + 2j (+ 1) at MMA k index 8h + 2c (+ 1); the
+    activations are copied into shared memory (4-byte cp.async per k pair) in that order, half tile p
+    [16, 64] at column 16j + 8h + 2c."""
+    BN: gl.constexpr = 16 * num_warps
+    BM: gl.constexpr = 16
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    u_l: gl.constexpr = words_layout(num_warps, BN, 4)
+    f_l: gl.constexpr = words_layout(num_warps, BN, 2)
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BM, 16])
+    a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
+    x_l: gl.constexpr = x_pairs_layout(num_warps)
+    out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    xs_all = gl.allocate_shared_memory(gl.bfloat16, [XT * 2, BM, 64], x_sl)
+    xs_flat = xs_all._reinterpret(gl.bfloat16, [XT * 2 * BM, 64], x_sl)     # the same bytes (whole swizzle atoms)
+
+    rows3 = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, u_l)))[:, None, None]
+    c3 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, u_l)))[None, :, None]
+    e3 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, u_l)))[None, None, :]
+    n_ok3 = (rows3 < N) & (c3 >= 0) & (e3 >= 0)
+    rows2 = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, f_l)))[:, None, None]
+    c2 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, f_l)))[None, :, None]
+    h2 = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, f_l)))[None, None, :]
+    n_ok2 = (rows2 < N) & (c2 >= 0) & (h2 >= 0)
+    rows1 = rows2
+    n_ok1 = rows1 < N
+    offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
+    n_ok = offs_n < N
+    # activation copies [2 XT x 16 rows, 64] (rows 16 (2i + p) + m: half p of chunk tile i): destination
+    # column 16j + 8h + 2c + e of half p <- k = 32c + 16h + 8p + 2j + e
+    r = gl.arange(0, XT * 2 * BM, layout=gl.SliceLayout(1, x_l))
+    col = gl.arange(0, 64, layout=gl.SliceLayout(0, x_l))
+    xrow = pid_m * BM + r % BM
+    xhalf = r // BM
+    src = (32 * ((col // 2) % 4) + 16 * ((col // 8) % 2) + 2 * (col // 16) + col % 2)[None, :] + \
+        (xrow * stride_xm + 8 * (xhalf % 2) + 128 * (xhalf // 2))[:, None]
+    m_ok2 = (xrow < M)[:, None] & (col >= 0)[None, :]
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = gl.load(g_ptr)
+    k_tiles = gl.cdiv(K, 128)
+    per = gl.cdiv(k_tiles, SPLIT_K)
+    t0 = gl.program_id(2) * per
+    t1 = gl.minimum(t0 + per, k_tiles)
+
+    acc = gl.zeros([BN, BM], gl.float32, acc_l)
+    u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
+                            w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM,
+                            GROUP, HAS_ZERO)
+    u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr,
+                         z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO)
+    for c0 in range(t0, t1, XT):
+        _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
+        async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
+                                               mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
+        async_copy.commit_group()
+        async_copy.wait_group(0)
+        fence_async_shared()
+        _cta_barrier()
+        for t in range(c0, gl.minimum(c0 + XT, t1)):
+            un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
+                                    w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                    ELEM, GROUP, HAS_ZERO)
+            i = t - c0
+            wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
+            wp0 = gl.convert_layout(wp0, f_l, assert_trivial=True)
+            wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
+            if ELEM == 3:
+                fz = f + gl.zeros_like(wp0)
+                p = _mma_half(acc, wp0, fz, xs_all.index(2 * i), a_l, ELEM, True)
+                p = _mma_half(p, wp1, fz, xs_all.index(2 * i + 1), a_l, ELEM, False)
+                p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
+                acc += p * s[:, None]
+            else:
+                acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False)
+                acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            if PF == 2:
+                u, s, f = u1, s1, f1
+                u1, s1, f1 = un, sn, fn
+            else:
+                u, s, f = un, sn, fn
+    _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
+    out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
+    on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
+    om = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
+    mask = (on < N)[:, None] & (om < M)[None, :]
+    if SPLIT_K > 1:
+        part = part_ptr + om[None, :] * N + on[:, None]
+        gl.store(part + gl.program_id(2) * M * N, out, mask=mask)
+        _cta_barrier()                         # every thread's partial written before the arrival
+        tile = pid_m * gl.num_programs(0) + pid_n
+        arrived = gl.atomic_add(cnt_ptr + tile, 1)
+        if arrived == SPLIT_K - 1:
+            tot = gl.zeros([BN, BM], gl.float32, out_l)
+            for k in range(SPLIT_K):
+                tot += gl.load(part + k * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _store_out(tot, b_ptr, y_ptr, on, om, mask, N, stride_ym, HAS_BIAS)
+            gl.atomic_xchg(cnt_ptr + tile, 0)
+    else:
+        _store_out(out, b_ptr, y_ptr, on, om, mask, N, stride_ym, HAS_BIAS)
+
+
+@gluon.jit
+def _store_out(acc, b_ptr, y_ptr, on, om, mask, N, stride_ym, HAS_BIAS: gl.constexpr):
+    """acc [BN, 16] (+ bias) -> y[om, on] in bf16."""
+    if HAS_BIAS:
+        acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
+    gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
