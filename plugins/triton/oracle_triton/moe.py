@@ -27,6 +27,12 @@ from .weights import pack
 
 
 
+#: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
+#: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
+#: the ninth pass's R23 profile). Off: written after the pass's last GPU round, so never run on a GPU yet
+#: (interpreter-tested against linear.dynamic_tensor_scale; bench/scale_wide_check.py times it both ways).
+TENSOR_SCALE_WIDE = False
+
 #: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
 #: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
 ALIGN_SMALL_PAIRS = 1024
@@ -99,7 +105,8 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     16 pairs per expert at M=256, 32-pair blocks): qwen3-235b NVFP4 W4A4 1152.9 us against 4232.5 for the
     aligned tiles and 1275.1 for this MoE's BF16 mode; qwen3-30b INT4 with zero points 348.2 against 670.8
     (BF16 mode 346.6), symmetric 327.3 against 518.7 (BF16 mode 346.5). INT4 was timed at 16 pairs per
-    expert only; below that it takes this path on the E2M1 W4A16 evidence (the same K loop and blocks). At
+    expert only, so the rule takes it only above SWAP_MAX_PAIRS per expert (its 32-pair blocks); fewer
+    pairs keep the direct path or the aligned tiles until a run times them there. At
     one pair per expert (qwen3-30b M=16, below the 1.5 threshold) R23 (moe10a) found this path faster with
     zero points (175.3 us against 188.0 for the direct path's best tiles; BF16 mode 183.3) and slower without
     (173.0 against 161.5): the tuned table's INT4 entries (by zero_point) carry that choice, not this rule."""
@@ -112,6 +119,8 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     elif elem not in (E2M1_MX, E2M1_NV):
         return False
     low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
+    if elem == INT4:                    # timed at 16 pairs per expert only: the 32-pair blocks' range
+        low = SWAP_MAX_PAIRS * experts
     wide = act == ACT_NONE and elem != INT4
     return low < pairs <= (SWAP_WIDE_MAX_PAIRS if wide else SWAP_MID_PAIRS) * experts
 
@@ -416,7 +425,7 @@ class TritonMoE(Kernel):
         div = E4M3_MAX if self.act == ACT_TENSOR else E2M1_MAX * E4M3_MAX
         if a.is_contiguous() and a.numel() <= TENSOR_SCALE_MAX:     # one program instead of torch's ~7 launches
             return tensor_scale(a, div)
-        if a.is_contiguous():                                       # many programs, one launch
+        if TENSOR_SCALE_WIDE and a.is_contiguous():                 # many programs, one launch
             return tensor_scale_wide(a, div, self._counters(2, "_scale_state"))
         return dynamic_tensor_scale(a, self.act)
 

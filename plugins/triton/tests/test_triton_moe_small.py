@@ -522,6 +522,7 @@ def test_swap_words_mid_blocks_match_emulation(fmt, mode, act, monkeypatch):
     assert rel(y, ref.apply(x, w, ids)) < TOL[act]
     assert torch.equal(y, t.apply(x, w, ids))
     monkeypatch.setattr(moe, "TENSOR_SCALE_MAX", 0)
+    monkeypatch.setattr(moe, "TENSOR_SCALE_WIDE", True)
     assert torch.equal(y, t.apply(x, w, ids))
 
 
@@ -545,7 +546,8 @@ def test_swap_words_rule():
     assert use_swap_words(16, 8, 128, E2M1_NV, ACT_NVFP4, True)               # qwen3-235b NVFP4 M=16
     assert not use_swap_words(8, 8, 128, E2M1_NV, ACT_NVFP4, True)            # half a pair per expert: direct
     assert use_swap_words(256, 8, 128, INT4, ACT_NONE, True, 128)             # qwen3-30b INT4 M=256: 16 per expert
-    assert use_swap_words(16, 4, 32, INT4, ACT_NONE, True, 128)               # 2 per expert
+    assert not use_swap_words(16, 4, 32, INT4, ACT_NONE, True, 128)           # 2 per expert: not timed
+    assert use_swap_words(129, 8, 128, INT4, ACT_NONE, True, 128)             # just above 8 per expert
     assert not use_swap_words(257, 8, 128, INT4, ACT_NONE, True, 128)         # above SWAP_MID_PAIRS: aligned
     assert not use_swap_words(256, 8, 128, INT4, ACT_NONE, True, 64)          # K tiles are one 128-wide group
     assert not use_swap_words(16, 8, 128, INT4, ACT_NONE, True, 128)          # 1 per expert: the direct path
