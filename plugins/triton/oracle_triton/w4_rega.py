@@ -2,22 +2,21 @@
 Gluon, sm_90).
 
 Why: gemm.w4_swap_kernel (tl.dot, swap-AB) is bound inside the SM at M = 16, not by bytes: per 128-deep
-K tile each warp runs about 340 instructions, the decoded tile makes a shared-memory round trip (stores,
-a barrier, ldmatrix) into the layout wgmma wants, and the eight 64x16x16 MMAs each wait for the last.
+K tile each warp runs about 300 instructions, the decoded tile makes a shared-memory round trip (stores,
+a barrier, ldmatrix) into the layout wgmma wants, and each of the eight 64x16x16 MMAs is waited for.
 Triton picks the layout of a load itself, so tl.dot cannot get the decoded values where the MMA wants
-them. Gluon states layouts: here each thread LOADS exactly the packed words whose decoded values are its
+them. Gluon states layouts: here each lane LOADS exactly the packed words whose decoded values are its
 A-fragment registers (wgmma m64nNk16 bf16: lane l of warp w holds rows 16w + l/4 and + 8, k pairs
-2(l%4), +1 and + 8, + 9), decodes them in place (the PTX word decoders of gemm.py: one packed operation
-per value pair, no conversion), and hands them to `warpgroup_mma` with no layout change
+2(l%4), +1 and + 8, + 9; words_layout), decodes them in place (byte_pairs_ptx: a PRMT per byte pair, then
+one packed operation per value pair), and hands them to `warpgroup_mma` with no layout change
 (`convert_layout(..., assert_trivial=True)` fails the compile otherwise). Eight MMAs per K tile are
 issued back to back and waited for once.
 
-The weights are repacked at load (weights.repack_rega): within each row's 128-wide K tile, the 32-bit
-word at position 4c + 2h + p (c: the lane's k pair 0..3, h: the fragment's k half, p: the MMA step
-group) holds, at nibbles j and j + 4 (the pair one decoder step yields as the halves of one register),
-the codes of k = 16 (j + 4p) + 2c + 8h and k + 1. MMA step q = j + 4p then multiplies the 16 contiguous
-activations x[:, 16q : 16q + 16] of the tile (copied into shared memory once per chunk of tiles by
-cp.async), and each lane's 4 words of a row are one 16-byte load.
+No repack: the weights stay in the engine's [K/8, N] word layout. Lane pair c (l % 4) of a row loads
+words 4c + e (e = 2h + p: h the fragment's k half, p the word parity) of each 128-wide K tile; MMA step
+j + 4p multiplies codes 2j and 2j + 1 of the words of parity p, i.e. k = 32c + 16h + 8p + 2j (+ 1) at the
+step's k index 8h + 2c (+ 1). The activations are copied into shared memory in that order (a 4-byte
+cp.async per k pair, XT K tiles per chunk), so the step's B operand is 16 contiguous columns.
 
 INT4 (zero points or not): q - z exactly (bf16 has 8 bits of mantissa), the tile's products summed
 in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4_swap_kernel). E2M1
