@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -158,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 variants = json.load(f)
         run(args.workers, jobs_for(args.shapes, args.m, args.promote, variants), args.timeout_s, rows)
     finally:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+        if args.json:                      # what was measured before a failure is kept
+            Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 
