@@ -113,16 +113,13 @@ def use_swap_words(tokens: int, top_k: int, experts: int, elem: int, act: int, p
     pairs = tokens * top_k
     if not ptx or act not in (ACT_NONE, ACT_NVFP4):
         return False
-    if elem == INT4:
-        if act != ACT_NONE or group != 128:
-            return False
-    elif elem not in (E2M1_MX, E2M1_NV):
-        return False
-    low = 1.5 * experts if act == ACT_NONE else max(1, experts // 2)
     if elem == INT4:                    # timed at 16 pairs per expert only: the 32-pair blocks' range
-        low = SWAP_MAX_PAIRS * experts
-    wide = act == ACT_NONE and elem != INT4
-    return low < pairs <= (SWAP_WIDE_MAX_PAIRS if wide else SWAP_MID_PAIRS) * experts
+        return act == ACT_NONE and group == 128 and SWAP_MAX_PAIRS * experts < pairs <= SWAP_MID_PAIRS * experts
+    if elem not in (E2M1_MX, E2M1_NV):
+        return False
+    if act == ACT_NONE:
+        return 1.5 * experts < pairs <= SWAP_WIDE_MAX_PAIRS * experts
+    return max(1, experts // 2) < pairs <= SWAP_MID_PAIRS * experts
 
 
 #: use_swap_words up to this many pairs per expert on 16-pair blocks (measured to 8: gpt-oss-20b M=64),
@@ -194,8 +191,8 @@ def moe_gemv_config(tokens: int, elem: int, group: int = 1, words: bool = False)
     against 15.4 at 4 warps (9 per SM, 1.21 waves), FC1 with 256-wide K tiles at 2 warps (14 per SM)
     17.1 against 17.9 (MXFP4 at one token only: other formats and token counts keep the 4-warp tiles; the
     ninth pass measured 2-warp 8x256 tiles on INT4 at qwen3-30b-a3b's shape only, 22.1 against 24.6 us at
-    one token with zero points and 161.5 against 212.4 at 16 symmetric, and ships them as tuned entries). GUARD (on): a tile whose f16 products overflowed is recomputed in fp32.
-    NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
+    one token with zero points and 161.5 against 212.4 at 16 symmetric, and ships them as tuned entries).
+    GUARD (on): a tile whose f16 products overflowed is recomputed in fp32. NVFP4 W4A4 experts take their own kernels through a tuned entry (XQ: TritonMoE.apply_w4a4_rows), not
     this rule."""
     from .gemv import DECODE_E4M3_PTX, DECODE_F16
 
