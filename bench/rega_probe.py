@@ -7,8 +7,14 @@ memory and waits for each of its eight MMAs; w4_rega loads each thread's packed 
 fragment needs them, decodes in registers and issues the eight MMAs back to back (its docstring). A
 variant is (warps, split-K, XT activation tiles per shared-memory chunk, PF: words loaded PF tiles ahead).
 
-    python bench/rega_probe.py [--fmts mxfp4 nvfp4 int4] [--shapes 8192x8192 ...] [--budget-s 40]
+    python bench/rega_probe.py [--fmts mxfp4 nvfp4 int4] [--shapes 8192x8192 ...] [--budget-s 40] [--pf0]
     python bench/rega_probe.py --compile-only I --workers W   # compile every W-th kernel from I (no timing)
+    python bench/rega_probe.py --public [--shapes ...]        # the public layer call (what config_for picks)
+
+--pf0 times, instead of the PF 1 / 64-row variants, the shipped PF 2 variant beside PF 0 (every K tile of a
+program loaded up front: 8 or 4 warps, 4 or 2 tiles per program, the split that gives each program exactly
+that many). --public times TritonLinear.apply (the engine's whole call: the tuned lookup in config_for, the
+launch plan when eager) at M = 16, graph replay and eager, and prints the config and the kernel that served it.
 """
 from __future__ import annotations
 
@@ -33,11 +39,18 @@ def rega(g, x: torch.Tensor, warps: int, split: int, xt: int, pf: int) -> torch.
     return g(x, 0, None, torch.bfloat16, cfg)
 
 
+PF0 = [False]       # --pf0
+PUBLIC = [False]    # --public
+
+
 def variants(shape: str, split: int) -> list[tuple[int, int, int, int]]:
     """(warps, split, XT, PF) tried on a shape whose shipped M=16 entry splits K `split` ways."""
     n, k = SHAPES[shape]
     per = -(-(k // 128) // split)
     xt = min(4, per)
+    if PF0[0]:
+        return [(8, split, xt, 2)] + [(w, k // 128 // t, t, 0) for w in (8, 4) for t in (4, 2)
+                                      if (k // 128) % t == 0]
     out = [(8, split, xt, 2), (8, split, xt, 1)]
     per4 = -(-(k // 128) // max(1, split // 2))
     out.append((4, max(1, split // 2), min(4, per4), 2))       # 64-row tiles: twice the n tiles, half the split
@@ -51,7 +64,7 @@ def shipped(fmt: str, shape: str) -> dict:
 
     n, k = SHAPES[shape]
     lay = layout_for(fmt, n, k, 128) if fmt == "int4" else words_layout(fmt, n, k)
-    one = torch.ones(1)
+    one = torch.ones(1, device="cuda" if torch.cuda.is_available() else "cpu")    # rega_ok: a CUDA weight
     fake = DenseGemm(lay, n, k, one, one, None, None, None, mode=MODES[fmt], weight_format=fmt)
     fake.facts = device_facts(torch.device("cuda")) if torch.cuda.is_available() else H200
     return fake.config_for(M, 0)
@@ -67,8 +80,8 @@ def jobs(fmts, shapes) -> list[tuple]:
     for shape in shapes:
         for fmt in fmts:
             cfg = shipped(fmt, shape)
-            for job in [("swap", fmt, tuple(sorted(cfg.items())))] + [("rega", fmt, v)
-                                                                      for v in variants(shape, cfg["SPLIT_K"])]:
+            tried = [] if PUBLIC[0] else [("rega", fmt, v) for v in variants(shape, cfg["SPLIT_K"])]
+            for job in [("swap", fmt, tuple(sorted(cfg.items())))] + tried:
                 if job not in seen:
                     seen.add(job)
                     out.append(job)
@@ -141,6 +154,68 @@ def run(fmt: str, shape: str, deadline: float) -> None:
 DIAGNOSED: dict[str, bool] = {}
 
 
+def served_by(t, x: torch.Tensor) -> str:
+    """Which DenseGemm path one eager t.apply(x) ran (the launch-plan recording call: rega, swap, ...)."""
+    from oracle_triton.launch import DenseGemm
+
+    seen: list[str] = []
+    saved = {name: getattr(DenseGemm, name) for name in ("rega", "swap", "gemv", "wgmma", "dequant_mm")}
+
+    def spy(name):
+        def call(self, *a, **kw):
+            seen.append(name)
+            return saved[name](self, *a, **kw)
+        return call
+    try:
+        for name in saved:
+            setattr(DenseGemm, name, spy(name))
+        t.apply(x)
+        torch.cuda.synchronize()
+    finally:
+        for name, fn in saved.items():
+            setattr(DenseGemm, name, fn)
+    return "+".join(seen) or "the tiled GEMM"
+
+
+def public(fmt: str, shape: str) -> None:
+    """TritonLinear.apply at M = 16 (graph replay over rotated layer copies, and eager) beside BF16, its
+    error against oracle-emulation, and the config / kernel that served it."""
+    import copy
+
+    from gpu_timing import time_cuda_ms
+    from oracle.integration.eager_graphs import EagerGraphs
+    from oracle_triton.launch import DenseGemm
+
+    n, k = SHAPES[shape]
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    x = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
+    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
+    bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20)
+    del bf16
+    t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+    layers = [t]
+    for g in gs[1:]:
+        c = copy.copy(t)
+        c.gemm = DenseGemm(g.layout, n, k, g.weight, g.scale, None if g.zero is g.scale else g.zero,
+                           None if g.global_scale is g.scale else g.global_scale, t.gemm.bias, mode=t.gemm.mode,
+                           weight_format=t.gemm.weight_format)
+        c.eager = EagerGraphs(c.forward)
+        layers.append(c)
+    cfg = t.gemm.config_for(M, t.act)
+    err = rel(t.apply(x), em.apply(x))
+    path = served_by(t, x)
+    us = gtime([lambda c=c: c.apply(x) for c in layers], 20)
+    i = [0]
+
+    def eager_call():
+        layers[i[0] % len(layers)].apply(x)
+        i[0] += 1
+    eager = time_cuda_ms(eager_call, iters=20, warmup=len(layers) * 2) * 1e3
+    print(f"{shape} {fmt} M={M} public call: config_for {cfg} served by {path}: graph {us:.1f} us, eager "
+          f"{eager:.1f} us; BF16 {bf:.1f} us: xBF16 {bf / us:.2f} (1.3x: {bf / 1.3:.1f} us) err {err:.1e}"
+          f"{'' if err < 1e-2 else '  DISAGREES'}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4", "int4"], choices=list(MODES))
@@ -149,7 +224,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-only", type=int, help="compile jobs I, I + W, ... and exit")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--list", action="store_true", help="print the compile jobs and exit (no GPU)")
+    ap.add_argument("--pf0", action="store_true", help="the PF 0 variants beside the shipped PF 2 one")
+    ap.add_argument("--public", action="store_true", help="time the public layer call (TritonLinear.apply)")
     args = ap.parse_args(argv)
+    PF0[0], PUBLIC[0] = args.pf0, args.public
     import oracle_triton.linear as lin
 
     lin.WORD_LAYOUT = True
@@ -172,7 +250,10 @@ def main(argv=None) -> int:
             if time.perf_counter() > deadline:
                 print(f"{shape} {fmt}: budget spent", flush=True)
                 continue
-            run(fmt, shape, deadline)
+            if args.public:
+                public(fmt, shape)
+            else:
+                run(fmt, shape, deadline)
     return 0
 
 

@@ -111,7 +111,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       FULL_TILE (one dot per K tile) on E2M1 only with the word decoders (DECODE 4, or 5: fused, E2M1
       words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
-    - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps;
+    - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps; PF 0
+      (every K tile of a program loaded up front) with at most 4 tiles per program (XT);
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
@@ -163,8 +164,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if not ((layout.elem == INT4 and layout.group == 128) or is_words(layout)):
             raise ValueError(f"REGA for {what}: the register-A kernel (w4_rega) reads INT4 with 128-wide groups or "
                              "MXFP4 / NVFP4 in the [K/8, N] word layout only")
-        if cfg.get("num_warps") not in (4, 8) or cfg.get("PF", 2) not in (1, 2) or cfg.get("XT", 0) < 1:
-            raise ValueError(f"REGA for {what}: num_warps 4 or 8 (one or two warpgroups), PF 1 or 2 and XT >= 1, "
+        if cfg.get("num_warps") not in (4, 8) or cfg.get("PF", 2) not in (0, 1, 2) or cfg.get("XT", 0) < 1 or \
+                (cfg.get("PF", 2) == 0 and cfg["XT"] > 4):
+            raise ValueError(f"REGA for {what}: num_warps 4 or 8 (one or two warpgroups), PF 0 (XT <= 4), 1 or 2 "
+                             f"and XT >= 1, "
                              f"not {cfg}")
         return
     if cfg.get("WG"):

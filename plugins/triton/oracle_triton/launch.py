@@ -559,7 +559,7 @@ class DenseGemm:
         if cfg.get("SWAP"):
             return self.swap_ok(act) and self.promote_ok(cfg)
         if cfg.get("REGA"):
-            return self.rega_ok(act)
+            return self.rega_ok(act) and self.rega_fits(cfg)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -601,12 +601,20 @@ class DenseGemm:
         return (act == 0 and weights and self.k % 128 == 0 and self.weight.device.type == "cuda"
                 and not interpreting() and _capability(self.weight.device.index or 0) == (9, 0))
 
+    def rega_fits(self, cfg: dict[str, int]) -> bool:
+        """Does a REGA config cover this K: PF 0 (every K tile of a program loaded up front) needs exactly XT
+        tiles per program, SPLIT_K x XT = K / 128; PF 1 / 2 any split."""
+        return cfg.get("PF", 2) != 0 or cfg["SPLIT_K"] * cfg["XT"] * 128 == self.k
+
     def rega(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16, bf16: w4_rega.w4_rega_kernel (16 activation rows and 16 x num_warps weight
         rows per program, K split SPLIT_K ways, XT activation tiles per shared-memory chunk, words PF tiles
         ahead; one launch)."""
         from .w4_rega import w4_rega_kernel
 
+        if not self.rega_fits(cfg):
+            raise ValueError(f"REGA PF 0 with SPLIT_K {cfg['SPLIT_K']} x XT {cfg['XT']} K tiles for K={self.k}: "
+                             f"PF 0 needs SPLIT_K x XT = K / 128")
         m = x.shape[0]
         if x.stride(1) != 1:
             x = x.contiguous()

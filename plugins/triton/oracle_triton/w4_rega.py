@@ -113,6 +113,26 @@ def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.co
 
 
 @gluon.jit
+def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, ELEM: gl.constexpr):
+    """acc + K tile i of the shared-memory chunk times its words u [BN, 4, 4] (factors f; INT4: group scales s,
+    the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once."""
+    wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
+    wp0 = gl.convert_layout(wp0, f_l, assert_trivial=True)
+    wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
+    if ELEM == 3:
+        fz = f + gl.zeros_like(wp0)
+        p = _mma_half(acc, wp0, fz, xs_all.index(2 * i), a_l, ELEM, True)
+        p = _mma_half(p, wp1, fz, xs_all.index(2 * i + 1), a_l, ELEM, False)
+        p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
+        acc += p * s[:, None]
+    else:
+        acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False)
+        acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return acc
+
+
+@gluon.jit
 def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr, z_ptr,
                gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr,
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr):
@@ -148,7 +168,10 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    num_warps: gl.constexpr, PF: gl.constexpr = 2):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
-    (dequant.split_range), the activations of XT tiles at a time in shared memory. Words: int32, word j
+    (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
+    loaded PF tiles ahead in the K loop; PF 0: the program has exactly XT tiles (SPLIT_K x XT = K / 128, XT <= 4),
+    all their words loaded before the first MMA beside the activations' copy, the tiles unrolled (few K tiles
+    per program: one memory latency instead of one per loop trip). Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
@@ -202,42 +225,62 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     t1 = gl.minimum(t0 + per, k_tiles)
 
     acc = gl.zeros([BN, BM], gl.float32, acc_l)
-    u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
-                            w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM,
-                            GROUP, HAS_ZERO)
-    u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr,
-                         z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO)
-    for c0 in range(t0, t1, XT):
-        _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
-        async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
-                                               mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
+    if PF == 0:
+        # the program's XT K tiles (SPLIT_K x XT = K / 128: DenseGemm.rega) all loaded before the first MMA,
+        # beside the activations' copy: one memory latency, no words in flight across loop iterations
+        ua, sa, fa = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
+                                w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
+                                ELEM, GROUP, HAS_ZERO)
+        if XT >= 2:
+            ub, sb, fb = _load_tile(t0 + 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
+                                    n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
+                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+        if XT >= 3:
+            uc, sc, fc = _load_tile(t0 + 2, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
+                                    n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
+                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+        if XT >= 4:
+            ud, sd, fd = _load_tile(t0 + 3, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
+                                    n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
+                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+        async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
+                                               mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
         async_copy.commit_group()
         async_copy.wait_group(0)
         fence_async_shared()
         _cta_barrier()
-        for t in range(c0, gl.minimum(c0 + XT, t1)):
-            un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
-                                    w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                    ELEM, GROUP, HAS_ZERO)
-            i = t - c0
-            wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
-            wp0 = gl.convert_layout(wp0, f_l, assert_trivial=True)
-            wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
-            if ELEM == 3:
-                fz = f + gl.zeros_like(wp0)
-                p = _mma_half(acc, wp0, fz, xs_all.index(2 * i), a_l, ELEM, True)
-                p = _mma_half(p, wp1, fz, xs_all.index(2 * i + 1), a_l, ELEM, False)
-                p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
-                acc += p * s[:, None]
-            else:
-                acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False)
-                acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            if PF == 2:
-                u, s, f = u1, s1, f1
-                u1, s1, f1 = un, sn, fn
-            else:
-                u, s, f = un, sn, fn
+        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM)
+        if XT >= 2:
+            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM)
+        if XT >= 3:
+            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM)
+        if XT >= 4:
+            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM)
+    else:
+        u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
+                                n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
+                                stride_zk, ELEM, GROUP, HAS_ZERO)
+        u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr,
+                             s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
+                             HAS_ZERO)
+        for c0 in range(t0, t1, XT):
+            _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
+            async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
+                                                   mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
+            async_copy.commit_group()
+            async_copy.wait_group(0)
+            fence_async_shared()
+            _cta_barrier()
+            for t in range(c0, gl.minimum(c0 + XT, t1)):
+                un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
+                                        n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
+                                        stride_zk, ELEM, GROUP, HAS_ZERO)
+                acc = _tile(acc, u, s, f, xs_all, t - c0, f_l, a_l, BN, ELEM)
+                if PF == 2:
+                    u, s, f = u1, s1, f1
+                    u1, s1, f1 = un, sn, fn
+                else:
+                    u, s, f = un, sn, fn
     _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))

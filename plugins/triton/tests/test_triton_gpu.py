@@ -305,8 +305,9 @@ def test_swap_pair_order_and_fused_decoder_match_and_replay(fmt):
 def test_rega_kernel_matches_emulation_and_replays(fmt):
     """w4_rega (Gluon, sm_90: the decoded words as wgmma's register A operand) through the engine's REGA path:
     N = 1000 (a tile tail), K = 3072, a bias, INT4 zero points, 20 rows (a second row program), split-K
-    with a short last split, one and two K tiles ahead, activations in chunks of 4 and 8 tiles, against
-    the reference; captured and replayed."""
+    with a short last split, one and two K tiles ahead, activations in chunks of 4 and 8 tiles, and every K
+    tile of a program loaded up front (PF 0: 6 x 4 and 12 x 2 tiles; a split that does not give each program
+    exactly XT tiles refused), against the reference; captured and replayed."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     if not t.gemm.rega_ok(0):
@@ -314,10 +315,34 @@ def test_rega_kernel_matches_emulation_and_replays(fmt):
     x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
     ref = e.apply(x)
     kn = {} if fmt == "int4" else {"KN": 1}
-    for warps, split, xt, pf in ((8, 5, 4, 2), (4, 2, 8, 1)):
+    for warps, split, xt, pf in ((8, 5, 4, 2), (4, 2, 8, 1), (4, 12, 2, 0), (8, 6, 4, 0)):
         cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": pf, "num_warps": warps, **kn}
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), ref) < TOL, (warps, split, xt, pf)
+    assert not t.gemm.serves({**cfg, "SPLIT_K": 5}, 20, 0)
+    with pytest.raises(ValueError, match="PF 0 needs SPLIT_K x XT = K / 128"):
+        t.gemm(x, 0, None, torch.bfloat16, {**cfg, "SPLIT_K": 5})
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
+    """The H200's shipped M = 16 entry of an 8192x8192 4-bit layer selects the register-A kernel through the
+    public call: TritonLinear.apply on 16 rows (config_for's tuned lookup, the launch plan's recording call)
+    runs DenseGemm.rega and matches the reference, and so does the plan's replay (the second call)."""
+    from oracle_triton.launch import DenseGemm
+
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
+    if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.rega_ok(0):
+        pytest.skip("the REGA entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")
+    assert t.gemm.config_for(16, t.act).get("REGA")
+    ran = []
+    rega = DenseGemm.rega
+    monkeypatch.setattr(DenseGemm, "rega", lambda self, x, cfg: ran.append(cfg) or rega(self, x, cfg))
+    x = torch.randn(16, 8192, device="cuda", dtype=torch.bfloat16)
+    assert rel(t.apply(x), e.apply(x)) < TOL and len(ran) == 1
+    x2 = torch.randn_like(x)
+    assert rel(t.apply(x2), e.apply(x2)) < TOL
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])
