@@ -102,6 +102,22 @@ def fused_scales_ok(layout: Layout, scale, global_scale) -> bool:
     return bool(s <= FUSED_SCALE_MAX)
 
 
+#: The swap-AB launch keys a REGA entry may carry (with SWAP_WARPS, the swap kernel's warps; SPLIT_K and KN are
+#: shared): the swap entry it replaced, which serves the calls w4_rega cannot (fp16 activations or output).
+REGA_SWAP_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DECODE", "num_stages")
+
+
+def rega_swap(cfg: dict[str, int]) -> dict[str, int] | None:
+    """The swap-AB config a REGA config carries (SWAP_WARPS and REGA_SWAP_KEYS), or None where it carries none."""
+    if "SWAP_WARPS" not in cfg:
+        return None
+    missing = [key for key in REGA_SWAP_KEYS if key not in cfg]
+    if missing:
+        raise ValueError(f"a REGA config with SWAP_WARPS carries its swap fallback whole: {missing} missing in {cfg}")
+    return {"SWAP": 1, **{key: cfg[key] for key in REGA_SWAP_KEYS}, "SPLIT_K": cfg["SPLIT_K"],
+            "num_warps": cfg["SWAP_WARPS"], **({"KN": cfg["KN"]} if "KN" in cfg else {})}
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
@@ -112,7 +128,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps; PF 0
-      (every K tile of a program loaded up front) with at most 4 tiles per program (XT);
+      (every K tile of a program loaded up front) with at most 4 tiles per program (XT); the swap fallback
+      it may carry (rega_swap) as a swap config;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
@@ -167,8 +184,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if cfg.get("num_warps") not in (4, 8) or cfg.get("PF", 2) not in (0, 1, 2) or cfg.get("XT", 0) < 1 or \
                 (cfg.get("PF", 2) == 0 and cfg["XT"] > 4):
             raise ValueError(f"REGA for {what}: num_warps 4 or 8 (one or two warpgroups), PF 0 (XT <= 4), 1 or 2 "
-                             f"and XT >= 1, "
-                             f"not {cfg}")
+                             f"and XT >= 1, not {cfg}")
+        swap = rega_swap(cfg)
+        if swap is not None:
+            check_config(swap, layout, f"{what} (the swap kernel a REGA entry falls back to)")
         return
     if cfg.get("WG"):
         if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:

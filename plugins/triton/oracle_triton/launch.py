@@ -10,6 +10,7 @@ import torch
 
 from . import fastlaunch
 from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
+                      rega_swap,
                       fused_scales_ok, is_words)
 
 
@@ -393,8 +394,7 @@ class DenseGemm:
                 check_config(config, self.layout)
             if self.rega_ok(act) and x.dtype == out_dtype == torch.bfloat16:
                 return self.rega(x, cfg)
-            cfg = swap_config(m, self.n, self.k, self.facts["sms"], self.layout.elem, self.facts["hw_fp8"])
-            return self.swap(x, out_dtype, cfg)
+            return self(x, act, act_scale, out_dtype, self.rega_fallback(cfg, m, act))
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -476,9 +476,24 @@ class DenseGemm:
         shape rules). The one place the choice is made (calls and warm-up keys)."""
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
+        if found is not None and found.get("REGA") and not self.serves(found, m, act):
+            found = rega_swap(found)            # the swap entry a REGA entry replaced, where it carries one
         if found is not None and self.serves(found, m, act):
             return found if {"SWAP", "DECODE", "WG", "ROWGEMV"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
+        return self.rule_config(m, act)
+
+    def rega_fallback(self, cfg: dict[str, int], m: int, act: int) -> dict[str, int]:
+        """The launch parameters of a call a REGA config cannot serve (fp16 activations or output; a weight
+        or device w4_rega does not cover): the swap entry the REGA entry replaced where it carries it
+        (formats.rega_swap) and that serves this weight, else the shape rules' choice (rule_config)."""
+        swap = rega_swap(cfg)
+        return swap if swap is not None and self.serves(swap, m, act) else self.rule_config(m, act)
+
+    def rule_config(self, m: int, act: int = 0) -> dict[str, int]:
+        """The shape rules' launch parameters for an M-row call (config_for's choice where no tuned entry
+        serves it): cuBLAS from LIBRARY_MIN_ROWS rows, the swap-AB kernels for few rows, the GEMV for one
+        row where it is faster, else the tiled GEMM."""
         lay, sms, words = self.layout, self.facts["sms"], self.facts["hw_fp8"] and act == 0
         if LIBRARY_PATHS and m >= LIBRARY_MIN_ROWS and not self.facts["dot_f32"]:
             if act == 0:

@@ -35,7 +35,7 @@ TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
-        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "PROMOTE", "REGA", "XT", "PF",
+        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "PROMOTE", "REGA", "XT", "PF", "SWAP_WARPS",
         "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
@@ -44,7 +44,8 @@ NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stag
 NEEDED_SWAP = NEEDED | {"SPLIT_K"}
 #: Dense: the FP8 one-row CUDA-core GEMV (ROWGEMV: fp8_gemv) has no BLOCK_M.
 NEEDED_ROWGEMV = {"ROWGEMV", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
-#: Dense: the register-A few-row 4-bit kernel (REGA: w4_rega, 16 x num_warps weight rows per program).
+#: Dense: the register-A few-row 4-bit kernel (REGA: w4_rega, 16 x num_warps weight rows per program); it may
+#: carry the swap entry it replaced (SWAP_WARPS and formats.REGA_SWAP_KEYS), for the calls w4_rega cannot serve.
 NEEDED_REGA = {"REGA", "SPLIT_K", "XT", "num_warps"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
@@ -95,7 +96,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
             if e["m"] not in BUCKETS:
                 raise _fail(path, f"{where}.m", f"a token bucket {list(BUCKETS)}", e["m"])
             if e["kind"] == "dense" and isinstance(e.get("config"), dict) and "DECODE" in e["config"] \
-                    and not e["config"].get("SWAP") and e["m"] != 1:
+                    and not e["config"].get("SWAP") and not e["config"].get("REGA") and e["m"] != 1:
                 raise _fail(path, f"{where}.m", "1 (a GEMV configuration serves one activation row)", e["m"])
             if e["kind"] == "dense" and isinstance(e.get("config"), dict) and e["config"].get("ROWGEMV") and e["m"] != 1:
                 raise _fail(path, f"{where}.m", "1 (a ROWGEMV configuration serves one activation row)", e["m"])

@@ -328,7 +328,9 @@ def test_rega_kernel_matches_emulation_and_replays(fmt):
 def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     """The H200's shipped M = 16 entry of an 8192x8192 4-bit layer selects the register-A kernel through the
     public call: TritonLinear.apply on 16 rows (config_for's tuned lookup, the launch plan's recording call)
-    runs DenseGemm.rega and matches the reference, and so does the plan's replay (the second call)."""
+    runs DenseGemm.rega and matches the reference, and so does the plan's replay (the second call); fp16
+    activations and output (w4_rega: bf16 only) run the swap entry the REGA entry carries (rega_swap)."""
+    from oracle_triton.formats import rega_swap
     from oracle_triton.launch import DenseGemm
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
@@ -343,6 +345,13 @@ def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     assert rel(t.apply(x), e.apply(x)) < TOL and len(ran) == 1
     x2 = torch.randn_like(x)
     assert rel(t.apply(x2), e.apply(x2)) < TOL
+    swaps = []
+    swap = DenseGemm.swap
+    monkeypatch.setattr(DenseGemm, "swap", lambda self, xx, out, cfg: swaps.append(cfg) or swap(self, xx, out, cfg))
+    y16 = t.gemm(x.half(), 0, None, torch.float16)
+    cfg = t.gemm.config_for(16, t.act)
+    assert y16.dtype == torch.float16 and rel(y16, e.apply(x)) < TOL and len(ran) == 1
+    assert swaps == [rega_swap(cfg)] and rega_swap(cfg) is not None
 
 
 @pytest.mark.parametrize("fmt,dtype", [("mxfp4", torch.bfloat16), ("nvfp4", torch.bfloat16), ("int4", torch.bfloat16)])

@@ -293,3 +293,37 @@ def test_rega_entries_load_and_serve_only_where_the_register_a_kernel_runs(table
     path = _write(tmp_path, [{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 16,
                               "config": {**REGA_CFG, "KN": 1}}])
     assert tuned.parse(json.loads(path.read_text()), path)
+
+
+REGA_SWAP = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "DECODE": 0, "num_stages": 1, "SWAP_WARPS": 4}
+
+
+def test_a_rega_entry_falls_back_to_the_swap_entry_it_carries(table, tmp_path):
+    """A REGA entry may carry the swap entry it replaced (formats.rega_swap: its tiles and SWAP_WARPS, the split
+    shared): where w4_rega cannot serve the layer (no sm_90 GPU here; on the H200, scales outside the fused
+    decoder's range) config_for returns that swap config, not the shape rules', and a call whose activations
+    or output are fp16 (w4_rega: bf16 only) runs it too (DenseGemm.rega_fallback); without one the rules'
+    config serves, the same one rule_config gives. An entry carrying a swap fallback with a missing key, or
+    one the swap kernel does not cover, is refused at load."""
+    from oracle_triton.formats import rega_swap
+
+    t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
+    cfg = {**REGA_CFG, **REGA_SWAP}
+    table([{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512, "m": 16, "config": cfg}])
+    t.gemm.facts = dict(t.gemm.facts, name=DEVICE)
+    swap = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "DECODE": 0, "num_stages": 1, "SPLIT_K": 4,
+            "num_warps": 4}
+    assert rega_swap(cfg) == swap
+    assert t.gemm.rega_fallback(cfg, 16, 0) == swap
+    assert t.gemm.rega_fallback(REGA_CFG, 16, 0) == t.gemm.rule_config(16, 0) != swap
+    if not t.gemm.rega_ok(0):
+        assert t.gemm.config_for(16) == swap
+        x = torch.randn(16, 512, dtype=torch.bfloat16, device=DEV)
+        assert rel(t.apply(x), ref.apply(x)) < 1e-2
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), ref.apply(x)) < 1e-2      # the explicit REGA config
+    for bad in ({k: v for k, v in cfg.items() if k != "DECODE"}, {**cfg, "BLOCK_M": 8}):
+        path = _write(tmp_path, [{"kind": "dense", "mode": "w4a16_int4", "weight": "int4", "n": 256, "k": 512,
+                                  "m": 16, "config": bad}])
+        with pytest.raises(PolicyError) as err:
+            tuned.parse(json.loads(path.read_text()), path)
+        assert "[0].config" in str(err.value), bad
