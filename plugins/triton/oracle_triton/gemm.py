@@ -306,8 +306,35 @@ def e2m1_word_ptx_nv() -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
+def e2m1_word_ptx_nv_table() -> str:
+    """PTX (bf16 layers, NVFP4), e2m1_word_ptx_nv's inputs and bits by table lookup: the 8 magnitudes' bf16
+    patterns 0, A/2, A, B, 2A, 2B, 4A, 4B (packed multiplies of {A, B} by powers of two, exact) as byte tables
+    (two registers of low bytes, two of high bytes), each word's 8 magnitude codes looked up by PRMT (4 codes
+    per instruction), the low and high bytes paired, the codes' signs XORed in (moe_w4a4._WORD_PTX's scheme,
+    bf16 outputs in k order). About 28 instructions per word, the single-factor decoder's count."""
+    lines = [".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, se, so, p, q;",
+             "mov.b32 z, 0x80008000;",
+             "mov.b32 k, 0x3F003F00;", "fma.rn.bf16x2 wh, $9, k, z;",      # {A/2, B/2}
+             "mov.b32 k, 0x40004000;", "fma.rn.bf16x2 w2, $9, k, z;",      # {2A, 2B}
+             "mov.b32 k, 0x40804080;", "fma.rn.bf16x2 w4, $9, k, z;",      # {4A, 4B}
+             "prmt.b32 tl0, wh, $9, 0x6409;", "prmt.b32 th0, wh, $9, 0x7519;",   # 0, A/2, A, B (byte 9: A/2's sign, 0)
+             "prmt.b32 tl1, w2, w4, 0x6420;", "prmt.b32 th1, w2, w4, 0x7531;",   # 2A, 2B, 4A, 4B
+             "and.b32 m, $8, 0x77777777;", "shr.b32 sh, m, 16;",
+             "prmt.b32 l0, tl0, tl1, m;", "prmt.b32 h0, th0, th1, m;",         # codes 0-3
+             "prmt.b32 l1, tl0, tl1, sh;", "prmt.b32 h1, th0, th1, sh;",       # codes 4-7
+             "shl.b32 se, $8, 4;", "and.b32 se, se, 0x80808080;",            # even codes' signs: bit 7 of byte j
+             "and.b32 so, $8, 0x80808080;"]                                   # odd codes' signs
+    for j in range(4):          # codes 2j (low half), 2j + 1 (high half)
+        lo, hi = ("l0", "h0") if j < 2 else ("l1", "h1")
+        lines += [f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};",
+                  f"prmt.b32 q, se, so, 0x{4 + j:x}{j:x}{j:x}{j:x};", "and.b32 q, q, 0x80008000;", "xor.b32 p, p, q;",
+                  f"mov.b32 {{${2 * j}, ${2 * j + 1}}}, p;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
 _E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False))
 _E2M1_BF16_NV_PTX = tl.constexpr(e2m1_word_ptx_nv())
+_E2M1_BF16_NV_TABLE_PTX = tl.constexpr(e2m1_word_ptx_nv_table())
 _E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
 _E2M1_BF16_FUSED_PTX = tl.constexpr(e2m1_word_ptx(False, True))
 
@@ -370,11 +397,16 @@ def nv_scale_word(s, gscale):
 
 
 @triton.jit
-def e2m1_word_values_nv(u, sw):
+def e2m1_word_values_nv(u, sw, TABLE: tl.constexpr = False):
     """NVFP4 words u [A, B] (int32) and their nv_scale_word (broadcast to u) -> the 8 bf16 tensors value x
-    scale (nibble i = k % 8), exactly the reference's (e2m1_word_ptx_nv; inline PTX, compiled only)."""
-    h = tl.inline_asm_elementwise(_E2M1_BF16_NV_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sw],
-                                  dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    scale (nibble i = k % 8), exactly the reference's (e2m1_word_ptx_nv, TABLE: e2m1_word_ptx_nv_table;
+    inline PTX, compiled only)."""
+    if TABLE:
+        h = tl.inline_asm_elementwise(_E2M1_BF16_NV_TABLE_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sw],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    else:
+        h = tl.inline_asm_elementwise(_E2M1_BF16_NV_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sw],
+                                      dtype=(tl.int16,) * 8, is_pure=True, pack=1)
     return h[0].to(tl.bfloat16, bitcast=True), h[1].to(tl.bfloat16, bitcast=True), \
         h[2].to(tl.bfloat16, bitcast=True), h[3].to(tl.bfloat16, bitcast=True), \
         h[4].to(tl.bfloat16, bitcast=True), h[5].to(tl.bfloat16, bitcast=True), \
@@ -463,7 +495,7 @@ def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, 
         G: tl.constexpr = BLOCK_K // GROUP
         sw = nv_scale_word(s, gscale)
         sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_nv(u, sw)
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_nv(u, sw, NV_EXACT == 2)
     else:
         G: tl.constexpr = BLOCK_K // GROUP
         sg = group_scales(s, gscale, ELEM)
@@ -699,7 +731,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
             if NV_EXACT and DECODE >= 4 and ELEM == 2 and io_t == tl.bfloat16 and not KN:   # the reference's bits
                 sw = nv_scale_word(s, gscale)
                 sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_nv(u, sw)
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_nv(u, sw, NV_EXACT == 2)
                 acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             elif DECODE == 5:     # bit placement, one packed multiply per pair (scales checked at load)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_words_kn(u, s, gscale, ELEM, True, io_t)

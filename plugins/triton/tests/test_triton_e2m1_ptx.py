@@ -122,13 +122,14 @@ CODES = list(range(16))                       # every code once: 0, 0.5, ..., 6 
 GLOBALS = [1.0, 0.37, 1.0 / 2688.0, 3.1e-5, 0.0123]
 
 
+@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("g", GLOBALS)
-def test_nvfp4_two_factor_decoder_gives_the_reference_bits(g):
-    """gemm.e2m1_word_ptx_nv with nv_scale_word's factors {A, B} (A = bf16(s x g), B = bf16((1.5 s) x g), fp32
+def test_nvfp4_two_factor_decoder_gives_the_reference_bits(g, table):
+    """gemm.e2m1_word_ptx_nv (table: e2m1_word_ptx_nv_table) with nv_scale_word's factors {A, B} (A = bf16(s x g), B = bf16((1.5 s) x g), fp32
     products): every code times every finite E4M3 scale is oracle-emulation's bf16 weight, bit for bit."""
-    from oracle_triton.gemm import e2m1_word_ptx_nv
+    from oracle_triton.gemm import e2m1_word_ptx_nv, e2m1_word_ptx_nv_table
 
-    ptx = e2m1_word_ptx_nv()
+    ptx = e2m1_word_ptx_nv_table() if table else e2m1_word_ptx_nv()
     gt = torch.tensor(g, dtype=torch.float32)
     for s_byte in [b for b in range(0x7F)]:            # 0x7F is NaN; the sign bit is never set in a scale
         sv = torch.tensor([s_byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float()
@@ -181,8 +182,11 @@ def test_nvfp4_w4a4_swap_words_path_matches_emulation_closely(m, per_expert, cap
     cfg = swap_words_config(per_expert)
     t.config = cfg
     err = rel(t.apply(x, w, ids), expect)
+    t.config = dict(cfg, NV_EXACT=1)
+    err_select = rel(t.apply(x, w, ids), expect)
     t.config = dict(cfg, NV_EXACT=0)
     err_single = rel(t.apply(x, w, ids), expect)
     with capsys.disabled():
-        print(f"\nNVFP4 W4A4 swap words M={m}: two-factor decoder {err:.2e}, single factor {err_single:.2e}")
+        print(f"\nNVFP4 W4A4 swap words M={m}: table decoder (default) {err:.2e}, select decoder {err_select:.2e}, "
+              f"single factor {err_single:.2e}")
     assert err < TOL_EXACT, (m, err, err_single)
