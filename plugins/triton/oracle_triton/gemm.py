@@ -386,11 +386,14 @@ def e2m1_word_values(u, sg, io_t: tl.constexpr):
 
 
 @triton.jit
-def nv_scale_word(s, gscale):
-    """Raw NVFP4 group scales s (E4M3 bytes) -> e2m1_word_ptx_nv's scale words {A, B} (int32, A low): A =
-    bf16(s x g), B = bf16((1.5 s) x g), the products in fp32 (the E4M3 converted by the hardware; compiled
-    only)."""
-    sv = s.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+def nv_scale_word(s, gscale, ELEM: tl.constexpr = 2):
+    """Raw E2M1 group scales s (NVFP4's E4M3 bytes; ELEM 1: MXFP4's E8M0) -> e2m1_word_ptx_nv's scale words
+    {A, B} (int32, A low): A = bf16(s x g), B = bf16((1.5 s) x g), the products in fp32 (NVFP4's E4M3
+    converted by the hardware; compiled only; MXFP4: g = 1, both exact)."""
+    if ELEM == 1:
+        sv = group_scales(s, gscale, ELEM)
+    else:
+        sv = s.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
     a = (sv * gscale).to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
     b = ((sv * 1.5) * gscale).to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
     return a | (b << 16)
@@ -491,9 +494,9 @@ def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, 
         w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
     elif KN:
         w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, group_scales_hw(s, gscale, ELEM), io_t)
-    elif NV_EXACT and ELEM == 2 and io_t == tl.bfloat16:
+    elif NV_EXACT and io_t == tl.bfloat16:
         G: tl.constexpr = BLOCK_K // GROUP
-        sw = nv_scale_word(s, gscale)
+        sw = nv_scale_word(s, gscale, ELEM)
         sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
         w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_nv(u, sw, NV_EXACT == 2)
     else:

@@ -655,7 +655,7 @@ class TritonMoE(Kernel):
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
                 X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4,
-                NV_EXACT=int(cfg.get("NV_EXACT", 2)) if decode != 0 else 0, num_warps=cfg["num_warps"],
+                NV_EXACT=int(cfg.get("NV_EXACT", 2 if ly.elem == E2M1_NV else 0)) if decode != 0 else 0, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
