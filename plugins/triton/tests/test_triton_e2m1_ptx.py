@@ -1,4 +1,4 @@
-"""The E2M1 word decoders' PTX (gemm.e2m1_word_ptx, e2m1_word_ptx_nv) run by a small bit-level model of
+"""The E2M1 word decoders' PTX (gemm.e2m1_word_ptx, e2m1_word_ptx_table) run by a small bit-level model of
 the instructions they use, on CPU, against oracle-emulation's NVFP4 dequantization: every code, every
 finite E4M3 scale, several global scales. The model: 32-bit integer ops as PTX defines them, PRMT's
 default mode (a selector nibble picks one of 8 bytes, its bit 3 replicates that byte's sign), and
@@ -122,25 +122,24 @@ CODES = list(range(16))                       # every code once: 0, 0.5, ..., 6 
 GLOBALS = [1.0, 0.37, 1.0 / 2688.0, 3.1e-5, 0.0123]
 
 
-@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("g", GLOBALS)
-def test_nvfp4_two_factor_decoder_gives_the_reference_bits(g, table):
-    """gemm.e2m1_word_ptx_nv (table: e2m1_word_ptx_nv_table) with nv_scale_word's factors {A, B} (A = bf16(s x g), B = bf16((1.5 s) x g), fp32
+def test_table_decoder_gives_the_nvfp4_reference_bits(g):
+    """gemm.e2m1_word_ptx_table with e2m1_scale_word's {A, B} (A = bf16(s x g), B = bf16((1.5 s) x g), fp32
     products): every code times every finite E4M3 scale is oracle-emulation's bf16 weight, bit for bit."""
-    from oracle_triton.gemm import e2m1_word_ptx_nv, e2m1_word_ptx_nv_table
+    from oracle_triton.gemm import e2m1_word_ptx_table
 
-    ptx = e2m1_word_ptx_nv_table() if table else e2m1_word_ptx_nv()
+    ptx = e2m1_word_ptx_table()
     gt = torch.tensor(g, dtype=torch.float32)
-    for s_byte in [b for b in range(0x7F)]:            # 0x7F is NaN; the sign bit is never set in a scale
+    for s_byte in range(0x7F):                         # 0x7F is NaN; the sign bit is never set in a scale
         sv = torch.tensor([s_byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float()
         extra = {9: (_pair(sv * gt) & 0xFFFF) | (_pair((sv * 1.5) * gt) & 0xFFFF0000)}
         assert _decode(ptx, CODES, extra) == _reference(CODES, s_byte, g), (g, s_byte)
 
 
 def test_single_factor_decoder_rounds_nvfp4_scales_twice():
-    """The bit-placement decoder with one factor bf16(s x g) (gemm.e2m1_word_ptx, what the NVFP4 paths used
-    before e2m1_word_ptx_nv) is the reference's for the power-of-two codes and one bf16 ulp off for some
-    1.5 p codes: the double rounding e2m1_word_ptx_nv removes."""
+    """The bit-placement decoder with one factor bf16(s x g) (gemm.e2m1_word_ptx, the word paths' default) is
+    the reference's for the power-of-two codes and one bf16 ulp off for some 1.5 p codes: the double rounding
+    e2m1_word_ptx_table removes."""
     from oracle_triton.gemm import e2m1_word_ptx
 
     ptx = e2m1_word_ptx(False)
@@ -159,17 +158,18 @@ def test_single_factor_decoder_rounds_nvfp4_scales_twice():
     assert off > 0
 
 
-#: NVFP4 W4A4 on the swap words path with the two-factor decoder, against emulation on the GPU
-TOL_EXACT = 5e-3
+#: NVFP4 W4A4 on the swap words path with the table decoder, against emulation on the GPU (not yet run on one:
+#: the aligned path measured 1.0e-3 at Qwen3-235B's M=256; the single-factor decoder 4.2e-2, tolerance 8e-2)
+TOL_TABLE = 1e-2
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,per_expert", [(8, 1.0), (128, 16.0)])
-def test_nvfp4_w4a4_swap_words_path_matches_emulation_closely(m, per_expert, capsys):
+def test_nvfp4_w4a4_swap_words_table_decoder_matches_emulation_closely(m, per_expert, capsys):
     """The fused MoE's NVFP4 W4A4 swap words path (moe.swap_words_config: 16-pair blocks at one pair per expert,
-    32-pair blocks at 16) decodes each weight to the reference's bits (gemm.e2m1_word_values_nv), so only the
-    fp32 sums' order separates it from emulation; FC2's input is rounded to FP4, where a bf16 ulp moved a value
-    across an FP4 boundary with the single-factor decoder (NV_EXACT 0, reported beside it)."""
+    32-pair blocks at 16) with TABLE (gemm.e2m1_word_values_table) decodes each weight to the reference's bits,
+    so only the fp32 sums' order separates it from emulation; FC2's input is rounded to FP4, where a bf16 ulp
+    moved a value across an FP4 boundary with the single-factor decoder (the default, reported beside it)."""
     from helpers import moe_pair, rel, routing
     from oracle_triton.moe import swap_words_config
 
@@ -180,13 +180,10 @@ def test_nvfp4_w4a4_swap_words_path_matches_emulation_closely(m, per_expert, cap
     w, ids = routing(m, 32, 4, "cuda")
     expect = ref.apply(x, w, ids)
     cfg = swap_words_config(per_expert)
-    t.config = cfg
+    t.config = dict(cfg, TABLE=1)
     err = rel(t.apply(x, w, ids), expect)
-    t.config = dict(cfg, NV_EXACT=1)
-    err_select = rel(t.apply(x, w, ids), expect)
-    t.config = dict(cfg, NV_EXACT=0)
+    t.config = cfg
     err_single = rel(t.apply(x, w, ids), expect)
     with capsys.disabled():
-        print(f"\nNVFP4 W4A4 swap words M={m}: table decoder (default) {err:.2e}, select decoder {err_select:.2e}, "
-              f"single factor {err_single:.2e}")
-    assert err < TOL_EXACT, (m, err, err_single)
+        print(f"\nNVFP4 W4A4 swap words M={m}: table decoder {err:.2e}, single-factor decoder {err_single:.2e}")
+    assert err < TOL_TABLE, (m, err, err_single)
