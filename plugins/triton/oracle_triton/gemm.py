@@ -280,7 +280,43 @@ def e2m1_word_ptx(f16: bool, fused: bool = False) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
+def e2m1_word_ptx_table() -> str:
+    """PTX (bf16 layers): one word of packed E2M1 ($8, nibble i = k order i, low first) and its group's scale
+    word $9 = {A, B} (A in the low half; e2m1_scale_word) -> the 8 weights as 16-bit halves $0..$7 (k order).
+    A = bf16(s x g), B = bf16((1.5 s) x g) (NVFP4: s the E4M3 scale, g the global one, products in fp32 as the
+    reference's; MXFP4: s = 2**e, g = 1). Every E2M1 magnitude is p or 1.5 p with p a power of two (0.5 is
+    one), fp32(1.5 p x s x g) = p x fp32((1.5 s) x g), and a power of two commutes with rounding, so each
+    weight is exactly the reference's bf16(value x s x g): p x A or p x B. (e2m1_word_ptx's single factor
+    bf16(s x g) rounds NVFP4's scale before the product: one bf16 ulp off on some 1.5, 3 and 6 codes.)
+
+    The 8 magnitudes' bf16 patterns 0, A/2, A, B, 2A, 2B, 4A, 4B (packed multiplies of {A, B} by powers of
+    two, exact) as byte tables (two registers of low bytes, two of high bytes); the word's 8 magnitude codes
+    looked up by PRMT (4 codes per instruction), the low and high bytes paired, the codes' signs XORed in
+    (moe_w4a4._WORD_PTX's scheme with bf16 outputs). sm_90 SASS of the MoE's NVFP4 K loop: 376 / 356
+    instructions per FC1 / FC2 step against 414 / 385 with e2m1_word_ptx (tests/test_triton_e2m1_ptx.py
+    runs this PTX on a bit-level model against oracle-emulation)."""
+    lines = [".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, se, so, p, q;",
+             "mov.b32 z, 0x80008000;",
+             "mov.b32 k, 0x3F003F00;", "fma.rn.bf16x2 wh, $9, k, z;",      # {A/2, B/2}
+             "mov.b32 k, 0x40004000;", "fma.rn.bf16x2 w2, $9, k, z;",      # {2A, 2B}
+             "mov.b32 k, 0x40804080;", "fma.rn.bf16x2 w4, $9, k, z;",      # {4A, 4B}
+             "prmt.b32 tl0, wh, $9, 0x6409;", "prmt.b32 th0, wh, $9, 0x7519;",   # 0, A/2, A, B (byte 9: A/2's sign, 0)
+             "prmt.b32 tl1, w2, w4, 0x6420;", "prmt.b32 th1, w2, w4, 0x7531;",   # 2A, 2B, 4A, 4B
+             "and.b32 m, $8, 0x77777777;", "shr.b32 sh, m, 16;",
+             "prmt.b32 l0, tl0, tl1, m;", "prmt.b32 h0, th0, th1, m;",         # codes 0-3
+             "prmt.b32 l1, tl0, tl1, sh;", "prmt.b32 h1, th0, th1, sh;",       # codes 4-7
+             "shl.b32 se, $8, 4;", "and.b32 se, se, 0x80808080;",            # even codes' signs: bit 7 of byte j
+             "and.b32 so, $8, 0x80808080;"]                                   # odd codes' signs
+    for j in range(4):          # codes 2j (low half), 2j + 1 (high half)
+        lo, hi = ("l0", "h0") if j < 2 else ("l1", "h1")
+        lines += [f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};",
+                  f"prmt.b32 q, se, so, 0x{4 + j:x}{j:x}{j:x}{j:x};", "and.b32 q, q, 0x80008000;", "xor.b32 p, p, q;",
+                  f"mov.b32 {{${2 * j}, ${2 * j + 1}}}, p;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
 _E2M1_BF16_PTX = tl.constexpr(e2m1_word_ptx(False))
+_E2M1_BF16_TABLE_PTX = tl.constexpr(e2m1_word_ptx_table())
 _E2M1_F16_PTX = tl.constexpr(e2m1_word_ptx(True))
 _E2M1_BF16_FUSED_PTX = tl.constexpr(e2m1_word_ptx(False, True))
 
@@ -329,6 +365,32 @@ def e2m1_word_values(u, sg, io_t: tl.constexpr):
     return h[0].to(io_t, bitcast=True), h[1].to(io_t, bitcast=True), h[2].to(io_t, bitcast=True), \
         h[3].to(io_t, bitcast=True), h[4].to(io_t, bitcast=True), h[5].to(io_t, bitcast=True), \
         h[6].to(io_t, bitcast=True), h[7].to(io_t, bitcast=True)
+
+
+@triton.jit
+def e2m1_scale_word(s, gscale, ELEM: tl.constexpr):
+    """Raw E2M1 group scales s (NVFP4's E4M3 bytes, MXFP4's E8M0) -> e2m1_word_ptx_table's scale words {A, B}
+    (int32, A low): A = bf16(s x g), B = bf16((1.5 s) x g), the products in fp32 (NVFP4's E4M3 converted by
+    the hardware; compiled only)."""
+    if ELEM == 1:
+        sv = group_scales(s, gscale, ELEM)
+    else:
+        sv = s.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    a = (sv * gscale).to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    b = ((sv * 1.5) * gscale).to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
+    return a | (b << 16)
+
+
+@triton.jit
+def e2m1_word_values_table(u, sw):
+    """E2M1 words u [A, B] (int32) and their e2m1_scale_word (broadcast to u) -> the 8 bf16 tensors value x
+    scale (nibble i = k % 8), exactly the reference's (e2m1_word_ptx_table; inline PTX, compiled only)."""
+    h = tl.inline_asm_elementwise(_E2M1_BF16_TABLE_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sw],
+                                  dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+    return h[0].to(tl.bfloat16, bitcast=True), h[1].to(tl.bfloat16, bitcast=True), \
+        h[2].to(tl.bfloat16, bitcast=True), h[3].to(tl.bfloat16, bitcast=True), \
+        h[4].to(tl.bfloat16, bitcast=True), h[5].to(tl.bfloat16, bitcast=True), \
+        h[6].to(tl.bfloat16, bitcast=True), h[7].to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -386,13 +448,15 @@ def words_tile_load(k0, offs_n, w_ptr, s_ptr, z_ptr, K, N, stride_wn, stride_wk,
 
 @triton.jit
 def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, io_t: tl.constexpr, KN: tl.constexpr = False):
+                      BLOCK_K: tl.constexpr, io_t: tl.constexpr, KN: tl.constexpr = False,
+                      TABLE: tl.constexpr = False):
     """words_tile_load's tile -> the dequantized [BLOCK_N, BLOCK_K] tile in io_t, k in order, the
     reference's values (as dequant.w4_tile gives them), decoded a 32-bit word (8 values) at a time.
     E2M1: e2m1_word_values (bit placement, value x scale rounded once). GPTQ: int4_word_values
     (q - z exact by one packed subtraction per pair), times the group scale in fp32, rounded once;
     each of the 8 nibble tiles [BK/8, BN] is transposed (a layout change) before the interleave. KN:
-    E2M1 scales already one per word (words_tile_load), NVFP4's converted by the hardware."""
+    E2M1 scales already one per word (words_tile_load), NVFP4's converted by the hardware. TABLE (E2M1,
+    bf16, the [N, K/2] layout): e2m1_word_values_table, NVFP4's weights exactly the reference's."""
     UJ: tl.constexpr = BLOCK_K // 8
     if ELEM == 3:
         sf = s.to(tl.float32)
@@ -407,6 +471,11 @@ def words_tile_decode(u, s, z, gscale, ELEM: tl.constexpr, GROUP: tl.constexpr, 
         w7 = tl.trans(to_dtype(w7.to(tl.float32) * sf, io_t, False))
     elif KN:
         w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values(u, group_scales_hw(s, gscale, ELEM), io_t)
+    elif TABLE and io_t == tl.bfloat16:
+        G: tl.constexpr = BLOCK_K // GROUP
+        sw = e2m1_scale_word(s, gscale, ELEM)
+        sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+        w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_table(u, sw)
     else:
         G: tl.constexpr = BLOCK_K // GROUP
         sg = group_scales(s, gscale, ELEM)
@@ -576,7 +645,7 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
                   DOT_F32: tl.constexpr, io_t: tl.constexpr, JOIN: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
                   EVEN_K: tl.constexpr = True, KN: tl.constexpr = False, X_PIPE: tl.constexpr = False,
-                  PERM: tl.constexpr = False):
+                  PERM: tl.constexpr = False, TABLE: tl.constexpr = False):
     """acc [BLOCK_N, BM] + W[offs_n, K tiles t0..t1) @ x[offs_m]^T: the swap-AB K loop of
     w4_swap_kernel (JOIN, PREFETCH as there), shared with the fused MoE's (moe_gemv.moe_swap_kernel
     WORDS: offs_n may be any weight rows, e.g. stacked gate and up rows, and offs_m any activation
@@ -584,7 +653,8 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
     ahead into registers, so Triton's pipeliner (num_stages >= 2) copies it into shared memory
     asynchronously (cp.async, multi-buffered), the MMA's B operand as it must be there anyway: no
     register staging, stores and copies of it per K tile; the packed weights stay prefetched in
-    registers (they feed the decode, which Triton does not pipeline)."""
+    registers (they feed the decode, which Triton does not pipeline). TABLE (E2M1, bf16, the [N, K/2] layout):
+    e2m1_word_values_table (words_tile_decode's, and in the per-nibble dots)."""
     dot_t = tl.float32 if DOT_F32 else io_t
     UJ: tl.constexpr = BLOCK_K // 8
     XP: tl.constexpr = X_PIPE and JOIN and ELEM != 3
@@ -616,11 +686,11 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
                         tl.zeros_like(acc), DOT_F32)
             acc += p * s.to(tl.float32)[:, None]
         elif XP:
-            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN, TABLE)
             acc = mma_acc(wt.to(dot_t), _join_x_tile(t, offs_m, row_ok, x_ptr, stride_xm, BLOCK_K, K, EVEN_K).to(dot_t),
                           acc, DOT_F32)
         elif JOIN:
-            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN)
+            wt = words_tile_decode(u, s, z, gscale, ELEM, GROUP, BLOCK_N, BLOCK_K, io_t, KN, TABLE)
             acc = mma_acc(wt.to(dot_t), x.to(dot_t), acc, DOT_F32)
         elif ELEM == 3:
             x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(dot_t))
@@ -638,7 +708,12 @@ def w4_swap_tiles(acc, t0, t1, offs_n, offs_m, row_ok, x_ptr, w_ptr, s_ptr, z_pt
             else:
                 sg = group_scales(s, gscale, ELEM)
                 sfull = tl.reshape(tl.broadcast_to(sg[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
-            if DECODE == 5:     # bit placement, one packed multiply per pair (scales checked at load)
+            if TABLE and DECODE >= 4 and io_t == tl.bfloat16 and not KN:       # byte tables: NVFP4 exact
+                sw = e2m1_scale_word(s, gscale, ELEM)
+                sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, UJ // G]), [BLOCK_N, UJ])
+                w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_word_values_table(u, sw)
+                acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
+            elif DECODE == 5:     # bit placement, one packed multiply per pair (scales checked at load)
                 w0, w1, w2, w3, w4, w5, w6, w7 = e2m1_words_kn(u, s, gscale, ELEM, True, io_t)
                 acc = _mma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x0, x1, x2, x3, x4, x5, x6, x7, dot_t, DOT_F32)
             elif DECODE == 4:     # whole words by bit placement (inline PTX)

@@ -601,7 +601,8 @@ class TritonMoE(Kernel):
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
         over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
         and PREFETCH 2 as in gemm.w4_swap_kernel; X_PIPE 1 (E2M1 with JOIN; num_stages >= 2): the activation
-        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles)."""
+        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles); TABLE 1 (E2M1, bf16, off
+        until a GPU round times it): the byte-table word decoder, NVFP4's weights exactly the reference's."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -654,7 +655,8 @@ class TritonMoE(Kernel):
                 BLOCK_K=cfg["BLOCK_K"], EXACT_BF16=self.facts["dot_f32"], OUT_F16=self.dtype == torch.float16,
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
-                X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4, num_warps=cfg["num_warps"],
+                X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4,
+                TABLE=decode != 0 and bool(cfg.get("TABLE", 0)), num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)

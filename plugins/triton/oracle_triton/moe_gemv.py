@@ -403,7 +403,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                     OUT_F16: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr = 0,
                     WORDS: tl.constexpr = False, DECODE: tl.constexpr = 0, SPLIT_K: tl.constexpr = 1,
-                    JOIN: tl.constexpr = False, X_PIPE: tl.constexpr = False):
+                    JOIN: tl.constexpr = False, X_PIPE: tl.constexpr = False, TABLE: tl.constexpr = False):
     """Swap-AB grouped GEMM for 4-bit weights with unquantized activations (W4A16): the weight rows are
     the MMA's M side (64-128 rows: Hopper's warp-group MMA) and BLOCK_M pairs its N side (16 for a
     few tokens, instead of 16 pair rows against the weight tile as in moe_gemm_kernel). Grid (blocks,
@@ -427,7 +427,8 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
     K is split over grid axis 2; the slices go to part_ptr (fp32, [SPLIT_K, blocks x column tiles,
     WN, BLOCK_M]) and the last program of a tile to arrive (counter at kcnt_ptr, zero between calls)
     sums them in slice order and finishes the tile. X_PIPE (WORDS, JOIN, E2M1): gemm.w4_swap_tiles's, the
-    activation tiles pipelined into shared memory by Triton (num_stages >= 2)."""
+    activation tiles pipelined into shared memory by Triton (num_stages >= 2). TABLE (WORDS, E2M1, bf16):
+    the byte-table word decoder (gemm.e2m1_word_values_table: NVFP4's weights exactly the reference's)."""
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -488,7 +489,7 @@ def moe_swap_kernel(a_ptr, ids_ptr, topw_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr,
             acc = w4_swap_tiles(acc, t0, t1, n_w, arow.to(tl.int64), row_ok, a_ptr, w_e, s_e, z_e, gscale, K, N_W,
                                 stride_am, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, HAS_ZERO,
                                 GROUP, WN, BLOCK_K, DECODE, EXACT_BF16, io_t, JOIN, WORDS_PREFETCH, EVEN_K, False,
-                                X_PIPE)
+                                X_PIPE, False, TABLE)
         else:
             for t in range(0, k_tiles):
                 acc = swap_product(acc, x_cols, row_ok[None, :], t * BLOCK_K, K, n_w, w_e, s_e, z_e, gscale, N_W,
