@@ -135,28 +135,74 @@ def apply_dequant(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m
     local = torch.empty(blocks, dtype=torch.int32, device=dev)
     window_kernel[(chunks,)](block_expert, first, last, local, blocks, CHUNK=chunk,
                              CHUNK_P2=triton.next_power_of_2(chunk))
-    ws = torch.empty(slots * max(rows * h, h * i), dtype=dt, device=dev)
+    overlap = bool(cfg.get("DQ_OVERLAP", 0)) and chunks > 1 and dev.type == "cuda"
+    copies = 2 if overlap else 1
+    per = slots * max(rows * h, h * i)
+    ws = torch.empty(copies * per, dtype=dt, device=dev)
     unit = torch.ones(1, dtype=torch.float32, device=dev)
-    w13 = Packed(layout_for("bf16", rows, h), ws[:slots * rows * h].view(slots, rows, h), unit, None, None)
-    w2 = Packed(layout_for("bf16", h, i), ws[:slots * h * i].view(slots, h, i), unit, None, None)
-    b13 = None if moe.b13 is None else torch.empty(slots, rows, dtype=dt, device=dev)
-    b2 = None if moe.b2 is None else torch.empty(slots, h, dtype=dt, device=dev)
+    w13 = [Packed(layout_for("bf16", rows, h), ws[c * per:c * per + slots * rows * h].view(slots, rows, h), unit,
+                  None, None) for c in range(copies)]
+    w2 = [Packed(layout_for("bf16", h, i), ws[c * per:c * per + slots * h * i].view(slots, h, i), unit, None, None)
+          for c in range(copies)]
+    b13 = [None if moe.b13 is None else torch.empty(slots, rows, dtype=dt, device=dev) for _ in range(copies)]
+    b2 = [None if moe.b2 is None else torch.empty(slots, h, dtype=dt, device=dev) for _ in range(copies)]
     inter = torch.empty(t, i, dtype=dt, device=dev)
-    for j in range(chunks):
+
+    def fc1(j: int, c: int) -> None:
         b0, nb = j * chunk, min(chunk, blocks - j * chunk)
-        _decode(moe, moe.w13, moe.b13, w13.weight, _or(b13, unit), first[j:], last[j:], rows, h)
-        moe._gemm(1, a_in, by_pair, w13, b13, topw, sorted_ids[b0 * bm:], local[b0:], inter, t, k, i, rows, h,
+        moe._gemm(1, a_in, by_pair, w13[c], b13[c], topw, sorted_ids[b0 * bm:], local[b0:], inter, t, k, i, rows, h,
                   gcfg, nb)
+
+    _chunked(moe, moe.w13, moe.b13, [p.weight for p in w13], [_or(b, unit) for b in b13], first, last, rows, h,
+             chunks, fc1, overlap)
     a2 = moe._round(1, inter)
     pairs = torch.empty(t, h, dtype=dt, device=dev)
-    for j in range(chunks):
+
+    def fc2(j: int, c: int) -> None:
         b0, nb = j * chunk, min(chunk, blocks - j * chunk)
-        _decode(moe, moe.w2, moe.b2, w2.weight, _or(b2, unit), first[j:], last[j:], h, i)
-        moe._gemm(2, a2, True, w2, b2, topw, sorted_ids[b0 * bm:], local[b0:], pairs, t, k, h, h, i, gcfg, nb,
+        moe._gemm(2, a2, True, w2[c], b2[c], topw, sorted_ids[b0 * bm:], local[b0:], pairs, t, k, h, h, i, gcfg, nb,
                   raw_pairs=True)
+
+    _chunked(moe, moe.w2, moe.b2, [p.weight for p in w2], [_or(b, unit) for b in b2], first, last, h, i, chunks,
+             fc2, overlap)
     out = torch.empty(m, h, dtype=dt, device=dev)
     moe._topk_sum(pairs, ids, out, m, k, None if by_pair else topw)
     return out
+
+
+def _chunked(moe, packed: Packed, bias: torch.Tensor | None, bufs: list, bbufs: list, first: torch.Tensor,
+             last: torch.Tensor, n: int, kdim: int, chunks: int, gemm, overlap: bool) -> None:
+    """For each chunk j: decode its window of `packed` (and bias) into workspace copy c, then gemm(j, c). overlap
+    (DQ_OVERLAP, two copies): the decodes run on a side stream one chunk ahead of the GEMMs, each waiting for
+    the GEMM that last read its copy (events; capturable: the side stream forks from and joins the caller's)."""
+    if not overlap:
+        for j in range(chunks):
+            _decode(moe, packed, bias, bufs[0], bbufs[0], first[j:], last[j:], n, kdim)
+            gemm(j, 0)
+        return
+    main = torch.cuda.current_stream()
+    side = getattr(moe, "_dequant_stream", None)
+    if side is None:
+        side = moe._dequant_stream = torch.cuda.Stream(device=moe.device)
+    side.wait_stream(main)
+    decoded = [torch.cuda.Event() for _ in range(chunks)]
+    used = [torch.cuda.Event() for _ in range(chunks)]
+
+    def decode(j: int) -> None:
+        with torch.cuda.stream(side):
+            if j >= 2:
+                side.wait_event(used[j - 2])
+            _decode(moe, packed, bias, bufs[j % 2], bbufs[j % 2], first[j:], last[j:], n, kdim)
+            decoded[j].record(side)
+
+    decode(0)
+    for j in range(chunks):
+        if j + 1 < chunks:
+            decode(j + 1)
+        main.wait_event(decoded[j])
+        gemm(j, j % 2)
+        used[j].record(main)
+    main.wait_stream(side)
 
 
 def _or(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:

@@ -77,8 +77,8 @@ def test_dequant_path_on_gpu_with_capture_and_replay(fmt, mode, act, symmetric):
     x = torch.randn(512, 2048, dtype=torch.bfloat16, device="cuda")
     w, ids = routing(512, 16, 8, "cuda")
     want = ref.apply(x, w, ids)
-    for chunk in (8, 64):
-        t.config = {**GPU_CFG, "DEQUANT_MM": chunk}
+    for chunk, overlap in ((8, 0), (64, 0), (8, 1)):
+        t.config = {**GPU_CFG, "DEQUANT_MM": chunk, "DQ_OVERLAP": overlap}
         err = rel(t.apply(x, w, ids), want)
-        assert err < TOL[act], (fmt, symmetric, chunk, err)
-    replay_moe(t.apply, ref.apply, x, w, ids, 16, TOL[act], times=2)
+        assert err < TOL[act], (fmt, symmetric, chunk, overlap, err)
+    replay_moe(t.apply, ref.apply, x, w, ids, 16, TOL[act], times=2)     # overlapped decodes, side stream
