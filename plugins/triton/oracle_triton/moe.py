@@ -333,6 +333,9 @@ class TritonMoE(Kernel):
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
         cfg = self.config_for(m, k)
+        if cfg.get("DEQUANT_MM"):                    # many tokens: experts decoded once per call, BF16 GEMMs
+            from .moe_dequant import apply_dequant
+            return apply_dequant(self, x, topw, ids, m, k, cfg)
         if cfg.get("SWAP"):                          # 4-bit weights as the MMA's tall side, one pair per program
             return self.apply_swap(x, topw, ids, m, k, cfg)
         if cfg.get("PERSIST"):                       # the direct tiles of both GEMMs in one persistent launch
