@@ -19,13 +19,15 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_AC
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
+from . import fastlaunch
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
-
+#: Eager calls up to this many tokens take a launch plan (TritonMoE.planned; as EagerGraphs.MAX_ROWS)
+PLAN_ROWS = 64
 
 #: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
 #: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
@@ -212,6 +214,10 @@ class TritonMoE(Kernel):
     capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
+    #: eager calls up to PLAN_ROWS tokens replay a launch plan of the whole call (fastlaunch.CallPlans: on the
+    #: H200's host cheaper than the eager graph's copy in, replay and copy out); benchmarks clear it
+    planned: bool = True
+    plans: fastlaunch.CallPlans | None = None
     #: PERSIST probe (bench/persist_probe.py): an int64 [programs, moe_persist.STAMP_SLOTS] buffer the persistent
     #: launch writes each program's timeline into (None: no stamps, the kernel as timed)
     stamps: torch.Tensor | None = None
@@ -227,6 +233,8 @@ class TritonMoE(Kernel):
         self._config = value
         if self.eager is not None:
             self.eager.reset()
+        if self.plans is not None:
+            self.plans.reset()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
@@ -285,6 +293,7 @@ class TritonMoE(Kernel):
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
         self.eager = EagerGraphs(self.forward)
+        self.plans = fastlaunch.CallPlans(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
@@ -318,10 +327,15 @@ class TritonMoE(Kernel):
         if self.w13 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
         self._check(hidden_states, topk_weights, topk_ids)
-        if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        capturing = hidden_states.is_cuda and torch.cuda.is_current_stream_capturing()
+        if self.check_inputs and not capturing:
             self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
         if topk_ids.shape[0] == 0:
             return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        if self.planned and not capturing and hidden_states.is_cuda and topk_ids.shape[0] <= PLAN_ROWS:
+            y = self.plans(hidden_states, topk_weights, topk_ids)
+            if y is not None:
+                return y
         return self.eager(hidden_states, topk_weights, topk_ids)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
