@@ -410,8 +410,9 @@ class CallPlan:
 
 class CallPlans:
     """A kernel's plans of whole calls (`record_call`, `CallPlan`), one per input signature (shapes, strides,
-    dtypes, 16-byte alignment): from the `after`-th call of a signature on, `plans(*inputs)` records the call once and then
-    replays its launches; None means "use the ordinary path" (not yet, refused, hooks set, too many plans).
+    dtypes, 16-byte alignment): from the `after`-th call of a signature on, `plans(*inputs)` records the call
+    once and then replays its launches; None means "use the ordinary path" (not yet, refused, hooks set, too
+    many plans).
 
     Every argument other than the inputs, the output and the call's allocations is taken to outlive the plan
     (the kernel's weights, scales and arrival counters): a call that passes anything else made during the
