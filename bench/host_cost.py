@@ -18,8 +18,8 @@ output is checked bit for bit against the ordinary launches and against oracle-e
 call within 40 us of graph replay), as bench_peers times its rows (sweep_moe's layer: 16 experts quantized
 once and repeated to E; routings cycled until > 256 MB of experts are touched): per model "graph" (the
 call captured once and replayed), "eager" (back-to-back `apply` calls, event-timed), "host" (the Python
-time per back-to-back `apply`) with the call's launch plan (TritonMoE.planned, as shipped) and with the
-eager CUDA graph instead (planned off), "raw" (back-to-back `forward` calls: the ordinary launches; host /
+time per back-to-back `apply`) with the call's launch plan (TritonMoE.planned on) and with the eager
+CUDA graph instead (planned off), "raw" (back-to-back `forward` calls: the ordinary launches; host /
 done as above), whether a planned call equals `forward` bit for bit, and the call's launches (torch.profiler).
 
     python bench/host_cost.py --moe qwen3-30b-a3b-int4 deepseek-r1 [--json out.json]
@@ -86,12 +86,12 @@ def moe_rows(names: list[str], json_path: str | None) -> int:
         t, per_expert = build(name)
         x, routes, count, _ = _inputs(1, ne, topk, h, per_expert, 1.0)
         apply_calls = [lambda r=r: t.apply(x, *r) for r in routes]
-        planned = measure(apply_calls, 1)             # launch plans (TritonMoE.planned), as shipped
+        t.planned = True
+        planned = measure(apply_calls, 1)             # launch plans (TritonMoE.planned)
         same = bool(torch.equal(t.apply(x, *routes[1]), t.forward(x, *routes[1])))
         plans, refused = len(t.plans.plans), list(t.plans.refused.values())
         t.planned = False
         graphs = measure(apply_calls, 1)              # the eager CUDA graph (copy in, replay, copy out)
-        t.planned = True
         reps = len(routes) * max(1, -(-20 // len(routes)))
         raw_host, raw_done = cycled_host_us([lambda r=r: t.forward(x, *r) for r in routes], reps)
         n_launch, kernels = launches(lambda: t.forward(x, *routes[0]))

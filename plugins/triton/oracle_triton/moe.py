@@ -28,6 +28,9 @@ from .weights import pack
 
 #: Eager calls up to this many tokens take a launch plan (TritonMoE.planned; as EagerGraphs.MAX_ROWS)
 PLAN_ROWS = 64
+#: TritonMoE.planned's default: off until a GPU round has timed the plans against the eager graph and run their
+#: GPU test (test_triton_moe_planned.py), written in the tenth pass after its last round had not come back
+PLANNED = False
 
 #: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
 #: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
@@ -214,9 +217,9 @@ class TritonMoE(Kernel):
     capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
-    #: eager calls up to PLAN_ROWS tokens replay a launch plan of the whole call (fastlaunch.CallPlans: on the
-    #: H200's host cheaper than the eager graph's copy in, replay and copy out); benchmarks clear it
-    planned: bool = True
+    #: eager calls up to PLAN_ROWS tokens replay a launch plan of the whole call (fastlaunch.CallPlans: no copy in,
+    #: replay and copy out as the eager graph's; PLANNED); benchmarks and tests set it
+    planned: bool = PLANNED
     plans: fastlaunch.CallPlans | None = None
     #: PERSIST probe (bench/persist_probe.py): an int64 [programs, moe_persist.STAMP_SLOTS] buffer the persistent
     #: launch writes each program's timeline into (None: no stamps, the kernel as timed)

@@ -30,6 +30,7 @@ DEEPSEEK_M1 = {"DIRECT": 1, "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "FULL
 def test_planned_moe_calls_equal_the_ordinary_launches(fmt, mode, act, params, symmetric, config):
     t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=fmt == "mxfp4", device="cuda", symmetric=symmetric)
     t.check_inputs = False
+    t.planned = True                                    # (moe.PLANNED: the default)
     if config is not None:
         t.config = config
     for trial in range(4):
