@@ -13,6 +13,16 @@ primitives (an empty tensor, a clone, a graph replay) to show where the time goe
 output is checked bit for bit against the ordinary launches and against oracle-emulation.
 
     python bench/host_cost.py [--calls 300] [--n 2048 --k 4096] [--json out.json]
+
+--moe NAME ... times the fused MoE of those bench_peers.MOE models at one token instead (issue #25: the eager
+call within 40 us of graph replay), as bench_peers times its rows (sweep_moe's layer: 16 experts quantized
+once and repeated to E; routings cycled until > 256 MB of experts are touched): per model "graph" (the
+call captured once and replayed), "eager" (back-to-back `apply` calls, event-timed), "host" (the Python
+time per back-to-back `apply`) with the call's launch plan (TritonMoE.planned on) and with the eager
+CUDA graph instead (planned off), "raw" (back-to-back `forward` calls: the ordinary launches; host /
+done as above), whether a planned call equals `forward` bit for bit, and the call's launches (torch.profiler).
+
+    python bench/host_cost.py --moe qwen3-30b-a3b-int4 deepseek-r1 [--json out.json]
 """
 from __future__ import annotations
 
@@ -56,6 +66,53 @@ def host_us(fn, calls: int) -> tuple[float, float]:
     return statistics.median(host), statistics.median(done)
 
 
+def cycled_host_us(calls: list, reps: int) -> tuple[float, float]:
+    """host_us over `reps` calls cycling through `calls` (one per routing)."""
+    def loop():
+        for j in range(reps):
+            calls[j % len(calls)]()
+    h, d = host_us(loop, 1)
+    return h / reps, d / reps
+
+
+def moe_rows(names: list[str], json_path: str | None) -> int:
+    """The fused MoE's eager cost at one token per model (see the module docstring)."""
+    from bench_peers import MOE, launches, measure
+    from sweep_moe import _inputs, build
+
+    rows: list[dict] = []
+    for name in names:
+        ne, topk, h = MOE[name][:3]
+        t, per_expert = build(name)
+        x, routes, count, _ = _inputs(1, ne, topk, h, per_expert, 1.0)
+        apply_calls = [lambda r=r: t.apply(x, *r) for r in routes]
+        t.planned = True
+        planned = measure(apply_calls, 1)             # launch plans (TritonMoE.planned)
+        same = bool(torch.equal(t.apply(x, *routes[1]), t.forward(x, *routes[1])))
+        plans, refused = len(t.plans.plans), list(t.plans.refused.values())
+        t.planned = False
+        graphs = measure(apply_calls, 1)              # the eager CUDA graph (copy in, replay, copy out)
+        reps = len(routes) * max(1, -(-20 // len(routes)))
+        raw_host, raw_done = cycled_host_us([lambda r=r: t.forward(x, *r) for r in routes], reps)
+        n_launch, kernels = launches(lambda: t.forward(x, *routes[0]))
+        row = dict(model=name, routings=count, config=t.config_for(1, topk), graph_us=planned["graph"],
+                   eager_us=planned["eager"], host_us=planned["host"], plans=plans, refused=refused,
+                   planned_equals_forward=same, eager_graph_us=graphs["eager"], eager_graph_host_us=graphs["host"],
+                   raw_host_us=raw_host, raw_done_us=raw_done, launches=n_launch, kernels=kernels)
+        rows.append(row)
+        g = planned["graph"]
+        print(f"M=1 {name:24} graph {g:6.1f} | planned eager {planned['eager']:6.1f} (+{planned['eager'] - g:5.1f}) "
+              f"host {planned['host']:6.1f} plans {plans} {refused} equal {same} | eager graph "
+              f"{graphs['eager']:6.1f} (+{graphs['eager'] - g:5.1f}) host {graphs['host']:6.1f} | raw host "
+              f"{raw_host:6.1f} done {raw_done:6.1f} | launches {n_launch}: {kernels}", flush=True)
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1, default=str)
+        del t, x, routes, apply_calls
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
@@ -64,10 +121,13 @@ def main(argv=None) -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[1])
     ap.add_argument("--modes", nargs="+", help="only these modes")
     ap.add_argument("--json")
+    ap.add_argument("--moe", nargs="+", metavar="MODEL", help="these fused MoE models at M=1 instead (see above)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_cost: needs a CUDA device", file=sys.stderr)
         return 2
+    if args.moe:
+        return moe_rows(args.moe, args.json)
     from oracle.tensors import apply_dense
 
     n, k, calls = args.n, args.k, args.calls

@@ -201,22 +201,27 @@ class Plan:
         tensors = [x, y]
         for shape, dtype in self.fresh:
             tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
-        stream = current_stream()
-        for direct, run, function, meta, grid, values, slots in self.steps:
-            args = values.copy()
-            for j, kind in slots:
-                args[j] = tensors[kind]
-            if direct is not None:
-                kind, c_launch, coop, pdl, annotations, signature = direct
-                if kind == 37:
-                    c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, meta, None, None, None, None,
-                             None, annotations, signature, args)
-                else:
-                    c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, None, None, meta, None, None,
-                             None, *args)
-            else:
-                run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
+        run_steps(self.steps, tensors)
         return y
+
+
+def run_steps(steps: list, tensors: list[torch.Tensor]) -> None:
+    """A plan's launches on the current stream, each slot (argument index, kind) given tensors[kind]."""
+    stream = current_stream()
+    for direct, run, function, meta, grid, values, slots in steps:
+        args = values.copy()
+        for j, kind in slots:
+            args[j] = tensors[kind]
+        if direct is not None:
+            kind, c_launch, coop, pdl, annotations, signature = direct
+            if kind == 37:
+                c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, meta, None, None, None, None,
+                         None, annotations, signature, args)
+            else:
+                c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, None, None, meta, None, None,
+                         None, *args)
+        else:
+            run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
 
 
 def _direct(run: Any) -> tuple | None:
@@ -249,3 +254,198 @@ def c_launcher() -> Any:
     """Triton 3.7's one C launch function (the active driver's)."""
     from triton.runtime import driver
     return driver.active.utils.launch
+
+
+# ------------------------------------------------------------------ whole calls (the fused MoE)
+# A dense layer registers its temporaries and launches through `launch()`. A call with many launch sites
+# (TritonMoE.forward: up to five launches on a dozen paths) is recorded from outside instead: every Triton
+# launch of the call (JITFunction.run, wrapped while the call runs) and every torch op it runs (a dispatch
+# mode). Allocations are its temporaries; views need no GPU work; any other torch op spoils the recording,
+# since a plan would not repeat it.
+
+#: torch ops a recorded call may run: allocations (their results are the call's temporaries) ...
+ALLOC_OPS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_like.default",
+                       "aten.new_empty.default", "aten.new_empty_strided.default"})
+#: ... and views (no GPU work, no memory of their own)
+VIEW_OPS = frozenset({"aten.view.default", "aten.view.dtype", "aten._reshape_alias.default", "aten.as_strided.default",
+                      "aten.slice.Tensor", "aten.select.int", "aten.unsqueeze.default", "aten.squeeze.dim",
+                      "aten.squeeze.default", "aten.t.default", "aten.transpose.int", "aten.permute.default",
+                      "aten.expand.default", "aten.alias.default", "aten.detach.default", "aten._unsafe_view.default"})
+
+_record_lock = threading.Lock()
+
+
+def _jit_class() -> Any:
+    """The class whose `run` every `kernel[grid](...)` goes through (Triton's JITFunction)."""
+    from triton.runtime.jit import JITFunction
+    return JITFunction
+
+
+def _note_launch(rec: Recording, fn: Any, grid: Any, args: tuple, kwargs: dict, compiled: Any) -> None:
+    """Add one JITFunction.run to `rec`: its compiled kernel, grid and arguments in parameter order."""
+    names = getattr(fn, "arg_names", None)
+    if compiled is None or names is None or not hasattr(compiled, "packed_metadata"):
+        rec.spoiled = "no compiled kernel handle (interpreter or an unchecked Triton)"
+        return
+    if callable(grid):
+        rec.spoiled = "a grid computed from the arguments"
+        return
+    defaults = {p.name: p.default for p in getattr(fn, "params", None) or [] if hasattr(p, "default")}
+    ordered = list(args)
+    for name in names[len(args):]:
+        value = kwargs[name] if name in kwargs else defaults.get(name, inspect_empty())
+        if value is inspect_empty():
+            rec.spoiled = f"argument {name} has no value"
+            return
+        ordered.append(value)
+    grid = tuple(grid)
+    rec.launches.append((compiled, (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1),
+                         ordered))
+
+
+def inspect_empty() -> Any:
+    import inspect
+    return inspect.Parameter.empty
+
+
+def record_call(raw: Any, inputs: Sequence[torch.Tensor]) -> tuple[Any, Recording]:
+    """raw(*inputs) run once while its Triton launches and torch ops are recorded: (its result, the recording).
+    Recordings run one at a time (JITFunction.run is wrapped for their duration; other threads' launches
+    pass through the wrapper unrecorded)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    rec = Recording()
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = str(func)
+            if name in ALLOC_OPS:
+                rec.temps.append(out)
+            elif name not in VIEW_OPS and rec.spoiled is None:
+                rec.spoiled = f"torch op {name}"
+            return out
+
+    cls = _jit_class()
+    with _record_lock:
+        plain = cls.run
+
+        def run(self, *args, grid, warmup, **kwargs):
+            compiled = plain(self, *args, grid=grid, warmup=warmup, **kwargs)
+            if getattr(_local, "call_rec", None) is rec and not warmup:
+                _note_launch(rec, self, grid, args, kwargs, compiled)
+            return compiled
+
+        cls.run = run
+        _local.call_rec = rec
+        try:
+            with Watch():
+                out = raw(*inputs)
+        finally:
+            _local.call_rec = None
+            cls.run = plain
+    return out, rec
+
+
+class CallPlan:
+    """A recorded call's launches with its inputs, output and larger temporaries as slots: `plan(inputs)`."""
+
+    def __init__(self, steps: list, n_inputs: int, fresh: list[tuple[tuple, torch.dtype]], kept: list[Any],
+                 out_shape: tuple, out_dtype: torch.dtype, device: torch.device):
+        self.steps, self.n_inputs, self.fresh, self.kept = steps, n_inputs, fresh, kept
+        self.out_shape, self.out_dtype, self.device = out_shape, out_dtype, device
+
+    @classmethod
+    def build(cls, rec: Recording, inputs: Sequence[torch.Tensor], y: Any) -> "CallPlan | None":
+        """The plan of a recorded call, or None where a replay could differ from the call: a spoiled or empty
+        recording, an output that is not one of the call's allocations, an argument that points inside an
+        input, the output or a temporary other than at its start, or inputs that share memory."""
+        if rec.spoiled or not rec.launches or not supported() or not isinstance(y, torch.Tensor):
+            return None
+        kinds = {t.data_ptr(): j for j, t in enumerate(inputs)}
+        if len(kinds) != len(inputs) or y.data_ptr() in kinds or \
+                not any(t.data_ptr() == y.data_ptr() and t.numel() == y.numel() for t in rec.temps):
+            return None
+        kinds[y.data_ptr()] = len(inputs)
+        spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in (*inputs, y, *rec.temps)]
+        fresh: list[tuple[tuple, torch.dtype]] = []
+        kept: set[int] = set()
+        for t in rec.temps:
+            ptr = t.data_ptr()
+            if ptr in kinds or t.numel() == 0:
+                continue
+            if t.numel() * t.element_size() > KEEP_TEMP_BYTES:
+                kinds[ptr] = len(inputs) + 1 + len(fresh)
+                fresh.append((tuple(t.shape), t.dtype))
+            else:
+                kept.add(ptr)
+        steps = []
+        for compiled, grid, args in rec.launches:
+            slots, values = [], list(args)
+            for j, v in enumerate(args):
+                if not isinstance(v, torch.Tensor) or v.numel() == 0:
+                    continue
+                ptr = v.data_ptr()
+                if ptr in kinds:
+                    slots.append((j, kinds[ptr]))
+                    values[j] = None
+                elif ptr not in kept and any(lo <= ptr < hi for lo, hi in spans):
+                    return None          # a view into the call's own memory at an offset: never bake it in
+            steps.append((_direct(compiled.run), compiled.run, compiled.function,
+                          compiled.packed_metadata, grid, values, slots))
+        keep = [t for t in rec.temps if t.data_ptr() in kept]       # the reused temporaries live with the plan
+        return cls(steps, len(inputs), fresh, keep, tuple(y.shape), y.dtype, y.device)
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        """The call's output, or None (nothing launched) while launch hooks are set."""
+        if not hooks_idle():
+            return None
+        y = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        tensors = [*inputs, y]
+        for shape, dtype in self.fresh:
+            tensors.append(torch.empty(shape, dtype=dtype, device=self.device))
+        run_steps(self.steps, tensors)
+        return y
+
+
+class CallPlans:
+    """A kernel's plans of whole calls (`record_call`, `CallPlan`), one per input signature (shapes, strides,
+    dtypes, 16-byte alignment): from the `after`-th call of a signature on, `plans(*inputs)` records the call
+    once and then replays its launches; None means "use the ordinary path" (not yet, refused, hooks set, too
+    many plans).
+
+    Every argument other than the inputs, the output and the call's allocations is taken to outlive the plan
+    (the kernel's weights, scales and arrival counters): a call that passes anything else made during the
+    call is refused by the recording (the op that made it spoils it). Reused small temporaries share the
+    hazard `Plan` states: two calls of one kernel at once on two streams would race."""
+
+    def __init__(self, raw: Any, after: int = 2, max_plans: int = 8):
+        self.raw, self.after, self.max_plans = raw, after, max_plans
+        self.plans: dict[tuple, CallPlan] = {}
+        self.seen: dict[tuple, int] = {}
+        #: signature -> why its call could not be planned (benchmarks and tests read it)
+        self.refused: dict[tuple, str] = {}
+
+    def reset(self) -> None:
+        self.plans.clear()
+        self.seen.clear()
+        self.refused.clear()
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        # Triton specializes pointers on 16-byte alignment: an input off it gets a plan of its own
+        key = tuple((t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0) for t in inputs)
+        plan = self.plans.get(key)
+        if plan is not None:
+            return plan(inputs)
+        if key in self.refused or len(self.plans) >= self.max_plans:
+            return None
+        count = self.seen[key] = self.seen.get(key, 0) + 1
+        if count < self.after or not supported():
+            return None
+        y, rec = record_call(self.raw, inputs)
+        plan = CallPlan.build(rec, inputs, y)
+        if plan is None:
+            self.refused[key] = rec.spoiled or "an argument the plan could not place"
+        else:
+            self.plans[key] = plan
+        return y

@@ -19,13 +19,18 @@ from oracle.formats import E2M1_MAX, E4M3_MAX, GATED_ACTIVATIONS, INTERLEAVED_AC
 from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
+from . import fastlaunch
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
 from .weights import pack
 
-
+#: Eager calls up to this many tokens take a launch plan (TritonMoE.planned; as EagerGraphs.MAX_ROWS)
+PLAN_ROWS = 64
+#: TritonMoE.planned's default: off until a GPU round has timed the plans against the eager graph and run their
+#: GPU test (test_triton_moe_planned.py), written in the tenth pass after its last round had not come back
+PLANNED = False
 
 #: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
 #: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
@@ -212,6 +217,10 @@ class TritonMoE(Kernel):
     capture_safe = True   # the expert-id check (check_inputs) syncs only in eager calls, never under capture
     _config: dict[str, int] | None = None
     eager: EagerGraphs | None = None
+    #: eager calls up to PLAN_ROWS tokens replay a launch plan of the whole call (fastlaunch.CallPlans: no copy in,
+    #: replay and copy out as the eager graph's; PLANNED); benchmarks and tests set it
+    planned: bool = PLANNED
+    plans: fastlaunch.CallPlans | None = None
     #: PERSIST probe (bench/persist_probe.py): an int64 [programs, moe_persist.STAMP_SLOTS] buffer the persistent
     #: launch writes each program's timeline into (None: no stamps, the kernel as timed)
     stamps: torch.Tensor | None = None
@@ -227,6 +236,8 @@ class TritonMoE(Kernel):
         self._config = value
         if self.eager is not None:
             self.eager.reset()
+        if self.plans is not None:
+            self.plans.reset()
 
     def process_weights(self, w13: Any, w2: Any, w13_scale: Any = None, w2_scale: Any = None,
                         w13_global_scale: Any = None, w2_global_scale: Any = None,
@@ -285,6 +296,7 @@ class TritonMoE(Kernel):
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
         self.eager = EagerGraphs(self.forward)
+        self.plans = fastlaunch.CallPlans(self.forward)
 
     def _check(self, x: Any, topk_weights: Any, topk_ids: Any) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != self.hidden:
@@ -318,10 +330,15 @@ class TritonMoE(Kernel):
         if self.w13 is None:
             raise RuntimeError(f"{self!r}: call process_weights before apply")
         self._check(hidden_states, topk_weights, topk_ids)
-        if self.check_inputs and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        capturing = hidden_states.is_cuda and torch.cuda.is_current_stream_capturing()
+        if self.check_inputs and not capturing:
             self.check_expert_ids(topk_ids)          # eager calls only: a captured graph cannot sync
         if topk_ids.shape[0] == 0:
             return torch.empty(0, self.hidden, dtype=self.dtype, device=self.device)
+        if self.planned and not capturing and hidden_states.is_cuda and topk_ids.shape[0] <= PLAN_ROWS:
+            y = self.plans(hidden_states, topk_weights, topk_ids)
+            if y is not None:
+                return y
         return self.eager(hidden_states, topk_weights, topk_ids)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
@@ -927,7 +944,9 @@ class TritonMoE(Kernel):
         gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
         the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
         (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
-        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD)."""
+        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD).
+        cfg K_PAIR (W8A8 on codes; bit 1 FC1, bit 2 FC2): the K loop takes two tiles an iteration
+        (moe_gemm_kernel K_UNROLL) where K is a multiple of two tiles, else one."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -950,6 +969,8 @@ class TritonMoE(Kernel):
             not gated or interleaved or n_out % rows == 0)
         n_fast = bool(cfg.get("N_FAST", 0)) and not direct
         swap_ab = codes and not quant_in and bool(int(cfg.get("SWAP_AB", 0)) & stage)    # bit 1 FC1, bit 2 FC2
+        k_pair = codes and not quant_in and bool(int(cfg.get("K_PAIR", 0)) & stage) and \
+            kdim % (2 * cfg["BLOCK_K"]) == 0                # K_UNROLL 2 (bit 1 FC1, bit 2 FC2)
         moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
@@ -977,7 +998,8 @@ class TritonMoE(Kernel):
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
             BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab, PF_HEAD=pf_head,
-            num_warps=warps, num_stages=stages, **({"launch_pdl": True} if gdc >= 2 else {}))
+            K_UNROLL=2 if k_pair else 1, num_warps=warps, num_stages=stages,
+            **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:
         from oracle.warmup import WarmupUnit

@@ -250,7 +250,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
                     QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False,
                     PF_HEAD: tl.constexpr = 0, TILE_ARGS: tl.constexpr = False, tile_m=0, tile_n=0, ready_ptr=None,
-                    READY: tl.constexpr = False):
+                    READY: tl.constexpr = False, K_UNROLL: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -316,7 +316,9 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     TILE_ARGS: the tile is (tile_m, tile_n), not the program's ids (moe_persist.moe_pairs_persistent_kernel
     calls this kernel as a function for each tile it takes); READY (with QUANT_LAST): the program that
     rounds a pair's row then sets the pair's flag (ready_ptr[pair] = 1, release), which FC2 tiles of the
-    same launch wait for."""
+    same launch wait for. K_UNROLL (W8A8 on codes, not QUANT_IN; K a multiple of K_UNROLL tiles): the K loop
+    takes that many tiles per iteration, so the compiler's pipeline issues the loads of a weight row's
+    consecutive 128-byte chunks together (each row is read K_UNROLL x BLOCK_K bytes at a time)."""
     if TILE_ARGS:
         pid_m = tile_m
         pid_n = tile_n
@@ -446,26 +448,29 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             if TWO:
                 xs, ws_u = fp8_tile_scales(as_ptr, arow, valid, stride_as, 0, n_u, n0_u, s_e, N_W, stride_sn,
                                            stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
-            for t in range(0, k_tiles):
-                a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
-                if PER_TILE:                        # the next tile's scales, loaded one tile ahead
-                    k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
-                    xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, n0_g, s_e, N_W,
-                                                        stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
-                    wsu_next = wsg_next
-                    if TWO:
-                        xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
+            for t0 in range(0, k_tiles, K_UNROLL):      # K_UNROLL tiles an iteration: a row's chunks issued together
+                for u in tl.static_range(K_UNROLL):
+                    t = t0 + u
+                    a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+                    if PER_TILE:                        # the next tile's scales, loaded one tile ahead
+                        k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K
+                        xs_next, wsg_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_w, n0_g, s_e, N_W,
                                                             stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
                                                             UNIFORM_WS)
-                acc_g = fp8_tile_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
-                                         PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K,
-                                         SWAP_AB)
-                if TWO:
-                    acc_u = fp8_tile_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
-                                             stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
-                                             UNIFORM_WS, EVEN_K, SWAP_AB)
-                if PER_TILE:
-                    xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
+                        wsu_next = wsg_next
+                        if TWO:
+                            xs_next, wsu_next = fp8_tile_scales(as_ptr, arow, valid, stride_as, k1, n_u, n0_u, s_e, N_W,
+                                                                stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS,
+                                                                UNIFORM_WS)
+                    acc_g = fp8_tile_product(acc_g, a, xs, ws_g, t * BLOCK_K, n_w, w_e, K, N_W, stride_wn, stride_wk,
+                                             PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K,
+                                             SWAP_AB)
+                    if TWO:
+                        acc_u = fp8_tile_product(acc_u, a, xs, ws_u, t * BLOCK_K, n_u, w_e, K, N_W, stride_wn,
+                                                 stride_wk, PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32,
+                                                 UNIFORM_WS, EVEN_K, SWAP_AB)
+                    if PER_TILE:
+                        xs, ws_g, ws_u = xs_next, wsg_next, wsu_next
             if SWAP_AB:
                 acc_g = tl.trans(acc_g)
                 acc_u = tl.trans(acc_u)

@@ -206,3 +206,105 @@ def test_on_triton_36_a_plan_calls_the_kernels_own_c_launch(monkeypatch):
     assert function is fn.compiled.function and meta is fn.compiled.packed_metadata
     assert gscratch is pscratch is lmeta is enter is leave is None
     assert args[0] is x and args[1] is w and args[2] is out and args[3] is part and args[4:] == [1, 64]
+
+
+# ---------------------------------------------------------------- whole calls (CallPlans: the fused MoE)
+class FakeJitClass:
+    """Triton's JITFunction as record_call wraps it: kernel[grid](*args, **kwargs) -> run(grid=, warmup=)."""
+
+    arg_names = ["x_ptr", "ids_ptr", "w_ptr", "y_ptr", "t_ptr", "M", "BLOCK"]
+    params = [Param(n, None) for n in arg_names[:-1]] + [Param("BLOCK", 64)]
+
+    def __init__(self):
+        self.compiled = FakeCompiled()
+
+    def run(self, *args, grid, warmup, **kwargs):
+        return self.compiled
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+@pytest.fixture
+def jit(monkeypatch):
+    monkeypatch.setattr(fastlaunch, "_jit_class", lambda: FakeJitClass)
+    return FakeJitClass()
+
+
+def _moe_like(fn, w, temp_bytes=64, offset=0, op=None):
+    """A raw call as TritonMoE.forward makes one: views of its inputs, an allocated temporary and output,
+    launches with positional and keyword arguments (num_warps: an option, no parameter)."""
+    def raw(x, topw, ids):
+        flat = ids.reshape(-1)
+        t = torch.empty(temp_bytes, dtype=torch.uint8)
+        y = torch.empty(x.shape[0], 4)
+        if op is not None:
+            topw = op(topw)
+        fn[(2, 3)](x, flat, w, y, t[offset:], x.shape[0], num_warps=4)
+        fn[(1,)](topw, flat, w, y, t.view(torch.int8), M=1)
+        return y
+    return raw
+
+
+def test_a_call_plan_replays_the_recorded_launches_from_the_second_call_on(jit):
+    w = torch.ones(4, 8)
+    plans = fastlaunch.CallPlans(_moe_like(jit, w))
+    x, topw, ids = torch.ones(1, 8), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.int32)
+    assert plans(x, topw, ids) is None                        # the first call takes the ordinary path
+    y = plans(x, topw, ids)                                   # the second runs raw, recorded
+    assert isinstance(y, torch.Tensor) and y.shape == (1, 4) and not jit.compiled.calls
+    x2, topw2, ids2 = torch.full((1, 8), 2.0), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.int32)
+    out = plans(x2, topw2, ids2)
+    (g1, _, a1), (g2, _, a2) = jit.compiled.calls
+    assert g1 == (2, 3, 1) and g2 == (1, 1, 1)
+    assert a1[0] is x2 and a1[1] is ids2 and a1[2] is w and a1[3] is out and a1[5] == 1 and a1[6] == 64
+    assert a2[0] is topw2 and a2[1] is ids2 and a2[3] is out and a2[5] == 1
+    assert a1[4].data_ptr() == a2[4].data_ptr()               # the small temporary is kept, as its views
+    assert out is not y and out.shape == y.shape and out.dtype == y.dtype
+    other = plans(x2, topw2, ids2)
+    assert jit.compiled.calls[-1][2][3] is other and other is not out      # a fresh output every call
+
+
+def test_a_call_plan_allocates_a_large_temporary_per_call(jit):
+    w = torch.ones(4, 8)
+    big = fastlaunch.KEEP_TEMP_BYTES + 16
+    plans = fastlaunch.CallPlans(_moe_like(jit, w, temp_bytes=big), after=1)
+    x, topw, ids = torch.ones(1, 8), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.int32)
+    plans(x, topw, ids)
+    plans(x, topw, ids)
+    plans(x, topw, ids)
+    first, second = jit.compiled.calls[-4][2][4], jit.compiled.calls[-2][2][4]    # each call's first launch
+    assert first.shape == (big,) and first.dtype == torch.uint8 and first.data_ptr() != second.data_ptr()
+
+
+@pytest.mark.parametrize("case", ["torch op", "offset view", "input signature"])
+def test_a_call_that_a_plan_could_not_repeat_is_refused(jit, case):
+    """A torch op other than an allocation or a view (here a cast of the router weights: a plan would not
+    repeat it) and an argument pointing inside a temporary at an offset refuse the plan; a new input
+    signature (strides, alignment) gets a recording of its own."""
+    w = torch.ones(4, 8)
+    raw = _moe_like(jit, w, offset=8 if case == "offset view" else 0,
+                    op=(lambda t: t.to(torch.bfloat16)) if case == "torch op" else None)
+    plans = fastlaunch.CallPlans(raw, after=1)
+    x, topw, ids = torch.ones(1, 8), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.int32)
+    if case == "input signature":
+        plans(x, topw, ids)
+        wide = torch.ones(1, 16)[:, ::2]                      # the same shape, another stride
+        assert plans(wide, topw, ids) is not None and len(plans.plans) == 2
+        odd = torch.ones(9)[1:].view(1, 8)                    # contiguous, 4 bytes off 16-byte alignment
+        assert plans(odd, topw, ids) is not None and len(plans.plans) == 3
+        return
+    assert isinstance(plans(x, topw, ids), torch.Tensor)      # the recorded call's own result
+    assert not plans.plans and len(plans.refused) == 1
+    if case == "torch op":
+        assert "_to_copy" in next(iter(plans.refused.values()))
+    assert plans(x, topw, ids) is None                        # from then on: the ordinary path
+
+
+def test_record_call_restores_jit_run_and_records_nothing_after(jit):
+    w = torch.ones(4, 8)
+    plain = FakeJitClass.run
+    _, rec = fastlaunch.record_call(_moe_like(jit, w), (torch.ones(1, 8), torch.ones(1, 2), torch.zeros(1, 2)))
+    assert FakeJitClass.run is plain and len(rec.launches) == 2 and rec.spoiled is None
+    jit[(1,)](1, 2, 3, 4, 5, 6)
+    assert len(rec.launches) == 2

@@ -90,6 +90,28 @@ def test_swap_ab_aligned_blocks_match_emulation(fmt, mode, params, bits):
     _check(t, ref, 12, dict(ALIGNED, SWAP_AB=bits))
 
 
+@slow
+@pytest.mark.parametrize("cfg", [dict(DIRECT_LAST, BLOCK_N=128), ALIGNED, dict(ALIGNED, SWAP_AB=0)],
+                         ids=["direct_last_deepseek_m1_entry", "aligned_swap", "aligned"])
+def test_two_k_tiles_an_iteration_keep_the_products(cfg):
+    """K_PAIR (moe_gemm_kernel K_UNROLL 2: the K loop takes two tiles an iteration, so a weight row's consecutive
+    chunks are loaded together): the same products in the same K order as one tile an iteration, so the same bits
+    in the interpreter (within the tolerance on a GPU), and within the tolerance of emulation. FC1 (K = H = 256,
+    two tiles) and FC2 (K = I = 256) both take it; K = 384 (three tiles) falls back to one tile an iteration."""
+    for i in (256, 384):
+        t, ref = moe_pair("fp8_block", E, H, i, K, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                          device=DEV)
+        m = 1 if cfg.get("DIRECT") else 12
+        x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(m, E, K, DEV)
+        t.config = cfg
+        base = t.apply(x, w, ids)
+        t.config = dict(cfg, K_PAIR=3)
+        y = t.apply(x, w, ids)
+        assert (torch.equal(y, base) if DEV == "cpu" else rel(y, base) < TOL), (cfg, i)
+        assert rel(y, ref.apply(x, w, ids)) < TOL, (cfg, i)
+
+
 def test_swap_ab_is_a_tuned_table_key():
     from oracle_triton.tuned import MOE_KEYS
 
