@@ -52,7 +52,12 @@ def test_fp8_deepseek_step_logits_follow_the_full_forward(tmp_path):
         logits.append(out.logits[0, -1].clone())
     errs = torch.tensor([float((a.float() - b).norm() / b.norm()) for a, b in zip(logits, full)])
     assert errs.median() < 0.15, errs
-    assert int(logits[0].argmax()) == int(full[0].argmax())
+    # the prefill itself is the model's forward over the prompt alone (the longer forward above rounds its
+    # activations with scales taken over all 17 tokens, so its first logits may swap a near-tie: 4.22 / 4.16)
+    with torch.no_grad():
+        prompt = model(ids).logits[0, -1].float()
+    assert float((logits[0].float() - prompt).norm() / prompt.norm()) < 1e-3
+    assert int(logits[0].argmax()) == int(prompt.argmax())
 
 
 def test_bulk_made_experts_are_the_per_tensor_draws_in_the_loaders_order():

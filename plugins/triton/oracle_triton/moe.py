@@ -28,9 +28,10 @@ from .weights import pack
 
 #: Eager calls up to this many tokens take a launch plan (TritonMoE.planned; as EagerGraphs.MAX_ROWS)
 PLAN_ROWS = 64
-#: TritonMoE.planned's default: off until a GPU round has timed the plans against the eager graph and run their
-#: GPU test (test_triton_moe_planned.py), written in the tenth pass after its last round had not come back
-PLANNED = False
+#: TritonMoE.planned's default. On since R27 of the eleventh pass (H200, bench/host_cost.py --moe, M=1): the
+#: planned eager call is 3.9-18.7 us above graph replay on Qwen3-30B INT4 / INT4-zp / FP8, gpt-oss-120b and
+#: DeepSeek-R1, against 13.5-61.0 us for the eager graph it replaces (the plans' GPU tests passed there)
+PLANNED = True
 
 #: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
 #: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
@@ -621,8 +622,11 @@ class TritonMoE(Kernel):
         BLOCK_M pairs of its block; K tiles of whole 128s (INT4: one 128-wide group); SPLIT_K splits K
         over that many programs per tile (a few pairs cannot fill the GPU); JOIN 1 (word decoders only)
         and PREFETCH 2 as in gemm.w4_swap_kernel; X_PIPE 1 (E2M1 with JOIN; num_stages >= 2): the activation
-        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles); TABLE 1 (E2M1, bf16, off
-        until a GPU round times it): the byte-table word decoder, NVFP4's weights exactly the reference's."""
+        tiles go to shared memory by Triton's pipelined copies (gemm.w4_swap_tiles); TABLE 1 (E2M1, bf16; the
+        default for NVFP4, 0 turns it off): the byte-table word decoder, NVFP4's weights exactly the reference's
+        (R27, eleventh pass: 0 / 1.9e-6 from emulation at M=8 / 128 against 4.3e-2 / 3.3e-2 for the single-factor
+        decoder, whose bf16-rounded group scale FC2's FP4 input rounding amplifies; Qwen3-235B M=256 1154 us
+        against 1152, M=16 640 against 616). MXFP4's power-of-two scales need no table (550 against 539 us)."""
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
@@ -676,7 +680,7 @@ class TritonMoE(Kernel):
                 EVEN_K=kdim % cfg["BLOCK_K"] == 0, PREFETCH=int(cfg.get("PREFETCH", 0)), WORDS=words, DECODE=decode,
                 SPLIT_K=split, JOIN=words and bool(cfg.get("JOIN", 0)) and decode != 0,
                 X_PIPE=words and bool(cfg.get("X_PIPE", 0)) and ly.elem != INT4,
-                TABLE=decode != 0 and bool(cfg.get("TABLE", 0)), num_warps=cfg["num_warps"],
+                TABLE=decode != 0 and bool(cfg.get("TABLE", int(ly.elem == E2M1_NV))), num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
         if aligned:
             self._topk_sum(pairs, ids, out, m, k)
