@@ -55,7 +55,7 @@ DENSE_REPEAT = [3]
 DENSE_WARM = [0.3]
 #: --dense-variants: per shape, {label: config} of oracle-triton's GEMM timed in each row beside the shipped
 #: choice (peers "oracle:LABEL"); "BASE": 1 lays the rest over the configuration the layer chooses at that M
-#: (e.g. {"BASE": 1, "PROMOTE": 0}); "ONLY_M": that M only
+#: (e.g. {"BASE": 1, "PDL": 1}); "ONLY_M": that M only
 DENSE_VARIANTS: dict[str, dict] = {}
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]

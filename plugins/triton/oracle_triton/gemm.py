@@ -744,7 +744,7 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                     AMAX_K: tl.constexpr = 1024, GDC: tl.constexpr = False, PF_L2: tl.constexpr = False,
                     xin_ptr=None, sync_ptr=None, COOP: tl.constexpr = False,
                     COOP_K: tl.constexpr = 1024, COOP_SPIN: tl.constexpr = False, EVICT: tl.constexpr = False,
-                    PF_HEAD: tl.constexpr = 0, PROMOTE: tl.constexpr = 1):
+                    PF_HEAD: tl.constexpr = 0):
     """Few-row W8A8 with scales constant along K (per-channel / per-tensor weights, per-token /
     per-tensor activation codes): y^T = codes(W) codes(x)^T on float8 tensor cores, the weights
     as the MMA's tall A operand (BLOCK_N rows) and the few activation rows as its narrow side, both
@@ -779,14 +779,10 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
     is left), wait for all rows, then run as usual. With PF_L2 the weight prefetch is asked
     for before the rows, so the HBM reads overlap them.
 
-    PROMOTE (float8 dot, sm_90): how many K tiles the tensor core's own float8 accumulation sums before
-    they are added to the fp32 accumulator. 1 (the default): every tile (the dot's max_num_imprecise_acc =
-    BLOCK_K), which reads the accumulator registers after each tile, so ptxas waits for a tile's MMAs
-    before the next tile's start. 0: never (Triton's sm_90 default: the sums stay in the MMA's narrower
-    accumulation over the program's whole K range, no wait). n >= 2: every n tiles, into a partial sum
-    added to the fp32 accumulator then (the host checks that n divides every split's tiles). Hopper's
-    float8 MMA keeps fewer mantissa bits than fp32 while it accumulates; the error that adds is measured
-    against oracle-emulation (bench/fp8_promote.py), so 0 and n >= 2 are tuned options only."""
+    The float8 MMA's sums are promoted to the fp32 accumulator every K tile (dequant.code_product's
+    max_num_imprecise_acc = BLOCK_K). An option that promoted them less often (never, or every n tiles)
+    was removed: never timed no faster on an H200 (ninth pass R23) and left same-sign sums over K = 4096
+    per program 6.6e-2 from oracle-emulation (the tests' tolerance is 1e-2); every 2 tiles was slower."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -826,36 +822,23 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
             xs = tl.load(as_ptr + tl.zeros([1], tl.int32))
         first = (tl.arange(0, BLOCK_M) == 0)[:, None]
         xr = _row_tile(x_ptr, tl.minimum(t0, t1 - 1), K, BLOCK_K, EVEN_K)
-    STEP: tl.constexpr = PROMOTE if PROMOTE > 1 else 1
-    for tt in range(t0, t1, STEP):
-        if PROMOTE > 1:
-            part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        for j in tl.static_range(STEP):
-            t = tt + j
-            offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
-            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
-                        mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0,
-                        eviction_policy="evict_first" if EVICT else "")
-            if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
-                xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
-                a = rows_codes(xr, xs, FP8_DOT, dot_t)
-                xr = xr_next
-            elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
-                xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
-                q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)   # (rounding [1, BK], not
-                xr = xr_next                                                             # [16, BK]: R19, 8.0 vs 7.4 us)
-                a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
-            else:
-                a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
-            wop = fp8_operand(w, FP8_DOT, HW_FP8, dot_t)
-            if PROMOTE > 1:
-                part = _unpromoted(wop, tl.trans(a), part, FP8_DOT, DOT_F32, BLOCK_K)
-            elif PROMOTE == 0:
-                acc = _unpromoted(wop, tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
-            else:
-                acc = code_product(wop, tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
-        if PROMOTE > 1:
-            acc += part
+    for t in range(t0, t1):
+        offs_k = t * BLOCK_K + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+                    mask=(offs_n < N)[:, None] & k_in(offs_k, K, EVEN_K)[None, :], other=0.0,
+                    eviction_policy="evict_first" if EVICT else "")
+        if QUANT_IN == 2:       # the next tile's rows loaded one tile ahead (registers double-buffer them)
+            xr_next = rows_tile(a_rows, row_ok, t + 1, t1, K, BLOCK_K, EVEN_K)
+            a = rows_codes(xr, xs, FP8_DOT, dot_t)
+            xr = xr_next
+        elif QUANT_IN:   # the next tile's row loaded one tile ahead (registers double-buffer it)
+            xr_next = _row_tile(x_ptr, tl.minimum(t + 1, t1 - 1), K, BLOCK_K, EVEN_K)
+            q = tl.where(first, round_e4m3(tl.math.div_rn(xr, xs[:, None])), 0.0)   # (rounding [1, BK], not
+            xr = xr_next                                                             # [16, BK]: R19, 8.0 vs 7.4 us)
+            a = q.to(tl.float8e4nv) if FP8_DOT else q.to(dot_t)
+        else:
+            a = act_codes_tile(a_rows, row_ok, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
+        acc = code_product(fp8_operand(w, FP8_DOT, HW_FP8, dot_t), tl.trans(a), acc, FP8_DOT, DOT_F32, BLOCK_K)
     if QUANT_IN:
         ws = tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)
         y = tl.trans(acc) * xs[:, None] * ws[None, :]
@@ -865,18 +848,6 @@ def fp8_swap_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr
                 M, N, stride_ym, SPLIT_K, HAS_BIAS, DOT_F32)
     if COOP:
         coop_done(sync_ptr)
-
-
-@triton.jit
-def _unpromoted(a, w, acc, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc + codes(A) @ codes(W) of one K tile, the float8 tensor-core sums left in the MMA's own
-    accumulation (no max_num_imprecise_acc: Triton's sm_90 default never promotes them inside the
-    dot, so nothing reads the accumulator between tiles); other dots as dequant.code_product."""
-    if FP8_DOT:
-        out = tl.dot(a, w, acc)
-    else:
-        out = code_product(a, w, acc, FP8_DOT, DOT_F32, BLOCK_K)
-    return out
 
 
 @triton.jit

@@ -572,7 +572,7 @@ class DenseGemm:
         if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
             return False
         if cfg.get("SWAP"):
-            return self.swap_ok(act) and self.promote_ok(cfg)
+            return self.swap_ok(act)
         if cfg.get("REGA"):
             return self.rega_ok(act) and self.rega_fits(cfg)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
@@ -730,39 +730,8 @@ class DenseGemm:
             DOT_F32=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, **self.quant_in_args(quant_in, cfg),
             **({"GDC": True} if pdl else {}),
             **({"PF_L2": True} if cfg.get("PF_L2") and self.facts["pdl"] and self.k % 16 == 0 else {}),
-            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.head_args(cfg), **self.coop_args(coop, cfg),
-            **self.promote_args(cfg))
+            **({"EVICT": True} if cfg.get("EVICT") else {}), **self.head_args(cfg), **self.coop_args(coop, cfg))
         return y
-
-    #: cfg PROMOTE (fp8_swap_kernel): off by default (1, every K tile promoted). Ninth pass R23 (H200, graph
-    #: replay, weights from HBM, bench_peers.py --dense-variants on the shipped tilings): PROMOTE 0, which
-    #: removes the accumulator wait ptxas injects in every K tile, timed the same as the shipped kernel
-    #: (8192x8192 M=1 20.9 against 21.0 us, M=16 24.3 / 24.3; 2048x4096 7.4 / 7.6 and 10.0 / 9.8; 7168x18432
-    #: 40.4 / 40.7 and 46.8 / 47.0), so that wait is not what keeps the swap GEMM at 3.2 TB/s; and its sums
-    #: drift from the reference on same-sign data (bench/fp8_promote.py: relative error 6.5e-2 over K = 4096
-    #: per program, 1.4e-1 over 9216, against the tests' 1e-2; 3.4-3.9e-3 on random-normal data, 3.1e-3
-    #: promoted). PROMOTE 2 stays within 1e-2 (6.3e-3 at worst) but timed 2-26% slower.
-    def promote_ok(self, cfg: dict[str, int]) -> bool:
-        """Does cfg's PROMOTE (fp8_swap_kernel: K tiles summed in the float8 MMA's own accumulation before
-        each fp32 promotion; 1 every tile, 0 never) fit its K split: n >= 2 must divide every split's tiles."""
-        n = cfg.get("PROMOTE", 1)
-        if n <= 1:
-            return True
-        tiles = -(-self.k // cfg["BLOCK_K"])
-        per = -(-tiles // cfg["SPLIT_K"])
-        last = tiles - per * (cfg["SPLIT_K"] - 1)
-        return per % n == 0 and last >= 0 and last % n == 0
-
-    def promote_args(self, cfg: dict[str, int]) -> dict[str, Any]:
-        """fp8_swap_kernel's PROMOTE for cfg (other dots than the float8 one sum in fp32 whatever it says; the
-        loop's shape is the same, so the CPU interpreter runs it too)."""
-        n = cfg.get("PROMOTE", 1)
-        if n == 1:
-            return {}
-        if not self.promote_ok(cfg):
-            raise ValueError(f"PROMOTE {n} must divide the K tiles of every split (K {self.k}, BLOCK_K "
-                             f"{cfg['BLOCK_K']}, SPLIT_K {cfg['SPLIT_K']})")
-        return {"PROMOTE": n}
 
     def head_args(self, cfg: dict[str, int]) -> dict[str, Any]:
         """fp8_swap_kernel's PF_HEAD (cfg PF_HEAD bytes, sm_90's bulk L2 prefetch: 16-byte multiples, at most

@@ -212,26 +212,6 @@ def test_tensor_scale_is_the_dynamic_per_tensor_scale(shape):
     assert tensor_scale(torch.zeros(*shape, dtype=torch.bfloat16, device=DEV), 448.0).tolist() == [1.0]
 
 
-def test_fp8_swap_promotion_interval_sums_the_same_products():
-    """fp8_swap_kernel PROMOTE (K tiles summed in the float8 MMA's own accumulation between fp32 promotions;
-    1 every tile, the default): 0 and 2 sum the same products (the interpreter's fp32 dot: equal up to the
-    order of the fp32 additions); a PROMOTE that does not divide every split's K tiles is refused with the
-    reason, and a tuned entry carrying it does not serve the layer."""
-    t, e = linear_pair("fp8_channel", 96, 512, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
-                       bias=True, device=DEV)
-    cfg = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
-    for m in (1, 5):
-        x = torch.randn(m, 512, dtype=torch.bfloat16, device=DEV) * 3
-        y = t.gemm(x, t.act, None, torch.bfloat16, cfg)
-        assert rel(y, e.apply(x)) < TOL, m
-        for promote in (0, 2):
-            assert rel(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PROMOTE": promote}), y) < 1e-5, (m, promote)
-    assert t.gemm.promote_ok({**cfg, "PROMOTE": 2}) and not t.gemm.promote_ok({**cfg, "PROMOTE": 4})
-    with pytest.raises(ValueError, match="PROMOTE 4 must divide the K tiles of every split"):
-        t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "PROMOTE": 4})
-    assert t.gemm.serves({**cfg, "PROMOTE": 2}, 1, t.act) and not t.gemm.serves({**cfg, "PROMOTE": 4}, 1, t.act)
-
-
 @pytest.mark.slow
 def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
     """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register

@@ -1,19 +1,17 @@
-"""FP8 W8A8 per channel, the few-row swap GEMM: what leaving the float8 MMA's sums unpromoted costs in
-numerics (issue 26, ninth pass).
+"""FP8 W8A8 per channel, the few-row kernels: each candidate configuration's error against oracle-emulation
+(issue 26), measured in parallel processes that also compile it into Triton's cache for a timing run
+after them (bench_peers.py --dense-variants times the same file's configurations beside the peers).
 
-gemm.fp8_swap_kernel's PROMOTE says how many K tiles the tensor core's float8 accumulation sums before they
-are added to the fp32 accumulator: 1 (shipped) every tile, which makes ptxas wait for a tile's MMAs before
-the next tile's (C7517); 0 never; n every n tiles. Hopper's float8 MMA keeps fewer mantissa bits than fp32
-while it accumulates, so an unpromoted sum over a long K drifts from the exact one. This script measures
-that drift against oracle-emulation (fp32 sums of the same codes, the path's reference) on the issue's
-shapes, for random-normal weights and activations (signs cancel, as in a model) and for their absolute
-values (no cancellation: every partial sum grows, the worst case for a truncating accumulator):
-relative Frobenius error (the tests' measure, tolerance 1e-2) and the largest elementwise error relative
-to that output's magnitude. Timing is bench_peers.py --dense-variants' job (same process as the peers).
+Data: random-normal weights and activations (signs cancel, as in a model) and their absolute values (no
+cancellation: every partial sum grows, the worst case for an accumulator that keeps fewer bits than
+fp32). Measures: relative Frobenius error (the tests' measure, tolerance 1e-2) and the largest
+elementwise error relative to that output row's magnitude.
 
-    python bench/fp8_promote.py [--shapes 8192x8192 7168x18432 2048x4096] [--m 1 16] [--promote 1 0 2 4]
-                                [--variants configs/fp8_2048_r24.json] [--workers 18] [--json out.json]
-It also compiles those kernels into Triton's cache for a timing run after it (in --workers processes).
+    python bench/fp8_numerics.py --variants configs/fp8_2048_r24.json [--shapes 2048x4096] [--m 16 256]
+                                 [--workers 14] [--timeout-s 20] [--json out.json]
+
+(The ninth pass's bench/fp8_promote.py, less the promotion interval it also swept: that option of
+gemm.fp8_swap_kernel was removed.)
 """
 from __future__ import annotations
 
@@ -30,17 +28,11 @@ SHAPES = {"8192x8192": (8192, 8192), "7168x18432": (7168, 18432), "2048x4096": (
 MODE = ("fp8_channel", "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})
 
 
-def config_of(g, m: int, act: int, spec: dict) -> dict | None:
+def config_of(g, m: int, act: int, spec: dict) -> dict:
     """A variant's launch configuration as bench_peers.py --dense-variants reads it: "BASE": 1 lays the rest
-    over the configuration the layer ships at M ({"BASE": 1, "PROMOTE": n}); None where a PROMOTE does not
-    apply (not a swap configuration, or n does not divide every split's K tiles)."""
+    over the configuration the layer ships at M."""
     base = g.config_for(m, act) if spec.get("BASE") else {}
-    cfg = {**base, **{k: v for k, v in spec.items() if k not in ("BASE", "ONLY_M")}}
-    if cfg.get("PROMOTE") == 1:        # the default: also what a non-swap configuration does
-        del cfg["PROMOTE"]
-    if "PROMOTE" in cfg and ("SWAP" not in cfg or not g.promote_ok(cfg)):
-        return None
-    return cfg
+    return {**base, **{k: v for k, v in spec.items() if k not in ("BASE", "ONLY_M")}}
 
 
 def build(name: str, positive: bool = False):
@@ -82,11 +74,10 @@ def measure_job(name: str, m: int, label: str, spec: dict, built: dict) -> list[
             x = x.abs()
         ref = e.apply(x)
         cfg = config_of(t.gemm, m, ACT_TOKEN, spec)
-        if cfg is not None:
-            y = t.gemm(x, ACT_TOKEN, None, torch.bfloat16, cfg)
-            fro, worst = errors(y, ref)
-            rows.append(dict(shape=name, m=m, data="abs" if positive else "normal", variant=label, config=cfg,
-                             rel_fro=fro, rel_max=worst))
+        y = t.gemm(x, ACT_TOKEN, None, torch.bfloat16, cfg)
+        fro, worst = errors(y, ref)
+        rows.append(dict(shape=name, m=m, data="abs" if positive else "normal", variant=label, config=cfg,
+                         rel_fro=fro, rel_max=worst))
     return rows
 
 
@@ -96,7 +87,7 @@ def _line(r: dict) -> str:
 
 
 def _job(job: tuple) -> list[dict]:
-    """One worker: its share of the (shape, M, PROMOTE) runs (each compiles its kernel into Triton's cache,
+    """One worker: its share of the (shape, M, variant) runs (each compiles its kernel into Triton's cache,
     so the timing process only loads it)."""
     index, workers, jobs = job
     rows, built = [], {}
@@ -108,18 +99,19 @@ def _job(job: tuple) -> list[dict]:
     return rows
 
 
-def jobs_for(shapes: list[str], ms: list[int], promotes: list[int], variants: dict) -> list[tuple]:
-    """(shape, M, label, spec): each PROMOTE over the shipped configuration, then each --variants entry
-    (at its ONLY_M, else at every M)."""
-    jobs = [(name, m, f"promote {p}", {"BASE": 1, "PROMOTE": p}) for name in shapes for m in ms for p in promotes]
+def jobs_for(shapes: list[str], ms: list[int], variants: dict) -> list[tuple]:
+    """(shape, M, label, spec): each --variants entry of the shapes asked for (at its ONLY_M, else at every M)."""
+    jobs = []
     for name, table in variants.items():
+        if name not in shapes:
+            continue
         for label, spec in table.items():
             jobs += [(name, m, label, spec) for m in ms if spec.get("ONLY_M", m) == m]
     return jobs
 
 
 def run(workers: int, jobs: list[tuple], timeout_s: float, out: list) -> None:
-    """Every (shape, M, PROMOTE) in `workers` processes at once (Triton's compiler is single-threaded per
+    """Every (shape, M, variant) in `workers` processes at once (Triton's compiler is single-threaded per
     process); rows printed as they come back."""
     import multiprocessing
     t0 = time.perf_counter()
@@ -141,23 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["8192x8192", "7168x18432", "2048x4096"])
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16])
-    ap.add_argument("--promote", type=int, nargs="*", default=[1, 0, 2, 4])
-    ap.add_argument("--variants", metavar="JSON", help="also these configurations (bench_peers.py --dense-variants' file)")
+    ap.add_argument("--variants", metavar="JSON", required=True,
+                    help="the configurations (bench_peers.py --dense-variants' file)")
     ap.add_argument("--workers", type=int, default=1, metavar="N", help="N processes (each compiles its runs' kernels)")
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--json", help="write the rows there")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("fp8_promote: needs a CUDA device", file=sys.stderr)
+        print("fp8_numerics: needs a CUDA device", file=sys.stderr)
         return 2
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     rows: list = []
     try:
-        variants = {}
-        if args.variants:
-            with open(args.variants) as f:
-                variants = json.load(f)
-        run(args.workers, jobs_for(args.shapes, args.m, args.promote, variants), args.timeout_s, rows)
+        with open(args.variants) as f:
+            variants = json.load(f)
+        run(args.workers, jobs_for(args.shapes, args.m, variants), args.timeout_s, rows)
     finally:
         if args.json:                      # what was measured before a failure is kept
             Path(args.json).write_text(json.dumps(rows, indent=1))
