@@ -329,19 +329,21 @@ def test_a_rega_entry_falls_back_to_the_swap_entry_it_carries(table, tmp_path):
         assert "[0].config" in str(err.value), bad
 
 
-@pytest.mark.parametrize("mode,n,k,experts,zp,chunk", [
-    ("w4a16_int4", 1536, 2048, 128, True, 512),       # Qwen3-30B INT4 with zero points: every expert at once
-    ("w4a16_int4", 1536, 2048, 128, False, 512),      # symmetric
-    ("w4a16_mx", 5760, 2880, 32, None, 512),          # gpt-oss-20b
-    ("w4a16_mx", 5760, 2880, 128, None, 32),          # gpt-oss-120b: 32-block chunks (all experts: 6.4 GB)
-    ("w4a4_nvfp4", 3072, 4096, 128, None, 32)])       # Qwen3-235B
-def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_from_2049_tokens(mode, n, k, experts, zp, chunk):
-    """The eleventh pass's entries (R27-R29): from 2049 tokens (bucket 4096) these MoEs take DEQUANT_MM with the
-    chunking measured; at 2048 tokens and on other devices there is no entry (the rule)."""
+@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,from_m", [
+    ("w4a16_int4", 1536, 2048, 128, True, 512, 1025),     # Qwen3-30B INT4 with zero points: every expert at once
+    ("w4a16_int4", 1536, 2048, 128, False, 512, 1025),    # symmetric
+    ("w4a16_mx", 5760, 2880, 32, None, 512, 1025),        # gpt-oss-20b
+    ("w4a16_mx", 5760, 2880, 128, None, 32, 2049),        # gpt-oss-120b: 32-block chunks (all experts: 6.4 GB)
+    ("w4a4_nvfp4", 3072, 4096, 128, None, 32, 2049)])     # Qwen3-235B
+def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_of_tokens(mode, n, k, experts, zp,
+                                                                                          chunk, from_m):
+    """The eleventh pass's entries (R27-R30): from `from_m` tokens (bucket 2048 or 4096) these MoEs take
+    DEQUANT_MM with the chunking measured; below that, and on other devices, no entry (the rule)."""
     kw = {} if zp is None else {"zero_point": zp}
     tuned.load.cache_clear()
     cfg = tuned.lookup(DEVICE, "moe", mode, n, k, 4096, experts, **kw)
     assert cfg is not None and cfg["DEQUANT_MM"] == chunk
     assert tuned.lookup(DEVICE, "moe", mode, n, k, 10000, experts, **kw) == cfg
-    assert tuned.lookup(DEVICE, "moe", mode, n, k, 2048, experts, **kw) is None
+    assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m, experts, **kw)["DEQUANT_MM"] == chunk
+    assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) is None
     assert tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw) is None
