@@ -116,14 +116,21 @@ def diagnose(g, em, v) -> None:
     print(f"    diagnose: per-n error, n = 0..127: {[round(float(e), 2) for e in nerr[::4]]}", flush=True)
 
 
-def run(fmt: str, shape: str, deadline: float) -> None:
+def layer_and_bf16(fmt: str, shape: str) -> tuple:
+    """The shape's random weights built in `fmt` (sweep_dense.build: the layer, its emulation and rotated
+    copies), an M-row input, and BF16 cuBLAS's graph time on BF16 copies rotated out of L2."""
     n, k = SHAPES[shape]
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
     x = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
     bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20)
     del bf16
-    _, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+    t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+    return n, k, x, bf, t, em, gs
+
+
+def run(fmt: str, shape: str, deadline: float) -> None:
+    _, _, x, bf, _, em, gs = layer_and_bf16(fmt, shape)
     ref = em.apply(x)
     cfg = gs[0].config_for(M, 0)
     err = rel(gs[0](x, 0, None, torch.bfloat16, cfg), ref)
@@ -186,13 +193,7 @@ def public(fmt: str, shape: str) -> None:
     from oracle.integration.eager_graphs import EagerGraphs
     from oracle_triton.launch import DenseGemm
 
-    n, k = SHAPES[shape]
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
-    x = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
-    bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
-    bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20)
-    del bf16
-    t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
+    n, k, x, bf, t, em, gs = layer_and_bf16(fmt, shape)
     layers = [t]
     for g in gs[1:]:
         c = copy.copy(t)

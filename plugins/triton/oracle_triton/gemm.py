@@ -337,15 +337,22 @@ def e2m1_scale_pair(s, gscale, ELEM: tl.constexpr):
 
 
 @triton.jit
-def e2m1_word_values_fused(u, pair):
-    """E2M1 words u and their e2m1_scale_pair factors -> the 8 bf16 tensors value x scale (nibble i =
-    k % 8), one packed multiply per value pair (e2m1_word_ptx fused; bf16 layers, compiled only)."""
-    h = tl.inline_asm_elementwise(_E2M1_BF16_FUSED_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, pair],
-                                  dtype=(tl.int16,) * 8, is_pure=True, pack=1)
+def _e2m1_bf16_words(u, w, PTX: tl.constexpr):
+    """The 8 bf16 tensors (nibble i = k % 8) one of the E2M1 word decoders PTX makes of words u and one
+    32-bit word of scale bits w per word (compiled only)."""
+    h = tl.inline_asm_elementwise(PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, w], dtype=(tl.int16,) * 8,
+                                  is_pure=True, pack=1)
     return h[0].to(tl.bfloat16, bitcast=True), h[1].to(tl.bfloat16, bitcast=True), \
         h[2].to(tl.bfloat16, bitcast=True), h[3].to(tl.bfloat16, bitcast=True), \
         h[4].to(tl.bfloat16, bitcast=True), h[5].to(tl.bfloat16, bitcast=True), \
         h[6].to(tl.bfloat16, bitcast=True), h[7].to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def e2m1_word_values_fused(u, pair):
+    """E2M1 words u and their e2m1_scale_pair factors -> the 8 bf16 tensors value x scale (nibble i =
+    k % 8), one packed multiply per value pair (e2m1_word_ptx fused; bf16 layers, compiled only)."""
+    return _e2m1_bf16_words(u, pair, _E2M1_BF16_FUSED_PTX)
 
 
 @triton.jit
@@ -385,12 +392,7 @@ def e2m1_scale_word(s, gscale, ELEM: tl.constexpr):
 def e2m1_word_values_table(u, sw):
     """E2M1 words u [A, B] (int32) and their e2m1_scale_word (broadcast to u) -> the 8 bf16 tensors value x
     scale (nibble i = k % 8), exactly the reference's (e2m1_word_ptx_table; inline PTX, compiled only)."""
-    h = tl.inline_asm_elementwise(_E2M1_BF16_TABLE_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, sw],
-                                  dtype=(tl.int16,) * 8, is_pure=True, pack=1)
-    return h[0].to(tl.bfloat16, bitcast=True), h[1].to(tl.bfloat16, bitcast=True), \
-        h[2].to(tl.bfloat16, bitcast=True), h[3].to(tl.bfloat16, bitcast=True), \
-        h[4].to(tl.bfloat16, bitcast=True), h[5].to(tl.bfloat16, bitcast=True), \
-        h[6].to(tl.bfloat16, bitcast=True), h[7].to(tl.bfloat16, bitcast=True)
+    return _e2m1_bf16_words(u, sw, _E2M1_BF16_TABLE_PTX)
 
 
 @triton.jit

@@ -273,7 +273,7 @@ def moe_swap(elem, group, cfg, *, stage, aligned=True, zero=False, even_k=True):
                   BLOCK_N=cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if fc1 else cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                   EXACT_BF16=False, OUT_F16=False, EVEN_K=even_k, WORDS=True, DECODE=3 if elem == 3 else 4,
                   SPLIT_K=cfg.get("SPLIT_K", 1), JOIN=bool(cfg.get("JOIN", 0)), PREFETCH=cfg.get("PREFETCH", 0),
-                  **_ones(elem))
+                  TABLE=bool(cfg.get("TABLE", 0)), **_ones(elem))
     ptrs = {**_small_ptrs(elem), "topw_ptr": "*fp32", "out_ptr": "*bf16" if fc1 else "*fp32", "sum_ptr": "*bf16",
             "sorted_ptr": "*i32", "bexp_ptr": "*i32", "kcnt_ptr": "*i32", "part_ptr": "*fp32"}
     return compile_kernel(mg.moe_swap_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
@@ -293,6 +293,10 @@ def moe_swap_cases():
         "moe swap words mxfp4 FC2 split 4, top-k sum": lambda: moe_swap(1, 32, c(64, 32, split=4), stage=2,
                                                                         aligned=False, even_k=False),
         "moe swap words nvfp4 FC1 aligned n1=32": lambda: moe_swap(2, 16, c(64, 32), stage=1),
+        "moe swap words nvfp4 FC1 aligned n1=32 JOIN TABLE (the default)": lambda: moe_swap(
+            2, 16, dict(c(64, 32), JOIN=1, TABLE=1), stage=1),
+        "moe swap words nvfp4 FC2 aligned n=64 JOIN TABLE (the default)": lambda: moe_swap(
+            2, 16, dict(c(64, 32), JOIN=1, TABLE=1), stage=2),
         "moe swap words int4 zero points FC1 aligned n1=32": lambda: moe_swap(3, 128, c(64, 32), stage=1, zero=True),
         "moe swap words mxfp4 FC1 aligned n1=32 JOIN prefetch 2": lambda: moe_swap(
             1, 32, dict(c(64, 32), JOIN=1, PREFETCH=2), stage=1, even_k=False),
