@@ -333,7 +333,7 @@ def test_a_rega_entry_falls_back_to_the_swap_entry_it_carries(table, tmp_path):
     ("w4a16_int4", 1536, 2048, 128, True, 512, 1025),     # Qwen3-30B INT4 with zero points: every expert at once
     ("w4a16_int4", 1536, 2048, 128, False, 512, 1025),    # symmetric
     ("w4a16_mx", 5760, 2880, 32, None, 512, 1025),        # gpt-oss-20b
-    ("w4a16_mx", 5760, 2880, 128, None, 32, 2049),        # gpt-oss-120b: 32-block chunks (all experts: 6.4 GB)
+    ("w4a16_mx", 5760, 2880, 128, None, 32, 2049),        # gpt-oss-120b: 32-block chunks (all experts: 4.2 GB)
     ("w4a4_nvfp4", 3072, 4096, 128, None, 32, 2049)])     # Qwen3-235B
 def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_of_tokens(mode, n, k, experts, zp,
                                                                                           chunk, from_m):
