@@ -10,8 +10,7 @@ import torch
 
 from . import fastlaunch
 from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
-                      rega_swap,
-                      fused_scales_ok, is_words)
+                      fused_scales_ok, is_words, rega_swap)
 
 
 def interpreting() -> bool:
@@ -477,7 +476,7 @@ class DenseGemm:
         from .tuned import lookup
         found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
         if found is not None and found.get("REGA") and not self.serves(found, m, act):
-            found = rega_swap(found)            # the swap entry a REGA entry replaced, where it carries one
+            return self.rega_fallback(found, m, act)     # the swap entry it replaced, else the rules
         if found is not None and self.serves(found, m, act):
             return found if {"SWAP", "DECODE", "WG", "ROWGEMV"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
