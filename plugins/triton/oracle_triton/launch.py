@@ -643,7 +643,7 @@ class DenseGemm:
                           stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
                           stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split, XT=cfg["XT"],
-                          PF=cfg.get("PF", 2))
+                          PF=cfg.get("PF", 2), EARLY=cfg.get("EARLY", 0), TABLE=cfg.get("TABLE", 0))
         return y
 
     def wgmma_ok(self, act: int) -> bool:
