@@ -623,7 +623,7 @@ class DenseGemm:
     def rega(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16, bf16: w4_rega.w4_rega_kernel (16 activation rows and 16 x num_warps weight
         rows per program, K split SPLIT_K ways, XT activation tiles per shared-memory chunk, words PF tiles
-        ahead; one launch)."""
+        ahead; EARLY / TABLE as w4_rega_kernel says; one launch)."""
         from .w4_rega import w4_rega_kernel
 
         if not self.rega_fits(cfg):

@@ -21,7 +21,9 @@ cp.async per k pair, XT K tiles per chunk), so the step's B operand is 16 contig
 INT4 (zero points or not): q - z exactly (bf16 has 8 bits of mantissa), the tile's products summed
 in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4_swap_kernel). E2M1
 (MXFP4 / NVFP4): value x scale rounded once to bf16 as the reference dequantizes (the fused decoder;
-scales checked at load by formats.fused_scales_ok). bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
+scales checked at load by formats.fused_scales_ok); for NVFP4 that factor is bf16(s x g x 2**126), the scale
+rounded before the value's 1.5, so TABLE (table_pairs_ptx) gives exactly the reference's weights instead.
+bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
 """
 from __future__ import annotations
 
@@ -207,11 +209,11 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
 @gluon.jit
 def _scale_word(sr, gscale):
     """NVFP4 E4M3 scale bytes -> table_pairs_ptx's scale words {A, B} (int32, A low): A = bf16(s x g), B =
-    bf16((1.5 s) x g), the products in fp32 (1.5 s is exact), each rounded once as the reference's weights."""
+    bf16((1.5 s) x g), the products in fp32 (1.5 s is exact), each rounded once as the reference's weights (one
+    packed conversion: cvt.rn.bf16x2.f32 puts its second source in the low half)."""
     sv = sr.to(gl.float8e4nv, bitcast=True).to(gl.float32)
-    a = (sv * gscale).to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    b = ((sv * 1.5) * gscale).to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32)
-    return a | (b << 16)
+    return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", [sv * gscale, (sv * 1.5) * gscale],
+                                     dtype=gl.int32, is_pure=True, pack=1)      # both rounded to nearest even
 
 
 @gluon.jit
@@ -225,7 +227,10 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
     loaded PF tiles ahead in the K loop; PF 0: the program has exactly XT tiles (SPLIT_K x XT = K / 128, XT <= 4),
     all their words loaded before the first MMA beside the activations' copy, the tiles unrolled (few K tiles
-    per program: one memory latency instead of one per loop trip). Words: int32, word j
+    per program: one memory latency instead of one per loop trip). EARLY (PF 0): a CTA barrier after the loads
+    (1: before the activations' wait; 2: before their copy) so that ptxas issues them there: without it the
+    sm_90a SASS issues most word loads after the wait (two memory latencies in series). TABLE (NVFP4): the
+    byte-table decoder (table_pairs_ptx, exact weights) instead of the fused factor. Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
@@ -297,11 +302,13 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             ud, sd, fd = _load_tile(t0 + 3, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
                                     stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+        if EARLY == 2:
+            _cta_barrier()      # the words' and scales' loads issued before the activations' copy
         async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
                                                mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
         async_copy.commit_group()
-        if EARLY:
-            _cta_barrier()
+        if EARLY == 1:
+            _cta_barrier()      # ... before the activations' wait (ptxas otherwise issues most of them after it)
         async_copy.wait_group(0)
         fence_async_shared()
         _cta_barrier()

@@ -1,6 +1,6 @@
 """w4_rega's NVFP4 options (issue 26, 2048x4096 at M = 16): the byte-table decoder (TABLE: each weight exactly
 oracle-emulation's bf16(value x s x g), where the default fused factor bf16(s x g x 2**126) rounds the scale
-first) and EARLY (PF 0's words issued before the activations' wait). On CPU: the decoder's PTX run by the
+first) and EARLY (PF 0's words issued before the activations' wait, 1, or before their copy, 2). On CPU: the decoder's PTX run by the
 bit-level model of test_triton_e2m1_ptx against oracle-emulation's NVFP4 dequantization, and the configs
 check_config takes; on an H200: the kernel against emulation and under graph replay."""
 from __future__ import annotations
@@ -76,8 +76,8 @@ def test_rega_default_decoder_rounds_nvfp4_scales_twice():
 
 
 def test_rega_nvfp4_options_in_check_config():
-    """TABLE on NVFP4 words and EARLY with PF 0 are REGA configs check_config takes (and the tuned table's
-    keys); TABLE on MXFP4 / INT4 and EARLY with PF 1 / 2 are refused."""
+    """TABLE on NVFP4 words and EARLY 1 / 2 with PF 0 (any format) are REGA configs check_config takes (and the
+    tuned table's keys); TABLE on MXFP4 / INT4, EARLY with PF 1 / 2 and EARLY 3 are refused."""
     from oracle_triton.formats import check_config, layout_for, words_layout
     from oracle_triton.tuned import KEYS
 
@@ -88,8 +88,11 @@ def test_rega_nvfp4_options_in_check_config():
         check_config({**base, "TABLE": 1}, words_layout("mxfp4", 2048, 4096))
     with pytest.raises(ValueError, match="TABLE"):
         check_config({**base, "TABLE": 1}, layout_for("int4", 2048, 4096, 128))
+    check_config({**base, "EARLY": 2}, layout_for("int4", 2048, 4096, 128))
     with pytest.raises(ValueError, match="EARLY"):
         check_config({**base, "PF": 2, "EARLY": 1}, words_layout("nvfp4", 2048, 4096))
+    with pytest.raises(ValueError, match="EARLY"):
+        check_config({**base, "EARLY": 3}, words_layout("nvfp4", 2048, 4096))
 
 
 #: weights exactly the reference's: only the fp32 sums' order (split K, MMA order) separates TABLE from emulation,
@@ -100,8 +103,9 @@ TOL_TABLE = 1e-3
 @pytest.mark.gpu
 def test_rega_nvfp4_table_and_early_match_emulation_and_replay(capsys):
     """NVFP4 through DenseGemm.rega on an H200 (N = 1000: a tile tail; K = 3072; a bias; 20 rows): TABLE within
-    1e-3 of emulation (the default decoder's error printed beside it), EARLY bitwise equal to the same config
-    without it (the same arithmetic, the loads issued earlier), PF 0 at 8 and 4 warps; captured and replayed."""
+    1e-3 of emulation (the default decoder's error printed beside it), EARLY 1 and 2 bitwise equal to the same
+    config without it (the same arithmetic, the loads issued earlier), PF 0 at 8 warps (6 splits of 4 tiles) and
+    4 warps (12 of 2); captured and replayed."""
     from helpers import linear_pair, rel
     from test_triton_gpu import _capture_and_replay
 
@@ -110,15 +114,16 @@ def test_rega_nvfp4_table_and_early_match_emulation_and_replay(capsys):
         pytest.skip("w4_rega needs an sm_90 GPU (wgmma) and NVFP4 scales inside the fused decoder's range")
     x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
     ref = e.apply(x)
-    for warps, split, xt in ((8, 6, 4), (4, 12, 2)):
-        cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": 0, "num_warps": warps, "KN": 1}
-        plain = t.gemm(x, 0, None, torch.bfloat16, cfg)
-        table = t.gemm(x, 0, None, torch.bfloat16, {**cfg, "TABLE": 1})
-        err, err_plain = rel(table, ref), rel(plain, ref)
-        with capsys.disabled():
-            print(f"\nREGA NVFP4 w{warps} split {split}: TABLE {err:.2e}, default decoder {err_plain:.2e}")
-        assert err < TOL_TABLE, (warps, err, err_plain)
-        assert torch.equal(plain, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "EARLY": 1}))
-        assert torch.equal(table, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "TABLE": 1, "EARLY": 1}))
-    both = {**cfg, "TABLE": 1, "EARLY": 1}
+    cfg = {"REGA": 1, "SPLIT_K": 6, "XT": 4, "PF": 0, "num_warps": 8, "KN": 1}
+    plain = t.gemm(x, 0, None, torch.bfloat16, cfg)
+    table = t.gemm(x, 0, None, torch.bfloat16, {**cfg, "TABLE": 1})
+    err, err_plain = rel(table, ref), rel(plain, ref)
+    with capsys.disabled():
+        print(f"\nREGA NVFP4 w8 split 6: TABLE {err:.2e}, default decoder {err_plain:.2e}")
+    assert err < TOL_TABLE, (err, err_plain)
+    for early in (1, 2):
+        assert torch.equal(plain, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "EARLY": early})), early
+        assert torch.equal(table, t.gemm(x, 0, None, torch.bfloat16, {**cfg, "TABLE": 1, "EARLY": early})), early
+    both = {**cfg, "SPLIT_K": 12, "XT": 2, "num_warps": 4, "TABLE": 1, "EARLY": 2}
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, both), ref) < TOL_TABLE
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, both), x, e.apply)
