@@ -307,9 +307,9 @@ MAX_PLANS = 8
 def _jit_kernel(name: str) -> Any:
     """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, fp8_gemv, gemm, gemv, w4_wgmma
+    from . import fp4_gemv, fp8_gemv, fp8_rowgemv, gemm, gemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
-        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name)
+        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name, None) or getattr(fp8_rowgemv, name)
 
 
 class DenseGemm:
@@ -565,7 +565,7 @@ class DenseGemm:
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
         if cfg.get("ROWGEMV"):
-            return m == 1 and self.row_gemv_ok(act)
+            return m == 1 and self.row_gemv_ok(act) and self.tile_gemv_fits(cfg)
         if cfg.get("DEQUANT_MM"):
             return act == 0
         if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
@@ -755,6 +755,8 @@ class DenseGemm:
                              f"given), not {x.shape[0]} rows, act {act}, weight {self.layout}")
         if x.stride(1) != 1:
             x = x.contiguous()
+        if cfg["ROWGEMV"] == 3:
+            return self.fp8_tile_gemv(x, act, act_scale, out_dtype, cfg)
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)
@@ -766,6 +768,40 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             AMAX_K=min(1 << (self.k - 1).bit_length(), 32 * 32 * cfg["num_warps"]), HW_FP8=self.facts["hw_fp8"],
             EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, AHEAD=cfg.get("PREFETCH", 1) == 2)
+        return y
+
+    def tile_gemv_fits(self, cfg: dict[str, int]) -> bool:
+        """ROWGEMV 3 covers K in SPLIT_K tiles of BLOCK_K, one per program (SPLIT_K = cdiv(K, BLOCK_K))."""
+        return cfg.get("ROWGEMV") != 3 or cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
+
+    def fp8_tile_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+                      cfg: dict[str, int]) -> torch.Tensor:
+        """cfg ROWGEMV 3: fp8_rowgemv.fp8_tile_gemv_kernel, each program's [BLOCK_N, BLOCK_K] weight tile in one
+        load. The row's codes from the quantizer launch (cfg PDL 1 on sm_90: the GEMV launched with launch_pdl,
+        its weight loads issued before it waits for the quantizer), or with cfg QUANT_IN 1 rounded by every
+        program (one launch). cfg EVICT 1: evict-first weight loads."""
+        if not self.tile_gemv_fits(cfg):
+            raise ValueError(f"ROWGEMV 3 takes SPLIT_K = cdiv(K, BLOCK_K) = {-(-self.k // cfg['BLOCK_K'])} for "
+                             f"K {self.k}, not {cfg['SPLIT_K']}")
+        codes_in = not cfg.get("QUANT_IN", 0)
+        pdl = codes_in and bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+        xs = act_scale if act == ACT_TENSOR else self.scale
+        if codes_in:
+            codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+            x = codes.view(torch.uint8)
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        bn, bk, split = cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        grid_n = -(-self.n // bn)
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "fp8_tile_gemv_kernel", (grid_n, split, 1), cfg, pdl,
+            x_ptr=x, as_ptr=xs, w_ptr=self.weight, s_ptr=self.scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
+            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk,
+            ROW_K=1 << (self.k - 1).bit_length(), HW_FP8=self.facts["hw_fp8"], EXACT_BF16=self.facts["dot_f32"],
+            EVEN=self.n % bn == 0 and self.k % bk == 0, CODES_IN=codes_in,
+            **({"GDC": True} if pdl else {}), **({"EVICT": True} if cfg.get("EVICT") else {}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
