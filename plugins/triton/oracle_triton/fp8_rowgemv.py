@@ -18,8 +18,9 @@ Two forms:
     codes. With GDC (sm_90, the GEMV launched with launch_pdl after the quantizer's GDC launch) each
     program issues its weight loads, then waits for the quantizer's grid (griddepcontrol.wait), so the
     weights stream while the row is quantized; gemlite's two launches run one after the other.
-  - one launch (cfg QUANT_IN 1): each program loads the whole bf16 row (ROW_K wide, from L2) for its
-    amax besides its weight tile and rounds its own K range itself (as act_qdq_kernel does).
+  - one launch (cfg QUANT_IN 1): each program loads the whole bf16 row (from L2) for its amax besides its
+    weight tile and rounds its own K range itself (as act_qdq_kernel does); without a K split the row is
+    the program's K range, loaded once.
 
 Numerics (W8A8 per token / per tensor): code(x / s_x) with s_x = amax / 448 (IEEE division, 1 for a
 zero row), times the weights' E4M3 codes: each product of two E4M3 values is exact in fp32; the
@@ -65,7 +66,8 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
     SPLIT_K = cdiv(K, BLOCK_K)): program (i, j) multiplies rows [i*BLOCK_N, +BLOCK_N) by K range
     [j*BLOCK_K, +BLOCK_K), loaded as one tile. CODES_IN: x_ptr holds the row's codes (uint8) and as_ptr
     its scale; else x_ptr is the row itself and as_ptr the per-tensor scale (A_CODES 3) or unused
-    (A_CODES 2: the amax of the whole row, ROW_K >= K wide). EVEN: N % BLOCK_N == 0 and K % BLOCK_K == 0
+    (A_CODES 2: the amax of the whole row: from the program's own K range at SPLIT_K 1, else from one
+    ROW_K >= K wide load). EVEN: N % BLOCK_N == 0 and K % BLOCK_K == 0
     (no masks). EVICT: the weights loaded evict-first (they are read once)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -89,17 +91,19 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
             xc = tl.load(x_ptr + offs_k, mask=k_ok, other=0)
         xq = _e4m3_values(xc, HW_FP8)
     else:
-        if A_CODES == 2:
+        if EVEN:
+            xv = tl.load(x_ptr + offs_k).to(tl.float32)
+        else:
+            xv = tl.load(x_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+        if A_CODES == 2 and SPLIT_K == 1:       # the program's K range is the whole row: its amax from xv
+            xs = fp8_scale(tl.max(tl.abs(xv), axis=0))
+        elif A_CODES == 2:
             offs_r = tl.arange(0, ROW_K)
             row = tl.load(x_ptr + offs_r, mask=offs_r < K, other=0.0).to(tl.float32)
             xs = fp8_scale(tl.max(tl.abs(row), axis=0))
         else:
             xs = tl.load(as_ptr)
-        if EVEN:
-            xv = tl.load(x_ptr + offs_k)
-        else:
-            xv = tl.load(x_ptr + offs_k, mask=k_ok, other=0.0)
-        xq = _round_codes(tl.math.div_rn(xv.to(tl.float32), xs), HW_FP8)
+        xq = _round_codes(tl.math.div_rn(xv, xs), HW_FP8)
     acc = tl.sum(_e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
     ws = tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)
     y = acc * xs * ws
