@@ -270,8 +270,13 @@ def build_dense(cand, fmt, layer, mode, tensors):
             # gemlite converts the scales it is given with .to(float8_e8m0fnu): it wants their values (an E8M0
             # tensor passes through), not the raw exponent bytes as uint8 (R19: 127 read as the number 127,
             # relative error 4.6e3 against emulation)
-            lin = helper.A16W4_MXFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
-                tensors["weight"], tensors["weight_scale"].view(torch.uint8).view(torch.float8_e8m0fnu))
+            # gemlite 0.6.0's from_packed_weights derives the group from the packed byte count (N K/2 bytes
+            # over N K/32 scales: 16) and then asserts 32 (R31 of the twelfth pass); from_weights takes one
+            # E2M1 code per byte ([N, K]) and packs them itself, so the group it derives is 32
+            from oracle_emulation.formats.e2m1 import unpack
+            lin = helper.A16W4_MXFP(device=dev, dtype=torch.bfloat16).from_weights(
+                unpack(tensors["weight"]).contiguous(),
+                tensors["weight_scale"].view(torch.uint8).view(torch.float8_e8m0fnu))
         elif fmt == "nvfp4":
             lin = helper.A16W4_NVFP(device=dev, dtype=torch.bfloat16).from_packed_weights(
                 tensors["weight"], scales=tensors["weight_scale"], meta_scale=tensors["weight_global_scale"])
