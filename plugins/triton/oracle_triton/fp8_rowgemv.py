@@ -32,8 +32,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_decode, finish_tile, fp8_scale, round_e4m3
-from .pdl import gdc_wait
+from .dequant import e4m3_decode, e4m3_encode, finish_tile, fp8_scale, round_e4m3, to_dtype
+from .pdl import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -109,3 +109,78 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
     y = acc * xs * ws
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n, 1, N, N,
                 SPLIT_K, HAS_BIAS, EXACT_BF16)
+
+
+@triton.jit
+def _row_tile(w_ptr, tile, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+              EVICT: tl.constexpr):
+    """Weight rows [tile*BLOCK_N, +BLOCK_N) at offs_k (uint8 codes; none loaded for tile >= n_tiles)."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    live = tile < n_tiles
+    if EVEN:
+        w = tl.load(ptrs, mask=live, other=0, eviction_policy="evict_first" if EVICT else "")
+    else:
+        w = tl.load(ptrs, mask=live & (offs_n < N)[:, None] & k_ok[None, :], other=0,
+                    eviction_policy="evict_first" if EVICT else "")
+    return w
+
+
+@triton.jit
+def fp8_tile_gemv_persistent_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, N, K, stride_wn, stride_sn,
+                                    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                    HW_FP8: tl.constexpr, EXACT_BF16: tl.constexpr, EVEN: tl.constexpr,
+                                    GDC: tl.constexpr = False, EVICT: tl.constexpr = False):
+    """fp8_tile_gemv_kernel's CODES_IN form over fewer programs than row tiles (cfg PERSIST: programs per SM,
+    K in one tile): program p takes tiles p, p + P, ... and loads the next one's weights before it multiplies
+    the current one, so a program always has a tile's bytes in flight (no program ends and starts between
+    tiles); the row's codes are read once per program. The same products and fp32 sums per output as the
+    one-tile kernel without a K split."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    k_ok = offs_k < K
+    w = _row_tile(w_ptr, pid, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
+    if GDC:
+        gdc_wait()
+    xs = tl.load(as_ptr)
+    if EVEN:
+        xc = tl.load(x_ptr + offs_k)
+    else:
+        xc = tl.load(x_ptr + offs_k, mask=k_ok, other=0)
+    xq = _e4m3_values(xc, HW_FP8)
+    for tile in range(pid, n_tiles, nprog):
+        w_next = _row_tile(w_ptr, tile + nprog, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < N
+        acc = tl.sum(_e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
+        ws = tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)
+        y = acc * xs * ws
+        if HAS_BIAS:
+            y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offs_n, to_dtype(y, y_ptr.dtype.element_ty, EXACT_BF16), mask=n_ok)
+        w = w_next
+
+
+@triton.jit
+def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.constexpr, HW_FP8: tl.constexpr,
+                     GDC: tl.constexpr = False):
+    """Per-token E4M3 codes of one row per program (cfg ROWQ 1 of ROWGEMV 3): the row loaded once (ROW_K >= K
+    wide), its scale amax / 448 and the codes of x / scale by the hardware conversion (cvt.rn.satfinite on
+    >= 8.9; round_e4m3 + e4m3_encode in the interpreter): the bytes and scale gemm.act_qdq_kernel writes, in
+    fewer instructions. GDC: the GEMV launched next with launch_pdl may start at once."""
+    if GDC:
+        gdc_launch_dependents()
+    row = tl.program_id(0)
+    offs = tl.arange(0, ROW_K)
+    ok = offs < K
+    x = tl.load(x_ptr + row * stride_xm + offs, mask=ok, other=0.0).to(tl.float32)
+    s = fp8_scale(tl.max(tl.abs(x), axis=0))
+    v = tl.math.div_rn(x, s)
+    if HW_FP8:
+        c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
+    tl.store(codes_ptr + row * K + offs, c, mask=ok)
+    tl.store(scales_ptr + row, s)

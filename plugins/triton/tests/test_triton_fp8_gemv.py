@@ -28,8 +28,10 @@ def _cfg(bn: int, bk: int, split: int, warps: int, **extra: int) -> dict[str, in
                                            ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
 def test_tile_gemv_matches_emulation(fmt, mode, gran):
     """Rows not a multiple of BLOCK_N, a partial last K tile, split-K up to 5, a bias; the row's codes
-    from the quantizer (QUANT_IN 0) or rounded by every program from the whole row's amax (QUANT_IN 1,
-    the amax in the last K tile); within float-summation order of the swap GEMM on the same codes."""
+    from the quantizer (QUANT_IN 0; ROWQ 1: fp8_rowgemv's own) or rounded by every program from the whole
+    row's amax (QUANT_IN 1, the amax in the last K tile); the persistent form (PERSIST: 8 or 16 programs on
+    the interpreter's 8 "SMs", 3 row tiles each or fewer); within float-summation order of the swap GEMM
+    on the same codes."""
     from oracle_triton.formats import check_config
     from oracle_triton.linear import dynamic_tensor_scale
 
@@ -39,9 +41,10 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
     x[0, 300] = 40.0
     scale = dynamic_tensor_scale(x) if gran == "tensor" else None
     swap = t.gemm(x, t.act, scale, torch.bfloat16, SWAP)
-    for bn, bk, split, warps, quant_in in ((4, 128, 3, 1, 0), (2, 512, 1, 2, 1), (8, 64, 5, 4, 1),
-                                           (16, 256, 2, 4, 0)):
-        cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1)
+    for bn, bk, split, warps, quant_in, rowq, persist in (
+            (4, 128, 3, 1, 0, 0, 0), (2, 512, 1, 2, 1, 0, 0), (8, 64, 5, 4, 1, 0, 0), (16, 256, 2, 4, 0, 1, 0),
+            (2, 512, 1, 2, 0, 1, 0), (4, 512, 1, 2, 0, 1, 1), (2, 512, 1, 1, 0, 0, 2)):
+        cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1, ROWQ=rowq, PERSIST=persist)
         check_config(cfg, t.gemm.layout)
         y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
         assert y.shape == (1, 90) and y.dtype == torch.bfloat16
@@ -54,15 +57,37 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
         assert rel(y0, e.apply(x0)) < TOL
 
 
+@pytest.mark.slow
+def test_row_codes_are_the_quantizers():
+    """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) writes the bytes and scales launch.quantize_activation_codes
+    writes per token: K not a power of two, an amax of either sign, values that round to zero, a zero row."""
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.launch import quantize_activation_codes
+
+    t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device=DEV)
+    x = torch.randn(3, 320, dtype=torch.bfloat16, device=DEV) * 3
+    x[0, 7], x[1, 300], x[1, 5] = -50.0, 1e-6, -1e-6
+    x[2] = 0.0
+    for r in range(3):
+        want, ws = quantize_activation_codes(x[r:r + 1], ACT_TOKEN, None, t.gemm.facts)
+        got, gs = t.gemm.row_codes(x[r:r + 1], False)
+        assert torch.equal(got, want.view(torch.uint8)), r
+        assert torch.equal(gs, ws), r
+
+
 def test_tile_gemv_config_checks():
-    """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K)); any
-    other split is refused by serves (a tuned entry falls back to the rules) and raises when forced."""
+    """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K); PERSIST:
+    one tile, the quantizer's codes); any other split is refused by serves (a tuned entry falls back to the rules) and raises when forced."""
     t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        device="cpu")
     good, bad = _cfg(4, 128, 3, 4), _cfg(4, 128, 2, 4)
     assert t.gemm.serves(good, 1, t.act) and not t.gemm.serves(good, 2, t.act)
     assert not t.gemm.serves(bad, 1, t.act)
     assert t.gemm.serves(_cfg(4, 512, 1, 4), 1, t.act)
+    assert t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2), 1, t.act)
+    assert not t.gemm.serves(_cfg(4, 256, 2, 4, PERSIST=2), 1, t.act)       # K in one tile
+    assert not t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2, QUANT_IN=1), 1, t.act)   # on the quantizer's codes
     with pytest.raises(ValueError, match="SPLIT_K = cdiv"):
         t.gemm.fp8_tile_gemv(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, bad)
     with pytest.raises(ValueError, match="ROWGEMV serves one row"):
@@ -72,7 +97,8 @@ def test_tile_gemv_config_checks():
 @pytest.mark.gpu
 def test_tile_gemv_pdl_plans_and_replays():
     """On the GPU (hardware E4M3 conversions): the quantizer's codes with and without programmatic dependent
-    launch give the same bits; the one-launch form (each program rounding the row) agrees to float order;
+    launch, from either quantizer (ROWQ), give the same bits; the one-launch form (each program rounding the row)
+    and the persistent one agree to float order;
     each near the reference, in a launch plan (the second eager call) and captured and replayed."""
     from test_triton_gpu import _capture_and_replay
 
@@ -84,11 +110,14 @@ def test_tile_gemv_pdl_plans_and_replays():
     want = t.gemm(x, t.act, None, torch.bfloat16, plain)
     assert rel(want, ref) < TOL
     assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, EVICT=1)), want)
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, ROWQ=1)), want)
     split = _cfg(4, 2048, 2, 8, PDL=1)          # two K slices summed in a fixed order: another float order
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, split), ref) < TOL
     one = _cfg(8, 4096, 1, 8, QUANT_IN=1)
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, one), want) < 1e-3
-    cfg = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1)
+    persist = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1, PERSIST=2)     # 264 programs, 768 row tiles
+    assert rel(t.gemm(x, t.act, None, torch.bfloat16, persist), want) < 1e-3
+    cfg = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1)
     t.gemm._configs[(1, t.act)] = cfg
     t.apply(x)
     assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))     # the plan's replay
