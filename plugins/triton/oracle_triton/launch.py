@@ -406,7 +406,11 @@ class DenseGemm:
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+                if cfg.get("ROWQ") and act == ACT_TOKEN:     # fp8_rowgemv's row quantizer (row_codes)
+                    codes, xs = self.row_codes(x, pdl)
+                    codes = codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes
+                else:
+                    codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
@@ -779,8 +783,9 @@ class DenseGemm:
         return split_ok and (not cfg.get("PERSIST") or (cfg["SPLIT_K"] == 1 and not cfg.get("QUANT_IN")))
 
     def row_codes(self, x: torch.Tensor, gdc: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x by fp8_rowgemv.row_codes_kernel (cfg ROWQ 1):
-        one program per row, 16 values per thread (4-16 warps); gdc: the GEMV launched next with launch_pdl."""
+        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x by fp8_rowgemv.row_codes_kernel (cfg ROWQ 1 of
+        ROWGEMV 3 and of the FP8 swap GEMM): one program per row, the whole row in registers (16 values per
+        thread up to K = 8192, 4-16 warps); gdc: the GEMM launched next with launch_pdl."""
         m, k = x.shape
         codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
         scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))

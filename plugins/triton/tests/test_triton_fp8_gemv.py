@@ -60,7 +60,8 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
 @pytest.mark.slow
 def test_row_codes_are_the_quantizers():
     """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) writes the bytes and scales launch.quantize_activation_codes
-    writes per token: K not a power of two, an amax of either sign, values that round to zero, a zero row."""
+    writes per token, for one row or several: K not a power of two, an amax of either sign, values that
+    round to zero, a zero row; so the swap GEMM's product on them (ROWQ 1 of a swap entry) is bit for bit."""
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
 
@@ -69,11 +70,14 @@ def test_row_codes_are_the_quantizers():
     x = torch.randn(3, 320, dtype=torch.bfloat16, device=DEV) * 3
     x[0, 7], x[1, 300], x[1, 5] = -50.0, 1e-6, -1e-6
     x[2] = 0.0
-    for r in range(3):
-        want, ws = quantize_activation_codes(x[r:r + 1], ACT_TOKEN, None, t.gemm.facts)
-        got, gs = t.gemm.row_codes(x[r:r + 1], False)
-        assert torch.equal(got, want.view(torch.uint8)), r
-        assert torch.equal(gs, ws), r
+    for rows in (x[0:1], x[1:2], x[2:3], x):
+        want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
+        got, gs = t.gemm.row_codes(rows, False)
+        assert torch.equal(got, want.view(torch.uint8)), rows.shape
+        assert torch.equal(gs, ws), rows.shape
+    swap = {**SWAP, "SPLIT_K": 2}                    # the swap GEMM on either quantizer's codes: the same bits
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**swap, "ROWQ": 1}),
+                       t.gemm(x, t.act, None, torch.bfloat16, swap))
 
 
 def test_tile_gemv_config_checks():
