@@ -10,15 +10,22 @@ variant is (warps, split-K, XT activation tiles per shared-memory chunk, PF: wor
     python bench/rega_probe.py [--fmts mxfp4 nvfp4 int4] [--shapes 8192x8192 ...] [--budget-s 40] [--pf0]
     python bench/rega_probe.py --compile-only I --workers W   # compile every W-th kernel from I (no timing)
     python bench/rega_probe.py --public [--shapes ...]        # the public layer call (what config_for picks)
+    python bench/rega_probe.py --cfgs bench/configs/dense12a_r32.json --shapes 2048x4096 --repeat 3
 
 --pf0 times, instead of the PF 1 / 64-row variants, the shipped PF 2 variant beside PF 0 (every K tile of a
 program loaded up front: 8 or 4 warps, 4 or 2 tiles per program, the split that gives each program exactly
 that many). --public times TritonLinear.apply (the engine's whole call: the tuned lookup in config_for, the
 launch plan when eager) at M = 16, graph replay and eager, and prints the config and the kernel that served it.
+--cfgs FILE times, instead, the REGA configs the file lists per format ({"nvfp4": [{"num_warps": 8, "SPLIT_K": 8,
+"XT": 4, "PF": 0, "TABLE": 1}, ...]}: any w4_rega keys, e.g. NVFP4's TABLE, PF 0's EARLY) beside the shipped entry;
+--repeat R times the shipped entry and every variant R times, interleaved (one graph replay each), and prints
+each variant's figures, their median and its ratio to the shipped entry's median.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 
@@ -29,11 +36,13 @@ from sweep_dense import SHAPES, build, copies, gtime
 from sweep_fp4_words import MODES
 
 M = 16
+BF16: list = [None]     # the BF16 copies, kept for --repeat
 
 
-def rega(g, x: torch.Tensor, warps: int, split: int, xt: int, pf: int) -> torch.Tensor:
-    """The engine's REGA path (launch.DenseGemm.rega: w4_rega.w4_rega_kernel on g's packed word layout)."""
-    cfg = {"REGA": 1, "SPLIT_K": split, "XT": xt, "PF": pf, "num_warps": warps}
+def rega(g, x: torch.Tensor, v: dict) -> torch.Tensor:
+    """The engine's REGA path (launch.DenseGemm.rega: w4_rega.w4_rega_kernel on g's packed word layout) with the
+    variant's keys (num_warps, SPLIT_K, XT, PF, and any other w4_rega key)."""
+    cfg = {"REGA": 1, **v}
     if g.layout.elem != 3:
         cfg["KN"] = 1
     return g(x, 0, None, torch.bfloat16, cfg)
@@ -41,19 +50,33 @@ def rega(g, x: torch.Tensor, warps: int, split: int, xt: int, pf: int) -> torch.
 
 PF0 = [False]       # --pf0
 PUBLIC = [False]    # --public
+CFGS: dict[str, list[dict]] = {}    # --cfgs
+REPEAT = [1]        # --repeat
 
 
-def variants(shape: str, split: int) -> list[tuple[int, int, int, int]]:
-    """(warps, split, XT, PF) tried on a shape whose shipped M=16 entry splits K `split` ways."""
+def _v(warps: int, split: int, xt: int, pf: int) -> dict:
+    return {"num_warps": warps, "SPLIT_K": split, "XT": xt, "PF": pf}
+
+
+def label(v: dict) -> str:
+    extra = " ".join(f"{k} {val}" for k, val in v.items() if k not in ("num_warps", "SPLIT_K", "XT", "PF"))
+    return f"rega w{v['num_warps']} split {v['SPLIT_K']} xt {v['XT']} pf {v['PF']}{' ' + extra if extra else ''}"
+
+
+def variants(shape: str, split: int, fmt: str = "") -> list[dict]:
+    """The REGA configs tried on a shape whose shipped M=16 entry splits K `split` ways (--cfgs: the file's for
+    the format)."""
+    if CFGS:
+        return [dict(v) for v in CFGS.get(fmt, [])]
     n, k = SHAPES[shape]
     per = -(-(k // 128) // split)
     xt = min(4, per)
     if PF0[0]:
-        return [(8, split, xt, 2)] + [(w, k // 128 // t, t, 0) for w in (8, 4) for t in (4, 2)
-                                      if (k // 128) % t == 0]
-    out = [(8, split, xt, 2), (8, split, xt, 1)]
+        return [_v(8, split, xt, 2)] + [_v(w, k // 128 // t, t, 0) for w in (8, 4) for t in (4, 2)
+                                        if (k // 128) % t == 0]
+    out = [_v(8, split, xt, 2), _v(8, split, xt, 1)]
     per4 = -(-(k // 128) // max(1, split // 2))
-    out.append((4, max(1, split // 2), min(4, per4), 2))       # 64-row tiles: twice the n tiles, half the split
+    out.append(_v(4, max(1, split // 2), min(4, per4), 2))     # 64-row tiles: twice the n tiles, half the split
     return out
 
 
@@ -80,7 +103,8 @@ def jobs(fmts, shapes) -> list[tuple]:
     for shape in shapes:
         for fmt in fmts:
             cfg = shipped(fmt, shape)
-            tried = [] if PUBLIC[0] else [("rega", fmt, v) for v in variants(shape, cfg["SPLIT_K"])]
+            tried = [] if PUBLIC[0] else [("rega", fmt, tuple(sorted(v.items())))
+                                          for v in variants(shape, cfg["SPLIT_K"], fmt)]
             for job in [("swap", fmt, tuple(sorted(cfg.items())))] + tried:
                 if job not in seen:
                     seen.add(job)
@@ -97,7 +121,7 @@ def compile_job(job: tuple) -> None:
     if kind == "swap":
         g(x, 0, None, torch.bfloat16, dict(spec))
     else:
-        rega(g, x, *spec)
+        rega(g, x, dict(spec))
     torch.cuda.synchronize()
 
 
@@ -105,7 +129,7 @@ def diagnose(g, em, v) -> None:
     """Where a disagreeing variant goes wrong: the first K tile's 128 unit rows through it and through the
     reference; for each k the reference column its output matches best (cosine), and how well."""
     k0 = torch.eye(128, g.k, device="cuda", dtype=torch.bfloat16)
-    got, ref = rega(g, k0, *v).float(), em.apply(k0).float()
+    got, ref = rega(g, k0, v).float(), em.apply(k0).float()
     got_n = got / got.norm(dim=1, keepdim=True).clamp_min(1e-30)
     ref_n = ref / ref.norm(dim=1, keepdim=True).clamp_min(1e-30)
     cos = got_n @ ref_n.t()                                  # [k in, k ref]
@@ -124,6 +148,7 @@ def layer_and_bf16(fmt: str, shape: str) -> tuple:
     x = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
     bf16 = [w] + [w.clone() for _ in range(copies(n * k * 2) - 1)]
     bf = gtime([lambda ww=ww: x @ ww.t() for ww in bf16], 20)
+    BF16[0] = bf16 if REPEAT[0] > 1 and not PUBLIC[0] else None    # --repeat: BF16 timed again beside the repeats
     del bf16
     t, em, gs, _, _, _ = build(fmt, n, k, w, MODES[fmt], "bf16", {})
     return n, k, x, bf, t, em, gs
@@ -134,28 +159,48 @@ def run(fmt: str, shape: str, deadline: float) -> None:
     ref = em.apply(x)
     cfg = gs[0].config_for(M, 0)
     err = rel(gs[0](x, 0, None, torch.bfloat16, cfg), ref)
-    us = gtime([lambda g=g: g(x, 0, None, torch.bfloat16, cfg) for g in gs], 20)
+    calls = [lambda g=g: g(x, 0, None, torch.bfloat16, cfg) for g in gs]
+    us = gtime(calls, 20)
     print(f"{shape} {fmt} M={M}: BF16 {bf:.1f} us (1.3x: {bf / 1.3:.1f}); shipped {cfg}: {us:.1f} us xBF16 "
           f"{bf / us:.2f} err {err:.1e}", flush=True)
-    for v in variants(shape, cfg["SPLIT_K"]):
+    timed = [("shipped", calls, [us])]
+    if BF16[0]:
+        timed.append(("BF16", [lambda ww=ww: x @ ww.t() for ww in BF16[0]], [bf]))
+    for v in variants(shape, cfg["SPLIT_K"], fmt):
         if time.perf_counter() > deadline:
             print("  (budget spent)", flush=True)
-            return
+            break
         try:
-            err = rel(rega(gs[0], x, *v), ref)
-            t = gtime([lambda g=g: rega(g, x, *v) for g in gs], 20)
+            err = rel(rega(gs[0], x, v), ref)
+            calls = [lambda g=g, v=v: rega(g, x, v) for g in gs]
+            t = gtime(calls, 20)
         except Exception as exc:  # noqa: BLE001 - reported, the next variant runs
-            print(f"  rega w{v[0]} split {v[1]} xt {v[2]} pf {v[3]}: FAILED {type(exc).__name__}: {str(exc)[:300]}",
-                  flush=True)
+            print(f"  {label(v)}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             continue
-        print(f"  rega w{v[0]} split {v[1]} xt {v[2]} pf {v[3]}: {t:.1f} us xBF16 {bf / t:.2f} vs shipped "
-              f"{us / t:.2f}x err {err:.1e}{'' if err < 1e-2 else '  DISAGREES'}", flush=True)
+        print(f"  {label(v)}: {t:.1f} us xBF16 {bf / t:.2f} vs shipped {us / t:.2f}x err {err:.1e}"
+              f"{'' if err < 1e-2 else '  DISAGREES'}", flush=True)
+        timed.append((label(v), calls, [t]))
         if err >= 1e-2 and not DIAGNOSED.get(fmt):
             DIAGNOSED[fmt] = True
             try:
                 diagnose(gs[0], em, v)
             except Exception as exc:  # noqa: BLE001 - reported
                 print(f"    diagnose failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+    for _ in range(REPEAT[0] - 1):                 # interleaved repeats: the clock and HBM state shared
+        if time.perf_counter() > deadline:
+            print("  (budget spent before the repeats ended)", flush=True)
+            break
+        for _, calls, figs in timed:
+            figs.append(gtime(calls, 20))
+    if REPEAT[0] > 1:
+        base = statistics.median(timed[0][2])
+        bfm = statistics.median(timed[1][2]) if BF16[0] else bf
+        print(f"  {shape} {fmt}: medians of {len(timed[0][2])} interleaved graph replays", flush=True)
+        for name, _, figs in timed:
+            med = statistics.median(figs)
+            print(f"    {name}: {med:.2f} us {[round(f, 2) for f in figs]} xBF16 {bfm / med:.2f} vs shipped "
+                  f"{base / med:.3f}x", flush=True)
+    BF16[0] = None
 
 
 DIAGNOSED: dict[str, bool] = {}
@@ -227,8 +272,14 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the compile jobs and exit (no GPU)")
     ap.add_argument("--pf0", action="store_true", help="the PF 0 variants beside the shipped PF 2 one")
     ap.add_argument("--public", action="store_true", help="time the public layer call (TritonLinear.apply)")
+    ap.add_argument("--cfgs", help="JSON {fmt: [REGA config, ...]}: time these instead of the built-in variants")
+    ap.add_argument("--repeat", type=int, default=1, help="time the shipped entry and each variant R times, "
+                    "interleaved, and print the medians")
     args = ap.parse_args(argv)
-    PF0[0], PUBLIC[0] = args.pf0, args.public
+    PF0[0], PUBLIC[0], REPEAT[0] = args.pf0, args.public, max(1, args.repeat)
+    if args.cfgs:
+        with open(args.cfgs) as f:
+            CFGS.update({fmt: cfgs for fmt, cfgs in json.load(f).items() if not fmt.startswith("_")})
     import oracle_triton.linear as lin
 
     lin.WORD_LAYOUT = True

@@ -128,8 +128,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps; PF 0
-      (every K tile of a program loaded up front) with at most 4 tiles per program (XT); the swap fallback
-      it may carry (rega_swap) as a swap config;
+      (every K tile of a program loaded up front) with at most 4 tiles per program (XT); EARLY (1 / 2: the
+      words issued before the activations' wait / copy) with PF 0 only; TABLE (the byte-table decoder) on NVFP4 only; the
+      swap fallback it may carry (rega_swap) as a swap config;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
@@ -185,6 +186,11 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                 (cfg.get("PF", 2) == 0 and cfg["XT"] > 4):
             raise ValueError(f"REGA for {what}: num_warps 4 or 8 (one or two warpgroups), PF 0 (XT <= 4), 1 or 2 "
                              f"and XT >= 1, not {cfg}")
+        if cfg.get("EARLY", 0) not in (0, 1, 2) or (cfg.get("EARLY") and cfg.get("PF", 2) != 0):
+            raise ValueError(f"EARLY for {what}: 1 (the words issued before the activations' wait) or 2 (before their "
+                             f"copy), PF 0's (every K tile of a program loaded up front) only, not {cfg}")
+        if cfg.get("TABLE") and layout.elem != E2M1_NV:
+            raise ValueError(f"TABLE for {what}: w4_rega's byte-table decoder takes NVFP4's two-factor scale words only")
         swap = rega_swap(cfg)
         if swap is not None:
             check_config(swap, layout, f"{what} (the swap kernel a REGA entry falls back to)")

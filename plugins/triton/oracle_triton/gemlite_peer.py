@@ -2,7 +2,8 @@
 
 Why: issue #26 measured gemlite 0.6 (a Triton low-bit GEMM library on the package index) beside
 oracle-triton on an H200 with weights from HBM; on some FP8 per-channel shapes and row counts it is
-the faster kernel (plugins/triton/README.md has the figures), so a tuning file must be able to choose
+the faster kernel (plugins/triton/README.md#fp8-w8a8-per-channel-per-token-activations has the latest
+figures, plugins/triton/HISTORY.md the rounds behind them), so a tuning file must be able to choose
 it. It sits in the `peer` tier (after the project's own kernels): it is taken automatically only
 where a tuning file measured it faster. Its eager calls cost 300-900 us of host time (gemlite binds
 and checks every argument per call and autotunes each new shape and row bucket on first use), which

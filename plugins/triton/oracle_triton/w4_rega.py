@@ -21,7 +21,9 @@ cp.async per k pair, XT K tiles per chunk), so the step's B operand is 16 contig
 INT4 (zero points or not): q - z exactly (bf16 has 8 bits of mantissa), the tile's products summed
 in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4_swap_kernel). E2M1
 (MXFP4 / NVFP4): value x scale rounded once to bf16 as the reference dequantizes (the fused decoder;
-scales checked at load by formats.fused_scales_ok). bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
+scales checked at load by formats.fused_scales_ok); for NVFP4 that factor is bf16(s x g x 2**126), the scale
+rounded before the value's 1.5, so TABLE (table_pairs_ptx) gives exactly the reference's weights instead.
+bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
 """
 from __future__ import annotations
 
@@ -56,8 +58,44 @@ def byte_pairs_ptx(e2m1: bool) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
+def table_pairs_ptx() -> str:
+    """PTX (TABLE, NVFP4): one word $8 of 8 E2M1 codes (code i at bits 4i..4i+3, k order) and its group's scale
+    word $9 = {A, B} (A low: A = bf16(s x g), B = bf16((1.5 s) x g), products in fp32; _scale_word) -> the codes
+    2j and 2j + 1 as the halves $j / $(j + 4) (byte_pairs_ptx's order), each exactly the reference's bf16(value x
+    s x g): every E2M1 magnitude is p or 1.5 p with p a power of two, and p commutes with rounding, so the
+    weight is p x A or p x B (gemm.e2m1_word_ptx_table's argument; the fused single factor bf16(s x g x 2**126)
+    rounds the scale before the 1.5 and is one bf16 ulp off on some 1.5, 3 and 6 codes).
+
+    The magnitudes 0, A/2, A, B, 2A, 2B, 4A, 4B as byte tables (low and high bytes, from {A, B} by exact packed
+    multiplies by powers of two: the same instructions for the two words that share a scale word, which ptxas
+    computes once); 4 PRMT look up the 8 codes' low and high bytes (byte i of l0 / h0: code i, of l1 / h1:
+    code 4 + i). The signs go into the high bytes before the pairs are joined: byte i's bit 7 must be code i's
+    bit 4i + 3, which is bit 7 of byte i / 2 of the word shifted left by 4 (even i) or of the word (odd i), so
+    one PRMT per four codes gathers them and one masked OR sets them. One PRMT per pair joins the low and high
+    bytes: 15 instructions per word, against 25 for the bit-placement decoder (byte_pairs_ptx)."""
+    lines = [".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, se, g0, g1, p;",
+             "mov.b32 z, 0x80008000;",
+             "mov.b32 k, 0x3F003F00;", "fma.rn.bf16x2 wh, $9, k, z;",      # {A/2, B/2}
+             "mov.b32 k, 0x40004000;", "fma.rn.bf16x2 w2, $9, k, z;",      # {2A, 2B}
+             "mov.b32 k, 0x40804080;", "fma.rn.bf16x2 w4, $9, k, z;",      # {4A, 4B}
+             "prmt.b32 tl0, wh, $9, 0x6409;", "prmt.b32 th0, wh, $9, 0x7519;",   # magnitudes 0-3: 0, A/2, A, B
+             "prmt.b32 tl1, w2, w4, 0x6420;", "prmt.b32 th1, w2, w4, 0x7531;",   # magnitudes 4-7: 2A, 2B, 4A, 4B
+             "and.b32 m, $8, 0x77777777;", "shr.b32 sh, m, 16;",
+             "prmt.b32 l0, tl0, tl1, m;", "prmt.b32 h0, th0, th1, m;",         # codes 0-3 (byte i: code i)
+             "prmt.b32 l1, tl0, tl1, sh;", "prmt.b32 h1, th0, th1, sh;",       # codes 4-7
+             "shl.b32 se, $8, 4;",
+             "prmt.b32 g0, se, $8, 0x5140;", "prmt.b32 g1, se, $8, 0x7362;",   # bit 7 of byte i: code i's sign
+             "and.b32 g0, g0, 0x80808080;", "or.b32 h0, h0, g0;",
+             "and.b32 g1, g1, 0x80808080;", "or.b32 h1, h1, g1;"]
+    for j in range(4):
+        lo, hi = ("l0", "h0") if j < 2 else ("l1", "h1")
+        lines += [f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};", f"mov.b32 {{${j}, ${j + 4}}}, p;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
 _INT4_PTX = gl.constexpr(byte_pairs_ptx(False))
 _E2M1_PTX = gl.constexpr(byte_pairs_ptx(True))
+_TABLE_PTX = gl.constexpr(table_pairs_ptx())
 
 
 @gluon.constexpr_function
@@ -86,9 +124,13 @@ def _operand(lo, hi, a_l: gl.constexpr):
 
 
 @gluon.jit
-def _decode(u, f, ELEM: gl.constexpr):
-    """Words [BN, 4, 2] and their factor pairs -> the 8 bf16 code tensors (byte_pairs_ptx)."""
-    if ELEM == 3:
+def _decode(u, f, ELEM: gl.constexpr, TABLE: gl.constexpr):
+    """Words [BN, 4, 2] and their factor pairs (TABLE: scale words) -> the 8 bf16 code tensors (byte_pairs_ptx;
+    TABLE: table_pairs_ptx)."""
+    if TABLE and ELEM == 2:
+        h = gl.inline_asm_elementwise(_TABLE_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, f], dtype=(gl.int16,) * 8,
+                                      is_pure=True, pack=1)
+    elif ELEM == 3:
         h = gl.inline_asm_elementwise(_INT4_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, f], dtype=(gl.int16,) * 8,
                                       is_pure=True, pack=1)
     else:
@@ -101,10 +143,10 @@ def _decode(u, f, ELEM: gl.constexpr):
 
 
 @gluon.jit
-def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.constexpr):
+def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.constexpr, TABLE: gl.constexpr):
     """The four MMA steps of one word parity p: step j multiplies codes 2j, 2j + 1 of each word (A, from
     registers) with the activations' half tile xs [16, 64] at columns 16j..16j + 15 (B)."""
-    h0, h1, h2, h3, h4, h5, h6, h7 = _decode(u, f, ELEM)
+    h0, h1, h2, h3, h4, h5, h6, h7 = _decode(u, f, ELEM, TABLE)
     acc = warpgroup_mma(_operand(h0, h4, a_l), xs.slice(0, 16, dim=1).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)
     acc = warpgroup_mma(_operand(h1, h5, a_l), xs.slice(16, 16, dim=1).permute((1, 0)), acc, is_async=True)
@@ -113,7 +155,8 @@ def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.co
 
 
 @gluon.jit
-def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, ELEM: gl.constexpr):
+def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, ELEM: gl.constexpr,
+          TABLE: gl.constexpr):
     """acc + K tile i of the shared-memory chunk times its words u [BN, 4, 4] (factors f; INT4: group scales s,
     the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once."""
     wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
@@ -121,13 +164,13 @@ def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.
     wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
     if ELEM == 3:
         fz = f + gl.zeros_like(wp0)
-        p = _mma_half(acc, wp0, fz, xs_all.index(2 * i), a_l, ELEM, True)
-        p = _mma_half(p, wp1, fz, xs_all.index(2 * i + 1), a_l, ELEM, False)
+        p = _mma_half(acc, wp0, fz, xs_all.index(2 * i), a_l, ELEM, True, False)
+        p = _mma_half(p, wp1, fz, xs_all.index(2 * i + 1), a_l, ELEM, False, False)
         p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
         acc += p * s[:, None]
     else:
-        acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False)
-        acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False)
+        acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False, TABLE)
+        acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False, TABLE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     return acc
 
@@ -135,7 +178,7 @@ def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.
 @gluon.jit
 def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr, z_ptr,
                gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr,
-               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr):
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, TABLE: gl.constexpr):
     """K tile t's words [BN, 4, 4] (word 4c + e of the tile's 16 per row: row-contiguous layouts give one
     16-byte load per row and lane), and the decoders' factors: INT4 the zero-point pairs [BN] and the
     group scales [BN] (acc rows); E2M1 the scale pairs [BN, 4, 2] of words 4c + 2h (+ 1): k 32c + 16h.."""
@@ -154,6 +197,8 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
         sr = gl.load(s_ptr + rows2 * stride_sn + g * stride_sk, mask=n_ok2, other=0)
         if ELEM == 1:
             f = (sr.to(gl.int32) + 126) * 0x00800080
+        elif TABLE:
+            f = _scale_word(sr, gscale)
         else:
             c = (sr.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gscale) * 8.507059173023462e37
             f = (c.to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF) * 65537
@@ -162,16 +207,30 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
 
 
 @gluon.jit
+def _scale_word(sr, gscale):
+    """NVFP4 E4M3 scale bytes -> table_pairs_ptx's scale words {A, B} (int32, A low): A = bf16(s x g), B =
+    bf16((1.5 s) x g), the products in fp32 (1.5 s is exact), each rounded once as the reference's weights (one
+    packed conversion: cvt.rn.bf16x2.f32 puts its second source in the low half)."""
+    sv = sr.to(gl.float8e4nv, bitcast=True).to(gl.float32)
+    return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", [sv * gscale, (sv * 1.5) * gscale],
+                                     dtype=gl.int32, is_pure=True, pack=1)      # both rounded to nearest even
+
+
+@gluon.jit
 def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                    HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
-                   num_warps: gl.constexpr, PF: gl.constexpr = 2):
+                   num_warps: gl.constexpr, PF: gl.constexpr = 2, EARLY: gl.constexpr = 0,
+                   TABLE: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
     loaded PF tiles ahead in the K loop; PF 0: the program has exactly XT tiles (SPLIT_K x XT = K / 128, XT <= 4),
     all their words loaded before the first MMA beside the activations' copy, the tiles unrolled (few K tiles
-    per program: one memory latency instead of one per loop trip). Words: int32, word j
+    per program: one memory latency instead of one per loop trip). EARLY (PF 0): a CTA barrier after the loads
+    (1: before the activations' wait; 2: before their copy) so that ptxas issues them there: without it the
+    sm_90a SASS issues most word loads after the wait (two memory latencies in series). TABLE (NVFP4): the
+    byte-table decoder (table_pairs_ptx, exact weights) instead of the fused factor. Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
@@ -230,39 +289,43 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         # beside the activations' copy: one memory latency, no words in flight across loop iterations
         ua, sa, fa = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
                                 w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                ELEM, GROUP, HAS_ZERO)
+                                ELEM, GROUP, HAS_ZERO, TABLE)
         if XT >= 2:
             ub, sb, fb = _load_tile(t0 + 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
         if XT >= 3:
             uc, sc, fc = _load_tile(t0 + 2, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
         if XT >= 4:
             ud, sd, fd = _load_tile(t0 + 3, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+        if EARLY == 2:
+            _cta_barrier()      # the words' and scales' loads issued before the activations' copy
         async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
                                                mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
         async_copy.commit_group()
+        if EARLY == 1:
+            _cta_barrier()      # ... before the activations' wait (ptxas otherwise issues most of them after it)
         async_copy.wait_group(0)
         fence_async_shared()
         _cta_barrier()
-        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM)
+        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM, TABLE)
         if XT >= 2:
-            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM)
+            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM, TABLE)
         if XT >= 3:
-            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM)
+            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM, TABLE)
         if XT >= 4:
-            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM)
+            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM, TABLE)
     else:
         u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                 n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                stride_zk, ELEM, GROUP, HAS_ZERO)
+                                stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
         u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr,
                              s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
-                             HAS_ZERO)
+                             HAS_ZERO, TABLE)
         for c0 in range(t0, t1, XT):
             _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
             async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
@@ -274,8 +337,8 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             for t in range(c0, gl.minimum(c0 + XT, t1)):
                 un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                         n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                        stride_zk, ELEM, GROUP, HAS_ZERO)
-                acc = _tile(acc, u, s, f, xs_all, t - c0, f_l, a_l, BN, ELEM)
+                                        stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                acc = _tile(acc, u, s, f, xs_all, t - c0, f_l, a_l, BN, ELEM, TABLE)
                 if PF == 2:
                     u, s, f = u1, s1, f1
                     u1, s1, f1 = un, sn, fn
