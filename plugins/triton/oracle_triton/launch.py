@@ -307,9 +307,9 @@ MAX_PLANS = 8
 def _jit_kernel(name: str) -> Any:
     """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, fp8_gemv, gemm, gemv, w4_wgmma
+    from . import fp4_gemv, fp8_gemv, fp8_rowgemv, gemm, gemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
-        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name)
+        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name, None) or getattr(fp8_rowgemv, name)
 
 
 class DenseGemm:
@@ -406,7 +406,11 @@ class DenseGemm:
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
-                codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+                if cfg.get("ROWQ") and act == ACT_TOKEN:     # fp8_rowgemv's row quantizer (row_codes)
+                    codes, xs = self.row_codes(x, pdl)
+                    codes = codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes
+                else:
+                    codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
@@ -565,7 +569,7 @@ class DenseGemm:
         if cfg.get("SCALED_MM"):
             return self.scaled_mm_ok(act) and self.facts["fp8_dot"]
         if cfg.get("ROWGEMV"):
-            return m == 1 and self.row_gemv_ok(act)
+            return m == 1 and self.row_gemv_ok(act) and self.tile_gemv_fits(cfg)
         if cfg.get("DEQUANT_MM"):
             return act == 0
         if bool(cfg.get("KN")) != is_words(self.layout):    # measured on the other E2M1 layout (KN 1: words)
@@ -755,6 +759,8 @@ class DenseGemm:
                              f"given), not {x.shape[0]} rows, act {act}, weight {self.layout}")
         if x.stride(1) != 1:
             x = x.contiguous()
+        if cfg["ROWGEMV"] == 3:
+            return self.fp8_tile_gemv(x, act, act_scale, out_dtype, cfg)
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
         part, cnt = self.workspace(1, grid_n, split, y)
@@ -766,6 +772,70 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             AMAX_K=min(1 << (self.k - 1).bit_length(), 32 * 32 * cfg["num_warps"]), HW_FP8=self.facts["hw_fp8"],
             EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, AHEAD=cfg.get("PREFETCH", 1) == 2)
+        return y
+
+    def tile_gemv_fits(self, cfg: dict[str, int]) -> bool:
+        """ROWGEMV 3 covers K in SPLIT_K tiles of BLOCK_K, one per program (SPLIT_K = cdiv(K, BLOCK_K)); its
+        persistent form (PERSIST) K in one tile, on the quantizer's codes."""
+        if cfg.get("ROWGEMV") != 3:
+            return True
+        split_ok = cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
+        return split_ok and (not cfg.get("PERSIST") or (cfg["SPLIT_K"] == 1 and not cfg.get("QUANT_IN")))
+
+    def row_codes(self, x: torch.Tensor, gdc: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x by fp8_rowgemv.row_codes_kernel (cfg ROWQ 1 of
+        ROWGEMV 3 and of the FP8 swap GEMM): one program per row, the whole row in registers (16 values per
+        thread up to K = 8192, 4-16 warps); gdc: the GEMM launched next with launch_pdl."""
+        m, k = x.shape
+        codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
+        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
+        row_k = 1 << (k - 1).bit_length()
+        fastlaunch.launch(_jit_kernel("row_codes_kernel"), (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x,
+                          codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), ROW_K=row_k,
+                          HW_FP8=self.facts["hw_fp8"], **({"GDC": True} if gdc else {}))
+        return codes, scales
+
+    def fp8_tile_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
+                      cfg: dict[str, int]) -> torch.Tensor:
+        """cfg ROWGEMV 3: fp8_rowgemv.fp8_tile_gemv_kernel, each program's [BLOCK_N, BLOCK_K] weight tile in one
+        load. The row's codes from the quantizer launch (cfg PDL 1 on sm_90: the GEMV launched with launch_pdl,
+        its weight loads issued before it waits for the quantizer; cfg ROWQ 1: per-token codes from row_codes, not
+        quantize_activation_codes), or with cfg QUANT_IN 1 rounded by every program (one launch). cfg EVICT 1:
+        evict-first weight loads."""
+        if not self.tile_gemv_fits(cfg):
+            raise ValueError(f"ROWGEMV 3 takes SPLIT_K = cdiv(K, BLOCK_K) = {-(-self.k // cfg['BLOCK_K'])} for "
+                             f"K {self.k}, not {cfg['SPLIT_K']} (PERSIST: 1, on the quantizer's codes)")
+        codes_in = not cfg.get("QUANT_IN", 0)
+        pdl = codes_in and bool(cfg.get("PDL", 0)) and self.facts["pdl"]
+        xs = act_scale if act == ACT_TENSOR else self.scale
+        if codes_in and act == ACT_TOKEN and cfg.get("ROWQ"):
+            x, xs = self.row_codes(x, pdl)
+        elif codes_in:
+            codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+            x = codes.view(torch.uint8)
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        bn, bk, split = cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        grid_n = -(-self.n // bn)
+        if cfg.get("PERSIST"):          # PERSIST programs per SM walk the row tiles, the next one's loads ahead
+            self.launch(
+                "fp8_tile_gemv_persistent_kernel", (min(grid_n, cfg["PERSIST"] * self.facts["sms"]), 1, 1), cfg, pdl,
+                x_ptr=x, as_ptr=xs, w_ptr=self.weight, s_ptr=self.scale,
+                b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, N=self.n, K=self.k,
+                stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, HAS_BIAS=self.bias is not None,
+                BLOCK_N=bn, BLOCK_K=bk, HW_FP8=self.facts["hw_fp8"], EXACT_BF16=self.facts["dot_f32"],
+                EVEN=self.n % bn == 0 and self.k % bk == 0,
+                **({"GDC": True} if pdl else {}), **({"EVICT": True} if cfg.get("EVICT") else {}))
+            return y
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "fp8_tile_gemv_kernel", (grid_n, split, 1), cfg, pdl,
+            x_ptr=x, as_ptr=xs, w_ptr=self.weight, s_ptr=self.scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
+            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk,
+            ROW_K=1 << (self.k - 1).bit_length(), HW_FP8=self.facts["hw_fp8"], EXACT_BF16=self.facts["dot_f32"],
+            EVEN=self.n % bn == 0 and self.k % bk == 0, CODES_IN=codes_in,
+            **({"GDC": True} if pdl else {}), **({"EVICT": True} if cfg.get("EVICT") else {}))
         return y
 
     def swap(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

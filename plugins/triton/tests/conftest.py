@@ -23,6 +23,7 @@ def _build_for_interpreter() -> None:
         import oracle_triton.moe_dequant  # noqa: F401
         import oracle_triton.fp4_gemv  # noqa: F401
         import oracle_triton.fp8_gemv  # noqa: F401
+        import oracle_triton.fp8_rowgemv  # noqa: F401
     finally:
         if before is None:
             os.environ.pop("TRITON_INTERPRET", None)

@@ -1,0 +1,128 @@
+"""FP8 W8A8 one-row GEMV with each program's weight tile in one load (cfg ROWGEMV 3, fp8_rowgemv):
+against oracle-emulation in Triton's CPU interpreter (compiled on a GPU machine), its config checks on
+the host, and on an H200-class GPU with programmatic dependent launch, a launch plan and graph replay.
+
+Tolerance as test_triton_dense.py: both sides multiply the same E4M3 codes; the reference rounds to
+bf16 where the kernel sums exact fp32 products, so 1e-2 relative (a wrong code, scale or K range
+gives errors of order 1).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import linear_pair, rel
+
+TOL = 1e-2
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+SWAP = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
+
+
+def _cfg(bn: int, bk: int, split: int, warps: int, **extra: int) -> dict[str, int]:
+    return {"ROWGEMV": 3, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps, "num_stages": 1,
+            **extra}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
+                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
+def test_tile_gemv_matches_emulation(fmt, mode, gran):
+    """Rows not a multiple of BLOCK_N, a partial last K tile, split-K up to 5, a bias; the row's codes
+    from the quantizer (QUANT_IN 0; ROWQ 1: fp8_rowgemv's own) or rounded by every program from the whole
+    row's amax (QUANT_IN 1, the amax in the last K tile); the persistent form (PERSIST: 8 or 16 programs on
+    the interpreter's 8 "SMs", 3 row tiles each or fewer); within float-summation order of the swap GEMM
+    on the same codes."""
+    from oracle_triton.formats import check_config
+    from oracle_triton.linear import dynamic_tensor_scale
+
+    t, e = linear_pair(fmt, 90, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
+    assert t.gemm.row_gemv_ok(t.act)
+    x = torch.randn(1, 320, dtype=torch.bfloat16, device=DEV) * 3
+    x[0, 300] = 40.0
+    scale = dynamic_tensor_scale(x) if gran == "tensor" else None
+    swap = t.gemm(x, t.act, scale, torch.bfloat16, SWAP)
+    for bn, bk, split, warps, quant_in, rowq, persist in (
+            (4, 128, 3, 1, 0, 0, 0), (2, 512, 1, 2, 1, 0, 0), (8, 64, 5, 4, 1, 0, 0), (16, 256, 2, 4, 0, 1, 0),
+            (2, 512, 1, 2, 0, 1, 0), (4, 512, 1, 2, 0, 1, 1), (2, 512, 1, 1, 0, 0, 2)):
+        cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1, ROWQ=rowq, PERSIST=persist)
+        check_config(cfg, t.gemm.layout)
+        y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
+        assert y.shape == (1, 90) and y.dtype == torch.bfloat16
+        assert rel(y, e.apply(x)) < TOL, (bn, bk, split, quant_in)
+        assert rel(y, swap) < 1e-2, (bn, bk, split, quant_in)
+    x0 = torch.zeros(1, 320, dtype=torch.bfloat16, device=DEV)     # a zero row: scale 1, output the bias
+    s0 = dynamic_tensor_scale(x0) if gran == "tensor" else None
+    for quant_in in (0, 1):
+        y0 = t.gemm(x0, t.act, s0, torch.bfloat16, _cfg(4, 128, 3, 1, QUANT_IN=quant_in))
+        assert rel(y0, e.apply(x0)) < TOL
+
+
+@pytest.mark.slow
+def test_row_codes_are_the_quantizers():
+    """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) writes the bytes and scales launch.quantize_activation_codes
+    writes per token, for one row or several: K not a power of two, an amax of either sign, values that
+    round to zero, a zero row; so the swap GEMM's product on them (ROWQ 1 of a swap entry) is bit for bit."""
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.launch import quantize_activation_codes
+
+    t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device=DEV)
+    x = torch.randn(3, 320, dtype=torch.bfloat16, device=DEV) * 3
+    x[0, 7], x[1, 300], x[1, 5] = -50.0, 1e-6, -1e-6
+    x[2] = 0.0
+    for rows in (x[0:1], x[1:2], x[2:3], x):
+        want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
+        got, gs = t.gemm.row_codes(rows, False)
+        assert torch.equal(got, want.view(torch.uint8)), rows.shape
+        assert torch.equal(gs, ws), rows.shape
+    swap = {**SWAP, "SPLIT_K": 2}                    # the swap GEMM on either quantizer's codes: the same bits
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**swap, "ROWQ": 1}),
+                       t.gemm(x, t.act, None, torch.bfloat16, swap))
+
+
+def test_tile_gemv_config_checks():
+    """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K); PERSIST:
+    one tile, the quantizer's codes); any other split is refused by serves (a tuned entry falls back to the rules) and raises when forced."""
+    t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device="cpu")
+    good, bad = _cfg(4, 128, 3, 4), _cfg(4, 128, 2, 4)
+    assert t.gemm.serves(good, 1, t.act) and not t.gemm.serves(good, 2, t.act)
+    assert not t.gemm.serves(bad, 1, t.act)
+    assert t.gemm.serves(_cfg(4, 512, 1, 4), 1, t.act)
+    assert t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2), 1, t.act)
+    assert not t.gemm.serves(_cfg(4, 256, 2, 4, PERSIST=2), 1, t.act)       # K in one tile
+    assert not t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2, QUANT_IN=1), 1, t.act)   # on the quantizer's codes
+    with pytest.raises(ValueError, match="SPLIT_K = cdiv"):
+        t.gemm.fp8_tile_gemv(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, bad)
+    with pytest.raises(ValueError, match="ROWGEMV serves one row"):
+        t.gemm(torch.randn(2, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, good)
+
+
+@pytest.mark.gpu
+def test_tile_gemv_pdl_plans_and_replays():
+    """On the GPU (hardware E4M3 conversions): the quantizer's codes with and without programmatic dependent
+    launch, from either quantizer (ROWQ), give the same bits; the one-launch form (each program rounding the row)
+    and the persistent one agree to float order;
+    each near the reference, in a launch plan (the second eager call) and captured and replayed."""
+    from test_triton_gpu import _capture_and_replay
+
+    t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device="cuda", bias=True)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    plain = _cfg(2, 4096, 1, 8, PDL=0)
+    want = t.gemm(x, t.act, None, torch.bfloat16, plain)
+    assert rel(want, ref) < TOL
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, EVICT=1)), want)
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, ROWQ=1)), want)
+    split = _cfg(4, 2048, 2, 8, PDL=1)          # two K slices summed in a fixed order: another float order
+    assert rel(t.gemm(x, t.act, None, torch.bfloat16, split), ref) < TOL
+    one = _cfg(8, 4096, 1, 8, QUANT_IN=1)
+    assert rel(t.gemm(x, t.act, None, torch.bfloat16, one), want) < 1e-3
+    persist = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1, PERSIST=2)     # 264 programs, 768 row tiles
+    assert rel(t.gemm(x, t.act, None, torch.bfloat16, persist), want) < 1e-3
+    cfg = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1)
+    t.gemm._configs[(1, t.act)] = cfg
+    t.apply(x)
+    assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))     # the plan's replay
+    _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
