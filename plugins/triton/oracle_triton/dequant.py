@@ -59,6 +59,28 @@ def round_e4m3(v):
 
 
 @triton.jit
+def e4m3_values(codes, HW_FP8: tl.constexpr):
+    """uint8 E4M3 codes -> their fp32 values: the hardware conversion (>= 8.9) or e4m3_decode's integer steps
+    (the interpreter, older GPUs)."""
+    if HW_FP8:
+        out = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    else:
+        out = e4m3_decode(codes.to(tl.int32))
+    return out
+
+
+@triton.jit
+def e4m3_rounded(v, HW_FP8: tl.constexpr):
+    """fp32 -> the value of its E4M3 code (round half to even, saturating): cvt.rn.satfinite on >= 8.9, or
+    round_e4m3's integer steps."""
+    if HW_FP8:
+        out = v.to(tl.float8e4nv).to(tl.float32)
+    else:
+        out = round_e4m3(v)
+    return out
+
+
+@triton.jit
 def fp8_scale(amax):
     """amax / 448 (IEEE division, as oracle-emulation), 1 where the amax is 0."""
     s = tl.math.div_rn(amax, _E4M3_MAX)

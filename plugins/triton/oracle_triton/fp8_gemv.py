@@ -23,18 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_decode, finish_tile, fp8_scale, round_e4m3, split_range
-
-
-@triton.jit
-def _codes_values(v, HW_FP8: tl.constexpr):
-    """fp32 -> the value of its E4M3 code (round half to even, saturating): the hardware conversion
-    (cvt.rn.satfinite on >= 8.9) or round_e4m3's integer steps (the interpreter)."""
-    if HW_FP8:
-        out = v.to(tl.float8e4nv).to(tl.float32)
-    else:
-        out = round_e4m3(v)
-    return out
+from .dequant import e4m3_rounded, e4m3_values, finish_tile, fp8_scale, split_range
 
 
 @triton.jit
@@ -84,11 +73,8 @@ def fp8_row_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cnt
             xv = tl.load(x_ptr + offs_k)
         else:
             xv = tl.load(x_ptr + offs_k, mask=offs_k < K, other=0.0)
-        xq = _codes_values(tl.math.div_rn(xv.to(tl.float32), xs), HW_FP8)
-        if HW_FP8:
-            wv = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        else:
-            wv = e4m3_decode(w.to(tl.int32))
+        xq = e4m3_rounded(tl.math.div_rn(xv.to(tl.float32), xs), HW_FP8)
+        wv = e4m3_values(w, HW_FP8)
         acc += wv * xq[None, :]
         if AHEAD:
             w = w_next

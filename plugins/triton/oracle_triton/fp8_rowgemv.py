@@ -32,28 +32,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_decode, e4m3_encode, finish_tile, fp8_scale, round_e4m3, to_dtype
+from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3, to_dtype
 from .pdl import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def _e4m3_values(codes, HW_FP8: tl.constexpr):
-    """uint8 E4M3 codes -> their fp32 values (hardware conversion on >= 8.9, integer steps elsewhere)."""
-    if HW_FP8:
-        out = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+def _row_codes(x_ptr, as_ptr, offs_k, k_ok, EVEN: tl.constexpr, HW_FP8: tl.constexpr):
+    """The quantizer's scale and the fp32 values of the row's codes at offs_k (CODES_IN: x_ptr holds uint8 codes)."""
+    xs = tl.load(as_ptr)
+    if EVEN:
+        xc = tl.load(x_ptr + offs_k)
     else:
-        out = e4m3_decode(codes.to(tl.int32))
-    return out
-
-
-@triton.jit
-def _round_codes(v, HW_FP8: tl.constexpr):
-    """fp32 -> the value of its E4M3 code (round half to even, saturating)."""
-    if HW_FP8:
-        out = v.to(tl.float8e4nv).to(tl.float32)
-    else:
-        out = round_e4m3(v)
-    return out
+        xc = tl.load(x_ptr + offs_k, mask=k_ok, other=0)
+    return xs, e4m3_values(xc, HW_FP8)
 
 
 @triton.jit
@@ -84,12 +75,7 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
     if GDC:
         gdc_wait()          # the quantizer's codes and scale are visible from here on
     if CODES_IN:
-        xs = tl.load(as_ptr)
-        if EVEN:
-            xc = tl.load(x_ptr + offs_k)
-        else:
-            xc = tl.load(x_ptr + offs_k, mask=k_ok, other=0)
-        xq = _e4m3_values(xc, HW_FP8)
+        xs, xq = _row_codes(x_ptr, as_ptr, offs_k, k_ok, EVEN, HW_FP8)
     else:
         if EVEN:
             xv = tl.load(x_ptr + offs_k).to(tl.float32)
@@ -103,8 +89,8 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
             xs = fp8_scale(tl.max(tl.abs(row), axis=0))
         else:
             xs = tl.load(as_ptr)
-        xq = _round_codes(tl.math.div_rn(xv, xs), HW_FP8)
-    acc = tl.sum(_e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
+        xq = e4m3_rounded(tl.math.div_rn(xv, xs), HW_FP8)
+    acc = tl.sum(e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
     ws = tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)
     y = acc * xs * ws
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n, 1, N, N,
@@ -144,17 +130,12 @@ def fp8_tile_gemv_persistent_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, N
     w = _row_tile(w_ptr, pid, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
     if GDC:
         gdc_wait()
-    xs = tl.load(as_ptr)
-    if EVEN:
-        xc = tl.load(x_ptr + offs_k)
-    else:
-        xc = tl.load(x_ptr + offs_k, mask=k_ok, other=0)
-    xq = _e4m3_values(xc, HW_FP8)
+    xs, xq = _row_codes(x_ptr, as_ptr, offs_k, k_ok, EVEN, HW_FP8)
     for tile in range(pid, n_tiles, nprog):
         w_next = _row_tile(w_ptr, tile + nprog, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < N
-        acc = tl.sum(_e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
+        acc = tl.sum(e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
         ws = tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)
         y = acc * xs * ws
         if HAS_BIAS:

@@ -144,18 +144,24 @@ def test_single_factor_decoder_rounds_nvfp4_scales_twice():
 
     ptx = e2m1_word_ptx(False)
     gt = torch.tensor(1.0 / 2688.0, dtype=torch.float32)
+    assert ulps_off_the_reference(lambda sv: _decode(ptx, CODES, {9: _pair(sv * gt)}), 1.0 / 2688.0) > 0
+
+
+def ulps_off_the_reference(decode, g: float) -> int:
+    """decode(sv) (a decoder's bf16 bits for CODES with the scale value sv, an fp32 [1] tensor) against
+    oracle-emulation for every finite E4M3 scale and global scale g: the power-of-two codes must be exact and
+    the 1.5 p codes within one bf16 ulp; returns how many are one ulp off (a decoder that rounds the scale
+    first, then multiplies, misses some)."""
     off = 0
     for s_byte in range(1, 0x7F):
         sv = torch.tensor([s_byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float()
-        got = _decode(ptx, CODES, {9: _pair(sv * gt)})
-        ref = _reference(CODES, s_byte, 1.0 / 2688.0)
-        for c, a, b in zip(CODES, got, ref):
+        for c, a, b in zip(CODES, decode(sv), _reference(CODES, s_byte, g)):
             if (c & 7) in (0, 1, 2, 4, 6):
                 assert a == b, (s_byte, c)
             else:
                 assert abs(a - b) <= 1, (s_byte, c)
                 off += a != b
-    assert off > 0
+    return off
 
 
 #: NVFP4 W4A4 on the swap words path with the table decoder (the default), against emulation on the GPU: R27 of the
