@@ -132,6 +132,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       words issued before the activations' wait / copy) with PF 0 only; TABLE (the byte-table decoder) on NVFP4 only; the
       swap fallback it may carry (rega_swap) as a swap config;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
+    - one-tile 4-bit GEMV (W4ROW, w4_rowgemv): words in GPTQ's [K/8, N] layout, power-of-two tiles, K tiles of
+      whole groups, DECODE 0 or 3;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
@@ -204,6 +206,17 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              f"group of {layout.group}, one scale per tile)")
         if cfg.get("BLOCK_M", 0) < 16 or cfg.get("BLOCK_N", 0) < 64:
             raise ValueError(f"BLOCK_M/BLOCK_N for {what}: wgmma tiles have >= 64 weight rows and >= 16 activation rows")
+        return
+    if cfg.get("W4ROW"):
+        bn = cfg.get("BLOCK_N", 0)
+        if layout.pack != 8 or layout.elem not in (INT4, E2M1_MX, E2M1_NV):
+            raise ValueError(f"W4ROW for {what}: the one-tile 4-bit GEMV (w4_rowgemv) reads words in GPTQ's [K/8, N] "
+                             "layout (INT4, or MXFP4 / NVFP4 repacked at load) only")
+        if bn < 1 or bn & (bn - 1) or bk < layout.group or bk & (bk - 1) or bk % layout.group or \
+                cfg.get("DECODE") not in (0, 3):
+            raise ValueError(f"BLOCK_N={bn}, BLOCK_K={bk}, DECODE={cfg.get('DECODE')} for {what}: the one-tile 4-bit "
+                             f"GEMV takes powers of two, K tiles of whole groups of {layout.group} and the integer (0) "
+                             "or word (3) decoder")
         return
     if cfg.get("ROWS"):
         bn, rows = cfg.get("BLOCK_N", 0), cfg["ROWS"]

@@ -307,9 +307,10 @@ MAX_PLANS = 8
 def _jit_kernel(name: str) -> Any:
     """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
     launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, fp8_gemv, fp8_rowgemv, gemm, gemv, w4_wgmma
+    from . import fp4_gemv, fp8_gemv, fp8_rowgemv, gemm, gemv, w4_rowgemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
-        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name, None) or getattr(fp8_rowgemv, name)
+        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name, None) or getattr(w4_rowgemv, name, None) or \
+        getattr(fp8_rowgemv, name)
 
 
 class DenseGemm:
@@ -581,6 +582,8 @@ class DenseGemm:
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
+        if cfg.get("W4ROW"):
+            return m == 1 and act == 0 and self.w4_tile_fits(cfg)
         if cfg.get("ROWS"):
             return m == 1 and act == 0 and self.layout.elem in (E2M1_MX, E2M1_NV) and not is_words(self.layout)
         if "DECODE" in cfg:
@@ -864,6 +867,8 @@ class DenseGemm:
              cfg: dict[str, int]) -> torch.Tensor:
         """One row: gemv.gemv_kernel, activations rounded in its prologue (one launch); E2M1 weights
         with a ROWS entry: fp4_gemv.fp4_rows_kernel."""
+        if cfg.get("W4ROW"):
+            return self.w4_tile_gemv(x, out_dtype, cfg)
         if cfg.get("ROWS"):
             if is_words(self.layout):
                 raise ValueError("ROWS: the row-walking GEMV reads E2M1 weights in their checkpoint layout "
@@ -883,6 +888,32 @@ class DenseGemm:
             HAS_BIAS=self.bias is not None, ACT=act, SPLIT_K=split,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], HW_FP8=self.facts["hw_fp8"], DECODE=cfg["DECODE"],
             EXACT_BF16=self.facts["dot_f32"], OUT_F16=out_dtype == torch.float16, KN=is_words(lay))
+        return y
+
+    def w4_tile_fits(self, cfg: dict[str, int]) -> bool:
+        """W4ROW covers K in SPLIT_K tiles of BLOCK_K, one per program, on weights in GPTQ's [K/8, N] word layout
+        (INT4, or E2M1 repacked at load) with layer-dtype activations."""
+        return self.layout.pack == 8 and cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
+
+    def w4_tile_gemv(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
+        """cfg W4ROW 1: w4_rowgemv.w4_tile_gemv_kernel, each program's [BLOCK_K / 8, BLOCK_N] words in one load
+        (SPLIT_K = cdiv(K, BLOCK_K) ranges of K; 1: the whole K per program, no reduction across programs)."""
+        check_config(cfg, self.layout)
+        if not self.w4_tile_fits(cfg):
+            raise ValueError(f"W4ROW takes SPLIT_K = cdiv(K, BLOCK_K) = {-(-self.k // cfg['BLOCK_K'])} for K {self.k} "
+                             f"on weights in the [K/8, N] word layout, not SPLIT_K {cfg['SPLIT_K']} on {self.layout}")
+        lay, bn, bk, split = self.layout, cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
+        grid_n = -(-self.n // bn)
+        part, cnt = self.workspace(1, grid_n, split, y)
+        self.launch(
+            "w4_tile_gemv_kernel", (grid_n, split, 1), cfg,
+            x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
+            N=self.n, K=self.k, stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
+            ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None,
+            SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk, DECODE=cfg["DECODE"], EVEN=self.n % bn == 0 and self.k % bk == 0,
+            EXACT_BF16=self.facts["dot_f32"], EVICT=bool(cfg.get("EVICT", 0)))
         return y
 
     def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

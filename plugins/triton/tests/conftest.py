@@ -24,6 +24,7 @@ def _build_for_interpreter() -> None:
         import oracle_triton.fp4_gemv  # noqa: F401
         import oracle_triton.fp8_gemv  # noqa: F401
         import oracle_triton.fp8_rowgemv  # noqa: F401
+        import oracle_triton.w4_rowgemv  # noqa: F401
     finally:
         if before is None:
             os.environ.pop("TRITON_INTERPRET", None)
