@@ -897,7 +897,9 @@ class DenseGemm:
 
     def w4_tile_gemv(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:
         """cfg W4ROW 1: w4_rowgemv.w4_tile_gemv_kernel, each program's [BLOCK_K / 8, BLOCK_N] words in one load
-        (SPLIT_K = cdiv(K, BLOCK_K) ranges of K; 1: the whole K per program, no reduction across programs)."""
+        (SPLIT_K = cdiv(K, BLOCK_K) ranges of K; 1: the whole K per program, no reduction across programs). MAXNREG:
+        ptxas's register cap (Triton's maxnreg), so that more programs fit an SM at once (at 16 warps, 4 per SM
+        need at most 32 registers a thread)."""
         check_config(cfg, self.layout)
         if not self.w4_tile_fits(cfg):
             raise ValueError(f"W4ROW takes SPLIT_K = cdiv(K, BLOCK_K) = {-(-self.k // cfg['BLOCK_K'])} for K {self.k} "
@@ -913,7 +915,8 @@ class DenseGemm:
             N=self.n, K=self.k, stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
             ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None,
             SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk, DECODE=cfg["DECODE"], EVEN=self.n % bn == 0 and self.k % bk == 0,
-            EXACT_BF16=self.facts["dot_f32"], EVICT=bool(cfg.get("EVICT", 0)))
+            EXACT_BF16=self.facts["dot_f32"], EVICT=bool(cfg.get("EVICT", 0)),
+            **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}))
         return y
 
     def fp4_rows(self, x: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, int]) -> torch.Tensor:

@@ -69,6 +69,9 @@ def test_tile_gemv_config_checks():
     for wrong in (_cfg(3, 512, 1, 4), _cfg(4, 64, 8, 4), _cfg(4, 384, 2, 4), _cfg(4, 512, 1, 4, decode=2)):
         with pytest.raises(ValueError, match="one-tile 4-bit GEMV"):
             check_config(wrong, t.gemm.layout)
+    check_config(_cfg(4, 512, 1, 4, MAXNREG=32), t.gemm.layout)
+    with pytest.raises(ValueError, match="register cap"):
+        check_config(_cfg(4, 512, 1, 4, MAXNREG=16), t.gemm.layout)
     fp8, _ = linear_pair("fp8_channel", 64, 512, "w8a16_fp8_channel", "bf16", device="cpu")
     assert not fp8.gemm.serves(good, 1, 0)
     with pytest.raises(ValueError, match="GPTQ's"):
@@ -89,11 +92,11 @@ def test_tile_gemv_on_gpu(fmt, mode, symmetric):
     exact = t.gemm(x, 0, None, torch.bfloat16, _cfg(4, 4096, 1, 16))
     assert rel(exact, ref) < TOL
     for cfg in (_cfg(4, 4096, 1, 16, 3, EVICT=1), _cfg(2, 4096, 1, 8, 3), _cfg(16, 2048, 2, 8, 3, EVICT=1),
-                _cfg(32, 1024, 4, 8, 3)):
+                _cfg(32, 1024, 4, 8, 3), _cfg(4, 4096, 1, 16, 3, EVICT=1, MAXNREG=32)):
         y = t.gemm(x, 0, None, torch.bfloat16, cfg)
         assert rel(y, ref) < TOL, cfg
         assert rel(y, exact) < 2e-3, cfg
-    cfg = _cfg(4, 4096, 1, 16, 3, EVICT=1)
+    cfg = _cfg(4, 4096, 1, 16, 3, EVICT=1, MAXNREG=32)        # ptxas's register cap: 4 programs of 16 warps an SM
     t.gemm._configs[(1, 0)] = cfg
     t.apply(x)
     assert torch.equal(t.apply(x), t.gemm(x, 0, None, torch.bfloat16, cfg))      # the plan's replay
