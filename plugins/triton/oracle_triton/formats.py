@@ -133,7 +133,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       swap fallback it may carry (rega_swap) as a swap config;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - one-tile 4-bit GEMV (W4ROW, w4_rowgemv): words in GPTQ's [K/8, N] layout, power-of-two tiles, K tiles of
-      whole groups, DECODE 0 or 3, a register cap (MAXNREG) of 24-255;
+      whole groups, DECODE 0 or 3, a register cap (MAXNREG) of 24-255, packed f16 products (HX 1) on INT4 with
+      DECODE 3 only;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
@@ -217,6 +218,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
             raise ValueError(f"BLOCK_N={bn}, BLOCK_K={bk}, DECODE={cfg.get('DECODE')} for {what}: the one-tile 4-bit "
                              f"GEMV takes powers of two, K tiles of whole groups of {layout.group} and the integer (0) "
                              "or word (3) decoder")
+        if cfg.get("HX", 0) and (cfg["HX"] != 1 or layout.elem != INT4 or cfg.get("DECODE") != 3):
+            raise ValueError(f"HX={cfg['HX']} for {what}: the one-tile GEMV's packed f16 products (HX 1) serve INT4 "
+                             "with the word decoder (DECODE 3) only")
         if cfg.get("MAXNREG", 0) and not 24 <= cfg["MAXNREG"] <= 255:
             raise ValueError(f"MAXNREG={cfg['MAXNREG']} for {what}: ptxas's register cap is 24-255 a thread")
         return

@@ -915,7 +915,7 @@ class DenseGemm:
             N=self.n, K=self.k, stride_wk=lay.stride_wk, stride_sk=lay.stride_sk, stride_zk=lay.stride_zk,
             ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None,
             SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk, DECODE=cfg["DECODE"], EVEN=self.n % bn == 0 and self.k % bk == 0,
-            EXACT_BF16=self.facts["dot_f32"], EVICT=bool(cfg.get("EVICT", 0)),
+            EXACT_BF16=self.facts["dot_f32"], EVICT=bool(cfg.get("EVICT", 0)), HX=cfg.get("HX", 0),
             **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}))
         return y
 

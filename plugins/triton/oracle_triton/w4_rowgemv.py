@@ -27,6 +27,62 @@ from .gemv import _E2M1_WORD_PTX, _INT4_WORD_PTX, split8
 
 INT4 = tl.constexpr(3)
 
+#: HX 1 (INT4, compiled only): one GPTQ word ($1), its zero point as the f16 pair {1024 + z, 1024 + z} ($2) and its
+#: 8 activations x 2**-4 as f16 in the nibble pairs' order ($3: x0, x4, x1, x5; $4: x2, x6, x3, x7) -> the sum of the
+#: 8 products (q - z) x / 16 (fp32, $0): the pairs q - z by one f16x2 subtraction each (exact, as _INT4_WORD_PTX),
+#: multiplied and summed by packed f16 FMAs (two lanes of 4 products), the lanes added in fp32: 4 packed FMAs and 2
+#: conversions where the fp32 form takes 8 conversions and 8 FMAs. Each lane rounds to f16's 11 bits; |q - z| <= 15,
+#: so a lane stays below 3.75 x max|x| (inside f16's range for |x| < 17000; the x 2**-4 keeps it there).
+_INT4_HX_PTX = tl.constexpr("""{
+.reg .b32 t0, t1, t2, t3, x0, x1, x2, x3, s;
+.reg .b16 h0, h1;
+.reg .f32 f0, f1;
+and.b32 t0, $1, 0x000F000F;
+or.b32 t0, t0, 0x64006400;
+shr.b32 t1, $1, 4;
+and.b32 t1, t1, 0x000F000F;
+or.b32 t1, t1, 0x64006400;
+shr.b32 t2, $1, 8;
+and.b32 t2, t2, 0x000F000F;
+or.b32 t2, t2, 0x64006400;
+shr.b32 t3, $1, 12;
+and.b32 t3, t3, 0x000F000F;
+or.b32 t3, t3, 0x64006400;
+sub.f16x2 t0, t0, $2;
+sub.f16x2 t1, t1, $2;
+sub.f16x2 t2, t2, $2;
+sub.f16x2 t3, t3, $2;
+mov.b64 {x0, x1}, $3;
+mov.b64 {x2, x3}, $4;
+mul.rn.f16x2 s, t0, x0;
+fma.rn.f16x2 s, t1, x1, s;
+fma.rn.f16x2 s, t2, x2, s;
+fma.rn.f16x2 s, t3, x3, s;
+mov.b32 {h0, h1}, s;
+cvt.f32.f16 f0, h0;
+cvt.f32.f16 f1, h1;
+add.rn.f32 $0, f0, f1;
+}""")
+
+
+@triton.jit
+def _f16_bits(v):
+    """fp32 values -> their f16 roundings' 16 bits (int64, zero-extended)."""
+    return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int64) & 0xFFFF
+
+
+@triton.jit
+def _int4_hx_sums(u, zpair, x):
+    """HX 1: u [G, UJ, BN] GPTQ words, zpair their zero points' f16 pairs, x [G, UJ, 8] their activations (k order)
+    -> [G, UJ, BN] sums of (q - z) x / 16 per word (_INT4_HX_PTX; the caller multiplies the 16 back)."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = split8(x.to(tl.float32) * 0.0625)
+    xa = _f16_bits(x0) | (_f16_bits(x4) << 16) | (_f16_bits(x1) << 32) | (_f16_bits(x5) << 48)
+    xb = _f16_bits(x2) | (_f16_bits(x6) << 16) | (_f16_bits(x3) << 32) | (_f16_bits(x7) << 48)
+    return tl.inline_asm_elementwise(_INT4_HX_PTX, "=r,r,r,l,l",
+                                     [u, zpair, tl.broadcast_to(xa[:, :, None], u.shape),
+                                      tl.broadcast_to(xb[:, :, None], u.shape)],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
 
 @triton.jit
 def _word_products(w0, w1, w2, w3, w4, w5, w6, w7, x):
@@ -38,10 +94,18 @@ def _word_products(w0, w1, w2, w3, w4, w5, w6, w7, x):
 
 
 @triton.jit
-def _word_sums(u, z, x, n3, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, DECODE: tl.constexpr):
+def _word_sums(u, z, x, n3, ELEM: tl.constexpr, HAS_ZERO: tl.constexpr, DECODE: tl.constexpr,
+               HX: tl.constexpr = 0):
     """u [G, UJ, BN] words (8 codes along K each, low nibble first), z [G, 1, BN] GPTQ zero-point words (INT4 with
-    HAS_ZERO; else unused), x [G, UJ, 8] the activations of each word row (k order), n3 [1, 1, BN] the output columns -> [G, UJ, BN] fp32 sums over each word's 8 products: (q - z) x (INT4),
-    value x (E2M1; x 2**-6 with DECODE 3)."""
+    HAS_ZERO; else unused), x [G, UJ, 8] the activations of each word row (k order), n3 [1, 1, BN] the output
+    columns -> [G, UJ, BN] fp32 sums over each word's 8 products: (q - z) x (INT4), value x (E2M1; x 2**-6 with
+    DECODE 3); HX 1 (INT4, DECODE 3): packed f16 products, x 2**-4."""
+    if ELEM == INT4 and DECODE == 3 and HX == 1:
+        if HAS_ZERO:
+            zq = (z >> ((n3 % 8) * 4)) & 15
+        else:
+            zq = tl.full(n3.shape, 8, tl.int32)
+        return _int4_hx_sums(u, tl.broadcast_to((zq + 0x6400) * 65537, u.shape), x)
     if ELEM == INT4:
         if HAS_ZERO:
             zq = (z >> ((n3 % 8) * 4)) & 15
@@ -83,11 +147,12 @@ def w4_tile_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_pt
                         stride_wk, stride_sk, stride_zk,
                         ELEM: tl.constexpr, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, HAS_BIAS: tl.constexpr,
                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE: tl.constexpr,
-                        EVEN: tl.constexpr, EXACT_BF16: tl.constexpr, EVICT: tl.constexpr = False):
+                        EVEN: tl.constexpr, EXACT_BF16: tl.constexpr, EVICT: tl.constexpr = False,
+                        HX: tl.constexpr = 0):
     """y[0, n] = sum_k x[k] * dequant(W)[n, k] (+ bias) for one row x. Grid (cdiv(N, BLOCK_N), SPLIT_K =
     cdiv(K, BLOCK_K)): program (i, j) takes columns [i*BLOCK_N, +BLOCK_N) over K range [j*BLOCK_K, +BLOCK_K),
     each operand in one load. EVEN: N % BLOCK_N == 0 and K % BLOCK_K == 0 (no masks). EVICT: the words loaded
-    evict-first (read once)."""
+    evict-first (read once). HX 1 (INT4 with DECODE 3): each word's products in packed f16 (_INT4_HX_PTX)."""
     G: tl.constexpr = BLOCK_K // GROUP
     UJ: tl.constexpr = GROUP // 8
     pid_n = tl.program_id(0)
@@ -113,13 +178,15 @@ def w4_tile_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_pt
     gscale = 1.0
     if ELEM == 2:
         gscale = tl.load(g_ptr)
-    if ELEM == INT4:
+    if ELEM == INT4 and DECODE == 3 and HX == 1:
+        sg = s.to(tl.float32) * 16.0                        # the packed products are x 2**-4
+    elif ELEM == INT4:
         sg = s.to(tl.float32)
     elif DECODE == 3:
         sg = group_scales_hw(s, gscale, ELEM) * 64.0       # the word decoder's values are x 2**-6
     else:
         sg = group_scales(s, gscale, ELEM)
-    p = _word_sums(u, z, x, n3, ELEM, HAS_ZERO, DECODE) * sg
+    p = _word_sums(u, z, x, n3, ELEM, HAS_ZERO, DECODE, HX) * sg
     acc = tl.sum(tl.reshape(p, [G * UJ, BLOCK_N]), axis=0)
     finish_tile(acc[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n, 1, N, N,
                 SPLIT_K, HAS_BIAS, EXACT_BF16)

@@ -1,7 +1,8 @@
 """The one-tile 4-bit GEMV (cfg W4ROW 1, w4_rowgemv: each program's [BLOCK_K / 8, BLOCK_N] words in one load) for
 weights in GPTQ's [K/8, N] word layout: INT4 (symmetric and with zero points) and MXFP4 / NVFP4 repacked at load,
 against oracle-emulation in Triton's CPU interpreter (the integer decoders, DECODE 0; compiled on a GPU machine),
-its config checks on the host, and on a GPU with the word decoders (DECODE 3), a launch plan and graph replay.
+its config checks on the host, and on a GPU with the word decoders (DECODE 3; HX 1: INT4's products in packed
+f16), a launch plan and graph replay.
 
 Tolerance as test_triton_gemv.py (1e-2 relative Frobenius): the kernel scales per-group partial sums of exact
 fp32 products where the reference rounds each dequantized weight to bf16 (relative 2**-9 per weight); a wrong
@@ -60,19 +61,22 @@ def test_tile_gemv_config_checks():
     entry falls back to the rules) and raises when forced."""
     from oracle_triton.formats import check_config
 
-    t, _ = linear_pair("int4", 64, 512, "w4a16_int4", "bf16", device="cpu")
+    t, _ = linear_pair("int4", 64, 512, "w4a16_int4", "bf16", device=DEV)
     good, bad = _cfg(4, 512, 1, 4), _cfg(4, 256, 1, 4)
     assert t.gemm.serves(good, 1, 0) and t.gemm.serves(_cfg(16, 256, 2, 4), 1, 0)
     assert not t.gemm.serves(good, 2, 0) and not t.gemm.serves(bad, 1, 0)
     with pytest.raises(ValueError, match="SPLIT_K = cdiv"):
-        t.gemm(torch.randn(1, 512, dtype=torch.bfloat16), 0, None, torch.bfloat16, bad)
+        t.gemm(torch.randn(1, 512, dtype=torch.bfloat16, device=DEV), 0, None, torch.bfloat16, bad)
     for wrong in (_cfg(3, 512, 1, 4), _cfg(4, 64, 8, 4), _cfg(4, 384, 2, 4), _cfg(4, 512, 1, 4, decode=2)):
         with pytest.raises(ValueError, match="one-tile 4-bit GEMV"):
             check_config(wrong, t.gemm.layout)
     check_config(_cfg(4, 512, 1, 4, MAXNREG=32), t.gemm.layout)
+    check_config(_cfg(4, 512, 1, 4, 3, HX=1), t.gemm.layout)
+    with pytest.raises(ValueError, match="packed f16"):
+        check_config(_cfg(4, 512, 1, 4, 0, HX=1), t.gemm.layout)         # HX: the compiled word decoder only
     with pytest.raises(ValueError, match="register cap"):
         check_config(_cfg(4, 512, 1, 4, MAXNREG=16), t.gemm.layout)
-    fp8, _ = linear_pair("fp8_channel", 64, 512, "w8a16_fp8_channel", "bf16", device="cpu")
+    fp8, _ = linear_pair("fp8_channel", 64, 512, "w8a16_fp8_channel", "bf16", device=DEV)
     assert not fp8.gemm.serves(good, 1, 0)
     with pytest.raises(ValueError, match="GPTQ's"):
         check_config(good, fp8.gemm.layout)
@@ -91,11 +95,18 @@ def test_tile_gemv_on_gpu(fmt, mode, symmetric):
     ref = e.apply(x)
     exact = t.gemm(x, 0, None, torch.bfloat16, _cfg(4, 4096, 1, 16))
     assert rel(exact, ref) < TOL
-    for cfg in (_cfg(4, 4096, 1, 16, 3, EVICT=1), _cfg(2, 4096, 1, 8, 3), _cfg(16, 2048, 2, 8, 3, EVICT=1),
-                _cfg(32, 1024, 4, 8, 3), _cfg(4, 4096, 1, 16, 3, EVICT=1, MAXNREG=32)):
+    hx = [_cfg(16, 4096, 1, 16, 3, EVICT=1, HX=1), _cfg(16, 4096, 1, 32, 3, EVICT=1, HX=1),
+          _cfg(64, 512, 8, 8, 3, EVICT=1, HX=1)] if fmt == "int4" else []
+    for cfg in [_cfg(4, 4096, 1, 16, 3, EVICT=1), _cfg(2, 4096, 1, 8, 3), _cfg(16, 2048, 2, 8, 3, EVICT=1),
+                _cfg(32, 1024, 4, 8, 3), _cfg(4, 4096, 1, 16, 3, EVICT=1, MAXNREG=32), _cfg(16, 4096, 1, 32, 3)] + hx:
         y = t.gemm(x, 0, None, torch.bfloat16, cfg)
         assert rel(y, ref) < TOL, cfg
-        assert rel(y, exact) < 2e-3, cfg
+        assert rel(y, exact) < 2e-3, cfg                # HX: each word's two f16 lanes round to 11 bits
+    if fmt == "int4":           # HX's f16 lanes: activations up to 16384 (x 2**-4 inside) stay finite
+        big = x.clone()
+        big[0, :64] = 16384.0
+        y = t.gemm(big, 0, None, torch.bfloat16, hx[0])
+        assert torch.isfinite(y).all() and rel(y, e.apply(big)) < TOL
     cfg = _cfg(4, 4096, 1, 16, 3, EVICT=1, MAXNREG=32)        # ptxas's register cap: 4 programs of 16 warps an SM
     t.gemm._configs[(1, 0)] = cfg
     t.apply(x)
