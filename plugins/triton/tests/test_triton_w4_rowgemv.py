@@ -86,8 +86,9 @@ def test_tile_gemv_config_checks():
 @pytest.mark.parametrize("fmt,mode,symmetric", FORMATS)
 def test_tile_gemv_on_gpu(fmt, mode, symmetric):
     """On the GPU, the word decoders (DECODE 3, as the tuned entries run) at 2048x4096, the whole K per program
-    (4 and 16 columns, 16 warps; INT4 also in packed f16, 16 and 32 warps) and split 2: near the reference and near the integer decoders' result; through a tuned
-    choice, the launch plan (the second eager call) replays the same bits, and a captured graph replays them."""
+    (4 and 16 columns, 16 warps; INT4 also in packed f16, 16 and 32 warps) and split 2: near the reference and
+    near the integer decoders' result; through a tuned choice, the launch plan (the second eager call) replays
+    the same bits, and a captured graph replays them."""
     from test_triton_gpu import _capture_and_replay
 
     t, e = linear_pair(fmt, 2048, 4096, mode, "bf16", device="cuda", bias=True, symmetric=symmetric)
