@@ -98,6 +98,15 @@ _E2M1_PTX = gl.constexpr(byte_pairs_ptx(True))
 _TABLE_PTX = gl.constexpr(table_pairs_ptx())
 
 
+def launch_keys(cfg: dict[str, int], scale_ptr: int, stride_sn: int) -> dict[str, int]:
+    """w4_rega_kernel's optional constexprs from a REGA config (EARLY, TABLE, WAIT, VEC as the kernel's docstring says;
+    absent: 0). TABLE 2 loads two E4M3 scale bytes as one 16-bit word: where the scale tensor's address or row
+    stride is odd it runs as TABLE 1 (the same scale words, byte loads)."""
+    table = cfg.get("TABLE", 0)
+    return {"EARLY": cfg.get("EARLY", 0), "TABLE": 1 if table == 2 and (scale_ptr | stride_sn) % 2 else table,
+            "WAIT": cfg.get("WAIT", 0), "VEC": cfg.get("VEC", 0)}
+
+
 @gluon.constexpr_function
 def words_layout(num_warps: int, bn: int, per_lane: int) -> gl.DistributedLinearLayout:
     """[BN, 4, per_lane] words of a K tile (row, lane pair c, word): lane l holds c = l % 4 of rows l / 4
@@ -107,6 +116,16 @@ def words_layout(num_warps: int, bn: int, per_lane: int) -> gl.DistributedLinear
                                       lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
                                       warp_bases=[[16 << i, 0, 0] for i in range(num_warps.bit_length() - 1)],
                                       block_bases=[], shape=[bn, 4, per_lane])
+
+
+@gluon.constexpr_function
+def out_layout(num_warps: int, vec: int) -> gl.BlockedLayout:
+    """[BN, 16] outputs and split-K partials, n fastest (coalesced): one n per lane, or (VEC 1) 4 consecutive n
+    per thread (16-byte partial loads and stores, 8-byte bf16 stores): BN / 4 lanes along n, the rest along m."""
+    if not vec:
+        return gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    ln = min(32, 4 * num_warps)
+    return gl.BlockedLayout([4, 1], [ln, 32 // ln], [1, num_warps], [0, 1])
 
 
 @gluon.constexpr_function
@@ -156,9 +175,11 @@ def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.co
 
 @gluon.jit
 def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, ELEM: gl.constexpr,
-          TABLE: gl.constexpr):
+          TABLE: gl.constexpr, WAIT: gl.constexpr = 0):
     """acc + K tile i of the shared-memory chunk times its words u [BN, 4, 4] (factors f; INT4: group scales s,
-    the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once."""
+    the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once (E2M1 with
+    WAIT 1: only the previous tile's MMAs waited for, so that the next tile's decode runs beside this tile's MMAs;
+    the caller waits for the last tile's)."""
     wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
     wp0 = gl.convert_layout(wp0, f_l, assert_trivial=True)
     wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
@@ -171,7 +192,7 @@ def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.
     else:
         acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False, TABLE)
         acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False, TABLE)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc = warpgroup_mma_wait(num_outstanding=8 if WAIT else 0, deps=(acc,))
     return acc
 
 
@@ -193,6 +214,17 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
             z = gl.full(rows1.shape, 8, gl.int32, rows1.type.layout)
         f = (z | 0x4300) * 65537
     else:
+        if TABLE == 2:
+            # lane pair c's two groups 2c, 2c + 1 (k 32c..32c + 31) of the tile: their two E4M3 bytes in one
+            # 16-bit load (stride_sk 1, stride_sn even: DenseGemm.rega), split into the scale words of h = 0, 1
+            rows_s = gl.sum(rows2, axis=2)                  # [BN, 1] and [1, 4] in f_l's slice: no data movement
+            c_s = gl.sum(c2, axis=2)
+            sp = (s_ptr + rows_s * stride_sn + t * 8 + 2 * c_s).to(gl.pointer_type(gl.int16))
+            pair = gl.load(sp, mask=gl.max(n_ok2.to(gl.int32), axis=2) != 0, other=0).to(gl.int32)
+            f = gl.convert_layout(gl.join(_scale_word((pair & 0xFF).to(gl.uint8), gscale),
+                                          _scale_word(((pair >> 8) & 0xFF).to(gl.uint8), gscale)), rows2.type.layout,
+                                  assert_trivial=True)
+            return u, gl.zeros_like(offs_n.to(gl.float32)), f
         g = t * (128 // GROUP) + (32 * c2 + 16 * h2) // GROUP
         sr = gl.load(s_ptr + rows2 * stride_sn + g * stride_sk, mask=n_ok2, other=0)
         if ELEM == 1:
@@ -221,7 +253,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                    HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
                    num_warps: gl.constexpr, PF: gl.constexpr = 2, EARLY: gl.constexpr = 0,
-                   TABLE: gl.constexpr = 0):
+                   TABLE: gl.constexpr = 0, WAIT: gl.constexpr = 0, VEC: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
@@ -230,7 +262,12 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     per program: one memory latency instead of one per loop trip). EARLY (PF 0): a CTA barrier after the loads
     (1: before the activations' wait; 2: before their copy) so that ptxas issues them there: without it the
     sm_90a SASS issues most word loads after the wait (two memory latencies in series). TABLE (NVFP4): the
-    byte-table decoder (table_pairs_ptx, exact weights) instead of the fused factor. Words: int32, word j
+    byte-table decoder (table_pairs_ptx, exact weights) instead of the fused factor; TABLE 2: the same, each lane's
+    two scale bytes of a K tile in one 16-bit load (stride_sk 1; stride_sn even and s_ptr 2-byte aligned:
+    launch_keys). WAIT 1 (PF 0, E2M1): each K
+    tile waits only for the previous tile's MMAs (the next tile's decode beside this tile's MMAs), the last
+    tile's waited for before the epilogue. VEC 1: the outputs and split-K partials 4 consecutive n per thread
+    (out_layout). Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
@@ -249,7 +286,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                                                     instr_shape=[16, BM, 16])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
     x_l: gl.constexpr = x_pairs_layout(num_warps)
-    out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    out_l: gl.constexpr = out_layout(num_warps, VEC)
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     xs_all = gl.allocate_shared_memory(gl.bfloat16, [XT * 2, BM, 64], x_sl)
     xs_flat = xs_all._reinterpret(gl.bfloat16, [XT * 2 * BM, 64], x_sl)     # the same bytes (whole swizzle atoms)
@@ -312,13 +349,15 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         async_copy.wait_group(0)
         fence_async_shared()
         _cta_barrier()
-        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM, TABLE)
+        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 2:
-            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 3:
-            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 4:
-            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM, TABLE, WAIT)
+        if WAIT:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))        # the last tile's MMAs
     else:
         u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                 n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,

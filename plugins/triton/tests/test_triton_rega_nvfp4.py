@@ -116,3 +116,46 @@ def test_rega_nvfp4_table_and_early_match_emulation_and_replay(capsys):
     both = {**cfg, "SPLIT_K": 12, "XT": 2, "num_warps": 4, "TABLE": 1, "EARLY": 2}
     assert rel(t.gemm(x, 0, None, torch.bfloat16, both), ref) < TOL_TABLE
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, both), x, e.apply)
+
+
+@pytest.mark.gpu
+def test_rega_nvfp4_paired_scale_loads_and_deferred_waits_change_no_bit():
+    """TABLE 2 (two scale bytes per 16-bit load) and WAIT 1 (each K tile waits for the previous tile's MMAs only)
+    on an H200: bitwise TABLE 1's output (the same scale words, the same MMAs in the same order) at PF 0 (4 and 8
+    warps, with EARLY 1) and, for TABLE 2, PF 2 (the large shapes' entries); within 1e-3 of emulation; the
+    4-warp PF 0 form captured and replayed."""
+    from helpers import linear_pair, rel
+    from test_triton_gpu import _capture_and_replay
+
+    t, e = linear_pair("nvfp4", 1000, 3072, "w4a16_nvfp4", "bf16", device="cuda", bias=True)
+    if not t.gemm.rega_ok(0):
+        pytest.skip("w4_rega needs an sm_90 GPU (wgmma) and NVFP4 scales inside the fused decoder's range")
+    x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    for cfg in ({"REGA": 1, "SPLIT_K": 6, "XT": 4, "PF": 0, "num_warps": 8, "KN": 1, "TABLE": 1},
+                {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "TABLE": 1, "EARLY": 1}):
+        table = t.gemm(x, 0, None, torch.bfloat16, cfg)
+        assert rel(table, ref) < TOL_TABLE
+        for extra in ({"TABLE": 2}, {"WAIT": 1}, {"TABLE": 2, "WAIT": 1}):
+            assert torch.equal(table, t.gemm(x, 0, None, torch.bfloat16, {**cfg, **extra})), (cfg, extra)
+    pf2 = {"REGA": 1, "SPLIT_K": 4, "XT": 4, "PF": 2, "num_warps": 8, "KN": 1, "TABLE": 1}
+    assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, pf2), t.gemm(x, 0, None, torch.bfloat16, {**pf2, "TABLE": 2}))
+    mx, mx_e = linear_pair("mxfp4", 1000, 3072, "w4a16_mx", "bf16", device="cuda", bias=True)
+    mx_cfg = {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "EARLY": 1}
+    assert torch.equal(mx.gemm(x, 0, None, torch.bfloat16, mx_cfg),
+                       mx.gemm(x, 0, None, torch.bfloat16, {**mx_cfg, "WAIT": 1}))
+    both = {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "TABLE": 2, "EARLY": 1, "WAIT": 1}
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, both), x, e.apply)
+
+
+def test_rega_launch_keys_fall_back_to_byte_scale_loads_where_unaligned():
+    """w4_rega.launch_keys: TABLE 2 (16-bit scale loads) runs as TABLE 1 where the scale tensor's address or row
+    stride is odd; absent keys are 0."""
+    from oracle_triton.w4_rega import launch_keys
+
+    assert launch_keys({"REGA": 1}, 256, 256) == {"EARLY": 0, "TABLE": 0, "WAIT": 0, "VEC": 0}
+    assert launch_keys({"TABLE": 2, "WAIT": 1, "EARLY": 1, "VEC": 1}, 256, 256) == {"EARLY": 1, "TABLE": 2, "WAIT": 1,
+                                                                                "VEC": 1}
+    assert launch_keys({"TABLE": 2}, 257, 256)["TABLE"] == 1
+    assert launch_keys({"TABLE": 2}, 256, 255)["TABLE"] == 1
+    assert launch_keys({"TABLE": 1}, 257, 255)["TABLE"] == 1
