@@ -32,11 +32,12 @@ def _decode_pairs(ptx: str, codes: list[int], factor: int) -> list[int]:
 
 @pytest.mark.parametrize("g", GLOBALS)
 def test_rega_table_decoder_gives_the_nvfp4_reference_bits(g):
-    """w4_rega.table_pairs_ptx with its scale word: every code (signs and zeros included) times every finite
-    E4M3 scale is oracle-emulation's bf16 weight, bit for bit, in the A fragment's pair order."""
-    from oracle_triton.w4_rega import table_pairs_ptx
+    """The byte-table decoder in w4_rega's A-fragment order (gemm.e2m1_word_ptx_table(a_fragment=True)) with its
+    scale word: every code (signs and zeros included) times every finite E4M3 scale is oracle-emulation's bf16
+    weight, bit for bit, in the A fragment's pair order."""
+    from oracle_triton.gemm import e2m1_word_ptx_table
 
-    ptx = table_pairs_ptx()
+    ptx = e2m1_word_ptx_table(a_fragment=True)
     for s_byte in range(0x7F):                       # 0x7F is NaN; the sign bit is never set in a scale
         assert _decode_pairs(ptx, CODES, _scale_word(s_byte, g)) == _reference(CODES, s_byte, g), (g, s_byte)
 
@@ -44,9 +45,9 @@ def test_rega_table_decoder_gives_the_nvfp4_reference_bits(g):
 def test_rega_table_decoder_on_mixed_words():
     """Words whose 8 codes differ (the codes of one word in every position, signs mixed) decode to the
     reference's bits: the lookups and the sign gather index by position, not by a repeated code."""
-    from oracle_triton.w4_rega import table_pairs_ptx
+    from oracle_triton.gemm import e2m1_word_ptx_table
 
-    ptx = table_pairs_ptx()
+    ptx = e2m1_word_ptx_table(a_fragment=True)
     gen = torch.Generator().manual_seed(7)
     for _ in range(200):
         codes = torch.randint(0, 16, (16,), generator=gen).tolist()
