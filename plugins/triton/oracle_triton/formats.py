@@ -141,6 +141,7 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     bk = cfg.get("BLOCK_K", 0)
     if cfg.get("DEQUANT_MM"):
         return
+    check_rowq(cfg.get("ROWQ", 0), what)
     if cfg.get("ROWGEMV"):
         bn = cfg.get("BLOCK_N", 0)
         if layout.elem != FP8 or layout.group != 1:
@@ -239,6 +240,19 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     elif bk % layout.group or bk % layout.pack:
         raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
                          f"(a group of {layout.group})")
+
+
+#: cfg ROWQ CHUNK (launch.row_codes' split form): the smallest row chunk of a program.
+ROWQ_SPLIT_MIN = 128
+
+
+def check_rowq(rowq: int, what: str = "weight") -> None:
+    """cfg ROWQ (the per-token quantizer before an FP8 swap GEMM or ROWGEMV 3): 0 (act_qdq_kernel), 1 (one
+    program per row: fp8_rowgemv.row_codes_kernel) or a power of two CHUNK >= ROWQ_SPLIT_MIN (each row split
+    into CHUNK-wide programs: fp8_rowgemv.split_codes_kernel)."""
+    if rowq not in (0, 1) and (rowq < ROWQ_SPLIT_MIN or rowq & (rowq - 1)):
+        raise ValueError(f"ROWQ={rowq} for {what}: 0, 1 (one program per row) or a power of two >= "
+                         f"{ROWQ_SPLIT_MIN} (the row chunk of a program)")
 
 
 def check_direct_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:

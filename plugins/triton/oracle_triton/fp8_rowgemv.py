@@ -165,3 +165,40 @@ def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.const
         c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
     tl.store(codes_ptr + row * K + offs, c, mask=ok)
     tl.store(scales_ptr + row, s)
+
+
+@triton.jit
+def split_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, CHUNK: tl.constexpr, AMAX_K: tl.constexpr,
+                       N_FULL: tl.constexpr, TAIL: tl.constexpr, HW_FP8: tl.constexpr, GDC: tl.constexpr = False):
+    """Per-token E4M3 codes with the rows split along K (cfg ROWQ CHUNK >= 128 of ROWGEMV 3 and of the FP8 swap
+    GEMM): grid (M, cdiv(K, CHUNK)); program (r, c) loads its CHUNK values, then takes row r's amax itself over
+    the whole row (from L2: the row's other programs read it too) in N_FULL = K // AMAX_K unmasked AMAX_K-wide
+    loads (unrolled: ptxas issues them before the first max) and, with TAIL, one masked load of the rest; then
+    it writes its CHUNK codes, and program (r, 0) the scale. The bytes and scales row_codes_kernel writes (a
+    max is exact in any order; the same division and conversion), with no program waiting for another and no
+    partial-max buffer to clear: at few rows and large K the row's divisions and stores are spread over
+    cdiv(K, CHUNK) programs instead of one. GDC: the GEMM launched next with launch_pdl may start at once."""
+    if GDC:
+        gdc_launch_dependents()
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    offs = chunk * CHUNK + tl.arange(0, CHUNK)
+    ok = offs < K
+    x = tl.load(x_row + offs, mask=ok, other=0.0)
+    offs_a = tl.arange(0, AMAX_K)
+    run = tl.zeros([AMAX_K], tl.float32)
+    for i in tl.static_range(N_FULL):
+        run = tl.maximum(run, tl.abs(tl.load(x_row + i * AMAX_K + offs_a).to(tl.float32)))
+    if TAIL:
+        xt = tl.load(x_row + N_FULL * AMAX_K + offs_a, mask=N_FULL * AMAX_K + offs_a < K, other=0.0)
+        run = tl.maximum(run, tl.abs(xt.to(tl.float32)))
+    s = fp8_scale(tl.max(run, axis=0))
+    v = tl.math.div_rn(x.to(tl.float32), s)
+    if HW_FP8:
+        c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
+    tl.store(codes_ptr + row.to(tl.int64) * K + offs, c, mask=ok)
+    if chunk == 0:
+        tl.store(scales_ptr + row, s)

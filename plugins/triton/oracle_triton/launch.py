@@ -10,7 +10,7 @@ import torch
 
 from . import fastlaunch
 from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
-                      fused_scales_ok, is_words, rega_swap)
+                      check_rowq, fused_scales_ok, is_words, rega_swap)
 
 
 def interpreting() -> bool:
@@ -262,6 +262,14 @@ TOKEN_ROWS, TOKEN_K, TOKEN_WARPS = 1, 4096, 8
 ONE_TILE_MAX_K = 16384
 
 
+#: cfg ROWQ CHUNK (fp8_rowgemv.split_codes_kernel, per-token codes with each row split into CHUNK-wide programs):
+#: the warps of a program and the width of each of its loads for the row's amax (8 bf16 values, 16 bytes, a
+#: thread at 8 warps). Compiled for sm_90 (Triton 3.7's ptxas), K = 18432 in nine such loads: the first five
+#: issued before the first max, the rest within 70 instructions; at 4 warps and 4096-wide loads (64 bytes a
+#: thread) ptxas issued the last 12 of 20 one at a time, each waiting for the one before.
+ROWQ_SPLIT_WARPS, ROWQ_SPLIT_AMAX_K = 8, 2048
+
+
 #: FP8 W8A8 with 2-32 rows on sm_90: chain the quantizer and the swap GEMM by programmatic dependent
 #: launch (cfg PDL 1; gemm.fp8_swap_kernel GDC: the GEMM's programs become resident while the quantizer
 #: runs and wait for it on the device; cfg PF_L2 / PF_HEAD add an L2 prefetch of their weights before the
@@ -406,8 +414,8 @@ class DenseGemm:
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
-                if cfg.get("ROWQ") and act == ACT_TOKEN:     # fp8_rowgemv's row quantizer (row_codes)
-                    codes, xs = self.row_codes(x, pdl)
+                if cfg.get("ROWQ") and act == ACT_TOKEN:     # fp8_rowgemv's row quantizers (row_codes)
+                    codes, xs = self.row_codes(x, pdl, cfg["ROWQ"])
                     codes = codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes
                 else:
                     codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
@@ -782,17 +790,29 @@ class DenseGemm:
         split_ok = cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
         return split_ok and (not cfg.get("PERSIST") or (cfg["SPLIT_K"] == 1 and not cfg.get("QUANT_IN")))
 
-    def row_codes(self, x: torch.Tensor, gdc: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x by fp8_rowgemv.row_codes_kernel (cfg ROWQ 1 of
-        ROWGEMV 3 and of the FP8 swap GEMM): one program per row, the whole row in registers (16 values per
-        thread up to K = 8192, 4-16 warps); gdc: the GEMM launched next with launch_pdl."""
+    def row_codes(self, x: torch.Tensor, gdc: bool, rowq: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x (cfg ROWQ of ROWGEMV 3 and of the FP8 swap
+        GEMM). rowq 1: fp8_rowgemv.row_codes_kernel, one program per row, the whole row in registers (16 values
+        per thread up to K = 8192, 4-16 warps). rowq = a power of two CHUNK >= formats.ROWQ_SPLIT_MIN:
+        fp8_rowgemv.split_codes_kernel, cdiv(K, CHUNK) programs per row, each taking the row's amax itself and
+        writing CHUNK codes (ROWQ_SPLIT_WARPS warps). The same bytes and scales either way. gdc: the GEMM
+        launched next with launch_pdl."""
+        check_rowq(rowq)
         m, k = x.shape
         codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
         scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
         row_k = 1 << (k - 1).bit_length()
-        fastlaunch.launch(_jit_kernel("row_codes_kernel"), (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x,
-                          codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), ROW_K=row_k,
-                          HW_FP8=self.facts["hw_fp8"], **({"GDC": True} if gdc else {}))
+        gdc_arg = {"GDC": True} if gdc else {}
+        if rowq == 1:
+            fastlaunch.launch(_jit_kernel("row_codes_kernel"), (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x,
+                              codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), ROW_K=row_k,
+                              HW_FP8=self.facts["hw_fp8"], **gdc_arg)
+            return codes, scales
+        amax_k = min(row_k, ROWQ_SPLIT_AMAX_K)
+        fastlaunch.launch(_jit_kernel("split_codes_kernel"), (m, -(-k // rowq), 1), ROWQ_SPLIT_WARPS, x_ptr=x,
+                          codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), CHUNK=rowq,
+                          AMAX_K=amax_k, N_FULL=k // amax_k, TAIL=k % amax_k != 0, HW_FP8=self.facts["hw_fp8"],
+                          **gdc_arg)
         return codes, scales
 
     def fp8_tile_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
@@ -809,7 +829,7 @@ class DenseGemm:
         pdl = codes_in and bool(cfg.get("PDL", 0)) and self.facts["pdl"]
         xs = act_scale if act == ACT_TENSOR else self.scale
         if codes_in and act == ACT_TOKEN and cfg.get("ROWQ"):
-            x, xs = self.row_codes(x, pdl)
+            x, xs = self.row_codes(x, pdl, cfg["ROWQ"])
         elif codes_in:
             codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
             x = codes.view(torch.uint8)

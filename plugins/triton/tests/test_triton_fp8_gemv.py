@@ -28,7 +28,7 @@ def _cfg(bn: int, bk: int, split: int, warps: int, **extra: int) -> dict[str, in
                                            ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
 def test_tile_gemv_matches_emulation(fmt, mode, gran):
     """Rows not a multiple of BLOCK_N, a partial last K tile, split-K up to 5, a bias; the row's codes
-    from the quantizer (QUANT_IN 0; ROWQ 1: fp8_rowgemv's own) or rounded by every program from the whole
+    from the quantizer (QUANT_IN 0; ROWQ 1 or 128: fp8_rowgemv's own) or rounded by every program from the whole
     row's amax (QUANT_IN 1, the amax in the last K tile); the persistent form (PERSIST: 8 or 16 programs on
     the interpreter's 8 "SMs", 3 row tiles each or fewer); within float-summation order of the swap GEMM
     on the same codes."""
@@ -43,7 +43,7 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
     swap = t.gemm(x, t.act, scale, torch.bfloat16, SWAP)
     for bn, bk, split, warps, quant_in, rowq, persist in (
             (4, 128, 3, 1, 0, 0, 0), (2, 512, 1, 2, 1, 0, 0), (8, 64, 5, 4, 1, 0, 0), (16, 256, 2, 4, 0, 1, 0),
-            (2, 512, 1, 2, 0, 1, 0), (4, 512, 1, 2, 0, 1, 1), (2, 512, 1, 1, 0, 0, 2)):
+            (2, 512, 1, 2, 0, 1, 0), (4, 512, 1, 2, 0, 1, 1), (2, 512, 1, 1, 0, 0, 2), (4, 128, 3, 2, 0, 128, 0)):
         cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1, ROWQ=rowq, PERSIST=persist)
         check_config(cfg, t.gemm.layout)
         y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
@@ -58,31 +58,42 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
 
 
 @pytest.mark.slow
-def test_row_codes_are_the_quantizers():
-    """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) writes the bytes and scales launch.quantize_activation_codes
-    writes per token, for one row or several: K not a power of two, an amax of either sign, values that
-    round to zero, a zero row; so the swap GEMM's product on them (ROWQ 1 of a swap entry) is bit for bit."""
+def test_row_codes_are_the_quantizers(monkeypatch):
+    """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) and split_codes_kernel (ROWQ CHUNK: 128-wide programs, the
+    last one partial; the row's amax in one load or, with 128-wide amax loads, in three, the last partial)
+    write the bytes and scales launch.quantize_activation_codes writes per token, for one row or several: K
+    not a power of two, an amax of either sign (in the last chunk or the first), values that round to zero,
+    a zero row; so the swap GEMM's product on them (ROWQ of a swap entry) is bit for bit."""
+    from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
 
     t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        device=DEV)
     x = torch.randn(3, 320, dtype=torch.bfloat16, device=DEV) * 3
-    x[0, 7], x[1, 300], x[1, 5] = -50.0, 1e-6, -1e-6
+    x[0, 7], x[1, 300], x[1, 5], x[1, 310] = -50.0, 1e-6, -1e-6, 45.0
     x[2] = 0.0
-    for rows in (x[0:1], x[1:2], x[2:3], x):
-        want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
-        got, gs = t.gemm.row_codes(rows, False)
-        assert torch.equal(got, want.view(torch.uint8)), rows.shape
-        assert torch.equal(gs, ws), rows.shape
+    for amax_k in (4096, 128):
+        monkeypatch.setattr(launch, "ROWQ_SPLIT_AMAX_K", amax_k)
+        for rows in (x[0:1], x[1:2], x[2:3], x):
+            want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
+            for rowq in (1, 128, 256) if amax_k == 4096 else (128,):
+                got, gs = t.gemm.row_codes(rows, False, rowq)
+                assert torch.equal(got, want.view(torch.uint8)), (rows.shape, rowq, amax_k)
+                assert torch.equal(gs, ws), (rows.shape, rowq, amax_k)
     swap = {**SWAP, "SPLIT_K": 2}                    # the swap GEMM on either quantizer's codes: the same bits
-    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**swap, "ROWQ": 1}),
-                       t.gemm(x, t.act, None, torch.bfloat16, swap))
+    want = t.gemm(x, t.act, None, torch.bfloat16, swap)
+    for rowq in (1, 128):
+        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**swap, "ROWQ": rowq}), want), rowq
 
 
 def test_tile_gemv_config_checks():
     """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K); PERSIST:
-    one tile, the quantizer's codes); any other split is refused by serves (a tuned entry falls back to the rules) and raises when forced."""
+    one tile, the quantizer's codes); any other split is refused by serves (a tuned entry falls back to the rules) and raises when forced.
+    A ROWQ that is neither 0, 1 nor a power-of-two chunk of at least 128 is refused by the config check and
+    raises when forced."""
+    from oracle_triton.formats import check_config
+
     t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        device="cpu")
     good, bad = _cfg(4, 128, 3, 4), _cfg(4, 128, 2, 4)
@@ -92,6 +103,12 @@ def test_tile_gemv_config_checks():
     assert t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2), 1, t.act)
     assert not t.gemm.serves(_cfg(4, 256, 2, 4, PERSIST=2), 1, t.act)       # K in one tile
     assert not t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2, QUANT_IN=1), 1, t.act)   # on the quantizer's codes
+    for rowq in (2, 64, 384):           # ROWQ: 0, 1 or a power-of-two row chunk >= 128
+        with pytest.raises(ValueError, match="ROWQ="):
+            check_config({**SWAP, "ROWQ": rowq}, t.gemm.layout)
+        with pytest.raises(ValueError, match="ROWQ="):
+            t.gemm(torch.randn(2, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, {**SWAP, "ROWQ": rowq})
+    check_config({**SWAP, "ROWQ": 2048}, t.gemm.layout)
     with pytest.raises(ValueError, match="SPLIT_K = cdiv"):
         t.gemm.fp8_tile_gemv(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, bad)
     with pytest.raises(ValueError, match="ROWGEMV serves one row"):
@@ -115,6 +132,7 @@ def test_tile_gemv_pdl_plans_and_replays():
     assert rel(want, ref) < TOL
     assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, EVICT=1)), want)
     assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, ROWQ=1)), want)
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, _cfg(2, 4096, 1, 8, PDL=1, ROWQ=1024)), want)
     split = _cfg(4, 2048, 2, 8, PDL=1)          # two K slices summed in a fixed order: another float order
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, split), ref) < TOL
     one = _cfg(8, 4096, 1, 8, QUANT_IN=1)
@@ -125,4 +143,31 @@ def test_tile_gemv_pdl_plans_and_replays():
     t.gemm._configs[(1, t.act)] = cfg
     t.apply(x)
     assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))     # the plan's replay
+    _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.gpu
+def test_split_row_codes_on_the_gpu():
+    """On the GPU (hardware E4M3 conversion; 4 to 9 programs per row): split_codes_kernel (cfg ROWQ CHUNK) writes
+    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in five 4096-wide loads, the
+    last half empty) and 8192; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
+    quantizer's codes, near the reference, and captured and replayed."""
+    from oracle_triton.formats import ACT_TOKEN
+    from oracle_triton.launch import quantize_activation_codes
+    from test_triton_gpu import _capture_and_replay
+
+    for k, chunk in ((18432, 2048), (8192, 1024), (8192, 2048)):
+        t, e = linear_pair("fp8_channel", 512, k, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                           device="cuda", bias=True)
+        x = torch.randn(16, k, device="cuda", dtype=torch.bfloat16) * 2
+        x[3, k - 1], x[5, 0], x[7] = -70.0, 55.0, 0.0
+        want, ws = quantize_activation_codes(x, ACT_TOKEN, None, t.gemm.facts)
+        got, gs = t.gemm.row_codes(x, False, chunk)
+        assert torch.equal(got, want.view(torch.uint8)) and torch.equal(gs, ws), (k, chunk)
+        swap = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4,
+                "num_stages": 3}
+        base = t.gemm(x, t.act, None, torch.bfloat16, swap)
+        assert rel(base, e.apply(x)) < TOL
+        cfg = {**swap, "ROWQ": chunk, "PDL": 1}
+        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), base), (k, chunk)
     _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
