@@ -17,7 +17,9 @@ program loaded up front: 8 or 4 warps, 4 or 2 tiles per program, the split that 
 that many). --public times TritonLinear.apply (the engine's whole call: the tuned lookup in config_for, the
 launch plan when eager) at M = 16, graph replay and eager, and prints the config and the kernel that served it.
 --cfgs FILE times, instead, the REGA configs the file lists per format ({"nvfp4": [{"num_warps": 8, "SPLIT_K": 8,
-"XT": 4, "PF": 0, "TABLE": 1}, ...]}: any w4_rega keys, e.g. NVFP4's TABLE, PF 0's EARLY) beside the shipped entry;
+"XT": 4, "PF": 0, "TABLE": 1}, ...]}: any w4_rega keys, e.g. NVFP4's TABLE, PF 0's EARLY / WAIT) beside the shipped
+entry, or per format and shape ("nvfp4@8192x8192": [{"base": "shipped", "TABLE": 1}]: the shipped entry's keys
+with TABLE set);
 --repeat R times the shipped entry and every variant R times, interleaved (one graph replay each), and prints
 each variant's figures, their median and its ratio to the shipped entry's median.
 """
@@ -63,11 +65,23 @@ def label(v: dict) -> str:
     return f"rega w{v['num_warps']} split {v['SPLIT_K']} xt {v['XT']} pf {v['PF']}{' ' + extra if extra else ''}"
 
 
-def variants(shape: str, split: int, fmt: str = "") -> list[dict]:
-    """The REGA configs tried on a shape whose shipped M=16 entry splits K `split` ways (--cfgs: the file's for
-    the format)."""
+#: w4_rega_kernel's launch keys (what a variant built on the shipped entry keeps of it)
+REGA_KEYS = ("num_warps", "SPLIT_K", "XT", "PF", "EARLY", "TABLE", "WAIT")
+
+
+def variants(shape: str, shipped_cfg: dict, fmt: str = "") -> list[dict]:
+    """The REGA configs tried on a shape whose shipped M=16 entry is shipped_cfg (--cfgs: the file's for
+    "fmt@shape" if it lists that, else for the format; a variant {"base": "shipped", KEY: value, ...} is the
+    shipped REGA entry's launch keys with those set)."""
+    split = shipped_cfg["SPLIT_K"]
     if CFGS:
-        return [dict(v) for v in CFGS.get(fmt, [])]
+        out = []
+        for v in CFGS.get(f"{fmt}@{shape}", CFGS.get(fmt, [])):
+            v = dict(v)
+            if v.pop("base", None) == "shipped":
+                v = {**{key: shipped_cfg[key] for key in REGA_KEYS if key in shipped_cfg}, **v}
+            out.append(v)
+        return out
     n, k = SHAPES[shape]
     per = -(-(k // 128) // split)
     xt = min(4, per)
@@ -104,7 +118,7 @@ def jobs(fmts, shapes) -> list[tuple]:
         for fmt in fmts:
             cfg = shipped(fmt, shape)
             tried = [] if PUBLIC[0] else [("rega", fmt, tuple(sorted(v.items())))
-                                          for v in variants(shape, cfg["SPLIT_K"], fmt)]
+                                          for v in variants(shape, cfg, fmt)]
             for job in [("swap", fmt, tuple(sorted(cfg.items())))] + tried:
                 if job not in seen:
                     seen.add(job)
@@ -166,7 +180,7 @@ def run(fmt: str, shape: str, deadline: float) -> None:
     timed = [("shipped", calls, [us])]
     if BF16[0]:
         timed.append(("BF16", [lambda ww=ww: x @ ww.t() for ww in BF16[0]], [bf]))
-    for v in variants(shape, cfg["SPLIT_K"], fmt):
+    for v in variants(shape, cfg, fmt):
         if time.perf_counter() > deadline:
             print("  (budget spent)", flush=True)
             break
@@ -248,8 +262,8 @@ def public(fmt: str, shape: str) -> None:
         c.eager = EagerGraphs(c.forward)
         layers.append(c)
     cfg = t.gemm.config_for(M, t.act)
+    path = served_by(t, x)                  # first: the first eager call records the launch plan the rest replay
     err = rel(t.apply(x), em.apply(x))
-    path = served_by(t, x)
     us = gtime([lambda c=c: c.apply(x) for c in layers], 20)
     i = [0]
 

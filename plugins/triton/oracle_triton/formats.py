@@ -129,7 +129,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
     - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps; PF 0
       (every K tile of a program loaded up front) with at most 4 tiles per program (XT); EARLY (1 / 2: the
-      words issued before the activations' wait / copy) with PF 0 only; TABLE (the byte-table decoder) on NVFP4 only; the
+      words issued before the activations' wait / copy) and WAIT 1 (each K tile waits for the previous tile's MMAs)
+      with PF 0 only; TABLE 1 / 2 (the byte-table decoder; 2: scale bytes in 16-bit loads) on NVFP4 only; VEC 1; the
       swap fallback it may carry (rega_swap) as a swap config;
     - wgmma 4-bit (WG): words in GPTQ's [K/8, N] layout; K tiles powers of two >= 16 (INT4: inside one group);
     - one-tile 4-bit GEMV (W4ROW, w4_rowgemv): words in GPTQ's [K/8, N] layout, power-of-two tiles, K tiles of
@@ -195,6 +196,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              f"copy), PF 0's (every K tile of a program loaded up front) only, not {cfg}")
         if cfg.get("TABLE") and layout.elem != E2M1_NV:
             raise ValueError(f"TABLE for {what}: w4_rega's byte-table decoder takes NVFP4's two-factor scale words only")
+        if cfg.get("TABLE", 0) not in (0, 1, 2) or cfg.get("VEC", 0) not in (0, 1) or cfg.get("WAIT", 0) not in (0, 1) \
+                or (cfg.get("WAIT") and cfg.get("PF", 2) != 0):
+            raise ValueError(f"TABLE / WAIT / VEC for {what}: TABLE 1 or 2 (the scale bytes in 16-bit loads), VEC 1, "
+                             f"WAIT 1 with PF 0 only, not {cfg}")
         swap = rega_swap(cfg)
         if swap is not None:
             check_config(swap, layout, f"{what} (the swap kernel a REGA entry falls back to)")

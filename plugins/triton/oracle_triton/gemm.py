@@ -280,22 +280,32 @@ def e2m1_word_ptx(f16: bool, fused: bool = False) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-def e2m1_word_ptx_table() -> str:
-    """PTX (bf16 layers): one word of packed E2M1 ($8, nibble i = k order i, low first) and its group's scale
-    word $9 = {A, B} (A in the low half; e2m1_scale_word) -> the 8 weights as 16-bit halves $0..$7 (k order).
-    A = bf16(s x g), B = bf16((1.5 s) x g) (NVFP4: s the E4M3 scale, g the global one, products in fp32 as the
-    reference's; MXFP4: s = 2**e, g = 1). Every E2M1 magnitude is p or 1.5 p with p a power of two (0.5 is
-    one), fp32(1.5 p x s x g) = p x fp32((1.5 s) x g), and a power of two commutes with rounding, so each
-    weight is exactly the reference's bf16(value x s x g): p x A or p x B. (e2m1_word_ptx's single factor
-    bf16(s x g) rounds NVFP4's scale before the product: one bf16 ulp off on some 1.5, 3 and 6 codes.)
+def e2m1_word_ptx_table(a_fragment: bool = False) -> str:
+    """PTX (bf16 layers), the one generator of the byte-table E2M1 decoders: one word of packed E2M1 ($8, nibble
+    i = k order i, low first) and its group's scale word $9 = {A, B} (A in the low half; e2m1_scale_word,
+    w4_rega._scale_word) -> the 8 weights as 16-bit halves. A = bf16(s x g), B = bf16((1.5 s) x g) (NVFP4: s the
+    E4M3 scale, g the global one, products in fp32 as the reference's; MXFP4: s = 2**e, g = 1). Every E2M1
+    magnitude is p or 1.5 p with p a power of two (0.5 is one), fp32(1.5 p x s x g) = p x fp32((1.5 s) x g), and
+    a power of two commutes with rounding, so each weight is exactly the reference's bf16(value x s x g): p x A or
+    p x B. (e2m1_word_ptx's single factor bf16(s x g) rounds NVFP4's scale before the product: one bf16 ulp off on
+    some 1.5, 3 and 6 codes.)
 
     The 8 magnitudes' bf16 patterns 0, A/2, A, B, 2A, 2B, 4A, 4B (packed multiplies of {A, B} by powers of
-    two, exact) as byte tables (two registers of low bytes, two of high bytes); the word's 8 magnitude codes
-    looked up by PRMT (4 codes per instruction), the low and high bytes paired, the codes' signs XORed in
-    (moe_w4a4._WORD_PTX's scheme with bf16 outputs). sm_90 SASS of the MoE's NVFP4 K loop: 376 / 356
-    instructions per FC1 / FC2 step against 414 / 385 with e2m1_word_ptx (tests/test_triton_e2m1_ptx.py
-    runs this PTX on a bit-level model against oracle-emulation)."""
-    lines = [".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, se, so, p, q;",
+    two, exact; the same instructions for words that share a scale word, which ptxas computes once) as byte
+    tables (two registers of low bytes, two of high bytes); the word's 8 magnitude codes looked up by PRMT (4 codes
+    per instruction: byte i of l0 / h0 is code i's, of l1 / h1 code 4 + i's), then the low and high bytes paired
+    and the codes' signs put in, in one of two output orders:
+    - a_fragment False (e2m1_word_values_table: the MoE and the swap word paths): $0..$7 in k order; each joined
+      pair's signs gathered and XORed in (moe_w4a4._WORD_PTX's scheme with bf16 outputs). sm_90 SASS of the
+      MoE's NVFP4 K loop: 376 / 356 instructions per FC1 / FC2 step against 414 / 385 with e2m1_word_ptx;
+    - a_fragment True (w4_rega's TABLE): codes 2j and 2j + 1 as the halves $j / $(j + 4) (w4_rega.byte_pairs_ptx's
+      A-fragment pair order); the signs ORed into the high bytes before the pairs are joined (byte i's bit 7 must
+      be code i's bit 4i + 3: bit 7 of byte i / 2 of the word shifted left by 4, even i, or of the word, odd i; one
+      PRMT per four codes gathers them): 15 instructions per word, against 25 for the bit-placement decoder.
+    tests/test_triton_e2m1_ptx.py and test_triton_rega_nvfp4.py run both on a bit-level model against
+    oracle-emulation."""
+    signs = "se, g0, g1, p" if a_fragment else "se, so, p, q"
+    lines = [f".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, {signs};",
              "mov.b32 z, 0x80008000;",
              "mov.b32 k, 0x3F003F00;", "fma.rn.bf16x2 wh, $9, k, z;",      # {A/2, B/2}
              "mov.b32 k, 0x40004000;", "fma.rn.bf16x2 w2, $9, k, z;",      # {2A, 2B}
@@ -305,13 +315,22 @@ def e2m1_word_ptx_table() -> str:
              "and.b32 m, $8, 0x77777777;", "shr.b32 sh, m, 16;",
              "prmt.b32 l0, tl0, tl1, m;", "prmt.b32 h0, th0, th1, m;",         # codes 0-3
              "prmt.b32 l1, tl0, tl1, sh;", "prmt.b32 h1, th0, th1, sh;",       # codes 4-7
-             "shl.b32 se, $8, 4;", "and.b32 se, se, 0x80808080;",            # even codes' signs: bit 7 of byte j
-             "and.b32 so, $8, 0x80808080;"]                                   # odd codes' signs
+             "shl.b32 se, $8, 4;"]
+    if a_fragment:
+        lines += ["prmt.b32 g0, se, $8, 0x5140;", "prmt.b32 g1, se, $8, 0x7362;",   # bit 7 of byte i: code i's sign
+                  "and.b32 g0, g0, 0x80808080;", "or.b32 h0, h0, g0;",
+                  "and.b32 g1, g1, 0x80808080;", "or.b32 h1, h1, g1;"]
+    else:
+        lines += ["and.b32 se, se, 0x80808080;",            # even codes' signs: bit 7 of byte j
+                  "and.b32 so, $8, 0x80808080;"]            # odd codes' signs
     for j in range(4):          # codes 2j (low half), 2j + 1 (high half)
         lo, hi = ("l0", "h0") if j < 2 else ("l1", "h1")
-        lines += [f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};",
-                  f"prmt.b32 q, se, so, 0x{4 + j:x}{j:x}{j:x}{j:x};", "and.b32 q, q, 0x80008000;", "xor.b32 p, p, q;",
-                  f"mov.b32 {{${2 * j}, ${2 * j + 1}}}, p;"]
+        lines.append(f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};")
+        if a_fragment:
+            lines.append(f"mov.b32 {{${j}, ${j + 4}}}, p;")
+        else:
+            lines += [f"prmt.b32 q, se, so, 0x{4 + j:x}{j:x}{j:x}{j:x};", "and.b32 q, q, 0x80008000;",
+                      "xor.b32 p, p, q;", f"mov.b32 {{${2 * j}, ${2 * j + 1}}}, p;"]
     return "{\n" + "\n".join(lines) + "\n}"
 
 

@@ -638,8 +638,8 @@ class DenseGemm:
     def rega(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Few rows of 4-bit W4A16, bf16: w4_rega.w4_rega_kernel (16 activation rows and 16 x num_warps weight
         rows per program, K split SPLIT_K ways, XT activation tiles per shared-memory chunk, words PF tiles
-        ahead; EARLY / TABLE as w4_rega_kernel says; one launch)."""
-        from .w4_rega import w4_rega_kernel
+        ahead; EARLY / TABLE / WAIT as w4_rega_kernel says, w4_rega.launch_keys; one launch)."""
+        from .w4_rega import launch_keys, w4_rega_kernel
 
         if not self.rega_fits(cfg):
             raise ValueError(f"REGA PF 0 with SPLIT_K {cfg['SPLIT_K']} x XT {cfg['XT']} K tiles for K={self.k}: "
@@ -658,7 +658,7 @@ class DenseGemm:
                           stride_wn=lay.stride_wn, stride_wk=lay.stride_wk, stride_sn=lay.stride_sn,
                           stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split, XT=cfg["XT"],
-                          PF=cfg.get("PF", 2), EARLY=cfg.get("EARLY", 0), TABLE=cfg.get("TABLE", 0))
+                          PF=cfg.get("PF", 2), **launch_keys(cfg, self.scale.data_ptr(), lay.stride_sn))
         return y
 
     def wgmma_ok(self, act: int) -> bool:

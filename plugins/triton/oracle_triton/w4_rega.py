@@ -22,7 +22,8 @@ INT4 (zero points or not): q - z exactly (bf16 has 8 bits of mantissa), the tile
 in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4_swap_kernel). E2M1
 (MXFP4 / NVFP4): value x scale rounded once to bf16 as the reference dequantizes (the fused decoder;
 scales checked at load by formats.fused_scales_ok); for NVFP4 that factor is bf16(s x g x 2**126), the scale
-rounded before the value's 1.5, so TABLE (table_pairs_ptx) gives exactly the reference's weights instead.
+rounded before the value's 1.5, so TABLE (gemm.e2m1_word_ptx_table's A-fragment order) gives exactly the
+reference's weights instead.
 bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from .gemm import e2m1_word_ptx_table
 
 #: The CTA-wide barrier (bar.sync): `thread_barrier` in Triton 3.6 (the H200's), `barrier` in 3.7.
 _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -58,44 +61,18 @@ def byte_pairs_ptx(e2m1: bool) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-def table_pairs_ptx() -> str:
-    """PTX (TABLE, NVFP4): one word $8 of 8 E2M1 codes (code i at bits 4i..4i+3, k order) and its group's scale
-    word $9 = {A, B} (A low: A = bf16(s x g), B = bf16((1.5 s) x g), products in fp32; _scale_word) -> the codes
-    2j and 2j + 1 as the halves $j / $(j + 4) (byte_pairs_ptx's order), each exactly the reference's bf16(value x
-    s x g): every E2M1 magnitude is p or 1.5 p with p a power of two, and p commutes with rounding, so the
-    weight is p x A or p x B (gemm.e2m1_word_ptx_table's argument; the fused single factor bf16(s x g x 2**126)
-    rounds the scale before the 1.5 and is one bf16 ulp off on some 1.5, 3 and 6 codes).
-
-    The magnitudes 0, A/2, A, B, 2A, 2B, 4A, 4B as byte tables (low and high bytes, from {A, B} by exact packed
-    multiplies by powers of two: the same instructions for the two words that share a scale word, which ptxas
-    computes once); 4 PRMT look up the 8 codes' low and high bytes (byte i of l0 / h0: code i, of l1 / h1:
-    code 4 + i). The signs go into the high bytes before the pairs are joined: byte i's bit 7 must be code i's
-    bit 4i + 3, which is bit 7 of byte i / 2 of the word shifted left by 4 (even i) or of the word (odd i), so
-    one PRMT per four codes gathers them and one masked OR sets them. One PRMT per pair joins the low and high
-    bytes: 15 instructions per word, against 25 for the bit-placement decoder (byte_pairs_ptx)."""
-    lines = [".reg .b32 z, k, wh, w2, w4, tl0, tl1, th0, th1, m, sh, l0, h0, l1, h1, se, g0, g1, p;",
-             "mov.b32 z, 0x80008000;",
-             "mov.b32 k, 0x3F003F00;", "fma.rn.bf16x2 wh, $9, k, z;",      # {A/2, B/2}
-             "mov.b32 k, 0x40004000;", "fma.rn.bf16x2 w2, $9, k, z;",      # {2A, 2B}
-             "mov.b32 k, 0x40804080;", "fma.rn.bf16x2 w4, $9, k, z;",      # {4A, 4B}
-             "prmt.b32 tl0, wh, $9, 0x6409;", "prmt.b32 th0, wh, $9, 0x7519;",   # magnitudes 0-3: 0, A/2, A, B
-             "prmt.b32 tl1, w2, w4, 0x6420;", "prmt.b32 th1, w2, w4, 0x7531;",   # magnitudes 4-7: 2A, 2B, 4A, 4B
-             "and.b32 m, $8, 0x77777777;", "shr.b32 sh, m, 16;",
-             "prmt.b32 l0, tl0, tl1, m;", "prmt.b32 h0, th0, th1, m;",         # codes 0-3 (byte i: code i)
-             "prmt.b32 l1, tl0, tl1, sh;", "prmt.b32 h1, th0, th1, sh;",       # codes 4-7
-             "shl.b32 se, $8, 4;",
-             "prmt.b32 g0, se, $8, 0x5140;", "prmt.b32 g1, se, $8, 0x7362;",   # bit 7 of byte i: code i's sign
-             "and.b32 g0, g0, 0x80808080;", "or.b32 h0, h0, g0;",
-             "and.b32 g1, g1, 0x80808080;", "or.b32 h1, h1, g1;"]
-    for j in range(4):
-        lo, hi = ("l0", "h0") if j < 2 else ("l1", "h1")
-        lines += [f"prmt.b32 p, {lo}, {hi}, {'0x5140' if j % 2 == 0 else '0x7362'};", f"mov.b32 {{${j}, ${j + 4}}}, p;"]
-    return "{\n" + "\n".join(lines) + "\n}"
-
-
 _INT4_PTX = gl.constexpr(byte_pairs_ptx(False))
 _E2M1_PTX = gl.constexpr(byte_pairs_ptx(True))
-_TABLE_PTX = gl.constexpr(table_pairs_ptx())
+_TABLE_PTX = gl.constexpr(e2m1_word_ptx_table(a_fragment=True))
+
+
+def launch_keys(cfg: dict[str, int], scale_ptr: int, stride_sn: int) -> dict[str, int]:
+    """w4_rega_kernel's optional constexprs from a REGA config (EARLY, TABLE, WAIT, VEC as the kernel's docstring says;
+    absent: 0). TABLE 2 loads two E4M3 scale bytes as one 16-bit word: where the scale tensor's address or row
+    stride is odd it runs as TABLE 1 (the same scale words, byte loads)."""
+    table = cfg.get("TABLE", 0)
+    return {"EARLY": cfg.get("EARLY", 0), "TABLE": 1 if table == 2 and (scale_ptr | stride_sn) % 2 else table,
+            "WAIT": cfg.get("WAIT", 0), "VEC": cfg.get("VEC", 0)}
 
 
 @gluon.constexpr_function
@@ -107,6 +84,16 @@ def words_layout(num_warps: int, bn: int, per_lane: int) -> gl.DistributedLinear
                                       lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
                                       warp_bases=[[16 << i, 0, 0] for i in range(num_warps.bit_length() - 1)],
                                       block_bases=[], shape=[bn, 4, per_lane])
+
+
+@gluon.constexpr_function
+def out_layout(num_warps: int, vec: int) -> gl.BlockedLayout:
+    """[BN, 16] outputs and split-K partials, n fastest (coalesced): one n per lane, or (VEC 1) 4 consecutive n
+    per thread (16-byte partial loads and stores, 8-byte bf16 stores): BN / 4 lanes along n, the rest along m."""
+    if not vec:
+        return gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    ln = min(32, 4 * num_warps)
+    return gl.BlockedLayout([4, 1], [ln, 32 // ln], [1, num_warps], [0, 1])
 
 
 @gluon.constexpr_function
@@ -126,7 +113,7 @@ def _operand(lo, hi, a_l: gl.constexpr):
 @gluon.jit
 def _decode(u, f, ELEM: gl.constexpr, TABLE: gl.constexpr):
     """Words [BN, 4, 2] and their factor pairs (TABLE: scale words) -> the 8 bf16 code tensors (byte_pairs_ptx;
-    TABLE: table_pairs_ptx)."""
+    TABLE: gemm.e2m1_word_ptx_table(a_fragment=True))."""
     if TABLE and ELEM == 2:
         h = gl.inline_asm_elementwise(_TABLE_PTX, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [u, f], dtype=(gl.int16,) * 8,
                                       is_pure=True, pack=1)
@@ -156,9 +143,11 @@ def _mma_half(acc, u, f, xs, a_l: gl.constexpr, ELEM: gl.constexpr, FIRST: gl.co
 
 @gluon.jit
 def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, ELEM: gl.constexpr,
-          TABLE: gl.constexpr):
+          TABLE: gl.constexpr, WAIT: gl.constexpr = 0):
     """acc + K tile i of the shared-memory chunk times its words u [BN, 4, 4] (factors f; INT4: group scales s,
-    the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once."""
+    the tile's products summed in fp32 first), its eight MMAs issued back to back and waited for once (E2M1 with
+    WAIT 1: only the previous tile's MMAs waited for, so that the next tile's decode runs beside this tile's MMAs;
+    the caller waits for the last tile's)."""
     wp0, wp1 = gl.split(gl.reshape(u, [BN, 4, 2, 2]))           # word parity p = 0 / 1: [BN, c, h]
     wp0 = gl.convert_layout(wp0, f_l, assert_trivial=True)
     wp1 = gl.convert_layout(wp1, f_l, assert_trivial=True)
@@ -171,7 +160,7 @@ def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.
     else:
         acc = _mma_half(acc, wp0, f, xs_all.index(2 * i), a_l, ELEM, False, TABLE)
         acc = _mma_half(acc, wp1, f, xs_all.index(2 * i + 1), a_l, ELEM, False, TABLE)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc = warpgroup_mma_wait(num_outstanding=8 if WAIT else 0, deps=(acc,))
     return acc
 
 
@@ -193,6 +182,17 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
             z = gl.full(rows1.shape, 8, gl.int32, rows1.type.layout)
         f = (z | 0x4300) * 65537
     else:
+        if TABLE == 2:
+            # lane pair c's two groups 2c, 2c + 1 (k 32c..32c + 31) of the tile: their two E4M3 bytes in one
+            # 16-bit load (stride_sk 1, stride_sn even: DenseGemm.rega), split into the scale words of h = 0, 1
+            rows_s = gl.sum(rows2, axis=2)                  # [BN, 1] and [1, 4] in f_l's slice: no data movement
+            c_s = gl.sum(c2, axis=2)
+            sp = (s_ptr + rows_s * stride_sn + t * 8 + 2 * c_s).to(gl.pointer_type(gl.int16))
+            pair = gl.load(sp, mask=gl.max(n_ok2.to(gl.int32), axis=2) != 0, other=0).to(gl.int32)
+            f = gl.convert_layout(gl.join(_scale_word((pair & 0xFF).to(gl.uint8), gscale),
+                                          _scale_word(((pair >> 8) & 0xFF).to(gl.uint8), gscale)), rows2.type.layout,
+                                  assert_trivial=True)
+            return u, gl.zeros_like(offs_n.to(gl.float32)), f
         g = t * (128 // GROUP) + (32 * c2 + 16 * h2) // GROUP
         sr = gl.load(s_ptr + rows2 * stride_sn + g * stride_sk, mask=n_ok2, other=0)
         if ELEM == 1:
@@ -208,7 +208,7 @@ def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, 
 
 @gluon.jit
 def _scale_word(sr, gscale):
-    """NVFP4 E4M3 scale bytes -> table_pairs_ptx's scale words {A, B} (int32, A low): A = bf16(s x g), B =
+    """NVFP4 E4M3 scale bytes -> the byte-table decoder's scale words {A, B} (int32, A low): A = bf16(s x g), B =
     bf16((1.5 s) x g), the products in fp32 (1.5 s is exact), each rounded once as the reference's weights (one
     packed conversion: cvt.rn.bf16x2.f32 puts its second source in the low half)."""
     sv = sr.to(gl.float8e4nv, bitcast=True).to(gl.float32)
@@ -221,7 +221,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                    HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
                    num_warps: gl.constexpr, PF: gl.constexpr = 2, EARLY: gl.constexpr = 0,
-                   TABLE: gl.constexpr = 0):
+                   TABLE: gl.constexpr = 0, WAIT: gl.constexpr = 0, VEC: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
@@ -230,7 +230,11 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     per program: one memory latency instead of one per loop trip). EARLY (PF 0): a CTA barrier after the loads
     (1: before the activations' wait; 2: before their copy) so that ptxas issues them there: without it the
     sm_90a SASS issues most word loads after the wait (two memory latencies in series). TABLE (NVFP4): the
-    byte-table decoder (table_pairs_ptx, exact weights) instead of the fused factor. Words: int32, word j
+    byte-table decoder (gemm.e2m1_word_ptx_table's A-fragment order, exact weights) instead of the fused factor;
+    TABLE 2: the same, each lane's two scale bytes of a K tile in one 16-bit load (stride_sk 1; stride_sn even
+    and s_ptr 2-byte aligned: launch_keys). WAIT 1 (PF 0, E2M1): each K tile waits only for the previous tile's
+    MMAs (the next tile's decode beside this tile's MMAs), the last tile's waited for before the epilogue. VEC 1:
+    the outputs and split-K partials 4 consecutive n per thread (out_layout). Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
@@ -249,7 +253,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                                                     instr_shape=[16, BM, 16])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
     x_l: gl.constexpr = x_pairs_layout(num_warps)
-    out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    out_l: gl.constexpr = out_layout(num_warps, VEC)
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     xs_all = gl.allocate_shared_memory(gl.bfloat16, [XT * 2, BM, 64], x_sl)
     xs_flat = xs_all._reinterpret(gl.bfloat16, [XT * 2 * BM, 64], x_sl)     # the same bytes (whole swizzle atoms)
@@ -312,13 +316,15 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         async_copy.wait_group(0)
         fence_async_shared()
         _cta_barrier()
-        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM, TABLE)
+        acc = _tile(acc, ua, sa, fa, xs_all, 0, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 2:
-            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, ub, sb, fb, xs_all, 1, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 3:
-            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, uc, sc, fc, xs_all, 2, f_l, a_l, BN, ELEM, TABLE, WAIT)
         if XT >= 4:
-            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM, TABLE)
+            acc = _tile(acc, ud, sd, fd, xs_all, 3, f_l, a_l, BN, ELEM, TABLE, WAIT)
+        if WAIT:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))        # the last tile's MMAs
     else:
         u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                 n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,

@@ -1,4 +1,4 @@
-"""The E2M1 word decoders' PTX (gemm.e2m1_word_ptx, e2m1_word_ptx_table) run by a small bit-level model of
+"""The E2M1 word decoders' PTX (gemm.e2m1_word_ptx, e2m1_word_ptx_table in both orders) run by a small bit-level model of
 the instructions they use, on CPU, against oracle-emulation's NVFP4 dequantization: every code, every
 finite E4M3 scale, several global scales. The model: 32-bit integer ops as PTX defines them, PRMT's
 default mode (a selector nibble picks one of 8 bytes, its bit 3 replicates that byte's sign), and
@@ -134,6 +134,25 @@ def test_table_decoder_gives_the_nvfp4_reference_bits(g):
         sv = torch.tensor([s_byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float()
         extra = {9: (_pair(sv * gt) & 0xFFFF) | (_pair((sv * 1.5) * gt) & 0xFFFF0000)}
         assert _decode(ptx, CODES, extra) == _reference(CODES, s_byte, g), (g, s_byte)
+
+
+def test_table_generator_orders_hold_the_same_weights():
+    """gemm.e2m1_word_ptx_table, the one generator of both byte-table decoders: on random words and NVFP4 scale
+    words (random E4M3 scales and global scales) its A-fragment order (w4_rega's TABLE: codes 2j / 2j + 1 as $j / $(j + 4)) is its k order (the MoE and
+    swap word paths: $0..$7) permuted, and the shared table and lookup lines are one text."""
+    from oracle_triton.gemm import e2m1_word_ptx_table
+
+    k_order, a_order = e2m1_word_ptx_table(), e2m1_word_ptx_table(a_fragment=True)
+    shared = k_order.splitlines()[2:20]                # the table and the lookups (after the register line)
+    assert shared == a_order.splitlines()[2:20] and shared[-1] == "shl.b32 se, $8, 4;"
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(300):
+        u = int(torch.randint(0, 2 ** 32, (1,), generator=gen, dtype=torch.int64))
+        sv = torch.randint(1, 0x7F, (1,), generator=gen, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+        gt = torch.tensor(GLOBALS[int(torch.randint(0, len(GLOBALS), (1,), generator=gen))], dtype=torch.float32)
+        sw = (_pair(sv * gt) & 0xFFFF) | (_pair((sv * 1.5) * gt) & 0xFFFF0000)
+        k_out, a_out = run_ptx(k_order, {8: u, 9: sw}), run_ptx(a_order, {8: u, 9: sw})
+        assert [k_out[i] for i in range(8)] == [a_out[i // 2 + 4 * (i % 2)] for i in range(8)], (hex(u), hex(sw))
 
 
 def test_single_factor_decoder_rounds_nvfp4_scales_twice():

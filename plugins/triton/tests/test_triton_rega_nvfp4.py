@@ -32,11 +32,12 @@ def _decode_pairs(ptx: str, codes: list[int], factor: int) -> list[int]:
 
 @pytest.mark.parametrize("g", GLOBALS)
 def test_rega_table_decoder_gives_the_nvfp4_reference_bits(g):
-    """w4_rega.table_pairs_ptx with its scale word: every code (signs and zeros included) times every finite
-    E4M3 scale is oracle-emulation's bf16 weight, bit for bit, in the A fragment's pair order."""
-    from oracle_triton.w4_rega import table_pairs_ptx
+    """The byte-table decoder in w4_rega's A-fragment order (gemm.e2m1_word_ptx_table(a_fragment=True)) with its
+    scale word: every code (signs and zeros included) times every finite E4M3 scale is oracle-emulation's bf16
+    weight, bit for bit, in the A fragment's pair order."""
+    from oracle_triton.gemm import e2m1_word_ptx_table
 
-    ptx = table_pairs_ptx()
+    ptx = e2m1_word_ptx_table(a_fragment=True)
     for s_byte in range(0x7F):                       # 0x7F is NaN; the sign bit is never set in a scale
         assert _decode_pairs(ptx, CODES, _scale_word(s_byte, g)) == _reference(CODES, s_byte, g), (g, s_byte)
 
@@ -44,9 +45,9 @@ def test_rega_table_decoder_gives_the_nvfp4_reference_bits(g):
 def test_rega_table_decoder_on_mixed_words():
     """Words whose 8 codes differ (the codes of one word in every position, signs mixed) decode to the
     reference's bits: the lookups and the sign gather index by position, not by a repeated code."""
-    from oracle_triton.w4_rega import table_pairs_ptx
+    from oracle_triton.gemm import e2m1_word_ptx_table
 
-    ptx = table_pairs_ptx()
+    ptx = e2m1_word_ptx_table(a_fragment=True)
     gen = torch.Generator().manual_seed(7)
     for _ in range(200):
         codes = torch.randint(0, 16, (16,), generator=gen).tolist()
@@ -84,6 +85,25 @@ def test_rega_nvfp4_options_in_check_config():
         check_config({**base, "EARLY": 3}, words_layout("nvfp4", 2048, 4096))
 
 
+def test_rega_table2_wait_vec_in_check_config():
+    """TABLE 2 (NVFP4), WAIT 1 with PF 0 and VEC 1 (any format) are REGA configs check_config takes and tuned-table
+    keys; WAIT with PF 2, WAIT 2, VEC 2 and TABLE 3 are refused."""
+    from oracle_triton.formats import check_config, words_layout
+    from oracle_triton.tuned import KEYS
+
+    assert {"WAIT", "VEC"} <= KEYS
+    base = {"REGA": 1, "SPLIT_K": 8, "XT": 4, "PF": 0, "num_warps": 4, "KN": 1}
+    nv, mx = words_layout("nvfp4", 2048, 4096), words_layout("mxfp4", 2048, 4096)
+    check_config({**base, "TABLE": 2, "EARLY": 1, "WAIT": 1, "VEC": 1}, nv)
+    check_config({**base, "EARLY": 1, "WAIT": 1, "VEC": 1}, mx)
+    check_config({**base, "PF": 2, "TABLE": 2, "VEC": 1}, nv)
+    for bad in ({"PF": 2, "WAIT": 1}, {"WAIT": 2}, {"VEC": 2}, {"TABLE": 3}):
+        with pytest.raises(ValueError, match="TABLE / WAIT / VEC"):
+            check_config({**base, **bad}, nv)
+    with pytest.raises(ValueError, match="TABLE"):
+        check_config({**base, "TABLE": 2}, mx)
+
+
 #: weights exactly the reference's: only the fp32 sums' order (split K, MMA order) separates TABLE from emulation,
 #: which moves an output across a bf16 rounding boundary now and then (each such output 2**-8 off)
 TOL_TABLE = 1e-3
@@ -116,3 +136,50 @@ def test_rega_nvfp4_table_and_early_match_emulation_and_replay(capsys):
     both = {**cfg, "SPLIT_K": 12, "XT": 2, "num_warps": 4, "TABLE": 1, "EARLY": 2}
     assert rel(t.gemm(x, 0, None, torch.bfloat16, both), ref) < TOL_TABLE
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, both), x, e.apply)
+
+
+@pytest.mark.gpu
+def test_rega_nvfp4_paired_scale_loads_and_deferred_waits_change_no_bit():
+    """TABLE 2 (two scale bytes per 16-bit load), WAIT 1 (each K tile waits for the previous tile's MMAs only) and
+    VEC 1 (outputs and partials 4 n per thread) on an H200: bitwise TABLE 1's output (the same scale words, the same
+    MMAs and partial sums in the same order) at PF 0 (4 and 8 warps, with EARLY 1) and, for TABLE 2 / VEC, PF 2 (the
+    large shapes' entries); MXFP4 with WAIT + VEC bitwise its plain output; within 1e-3 of emulation; the 4-warp
+    PF 0 form with all three captured and replayed."""
+    from helpers import linear_pair, rel
+    from test_triton_gpu import _capture_and_replay
+
+    t, e = linear_pair("nvfp4", 1000, 3072, "w4a16_nvfp4", "bf16", device="cuda", bias=True)
+    if not t.gemm.rega_ok(0):
+        pytest.skip("w4_rega needs an sm_90 GPU (wgmma) and NVFP4 scales inside the fused decoder's range")
+    x = torch.randn(20, 3072, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    for cfg in ({"REGA": 1, "SPLIT_K": 6, "XT": 4, "PF": 0, "num_warps": 8, "KN": 1, "TABLE": 1},
+                {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "TABLE": 1, "EARLY": 1}):
+        table = t.gemm(x, 0, None, torch.bfloat16, cfg)
+        assert rel(table, ref) < TOL_TABLE
+        for extra in ({"TABLE": 2}, {"WAIT": 1}, {"VEC": 1}, {"TABLE": 2, "WAIT": 1, "VEC": 1}):
+            assert torch.equal(table, t.gemm(x, 0, None, torch.bfloat16, {**cfg, **extra})), (cfg, extra)
+    pf2 = {"REGA": 1, "SPLIT_K": 4, "XT": 4, "PF": 2, "num_warps": 8, "KN": 1, "TABLE": 1}
+    for extra in ({"TABLE": 2}, {"TABLE": 2, "VEC": 1}):
+        assert torch.equal(t.gemm(x, 0, None, torch.bfloat16, pf2), t.gemm(x, 0, None, torch.bfloat16, {**pf2, **extra}))
+    mx, mx_e = linear_pair("mxfp4", 1000, 3072, "w4a16_mx", "bf16", device="cuda", bias=True)
+    mx_cfg = {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "EARLY": 1}
+    assert torch.equal(mx.gemm(x, 0, None, torch.bfloat16, mx_cfg),
+                       mx.gemm(x, 0, None, torch.bfloat16, {**mx_cfg, "WAIT": 1, "VEC": 1}))
+    assert rel(mx.gemm(x, 0, None, torch.bfloat16, {**mx_cfg, "WAIT": 1, "VEC": 1}), mx_e.apply(x)) < TOL_TABLE
+    both = {"REGA": 1, "SPLIT_K": 12, "XT": 2, "PF": 0, "num_warps": 4, "KN": 1, "TABLE": 2, "EARLY": 1, "WAIT": 1,
+            "VEC": 1}
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, both), x, e.apply)
+
+
+def test_rega_launch_keys_fall_back_to_byte_scale_loads_where_unaligned():
+    """w4_rega.launch_keys: TABLE 2 (16-bit scale loads) runs as TABLE 1 where the scale tensor's address or row
+    stride is odd; absent keys are 0."""
+    from oracle_triton.w4_rega import launch_keys
+
+    assert launch_keys({"REGA": 1}, 256, 256) == {"EARLY": 0, "TABLE": 0, "WAIT": 0, "VEC": 0}
+    assert launch_keys({"TABLE": 2, "WAIT": 1, "EARLY": 1, "VEC": 1}, 256, 256) == {"EARLY": 1, "TABLE": 2, "WAIT": 1,
+                                                                                "VEC": 1}
+    assert launch_keys({"TABLE": 2}, 257, 256)["TABLE"] == 1
+    assert launch_keys({"TABLE": 2}, 256, 255)["TABLE"] == 1
+    assert launch_keys({"TABLE": 1}, 257, 255)["TABLE"] == 1
