@@ -149,9 +149,9 @@ def test_tile_gemv_pdl_plans_and_replays():
 @pytest.mark.gpu
 def test_split_row_codes_on_the_gpu():
     """On the GPU (hardware E4M3 conversion; 4 to 9 programs per row): split_codes_kernel (cfg ROWQ CHUNK) writes
-    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in five 4096-wide loads, the
-    last half empty) and 8192; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
-    quantizer's codes, near the reference, and captured and replayed."""
+    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in nine 2048-wide loads) and
+    8192 (four), amaxes in a row's first and last values; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
+    quantizer's codes, near the reference, through the layer call and its launch plan, and captured and replayed."""
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
     from test_triton_gpu import _capture_and_replay
@@ -170,4 +170,7 @@ def test_split_row_codes_on_the_gpu():
         assert rel(base, e.apply(x)) < TOL
         cfg = {**swap, "ROWQ": chunk, "PDL": 1}
         assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), base), (k, chunk)
+    t.gemm._configs[(16, t.act)] = cfg          # as a tuned entry: the layer call, then its launch plan's replay
+    t.apply(x)
+    assert torch.equal(t.apply(x), base)
     _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
