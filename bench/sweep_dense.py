@@ -319,13 +319,6 @@ def variants_fp8(n, k, m, facts, default) -> list[tuple[str, dict]]:
                 out.append((f"m1 bn{bn} bk{bk} s{sp} w{nw} st{st}",
                             {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp,
                              "num_warps": nw, "num_stages": st}))
-    if m == 1:          # the one-row FP8 GEMV on CUDA cores (fp8_gemv, ROWGEMV): rows x K chunk, warps
-        for bn, bk, nw in ((16, 512, 8), (8, 1024, 8), (8, 512, 4), (4, 1024, 4), (2, 4096, 8), (16, 1024, 8)):
-            sp = fill_split(-(-n // bn), k // bk, sms, 4)
-            for ahead in (1, 2):
-                out.append((f"rowgemv bn{bn} bk{bk} w{nw} s{sp}{' ahead' if ahead == 2 else ''}",
-                            {"ROWGEMV": 1, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp, "num_warps": nw,
-                             "num_stages": 1, "PREFETCH": ahead}))
     out += quant_in_variants(n, k, m, sms, default, facts)
     if DEFAULTS_ONLY[0]:
         return only(out)

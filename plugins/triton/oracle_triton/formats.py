@@ -147,6 +147,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     check_rowq(cfg.get("ROWQ", 0), what)
     if cfg.get("ROWGEMV"):
         bn = cfg.get("BLOCK_N", 0)
+        if cfg["ROWGEMV"] != 3:
+            raise ValueError(f"ROWGEMV={cfg['ROWGEMV']} for {what}: the FP8 row GEMV is ROWGEMV 3 (fp8_rowgemv)")
         if layout.elem != FP8 or layout.group != 1:
             raise ValueError(f"ROWGEMV for {what}: the FP8 row GEMV serves per-channel / per-tensor FP8 weights only")
         if bn < 1 or bn & (bn - 1) or bk < 64 or bk & (bk - 1):

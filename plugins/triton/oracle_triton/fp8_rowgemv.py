@@ -3,7 +3,7 @@
 
 Why: gemlite 0.6's GEMV streams 8192x8192 FP8 at about 3.9 TB/s (19.5 us per call including its
 per-token quantizer launch, eleventh pass R27) where our swap-AB float8 GEMM took 21.1 and our
-earlier row GEMVs (fp8_gemv.py, ROWGEMV 1 and 2) 26.9-50.4 with gemlite's very tiling (2 weight rows x
+earlier row GEMVs (fp8_gemv.py, ROWGEMV 1 and 2, since removed) 26.9-50.4 with gemlite's very tiling (2 weight rows x
 the whole K per program, 8 warps). Compiled for sm_90 side by side (tests/sm90_compile.py), the
 difference is the order of the loads, not the tiling: gemlite passes K as a compile-time constant, so
 its 2-chunk K loop is unrolled and ptxas issues all four 16-byte weight loads of a thread (the
@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3, to_dtype
+from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3
 from .pdl import gdc_launch_dependents, gdc_wait
 
 
@@ -95,53 +95,6 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
     y = acc * xs * ws
     finish_tile(y[None, :], part_ptr, cnt_ptr, pid_n, pid_k, b_ptr, y_ptr, tl.arange(0, 1), offs_n, 1, N, N,
                 SPLIT_K, HAS_BIAS, EXACT_BF16)
-
-
-@triton.jit
-def _row_tile(w_ptr, tile, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
-              EVICT: tl.constexpr):
-    """Weight rows [tile*BLOCK_N, +BLOCK_N) at offs_k (uint8 codes; none loaded for tile >= n_tiles)."""
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
-    live = tile < n_tiles
-    if EVEN:
-        w = tl.load(ptrs, mask=live, other=0, eviction_policy="evict_first" if EVICT else "")
-    else:
-        w = tl.load(ptrs, mask=live & (offs_n < N)[:, None] & k_ok[None, :], other=0,
-                    eviction_policy="evict_first" if EVICT else "")
-    return w
-
-
-@triton.jit
-def fp8_tile_gemv_persistent_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, N, K, stride_wn, stride_sn,
-                                    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                    HW_FP8: tl.constexpr, EXACT_BF16: tl.constexpr, EVEN: tl.constexpr,
-                                    GDC: tl.constexpr = False, EVICT: tl.constexpr = False):
-    """fp8_tile_gemv_kernel's CODES_IN form over fewer programs than row tiles (cfg PERSIST: programs per SM,
-    K in one tile): program p takes tiles p, p + P, ... and loads the next one's weights before it multiplies
-    the current one, so a program always has a tile's bytes in flight (no program ends and starts between
-    tiles); the row's codes are read once per program. The same products and fp32 sums per output as the
-    one-tile kernel without a K split."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    n_tiles = tl.cdiv(N, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    k_ok = offs_k < K
-    w = _row_tile(w_ptr, pid, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
-    if GDC:
-        gdc_wait()
-    xs, xq = _row_codes(x_ptr, as_ptr, offs_k, k_ok, EVEN, HW_FP8)
-    for tile in range(pid, n_tiles, nprog):
-        w_next = _row_tile(w_ptr, tile + nprog, n_tiles, N, stride_wn, offs_k, k_ok, BLOCK_N, EVEN, EVICT)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < N
-        acc = tl.sum(e4m3_values(w, HW_FP8) * xq[None, :], axis=1)
-        ws = tl.load(s_ptr + offs_n * stride_sn, mask=n_ok, other=0.0)
-        y = acc * xs * ws
-        if HAS_BIAS:
-            y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)
-        tl.store(y_ptr + offs_n, to_dtype(y, y_ptr.dtype.element_ty, EXACT_BF16), mask=n_ok)
-        w = w_next
 
 
 @triton.jit

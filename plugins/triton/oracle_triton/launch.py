@@ -313,12 +313,11 @@ MAX_PLANS = 8
 
 @functools.cache
 def _jit_kernel(name: str) -> Any:
-    """gemm's, gemv's, w4_wgmma's or fp4_gemv's @triton.jit function of that name (imported on first use:
-    launch.py's shape rules import no Triton)."""
-    from . import fp4_gemv, fp8_gemv, fp8_rowgemv, gemm, gemv, w4_rowgemv, w4_wgmma
+    """gemm's, gemv's, w4_wgmma's, fp4_gemv's, w4_rowgemv's or fp8_rowgemv's @triton.jit function of that name (imported on
+    first use: launch.py's shape rules import no Triton)."""
+    from . import fp4_gemv, fp8_rowgemv, gemm, gemv, w4_rowgemv, w4_wgmma
     return getattr(gemm, name, None) or getattr(gemv, name, None) or getattr(w4_wgmma, name, None) or \
-        getattr(fp4_gemv, name, None) or getattr(fp8_gemv, name, None) or getattr(w4_rowgemv, name, None) or \
-        getattr(fp8_rowgemv, name)
+        getattr(fp4_gemv, name, None) or getattr(w4_rowgemv, name, None) or getattr(fp8_rowgemv, name)
 
 
 class DenseGemm:
@@ -395,7 +394,7 @@ class DenseGemm:
             if out_dtype == torch.bfloat16:
                 return self.scaled_mm(x, act, act_scale, out_dtype)
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
-        if cfg.get("ROWGEMV"):                       # one row of FP8 W8A8 on CUDA cores (fp8_gemv)
+        if cfg.get("ROWGEMV"):                       # one row of FP8 W8A8 on CUDA cores (fp8_rowgemv)
             return self.fp8_row_gemv(x, act, act_scale, out_dtype, cfg)
         if cfg.get("REGA"):                          # few rows, decoded words as wgmma's register A operand
             if config is not None:
@@ -757,41 +756,24 @@ class DenseGemm:
         return {"PF_HEAD": head}
 
     def row_gemv_ok(self, act: int) -> bool:
-        """Can fp8_gemv.fp8_row_gemv_kernel serve this weight: FP8 with scales constant along K (per
+        """Can fp8_rowgemv.fp8_tile_gemv_kernel serve this weight: FP8 with scales constant along K (per
         channel / per tensor), W8A8 per-token or per-tensor activations."""
         return self.layout.elem == FP8 and self.layout.group == 1 and act in (ACT_TOKEN, ACT_TENSOR)
 
     def fp8_row_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
                      cfg: dict[str, int]) -> torch.Tensor:
-        """One row of FP8 W8A8 (cfg ROWGEMV, a tuned entry's choice at M = 1): fp8_gemv.fp8_row_gemv_kernel,
-        BLOCK_N weight rows per program in BLOCK_K-wide chunks, the row rounded by every program (one launch)."""
+        """One row of FP8 W8A8 (cfg ROWGEMV 3, a tuned entry's choice at M = 1): fp8_tile_gemv."""
         if x.shape[0] != 1 or not self.row_gemv_ok(act) or (act == ACT_TENSOR and act_scale is None):
             raise ValueError(f"ROWGEMV serves one row of FP8 W8A8 per channel / per tensor (a per-tensor scale "
                              f"given), not {x.shape[0]} rows, act {act}, weight {self.layout}")
         if x.stride(1) != 1:
             x = x.contiguous()
-        if cfg["ROWGEMV"] == 3:
-            return self.fp8_tile_gemv(x, act, act_scale, out_dtype, cfg)
-        y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
-        grid_n, split = -(-self.n // cfg["BLOCK_N"]), cfg["SPLIT_K"]
-        part, cnt = self.workspace(1, grid_n, split, y)
-        self.launch(
-            "fp8_row_gemv_kernel", (grid_n, split, 1), cfg,
-            x_ptr=x, as_ptr=act_scale if act == ACT_TENSOR else self.scale, w_ptr=self.weight, s_ptr=self.scale,
-            b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt,
-            N=self.n, K=self.k, stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, A_CODES=act,
-            HAS_BIAS=self.bias is not None, SPLIT_K=split, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-            AMAX_K=min(1 << (self.k - 1).bit_length(), 32 * 32 * cfg["num_warps"]), HW_FP8=self.facts["hw_fp8"],
-            EXACT_BF16=self.facts["dot_f32"], EVEN_K=self.k % cfg["BLOCK_K"] == 0, AHEAD=cfg.get("PREFETCH", 1) == 2)
-        return y
+        return self.fp8_tile_gemv(x, act, act_scale, out_dtype, cfg)
 
     def tile_gemv_fits(self, cfg: dict[str, int]) -> bool:
-        """ROWGEMV 3 covers K in SPLIT_K tiles of BLOCK_K, one per program (SPLIT_K = cdiv(K, BLOCK_K)); its
-        persistent form (PERSIST) K in one tile, on the quantizer's codes."""
-        if cfg.get("ROWGEMV") != 3:
-            return True
-        split_ok = cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
-        return split_ok and (not cfg.get("PERSIST") or (cfg["SPLIT_K"] == 1 and not cfg.get("QUANT_IN")))
+        """ROWGEMV 3 (the only row GEMV) covers K in SPLIT_K tiles of BLOCK_K, one per program
+        (SPLIT_K = cdiv(K, BLOCK_K))."""
+        return cfg.get("ROWGEMV") == 3 and cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
 
     def row_codes(self, x: torch.Tensor, gdc: bool, rowq: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x (cfg ROWQ of ROWGEMV 3 and of the FP8 swap
@@ -825,9 +807,11 @@ class DenseGemm:
         its weight loads issued before it waits for the quantizer; cfg ROWQ 1: per-token codes from row_codes, not
         quantize_activation_codes), or with cfg QUANT_IN 1 rounded by every program (one launch). cfg EVICT 1:
         evict-first weight loads."""
+        if cfg.get("ROWGEMV") != 3:
+            raise ValueError(f"ROWGEMV={cfg.get('ROWGEMV')}: the FP8 row GEMV is ROWGEMV 3 (fp8_rowgemv)")
         if not self.tile_gemv_fits(cfg):
             raise ValueError(f"ROWGEMV 3 takes SPLIT_K = cdiv(K, BLOCK_K) = {-(-self.k // cfg['BLOCK_K'])} for "
-                             f"K {self.k}, not {cfg['SPLIT_K']} (PERSIST: 1, on the quantizer's codes)")
+                             f"K {self.k}, not {cfg['SPLIT_K']}")
         codes_in = not cfg.get("QUANT_IN", 0)
         pdl = codes_in and bool(cfg.get("PDL", 0)) and self.facts["pdl"]
         xs = act_scale if act == ACT_TENSOR else self.scale
@@ -839,16 +823,6 @@ class DenseGemm:
         y = torch.empty(1, self.n, dtype=out_dtype, device=x.device)
         bn, bk, split = cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
         grid_n = -(-self.n // bn)
-        if cfg.get("PERSIST"):          # PERSIST programs per SM walk the row tiles, the next one's loads ahead
-            self.launch(
-                "fp8_tile_gemv_persistent_kernel", (min(grid_n, cfg["PERSIST"] * self.facts["sms"]), 1, 1), cfg, pdl,
-                x_ptr=x, as_ptr=xs, w_ptr=self.weight, s_ptr=self.scale,
-                b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, N=self.n, K=self.k,
-                stride_wn=self.layout.stride_wn, stride_sn=self.layout.stride_sn, HAS_BIAS=self.bias is not None,
-                BLOCK_N=bn, BLOCK_K=bk, HW_FP8=self.facts["hw_fp8"], EXACT_BF16=self.facts["dot_f32"],
-                EVEN=self.n % bn == 0 and self.k % bk == 0,
-                **({"GDC": True} if pdl else {}), **({"EVICT": True} if cfg.get("EVICT") else {}))
-            return y
         part, cnt = self.workspace(1, grid_n, split, y)
         self.launch(
             "fp8_tile_gemv_kernel", (grid_n, split, 1), cfg, pdl,

@@ -35,14 +35,14 @@ TABLE = Path(__file__).with_name("tuned_configs.json")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
-        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "ROWQ", "PERSIST", "REGA", "XT", "PF", "SWAP_WARPS", "EARLY",
+        "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "ROWQ", "REGA", "XT", "PF", "SWAP_WARPS", "EARLY",
         "TABLE", "W4ROW", "MAXNREG", "HX", "WAIT", "VEC", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
 #: entry (WG: w4_wgmma) say their split.
 NEEDED_GEMV = {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DECODE", "num_warps", "num_stages"}
 NEEDED_SWAP = NEEDED | {"SPLIT_K"}
-#: Dense: the FP8 one-row CUDA-core GEMV (ROWGEMV: fp8_gemv) has no BLOCK_M.
+#: Dense: the FP8 one-row CUDA-core GEMV (ROWGEMV 3: fp8_rowgemv) has no BLOCK_M.
 NEEDED_ROWGEMV = {"ROWGEMV", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
 #: Dense: the register-A few-row 4-bit kernel (REGA: w4_rega, 16 x num_warps weight rows per program); it may
 #: carry the swap entry it replaced (SWAP_WARPS and formats.REGA_SWAP_KEYS), for the calls w4_rega cannot serve.

@@ -348,16 +348,6 @@ def fp8_swap(cfg, act=2, quant_in=0, coop_k=0, amax_k=8192, **extra):
     return compile_kernel(gemm.fp8_swap_kernel, ptrs, consts, cfg["num_warps"], 4)
 
 
-def fp8_row_gemv(bn, bk, warps, act=2, split=1):
-    """fp8_gemv.fp8_row_gemv_kernel (ROWGEMV: one row of FP8 W8A8 on CUDA cores, the row rounded inside)."""
-    from oracle_triton.fp8_gemv import fp8_row_gemv_kernel
-
-    consts = dict(A_CODES=act, HAS_BIAS=True, SPLIT_K=split, BLOCK_N=bn, BLOCK_K=bk, AMAX_K=min(8192, 1024 * warps),
-                  HW_FP8=True, EXACT_BF16=False, EVEN_K=True, stride_sn=1)
-    ptrs = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16", "cnt_ptr": "*i32"}
-    return compile_kernel(fp8_row_gemv_kernel, ptrs, consts, warps, 1)
-
-
 def fp4_rows(elem, cfg):
     """fp4_gemv.fp4_rows_kernel as a tuned entry launches it (K split into chunks, PTX decoder)."""
     from oracle_triton.fp4_gemv import fp4_rows_kernel
@@ -429,9 +419,6 @@ def words_cases():
         "dequant int4 zero points words": lambda: dequant(3, 8, 128, zero=True, words=True),
         "fp8 swap W8A8 per token, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1),
         "fp8 swap W8A8 per tensor, row rounded inside (M=1)": lambda: fp8_swap(c(16, 64, 4, 0), act=3, quant_in=1),
-        "fp8 row GEMV W8A8 per token 2 x 4096 w8": lambda: fp8_row_gemv(2, 4096, 8),
-        "fp8 row GEMV W8A8 per token 4 x 2048 w4": lambda: fp8_row_gemv(4, 2048, 4),
-        "fp8 row GEMV W8A8 per tensor 8 x 1024 w8 split 2": lambda: fp8_row_gemv(8, 1024, 8, act=3, split=2),
         "fp8 swap W8A8 per token, row rounded inside, row heads prefetched, evict-first (M=1)":
             lambda: fp8_swap(c(16, 64, 4, 0), quant_in=1, PF_HEAD=1024, EVICT=True),
         "fp8 swap W8A8 per token, PDL wait after the row heads' prefetch": lambda: fp8_swap(c(16, 64, 4, 0), PF_HEAD=1024,

@@ -127,34 +127,6 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         assert not t.gemm.counters(3, 0).any()
 
 
-@pytest.mark.parametrize("fmt,mode,gran", [("fp8_channel", "w8a8_fp8_channel", "token"),
-                                           ("fp8_tensor", "w8a8_fp8_tensor", "tensor")])
-def test_fp8_row_gemv_matches_emulation(fmt, mode, gran):
-    """fp8_gemv.fp8_row_gemv_kernel (cfg ROWGEMV, one row on CUDA cores, the row rounded by every program):
-    rows not a multiple of BLOCK_N, a partial K chunk, split-K, a bias; the amax taken in chunks; within
-    float-summation order of the swap GEMM on the same codes."""
-    from oracle_triton.formats import check_config
-    from oracle_triton.linear import dynamic_tensor_scale
-
-    t, e = linear_pair(fmt, 90, 320, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
-    assert t.gemm.row_gemv_ok(t.act)
-    x = torch.randn(1, 320, dtype=torch.bfloat16, device=DEV) * 3
-    x[0, 300] = 40.0            # the amax in the last chunk
-    scale = dynamic_tensor_scale(x) if gran == "tensor" else None
-    swap = t.gemm(x, t.act, scale, torch.bfloat16, {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128,
-                                                     "SPLIT_K": 1, "num_warps": 4, "num_stages": 2})
-    for bn, bk, split, warps, ahead in ((4, 128, 1, 1, 1), (2, 64, 2, 2, 2), (8, 256, 1, 4, 2)):
-        cfg = {"ROWGEMV": 1, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps, "num_stages": 1,
-               "PREFETCH": ahead}
-        check_config(cfg, t.gemm.layout)
-        y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
-        assert rel(y, e.apply(x)) < TOL, (bn, bk, split)
-        assert rel(y, swap) < 1e-2, (bn, bk, split)
-    with pytest.raises(ValueError, match="ROWGEMV serves one row"):
-        t.gemm(torch.randn(2, 320, dtype=torch.bfloat16, device=DEV), t.act, None if gran == "token" else scale,
-               torch.bfloat16, cfg)
-
-
 def test_tiled_gemm_quantizing_the_rows_itself_gives_the_quantizers_bits():
     """wgemm_kernel COOP (a tuned entry's option for per-token W8A8 at many rows): its programs write
     the codes and scales the quantizer launch would, so the product is bit for bit the two launches'."""

@@ -29,8 +29,7 @@ def _cfg(bn: int, bk: int, split: int, warps: int, **extra: int) -> dict[str, in
 def test_tile_gemv_matches_emulation(fmt, mode, gran):
     """Rows not a multiple of BLOCK_N, a partial last K tile, split-K up to 5, a bias; the row's codes
     from the quantizer (QUANT_IN 0; ROWQ 1 or 128: fp8_rowgemv's own) or rounded by every program from the whole
-    row's amax (QUANT_IN 1, the amax in the last K tile); the persistent form (PERSIST: 8 or 16 programs on
-    the interpreter's 8 "SMs", 3 row tiles each or fewer); within float-summation order of the swap GEMM
+    row's amax (QUANT_IN 1, the amax in the last K tile); within float-summation order of the swap GEMM
     on the same codes."""
     from oracle_triton.formats import check_config
     from oracle_triton.linear import dynamic_tensor_scale
@@ -41,10 +40,10 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
     x[0, 300] = 40.0
     scale = dynamic_tensor_scale(x) if gran == "tensor" else None
     swap = t.gemm(x, t.act, scale, torch.bfloat16, SWAP)
-    for bn, bk, split, warps, quant_in, rowq, persist in (
-            (4, 128, 3, 1, 0, 0, 0), (2, 512, 1, 2, 1, 0, 0), (8, 64, 5, 4, 1, 0, 0), (16, 256, 2, 4, 0, 1, 0),
-            (2, 512, 1, 2, 0, 1, 0), (4, 512, 1, 2, 0, 1, 1), (2, 512, 1, 1, 0, 0, 2), (4, 128, 3, 2, 0, 128, 0)):
-        cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1, ROWQ=rowq, PERSIST=persist)
+    for bn, bk, split, warps, quant_in, rowq in (
+            (4, 128, 3, 1, 0, 0), (2, 512, 1, 2, 1, 0), (8, 64, 5, 4, 1, 0), (16, 256, 2, 4, 0, 1),
+            (2, 512, 1, 2, 0, 1), (4, 128, 3, 2, 0, 128)):
+        cfg = _cfg(bn, bk, split, warps, QUANT_IN=quant_in, EVICT=1, ROWQ=rowq)
         check_config(cfg, t.gemm.layout)
         y = t.gemm(x, t.act, scale, torch.bfloat16, cfg)
         assert y.shape == (1, 90) and y.dtype == torch.bfloat16
@@ -88,8 +87,9 @@ def test_row_codes_are_the_quantizers(monkeypatch):
 
 
 def test_tile_gemv_config_checks():
-    """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K); PERSIST:
-    one tile, the quantizer's codes); any other split is refused by serves (a tuned entry falls back to the rules) and raises when forced.
+    """A ROWGEMV 3 entry serves one row whose K its tiles cover exactly (SPLIT_K = cdiv(K, BLOCK_K)); any other
+    split, and any other ROWGEMV (1 and 2, fp8_gemv, were removed), is refused by serves (a tuned entry falls
+    back to the rules) and by the config check, and raises when forced.
     A ROWQ that is neither 0, 1 nor a power-of-two chunk of at least 128 is refused by the config check and
     raises when forced."""
     from oracle_triton.formats import check_config
@@ -100,9 +100,12 @@ def test_tile_gemv_config_checks():
     assert t.gemm.serves(good, 1, t.act) and not t.gemm.serves(good, 2, t.act)
     assert not t.gemm.serves(bad, 1, t.act)
     assert t.gemm.serves(_cfg(4, 512, 1, 4), 1, t.act)
-    assert t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2), 1, t.act)
-    assert not t.gemm.serves(_cfg(4, 256, 2, 4, PERSIST=2), 1, t.act)       # K in one tile
-    assert not t.gemm.serves(_cfg(4, 512, 1, 4, PERSIST=2, QUANT_IN=1), 1, t.act)   # on the quantizer's codes
+    old = {**_cfg(4, 128, 3, 4), "ROWGEMV": 1}
+    assert not t.gemm.serves(old, 1, t.act)
+    with pytest.raises(ValueError, match="ROWGEMV=1"):
+        check_config(old, t.gemm.layout)
+    with pytest.raises(ValueError, match="ROWGEMV=1"):
+        t.gemm(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, old)
     for rowq in (2, 64, 384):           # ROWQ: 0, 1 or a power-of-two row chunk >= 128
         with pytest.raises(ValueError, match="ROWQ="):
             check_config({**SWAP, "ROWQ": rowq}, t.gemm.layout)
@@ -118,8 +121,8 @@ def test_tile_gemv_config_checks():
 @pytest.mark.gpu
 def test_tile_gemv_pdl_plans_and_replays():
     """On the GPU (hardware E4M3 conversions): the quantizer's codes with and without programmatic dependent
-    launch, from either quantizer (ROWQ), give the same bits; the one-launch form (each program rounding the row)
-    and the persistent one agree to float order;
+    launch, from any quantizer (ROWQ), give the same bits; the one-launch form (each program rounding the row)
+    agrees to float order;
     each near the reference, in a launch plan (the second eager call) and captured and replayed."""
     from test_triton_gpu import _capture_and_replay
 
@@ -137,8 +140,6 @@ def test_tile_gemv_pdl_plans_and_replays():
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, split), ref) < TOL
     one = _cfg(8, 4096, 1, 8, QUANT_IN=1)
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, one), want) < 1e-3
-    persist = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1, PERSIST=2)     # 264 programs, 768 row tiles
-    assert rel(t.gemm(x, t.act, None, torch.bfloat16, persist), want) < 1e-3
     cfg = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1)
     t.gemm._configs[(1, t.act)] = cfg
     t.apply(x)
@@ -149,9 +150,9 @@ def test_tile_gemv_pdl_plans_and_replays():
 @pytest.mark.gpu
 def test_split_row_codes_on_the_gpu():
     """On the GPU (hardware E4M3 conversion; 4 to 9 programs per row): split_codes_kernel (cfg ROWQ CHUNK) writes
-    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in five 4096-wide loads, the
-    last half empty) and 8192; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
-    quantizer's codes, near the reference, and captured and replayed."""
+    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in nine 2048-wide loads) and
+    8192 (four), amaxes in a row's first and last values; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
+    quantizer's codes, near the reference, through the layer call and its launch plan, and captured and replayed."""
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
     from test_triton_gpu import _capture_and_replay
@@ -170,4 +171,7 @@ def test_split_row_codes_on_the_gpu():
         assert rel(base, e.apply(x)) < TOL
         cfg = {**swap, "ROWQ": chunk, "PDL": 1}
         assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), base), (k, chunk)
+    t.gemm._configs[(16, t.act)] = cfg          # as a tuned entry: the layer call, then its launch plan's replay
+    t.apply(x)
+    assert torch.equal(t.apply(x), base)
     _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)

@@ -489,21 +489,6 @@ def test_fp8_swap_kernel_matches_emulation_and_replays(fmt, mode, gran):
             assert torch.equal(out, t.gemm(x, t.act, None, torch.bfloat16, cfg))
 
 
-def test_fp8_row_gemv_matches_emulation_plans_and_replays():
-    """FP8 W8A8 per token at one row on CUDA cores (cfg ROWGEMV, fp8_gemv): the row rounded by every
-    program with the hardware conversion, split-K and the weights loaded a chunk ahead; against the
-    reference, in a launch plan (the second eager call) and captured and replayed (bitwise an eager call)."""
-    t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
-                       device="cuda", bias=True)
-    cfg = {"ROWGEMV": 1, "BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT_K": 2, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
-    assert rel(t.gemm(x, t.act, None, torch.bfloat16, cfg), e.apply(x)) < TOL
-    t.gemm._configs[(1, t.act)] = cfg
-    t.apply(x)
-    assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))     # the plan's replay
-    _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
-
-
 def test_fp8_swap_with_programmatic_dependent_launch_gives_the_same_bits():
     """FP8 W8A8 per token, 16 rows, PDL 1 (the quantizer lets the GEMM start at once; the GEMM
     prefetches its weights, then waits for the codes): bit for bit the two ordinary launches, eagerly,
