@@ -68,28 +68,26 @@ cvt.rn.f16x2.e4m3x2 p0, a;
 cvt.rn.f16x2.e4m3x2 p1, b;
 """ + _f16x2_to_f32([("p0", 0, 1), ("p1", 2, 3)]) + "\n}")
 
+
+def int4_pair_lines(word: str, zero: str) -> str:
+    """PTX lines: GPTQ word `word` and zero pair `zero` -> t0..t3 (declared by the caller), the f16 pairs
+    {q_i - z, q_i+4 - z} for i = 0..3 (shared by _INT4_WORD_PTX and w4_rowgemv's packed-f16 products)."""
+    lines = []
+    for i in range(4):
+        src = word if i == 0 else f"t{i}"
+        if i:
+            lines.append(f"shr.b32 t{i}, {word}, {4 * i};")
+        lines += [f"and.b32 t{i}, {src}, 0x000F000F;", f"or.b32 t{i}, t{i}, 0x64006400;"]
+    return "\n".join(lines + [f"sub.f16x2 t{i}, t{i}, {zero};" for i in range(4)]) + "\n"
+
+
 #: One GPTQ word (8 nibbles, k order, low first) and its zero point as the fp16 pair
 #: {1024 + z, 1024 + z} -> the 8 values q - z as fp32: each nibble pair (i, i + 4) is ORed into
 #: the fp16 pair {1024 + q_i, 1024 + q_i+4} and one f16x2 subtraction gives both differences
 #: exactly (integers below 2048 are exact in fp16).
 _INT4_WORD_PTX = tl.constexpr("""{
 .reg .b32 t0, t1, t2, t3;
-and.b32 t0, $8, 0x000F000F;
-or.b32 t0, t0, 0x64006400;
-shr.b32 t1, $8, 4;
-and.b32 t1, t1, 0x000F000F;
-or.b32 t1, t1, 0x64006400;
-shr.b32 t2, $8, 8;
-and.b32 t2, t2, 0x000F000F;
-or.b32 t2, t2, 0x64006400;
-shr.b32 t3, $8, 12;
-and.b32 t3, t3, 0x000F000F;
-or.b32 t3, t3, 0x64006400;
-sub.f16x2 t0, t0, $9;
-sub.f16x2 t1, t1, $9;
-sub.f16x2 t2, t2, $9;
-sub.f16x2 t3, t3, $9;
-""" + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
+""" + int4_pair_lines("$8", "$9") + _f16x2_to_f32([("t0", 0, 4), ("t1", 1, 5), ("t2", 2, 6), ("t3", 3, 7)]) + "\n}")
 
 
 def _e2m1_hx_ptx(words: int) -> str:

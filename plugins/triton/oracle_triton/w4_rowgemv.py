@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from .dequant import e2m1_bits, finish_tile, group_scales, group_scales_hw
-from .gemv import _E2M1_WORD_PTX, _INT4_WORD_PTX, split8
+from .gemv import _E2M1_WORD_PTX, _INT4_WORD_PTX, int4_pair_lines, split8
 
 INT4 = tl.constexpr(3)
 
@@ -37,22 +37,7 @@ _INT4_HX_PTX = tl.constexpr("""{
 .reg .b32 t0, t1, t2, t3, x0, x1, x2, x3, s;
 .reg .b16 h0, h1;
 .reg .f32 f0, f1;
-and.b32 t0, $1, 0x000F000F;
-or.b32 t0, t0, 0x64006400;
-shr.b32 t1, $1, 4;
-and.b32 t1, t1, 0x000F000F;
-or.b32 t1, t1, 0x64006400;
-shr.b32 t2, $1, 8;
-and.b32 t2, t2, 0x000F000F;
-or.b32 t2, t2, 0x64006400;
-shr.b32 t3, $1, 12;
-and.b32 t3, t3, 0x000F000F;
-or.b32 t3, t3, 0x64006400;
-sub.f16x2 t0, t0, $2;
-sub.f16x2 t1, t1, $2;
-sub.f16x2 t2, t2, $2;
-sub.f16x2 t3, t3, $2;
-mov.b64 {x0, x1}, $3;
+""" + int4_pair_lines("$1", "$2") + """mov.b64 {x0, x1}, $3;
 mov.b64 {x2, x3}, $4;
 mul.rn.f16x2 s, t0, x0;
 fma.rn.f16x2 s, t1, x1, s;
