@@ -23,9 +23,10 @@ import triton
 import triton.language as tl
 
 from .dequant import e2m1_bits, finish_tile, group_scales, group_scales_hw
+from .formats import INT4 as _INT4_CODE
 from .gemv import _E2M1_WORD_PTX, _INT4_WORD_PTX, int4_pair_lines, split8
 
-INT4 = tl.constexpr(3)
+INT4 = tl.constexpr(_INT4_CODE)   # formats' element code, as a compile-time constant for the kernel
 
 #: HX 1 (INT4, compiled only): one GPTQ word ($1), its zero point as the f16 pair {1024 + z, 1024 + z} ($2) and its
 #: 8 activations x 2**-4 as f16 in the nibble pairs' order ($3: x0, x4, x1, x5; $4: x2, x6, x3, x7) -> the sum of the
