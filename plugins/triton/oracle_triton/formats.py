@@ -139,8 +139,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
     - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
-      (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups; E2M1 in the word layout
-      decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
+      (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups and, code by code (no FULL_TILE),
+      of at least 16 units (the dot's K >= 16: 32 codes in the [N, K/2] layout, 128 in the word layouts); E2M1
+      in the word layout decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
     bk = cfg.get("BLOCK_K", 0)
     if cfg.get("DEQUANT_MM"):
         return
@@ -261,6 +262,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     elif bk % layout.group or bk % layout.pack:
         raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
                          f"(a group of {layout.group})")
+    elif not cfg.get("FULL_TILE") and bk // layout.pack < 16:
+        raise ValueError(f"BLOCK_K={bk} for {what}: the tiled GEMM multiplies each of a unit's {layout.pack} codes "
+                         f"as its own K / {layout.pack} slice, and the dot needs K >= 16: K tiles of at least "
+                         f"{16 * layout.pack}")
 
 
 #: cfg ROWQ CHUNK (launch.row_codes' split form): the smallest row chunk of a program.

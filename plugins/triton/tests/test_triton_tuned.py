@@ -136,7 +136,9 @@ def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
 @pytest.mark.slow
 def test_dense_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     t, ref = linear_pair("mxfp4", 256, 512, "w4a16_mx", "bf16", device=DEV)
-    kn = {**DENSE_CFG, "KN": 1}     # measured on the word layout W4A16 E2M1 takes (weights.repack_words)
+    # measured on the word layout W4A16 E2M1 takes (weights.repack_words); K tiles of 128 there: code by code the
+    # dot takes K / 8 of them and needs 16 (formats.check_config)
+    kn = {**DENSE_CFG, "BLOCK_K": 128, "KN": 1}
     table([{"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4, "config": kn},
            {"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 8,
             "config": DENSE_CFG}])
