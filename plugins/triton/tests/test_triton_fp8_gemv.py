@@ -95,7 +95,7 @@ def test_tile_gemv_config_checks():
     from oracle_triton.formats import check_config
 
     t, _ = linear_pair("fp8_channel", 64, 320, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
-                       device="cpu")
+                       device=DEV)
     good, bad = _cfg(4, 128, 3, 4), _cfg(4, 128, 2, 4)
     assert t.gemm.serves(good, 1, t.act) and not t.gemm.serves(good, 2, t.act)
     assert not t.gemm.serves(bad, 1, t.act)
@@ -105,17 +105,17 @@ def test_tile_gemv_config_checks():
     with pytest.raises(ValueError, match="ROWGEMV=1"):
         check_config(old, t.gemm.layout)
     with pytest.raises(ValueError, match="ROWGEMV=1"):
-        t.gemm(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, old)
+        t.gemm(torch.randn(1, 320, dtype=torch.bfloat16, device=DEV), t.act, None, torch.bfloat16, old)
     for rowq in (2, 64, 384):           # ROWQ: 0, 1 or a power-of-two row chunk >= 128
         with pytest.raises(ValueError, match="ROWQ="):
             check_config({**SWAP, "ROWQ": rowq}, t.gemm.layout)
         with pytest.raises(ValueError, match="ROWQ="):
-            t.gemm(torch.randn(2, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, {**SWAP, "ROWQ": rowq})
+            t.gemm(torch.randn(2, 320, dtype=torch.bfloat16, device=DEV), t.act, None, torch.bfloat16, {**SWAP, "ROWQ": rowq})
     check_config({**SWAP, "ROWQ": 2048}, t.gemm.layout)
     with pytest.raises(ValueError, match="SPLIT_K = cdiv"):
-        t.gemm.fp8_tile_gemv(torch.randn(1, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, bad)
+        t.gemm.fp8_tile_gemv(torch.randn(1, 320, dtype=torch.bfloat16, device=DEV), t.act, None, torch.bfloat16, bad)
     with pytest.raises(ValueError, match="ROWGEMV serves one row"):
-        t.gemm(torch.randn(2, 320, dtype=torch.bfloat16), t.act, None, torch.bfloat16, good)
+        t.gemm(torch.randn(2, 320, dtype=torch.bfloat16, device=DEV), t.act, None, torch.bfloat16, good)
 
 
 @pytest.mark.gpu
