@@ -117,7 +117,8 @@ def test_fp8_swap_kernel_matches_emulation(fmt, mode, gran):
         if m == 1:      # the row rounded inside the GEMM (QUANT_IN, the default) = the quantizer's codes
             assert torch.equal(y, t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "QUANT_IN": 0}))
         else:                   # each program rounds its own rows (QUANT_IN 1) = the quantizer's codes; at
-            on, off = {**cfg, "QUANT_IN": 1, "num_warps": 1}, {**cfg, "QUANT_IN": 0}     # one warp the amax
+            # one warp on both sides: the warps change the MMA instruction and, on a GPU, its rounding (R38)
+            on, off = {**cfg, "QUANT_IN": 1, "num_warps": 1}, {**cfg, "QUANT_IN": 0, "num_warps": 1}  # one warp the amax
             assert t.gemm.quant_in(x, t.act, on) == 2 and t.gemm.quant_in_args(2, on)["AMAX_K"] == 64   # takes 5 chunks
             assert torch.equal(t.gemm(x, t.act, scale, torch.bfloat16, on), t.gemm(x, t.act, scale, torch.bfloat16, off))
         if m > 1 and gran == "token":   # the rows quantized by the GEMM's programs (COOP 1) = the quantizer's
