@@ -118,6 +118,11 @@ def rega_swap(cfg: dict[str, int]) -> dict[str, int] | None:
             "num_warps": cfg["SWAP_WARPS"], **({"KN": cfg["KN"]} if "KN" in cfg else {})}
 
 
+#: The smallest K of a 16-bit tensor-core product (tl.dot on bf16 / f16 operands, mma.sync and wgmma alike) and
+#: the smallest row count of an MMA's narrow side: the floor under the swap, wgmma and code-by-code K tiles below.
+DOT_MIN = 16
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
@@ -162,8 +167,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              "or per-tensor scales only")
         return
     if cfg.get("SWAP"):
-        if cfg.get("BLOCK_M", 0) < 16:
-            raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is >= 16 rows")
+        if cfg.get("BLOCK_M", 0) < DOT_MIN:
+            raise ValueError(f"BLOCK_M={cfg.get('BLOCK_M')} for {what}: the swap kernels' activation side is "
+                             f">= {DOT_MIN} rows")
         if cfg.get("PREFETCH", 1) not in (1, 2) or (cfg.get("PREFETCH", 1) == 2 and layout.elem == FP8):
             raise ValueError(f"PREFETCH={cfg.get('PREFETCH')} for {what}: the 4-bit swap kernel loads 1 or 2 K tiles "
                              "ahead (the FP8 one: its pipelined dot, no PREFETCH)")
@@ -211,11 +217,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8:
             raise ValueError(f"WG for {what}: the wgmma 4-bit kernel reads words in GPTQ's [K/8, N] layout (INT4, "
                              "or MXFP4 / NVFP4 repacked at load) only")
-        if bk < 16 or bk & (bk - 1) or (layout.elem == INT4 and layout.group % bk):
-            raise ValueError(f"BLOCK_K={bk} for {what}: wgmma K tiles are powers of two >= 16 (INT4: dividing the "
-                             f"group of {layout.group}, one scale per tile)")
-        if cfg.get("BLOCK_M", 0) < 16 or cfg.get("BLOCK_N", 0) < 64:
-            raise ValueError(f"BLOCK_M/BLOCK_N for {what}: wgmma tiles have >= 64 weight rows and >= 16 activation rows")
+        if bk < DOT_MIN or bk & (bk - 1) or (layout.elem == INT4 and layout.group % bk):
+            raise ValueError(f"BLOCK_K={bk} for {what}: wgmma K tiles are powers of two >= {DOT_MIN} (INT4: "
+                             f"dividing the group of {layout.group}, one scale per tile)")
+        if cfg.get("BLOCK_M", 0) < DOT_MIN or cfg.get("BLOCK_N", 0) < 64:
+            raise ValueError(f"BLOCK_M/BLOCK_N for {what}: wgmma tiles have >= 64 weight rows and >= {DOT_MIN} "
+                             "activation rows")
         return
     if cfg.get("W4ROW"):
         bn = cfg.get("BLOCK_N", 0)
@@ -262,10 +269,10 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     elif bk % layout.group or bk % layout.pack:
         raise ValueError(f"BLOCK_K={bk} for {what}: 4-bit K tiles must hold whole scale groups "
                          f"(a group of {layout.group})")
-    elif not cfg.get("FULL_TILE") and bk // layout.pack < 16:
+    elif not cfg.get("FULL_TILE") and bk // layout.pack < DOT_MIN:
         raise ValueError(f"BLOCK_K={bk} for {what}: the tiled GEMM multiplies each of a unit's {layout.pack} codes "
-                         f"as its own K / {layout.pack} slice, and the dot needs K >= 16: K tiles of at least "
-                         f"{16 * layout.pack}")
+                         f"as its own K / {layout.pack} slice, and the dot needs K >= {DOT_MIN}: K tiles of at least "
+                         f"{DOT_MIN * layout.pack}")
 
 
 #: cfg ROWQ CHUNK (launch.row_codes' split form): the smallest row chunk of a program.
