@@ -58,8 +58,9 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
 
 def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
              activation="silu", activation_params=None, bias=False, device="cpu", group=128,
-             router_on_input=False, symmetric=True):
-    """(triton MoE, emulation MoE) holding the same expert tensors (int4: zero points unless symmetric)."""
+             router_on_input=False, symmetric=True, ref_device=None):
+    """(triton MoE, emulation MoE) holding the same expert tensors (int4: zero points unless symmetric).
+    ref_device: the emulation's tensors there instead (e.g. "cpu" beside a GPU kernel; its inputs go there too)."""
     from oracle_emulation.moe import EmulationMoE
     from oracle_triton.moe import TritonMoE
 
@@ -82,7 +83,8 @@ def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, para
     t = TritonMoE(layer, mode_obj, None)
     ref = EmulationMoE(layer, mode_obj, None)
     t.process_weights(**tensors)
-    ref.process_weights(**tensors)
+    ref_dev = ref_device or device
+    ref.process_weights(**{n: (v.to(ref_dev) if v is not None else None) for n, v in tensors.items()})
     return t, ref
 
 

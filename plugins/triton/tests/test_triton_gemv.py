@@ -4,12 +4,14 @@ two-launch MoE (every format and activation mode, bias, weight on input, out-of-
 against oracle-emulation. Tolerances: 1e-2 relative Frobenius (W8A8 / W4A4 modes round weights
 and activations exactly as the reference, so they agree to the last bf16 rounding; W4A16 / W8A16
 scale per-group partial sums instead of rounding each dequantized weight to bf16, a relative
-2**-9 per weight, which stays near 5e-3 even after a gated activation and FC2). The direct MoE on a
-GPU: W8A8 / W4A4 re-round FC1's output to FP8 / FP4 as FC2's input, and there the MMA's fp32 sums
-differ from the reference's in the last bits, enough to move a value across a rounding boundary
-(one E4M3 step is 2**-3 relative, one E2M1 step up to 1/2): the MoE tolerances of test_triton_gpu
-(5e-2 FP8, 8e-2 NVFP4; measured on the H200 in R38: 1.2e-2 to 2.3e-2). The interpreter sums as the
-reference does and keeps 1e-2."""
+2**-9 per weight, which stays near 5e-3 even after a gated activation and FC2).
+
+On a GPU the direct MoE's reference runs on the CPU. Its W8A8 / W4A4 modes re-round FC1's bf16
+output to FP8 / FP4 as FC2's input, and cuBLAS's bf16 batched products (the emulation on the GPU)
+differ from fp32-accumulated ones in the last bit often enough to cross a rounding boundary: in
+R39 (bench/requant_flips.py, 16 seeds) emulation-on-GPU against emulation-on-CPU differed by up to
+2.9e-2 (FP8) and 4.8e-2 (FP4), exactly what oracle-triton differed from the GPU emulation by,
+while oracle-triton against the CPU emulation differed by at most 9e-5."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +21,6 @@ from helpers import MODES, linear_pair, moe_pair, rel, routing, sm90_declared_ca
 
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-MOE_TOL = {"bf16": TOL, "fp8": 5e-2 if DEV == "cuda" else TOL, "nvfp4": 8e-2 if DEV == "cuda" else TOL}
 FORMATS = MODES + [("int4", "w4a16_int4", "bf16", {})]
 
 
@@ -78,13 +79,13 @@ E, H, I, K = 16, 256, 128, 2
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt,mode,act,params", FORMATS)
 def test_direct_moe_matches_emulation(fmt, mode, act, params):
-    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV)
+    t, ref = moe_pair(fmt, E, H, I, K, mode, act, params, bias=True, device=DEV, ref_device="cpu")
     for m in (1, 3):
         x = torch.randn(m, H, dtype=torch.bfloat16, device=DEV)
         w, ids = routing(m, E, K, DEV)
         y = t.apply_direct(x, w.reshape(-1).float(), ids.reshape(-1), m, K)
         assert y.shape == (m, H) and y.dtype == torch.bfloat16
-        assert rel(y, ref.apply(x, w, ids)) < MOE_TOL[act], (fmt, mode, m)
+        assert rel(y.cpu(), ref.apply(x.cpu(), w.cpu(), ids.cpu())) < TOL, (fmt, mode, m)
 
 
 @pytest.mark.slow
