@@ -58,9 +58,12 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
 
 def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
              activation="silu", activation_params=None, bias=False, device="cpu", group=128,
-             router_on_input=False, symmetric=True, ref_device=None):
+             router_on_input=False, symmetric=True, ref_device=None, zero_expert=False):
     """(triton MoE, emulation MoE) holding the same expert tensors (int4: zero points unless symmetric).
-    ref_device: the emulation's tensors there instead (e.g. "cpu" beside a GPU kernel; its inputs go there too)."""
+    ref_device: the emulation's tensors there instead (e.g. "cpu" beside a GPU kernel; its inputs go there too).
+    zero_expert: the emulation gets one more expert, id e, whose weights and biases are zero (its block scales
+    zero, global scales one): the reference for a pair the kernel drops (an out-of-range id), which the kernel
+    treats so (a zero FC2 input row, nothing added), also where a dynamic per-tensor scale spans every pair."""
     from oracle_emulation.moe import EmulationMoE
     from oracle_triton.moe import TritonMoE
 
@@ -81,10 +84,16 @@ def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, para
         tensors["w2_bias"] = torch.randn(e, h, device=device) * 0.1
     mode_obj = Mode(weight=fmt, activation=act, name=mode, params=params or {})
     t = TritonMoE(layer, mode_obj, None)
-    ref = EmulationMoE(layer, mode_obj, None)
     t.process_weights(**tensors)
     ref_dev = ref_device or device
-    ref.process_weights(**{n: (v.to(ref_dev) if v is not None else None) for n, v in tensors.items()})
+    ref_tensors = {n: (v.to(ref_dev) if v is not None else None) for n, v in tensors.items()}
+    if zero_expert:
+        layer = layer.model_copy(update={"num_experts": e + 1})
+        pad = lambda n, v: torch.ones_like(v[:1]) if "global" in n else torch.zeros_like(v[:1])  # noqa: E731
+        ref_tensors = {n: (torch.cat([v, pad(n, v)]) if v is not None and v.dim() and v.shape[0] == e else v)
+                       for n, v in ref_tensors.items()}
+    ref = EmulationMoE(layer, mode_obj, None)
+    ref.process_weights(**ref_tensors)
     return t, ref
 
 
