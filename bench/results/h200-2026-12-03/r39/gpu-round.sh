@@ -5,12 +5,9 @@
 # 36864x7168 M=256 (the tiled GEMM's tiles) and M=16, 7168x18432 / 8192^2 M=16 with gemlite pinned.
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site || exit 1
+source scripts/device-env "$O" || exit 1
 export TRITON_CACHE_DIR=/tmp/tc-lead PYTHONUNBUFFERED=1
 T0=$SECONDS; el() { echo "[$((SECONDS - T0)) s] $*"; }
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/emulation -e plugins/b12x -e plugins/torch \
-  -e plugins/triton > $O/install.log 2>&1 || { cat $O/install.log; exit 1; }
 V8=configs/lead_r39_fp8.json
 (cd bench && timeout 200 python3 fp8_numerics.py --workers 3 --timeout-s 190 --variants $V8 \
    --shapes 36864x7168 7168x18432 8192x8192 --m 16 256 > $O/r39_fp8_numerics.txt 2>&1) &

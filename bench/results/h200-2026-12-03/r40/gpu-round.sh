@@ -6,12 +6,9 @@
 # layer's choice beside gemlite autotuned and the R34 entry.
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site || exit 1
+source scripts/device-env "$O" || exit 1
 export TRITON_CACHE_DIR=/tmp/tc-lead PYTHONUNBUFFERED=1
 T0=$SECONDS; el() { echo "[$((SECONDS - T0)) s] $*"; }
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/emulation -e plugins/b12x -e plugins/torch \
-  -e plugins/triton > $O/install.log 2>&1 || { cat $O/install.log; exit 1; }
 A36="--only dense --shapes 36864x7168 --modes w8a8_fp8_channel --m 16 --gemlite-autotune fast --gemlite-tune-ms 20"
 (cd bench && timeout 200 python3 -u bench_peers.py $A36 --precompile 4 --precompile-only --precompile-timeout-s 190 \
    > $O/r40_pre36.log 2>&1) &

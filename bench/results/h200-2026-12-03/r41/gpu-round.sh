@@ -5,12 +5,9 @@
 # with the GEMMs (DQ_OVERLAP, chunks of 128 / 64 / 32 blocks) (configs/lead_r41_moe.json).
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site || exit 1
+source scripts/device-env "$O" || exit 1
 export TRITON_CACHE_DIR=/tmp/tc-lead PYTHONUNBUFFERED=1
 T0=$SECONDS; el() { echo "[$((SECONDS - T0)) s] $*"; }
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/emulation -e plugins/b12x -e plugins/torch \
-  -e plugins/triton > $O/install.log 2>&1 || { cat $O/install.log; exit 1; }
 (cd bench && timeout 200 python3 -c "
 import json, moe_bisect as mb
 mb.precompile({}, 'gpt-oss-20b', [4096], 190, json.load(open('configs/lead_r41_moe.json')))" > $O/r41_premoe.log 2>&1) &

@@ -4,12 +4,9 @@
 # against each shipped entry (configs/lead_r42_*.json), compiled first in parallel.
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site || exit 1
+source scripts/device-env "$O" || exit 1
 export TRITON_CACHE_DIR=/tmp/tc-lead PYTHONUNBUFFERED=1
 T0=$SECONDS; el() { echo "[$((SECONDS - T0)) s] $*"; }
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/emulation -e plugins/b12x -e plugins/torch \
-  -e plugins/triton > $O/install.log 2>&1 || { cat $O/install.log; exit 1; }
 cd bench
 M="gpt-oss-120b qwen3-30b-a3b-int4 qwen3-235b-a22b-nvfp4"
 for m in $M; do (timeout 90 python3 -c "
