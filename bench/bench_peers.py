@@ -41,6 +41,9 @@ MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts inste
 #: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
 #: choice (ONLY_M: at that M only), as peers "oracle:LABEL"
 MOE_VARIANTS: dict[str, dict] = {}
+#: --moe-bf16-variants: {model: {label: config}} of the BF16 mode (the baseline "oracle-bf16") timed beside it, so a
+#: launch config that helps the quantized MoE's BF16 GEMMs (DEQUANT_MM) is measured on the baseline too
+MOE_BF16_VARIANTS: dict[str, dict] = {}
 #: --moe-experts: (model, M) -> an extra row after that M's, on routings that touch exactly this many experts
 MOE_TOUCH: dict[tuple[str, int], int] = {}
 MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed this many times (median; the spread)
@@ -586,9 +589,11 @@ def bench_moe(ms_list, bw, rows, skipped):
                 try:
                     ob = measure_moe([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
                     b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
-                    ob.update(err=rel(own_bf16.apply(x, *routes[0]), b_ref))
+                    own_y = own_bf16.apply(x, *routes[0])
+                    ob.update(err=rel(own_y, b_ref))
                     del b_ref
                     row["peers"]["oracle-bf16"] = ob
+                    _time_variants(own_bf16, name, m, x, routes, own_y, row, MOE_BF16_VARIANTS, "oracle-bf16")
                 except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
                     row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
             try:
@@ -606,10 +611,11 @@ def bench_moe(ms_list, bw, rows, skipped):
         torch.cuda.empty_cache()
 
 
-def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
-    """--moe-variants: each config of `name` (at this M) timed as the shipped choice is, in the same row (peer
-    "oracle:LABEL", with its first call's seconds and its relative difference from the shipped output)."""
-    for label, cfg in MOE_VARIANTS.get(name, {}).items():
+def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="oracle") -> None:
+    """--moe-variants (or --moe-bf16-variants, peer "oracle-bf16"): each config of `name` (at this M) timed as the
+    shipped choice is, in the same row (peer "PEER:LABEL", with its first call's seconds and its relative
+    difference from the shipped output)."""
+    for label, cfg in (MOE_VARIANTS if variants is None else variants).get(name, {}).items():
         if cfg.get("ONLY_M", m) != m:
             continue
         t.config = {k: v for k, v in cfg.items() if k != "ONLY_M"}
@@ -622,9 +628,9 @@ def _time_variants(t, name, m, x, routes, shipped_y, row) -> None:
             v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
             if MOE_LAUNCHES[0]:
                 v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
-            row["peers"][f"oracle:{label}"] = v
+            row["peers"][f"{peer}:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
-            row["peers"][f"oracle:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+            row["peers"][f"{peer}:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
         finally:
             t.config = None
 
@@ -779,6 +785,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-variants", metavar="JSON",
                     help="MoE: a file {model: {label: config}}: those configs of the oracle's fused MoE timed in each "
                          "row beside the shipped choice (peers oracle:LABEL)")
+    ap.add_argument("--moe-bf16-variants", metavar="JSON",
+                    help="MoE: a file {model: {label: config}}: those configs of this MoE's BF16 mode (the baseline "
+                         "oracle-bf16) timed in each row beside its own choice (peers oracle-bf16:LABEL)")
     ap.add_argument("--moe-experts", nargs="+", default=[], metavar="MODEL=M:E",
                     help="MoE: after that model's row at M, one more on routings that touch exactly E experts "
                          "(M > 1: the same seeded generator's draws), e.g. deepseek-r1=16:97 beside a figure measured "
@@ -850,6 +859,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.moe_variants:
         with open(args.moe_variants) as f:
             MOE_VARIANTS.update(json.load(f))
+    if args.moe_bf16_variants:
+        with open(args.moe_bf16_variants) as f:
+            MOE_BF16_VARIANTS.update(json.load(f))
     for spec in args.moe_m:
         name, _, ms = spec.partition("=")
         if name not in MOE or not ms or not all(v.isdigit() for v in ms.split(",")):

@@ -48,7 +48,7 @@ def load_package(label: str, directory: str):
 
 def tensors_for(name: str, experts: int | None = None) -> dict:
     """CHUNK experts quantized once and repeated to E (or `experts`: distinct memory, equal bytes), as
-    sweep_moe.build."""
+    sweep_moe.build; a "-zp" model's INT4 experts with GPTQ zero points (as bench_peers builds them)."""
     import sweep_moe
 
     device = sweep_moe.DEVICE
@@ -57,7 +57,8 @@ def tensors_for(name: str, experts: int | None = None) -> dict:
     c = min(CHUNK, ne)
     out = {}
     for key, rows, cols in (("w13", 2 * i, h), ("w2", h, i)):
-        q = _quant(fmt, torch.randn(c, rows, cols, device=device, dtype=torch.bfloat16) * 0.05)
+        q = _quant(fmt, torch.randn(c, rows, cols, device=device, dtype=torch.bfloat16) * 0.05,
+                   symmetric=not name.endswith("-zp"))
         for suffix in ("", "_scale", "_global_scale", "_zero_point"):
             v = q.get(f"weight{suffix}")
             if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == c:

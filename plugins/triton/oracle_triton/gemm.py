@@ -102,7 +102,7 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
                  COOP: tl.constexpr = False, COOP_K: tl.constexpr = 1024,
-                 COOP_SPIN: tl.constexpr = False):
+                 COOP_SPIN: tl.constexpr = False, GDC: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -111,7 +111,11 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     weights decoded to whole tiles (one dot per K tile). GROUP_M > 1: programs walk the output
     tiles in column bands of GROUP_M tile rows, so concurrent programs share weight tiles in L2.
     KN: E2M1 words in GPTQ's [K/8, N] layout (PACK 8; weights.repack_words). COOP (A_CODES 2): x
-    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how)."""
+    and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how). GDC
+    (A_CODES, launched with launch_pdl after a quantizer launched with GDC): the programs become resident
+    while the quantizer runs and wait for its grid before anything else, so its launch gap is hidden."""
+    if GDC:
+        gdc_wait()
     if COOP:
         coop_token_codes(xin_ptr, x_ptr, as_ptr, sync_ptr, M, K, stride_xm, COOP_K, COOP_SPIN)
     if GROUP_M > 1:

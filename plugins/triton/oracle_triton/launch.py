@@ -278,7 +278,8 @@ ROWQ_SPLIT_WARPS, ROWQ_SPLIT_AMAX_K = 8, 2048
 #: Eighth pass R19 (bench/sweep_dense.py, one run): PDL alone 24.2 against 24.4 on 8192x8192 and 9.9
 #: against 9.8 on 2048x4096; with 512 bytes of each weight row's head prefetched (PF_HEAD 512) 23.9 and
 #: 10.6; evict-first weight loads (EVICT) changed nothing (24.4, 9.8). A tuned entry may turn them on
-#: where a sweep finds them faster.
+#: where a sweep finds them faster. The tiled GEMM of many rows (gemm.wgemm_kernel GDC) takes cfg PDL and
+#: ROWQ too (sixteenth pass), off by default likewise.
 FP8_PDL = 0
 
 #: FP8 W8A8 per token with 2-32 rows: the swap GEMM's programs quantize the rows among themselves
@@ -414,21 +415,18 @@ class DenseGemm:
                 if self.coop_ok(x, act, cfg):
                     return self.fp8_swap_coop(x, out_dtype, cfg)
                 pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
-                if cfg.get("ROWQ") and act == ACT_TOKEN:     # fp8_rowgemv's row quantizers (row_codes)
-                    codes, xs = self.row_codes(x, pdl, cfg["ROWQ"])
-                    codes = codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes
-                else:
-                    codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
+                codes, xs = self.fp8_codes(x, act, act_scale, cfg, pdl)
                 return self.fp8_swap(codes, xs, act, out_dtype, cfg, pdl=pdl)
             return self.swap(x, out_dtype, cfg)
         if "DECODE" in cfg:                          # a one-row (GEMV) configuration
             return self.gemv(x, act, act_scale, out_dtype, cfg)
-        xs, coop = self.scale, None
+        xs, coop, pdl = self.scale, None, False
         if act in FP8_CODES and self.coop_ok(x, act, cfg, default=0):    # the programs quantize the rows
             coop = (x, self.counters(3, 0))
             x, xs = self.coop_buffers(x)
         elif act in FP8_CODES:                       # W8A8: E4M3 codes and their scales
-            x, xs = quantize_activation_codes(x, act, act_scale, self.facts)
+            pdl = bool(cfg.get("PDL", FP8_PDL)) and self.facts["pdl"]
+            x, xs = self.fp8_codes(x, act, act_scale, cfg, pdl)
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         lay = self.layout
@@ -440,7 +438,7 @@ class DenseGemm:
         part, cnt = self.workspace(m, grid_n * grid_m, split, y)
         codes = act in FP8_CODES
         self.launch(
-            "wgemm_kernel", (grid_n, grid_m, split), cfg,
+            "wgemm_kernel", (grid_n, grid_m, split), cfg, pdl,
             x_ptr=x, w_ptr=self.weight_operand(codes), s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
             b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, part_ptr=part, cnt_ptr=cnt, as_ptr=xs,
             M=m, N=self.n, K=self.k, stride_xm=x.stride(0), stride_ym=y.stride(0),
@@ -452,8 +450,19 @@ class DenseGemm:
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
-            **self.coop_args(coop, cfg))
+            **({"GDC": True} if pdl else {}), **self.coop_args(coop, cfg))
         return y
+
+    def fp8_codes(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, cfg: dict[str, int],
+                  pdl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The E4M3 codes (the float8 view where the GEMM multiplies float8) and scales an FP8 W8A8 GEMM
+        multiplies: per-token rows from fp8_rowgemv's row quantizers where cfg ROWQ names one (row_codes:
+        a program per row or per row chunk, where quantize_activation_codes gives a program 16 rows), else
+        quantize_activation_codes. pdl: the GEMM is launched next with launch_pdl (the quantizer with GDC)."""
+        if cfg.get("ROWQ") and act == ACT_TOKEN:
+            codes, xs = self.row_codes(x, pdl, cfg["ROWQ"])
+            return (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes), xs
+        return quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
 
     def quant_in(self, x: torch.Tensor, act: int, cfg: dict[str, int], default: int = 0) -> int:
         """Does the swap FP8 GEMM round the activations itself (fp8_swap_kernel QUANT_IN): 1 for one row

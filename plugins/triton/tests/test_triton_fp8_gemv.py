@@ -81,9 +81,11 @@ def test_row_codes_are_the_quantizers(monkeypatch):
                 assert torch.equal(got, want.view(torch.uint8)), (rows.shape, rowq, amax_k)
                 assert torch.equal(gs, ws), (rows.shape, rowq, amax_k)
     swap = {**SWAP, "SPLIT_K": 2}                    # the swap GEMM on either quantizer's codes: the same bits
-    want = t.gemm(x, t.act, None, torch.bfloat16, swap)
-    for rowq in (1, 128):
-        assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**swap, "ROWQ": rowq}), want), rowq
+    tiled = {k: v for k, v in swap.items() if k != "SWAP"}    # and the tiled GEMM of many rows (wgemm_kernel)
+    for cfg in (swap, tiled):
+        want = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+        for rowq in (1, 128):
+            assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, {**cfg, "ROWQ": rowq}), want), (cfg, rowq)
 
 
 def test_tile_gemv_config_checks():
@@ -124,8 +126,6 @@ def test_tile_gemv_pdl_plans_and_replays():
     launch, from any quantizer (ROWQ), give the same bits; the one-launch form (each program rounding the row)
     agrees to float order;
     each near the reference, in a launch plan (the second eager call) and captured and replayed."""
-    from test_triton_gpu import _capture_and_replay
-
     t, e = linear_pair("fp8_channel", 1536, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        device="cuda", bias=True)
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
@@ -141,10 +141,7 @@ def test_tile_gemv_pdl_plans_and_replays():
     one = _cfg(8, 4096, 1, 8, QUANT_IN=1)
     assert rel(t.gemm(x, t.act, None, torch.bfloat16, one), want) < 1e-3
     cfg = _cfg(2, 4096, 1, 8, PDL=1, EVICT=1, ROWQ=1)
-    t.gemm._configs[(1, t.act)] = cfg
-    t.apply(x)
-    assert torch.equal(t.apply(x), t.gemm(x, t.act, None, torch.bfloat16, cfg))     # the plan's replay
-    _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
+    _served_as_entry(t, e, x, cfg, t.gemm(x, t.act, None, torch.bfloat16, cfg))
 
 
 @pytest.mark.gpu
@@ -155,7 +152,6 @@ def test_split_row_codes_on_the_gpu():
     quantizer's codes, near the reference, through the layer call and its launch plan, and captured and replayed."""
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
-    from test_triton_gpu import _capture_and_replay
 
     for k, chunk in ((18432, 2048), (8192, 1024), (8192, 2048)):
         t, e = linear_pair("fp8_channel", 512, k, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
@@ -171,7 +167,37 @@ def test_split_row_codes_on_the_gpu():
         assert rel(base, e.apply(x)) < TOL
         cfg = {**swap, "ROWQ": chunk, "PDL": 1}
         assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), base), (k, chunk)
-    t.gemm._configs[(16, t.act)] = cfg          # as a tuned entry: the layer call, then its launch plan's replay
+    _served_as_entry(t, e, x, cfg, base)
+
+
+@pytest.mark.gpu
+def test_tiled_gemm_on_row_codes_with_pdl():
+    """On the GPU: the tiled FP8 GEMM of many rows (gemm.wgemm_kernel; 64x64 and 128x128 tiles, split-K 1 and 4)
+    on fp8_rowgemv's row quantizers (cfg ROWQ 1 and 2048) chained by PDL (cfg PDL: wgemm_kernel GDC) gives the
+    bits of the same tiles on quantize_activation_codes' codes without PDL, near the reference: 256 rows with
+    a zero row and large values in a row's first and last places, a bias and N not a multiple of the tile;
+    then as a tuned entry through the layer call, its launch plan's replay, and captured and replayed."""
+    t, e = linear_pair("fp8_channel", 1000, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device="cuda", bias=True)
+    x = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16) * 2
+    x[3, 4095], x[5, 0], x[7] = -70.0, 55.0, 0.0
+    for tiles in ({"BLOCK_M": 64, "BLOCK_N": 64, "SPLIT_K": 1, "num_warps": 4, "num_stages": 4},
+                  {"BLOCK_M": 128, "BLOCK_N": 128, "SPLIT_K": 4, "num_warps": 8, "num_stages": 3}):
+        cfg0 = {**tiles, "BLOCK_K": 128, "GROUP_M": 8, "FULL_TILE": 0, "COOP": 0}
+        base = t.gemm(x, t.act, None, torch.bfloat16, cfg0)
+        assert rel(base, e.apply(x)) < TOL
+        for rowq in (1, 2048):
+            cfg = {**cfg0, "ROWQ": rowq, "PDL": 1}
+            assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), base), (tiles, rowq)
+    _served_as_entry(t, e, x, cfg, base)
+
+
+def _served_as_entry(t, e, x, cfg, want):
+    """cfg as the layer's tuned entry for x's row count: the layer call, then its launch plan's replay, bit for bit
+    `want`; and the GEMM captured in a CUDA graph and replayed (test_triton_gpu._capture_and_replay)."""
+    from test_triton_gpu import _capture_and_replay
+
+    t.gemm._configs[(x.shape[0], t.act)] = cfg
     t.apply(x)
-    assert torch.equal(t.apply(x), base)
+    assert torch.equal(t.apply(x), want)
     _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
