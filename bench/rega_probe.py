@@ -11,13 +11,16 @@ variant is (warps, split-K, XT activation tiles per shared-memory chunk, PF: wor
     python bench/rega_probe.py --compile-only I --workers W   # compile every W-th kernel from I (no timing)
     python bench/rega_probe.py --public [--shapes ...]        # the public layer call (what config_for picks)
     python bench/rega_probe.py --cfgs bench/configs/dense12a_r32.json --shapes 2048x4096 --repeat 3
+    python bench/rega_probe.py --m 256 --cfgs bench/configs/rega_wide_r51.json   # R51 (rega_wide.patch applied)
+    python bench/rega_probe.py --m 256 --cfgs bench/configs/ws_r52.json          # w4_ws at many rows
 
 --pf0 times, instead of the PF 1 / 64-row variants, the shipped PF 2 variant beside PF 0 (every K tile of a
 program loaded up front: 8 or 4 warps, 4 or 2 tiles per program, the split that gives each program exactly
 that many). --public times TritonLinear.apply (the engine's whole call: the tuned lookup in config_for, the
 launch plan when eager) at M = 16, graph replay and eager, and prints the config and the kernel that served it.
 --cfgs FILE times, instead, the REGA configs the file lists per format ({"nvfp4": [{"num_warps": 8, "SPLIT_K": 8,
-"XT": 4, "PF": 0, "TABLE": 1}, ...]}: any w4_rega keys, e.g. NVFP4's TABLE, PF 0's EARLY / WAIT) beside the shipped
+"XT": 4, "PF": 0, "TABLE": 1}, ...]}: any w4_rega keys, e.g. NVFP4's TABLE, PF 0's EARLY / WAIT; or WS configs, the
+warp-specialized many-row kernel w4_ws, {"WS": 1, "BM": 128, ...}) beside the shipped
 entry, or per format and shape ("nvfp4@8192x8192": [{"base": "shipped", "TABLE": 1}]: the shipped entry's keys
 with TABLE set);
 --repeat R times the shipped entry and every variant R times, interleaved (one graph replay each), and prints
@@ -37,14 +40,15 @@ from gpu_timing import rel, start
 from sweep_dense import SHAPES, build, copies, gtime
 from sweep_fp4_words import MODES
 
-M = 16
+M = 16              # --m
 BF16: list = [None]     # the BF16 copies, kept for --repeat
 
 
 def rega(g, x: torch.Tensor, v: dict) -> torch.Tensor:
     """The engine's REGA path (launch.DenseGemm.rega: w4_rega.w4_rega_kernel on g's packed word layout) with the
-    variant's keys (num_warps, SPLIT_K, XT, PF, and any other w4_rega key)."""
-    cfg = {"REGA": 1, **v}
+    variant's keys (num_warps, SPLIT_K, XT, PF, and any other w4_rega key); a variant with WS 1 takes the
+    warp-specialized many-row kernel instead (DenseGemm.ws: w4_ws.w4_ws_kernel)."""
+    cfg = dict(v) if v.get("WS") else {"REGA": 1, **v}
     if g.layout.elem != 3:
         cfg["KN"] = 1
     return g(x, 0, None, torch.bfloat16, cfg)
@@ -61,6 +65,8 @@ def _v(warps: int, split: int, xt: int, pf: int) -> dict:
 
 
 def label(v: dict) -> str:
+    if v.get("WS"):
+        return "ws " + " ".join(f"{k} {val}" for k, val in v.items() if k != "WS")
     extra = " ".join(f"{k} {val}" for k, val in v.items() if k not in ("num_warps", "SPLIT_K", "XT", "PF"))
     return f"rega w{v['num_warps']} split {v['SPLIT_K']} xt {v['XT']} pf {v['PF']}{' ' + extra if extra else ''}"
 
@@ -73,7 +79,6 @@ def variants(shape: str, shipped_cfg: dict, fmt: str = "") -> list[dict]:
     """The REGA configs tried on a shape whose shipped M=16 entry is shipped_cfg (--cfgs: the file's for
     "fmt@shape" if it lists that, else for the format; a variant {"base": "shipped", KEY: value, ...} is the
     shipped REGA entry's launch keys with those set)."""
-    split = shipped_cfg["SPLIT_K"]
     if CFGS:
         out = []
         for v in CFGS.get(f"{fmt}@{shape}", CFGS.get(fmt, [])):
@@ -82,6 +87,7 @@ def variants(shape: str, shipped_cfg: dict, fmt: str = "") -> list[dict]:
                 v = {**{key: shipped_cfg[key] for key in REGA_KEYS if key in shipped_cfg}, **v}
             out.append(v)
         return out
+    split = shipped_cfg["SPLIT_K"]
     n, k = SHAPES[shape]
     per = -(-(k // 128) // split)
     xt = min(4, per)
@@ -225,7 +231,7 @@ def served_by(t, x: torch.Tensor) -> str:
     from oracle_triton.launch import DenseGemm
 
     seen: list[str] = []
-    saved = {name: getattr(DenseGemm, name) for name in ("rega", "swap", "gemv", "wgmma", "dequant_mm")}
+    saved = {name: getattr(DenseGemm, name) for name in ("rega", "ws", "swap", "gemv", "wgmma", "dequant_mm")}
 
     def spy(name):
         def call(self, *a, **kw):
@@ -281,6 +287,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fmts", nargs="+", default=["mxfp4", "nvfp4", "int4"], choices=list(MODES))
     ap.add_argument("--shapes", nargs="+", default=["8192x8192", "7168x18432", "2048x4096"], choices=list(SHAPES))
     ap.add_argument("--budget-s", type=float, default=40.0)
+    ap.add_argument("--m", type=int, default=16, help="activation rows")
     ap.add_argument("--compile-only", type=int, help="compile jobs I, I + W, ... and exit")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--list", action="store_true", help="print the compile jobs and exit (no GPU)")
@@ -290,6 +297,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="time the shipped entry and each variant R times, "
                     "interleaved, and print the medians")
     args = ap.parse_args(argv)
+    global M
+    M = args.m
     PF0[0], PUBLIC[0], REPEAT[0] = args.pf0, args.public, max(1, args.repeat)
     if args.cfgs:
         with open(args.cfgs) as f:

@@ -81,13 +81,15 @@ def spoil(reason: str) -> None:
 
 
 def launch(fn: Any, grid: tuple[int, int, int], num_warps: int, num_stages: int | None = None,
-           pdl: bool = False, **args: Any) -> None:
+           pdl: bool = False, maxnreg: int | None = None, **args: Any) -> None:
     """fn[grid](**args) with the given warps (and stages; pdl: launch_pdl, programmatic dependent
-    launch, which the compiled kernel keeps, so a plan's replay launches it the same way), recorded
-    when a recording is on."""
+    launch, which the compiled kernel keeps, so a plan's replay launches it the same way; maxnreg: the
+    registers a thread may hold, a warp-specialized kernel's budget), recorded when a recording is on."""
     opts = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
     if pdl:
         opts["launch_pdl"] = True
+    if maxnreg is not None:
+        opts["maxnreg"] = maxnreg
     compiled = fn[grid](**args, **opts)
     rec = getattr(_local, "rec", None)
     if rec is None:

@@ -10,7 +10,7 @@ import torch
 
 from . import fastlaunch
 from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
-                      check_rowq, fused_scales_ok, is_words, rega_swap)
+                      WS_BK, check_rowq, fused_scales_ok, is_words, rega_swap)
 
 
 def interpreting() -> bool:
@@ -403,6 +403,12 @@ class DenseGemm:
             if self.rega_ok(act) and x.dtype == out_dtype == torch.bfloat16:
                 return self.rega(x, cfg)
             return self(x, act, act_scale, out_dtype, self.rega_fallback(cfg, m, act))
+        if cfg.get("WS"):                            # many rows, the decode in its own warps (w4_ws)
+            if config is not None:
+                check_config(config, self.layout)
+            if self.ws_ok(act) and x.dtype == out_dtype == torch.bfloat16:
+                return self.ws(x, cfg)
+            return self(x, act, act_scale, out_dtype, self.rule_config(m, act))
         if cfg.get("WG"):                            # many rows, 4-bit words decoded into wgmma's A operand
             if config is not None:
                 check_config(config, self.layout)
@@ -499,7 +505,7 @@ class DenseGemm:
         if found is not None and found.get("REGA") and not self.serves(found, m, act):
             return self.rega_fallback(found, m, act)     # the swap entry it replaced, else the rules
         if found is not None and self.serves(found, m, act):
-            return found if {"SWAP", "DECODE", "WG", "ROWGEMV"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
+            return found if {"SWAP", "DECODE", "WG", "ROWGEMV", "WS"} & found.keys() else {"SPLIT_K": 1, "GROUP_M": 1, "FULL_TILE": 0,
                                                                        **found}
         return self.rule_config(m, act)
 
@@ -595,6 +601,8 @@ class DenseGemm:
             return self.swap_ok(act)
         if cfg.get("REGA"):
             return self.rega_ok(act) and self.rega_fits(cfg)
+        if cfg.get("WS"):
+            return self.ws_ok(act) and self.k % cfg.get("BK", WS_BK) == 0
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False
@@ -667,6 +675,38 @@ class DenseGemm:
                           stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, SPLIT_K=split, XT=cfg["XT"],
                           PF=cfg.get("PF", 2), **launch_keys(cfg, self.scale.data_ptr(), lay.stride_sn))
+        return y
+
+    def ws_ok(self, act: int) -> bool:
+        """Can w4_ws.w4_ws_kernel serve this weight: 4-bit words in GPTQ's [K/8, N] layout (INT4 with groups of a
+        multiple of its 64-wide K tile; E2M1 words whose scales the fused decoder covers), K a multiple of 64,
+        layer-dtype activations, an sm_90 GPU (Gluon: wgmma and warp specialization). bf16 calls only
+        (__call__ gives the others the shape rules' path)."""
+        lay = self.layout
+        weights = (lay.elem == INT4 and lay.group % WS_BK == 0) or (is_words(lay) and self.fused_ok)
+        return (act == 0 and weights and self.k % WS_BK == 0 and lay.stride_wn == 1
+                and self.weight.device.type == "cuda" and not interpreting()
+                and _capability(self.weight.device.index or 0) == (9, 0))
+
+    def ws(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
+        """Many rows of 4-bit W4A16, bf16: w4_ws.w4_ws_kernel (16 x num_warps weight rows and BM activation rows
+        per program, DW decode warps beside them, a ring of STAGES K tiles of BK, 64 unless told; one launch)."""
+        from .w4_ws import w4_ws_kernel
+
+        m = x.shape[0]
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
+        warps, bm, lay = cfg["num_warps"], cfg["BM"], self.layout
+        grid = (-(-self.n // (16 * warps)), -(-m // bm), 1)
+        fastlaunch.launch(w4_ws_kernel, grid, warps, None, maxnreg=cfg["MAXNREG"],
+                          x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
+                          b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, M=m, N=self.n, K=self.k,
+                          stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wk=lay.stride_wk,
+                          stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
+                          HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, BM=bm,
+                          BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
+                          PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0))
         return y
 
     def wgmma_ok(self, act: int) -> bool:

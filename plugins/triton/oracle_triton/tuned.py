@@ -36,7 +36,7 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL_TILE", "FUSE_GU", "SWAP", "DECODE",
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
         "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "ROWQ", "REGA", "XT", "PF", "SWAP_WARPS", "EARLY",
-        "TABLE", "W4ROW", "MAXNREG", "HX", "WAIT", "VEC", "num_warps", "num_stages"}
+        "TABLE", "W4ROW", "MAXNREG", "HX", "WAIT", "VEC", "WS", "BM", "STAGES", "DW", "DREGS", "PFENCE", "XCP", "BK", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
 #: entry (WG: w4_wgmma) say their split.
@@ -47,6 +47,9 @@ NEEDED_ROWGEMV = {"ROWGEMV", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_
 #: Dense: the register-A few-row 4-bit kernel (REGA: w4_rega, 16 x num_warps weight rows per program); it may
 #: carry the swap entry it replaced (SWAP_WARPS and formats.REGA_SWAP_KEYS), for the calls w4_rega cannot serve.
 NEEDED_REGA = {"REGA", "SPLIT_K", "XT", "num_warps"}
+#: Dense: the warp-specialized many-row 4-bit kernel (WS: w4_ws; BM activation rows a program, a ring of STAGES K
+#: tiles, DW decode warps with DREGS registers each, MAXNREG the launch's register budget a thread).
+NEEDED_WS = {"WS", "BM", "STAGES", "DW", "DREGS", "MAXNREG", "num_warps"}
 #: MoE only: the decode paths. DIRECT 1: tensor-core tiles, one pair per program (the tile keys
 #: above); DECODE: the CUDA-core direct path (moe_gemv: BLOCK_N/BLOCK_K/SPLIT_K of the up kernel,
 #: BLOCK_N2/BLOCK_K2/WARPS2 of the down kernel); SWAP with WORDS 1: 4-bit weights on swap-AB
@@ -115,6 +118,7 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
                 else:
                     needed = {"SCALED_MM"} if cfg.get("SCALED_MM") else {"DEQUANT_MM"} if cfg.get("DEQUANT_MM") \
                         else NEEDED_ROWGEMV if cfg.get("ROWGEMV") else NEEDED_REGA if cfg.get("REGA") \
+                        else NEEDED_WS if cfg.get("WS") \
                         else NEEDED_SWAP if cfg.get("SWAP") or cfg.get("WG") else (NEEDED_GEMV if "DECODE" in cfg else NEEDED)
             if not isinstance(cfg, dict) or not needed <= set(cfg) or not set(cfg) <= allowed or \
                     not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cfg.values()):

@@ -55,14 +55,16 @@ def _ones(elem: int) -> dict:
     return {"stride_wn": 1, "stride_sn": 1} if elem == 3 else {"stride_wk": 1, "stride_sk": 1}
 
 
-def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int, which_loop: str = "longest") -> dict:
-    """which_loop: the loop main_loop reports ("longest", or "mma": the innermost one with a wgmma)."""
+def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int, which_loop: str = "longest",
+                   **options) -> dict:
+    """which_loop: the loop main_loop reports ("longest", or "mma": the innermost one with a wgmma); options:
+    more compile options (maxnreg: a warp-specialized kernel's register budget a thread)."""
     src = _source(fn, ptr_types, consts)
     if which_loop == "mma":       # a Gluon kernel (w4_rega): the same signature, Gluon's AST source
         from triton.experimental.gluon._runtime import GluonASTSource
 
         src = GluonASTSource(fn, src.signature, constexprs=src.constants, attrs=src.attrs)
-    k = triton.compile(src, target=TARGET, options={"num_warps": warps, "num_stages": stages})
+    k = triton.compile(src, target=TARGET, options={"num_warps": warps, "num_stages": stages, **options})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
     regs = spills = loop = None
     if ptxas:
@@ -466,10 +468,36 @@ def rega_cases():
     }
 
 
+def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: bool = False, maxnreg: int = 168,
+       **keys):
+    """w4_ws.w4_ws_kernel (Gluon, warp-specialized) as launch.DenseGemm.ws launches it on the word layout (keys:
+    BK, XCP, PFENCE)."""
+    from oracle_triton.w4_ws import w4_ws_kernel
+
+    consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, BM=bm,
+                  STAGES=stages, DW=dw, DREGS=dregs, num_warps=warps, **{"BK": 64, **keys})
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16",
+            "b_ptr": "*bf16"}
+    return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg)
+
+
+def ws_cases():
+    """The warp-specialized many-row 4-bit kernel (w4_ws) for each format: the shipped entries' configuration
+    (128-wide K tiles, activations by cp.async a tile ahead) and the R55 one (64-wide, two ahead)."""
+    entry = dict(maxnreg=128, BK=128, XCP=1)
+    return {
+        "ws int4 zero points w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(3, 8, 128, 3, 8, 128, zero=True, **entry),
+        "ws mxfp4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(1, 8, 128, 3, 8, 128, **entry),
+        "ws nvfp4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(2, 8, 128, 3, 8, 128, **entry),
+        "ws int4 w8 bm 128 stages 6 dw 8 xcp 2": lambda: ws(3, 8, 128, 6, 8, 128, maxnreg=128, XCP=2),
+    }
+
+
 def main(argv: list[str]) -> int:
     bad = 0
     cases = {"small": small_batch_cases, "swap": swap_cases, "words": words_cases,
-             "moeswap": moe_swap_cases, "rega": rega_cases}.get(argv[0] if argv else "", default_cases)()
+             "moeswap": moe_swap_cases, "rega": rega_cases,
+             "ws": ws_cases}.get(argv[0] if argv else "", default_cases)()
     for name, build in cases.items():
         try:
             r = build()

@@ -52,8 +52,18 @@ def _fma_bf16x2(a: int, b: int, c: int) -> int:
     return out
 
 
+def _sub_bf16x2(a: int, b: int) -> int:
+    return sum(_bf16_bits(_bf16_value(a >> sh) - _bf16_value(b >> sh)) << sh for sh in (0, 16))
+
+
+def _lop3(a: int, b: int, c: int, lut: int) -> int:
+    """lop3.b32: each result bit is bit (4a + 2b + c) of the 8-bit truth table."""
+    return sum(((lut >> (((a >> i) & 1) << 2 | ((b >> i) & 1) << 1 | ((c >> i) & 1))) & 1) << i for i in range(32))
+
+
 def run_ptx(src: str, inputs: dict[int, int]) -> dict[int, int]:
-    """Execute the decoder's PTX on 32-bit inputs {$n: value} -> {$n: 16-bit output}."""
+    """Execute the decoder's PTX on 32-bit inputs {$n: value} -> {$n: output}: 16-bit halves a mov.b32 {$lo, $hi}
+    writes, and 32-bit values of $n registers an instruction writes (w4_ws.pairs_ptx's packed pairs)."""
     regs: dict[str, int] = {f"${k}": v & M32 for k, v in inputs.items()}
     outs: dict[int, int] = {}
 
@@ -88,8 +98,14 @@ def run_ptx(src: str, inputs: dict[int, int]) -> dict[int, int]:
             regs[d] = _prmt(val(args[1]), val(args[2]), val(args[3]))
         elif op == "fma.rn.bf16x2":
             regs[d] = _fma_bf16x2(val(args[1]), val(args[2]), val(args[3]))
+        elif op == "sub.rn.bf16x2":
+            regs[d] = _sub_bf16x2(val(args[1]), val(args[2]))
+        elif op == "lop3.b32":
+            regs[d] = _lop3(val(args[1]), val(args[2]), val(args[3]), int(args[4], 0))
         else:
             raise NotImplementedError(op)
+        if d.startswith("$") and int(d[1:]) not in inputs:
+            outs[int(d[1:])] = regs[d]
     return outs
 
 

@@ -325,6 +325,57 @@ def test_rega_kernel_matches_emulation_and_replays(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_ws_kernel_matches_emulation_and_replays(fmt):
+    """w4_ws (Gluon, sm_90: decode warps feeding a shared-memory ring to the MMA warps) through the engine's WS
+    path: 300 rows (a row tail at 64 / 128 rows a program), N = 1000 (a weight-row tail), K = 3072, a bias, INT4
+    zero points; 8 and 4 MMA warps, 8 and 4 decode warps, rings of 3-6 slots (the ring wraps many times), the
+    activations through registers and by cp.async 1-3 tiles ahead (XCP), K tiles of 64 and 128 (BK), the proxy
+    fence on either side (PFENCE);
+    against the reference, and captured and replayed."""
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    if not t.gemm.ws_ok(0):
+        pytest.skip("w4_ws needs an sm_90 GPU (wgmma, warp specialization) and, for E2M1, scales inside the fused "
+                    "decoder's range")
+    x = torch.randn(300, 3072, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    kn = {} if fmt == "int4" else {"KN": 1}
+    cfgs = [dict(num_warps=8, BM=128, STAGES=4, DW=8, DREGS=128, MAXNREG=128),
+            dict(num_warps=8, BM=64, STAGES=6, DW=4, DREGS=200, MAXNREG=168),
+            dict(num_warps=4, BM=128, STAGES=3, DW=4, DREGS=168, MAXNREG=168),
+            dict(num_warps=8, BM=128, STAGES=6, DW=8, DREGS=128, MAXNREG=128, XCP=3),
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128)]
+    for c in cfgs:
+        cfg = {"WS": 1, **c, **kn}
+        assert t.gemm.serves(cfg, 300, 0), cfg
+        assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), ref) < TOL, cfg
+    cfg = {"WS": 1, **cfgs[0], **kn}
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PFENCE": 1}), ref) < TOL      # the decode warps' fence
+    _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "int4"])
+def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
+    """The H200's shipped 256-row entry of an 8192x8192 INT4 / MXFP4 layer selects w4_ws through the public call:
+    TritonLinear.apply on 256 rows (config_for's tuned lookup, the launch plan's recording call) runs DenseGemm.ws
+    and matches the reference, and so does the plan's replay (the second call, other activations)."""
+    from oracle_triton.launch import DenseGemm
+
+    mode = {"mxfp4": "w4a16_mx", "int4": "w4a16_int4"}[fmt]
+    t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
+    if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.ws_ok(0):
+        pytest.skip("the WS entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")
+    assert t.gemm.config_for(256, t.act).get("WS")
+    ran = []
+    ws = DenseGemm.ws
+    monkeypatch.setattr(DenseGemm, "ws", lambda self, x, cfg: ran.append(cfg) or ws(self, x, cfg))
+    x = torch.randn(256, 8192, device="cuda", dtype=torch.bfloat16)
+    assert rel(t.apply(x), e.apply(x)) < TOL and len(ran) == 1
+    x2 = torch.randn_like(x)
+    assert rel(t.apply(x2), e.apply(x2)) < TOL
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
 def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     """The H200's shipped M = 16 entry of an 8192x8192 4-bit layer selects the register-A kernel through the
     public call: TritonLinear.apply on 16 rows (config_for's tuned lookup, the launch plan's recording call)

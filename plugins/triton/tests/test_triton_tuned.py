@@ -388,5 +388,5 @@ def test_the_bf16_mode_of_the_fused_moe_uses_its_entry(table):
     for r in range(9):
         for j in range(2):
             g, u = (w13[ids[r, j]].float() @ x[r].float()).chunk(2)
-            want[r] += topw[r, j].float() * (w2[ids[r, j]].float() @ (torch.nn.functional.silu(g) * u))
+            want[r] += (topw[r, j].float() * (w2[ids[r, j]].float() @ (torch.nn.functional.silu(g) * u))).cpu()
     assert rel(t.apply(x, topw, ids).float().cpu(), want) < 2e-2

@@ -1,0 +1,302 @@
+"""Many-row 4-bit W4A16 GEMM with the decode in its own warps (issue 26, M >= 64; Gluon, sm_90).
+
+Why: at 256 rows a 4-bit GEMM must decode its weights while the tensor cores multiply (decode alone and the
+MMA alone take about the same time on 8192x8192; in series they cannot reach 0.8x BF16). tl.dot's pipeline
+does not overlap a decode with the MMA, and w4_rega with many rows per program (R51) left the tensor cores
+idle while the same warps decoded. Here the program's warps are split (gl.warp_specialize): DW decode warps
+load each K tile's packed words (two tiles ahead) and scales, decode the words to the reference's bf16 weights
+and store them in a ring of STAGES shared-memory slots, with the activations copied into the same slot (by
+cp.async XCP tiles ahead, or through registers with XCP 0); the default num_warps warps (one or two
+warpgroups) wait for a slot, issue the wgmma on it (weights as A, activations as B, both from shared memory)
+and hand the slot back when that MMA is done. The ring's mbarriers are the only contact.
+
+Weights in GPTQ's word layout [K/8, N] (int32 words of 8 codes along K, N contiguous: INT4 as stored,
+MXFP4 / NVFP4 repacked at load, weights.repack_words). A decoded word is 8 consecutive k of one weight row:
+one 16-byte chunk of the slot's [BN, BK] K-major tile, written as four bf16 pairs. Values: INT4 bf16((q - z)
+x s) rounded once (the fp16 scale split into two bf16 terms, pairs_ptx); E2M1 value x scale in one packed FMA
+(w4_rega.byte_pairs_ptx's decoder; NVFP4's factor bf16(s x g) rounded first, as w4_rega's default).
+bf16 activations and output, K a multiple of BK (64 or 128), INT4 groups a multiple of BK; grid (N / BN,
+M / BM, 1). Measured (R56, H200, 8192x8192, 256 rows): 81-84 µs against 85-88 for the tl.dot wgmma kernel
+and 49 for BF16 cuBLAS; the decode warps' loop, not the MMA, sets the pace.
+"""
+from __future__ import annotations
+
+import inspect
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, \
+    warpgroup_mma_wait
+
+#: Triton 3.7's warp_specialize takes [(function, args), ...]; 3.6's (the H200's) the default partition's args
+#: and function, then the workers' args and functions.
+_WS_LIST = gl.constexpr("functions_and_args" in inspect.signature(gl.warp_specialize).parameters)
+
+
+def pairs_ptx(int4: bool) -> str:
+    """PTX: word $4 (8 codes, code i at bits 4i..4i+3) -> $0..$3, register j the weights of codes 2j (low half) and
+    2j + 1 (high half) in bf16: the order they take in memory, so four registers are the word's 16-byte chunk.
+    PRMT puts byte j of the word and of the word shifted right by 4 in the two halves (both codes at bits 0-3).
+    INT4 ($5 = {0x4300 | z} x 2, $6 / $7 = the scale's bf16 terms {hi, hi} / {lo, lo}): masked and ORed into
+    0x4300 (bf16 128 + q, exact) in one LOP3, minus 128 + z gives q - z exactly; (q - z) x lo is exact (at most
+    4 + 3 significant bits) and the second FMA rounds (q - z) x hi + that once: the fp32 product (q - z) x s
+    rounded to bf16, for fp16 or bf16 scales. E2M1 ($5 = {c, c}, c = bf16(2**126 x scale)): the magnitude bits
+    to bf16 bits 6-8 and the sign to bit 15 give value x 2**-126 exactly, one packed FMA by c (+ -0) value x scale
+    rounded once (w4_rega.byte_pairs_ptx's decoder)."""
+    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;", "shr.b32 v, $4, 4;"]
+    for j in range(4):
+        sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
+        lines.append(f"prmt.b32 t, $4, v, {sel:#x};")
+        if int4:
+            lines += ["lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $5;", "fma.rn.bf16x2 b, a, $7, z;",
+                      f"fma.rn.bf16x2 ${j}, a, $6, b;"]
+        else:
+            lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
+                      "or.b32 a, a, b;", f"fma.rn.bf16x2 ${j}, a, $5, z;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_INT4_PTX = gl.constexpr(pairs_ptx(True))
+_E2M1_PTX = gl.constexpr(pairs_ptx(False))
+
+
+@gluon.constexpr_function
+def words_layout(dw: int, bk8: int, bn: int) -> gl.BlockedLayout:
+    """[BK / 8, BN] words of a K tile: n across lanes and warps (each word row a coalesced load), the warps that
+    n does not need across the word rows; each word a whole 16-byte chunk of its decoded row."""
+    wn = min(dw, bn // 32)
+    wk = dw // wn
+    return gl.BlockedLayout([bk8 // wk, 1], [1, 32], [wk, wn], [0, 1])
+
+
+@gluon.constexpr_function
+def x_layout(dw: int) -> gl.BlockedLayout:
+    """[BM, 64] activations: 8 consecutive k (16 bytes) a thread, 8 lanes a row."""
+    return gl.BlockedLayout([1, 8], [4, 8], [dw, 1], [1, 0])
+
+
+@gluon.jit
+def _word_values(u, f, s_hi, s_lo, ELEM: gl.constexpr):
+    """Words [BK/8, BN] -> their weights as bf16 pairs [BK/8, BN, 4] (int32 j: codes 2j, 2j + 1 of the word)."""
+    if ELEM == 3:
+        h = gl.inline_asm_elementwise(_INT4_PTX, "=r,=r,=r,=r,r,r,r,r", [u, f, s_hi, s_lo], dtype=(gl.int32,) * 4,
+                                      is_pure=True, pack=1)
+    else:
+        h = gl.inline_asm_elementwise(_E2M1_PTX, "=r,=r,=r,=r,r,r", [u, f], dtype=(gl.int32,) * 4, is_pure=True,
+                                      pack=1)
+    w = gl.join(gl.join(h[0], h[1]), gl.join(h[2], h[3]))        # [.., a, b] = pair a + 2b (join: new last axis)
+    w = gl.permute(w, (0, 1, 3, 2))                               # [.., b, a]: row-major index = the pair
+    return gl.reshape(w, [u.shape[0], u.shape[1], 4])
+
+
+@gluon.jit
+def _pair(v):
+    """fp32 [..] -> its bf16 rounding's bits in both halves of an int32."""
+    return (v.to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF) * 65537
+
+
+@gluon.jit
+def _load_words(i, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk, stride_zk,
+                ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BK: gl.constexpr):
+    """K tile i's words [BK/8, BN] and raw scales (INT4: the group's [BN] scales and packed zero points; E2M1:
+    each word's scale byte [BK/8, BN]), not used here: the loads stay in flight until the decode (tiles past
+    the last one re-read it)."""
+    i = gl.minimum(i, n_tiles - 1)
+    u = gl.load(w_ptr + i * (BK // 8) * stride_wk + w_off, mask=w_ok, other=0)
+    if ELEM == 3:
+        g = (i * BK) // GROUP
+        s = gl.load(s_ptr + g * stride_sk + n1, mask=n_ok, other=0.0)
+        if HAS_ZERO:
+            zw = gl.load(z_ptr + g * stride_zk + n1 // 8, mask=n_ok, other=0)
+        else:
+            zw = gl.full(n1.shape, -0x77777778, gl.int32, n1.type.layout)       # 0x88888888: every zero 8
+    else:
+        s = gl.load(s_ptr + ((i * BK + 8 * r8) // GROUP)[:, None] * stride_sk + n1[None, :], mask=w_ok, other=0)
+        zw = n1
+    return u, s, zw
+
+
+@gluon.jit
+def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
+    """A K tile's words and raw scales -> its decoded weights [BN, BK] as bf16 pairs [BN, BK / 2] (int32; k = 8 x
+    word row + code)."""
+    if ELEM == 3:
+        sf = s.to(gl.float32)
+        hi = sf.to(gl.bfloat16).to(gl.float32)
+        z = (zw >> ((n1 % 8) * 4)) & 15
+        f = ((z | 0x4300) * 65537)[None, :] + gl.zeros_like(u)
+        s_hi = _pair(hi)[None, :] + gl.zeros_like(u)
+        s_lo = _pair(sf - hi)[None, :] + gl.zeros_like(u)
+    else:
+        if ELEM == 1:
+            f = (s.to(gl.int32) + 126) * 0x00800080
+        else:
+            f = _pair((s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gscale) * 8.507059173023462e37)
+        s_hi = f
+        s_lo = f
+    vals = _word_values(u, f, s_hi, s_lo, ELEM)                          # [BK/8, BN, 4] bf16 pairs
+    return gl.reshape(gl.permute(vals, (1, 0, 2)), [BN, BK // 2])
+
+
+@gluon.jit
+def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1, n_ok,
+                     gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
+                     HAS_ZERO: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                     PFENCE: gl.constexpr, XCP: gl.constexpr):
+    """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
+    slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
+    for (wait_group XCP), and the partition barrier before the arrive covers every thread's."""
+    a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    for p in gl.static_range(XCP):
+        mbarrier.wait(empty.index(p % STAGES), ((p // STAGES) & 1) ^ 1, pred=p < n_tiles)
+        async_copy.async_copy_global_to_shared(x_ring.index(p % STAGES), x_ptr + p * BK + x_off,
+                                               mask=x_ok & (p < n_tiles))
+        async_copy.commit_group()
+    u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                           stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                              stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    for i in range(n_tiles):
+        j = i + XCP
+        jslot = j % STAGES
+        mbarrier.wait(empty.index(jslot), ((j // STAGES) & 1) ^ 1, pred=j < n_tiles)
+        async_copy.async_copy_global_to_shared(x_ring.index(jslot), x_ptr + gl.minimum(j, n_tiles - 1) * BK + x_off,
+                                               mask=x_ok & (j < n_tiles))
+        async_copy.commit_group()
+        un, sn, zwn = _load_words(i + 2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+        tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
+        slot = i % STAGES
+        a_ring.index(slot)._reinterpret(gl.int32, [BN, BK // 2], a32_sl).store(tile)
+        async_copy.wait_group(XCP)          # tile i's activations (this thread's copies)
+        if PFENCE:
+            fence_async_shared()
+        mbarrier.arrive(full.index(slot), count=1)
+        u, s, zw = u1, s1, zw1
+        u1, s1, zw1 = un, sn, zwn
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                      stride_xm, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
+                      HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
+                      STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr):
+    """The producer: per K tile, the slot awaited (empty), the words decoded, both tiles stored, the slot handed
+    over (full). Loads run ahead of the decode, the activations one tile and the words (from HBM) two, so that a
+    tile's decode never waits for its own loads (each loop trip would otherwise sit out a memory latency).
+    XCP D > 0: the activations copied by cp.async straight into their slot D tiles ahead instead (no registers,
+    no shared stores of them here)."""
+    BN: gl.constexpr = 16 * NW
+    BK8: gl.constexpr = BK // 8
+    a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)    # same bytes
+    u_l: gl.constexpr = words_layout(DW, BK8, BN)
+    x_l: gl.constexpr = x_layout(DW)
+    r8 = gl.arange(0, BK8, layout=gl.SliceLayout(1, u_l))
+    n1 = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, u_l))
+    n_ok = n1 < N
+    w_off = r8[:, None] * stride_wk + n1[None, :]
+    w_ok = (r8 >= 0)[:, None] & n_ok[None, :]
+    xm = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, x_l))
+    xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_l))
+    x_off = xm[:, None] * stride_xm + xk[None, :]
+    x_ok = (xm < M)[:, None] & (xk >= 0)[None, :]
+    gscale = 1.0
+    if ELEM == 2:
+        gscale = gl.load(g_ptr)
+    n_tiles = K // BK
+    if XCP:
+        _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1,
+                         n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BN, BK, STAGES,
+                         PFENCE, XCP)
+        return
+    xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
+    u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                           stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                              stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    for i in range(n_tiles):
+        xn = gl.load(x_ptr + gl.minimum(i + 1, n_tiles - 1) * BK + x_off, mask=x_ok, other=0.0)
+        un, sn, zwn = _load_words(i + 2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+        tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
+        slot = i % STAGES
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        a_ring.index(slot)._reinterpret(gl.int32, [BN, BK // 2], a32_sl).store(tile)
+        x_ring.index(slot).store(xv)
+        if PFENCE:
+            fence_async_shared()
+        mbarrier.arrive(full.index(slot), count=1)
+        xv = xn
+        u, s, zw = u1, s1, zw1
+        u1, s1, zw1 = un, sn, zwn
+
+
+@gluon.jit
+def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
+                   HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                   NW: gl.constexpr, PFENCE: gl.constexpr):
+    """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
+    activations [BM, BK] read K-major), the previous tile's MMA waited for and its slot handed back; then
+    the output tile (+ bias) in bf16."""
+    BN: gl.constexpr = 16 * NW
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                    instr_shape=[16, BM, 16])
+    acc = gl.zeros([BN, BM], gl.float32, acc_l)
+    n_tiles = K // BK
+    for i in range(n_tiles):
+        slot = i % STAGES
+        mbarrier.wait(full.index(slot), (i // STAGES) & 1)
+        if not PFENCE:
+            fence_async_shared()        # the decode warps' stores (ordered before by the mbarrier) before the wgmma
+        a_s = a_ring.index(slot)
+        x_s = x_ring.index(slot)
+        acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
+        acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    on = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
+    om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
+    if HAS_BIAS:
+        acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
+    mask = (on < N)[:, None] & (om < M)[None, :]
+    gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
+
+
+@gluon.jit
+def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk,
+                 stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                 DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, PFENCE: gl.constexpr = 0,
+                 XCP: gl.constexpr = 0):
+    """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
+    (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
+    fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
+    slot's mbarrier (PFENCE 0), or by the decode warps before they arrive on it (PFENCE 1: there ptxas's
+    MEMBAR waits for the words still in flight for the next tiles, so every K tile sits out a memory latency)."""
+    BN: gl.constexpr = 16 * num_warps
+    off_n = gl.program_id(0) * BN
+    off_m = gl.program_id(1) * BM
+    a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
+    x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    # the argument tuples written inline: a tuple assigned to a name first holds its constexprs as tensors
+    if _WS_LIST:
+        gl.warp_specialize([
+            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                              BM, BK, STAGES, num_warps, PFENCE)),
+            (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                 stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                 STAGES, DW, PFENCE, XCP))], [DW], [DREGS])
+    else:
+        gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                            BK, STAGES, num_warps, PFENCE), _mma_partition,
+                           (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                            stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                            STAGES, DW, PFENCE, XCP), [_decode_partition], [DW], [DREGS])

@@ -1,0 +1,119 @@
+"""w4_ws, the warp-specialized many-row 4-bit kernel (issue 26, M >= 64): on CPU, its word decoders' PTX run by
+test_triton_e2m1_ptx's bit-level model against hand-computed weights (INT4: the fp32 product (q - z) x s rounded
+once to bf16, for fp16 scales) and against w4_rega's tested E2M1 decoder; the configs check_config and the tuned
+table take; the shipped WS entries served only where the kernel runs. On an H200: test_triton_gpu's
+test_ws_kernel_matches_emulation_and_replays."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from helpers import linear_pair, rel
+from test_triton_e2m1_ptx import run_ptx
+
+DEV = "cpu"
+
+
+def _bits(v: torch.Tensor) -> list[int]:
+    return [int(h) & 0xFFFF for h in v.to(torch.bfloat16).view(torch.int16)]
+
+
+def _pairs(x: torch.Tensor) -> int:
+    """A bf16 value in both halves of an int32 (the decoders' factor registers)."""
+    return _bits(x.reshape(1))[0] * 65537
+
+
+def _words(codes: list[int]) -> list[int]:
+    return [sum(codes[8 * w + i] << (4 * i) for i in range(8)) for w in range(len(codes) // 8)]
+
+
+def _unpack(out: dict[int, int]) -> list[int]:
+    """pairs_ptx's $0..$3 (codes 2j low, 2j + 1 high) -> the 8 weights' bf16 bits in code order."""
+    return [(out[j] >> sh) & 0xFFFF for j in range(4) for sh in (0, 16)]
+
+
+#: fp16 group scales: ordinary, with low bits set (the bf16 split's lo term), tiny and subnormal, large
+SCALES = [0.0123, 1.0 / 3.0, 0.000731, 2.0 ** -20, 6.1e-5, 3.0e-6, 0.5, 7.77, 1000.1, 65504.0]
+
+
+@pytest.mark.parametrize("s", SCALES)
+def test_ws_int4_decoder_rounds_the_fp32_product_once(s):
+    """w4_ws.pairs_ptx(int4=True): every code q and zero point z with an fp16 scale s given as two bf16 terms
+    (hi = bf16(s), lo = bf16(s - hi), as _tile_values builds them) gives bf16((q - z) x s) with the product taken
+    exactly (fp32), i.e. the reference's dequantized weight rounded once: bit for bit."""
+    from oracle_triton.w4_ws import pairs_ptx
+
+    ptx = pairs_ptx(True)
+    sf = torch.tensor(s, dtype=torch.float16).float()
+    hi = sf.to(torch.bfloat16).float()
+    lo = sf - hi
+    assert float(hi + lo.to(torch.bfloat16).float()) == float(sf)          # the split is exact for fp16 scales
+    codes = list(range(16))
+    for z in range(16):
+        got = []
+        for w in _words(codes):
+            got += _unpack(run_ptx(ptx, {4: w, 5: (0x4300 | z) * 65537, 6: _pairs(hi), 7: _pairs(lo)}))
+        want = _bits((torch.tensor(codes, dtype=torch.float32) - z) * sf)
+        assert got == want, (s, z)
+
+
+def test_ws_e2m1_decoder_is_the_rega_decoder_packed():
+    """w4_ws.pairs_ptx(int4=False) computes w4_rega.byte_pairs_ptx(True)'s weights (tested against
+    oracle-emulation in test_triton_rega_nvfp4 / test_triton_e2m1_ptx), register j holding codes 2j and 2j + 1
+    packed as memory orders them: random words and MXFP4 / NVFP4 factors."""
+    from oracle_triton.w4_rega import byte_pairs_ptx
+    from oracle_triton.w4_ws import pairs_ptx
+
+    rng = random.Random(7)
+    ws, rega = pairs_ptx(False), byte_pairs_ptx(True)
+    for _ in range(200):
+        word = rng.getrandbits(32)
+        factor = _pairs(torch.tensor(2.0 ** 126 * rng.choice([1.0, 0.25, 2.0 ** -9, 0.37, 1.5 / 448.0])))
+        got = _unpack(run_ptx(ws, {4: word, 5: factor}))
+        o = run_ptx(rega, {8: word, 9: factor})
+        assert got == [o[j] if i == 0 else o[j + 4] for j in range(4) for i in range(2)], hex(word)
+
+
+WS_CFG = {"WS": 1, "num_warps": 8, "BM": 128, "STAGES": 3, "DW": 8, "DREGS": 128, "MAXNREG": 128, "XCP": 1, "BK": 128}
+
+
+def test_ws_options_in_check_config():
+    """The WS configs check_config takes (the shipped entries', the GPU test's) and the ones it refuses: off-list
+    rows, decode warps or K tiles, a ring over the shared-memory budget, registers over the register file,
+    XCP too deep for the ring, PFENCE 2, INT4 groups the K tile does not divide, a non-word layout."""
+    from oracle_triton.formats import check_config, layout_for, words_layout
+
+    i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
+    for lay, kn in ((i4, {}), (mx, {"KN": 1}), (words_layout("nvfp4", 8192, 8192), {"KN": 1})):
+        check_config({**WS_CFG, **kn}, lay)
+        check_config({"WS": 1, "num_warps": 4, "BM": 128, "STAGES": 3, "DW": 4, "DREGS": 168, "MAXNREG": 168, **kn}, lay)
+        check_config({"WS": 1, "num_warps": 8, "BM": 64, "STAGES": 6, "DW": 4, "DREGS": 200, "MAXNREG": 168, **kn}, lay)
+        for bad in ({"BM": 96}, {"DW": 3}, {"BK": 256}, {"STAGES": 4}, {"MAXNREG": 136}, {"DREGS": 20},
+                    {"XCP": 2}, {"PFENCE": 2}, {"num_warps": 2}):
+            with pytest.raises(ValueError, match="WS|DREGS|PFENCE"):
+                check_config({**WS_CFG, **kn, **bad}, lay)
+    with pytest.raises(ValueError, match="WS"):
+        check_config(WS_CFG, layout_for("int4", 8192, 8192, 64))           # BK 128 does not divide 64-wide groups
+    with pytest.raises(ValueError, match="WS"):
+        check_config(WS_CFG, layout_for("mxfp4", 8192, 8192))              # the checkpoint's [N, K/2] bytes
+
+
+def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
+    """The H200's 8192x8192 INT4 / MXFP4 entries at 256 rows are WS configs (R56); where w4_ws cannot run (no
+    sm_90 GPU: this CPU) config_for gives the shape rules' choice instead and the call still matches the
+    reference."""
+    from oracle_triton import tuned
+    from oracle_triton.launch import DenseGemm
+
+    for mode, weight in (("w4a16_int4", "int4"), ("w4a16_mx", "mxfp4")):
+        found = tuned.lookup("NVIDIA H200", "dense", mode, 8192, 8192, 256)
+        assert found is not None and found.get("WS") and found["BK"] == 128, found
+    t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
+    assert not t.gemm.ws_ok(0)
+    assert not t.gemm.serves({**WS_CFG, "BK": 64}, 256, 0)
+    x = torch.randn(256, 512, dtype=torch.bfloat16)
+    assert rel(t.gemm(x, 0, None, torch.bfloat16, {**WS_CFG, "BK": 64}), ref.apply(x)) < 1e-2     # the rules' path
+    g = t.gemm
+    assert "WS" not in DenseGemm.config_for(g, 256, 0) and g.config_for(256, 0) == g.rule_config(256, 0)
