@@ -185,12 +185,9 @@ def test_tensor_scale_is_the_dynamic_per_tensor_scale(shape):
     assert tensor_scale(torch.zeros(*shape, dtype=torch.bfloat16, device=DEV), 448.0).tolist() == [1.0]
 
 
-@pytest.mark.slow
-def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
-    """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register
-    spills, and its K loop (the innermost loop with a wgmma) issues 8 wgmma with the decoded weights from
-    registers and waits once: no shared-memory load or store and no barrier in it (the shared round trip
-    and the per-MMA waits of the tl.dot swap kernel are what it removes)."""
+def _gluon_sm90_lines(group: str) -> list[str]:
+    """sm90_compile.py `group` (a Gluon kernel's cases) run in a subprocess outside the interpreter: its ok / FAIL
+    lines, one per declared case, every one compiled."""
     import os
     import subprocess
     import sys
@@ -199,11 +196,20 @@ def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
     pytest.importorskip("triton.backends.nvidia")
     pytest.importorskip("triton.experimental.gluon")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "rega"],
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), group],
                          capture_output=True, text=True, env=env, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
-    assert out.returncode == 0 and len(lines) == sm90_declared_cases("rega_cases"), out.stdout + out.stderr[-3000:]
-    for ln in lines:
+    assert out.returncode == 0 and len(lines) == sm90_declared_cases(f"{group}_cases"), out.stdout + out.stderr[-3000:]
+    return lines
+
+
+@pytest.mark.slow
+def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
+    """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register
+    spills, and its K loop (the innermost loop with a wgmma) issues 8 wgmma with the decoded weights from
+    registers and waits once: no shared-memory load or store and no barrier in it (the shared round trip
+    and the per-MMA waits of the tl.dot swap kernel are what it removes)."""
+    for ln in _gluon_sm90_lines("rega"):
         assert " 0 B spilled" in ln and " 0 barriers / " in ln, ln
         assert "/ 8 wgmma / 1 wgmma waits / 0 shared-memory ops" in ln, ln
 
@@ -214,18 +220,6 @@ def test_ws_kernel_compiles_for_sm90_without_spills():
     sm_90 by Triton's ptxas (sm90_compile.py ws), each format at the shipped entries' configuration: at most a few
     spilled bytes under the launch's MAXNREG (none with Triton 3.7; 12 B for INT4 with zero points with the H200's
     Triton 3.6, R57), and an MMA loop issuing wgmma from shared memory."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pytest.importorskip("triton.backends.nvidia")
-    pytest.importorskip("triton.experimental.gluon")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py")), "ws"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
-    assert out.returncode == 0 and len(lines) == sm90_declared_cases("ws_cases"), out.stdout + out.stderr[-3000:]
-    for ln in lines:
+    for ln in _gluon_sm90_lines("ws"):
         spilled = int(ln.split(" B spilled")[0].rsplit(" ", 1)[1])
         assert spilled <= 16 and " wgmma / " in ln and "/ 0 wgmma /" not in ln, ln
