@@ -13,7 +13,7 @@ import torch
 from helpers import linear_pair, rel
 from test_triton_e2m1_ptx import run_ptx
 
-DEV = "cpu"
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _bits(v: torch.Tensor) -> list[int]:
@@ -101,19 +101,19 @@ def test_ws_options_in_check_config():
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
-    """The H200's 8192x8192 INT4 / MXFP4 entries at 256 rows are WS configs (R56); where w4_ws cannot run (no
-    sm_90 GPU: this CPU) config_for gives the shape rules' choice instead and the call still matches the
-    reference."""
+    """The H200's 8192x8192 INT4 / MXFP4 entries at 256 rows are WS configs (R56). A WS config serves a layer only
+    where w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the shape rules' path,
+    and either way the call matches the reference. A shape without an entry keeps the rules' choice."""
     from oracle_triton import tuned
-    from oracle_triton.launch import DenseGemm
 
     for mode, weight in (("w4a16_int4", "int4"), ("w4a16_mx", "mxfp4")):
         found = tuned.lookup("NVIDIA H200", "dense", mode, 8192, 8192, 256)
         assert found is not None and found.get("WS") and found["BK"] == 128, found
     t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
-    assert not t.gemm.ws_ok(0)
-    assert not t.gemm.serves({**WS_CFG, "BK": 64}, 256, 0)
-    x = torch.randn(256, 512, dtype=torch.bfloat16)
-    assert rel(t.gemm(x, 0, None, torch.bfloat16, {**WS_CFG, "BK": 64}), ref.apply(x)) < 1e-2     # the rules' path
-    g = t.gemm
-    assert "WS" not in DenseGemm.config_for(g, 256, 0) and g.config_for(256, 0) == g.rule_config(256, 0)
+    g, cfg = t.gemm, {**WS_CFG, "BK": 64}
+    assert g.serves(cfg, 256, 0) == g.ws_ok(0)
+    if DEV == "cpu":
+        assert not g.ws_ok(0)
+    x = torch.randn(256, 512, dtype=torch.bfloat16, device=DEV)
+    assert rel(g(x, 0, None, torch.bfloat16, cfg), ref.apply(x)) < 1e-2
+    assert "WS" not in g.config_for(256, 0) and g.config_for(256, 0) == g.rule_config(256, 0)
