@@ -127,12 +127,13 @@ WS_SMEM = 208 * 1024
 
 def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that;
-    4-bit words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x num_warps weight
-    rows); BM of WS_ROWS; 1, 2, 4 or 8 decode warps (DW; their lanes across the BN weight rows, the warps that
-    BN does not need across a K tile's 8 word rows); a ring of 2-8 slots inside WS_SMEM; DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the
-    whole program's registers inside the register file (MAXNREG x 32 x its warps rounded up to whole
-    warpgroups <= 65536)."""
-    warps, bm, dw, stages, bk = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES"), cfg.get("BK", WS_BK)
+    4-bit words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps
+    (BN = 16 x num_warps weight rows); BM of WS_ROWS; 1, 2, 4 or 8 decode warps (DW: their lanes across the BN
+    weight rows, the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM;
+    DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside
+    the register file (MAXNREG x 32 x its warps rounded up to whole warpgroups <= 65536)."""
+    warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
+    bk = cfg.get("BK", WS_BK)
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \
             (layout.elem == INT4 and layout.group % bk):
         raise ValueError(f"WS for {what}: the warp-specialized kernel (w4_ws) reads 4-bit words in GPTQ's [K/8, N] "

@@ -601,8 +601,9 @@ class DenseGemm:
             return self.swap_ok(act)
         if cfg.get("REGA"):
             return self.rega_ok(act) and self.rega_fits(cfg)
-        if cfg.get("WS"):
-            return self.ws_ok(act) and self.k % cfg.get("BK", WS_BK) == 0
+        if cfg.get("WS"):       # K tiles inside this layer's INT4 groups (the table is not keyed by group)
+            bk = cfg.get("BK", WS_BK)
+            return self.ws_ok(act) and self.k % bk == 0 and (self.layout.elem != INT4 or self.layout.group % bk == 0)
         if cfg.get("WG"):       # and K tiles inside this layer's groups (the table is not keyed by group)
             if not self.wgmma_ok(act):
                 return False

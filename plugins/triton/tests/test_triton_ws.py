@@ -117,3 +117,15 @@ def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
     x = torch.randn(256, 512, dtype=torch.bfloat16, device=DEV)
     assert rel(g(x, 0, None, torch.bfloat16, cfg), ref.apply(x)) < 1e-2
     assert "WS" not in g.config_for(256, 0) and g.config_for(256, 0) == g.rule_config(256, 0)
+
+
+def test_ws_entry_serves_only_layers_whose_int4_groups_its_k_tile_divides(monkeypatch):
+    """The tuned table is not keyed by INT4 group size: a WS entry with 128-deep K tiles (one scale a tile) must not
+    serve a layer with 64-wide groups, even where w4_ws runs (ws_ok forced here); 64-deep tiles may."""
+    from oracle_triton.launch import DenseGemm
+
+    monkeypatch.setattr(DenseGemm, "ws_ok", lambda self, act: True)
+    t64, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV, group=64)
+    t128, _ = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV, group=128)
+    assert not t64.gemm.serves(WS_CFG, 256, 0) and t64.gemm.serves({**WS_CFG, "BK": 64}, 256, 0)
+    assert t128.gemm.serves(WS_CFG, 256, 0)
