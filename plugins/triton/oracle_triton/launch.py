@@ -707,7 +707,8 @@ class DenseGemm:
                           stride_sk=lay.stride_sk, stride_zk=lay.stride_zk, ELEM=lay.elem, GROUP=lay.group,
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, BM=bm,
                           BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
-                          PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0))
+                          PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2),
+                          MW=cfg.get("MW", 1))
         return y
 
     def wgmma_ok(self, act: int) -> bool:

@@ -4,8 +4,8 @@ Why: at 256 rows a 4-bit GEMM must decode its weights while the tensor cores mul
 MMA alone take about the same time on 8192x8192; in series they cannot reach 0.8x BF16). tl.dot's pipeline
 does not overlap a decode with the MMA, and w4_rega with many rows per program (R51) left the tensor cores
 idle while the same warps decoded. Here the program's warps are split (gl.warp_specialize): DW decode warps
-load each K tile's packed words (two tiles ahead) and scales, decode the words to the reference's bf16 weights
-and store them in a ring of STAGES shared-memory slots, with the activations copied into the same slot (by
+load each K tile's packed words (WPF tiles ahead, 2-4) and scales, decode the words to the reference's bf16
+weights and store them in a ring of STAGES shared-memory slots, with the activations copied into the same slot (by
 cp.async XCP tiles ahead, or through registers with XCP 0); the default num_warps warps (one or two
 warpgroups) wait for a slot, issue the wgmma on it (weights as A, activations as B, both from shared memory)
 and hand the slot back when that MMA is done. The ring's mbarriers are the only contact.
@@ -16,8 +16,10 @@ one 16-byte chunk of the slot's [BN, BK] K-major tile, written as four bf16 pair
 x s) rounded once (the fp16 scale split into two bf16 terms, pairs_ptx); E2M1 value x scale in one packed FMA
 (w4_rega.byte_pairs_ptx's decoder; NVFP4's factor bf16(s x g) rounded first, as w4_rega's default).
 bf16 activations and output, K a multiple of BK (64 or 128), INT4 groups a multiple of BK; grid (N / BN,
-M / BM, 1). Measured (R56, H200, 8192x8192, 256 rows): 81-84 µs against 85-88 for the tl.dot wgmma kernel
-and 49 for BF16 cuBLAS; the decode warps' loop, not the MMA, sets the pace.
+M / BM, 1). Measured (H200, 256 rows, graph replay): 8192x8192 INT4 71.5 µs with the words three tiles ahead and
+each slot handed back after its own MMA (R62; 81-84 before, R56; the tl.dot wgmma kernel 85-88), MXFP4 / NVFP4
+73.6 / 76.0 with one MMA warpgroup and all 256 rows a program (R62), BF16 cuBLAS 49; Nsight Compute (R63): the
+MMA warps wait for full slots, the decode warps no longer for empty ones: the decode sets the pace.
 """
 from __future__ import annotations
 
@@ -143,10 +145,12 @@ def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK:
 def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1, n_ok,
                      gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                      HAS_ZERO: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     PFENCE: gl.constexpr, XCP: gl.constexpr):
+                     PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr):
     """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
     slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
-    for (wait_group XCP), and the partition barrier before the arrive covers every thread's."""
+    for (wait_group XCP), and the partition barrier before the arrive covers every thread's. The words (and
+    scales) are loaded WPF tiles ahead (2-4) into registers: R60's profile of a 64-deep K tile a trip had the
+    decode waiting on words loaded two tiles earlier."""
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     for p in gl.static_range(XCP):
         mbarrier.wait(empty.index(p % STAGES), ((p // STAGES) & 1) ^ 1, pred=p < n_tiles)
@@ -157,6 +161,12 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_
                            stride_zk, ELEM, GROUP, HAS_ZERO, BK)
     u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
                               stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    if WPF >= 3:
+        u2, s2, zw2 = _load_words(2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                                  stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    if WPF >= 4:
+        u3, s3, zw3 = _load_words(3, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+                                  stride_zk, ELEM, GROUP, HAS_ZERO, BK)
     for i in range(n_tiles):
         j = i + XCP
         jslot = j % STAGES
@@ -164,7 +174,7 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_
         async_copy.async_copy_global_to_shared(x_ring.index(jslot), x_ptr + gl.minimum(j, n_tiles - 1) * BK + x_off,
                                                mask=x_ok & (j < n_tiles))
         async_copy.commit_group()
-        un, sn, zwn = _load_words(i + 2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+        un, sn, zwn = _load_words(i + WPF, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
                                   stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
@@ -174,7 +184,15 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_
             fence_async_shared()
         mbarrier.arrive(full.index(slot), count=1)
         u, s, zw = u1, s1, zw1
-        u1, s1, zw1 = un, sn, zwn
+        if WPF == 2:
+            u1, s1, zw1 = un, sn, zwn
+        elif WPF == 3:
+            u1, s1, zw1 = u2, s2, zw2
+            u2, s2, zw2 = un, sn, zwn
+        else:
+            u1, s1, zw1 = u2, s2, zw2
+            u2, s2, zw2 = u3, s3, zw3
+            u3, s3, zw3 = un, sn, zwn
     async_copy.wait_group(0)
 
 
@@ -182,12 +200,13 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_
 def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                       stride_xm, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                       HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
-                      STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr):
+                      STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
+                      WPF: gl.constexpr):
     """The producer: per K tile, the slot awaited (empty), the words decoded, both tiles stored, the slot handed
     over (full). Loads run ahead of the decode, the activations one tile and the words (from HBM) two, so that a
     tile's decode never waits for its own loads (each loop trip would otherwise sit out a memory latency).
     XCP D > 0: the activations copied by cp.async straight into their slot D tiles ahead instead (no registers,
-    no shared stores of them here)."""
+    no shared stores of them here), and the words WPF tiles ahead."""
     BN: gl.constexpr = 16 * NW
     BK8: gl.constexpr = BK // 8
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)    # same bytes
@@ -209,7 +228,7 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     if XCP:
         _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1,
                          n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BN, BK, STAGES,
-                         PFENCE, XCP)
+                         PFENCE, XCP, WPF)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
@@ -236,10 +255,11 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
 @gluon.jit
 def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                    HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                   NW: gl.constexpr, PFENCE: gl.constexpr):
+                   NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
-    activations [BM, BK] read K-major), the previous tile's MMA waited for and its slot handed back; then
-    the output tile (+ bias) in bf16."""
+    activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
+    or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
+    waited for slots that only the next tile's arrival would free); then the output tile (+ bias) in bf16."""
     BN: gl.constexpr = 16 * NW
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, BM, 16])
@@ -253,8 +273,12 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
         a_s = a_ring.index(slot)
         x_s = x_ring.index(slot)
         acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
-        acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+        if MW:
+            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
+            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+        else:
+            acc, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_s, x_s))
+            mbarrier.arrive(empty.index(slot), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     on = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
     om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
@@ -269,7 +293,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                  HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                  DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, PFENCE: gl.constexpr = 0,
-                 XCP: gl.constexpr = 0):
+                 XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -290,13 +314,13 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     if _WS_LIST:
         gl.warp_specialize([
             (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
-                              BM, BK, STAGES, num_warps, PFENCE)),
+                              BM, BK, STAGES, num_warps, PFENCE, MW)),
             (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                  stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
-                                 STAGES, DW, PFENCE, XCP))], [DW], [DREGS])
+                                 STAGES, DW, PFENCE, XCP, WPF))], [DW], [DREGS])
     else:
         gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
-                            BK, STAGES, num_warps, PFENCE), _mma_partition,
+                            BK, STAGES, num_warps, PFENCE, MW), _mma_partition,
                            (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                             stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
-                            STAGES, DW, PFENCE, XCP), [_decode_partition], [DW], [DREGS])
+                            STAGES, DW, PFENCE, XCP, WPF), [_decode_partition], [DW], [DREGS])

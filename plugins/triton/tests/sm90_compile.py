@@ -471,7 +471,7 @@ def rega_cases():
 def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: bool = False, maxnreg: int = 168,
        **keys):
     """w4_ws.w4_ws_kernel (Gluon, warp-specialized) as launch.DenseGemm.ws launches it on the word layout (keys:
-    BK, XCP, PFENCE)."""
+    BK, XCP, PFENCE, WPF, MW)."""
     from oracle_triton.w4_ws import w4_ws_kernel
 
     consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, BM=bm,
@@ -482,13 +482,19 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
 
 
 def ws_cases():
-    """The warp-specialized many-row 4-bit kernel (w4_ws) for each format: the shipped entries' configuration
-    (128-wide K tiles, activations by cp.async a tile ahead) and the R55 one (64-wide, two ahead)."""
-    entry = dict(maxnreg=128, BK=128, XCP=1)
+    """The warp-specialized many-row 4-bit kernel (w4_ws) as the H200's 256-row entries launch it: INT4 on two MMA
+    warpgroups with 128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61,
+    R62); MXFP4 / NVFP4 on one warpgroup with all 256 rows a program (R60: 4 slots, XCP 1; 5 slots, XCP 3); and
+    the R55 configuration (64-deep tiles, two ahead, MW 1)."""
+    int4 = dict(maxnreg=128, BK=128, XCP=1, MW=0)
+    fp4 = dict(maxnreg=168, XCP=1)
     return {
-        "ws int4 zero points w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(3, 8, 128, 3, 8, 128, zero=True, **entry),
-        "ws mxfp4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(1, 8, 128, 3, 8, 128, **entry),
-        "ws nvfp4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1": lambda: ws(2, 8, 128, 3, 8, 128, **entry),
+        "ws int4 zero points w8 bm 128 stages 3 dw 8 bk 128 xcp 1 wpf 3 mw 0":
+            lambda: ws(3, 8, 128, 3, 8, 128, zero=True, WPF=3, **int4),
+        "ws int4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1 wpf 4 mw 0": lambda: ws(3, 8, 128, 3, 8, 128, WPF=4, **int4),
+        "ws mxfp4 w4 bm 256 stages 4 dw 8 xcp 1": lambda: ws(1, 4, 256, 4, 8, 104, **fp4),
+        "ws nvfp4 w4 bm 256 stages 4 dw 8 xcp 1": lambda: ws(2, 4, 256, 4, 8, 104, **fp4),
+        "ws nvfp4 w4 bm 256 stages 5 dw 8 xcp 3": lambda: ws(2, 4, 256, 5, 8, 104, maxnreg=168, XCP=3),
         "ws int4 w8 bm 128 stages 6 dw 8 xcp 2": lambda: ws(3, 8, 128, 6, 8, 128, maxnreg=128, XCP=2),
     }
 

@@ -328,9 +328,10 @@ def test_rega_kernel_matches_emulation_and_replays(fmt):
 def test_ws_kernel_matches_emulation_and_replays(fmt):
     """w4_ws (Gluon, sm_90: decode warps feeding a shared-memory ring to the MMA warps) through the engine's WS
     path: 300 rows (a row tail at 64 / 128 rows a program), N = 1000 (a weight-row tail), K = 3072, a bias, INT4
-    zero points; 8 and 4 MMA warps, 8 and 4 decode warps, rings of 3-6 slots (the ring wraps many times), the
-    activations through registers and by cp.async 1-3 tiles ahead (XCP), K tiles of 64 and 128 (BK), the proxy
-    fence on either side (PFENCE);
+    zero points; 8 and 4 MMA warps, 4, 8 and 16 decode warps, 64-256 activation rows a program, rings of 3-6
+    slots (the ring wraps many times), the activations through registers and by cp.async 1-3 tiles ahead (XCP),
+    the words 2-4 tiles ahead (WPF), slots handed back after the next MMA or their own (MW), K tiles of 64 and
+    128 (BK), the proxy fence on either side (PFENCE);
     against the reference, and captured and replayed."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
@@ -344,7 +345,12 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
             dict(num_warps=8, BM=64, STAGES=6, DW=4, DREGS=200, MAXNREG=168),
             dict(num_warps=4, BM=128, STAGES=3, DW=4, DREGS=168, MAXNREG=168),
             dict(num_warps=8, BM=128, STAGES=6, DW=8, DREGS=128, MAXNREG=128, XCP=3),
-            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128)]
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128),
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128, WPF=3, MW=0),
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128, WPF=4, MW=0),
+            dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XCP=1),
+            dict(num_warps=4, BM=256, STAGES=5, DW=8, DREGS=104, MAXNREG=168, XCP=3, WPF=4, MW=0),
+            dict(num_warps=4, BM=128, STAGES=4, DW=16, DREGS=72, MAXNREG=96, XCP=1, BK=128)]
     for c in cfgs:
         cfg = {"WS": 1, **c, **kn}
         assert t.gemm.serves(cfg, 300, 0), cfg
@@ -354,14 +360,14 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "int4"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
 def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
-    """The H200's shipped 256-row entry of an 8192x8192 INT4 / MXFP4 layer selects w4_ws through the public call:
+    """The H200's shipped 256-row entry of an 8192x8192 4-bit layer selects w4_ws through the public call:
     TritonLinear.apply on 256 rows (config_for's tuned lookup, the launch plan's recording call) runs DenseGemm.ws
     and matches the reference, and so does the plan's replay (the second call, other activations)."""
     from oracle_triton.launch import DenseGemm
 
-    mode = {"mxfp4": "w4a16_mx", "int4": "w4a16_int4"}[fmt]
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
     if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.ws_ok(0):
         pytest.skip("the WS entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")

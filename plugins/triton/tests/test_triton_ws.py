@@ -81,8 +81,9 @@ WS_CFG = {"WS": 1, "num_warps": 8, "BM": 128, "STAGES": 3, "DW": 8, "DREGS": 128
 
 def test_ws_options_in_check_config():
     """The WS configs check_config takes (the shipped entries', the GPU test's) and the ones it refuses: off-list
-    rows, decode warps or K tiles, a ring over the shared-memory budget, registers over the register file,
-    XCP too deep for the ring, PFENCE 2, INT4 groups the K tile does not divide, a non-word layout."""
+    rows, decode warps or K tiles, a ring over the shared-memory budget, registers over the register file or
+    under the MMA warps' accumulator (ptxas's floor, seen locally for 8 + 16 warps at 80 registers), words
+    prefetched 5 tiles ahead or more than 2 without cp.async activations, MW 2, XCP too deep for the ring, PFENCE 2, INT4 groups the K tile does not divide, a non-word layout."""
     from oracle_triton.formats import check_config, layout_for, words_layout
 
     i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
@@ -90,8 +91,18 @@ def test_ws_options_in_check_config():
         check_config({**WS_CFG, **kn}, lay)
         check_config({"WS": 1, "num_warps": 4, "BM": 128, "STAGES": 3, "DW": 4, "DREGS": 168, "MAXNREG": 168, **kn}, lay)
         check_config({"WS": 1, "num_warps": 8, "BM": 64, "STAGES": 6, "DW": 4, "DREGS": 200, "MAXNREG": 168, **kn}, lay)
+        check_config({"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XCP": 2,
+                      **kn}, lay)                                         # one warpgroup, 256 rows (R59)
+        check_config({"WS": 1, "num_warps": 4, "BM": 128, "STAGES": 4, "DW": 16, "DREGS": 72, "MAXNREG": 96, "XCP": 1,
+                      "BK": 128, **kn}, lay)                              # 16 decode warps (R59)
+        check_config({**WS_CFG, "WPF": 4, "MW": 0, **kn}, lay)            # words 4 tiles ahead, slots back sooner
+        with pytest.raises(ValueError, match="accumulator"):           # 24 warps leave the wgmma 80 registers
+            check_config({**WS_CFG, "DW": 16, "DREGS": 64, "MAXNREG": 80, **kn}, lay)
+        with pytest.raises(ValueError, match="accumulator"):           # a 64 x 256 fp32 accumulator is 128 a thread
+            check_config({"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 144,
+                          **kn}, lay)
         for bad in ({"BM": 96}, {"DW": 3}, {"BK": 256}, {"STAGES": 4}, {"MAXNREG": 136}, {"DREGS": 20},
-                    {"XCP": 2}, {"PFENCE": 2}, {"num_warps": 2}):
+                    {"XCP": 2}, {"PFENCE": 2}, {"num_warps": 2}, {"WPF": 5}, {"MW": 2}, {"XCP": 0, "WPF": 3}):
             with pytest.raises(ValueError, match="WS|DREGS|PFENCE"):
                 check_config({**WS_CFG, **kn, **bad}, lay)
     with pytest.raises(ValueError, match="WS"):
@@ -101,14 +112,21 @@ def test_ws_options_in_check_config():
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
-    """The H200's 8192x8192 INT4 / MXFP4 entries at 256 rows are WS configs (R56). A WS config serves a layer only
-    where w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the shape rules' path,
-    and either way the call matches the reference. A shape without an entry keeps the rules' choice."""
+    """The H200's 256-row entries that are WS configs: INT4 on the three large shapes with two MMA warpgroups,
+    128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61-R62); MXFP4 / NVFP4 on the three large shapes with one warpgroup and all 256 rows a program (R60). A WS config
+    serves a layer only where w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the
+    shape rules' path, and either way the call matches the reference. A shape without an entry keeps the rules'
+    choice."""
     from oracle_triton import tuned
 
-    for mode, weight in (("w4a16_int4", "int4"), ("w4a16_mx", "mxfp4")):
-        found = tuned.lookup("NVIDIA H200", "dense", mode, 8192, 8192, 256)
-        assert found is not None and found.get("WS") and found["BK"] == 128, found
+    for n, k in ((8192, 8192), (7168, 18432), (36864, 7168)):
+        found = tuned.lookup("NVIDIA H200", "dense", "w4a16_int4", n, k, 256)
+        assert found is not None and found.get("WS") and found["BK"] == 128 and found["num_warps"] == 8, found
+        assert found["WPF"] >= 3 and found["MW"] == 0, found
+    for mode in ("w4a16_mx", "w4a16_nvfp4"):
+        for n, k in ((8192, 8192), (7168, 18432), (36864, 7168)):
+            found = tuned.lookup("NVIDIA H200", "dense", mode, n, k, 256)
+            assert found is not None and found.get("WS") and found["BM"] == 256 and found["num_warps"] == 4, found
     t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
     g, cfg = t.gemm, {**WS_CFG, "BK": 64}
     assert g.serves(cfg, 256, 0) == g.ws_ok(0)
