@@ -1,5 +1,5 @@
 """R65: w4_ws's time against K at 256 rows (INT4, N = 8192, the 8192x8192 entry's configuration: 64 programs x 2,
-128-deep K tiles): a line fitted through K = 1024..8192 splits a program's time into a fixed part and a part per
+128-deep K tiles): a line fitted through K = 128..8192 (1-64 tiles a program) splits a program's time into a fixed part and a part per
 K tile (R64's split-K runs took about 30 us a wave whatever their tiles a program). Graph replay over weight copies
 rotated out of L2, one process; BF16 cuBLAS beside each K. Run from bench/."""
 import os
@@ -17,7 +17,7 @@ lin.WORD_LAYOUT = True
 cfg = {"WS": 1, "num_warps": 8, "BM": 128, "STAGES": 3, "DW": 8, "DREGS": 128, "MAXNREG": 128, "XCP": 1, "BK": 128,
        "WPF": 3, "MW": 0}
 pts = []
-for k in (1024, 2048, 4096, 8192):
+for k in (128, 512, 1024, 2048, 4096, 8192):
     w = torch.randn(8192, k, device="cuda", dtype=torch.bfloat16) * 0.05
     x = torch.randn(256, k, device="cuda", dtype=torch.bfloat16)
     bf16 = [w] + [w.clone() for _ in range(copies(8192 * k * 2) - 1)]
