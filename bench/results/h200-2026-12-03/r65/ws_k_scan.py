@@ -1,7 +1,7 @@
 """R65: w4_ws's time against K at 256 rows (INT4, N = 8192, the 8192x8192 entry's configuration: 64 programs x 2,
-128-deep K tiles): a line fitted through K = 128..8192 (1-64 tiles a program) splits a program's time into a fixed part and a part per
-K tile (R64's split-K runs took about 30 us a wave whatever their tiles a program). Graph replay over weight copies
-rotated out of L2, one process; BF16 cuBLAS beside each K. Run from bench/."""
+128-deep K tiles): a line fitted through K = 128..8192 (1-64 tiles a program) splits a program's time into a fixed
+part and a part per K tile (R64's split-K runs took about 30 us a wave whatever their tiles a program). Graph replay
+over weight copies rotated out of L2, one process; BF16 cuBLAS beside each K. Run from bench/."""
 import os
 import sys
 
