@@ -127,14 +127,14 @@ WS_MMA_REGS = 26
 
 
 def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
-    """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that;
-    4-bit words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps
-    (BN = 16 x num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the
-    BN weight rows, the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM;
-    PFENCE / XCP / MW / WPF in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG
-    a multiple of 8 in 64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps
-    rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses
-    the wgmma below that: 8 + 16 warps at 80 registers, BM 128)."""
+    """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that; 4-bit
+    words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
+    num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
+    the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP / MW /
+    WPF in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in
+    64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps rounded up to whole
+    warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x num_warps) registers a
+    thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80 registers, BM 128)."""
     warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
     bk = cfg.get("BK", WS_BK)
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \
@@ -144,8 +144,8 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
                          f"repacked) only, not {cfg}")
     if warps not in (4, 8) or bm not in WS_ROWS or dw not in (1, 2, 4, 8, 16) or \
             stages not in range(2, 9) or stages * (16 * warps + bm) * bk * 2 > WS_SMEM:
-        raise ValueError(f"WS for {what}: num_warps 4 or 8, BM one of {WS_ROWS}, DW 1, 2, 4, 8 or 16, STAGES 2-8 inside "
-                         f"{WS_SMEM} B of shared memory, not {cfg}")
+        raise ValueError(f"WS for {what}: num_warps 4 or 8, BM one of {WS_ROWS}, DW 1, 2, 4, 8 or 16, STAGES 2-8 "
+                         f"inside {WS_SMEM} B of shared memory, not {cfg}")
     xcp = cfg.get("XCP", 0)
     if cfg.get("PFENCE", 0) not in (0, 1) or xcp not in range(0, stages - 1) or cfg.get("MW", 1) not in (0, 1) or \
             cfg.get("WPF", 2) not in ((2, 3, 4) if xcp else (2,)):

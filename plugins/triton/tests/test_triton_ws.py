@@ -80,10 +80,11 @@ WS_CFG = {"WS": 1, "num_warps": 8, "BM": 128, "STAGES": 3, "DW": 8, "DREGS": 128
 
 
 def test_ws_options_in_check_config():
-    """The WS configs check_config takes (the shipped entries', the GPU test's) and the ones it refuses: off-list
-    rows, decode warps or K tiles, a ring over the shared-memory budget, registers over the register file or
-    under the MMA warps' accumulator (ptxas's floor, seen locally for 8 + 16 warps at 80 registers), words
-    prefetched 5 tiles ahead or more than 2 without cp.async activations, MW 2, XCP too deep for the ring, PFENCE 2, INT4 groups the K tile does not divide, a non-word layout."""
+    """The WS configs check_config takes (the shipped entries', the GPU test's) and the ones it refuses: off-list rows,
+    decode warps or K tiles, a ring over the shared-memory budget, registers over the register file or under the MMA
+    warps' accumulator (ptxas's floor, seen locally for 8 + 16 warps at 80 registers), words prefetched 5 tiles
+    ahead or more than 2 without cp.async activations, MW 2, XCP too deep for the ring, PFENCE 2, INT4 groups the K
+    tile does not divide, a non-word layout."""
     from oracle_triton.formats import check_config, layout_for, words_layout
 
     i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
@@ -112,11 +113,11 @@ def test_ws_options_in_check_config():
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
-    """The H200's 256-row entries that are WS configs: INT4 on the three large shapes with two MMA warpgroups,
-    128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61-R62); MXFP4 / NVFP4 on the three large shapes with one warpgroup and all 256 rows a program (R60). A WS config
-    serves a layer only where w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the
-    shape rules' path, and either way the call matches the reference. A shape without an entry keeps the rules'
-    choice."""
+    """The H200's 256-row entries that are WS configs: INT4 on the three large shapes with two MMA warpgroups, 128-deep
+    K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61-R62); MXFP4 / NVFP4 on the
+    three large shapes with one warpgroup and all 256 rows a program (R60). A WS config serves a layer only where
+    w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the shape rules' path, and
+    either way the call matches the reference. A shape without an entry keeps the rules' choice."""
     from oracle_triton import tuned
 
     for n, k in ((8192, 8192), (7168, 18432), (36864, 7168)):
