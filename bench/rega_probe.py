@@ -78,13 +78,15 @@ REGA_KEYS = ("num_warps", "SPLIT_K", "XT", "PF", "EARLY", "TABLE", "WAIT")
 def variants(shape: str, shipped_cfg: dict, fmt: str = "") -> list[dict]:
     """The REGA configs tried on a shape whose shipped M=16 entry is shipped_cfg (--cfgs: the file's for
     "fmt@shape" if it lists that, else for the format; a variant {"base": "shipped", KEY: value, ...} is the
-    shipped REGA entry's launch keys with those set)."""
+    shipped REGA entry's launch keys, or a WS entry's keys, with those set)."""
     if CFGS:
         out = []
         for v in CFGS.get(f"{fmt}@{shape}", CFGS.get(fmt, [])):
             v = dict(v)
-            if v.pop("base", None) == "shipped":
-                v = {**{key: shipped_cfg[key] for key in REGA_KEYS if key in shipped_cfg}, **v}
+            if v.pop("base", None) == "shipped":      # a WS entry's keys are all launch keys
+                keep = shipped_cfg if shipped_cfg.get("WS") else \
+                    {key: shipped_cfg[key] for key in REGA_KEYS if key in shipped_cfg}
+                v = {**keep, **v}
             out.append(v)
         return out
     split = shipped_cfg["SPLIT_K"]

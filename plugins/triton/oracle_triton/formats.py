@@ -130,8 +130,8 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that; 4-bit
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
-    the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP / MW /
-    WPF in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in
+    the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP /
+    XTMA / MW / WPF / PP / DP in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in
     64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps rounded up to whole
     warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x num_warps) registers a
     thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80 registers, BM 128)."""
@@ -147,12 +147,22 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
         raise ValueError(f"WS for {what}: num_warps 4 or 8, BM one of {WS_ROWS}, DW 1, 2, 4, 8 or 16, STAGES 2-8 "
                          f"inside {WS_SMEM} B of shared memory, not {cfg}")
     xcp = cfg.get("XCP", 0)
+    xt = cfg.get("XTMA", 0)
     if cfg.get("PFENCE", 0) not in (0, 1) or xcp not in range(0, stages - 1) or cfg.get("MW", 1) not in (0, 1) or \
-            cfg.get("WPF", 2) not in ((2, 3, 4) if xcp else (2,)):
-        raise ValueError(f"PFENCE / XCP / MW / WPF for {what}: PFENCE 0 (the MMA warps' proxy fence) or 1 (the decode "
-                         f"warps'), XCP 0 (activations through registers) or 1..STAGES - 2 tiles copied ahead, MW 1 "
-                         f"(a slot handed back after the next tile's MMA is issued) or 0 (after its own), WPF 2-4 "
-                         f"(the words loaded that many tiles ahead; 2 with XCP 0), not {cfg}")
+            xt not in (0, 1, 2) or (xt and xcp) or cfg.get("WPF", 2) not in ((2, 3, 4) if xcp or xt else (2,)):
+        raise ValueError(f"PFENCE / XCP / XTMA / MW / WPF for {what}: PFENCE 0 (the MMA warps' proxy fence) or 1 (the "
+                         f"decode warps'), XCP 0 (activations through registers) or 1..STAGES - 2 tiles copied ahead, "
+                         f"XTMA 0, 1 or 2 (the activations by TMA from the MMA or the decode warps; XCP 0 then), MW 1 (a "
+                         f"slot handed back after the next tile's MMA is issued) or 0 (after its own), WPF 2-4 (the "
+                         f"words loaded that many tiles ahead; 2 with neither XCP nor XTMA), not {cfg}")
+    if cfg.get("PP", 0) not in (0, 1) or (cfg.get("PP") and (warps != 8 or xt != 2 or dw not in (4, 8) or
+                                                            cfg.get("DREGS") != cfg.get("MAXNREG"))):
+        raise ValueError(f"PP for {what}: 0, or 1 (two MMA warpgroups on their own: num_warps 8, XTMA 2, DW 4 or 8, "
+                         f"DREGS = MAXNREG, every warp's registers), not {cfg}")
+    dp = cfg.get("DP", 1)
+    if dp not in (1, 2, 4) or (dp > 1 and (not xt or cfg.get("PP") or dw % dp or dp > stages)):
+        raise ValueError(f"DP for {what}: 1, 2 or 4 decode partitions (more than 1 with XTMA, without PP, DW a "
+                         f"multiple of DP, DP <= STAGES), not {cfg}")
     dregs, maxnreg = cfg.get("DREGS"), cfg.get("MAXNREG")
     if dregs not in range(24, 257, 8) or maxnreg not in range(64, 256, 8) or \
             maxnreg * 32 * -(-(warps + dw) // 4) * 4 > 65536 or maxnreg < 16 * bm // 32 + WS_MMA_REGS:

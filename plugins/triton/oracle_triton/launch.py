@@ -692,15 +692,19 @@ class DenseGemm:
     def ws(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16, bf16: w4_ws.w4_ws_kernel (16 x num_warps weight rows and BM activation rows
         per program, DW decode warps beside them, a ring of STAGES K tiles of BK, 64 unless told; one launch)."""
-        from .w4_ws import w4_ws_kernel
+        from .w4_ws import w4_ws_kernel, x_tma_desc
 
         m = x.shape[0]
-        if x.stride(1) != 1:
+        xt = cfg.get("XTMA", 0)
+        if x.stride(1) != 1 or (xt and (x.data_ptr() % 16 or x.stride(0) % 8)):     # TMA: 16-byte rows and base
             x = x.contiguous()
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
         warps, bm, lay = cfg["num_warps"], cfg["BM"], self.layout
         grid = (-(-self.n // (16 * warps)), -(-m // bm), 1)
-        fastlaunch.launch(w4_ws_kernel, grid, warps, None, maxnreg=cfg["MAXNREG"],
+        if xt:      # the descriptor holds this call's x: a replayed plan would read another call's
+            fastlaunch.spoil("a TMA descriptor of the call's activations")
+        pp = cfg.get("PP", 0)       # PP: the kernel's own warps are the DW decode warps, the MMA warpgroups workers
+        fastlaunch.launch(w4_ws_kernel, grid, cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                           x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
                           b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, M=m, N=self.n, K=self.k,
                           stride_xm=x.stride(0), stride_ym=y.stride(0), stride_wk=lay.stride_wk,
@@ -708,7 +712,7 @@ class DenseGemm:
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, BM=bm,
                           BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                           PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2),
-                          MW=cfg.get("MW", 1))
+                          MW=cfg.get("MW", 1), XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(x, bm) if xt else None)
         return y
 
     def wgmma_ok(self, act: int) -> bool:

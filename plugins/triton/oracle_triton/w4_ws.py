@@ -28,7 +28,7 @@ import inspect
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, \
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
     warpgroup_mma_wait
 
 #: Triton 3.7's warp_specialize takes [(function, args), ...]; 3.6's (the H200's) the default partition's args
@@ -57,6 +57,15 @@ def pairs_ptx(int4: bool) -> str:
             lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
                       "or.b32 a, a, b;", f"fma.rn.bf16x2 ${j}, a, $5, z;"]
     return "{\n" + "\n".join(lines) + "\n}"
+
+
+def x_tma_desc(x, bm: int):
+    """XTMA 1's descriptor of the activations x [M, K] (bf16, rows contiguous): [BM, 64] boxes (64 bf16, the
+    128-byte swizzle's span) in the slots' layout; rows past M read as zeros."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(x, [bm, 64], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                                           rank=2))
 
 
 _INT4_PTX = gl.constexpr(pairs_ptx(True))
@@ -142,44 +151,56 @@ def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK:
 
 
 @gluon.jit
-def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1, n_ok,
-                     gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
-                     HAS_ZERO: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr):
+def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok, w_off,
+                     w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr,
+                     GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
+                     BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
+                     WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1):
     """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
     slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
     for (wait_group XCP), and the partition barrier before the arrive covers every thread's. The words (and
     scales) are loaded WPF tiles ahead (2-4) into registers: R60's profile of a 64-deep K tile a trip had the
-    decode waiting on words loaded two tiles earlier."""
+    decode waiting on words loaded two tiles earlier. XTMA 1: the MMA warps bring the activations by TMA, so a
+    trip here is the words, their decode and the slot's weights only (its slot awaited just before the store);
+    XTMA 2: these warps start the slot's activations TMA (one elected thread) once the slot is theirs.
+    DP > 1 (with XTMA): this is decode partition PART of DP, on K tiles PART, PART + DP, ... only (its words
+    loaded WPF of its own tiles ahead), so DP tiles are decoded at once and each has DP trips' time."""
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
-    for p in gl.static_range(XCP):
+    for p in gl.static_range(0 if XTMA else XCP):
         mbarrier.wait(empty.index(p % STAGES), ((p // STAGES) & 1) ^ 1, pred=p < n_tiles)
         async_copy.async_copy_global_to_shared(x_ring.index(p % STAGES), x_ptr + p * BK + x_off,
                                                mask=x_ok & (p < n_tiles))
         async_copy.commit_group()
-    u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+    u, s, zw = _load_words(PART, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
                            stride_zk, ELEM, GROUP, HAS_ZERO, BK)
-    u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                              stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    u1, s1, zw1 = _load_words(PART + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                              stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 3:
-        u2, s2, zw2 = _load_words(2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                                  stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+        u2, s2, zw2 = _load_words(PART + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 4:
-        u3, s3, zw3 = _load_words(3, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                                  stride_zk, ELEM, GROUP, HAS_ZERO, BK)
-    for i in range(n_tiles):
-        j = i + XCP
-        jslot = j % STAGES
-        mbarrier.wait(empty.index(jslot), ((j // STAGES) & 1) ^ 1, pred=j < n_tiles)
-        async_copy.async_copy_global_to_shared(x_ring.index(jslot), x_ptr + gl.minimum(j, n_tiles - 1) * BK + x_off,
-                                               mask=x_ok & (j < n_tiles))
-        async_copy.commit_group()
-        un, sn, zwn = _load_words(i + WPF, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+        u3, s3, zw3 = _load_words(PART + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+    for i in range(PART, n_tiles, DP):
+        if not XTMA:
+            j = i + XCP
+            jslot = j % STAGES
+            mbarrier.wait(empty.index(jslot), ((j // STAGES) & 1) ^ 1, pred=j < n_tiles)
+            async_copy.async_copy_global_to_shared(x_ring.index(jslot),
+                                                   x_ptr + gl.minimum(j, n_tiles - 1) * BK + x_off,
+                                                   mask=x_ok & (j < n_tiles))
+            async_copy.commit_group()
+        un, sn, zwn = _load_words(i + WPF * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
                                   stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
+        if XTMA:
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            if XTMA == 2:
+                _x_tile(x_desc, x_ring, xfull, i, n_tiles, off_m, BM, BK, STAGES)
         a_ring.index(slot)._reinterpret(gl.int32, [BN, BK // 2], a32_sl).store(tile)
-        async_copy.wait_group(XCP)          # tile i's activations (this thread's copies)
+        if not XTMA:
+            async_copy.wait_group(XCP)          # tile i's activations (this thread's copies)
         if PFENCE:
             fence_async_shared()
         mbarrier.arrive(full.index(slot), count=1)
@@ -193,7 +214,8 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_
             u1, s1, zw1 = u2, s2, zw2
             u2, s2, zw2 = u3, s3, zw3
             u3, s3, zw3 = un, sn, zwn
-    async_copy.wait_group(0)
+    if not XTMA:
+        async_copy.wait_group(0)
 
 
 @gluon.jit
@@ -201,12 +223,15 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
                       stride_xm, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                       HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
                       STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
-                      WPF: gl.constexpr):
-    """The producer: per K tile, the slot awaited (empty), the words decoded, both tiles stored, the slot handed
-    over (full). Loads run ahead of the decode, the activations one tile and the words (from HBM) two, so that a
-    tile's decode never waits for its own loads (each loop trip would otherwise sit out a memory latency).
-    XCP D > 0: the activations copied by cp.async straight into their slot D tiles ahead instead (no registers,
-    no shared stores of them here), and the words WPF tiles ahead."""
+                      WPF: gl.constexpr, XTMA: gl.constexpr = 0, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
+                      xfull=None, x_desc=None):
+    """The producer (DW warps; DP > 1: one of DP such partitions, _decode_loop_xcp): per K tile, the slot awaited
+    (empty), the words decoded, both tiles stored, the slot handed over (full). Loads run ahead of the decode, the
+    activations one tile and the words (from HBM) two, so that a tile's decode never waits for its own loads (each
+    loop trip would otherwise sit out a memory latency). XCP D > 0: the activations copied by cp.async straight into
+    their slot D tiles ahead instead (no registers, no shared stores of them here), and the words WPF tiles ahead;
+    XTMA 1: the activations are not this partition's work at all (the MMA warps' TMA); XTMA 2: only a TMA started
+    per K tile here."""
     BN: gl.constexpr = 16 * NW
     BK8: gl.constexpr = BK // 8
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)    # same bytes
@@ -225,10 +250,10 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     if ELEM == 2:
         gscale = gl.load(g_ptr)
     n_tiles = K // BK
-    if XCP:
-        _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, x_off, x_ok, w_off, w_ok, r8, n1,
-                         n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BN, BK, STAGES,
-                         PFENCE, XCP, WPF)
+    if XCP or XTMA:
+        _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok,
+                         w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM, GROUP,
+                         HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
@@ -253,34 +278,63 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
 
 
 @gluon.jit
-def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
-                   HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                   NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr):
+def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
+    """XTMA 1: TMA of K tile t's activations [BM, BK] into its slot (t % STAGES), as 64-wide boxes (the 128-byte
+    swizzle's span; a 128-deep slot is two such column blocks), completing on xfull; none past the last tile."""
+    slot = t % STAGES
+    ok = t < n_tiles
+    mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
+    for h in gl.static_range(BK // 64):
+        tma.async_copy_global_to_shared(x_desc, [off_m, t * BK + 64 * h], xfull.index(slot),
+                                        x_ring.index(slot).slice(64 * h, 64, dim=1), pred=ok)
+
+
+@gluon.jit
+def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+                   BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
+                   MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
+                   x_desc=None):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
-    waited for slots that only the next tile's arrival would free); then the output tile (+ bias) in bf16."""
+    waited for slots that only the next tile's arrival would free); then the output tile (+ bias) in bf16.
+    XTMA 1: these warps (idle while a slot is decoded) also fill the slots' activations by TMA, STAGES tiles
+    ahead: a slot's next tile is loaded as soon as the MMA that read the slot is done. PP 1: one of two such
+    partitions (a warpgroup each), this one on the slot's weight rows ROW0..ROW0 + 64: each waits, multiplies
+    and hands slots back (empty counts both) on its own, so one's waits leave the tensor cores to the other."""
     BN: gl.constexpr = 16 * NW
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, BM, 16])
     acc = gl.zeros([BN, BM], gl.float32, acc_l)
     n_tiles = K // BK
+    if XTMA == 1:
+        for p in gl.static_range(STAGES):
+            _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES)
     for i in range(n_tiles):
         slot = i % STAGES
         mbarrier.wait(full.index(slot), (i // STAGES) & 1)
+        if XTMA:
+            mbarrier.wait(xfull.index(slot), (i // STAGES) & 1)
         if not PFENCE:
             fence_async_shared()        # the decode warps' stores (ordered before by the mbarrier) before the wgmma
         a_s = a_ring.index(slot)
+        if PP:
+            a_s = a_s.slice(ROW0, BN, dim=0)
         x_s = x_ring.index(slot)
         acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
         if MW:
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
             mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+            if XTMA == 1:
+                if i > 0:
+                    _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES)
         else:
             acc, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_s, x_s))
             mbarrier.arrive(empty.index(slot), count=1)
+            if XTMA == 1:
+                _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    on = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
+    on = off_n + ROW0 + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
     om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
@@ -289,17 +343,86 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
 
 
 @gluon.jit
+def _mma_wg0(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+             BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr,
+             XTMA: gl.constexpr, xfull, x_desc):
+    """PP 1: the MMA warpgroup on the slots' weight rows 0-63 (a worker partition of 4 warps)."""
+    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM, BK,
+                   STAGES, 4, PFENCE, MW, XTMA, 1, 0, xfull, x_desc)
+
+
+@gluon.jit
+def _mma_wg1(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+             BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr,
+             XTMA: gl.constexpr, xfull, x_desc):
+    """PP 1: the MMA warpgroup on the slots' weight rows 64-127."""
+    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM, BK,
+                   STAGES, 4, PFENCE, MW, XTMA, 1, 64, xfull, x_desc)
+
+
+@gluon.jit
+def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
+               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+    """DP > 1: decode partition 0 of DP (K tiles 0, DP, 2 DP, ...; DW / DP warps)."""
+    _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      WPF, XTMA, 0, DP, xfull, x_desc)
+
+
+@gluon.jit
+def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
+               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+    """DP > 1: decode partition 1 of DP."""
+    _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      WPF, XTMA, 1, DP, xfull, x_desc)
+
+
+@gluon.jit
+def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
+               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+    """DP 4: decode partition 2 of 4."""
+    _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      WPF, XTMA, 2, DP, xfull, x_desc)
+
+
+@gluon.jit
+def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
+               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+    """DP 4: decode partition 3 of 4."""
+    _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      WPF, XTMA, 3, DP, xfull, x_desc)
+
+
+@gluon.jit
 def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk,
                  stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                  HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                  DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, PFENCE: gl.constexpr = 0,
-                 XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1):
+                 XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1, XTMA: gl.constexpr = 0,
+                 PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
     slot's mbarrier (PFENCE 0), or by the decode warps before they arrive on it (PFENCE 1: there ptxas's
-    MEMBAR waits for the words still in flight for the next tiles, so every K tile sits out a memory latency)."""
-    BN: gl.constexpr = 16 * num_warps
+    MEMBAR waits for the words still in flight for the next tiles, so every K tile sits out a memory latency).
+    XTMA 1 / 2: x_desc, a TMA descriptor of x with [BM, 64] boxes, through which the MMA warps (1) or the decode
+    warps (2) load the activations. PP 1 (with XTMA 2): the num_warps = DW decode warps are the default partition
+    and two MMA warpgroups (workers of 4 warps, DREGS registers) each take 64 of BN = 128 weight rows on their own.
+    DP 2 / 4 (with XTMA): the decode warps as DP partitions of DW / DP warps, each on every DP-th K tile.
+    """
+    NW: gl.constexpr = 8 if PP else num_warps
+    BN: gl.constexpr = 16 * NW
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * BM
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
@@ -307,20 +430,117 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    xfull = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(full.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2 if PP else 1)
+        if XTMA:
+            mbarrier.init(xfull.index(s), count=1)
+    if XTMA:
+        fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
     # the argument tuples written inline: a tuple assigned to a name first holds its constexprs as tensors
-    if _WS_LIST:
+    if not XTMA:    # the partitions' arguments as before XTMA (R72: more took 3.6's INT4 zero-point decode spills up)
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                  BM, BK, STAGES, num_warps, PFENCE, MW)),
+                (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N,
+                                     K, stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps,
+                                     BM, BK, STAGES, DW, PFENCE, XCP, WPF))], [DW], [DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                BM, BK, STAGES, num_warps, PFENCE, MW), _mma_partition,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                STAGES, DW, PFENCE, XCP, WPF), [_decode_partition], [DW], [DREGS])
+    elif PP:    # Triton 3.6's workers share one argument tuple: both MMA warpgroups take the same
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N,
+                                     K, stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                                     STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc)),
+                (_mma_wg0, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                            BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc)),
+                (_mma_wg1, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                            BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc))], [4, 4], [DREGS, DREGS])
+        else:
+            gl.warp_specialize((x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES,
+                                DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc), _decode_partition,
+                               (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                BM, BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc), [_mma_wg0, _mma_wg1], [4, 4],
+                               [DREGS, DREGS])
+    elif DP > 1:
+        _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr,
+                         off_n, off_m, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk, stride_zk, ELEM, GROUP,
+                         HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP)
+    elif _WS_LIST:
         gl.warp_specialize([
-            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
-                              BM, BK, STAGES, num_warps, PFENCE, MW)),
+            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                              BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
             (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                  stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
-                                 STAGES, DW, PFENCE, XCP, WPF))], [DW], [DREGS])
+                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc))], [DW], [DREGS])
     else:
         gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
-                            BK, STAGES, num_warps, PFENCE, MW), _mma_partition,
+                            BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
                            (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                             stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
-                            STAGES, DW, PFENCE, XCP, WPF), [_decode_partition], [DW], [DREGS])
+                            STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc), [_decode_partition], [DW],
+                           [DREGS])
+
+
+@gluon.jit
+def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, off_n,
+                     off_m, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr,
+                     GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, BM: gl.constexpr,
+                     BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
+                     num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
+                     MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr):
+    """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
+    same argument tuple, Triton 3.6's workers sharing one)."""
+    if DP == 2:
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
+                (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
+                [DW // 2, DW // 2], [DREGS, DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc), [_decode_p0, _decode_p1],
+                               [DW // 2, DW // 2], [DREGS, DREGS])
+    else:
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
+                (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                (_decode_p2, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                (_decode_p3, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
+                [DW // 4, DW // 4, DW // 4, DW // 4], [DREGS, DREGS, DREGS, DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc),
+                               [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
+                               [DREGS, DREGS, DREGS, DREGS])

@@ -478,14 +478,21 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                   STAGES=stages, DW=dw, DREGS=dregs, num_warps=warps, **{"BK": 64, **keys})
     ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16",
             "b_ptr": "*bf16"}
+    if keys.get("XTMA"):        # the activations' TMA descriptor as Triton 3.7 specializes w4_ws.x_tma_desc's
+        ptrs["x_desc"] = f"tensordesc<bf16[{bm}, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, " \
+                         "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
+    else:
+        consts["x_desc"] = None
     return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg)
 
 
 def ws_cases():
-    """The warp-specialized many-row 4-bit kernel (w4_ws) as the H200's 256-row entries launch it: INT4 on two MMA
-    warpgroups with 128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61,
-    R62); MXFP4 / NVFP4 on one warpgroup with all 256 rows a program (R60: 4 slots, XCP 1; 5 slots, XCP 3); and
-    the R55 configuration (64-deep tiles, two ahead, MW 1)."""
+    """The warp-specialized many-row 4-bit kernel (w4_ws): the H200's 256-row entries of the eighteenth pass (INT4 on
+    two MMA warpgroups with 128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA,
+    R61, R62; MXFP4 / NVFP4 on one warpgroup with all 256 rows a program, R60: 4 slots, XCP 1; 5 slots, XCP 3) and
+    the R55 configuration (64-deep tiles, two ahead, MW 1); the activations by TMA (XTMA), two MMA warpgroups on
+    their own (PP), and the nineteenth pass's entries: one warpgroup, 256 rows, the decode warps as 2 or 4
+    partitions (DP) with TMA activations (R71, R72)."""
     int4 = dict(maxnreg=128, BK=128, XCP=1, MW=0)
     fp4 = dict(maxnreg=168, XCP=1)
     return {
@@ -496,6 +503,23 @@ def ws_cases():
         "ws nvfp4 w4 bm 256 stages 4 dw 8 xcp 1": lambda: ws(2, 4, 256, 4, 8, 104, **fp4),
         "ws nvfp4 w4 bm 256 stages 5 dw 8 xcp 3": lambda: ws(2, 4, 256, 5, 8, 104, maxnreg=168, XCP=3),
         "ws int4 w8 bm 128 stages 6 dw 8 xcp 2": lambda: ws(3, 8, 128, 6, 8, 128, maxnreg=128, XCP=2),
+        "ws int4 w8 bm 128 stages 3 dw 8 bk 128 xtma wpf 3 mw 0":
+            lambda: ws(3, 8, 128, 3, 8, 128, maxnreg=128, BK=128, XTMA=1, WPF=3, MW=0),
+        "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma": lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1),
+        "ws nvfp4 w4 bm 256 stages 4 dw 8 xtma mw 0": lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, MW=0),
+        # PP: the kernel's own warps are the decode warps (num_warps = DW), two MMA warpgroups its workers
+        "ws int4 pp dw 8 bm 128 stages 3 bk 128 xtma 2 wpf 3 mw 0":
+            lambda: ws(3, 8, 128, 3, 8, 128, maxnreg=128, BK=128, XTMA=2, WPF=3, MW=0, PP=1),
+        "ws mxfp4 pp dw 8 bm 128 stages 3 bk 128 xtma 2 wpf 3 mw 1":
+            lambda: ws(1, 8, 128, 3, 8, 128, maxnreg=128, BK=128, XTMA=2, WPF=3, MW=1, PP=1),
+        # DP: the decode warps as 2 / 4 partitions, each on every DP-th K tile: the shipped 256-row entries (R71, R72)
+        "ws int4 w4 bm 256 stages 4 dw 8 xtma 1 dp 4": lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=4),
+        "ws int4 zero points w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2),
+        "ws int4 w4 bm 256 stages 4 dw 8 xtma 2 dp 4": lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4),
+        "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma 2 dp 4": lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4),
+        "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2": lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2),
+        "ws nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2": lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2),
     }
 
 

@@ -331,8 +331,10 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
     zero points; 8 and 4 MMA warps, 4, 8 and 16 decode warps, 64-256 activation rows a program, rings of 3-6
     slots (the ring wraps many times), the activations through registers and by cp.async 1-3 tiles ahead (XCP),
     the words 2-4 tiles ahead (WPF), slots handed back after the next MMA or their own (MW), K tiles of 64 and
-    128 (BK), the proxy fence on either side (PFENCE);
-    against the reference, and captured and replayed."""
+    128 (BK), the proxy fence on either side (PFENCE), the activations by TMA from the MMA or the decode warps
+    (XTMA 1 / 2: the row tail zero-filled by the TMA unit), two MMA warpgroups on their own (PP), the decode
+    warps as 2 or 4 partitions on every 2nd / 4th K tile (DP; 4 partitions sharing 6 slots); against the
+    reference, and captured and replayed (XTMA, PP and DP too)."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     if not t.gemm.ws_ok(0):
@@ -350,7 +352,16 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
             dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XCP=1, BK=128, WPF=4, MW=0),
             dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XCP=1),
             dict(num_warps=4, BM=256, STAGES=5, DW=8, DREGS=104, MAXNREG=168, XCP=3, WPF=4, MW=0),
-            dict(num_warps=4, BM=128, STAGES=4, DW=16, DREGS=72, MAXNREG=96, XCP=1, BK=128)]
+            dict(num_warps=4, BM=128, STAGES=4, DW=16, DREGS=72, MAXNREG=96, XCP=1, BK=128),
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XTMA=1, BK=128, WPF=3, MW=0),
+            dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1),
+            dict(num_warps=8, BM=64, STAGES=6, DW=4, DREGS=168, MAXNREG=168, XTMA=1, WPF=4),
+            dict(num_warps=4, BM=128, STAGES=4, DW=4, DREGS=168, MAXNREG=168, XTMA=2, WPF=3),
+            dict(num_warps=8, BM=64, STAGES=6, DW=4, DREGS=168, MAXNREG=168, XTMA=2, WPF=2, PP=1),
+            dict(num_warps=8, BM=128, STAGES=3, DW=8, DREGS=128, MAXNREG=128, XTMA=2, BK=128, WPF=3, MW=0, PP=1),
+            dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=4),
+            dict(num_warps=8, BM=128, STAGES=4, DW=8, DREGS=128, MAXNREG=128, XTMA=2, DP=2, MW=0),
+            dict(num_warps=4, BM=128, STAGES=6, DW=8, DREGS=104, MAXNREG=168, XTMA=2, DP=4, WPF=3)]
     for c in cfgs:
         cfg = {"WS": 1, **c, **kn}
         assert t.gemm.serves(cfg, 300, 0), cfg
@@ -358,20 +369,24 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
     cfg = {"WS": 1, **cfgs[0], **kn}
     assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PFENCE": 1}), ref) < TOL      # the decode warps' fence
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+    for c in (cfgs[-9], cfgs[-4], cfgs[-3]):        # XTMA, PP, DP: the TMA descriptor is built per call
+        _capture_and_replay(lambda xx, c=c: t.gemm(xx, 0, None, torch.bfloat16, {"WS": 1, **c, **kn}), x, e.apply)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
 def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     """The H200's shipped 256-row entry of an 8192x8192 4-bit layer selects w4_ws through the public call:
     TritonLinear.apply on 256 rows (config_for's tuned lookup, the launch plan's recording call) runs DenseGemm.ws
-    and matches the reference, and so does the plan's replay (the second call, other activations)."""
+    and matches the reference, and so does the second call (other activations): the plan's replay, or, for an
+    entry whose activations go by TMA (XTMA: the descriptor holds the call's x), the ordinary path again."""
     from oracle_triton.launch import DenseGemm
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
     if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.ws_ok(0):
         pytest.skip("the WS entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")
-    assert t.gemm.config_for(256, t.act).get("WS")
+    cfg = t.gemm.config_for(256, t.act)
+    assert cfg.get("WS")
     ran = []
     ws = DenseGemm.ws
     monkeypatch.setattr(DenseGemm, "ws", lambda self, x, cfg: ran.append(cfg) or ws(self, x, cfg))
@@ -379,6 +394,7 @@ def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     assert rel(t.apply(x), e.apply(x)) < TOL and len(ran) == 1
     x2 = torch.randn_like(x)
     assert rel(t.apply(x2), e.apply(x2)) < TOL
+    assert len(ran) == (2 if cfg.get("XTMA") else 1)    # a TMA descriptor of x: no launch plan, the ordinary path
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])

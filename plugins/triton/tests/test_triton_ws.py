@@ -83,8 +83,11 @@ def test_ws_options_in_check_config():
     """The WS configs check_config takes (the shipped entries', the GPU test's) and the ones it refuses: off-list rows,
     decode warps or K tiles, a ring over the shared-memory budget, registers over the register file or under the MMA
     warps' accumulator (ptxas's floor, seen locally for 8 + 16 warps at 80 registers), words prefetched 5 tiles
-    ahead or more than 2 without cp.async activations, MW 2, XCP too deep for the ring, PFENCE 2, INT4 groups the K
-    tile does not divide, a non-word layout."""
+    ahead or more than 2 without cp.async or TMA activations, MW 2, XCP too deep for the ring, PFENCE 2, TMA
+    activations (XTMA) beside cp.async ones or XTMA 3, PP (two MMA warpgroups on their own) without the decode
+    warps' TMA, PP 2 or with fewer registers for the MMA warps than the rest, decode partitions (DP) without TMA
+    activations, 3 of them, more than the slots or beside PP, INT4 groups the K tile does not divide, a non-word
+    layout."""
     from oracle_triton.formats import check_config, layout_for, words_layout
 
     i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
@@ -97,14 +100,20 @@ def test_ws_options_in_check_config():
         check_config({"WS": 1, "num_warps": 4, "BM": 128, "STAGES": 4, "DW": 16, "DREGS": 72, "MAXNREG": 96, "XCP": 1,
                       "BK": 128, **kn}, lay)                              # 16 decode warps (R59)
         check_config({**WS_CFG, "WPF": 4, "MW": 0, **kn}, lay)            # words 4 tiles ahead, slots back sooner
+        check_config({**WS_CFG, "XCP": 0, "XTMA": 1, "WPF": 3, **kn}, lay)  # activations by TMA (R66)
+        check_config({**WS_CFG, "XCP": 0, "XTMA": 2, "PP": 1, **kn}, lay)   # two MMA warpgroups on their own
+        check_config({**WS_CFG, "XCP": 0, "XTMA": 1, "DP": 2, **kn}, lay)   # two decode partitions
         with pytest.raises(ValueError, match="accumulator"):           # 24 warps leave the wgmma 80 registers
             check_config({**WS_CFG, "DW": 16, "DREGS": 64, "MAXNREG": 80, **kn}, lay)
         with pytest.raises(ValueError, match="accumulator"):           # a 64 x 256 fp32 accumulator is 128 a thread
             check_config({"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 144,
                           **kn}, lay)
         for bad in ({"BM": 96}, {"DW": 3}, {"BK": 256}, {"STAGES": 4}, {"MAXNREG": 136}, {"DREGS": 20},
-                    {"XCP": 2}, {"PFENCE": 2}, {"num_warps": 2}, {"WPF": 5}, {"MW": 2}, {"XCP": 0, "WPF": 3}):
-            with pytest.raises(ValueError, match="WS|DREGS|PFENCE"):
+                    {"XCP": 2}, {"PFENCE": 2}, {"num_warps": 2}, {"WPF": 5}, {"MW": 2}, {"XCP": 0, "WPF": 3},
+                    {"XTMA": 1}, {"XCP": 0, "XTMA": 3}, {"XCP": 0, "XTMA": 1, "PP": 1}, {"XCP": 0, "XTMA": 2, "PP": 2},
+                    {"XCP": 0, "XTMA": 2, "PP": 1, "DREGS": 96}, {"DP": 2}, {"XCP": 0, "XTMA": 1, "DP": 3},
+                    {"XCP": 0, "XTMA": 1, "DP": 4, "STAGES": 2}, {"XCP": 0, "XTMA": 2, "PP": 1, "DP": 2}):
+            with pytest.raises(ValueError, match="WS|DREGS|PFENCE|PP|DP"):
                 check_config({**WS_CFG, **kn, **bad}, lay)
     with pytest.raises(ValueError, match="WS"):
         check_config(WS_CFG, layout_for("int4", 8192, 8192, 64))           # BK 128 does not divide 64-wide groups
@@ -113,21 +122,23 @@ def test_ws_options_in_check_config():
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
-    """The H200's 256-row entries that are WS configs: INT4 on the three large shapes with two MMA warpgroups, 128-deep
-    K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA (R61-R62); MXFP4 / NVFP4 on the
-    three large shapes with one warpgroup and all 256 rows a program (R60). A WS config serves a layer only where
+    """The H200's 256-row entries that are WS configs, on the three large shapes: two MMA warpgroups, 128-deep K tiles,
+    the words 3-4 tiles ahead and slots handed back after their own MMA (INT4, R61-R62), or one warpgroup and all
+    256 rows a program (R60); since R71-R72 all nine with the decode warps as 2 or 4 partitions and the activations
+    by TMA. A WS config serves a layer only where
     w4_ws runs (ws_ok: an sm_90 GPU); elsewhere (this CPU) an explicit WS config takes the shape rules' path, and
     either way the call matches the reference. A shape without an entry keeps the rules' choice."""
     from oracle_triton import tuned
 
-    for n, k in ((8192, 8192), (7168, 18432), (36864, 7168)):
-        found = tuned.lookup("NVIDIA H200", "dense", "w4a16_int4", n, k, 256)
-        assert found is not None and found.get("WS") and found["BK"] == 128 and found["num_warps"] == 8, found
-        assert found["WPF"] >= 3 and found["MW"] == 0, found
-    for mode in ("w4a16_mx", "w4a16_nvfp4"):
+    for mode in ("w4a16_int4", "w4a16_mx", "w4a16_nvfp4"):
         for n, k in ((8192, 8192), (7168, 18432), (36864, 7168)):
             found = tuned.lookup("NVIDIA H200", "dense", mode, n, k, 256)
-            assert found is not None and found.get("WS") and found["BM"] == 256 and found["num_warps"] == 4, found
+            assert found is not None and found.get("WS"), found
+            if found["num_warps"] == 8:         # two MMA warpgroups, 128 rows (R61-R62)
+                assert found["BK"] == 128 and found["WPF"] >= 3 and found["MW"] == 0, found
+            else:                               # one warpgroup, all 256 rows a program (R60, R71)
+                assert found["BM"] == 256 and found["num_warps"] == 4, found
+            assert found["DP"] > 1 and found["XTMA"] and not found["XCP"], found  # decode partitions, TMA (R71-R72)
     t, ref = linear_pair("int4", 256, 512, "w4a16_int4", "bf16", device=DEV)
     g, cfg = t.gemm, {**WS_CFG, "BK": 64}
     assert g.serves(cfg, 256, 0) == g.ws_ok(0)
