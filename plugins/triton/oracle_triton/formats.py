@@ -131,10 +131,11 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
     the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP /
-    XTMA / MW / WPF / PP / DP in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in
-    64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps rounded up to whole
-    warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x num_warps) registers a
-    thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80 registers, BM 128)."""
+    XTMA / MW / WPF / PP / DP in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a
+    multiple of 8 in 64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps
+    rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x
+    num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80
+    registers, BM 128)."""
     warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
     bk = cfg.get("BK", WS_BK)
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \
@@ -152,8 +153,8 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
             xt not in (0, 1, 2) or (xt and xcp) or cfg.get("WPF", 2) not in ((2, 3, 4) if xcp or xt else (2,)):
         raise ValueError(f"PFENCE / XCP / XTMA / MW / WPF for {what}: PFENCE 0 (the MMA warps' proxy fence) or 1 (the "
                          f"decode warps'), XCP 0 (activations through registers) or 1..STAGES - 2 tiles copied ahead, "
-                         f"XTMA 0, 1 or 2 (the activations by TMA from the MMA or the decode warps; XCP 0 then), MW 1 (a "
-                         f"slot handed back after the next tile's MMA is issued) or 0 (after its own), WPF 2-4 (the "
+                         f"XTMA 0, 1 or 2 (the activations by TMA from the MMA or the decode warps; XCP 0 then), MW 1 "
+                         f"(a slot handed back after the next tile's MMA is issued) or 0 (after its own), WPF 2-4 (the "
                          f"words loaded that many tiles ahead; 2 with neither XCP nor XTMA), not {cfg}")
     if cfg.get("PP", 0) not in (0, 1) or (cfg.get("PP") and (warps != 8 or xt != 2 or dw not in (4, 8) or
                                                             cfg.get("DREGS") != cfg.get("MAXNREG"))):

@@ -696,8 +696,10 @@ class DenseGemm:
 
         m = x.shape[0]
         xt = cfg.get("XTMA", 0)
-        if x.stride(1) != 1 or (xt and (x.data_ptr() % 16 or x.stride(0) % 8)):     # TMA: 16-byte rows and base
+        if x.stride(1) != 1:
             x = x.contiguous()
+        if xt and (x.data_ptr() % 16 or x.stride(0) % 8):    # TMA wants a 16-byte base and rows: a fresh copy has them
+            x = x.clone(memory_format=torch.contiguous_format)
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
         warps, bm, lay = cfg["num_warps"], cfg["BM"], self.layout
         grid = (-(-self.n // (16 * warps)), -(-m // bm), 1)
@@ -712,7 +714,8 @@ class DenseGemm:
                           HAS_ZERO=lay.stride_zk != 0, HAS_BIAS=self.bias is not None, BM=bm,
                           BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                           PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2),
-                          MW=cfg.get("MW", 1), XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(x, bm) if xt else None)
+                          MW=cfg.get("MW", 1), XTMA=xt, PP=pp, DP=cfg.get("DP", 1),
+                          x_desc=x_tma_desc(x, bm) if xt else None)
         return y
 
     def wgmma_ok(self, act: int) -> bool:

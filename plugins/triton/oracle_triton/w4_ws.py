@@ -366,8 +366,9 @@ def _mma_wg1(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, s
 @gluon.jit
 def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
-               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
-               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
+               PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
+               x_desc):
     """DP > 1: decode partition 0 of DP (K tiles 0, DP, 2 DP, ...; DW / DP warps)."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
@@ -377,8 +378,9 @@ def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
 @gluon.jit
 def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
-               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
-               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
+               PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
+               x_desc):
     """DP > 1: decode partition 1 of DP."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
@@ -388,8 +390,9 @@ def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
 @gluon.jit
 def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
-               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
-               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
+               PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
+               x_desc):
     """DP 4: decode partition 2 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
@@ -399,8 +402,9 @@ def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
 @gluon.jit
 def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
-               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr,
-               XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull, x_desc):
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
+               PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
+               x_desc):
     """DP 4: decode partition 3 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
