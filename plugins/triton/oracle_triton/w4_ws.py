@@ -446,7 +446,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     if XTMA:
         fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
     # the argument tuples written inline: a tuple assigned to a name first holds its constexprs as tensors
-    if not XTMA:    # the partitions' arguments as before XTMA (R72: more took 3.6's INT4 zero-point decode spills up)
+    if not XTMA:    # the partitions' arguments as before XTMA
         if _WS_LIST:
             gl.warp_specialize([
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,

@@ -488,16 +488,16 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
 
 def ws_cases():
     """The warp-specialized many-row 4-bit kernel (w4_ws): the H200's 256-row entries of the eighteenth pass (INT4 on
-    two MMA warpgroups with 128-deep K tiles, the words 3-4 tiles ahead and slots handed back after their own MMA,
-    R61, R62; MXFP4 / NVFP4 on one warpgroup with all 256 rows a program, R60: 4 slots, XCP 1; 5 slots, XCP 3) and
-    the R55 configuration (64-deep tiles, two ahead, MW 1); the activations by TMA (XTMA), two MMA warpgroups on
-    their own (PP), and the nineteenth pass's entries: one warpgroup, 256 rows, the decode warps as 2 or 4
-    partitions (DP) with TMA activations (R71, R72)."""
+    two MMA warpgroups with 128-deep K tiles, the words 3-4 tiles ahead (2 with zero points: 3 spill 40 B under
+    Triton 3.6) and slots handed back after their own MMA, R61, R62; MXFP4 / NVFP4 on one warpgroup with all 256
+    rows a program, R60: 4 slots, XCP 1; 5 slots, XCP 3) and the R55 configuration (64-deep tiles, two ahead, MW 1);
+    the activations by TMA (XTMA), two MMA warpgroups on their own (PP), and the nineteenth pass's entries: one
+    warpgroup, 256 rows, the decode warps as 2 or 4 partitions (DP) with TMA activations (R71, R72)."""
     int4 = dict(maxnreg=128, BK=128, XCP=1, MW=0)
     fp4 = dict(maxnreg=168, XCP=1)
     return {
-        "ws int4 zero points w8 bm 128 stages 3 dw 8 bk 128 xcp 1 wpf 3 mw 0":
-            lambda: ws(3, 8, 128, 3, 8, 128, zero=True, WPF=3, **int4),
+        "ws int4 zero points w8 bm 128 stages 3 dw 8 bk 128 xcp 1 wpf 2 mw 0":
+            lambda: ws(3, 8, 128, 3, 8, 128, zero=True, WPF=2, **int4),
         "ws int4 w8 bm 128 stages 3 dw 8 bk 128 xcp 1 wpf 4 mw 0": lambda: ws(3, 8, 128, 3, 8, 128, WPF=4, **int4),
         "ws mxfp4 w4 bm 256 stages 4 dw 8 xcp 1": lambda: ws(1, 4, 256, 4, 8, 104, **fp4),
         "ws nvfp4 w4 bm 256 stages 4 dw 8 xcp 1": lambda: ws(2, 4, 256, 4, 8, 104, **fp4),

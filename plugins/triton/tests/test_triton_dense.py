@@ -219,8 +219,8 @@ def test_ws_kernel_compiles_for_sm90_without_spills():
     """w4_ws (Gluon, warp_specialize: decode warps and MMA warps with their own register budgets) compiled for
     sm_90 by Triton's ptxas (sm90_compile.py ws), each format at the shipped entries' configurations and the other
     forms' (XTMA, PP): at most a few spilled bytes under the launch's MAXNREG (none with Triton 3.7; 12 B for INT4
-    with zero points with the H200's Triton 3.6, R57; 40 B in R72 while the TMA values reached every partition),
-    and an MMA loop issuing wgmma from shared memory."""
+    with zero points in the two-warpgroup form, words two tiles ahead, with the H200's Triton 3.6, R57: three ahead
+    spill 40 B there, R72 / R73, a form no entry ships since R71), and an MMA loop issuing wgmma from shared memory."""
     for ln in _gluon_sm90_lines("ws"):
         spilled = int(ln.split(" B spilled")[0].rsplit(" ", 1)[1])
         assert spilled <= 16 and " wgmma / " in ln and "/ 0 wgmma /" not in ln, ln
