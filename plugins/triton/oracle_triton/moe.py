@@ -801,6 +801,8 @@ class TritonMoE(Kernel):
         cfg = config or moe_gemv_config(m, self.w13.layout.elem, self.w13.layout.group,
                                         words=self.facts["hw_fp8"] and self.act == ACT_NONE)
         if cfg.get("XQ") and self.act == ACT_NVFP4 and self.w13.layout.elem == E2M1_NV:
+            if cfg["XQ"] == 2 and self.w4a4_rega_ok(x):
+                return self.apply_w4a4_rega(x, topw, ids, m, k, cfg)
             return self.apply_w4a4_rows(x, topw, ids, m, k, cfg, self.facts["hw_fp8"] and not interpreting())
         t, dev, bn = m * k, self.device, cfg["BLOCK_N"]
         by_pair = bool(self.layer.apply_router_weight_on_input)
@@ -918,6 +920,84 @@ class TritonMoE(Kernel):
             PAIRS=bool(int(cfg.get("PAIRS", 0)) & 2), num_warps=cfg.get("WARPS2", cfg["num_warps"]),
             num_stages=cfg["num_stages"])
         return out
+
+    def w4a4_rega_ok(self, x: torch.Tensor) -> bool:
+        """Can the register-A kernels (XQ 2) serve this call: bf16, an sm_90 GPU (w4_rega is Gluon: wgmma,
+        compiled only), hidden and intermediate sizes multiples of w4_rega's 128-wide K tile, the NVFP4 words
+        along K in rows of whole 16-byte pieces (the int32 view), a dynamic input scale (the fused activation
+        and rounding launch). Else XQ 1's kernels serve the entry (apply_w4a4_rows)."""
+        w = self.w13.weight
+        return (x.dtype == torch.bfloat16 and self.dtype == torch.bfloat16 and w.device.type == "cuda"
+                and not interpreting() and torch.cuda.get_device_capability(w.device) == (9, 0)
+                and self.hidden % 128 == 0 and self.inter % 128 == 0 and self.static[1] is None
+                and all(p.weight.is_contiguous() and p.scale.is_contiguous() and p.weight.dtype == torch.uint8
+                        and p.weight.dim() == 3 and p.weight.shape[-1] * 2 == kdim
+                        for p, kdim in ((self.w13, self.hidden), (self.w2, self.inter))))
+
+    def apply_w4a4_rega(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+                        cfg: dict[str, int]) -> torch.Tensor:
+        """The one-row NVFP4 W4A4 path on tensor cores (config XQ 2): FC1 and FC2 by w4_rega_kernel's MoE mode
+        (each pair's activation row as the 16-row tile's first row, the exact byte-table weights as wgmma's
+        register A operand, TABLE), between them one program for the activation and FC2's input rounding
+        (moe_w4a4.w4a4_act_round_kernel), then the router-weighted top-k sum (_topk_sum): the XQ kernels spent
+        ~9 instructions a weight on CUDA cores. cfg: RWARPS / RSPLIT (FC1's 16 x RWARPS weight rows a program,
+        K split RSPLIT ways), RWARPS2 / RSPLIT2 (FC2), XT / PF / TABLE (both, as a REGA entry's), XDB (both: the
+        activations' chunks double-buffered), RBLOCK (the activation-and-rounding program's tile, 2048, 4096 or
+        8192 values, 8 warps or RBLOCK / 512); RSEP 1: instead the activation over many programs
+        (w4a4_act_kernel), then _rounded_nvfp4's one program."""
+        from .moe_kernels import ACTIVATION_CODES
+        from .moe_w4a4 import ROUND_BLOCK, w4a4_act_kernel, w4a4_act_round_kernel
+
+        t, dev = m * k, self.device
+        by_pair = bool(self.layer.apply_router_weight_on_input)
+        exact = self.facts["dot_f32"]
+        a1 = self._rounded_nvfp4(0, self._input(x, topw, k))
+        y1 = torch.empty(t, self.rows, dtype=self.dtype, device=dev)
+        self._rega(0, a1, ids, y1, t, k, by_pair, self.w13, self.b13, cfg["RWARPS"], cfg["RSPLIT"], cfg)
+        a2 = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        act = dict(ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+                   INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+                   EXACT_BF16=exact)
+        params = (float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+                  float(self.lbeta))
+        if cfg.get("RSEP"):         # the activation over many programs, then nvfp4_round_kernel's one program
+            w4a4_act_kernel[(-(-t * self.inter // 1024),)](y1, ids, a2, t * self.inter, self.experts, self.inter,
+                                                           y1.stride(0), *params, BLOCK=1024, num_warps=4, **act)
+            a2 = self._rounded_nvfp4(1, a2)
+        else:
+            block = cfg.get("RBLOCK", ROUND_BLOCK)
+            w4a4_act_round_kernel[(1,)](y1, ids, a2, torch.empty(1, dtype=torch.float32, device=dev), t * self.inter,
+                                        self.experts, self.inter, y1.stride(0), *params, BLOCK=block,
+                                        num_warps=max(8, block // 512), **act)
+        y2 = torch.empty(t, self.hidden, dtype=self.dtype, device=dev)
+        self._rega(1, a2, ids, y2, t, k, True, self.w2, self.b2, cfg.get("RWARPS2", cfg["RWARPS"]),
+                   cfg.get("RSPLIT2", cfg["RSPLIT"]), cfg)
+        out = torch.empty(m, self.hidden, dtype=self.dtype, device=dev)
+        self._topk_sum(y2, ids, out, m, k, weigh=None if by_pair else topw)
+        return out
+
+    def _rega(self, idx: int, a: torch.Tensor, ids: torch.Tensor, y: torch.Tensor, t: int, k: int, by_pair: bool,
+              w, bias: torch.Tensor | None, warps: int, split: int, cfg: dict[str, int]) -> None:
+        """y[p] = a's row of pair p (p // k, or p with by_pair) times pair p's expert's weights w (+ bias), in
+        the layer dtype: one w4_rega_kernel launch, grid (rows / (16 x warps), pairs, split)."""
+        from .w4_rega import launch_keys, w4_rega_kernel
+
+        words = w.weight.view(torch.int32)          # [E, rows, K / 8]: word j = codes k 8j..8j+7
+        n, kdim = words.shape[1], a.shape[1]
+        tiles = -(-n // (16 * warps))
+        if split > 1:
+            part = torch.empty(split, t, n, dtype=torch.float32, device=a.device)
+            cnt = self._counters(t * tiles, f"_rega{idx}_counters")
+        else:
+            part, cnt = y, ids
+        w4_rega_kernel[(tiles, t, split)](
+            a, words, w.scale, w.scale, w.global_scale, _or(bias, w.scale), y, part, cnt, t, n, kdim, a.stride(0),
+            y.stride(0), words.stride(1), 1, w.scale.stride(1), 1, 0, ELEM=E2M1_NV, GROUP=16, HAS_ZERO=False,
+            HAS_BIAS=bias is not None, SPLIT_K=split, XT=cfg["XT"], PF=cfg.get("PF", 2),
+            **launch_keys(cfg, w.scale.data_ptr() | w.scale.stride(0), w.scale.stride(1)), ids_ptr=ids,
+            E=self.experts, TOPK=k,
+            stride_we=words.stride(0), stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0,
+            MOE=1, A_BY_PAIR=by_pair, XDB=cfg.get("XDB", 0), num_warps=warps)
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's

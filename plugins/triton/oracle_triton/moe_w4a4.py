@@ -23,7 +23,7 @@ import triton.language as tl
 from .dequant import e4m3_decode, expert_operands, finish_tile, quantize_tile, to_dtype
 from .gemv import _bf16x4
 from .moe_gemv import _up_epilogue
-from .moe_kernels import gate_up_rows
+from .moe_kernels import _activate, gate_up_rows
 
 #: fp32 S_A = s x g and S_B = (1.5 s) x g (bits, $4 $5) -> the byte tables of the 8 magnitudes' BF16 patterns
 #: E0..E7 = 0, bf16(0.5 S_A), bf16(S_A), bf16(S_B), bf16(2 S_A), bf16(2 S_B), bf16(4 S_A), bf16(4 S_B): $0 / $1
@@ -255,6 +255,64 @@ def nvfp4_round_kernel(x_ptr, out_ptr, xs_ptr, numel, BLOCK: tl.constexpr, EXACT
         q = quantize_tile(tl.reshape(x, [1, BLOCK]), tl.zeros([1], tl.float32), 4, xs_ptr, 1, BLOCK)
         tl.store(out_ptr + offs, to_dtype(tl.reshape(q, [BLOCK]), out_ptr.dtype.element_ty, EXACT_BF16),
                  mask=offs < numel)
+
+
+@triton.jit
+def _act_values(y_ptr, ids_ptr, offs, ok, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN: tl.constexpr,
+                GATED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_LIMIT: tl.constexpr, io_t: tl.constexpr,
+                EXACT_BF16: tl.constexpr):
+    """FC2's inputs at flat indices offs of [pairs, I]: the activation of FC1's rounded gate / up outputs (y_ptr
+    [pairs, N_W], in the layer dtype, bias added), rounded to the layer dtype (moe_gemv._up_epilogue's values;
+    zeros for a pair whose expert id is outside [0, E))."""
+    pair = offs // I
+    j = offs % I
+    n_g, n_u = gate_up_rows(j, I, GATED, INTERLEAVED)
+    row = y_ptr + pair.to(tl.int64) * stride_y
+    hg = tl.load(row + n_g, mask=ok, other=0.0).to(tl.float32)       # issued beside the ids' load, not after it
+    hu = tl.load(row + n_u, mask=ok, other=0.0).to(tl.float32)
+    e = tl.load(ids_ptr + pair, mask=ok, other=-1).to(tl.int32)
+    valid = ok & (e >= 0) & (e < E)
+    y = tl.where(valid, _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta), 0.0)
+    return to_dtype(y, io_t, EXACT_BF16).to(tl.float32)
+
+
+@triton.jit
+def w4a4_act_kernel(y_ptr, ids_ptr, out_ptr, numel, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN: tl.constexpr,
+                    GATED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_LIMIT: tl.constexpr, BLOCK: tl.constexpr,
+                    EXACT_BF16: tl.constexpr):
+    """XQ 2 with RSEP 1: the activation alone (_act_values) over numel values of [pairs, I], BLOCK a program, in the
+    layer dtype: FC2's input before nvfp4_round_kernel rounds it (two launches, the first over many programs)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < numel
+    v = _act_values(y_ptr, ids_ptr, offs, ok, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN, GATED, INTERLEAVED,
+                    HAS_LIMIT, out_ptr.dtype.element_ty, EXACT_BF16)
+    tl.store(out_ptr + offs, v.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def w4a4_act_round_kernel(y_ptr, ids_ptr, out_ptr, xs_ptr, numel, E, I, stride_y, limit, alpha, beta, lbeta,
+                          ACTFN: tl.constexpr, GATED: tl.constexpr, INTERLEAVED: tl.constexpr,
+                          HAS_LIMIT: tl.constexpr, BLOCK: tl.constexpr, EXACT_BF16: tl.constexpr):
+    """FC1's outputs (the register-A kernel's rounded gate / up rows) -> FC2's input [pairs, I] (numel values,
+    I a multiple of 16) rounded through NVFP4 with its dynamic per-tensor scale, in one program: the activation
+    (computed twice, _act_values) and nvfp4_round_kernel's two passes, so the activation's own tensor is never
+    written (one launch for what moe_w4a4_up_kernel's epilogue and nvfp4_round_kernel do)."""
+    io_t: tl.constexpr = out_ptr.dtype.element_ty
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = _act_values(y_ptr, ids_ptr, offs, offs < numel, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN, GATED,
+                        INTERLEAVED, HAS_LIMIT, io_t, EXACT_BF16)
+        amax = tl.maximum(amax, tl.abs(v))
+    gs = tl.math.div_rn(tl.max(amax, axis=0), 2688.0)
+    tl.store(xs_ptr, tl.where(gs > 0, gs, 1.0))
+    tl.debug_barrier()              # (the store is visible to the whole program after the barrier)
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = _act_values(y_ptr, ids_ptr, offs, offs < numel, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN, GATED,
+                        INTERLEAVED, HAS_LIMIT, io_t, EXACT_BF16)
+        q = quantize_tile(tl.reshape(v, [1, BLOCK]), tl.zeros([1], tl.float32), 4, xs_ptr, 1, BLOCK)
+        tl.store(out_ptr + offs, to_dtype(tl.reshape(q, [BLOCK]), io_t, EXACT_BF16), mask=offs < numel)
 
 
 #: nvfp4_round_kernel's tile: 8 warps, 8 values per thread

@@ -221,7 +221,9 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                    HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
                    num_warps: gl.constexpr, PF: gl.constexpr = 2, EARLY: gl.constexpr = 0,
-                   TABLE: gl.constexpr = 0, WAIT: gl.constexpr = 0, VEC: gl.constexpr = 0):
+                   TABLE: gl.constexpr = 0, WAIT: gl.constexpr = 0, VEC: gl.constexpr = 0, ids_ptr=None, E=0, TOPK=1,
+                   stride_we=0, stride_se=0, stride_be=0, MOE: gl.constexpr = 0, A_BY_PAIR: gl.constexpr = 0,
+                   XDB: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
@@ -238,6 +240,12 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
     sums them in order and resets its counter (dequant.finish_tile's scheme).
+    MOE 1 (one activation row a pair: the W4A4 MoE at one token, moe.TritonMoE.apply_w4a4_rega): program row
+    pid_m is pair p of M pairs, expert ids_ptr[p] (ids outside [0, E) read expert 0; the caller drops those
+    pairs), whose weights, scales, global scale and bias sit stride_we / stride_se / 1 / stride_be further on;
+    its activation row is p // TOPK (A_BY_PAIR: p), the tile's other 15 rows zeros, and y's row p its output.
+    XDB 1 (PF 1 / 2): two chunk buffers, the next chunk's activations copied while this chunk's tiles are
+    multiplied (without it each chunk of XT tiles starts with a copy from L2 that every warp waits for).
 
     Step q = j + 4p of a K tile (j, p < 4, 2) multiplies, for lane pair c and fragment half h, the codes
     2j, 2j + 1 of word 4c + 2h + p: k = 32c + 16h + 8p + 2j (+ 1) at MMA k index 8h + 2c (+ 1); the
@@ -255,8 +263,10 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     x_l: gl.constexpr = x_pairs_layout(num_warps)
     out_l: gl.constexpr = out_layout(num_warps, VEC)
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    xs_all = gl.allocate_shared_memory(gl.bfloat16, [XT * 2, BM, 64], x_sl)
-    xs_flat = xs_all._reinterpret(gl.bfloat16, [XT * 2 * BM, 64], x_sl)     # the same bytes (whole swizzle atoms)
+    NB: gl.constexpr = 2 if XDB else 1        # chunk buffers
+    xs_all = gl.allocate_shared_memory(gl.bfloat16, [NB * XT * 2, BM, 64], x_sl)
+    xs_bufs = xs_all._reinterpret(gl.bfloat16, [NB, XT * 2 * BM, 64], x_sl)      # the same bytes (whole swizzle atoms)
+    xs_flat = xs_bufs.index(0)
 
     rows3 = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, u_l)))[:, None, None]
     c3 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, u_l)))[None, :, None]
@@ -270,15 +280,33 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     n_ok1 = rows1 < N
     offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
     n_ok = offs_n < N
+    x_base = pid_m * BM             # the tile's first activation row and output row, and where each stops
+    x_lim = M
+    o_base = pid_m * BM
+    o_lim = M
+    if MOE:
+        e = gl.load(ids_ptr + pid_m).to(gl.int32)
+        e64 = (e * ((e >= 0) & (e < E)).to(gl.int32)).to(gl.int64)
+        w_ptr = w_ptr + e64 * stride_we
+        s_ptr = s_ptr + e64 * stride_se
+        g_ptr = g_ptr + e64
+        b_ptr = b_ptr + e64 * stride_be
+        if A_BY_PAIR:
+            x_base = pid_m
+        else:
+            x_base = pid_m // TOPK
+        x_lim = x_base + 1
+        o_base = pid_m
+        o_lim = pid_m + 1
     # activation copies [2 XT x 16 rows, 64] (rows 16 (2i + p) + m: half p of chunk tile i): destination
     # column 16j + 8h + 2c + e of half p <- k = 32c + 16h + 8p + 2j + e
     r = gl.arange(0, XT * 2 * BM, layout=gl.SliceLayout(1, x_l))
     col = gl.arange(0, 64, layout=gl.SliceLayout(0, x_l))
-    xrow = pid_m * BM + r % BM
+    xrow = x_base + r % BM
     xhalf = r // BM
     src = (32 * ((col // 2) % 4) + 16 * ((col // 8) % 2) + 2 * (col // 16) + col % 2)[None, :] + \
         (xrow * stride_xm + 8 * (xhalf % 2) + 128 * (xhalf // 2))[:, None]
-    m_ok2 = (xrow < M)[:, None] & (col >= 0)[None, :]
+    m_ok2 = (xrow < x_lim)[:, None] & (col >= 0)[None, :]
     gscale = 1.0
     if ELEM == 2:
         gscale = gl.load(g_ptr)
@@ -332,29 +360,43 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr,
                              s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
                              HAS_ZERO, TABLE)
+        if XDB:
+            async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
+                                                   mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
+            async_copy.commit_group()
         for c0 in range(t0, t1, XT):
             _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
-            async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
-                                                   mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
-            async_copy.commit_group()
-            async_copy.wait_group(0)
+            b = 0
+            if XDB:             # the next chunk into the other buffer (its MMAs, two chunks back, are done)
+                b = ((c0 - t0) // XT) % 2
+                async_copy.async_copy_global_to_shared(xs_bufs.index(1 - b), x_ptr + (c0 + XT) * 128 + src,
+                                                       mask=m_ok2 & ((c0 + XT + xhalf // 2) < t1)[:, None])
+                async_copy.commit_group()
+                async_copy.wait_group(1)        # this chunk's copy (this thread's)
+            else:
+                async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
+                                                       mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
+                async_copy.commit_group()
+                async_copy.wait_group(0)
             fence_async_shared()
             _cta_barrier()
             for t in range(c0, gl.minimum(c0 + XT, t1)):
                 un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                         n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
                                         stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
-                acc = _tile(acc, u, s, f, xs_all, t - c0, f_l, a_l, BN, ELEM, TABLE)
+                acc = _tile(acc, u, s, f, xs_all, b * XT + t - c0, f_l, a_l, BN, ELEM, TABLE)
                 if PF == 2:
                     u, s, f = u1, s1, f1
                     u1, s1, f1 = un, sn, fn
                 else:
                     u, s, f = un, sn, fn
+    if XDB:
+        async_copy.wait_group(0)    # the copy past the last chunk (masked off) is done before the memory is reused
     _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
-    om = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
-    mask = (on < N)[:, None] & (om < M)[None, :]
+    om = o_base + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
+    mask = (on < N)[:, None] & (om < o_lim)[None, :]
     if SPLIT_K > 1:
         part = part_ptr + om[None, :] * N + on[:, None]
         gl.store(part + gl.program_id(2) * M * N, out, mask=mask)

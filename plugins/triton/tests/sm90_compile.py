@@ -393,6 +393,8 @@ def small_batch_cases():
         "direct MoE NVFP4 W4A4 FC1 (XQ: byte-table weights) 8x256": lambda: moe_w4a4(1, 8, 256, 4),
         "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
         "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
+        "W4A4 activation and NVFP4 rounding in one program (XQ 2)": w4a4_act_round,
+        "W4A4 activation over many programs (XQ 2 RSEP)": w4a4_act,
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -457,10 +459,49 @@ def rega(elem: int, warps: int, split: int, xt: int, pf: int, zero: bool = False
     return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
 
 
+def rega_moe(warps: int, split: int, xt: int, pf: int, by_pair: bool, xdb: int = 0):
+    """w4_rega.w4_rega_kernel's MoE mode (MOE 1) as TritonMoE._rega launches it for the one-token NVFP4 W4A4 path
+    (XQ 2): the experts' [rows, K / 8] words (stride_wk 1), the exact byte-table decoder with 16-bit scale loads."""
+    from oracle_triton.w4_rega import w4_rega_kernel
+
+    consts = dict(ELEM=2, GROUP=16, HAS_ZERO=False, HAS_BIAS=False, SPLIT_K=split, XT=xt, PF=pf, num_warps=warps,
+                  stride_wk=1, stride_sk=1, stride_zk=0, TABLE=2, MOE=1, A_BY_PAIR=by_pair, XDB=xdb)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "z_ptr": "*u8", "y_ptr": "*bf16", "b_ptr": "*u8",
+            "cnt_ptr": "*i32", "ids_ptr": "*i64"}
+    return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
+
+
+def w4a4_act_round():
+    """moe_w4a4.w4a4_act_round_kernel (XQ 2): the activation of FC1's outputs and FC2's NVFP4 input rounding in one
+    program."""
+    import oracle_triton.moe_w4a4 as mw
+
+    return compile_kernel(mw.w4a4_act_round_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*bf16",
+                                                     "xs_ptr": "*fp32"},
+                          dict(ACTFN=0, GATED=True, INTERLEAVED=False, HAS_LIMIT=False, BLOCK=mw.ROUND_BLOCK,
+                               EXACT_BF16=False), mw.ROUND_WARPS, 1)
+
+
+def w4a4_act():
+    """moe_w4a4.w4a4_act_kernel (XQ 2 with RSEP): the activation of FC1's outputs alone, many programs."""
+    import oracle_triton.moe_w4a4 as mw
+
+    return compile_kernel(mw.w4a4_act_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*bf16"},
+                          dict(ACTFN=0, GATED=True, INTERLEAVED=False, HAS_LIMIT=False, BLOCK=1024, EXACT_BF16=False),
+                          4, 1)
+
+
 def rega_cases():
     """The register-A few-row kernel (w4_rega) for each format: its K loop keeps the decoded words in
-    registers (no shared-memory traffic, no barrier) and issues 8 wgmma with one wait per K tile."""
+    registers (no shared-memory traffic, no barrier) and issues 8 wgmma with one wait per K tile; its MoE mode
+    (the one-token NVFP4 W4A4 path, XQ 2)."""
     return {
+        "rega moe nvfp4 w4a4 fc1 w8 split 2 xt 4 pf 2 table 2": lambda: rega_moe(8, 2, 4, 2, False),
+        "rega moe nvfp4 w4a4 fc2 w4 split 1 xt 4 pf 2 table 2 by pair": lambda: rega_moe(4, 1, 4, 2, True),
+        "rega moe nvfp4 w4a4 fc1 w4 split 1 xt 2 pf 2 table 2 xdb (the H200 entry)": lambda: rega_moe(4, 1, 2, 2, False,
+                                                                                                  xdb=1),
+        "rega moe nvfp4 w4a4 fc2 w4 split 1 xt 2 pf 2 table 2 xdb by pair": lambda: rega_moe(4, 1, 2, 2, True, xdb=1),
+        "rega moe nvfp4 w4a4 fc1 w4 split 1 xt 8 pf 2 table 2 xdb": lambda: rega_moe(4, 1, 8, 2, False, xdb=1),
         "rega mxfp4 w8 split 4 xt 4 pf 2": lambda: rega(1, 8, 4, 4, 2),
         "rega nvfp4 w8 split 4 xt 4 pf 2": lambda: rega(2, 8, 4, 4, 2),
         "rega int4 zero points w8 split 4 xt 4 pf 1": lambda: rega(3, 8, 4, 4, 1, zero=True),

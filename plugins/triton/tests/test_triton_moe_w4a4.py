@@ -18,6 +18,9 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 E, H, I, K = 8, 256, 160, 2
 XQ = {"XQ": 1, "DECODE": 2, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "BLOCK_N2": 16,
       "BLOCK_K2": 128, "WARPS2": 4}
+#: XQ 2: the register-A kernels (w4_rega's MoE mode), FC1 on 128-row tiles split 2 ways over K, FC2 on 64-row tiles;
+#: the XQ keys serve the calls w4_rega cannot (CPU, fp16).
+XQ2 = dict(XQ, XQ=2, RWARPS=8, RSPLIT=2, RWARPS2=4, RSPLIT2=1, XT=4, PF=2, TABLE=2)
 
 
 def _probe_kernel():
@@ -139,12 +142,13 @@ def test_xq_path_on_gpu_graph_replay():
 
 
 def test_xq_dispatch_and_tuned_entry(monkeypatch):
-    """The H200's tuned entry for Qwen3-235B NVFP4 W4A4 at one token is an XQ config, and an XQ config sends
-    a W4A4 call to TritonMoE.apply_w4a4_rows, with the PTX decoder only on a compiled GPU run."""
+    """The H200's tuned entry for Qwen3-235B NVFP4 W4A4 at one token is an XQ 2 config (w4_rega's MoE mode, R84)
+    that carries XQ 1's keys for the calls it cannot serve, and an XQ 1 config sends a W4A4 call to
+    TritonMoE.apply_w4a4_rows, with the PTX decoder only on a compiled GPU run."""
     from oracle_triton.tuned import lookup
 
     cfg = lookup("NVIDIA H200", "moe", "w4a4_nvfp4", 3072, 4096, 1, 128)
-    assert cfg is not None and cfg["XQ"] == 1 and "DECODE" in cfg
+    assert cfg is not None and cfg["XQ"] == 2 and {"DECODE", "BLOCK_N", "RWARPS", "RSPLIT", "TABLE"} <= set(cfg)
     t, _ = moe_pair("nvfp4", E, H, I, K, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
     seen = []
     monkeypatch.setattr(type(t), "apply_w4a4_rows", lambda self, *a, **kw: seen.append(a[-1]) or "xq")
@@ -152,3 +156,130 @@ def test_xq_dispatch_and_tuned_entry(monkeypatch):
     w, ids = routing(1, E, K, DEV)
     t.config = XQ
     assert t.forward(x, w, ids) == "xq" and seen == [DEV == "cuda"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("activation,router_on_input,bias", [("silu", False, False), ("swigluoai", False, True),
+                                                             ("relu2", True, True)])
+def test_xq2_register_a_path_matches_emulation(activation, router_on_input, bias, monkeypatch):
+    """XQ 2 (w4_rega's MoE mode for FC1 and FC2, one program for the activation and FC2's input rounding, the
+    top-k sum) on an sm_90 GPU: H 1024, I 384 (3 K tiles of FC2), 32 experts; one and three tokens; gated
+    (halves, silu; interleaved swigluoai with a limit and biases) and ungated (relu2, the router weight on the
+    input); 128- and 64-row tiles, K split 1-4 ways, words one or two tiles ahead, the byte-table decoder with
+    byte and 16-bit scale loads, the activations' chunks of 2-8 K tiles double-buffered (XDB; chunks past a split's
+    end, a split of 3 over 3 / 8 K tiles), the rounding program on 8192-value tiles, the activation in its own
+    launch before the rounding (RSEP): against oracle-emulation on the CPU (exact weights and fp32 sums: within 1e-2,
+    as XQ 1), the same bits on a second call, an out-of-range id adding nothing, and captured and replayed.
+    XQ 1's kernels are never called (XQ 2 serves every one of these calls)."""
+    k = 1 if router_on_input else 8
+    t, ref = moe_pair("nvfp4", 32, 1024, 384, k, "w4a4_nvfp4", "nvfp4", {}, activation=activation, bias=bias,
+                      device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
+    x = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
+    if not t.w4a4_rega_ok(x):
+        pytest.skip("XQ 2 needs an sm_90 GPU (w4_rega: wgmma)")
+    monkeypatch.setattr(type(t), "apply_w4a4_rows", lambda *a, **kw: pytest.fail("XQ 1 served an XQ 2 call"))
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    for m in (1, 3):
+        x = torch.randn(m, 1024, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, 32, k, "cuda")
+        expect = cpu_ref(x, w, ids)
+        for cfg in (XQ2, dict(XQ2, RWARPS=4, RSPLIT=1, RWARPS2=8, RSPLIT2=3, PF=1), dict(XQ2, TABLE=1, RSPLIT=4),
+                    dict(XQ2, XDB=1, XT=2, RSPLIT=3, RBLOCK=8192), dict(XQ2, XDB=1, XT=8, RWARPS=4, RSPLIT=1),
+                    dict(XQ2, RSEP=1, RBLOCK=4096)):
+            t.config = cfg
+            y = t.apply(x, w, ids)
+            assert rel(y, expect) < 1e-2, (m, cfg)
+            assert torch.equal(y, t.apply(x, w, ids)), (m, cfg)
+    t.config = XQ2
+    t.check_inputs = False
+    if k > 1:
+        bad, on_zero = ids.clone(), ids.clone()
+        bad[1, 0], on_zero[1, 0] = 33, 32          # 32: the reference's all-zero expert
+        assert rel(t.apply(x, w, bad), cpu_ref(x, w, on_zero)) < 1e-2
+    x1 = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
+    w1, ids1 = routing(1, 32, k, "cuda")
+    replay_moe(t.apply, cpu_ref, x1, w1, ids1, 32, 1e-2, times=2)
+
+
+def test_xq2_falls_back_to_xq1_where_the_register_a_kernels_cannot_run(monkeypatch):
+    """An XQ 2 config on a call w4_rega cannot serve (here: no sm_90 GPU, or the interpreter) runs XQ 1's kernels
+    with the same entry's XQ keys; on an sm_90 GPU it takes apply_w4a4_rega."""
+    t, _ = moe_pair("nvfp4", E, H, I, K, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    seen = []
+    monkeypatch.setattr(type(t), "apply_w4a4_rows", lambda self, *a, **kw: seen.append("xq1") or "xq1")
+    monkeypatch.setattr(type(t), "apply_w4a4_rega", lambda self, *a, **kw: seen.append("xq2") or "xq2")
+    t.config = XQ2
+    want = "xq2" if t.w4a4_rega_ok(x) else "xq1"
+    assert t.forward(x, w, ids) == want and seen == [want]
+    monkeypatch.setattr(type(t), "w4a4_rega_ok", lambda self, xx: False)
+    assert t.forward(x, w, ids) == "xq1"
+
+
+@pytest.mark.parametrize("activation", ["silu", "swigluoai", "relu2"])
+def test_act_round_kernel_matches_emulations_activation_and_nvfp4_rounding(activation):
+    """moe_w4a4.w4a4_act_round_kernel (XQ 2's one program between FC1 and FC2; the interpreter on CPU): FC1's
+    rounded outputs [pairs, N_W] (gate / up halves, interleaved, or ungated) -> the activation rounded to bf16,
+    zero rows for out-of-range ids, then rounded through NVFP4 with one dynamic per-tensor scale: against
+    oracle-emulation's apply_activation and nvfp4_qdq (an independent form), the per-tensor scale bit for bit and
+    the values within one FP4 step where exp's last bit differs (ids 5 and -1 out of range of E = 4); RSEP's
+    activation launch (w4a4_act_kernel, many programs) against the same activation before the rounding."""
+    from oracle.formats import INTERLEAVED_ACTIVATIONS
+    from oracle_emulation.activations import nvfp4_qdq
+    from oracle_emulation.moe_activations import apply_activation
+    from oracle_triton.moe_kernels import ACTIVATION_CODES
+    from oracle_triton.moe_w4a4 import ROUND_BLOCK, ROUND_WARPS, w4a4_act_kernel, w4a4_act_round_kernel
+
+    gen = torch.Generator().manual_seed(3)
+    pairs, inter, e = 6, 160, 4
+    gated = activation != "relu2"
+    y = (torch.randn(pairs, 2 * inter if gated else inter, generator=gen) * 3).to(torch.bfloat16)
+    ids = torch.tensor([0, 3, 5, 1, -1, 2], dtype=torch.int32)
+    params = {"limit": 7.0, "alpha": 1.702, "beta": 1.0} if activation == "swigluoai" else {"limit": None}
+    want = apply_activation(y, activation, params).to(torch.bfloat16)
+    want[(ids < 0) | (ids >= e)] = 0
+    before = want.clone()
+    want_scale = want.float().abs().amax() / 2688.0
+    want = nvfp4_qdq(want)
+    out = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)
+    xs = torch.empty(1, dtype=torch.float32, device=DEV)
+    w4a4_act_round_kernel[(1,)](y.to(DEV), ids.to(DEV), out, xs, pairs * inter, e, inter, y.shape[1],
+                                float(params.get("limit") or 0.0), 1.702, 1.0, 1.0,
+                                ACTFN=ACTIVATION_CODES[activation], GATED=gated,
+                                INTERLEAVED=activation in INTERLEAVED_ACTIVATIONS,
+                                HAS_LIMIT=params.get("limit") is not None, BLOCK=ROUND_BLOCK, EXACT_BF16=True,
+                                num_warps=ROUND_WARPS)
+    assert xs.item() == pytest.approx(want_scale.item(), rel=1e-2)
+    assert rel(out.cpu().float(), want.float()) < 1e-2
+    assert (out.cpu() == want).float().mean() > 0.98
+    assert not out.cpu()[[2, 4]].any()
+    act = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)             # RSEP's activation launch alone
+    w4a4_act_kernel[(-(-pairs * inter // 256),)](y.to(DEV), ids.to(DEV), act, pairs * inter, e, inter, y.shape[1],
+                                                 float(params.get("limit") or 0.0), 1.702, 1.0, 1.0,
+                                                 ACTFN=ACTIVATION_CODES[activation], GATED=gated,
+                                                 INTERLEAVED=activation in INTERLEAVED_ACTIVATIONS,
+                                                 HAS_LIMIT=params.get("limit") is not None, BLOCK=256, EXACT_BF16=True,
+                                                 num_warps=4)
+    assert (act.cpu() == before).float().mean() > 0.98 and rel(act.cpu().float(), before.float()) < 1e-2
+
+
+def test_xq2_keys_in_check_direct_config():
+    """check_direct_config takes XQ 2's register-A keys (the GPU test's configs) and refuses what w4_rega's MoE mode
+    does not cover: rows a program other than 64 / 128, a split of 0 or 17, nine activation tiles a chunk, PF 0
+    (every K tile up front: the pairs' K would have to fit it exactly), the fused (inexact) decoder, XQ 3, an XQ 2
+    entry without its keys, XDB 2, a 1024-value rounding tile and RSEP 2; the tuned-table loader knows the keys."""
+    from oracle_triton.formats import check_direct_config, layout_for
+    from oracle_triton.tuned import MOE_KEYS
+
+    lay = layout_for("nvfp4", 3072, 4096)
+    for cfg in (XQ, XQ2, dict(XQ2, RWARPS=4, RSPLIT=1, RWARPS2=8, RSPLIT2=3, PF=1), dict(XQ2, TABLE=1, RSPLIT=4),
+                dict(XQ2, XDB=1, XT=8, RBLOCK=8192)):
+        check_direct_config(cfg, lay)
+    for bad in ({"RWARPS": 2}, {"RWARPS2": 16}, {"RSPLIT": 0}, {"RSPLIT2": 17}, {"XT": 9}, {"PF": 0}, {"TABLE": 0},
+                {"XQ": 3}, {"RWARPS": None}, {"XDB": 2}, {"RBLOCK": 1024}, {"RSEP": 2}):
+        cfg = {k: v for k, v in {**XQ2, **bad}.items() if v is not None}
+        with pytest.raises(ValueError, match="XQ"):
+            check_direct_config(cfg, lay)
+    assert {"RWARPS", "RSPLIT", "RWARPS2", "RSPLIT2", "TABLE", "XDB", "RBLOCK", "RSEP"} <= MOE_KEYS
