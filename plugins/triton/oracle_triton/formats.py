@@ -367,9 +367,8 @@ def check_direct_config(cfg: dict[str, int], layout: Layout, what: str = "weight
         if None in rega.values() or cfg["RWARPS"] not in (4, 8) or cfg.get("RWARPS2", 4) not in (4, 8) or \
                 not 1 <= cfg["RSPLIT"] <= 16 or not 1 <= cfg.get("RSPLIT2", 1) <= 16 or not 1 <= cfg["XT"] <= 8 \
                 or cfg.get("PF", 2) not in (1, 2) or cfg.get("TABLE", 1) not in (1, 2) \
-                or cfg.get("XDB", 0) not in (0, 1) or cfg.get("RBLOCK", 2048) not in (2048, 4096, 8192) \
-                or cfg.get("RSEP", 0) not in (0, 1):
+                or cfg.get("XDB", 0) not in (0, 1):
             raise ValueError(f"XQ 2 of {what}: w4_rega's MoE mode takes RWARPS / RWARPS2 4 or 8 (64 or 128 weight "
                              f"rows a program), RSPLIT / RSPLIT2 1-16 (the K splits), XT 1-8, PF 1 or 2 (words loaded "
-                             f"one or two K tiles ahead), TABLE 1 or 2 (the exact byte-table decoder), XDB 0 or 1 and "
-                             f"RBLOCK 2048, 4096 or 8192, RSEP 0 or 1, not {cfg}")
+                             f"one or two K tiles ahead), TABLE 1 or 2 (the exact byte-table decoder) and XDB 0 or 1, "
+                             f"not {cfg}")

@@ -924,12 +924,12 @@ class TritonMoE(Kernel):
     def w4a4_rega_ok(self, x: torch.Tensor) -> bool:
         """Can the register-A kernels (XQ 2) serve this call: bf16, an sm_90 GPU (w4_rega is Gluon: wgmma,
         compiled only), hidden and intermediate sizes multiples of w4_rega's 128-wide K tile, the NVFP4 words
-        along K in rows of whole 16-byte pieces (the int32 view), a dynamic input scale (the fused activation
-        and rounding launch). Else XQ 1's kernels serve the entry (apply_w4a4_rows)."""
+        along K in rows of whole 16-byte pieces (the int32 view). Else XQ 1's kernels serve the entry
+        (apply_w4a4_rows)."""
         w = self.w13.weight
         return (x.dtype == torch.bfloat16 and self.dtype == torch.bfloat16 and w.device.type == "cuda"
                 and not interpreting() and torch.cuda.get_device_capability(w.device) == (9, 0)
-                and self.hidden % 128 == 0 and self.inter % 128 == 0 and self.static[1] is None
+                and self.hidden % 128 == 0 and self.inter % 128 == 0
                 and all(p.weight.is_contiguous() and p.scale.is_contiguous() and p.weight.dtype == torch.uint8
                         and p.weight.dim() == 3 and p.weight.shape[-1] * 2 == kdim
                         for p, kdim in ((self.w13, self.hidden), (self.w2, self.inter))))
@@ -938,15 +938,13 @@ class TritonMoE(Kernel):
                         cfg: dict[str, int]) -> torch.Tensor:
         """The one-row NVFP4 W4A4 path on tensor cores (config XQ 2): FC1 and FC2 by w4_rega_kernel's MoE mode
         (each pair's activation row as the 16-row tile's first row, the exact byte-table weights as wgmma's
-        register A operand, TABLE), between them one program for the activation and FC2's input rounding
-        (moe_w4a4.w4a4_act_round_kernel), then the router-weighted top-k sum (_topk_sum): the XQ kernels spent
+        register A operand, TABLE), between them the activation over many programs (moe_w4a4.w4a4_act_kernel) and
+        FC2's input rounding (_rounded_nvfp4), then the router-weighted top-k sum (_topk_sum): the XQ kernels spent
         ~9 instructions a weight on CUDA cores. cfg: RWARPS / RSPLIT (FC1's 16 x RWARPS weight rows a program,
         K split RSPLIT ways), RWARPS2 / RSPLIT2 (FC2), XT / PF / TABLE (both, as a REGA entry's), XDB (both: the
-        activations' chunks double-buffered), RBLOCK (the activation-and-rounding program's tile, 2048, 4096 or
-        8192 values, 8 warps or RBLOCK / 512); RSEP 1: instead the activation over many programs
-        (w4a4_act_kernel), then _rounded_nvfp4's one program."""
+        activations' chunks double-buffered)."""
         from .moe_kernels import ACTIVATION_CODES
-        from .moe_w4a4 import ROUND_BLOCK, w4a4_act_kernel, w4a4_act_round_kernel
+        from .moe_w4a4 import w4a4_act_kernel
 
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
@@ -954,21 +952,14 @@ class TritonMoE(Kernel):
         a1 = self._rounded_nvfp4(0, self._input(x, topw, k))
         y1 = torch.empty(t, self.rows, dtype=self.dtype, device=dev)
         self._rega(0, a1, ids, y1, t, k, by_pair, self.w13, self.b13, cfg["RWARPS"], cfg["RSPLIT"], cfg)
-        a2 = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        act = dict(ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-                   INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
-                   EXACT_BF16=exact)
-        params = (float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-                  float(self.lbeta))
-        if cfg.get("RSEP"):         # the activation over many programs, then nvfp4_round_kernel's one program
-            w4a4_act_kernel[(-(-t * self.inter // 1024),)](y1, ids, a2, t * self.inter, self.experts, self.inter,
-                                                           y1.stride(0), *params, BLOCK=1024, num_warps=4, **act)
-            a2 = self._rounded_nvfp4(1, a2)
-        else:
-            block = cfg.get("RBLOCK", ROUND_BLOCK)
-            w4a4_act_round_kernel[(1,)](y1, ids, a2, torch.empty(1, dtype=torch.float32, device=dev), t * self.inter,
-                                        self.experts, self.inter, y1.stride(0), *params, BLOCK=block,
-                                        num_warps=max(8, block // 512), **act)
+        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
+        w4a4_act_kernel[(-(-t * self.inter // 1024),)](
+            y1, ids, inter, t * self.inter, self.experts, self.inter, y1.stride(0),
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+            BLOCK=1024, EXACT_BF16=exact, num_warps=4)
+        a2 = self._rounded_nvfp4(1, inter)
         y2 = torch.empty(t, self.hidden, dtype=self.dtype, device=dev)
         self._rega(1, a2, ids, y2, t, k, True, self.w2, self.b2, cfg.get("RWARPS2", cfg["RWARPS"]),
                    cfg.get("RSPLIT2", cfg["RSPLIT"]), cfg)

@@ -58,13 +58,12 @@ NEEDED_WS = {"WS", "BM", "STAGES", "DW", "DREGS", "MAXNREG", "num_warps"}
 #: other keys are options of the tensor-core paths (TritonMoE.apply_direct_mma and the aligned
 #: forward; moe_kernels.moe_gemm_kernel says what each does). XQ 1: the one-token NVFP4 W4A4 byte-table kernels
 #: (moe_w4a4, the DECODE keys); XQ 2: w4_rega's MoE mode for FC1 / FC2 (RWARPS / RSPLIT, RWARPS2 / RSPLIT2, XT, PF,
-#: TABLE, XDB; RBLOCK / RSEP FC2's input rounding; TritonMoE.apply_w4a4_rega), the XQ 1 keys serving
-#: the calls it cannot.
+#: TABLE, XDB; TritonMoE.apply_w4a4_rega), the XQ 1 keys serving the calls it cannot.
 MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "PREP", "SCALED_DOT", "PREFETCH",
             "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "N_FAST", "PF_NEXT", "WORDS", "JOIN",
             "BY_EXPERT", "QUANT_LAST", "XW", "HX", "TAIL", "SWAP_AB", "PF_HEAD", "X_PIPE", "PERSIST", "PAIRS",
             "GUARD", "XQ", "K_PAIR", "TABLE", "DQ_OVERLAP", "RWARPS", "RSPLIT", "RWARPS2", "RSPLIT2",
-            "XDB", "RBLOCK", "RSEP"}
+            "XDB"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 #: bf16: the fused MoE's BF16 mode (mode "bf16"), the benchmarks' own BF16 baseline, tuned like the formats it is set beside
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4", "bf16"}

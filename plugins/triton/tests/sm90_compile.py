@@ -393,8 +393,7 @@ def small_batch_cases():
         "direct MoE NVFP4 W4A4 FC1 (XQ: byte-table weights) 8x256": lambda: moe_w4a4(1, 8, 256, 4),
         "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
         "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
-        "W4A4 activation and NVFP4 rounding in one program (XQ 2)": w4a4_act_round,
-        "W4A4 activation over many programs (XQ 2 RSEP)": w4a4_act,
+        "W4A4 activation over many programs (XQ 2)": w4a4_act,
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -471,19 +470,8 @@ def rega_moe(warps: int, split: int, xt: int, pf: int, by_pair: bool, xdb: int =
     return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
 
 
-def w4a4_act_round():
-    """moe_w4a4.w4a4_act_round_kernel (XQ 2): the activation of FC1's outputs and FC2's NVFP4 input rounding in one
-    program."""
-    import oracle_triton.moe_w4a4 as mw
-
-    return compile_kernel(mw.w4a4_act_round_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*bf16",
-                                                     "xs_ptr": "*fp32"},
-                          dict(ACTFN=0, GATED=True, INTERLEAVED=False, HAS_LIMIT=False, BLOCK=mw.ROUND_BLOCK,
-                               EXACT_BF16=False), mw.ROUND_WARPS, 1)
-
-
 def w4a4_act():
-    """moe_w4a4.w4a4_act_kernel (XQ 2 with RSEP): the activation of FC1's outputs alone, many programs."""
+    """moe_w4a4.w4a4_act_kernel (XQ 2): the activation of FC1's outputs, many programs."""
     import oracle_triton.moe_w4a4 as mw
 
     return compile_kernel(mw.w4a4_act_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*bf16"},

@@ -163,13 +163,12 @@ def test_xq_dispatch_and_tuned_entry(monkeypatch):
 @pytest.mark.parametrize("activation,router_on_input,bias", [("silu", False, False), ("swigluoai", False, True),
                                                              ("relu2", True, True)])
 def test_xq2_register_a_path_matches_emulation(activation, router_on_input, bias, monkeypatch):
-    """XQ 2 (w4_rega's MoE mode for FC1 and FC2, one program for the activation and FC2's input rounding, the
+    """XQ 2 (w4_rega's MoE mode for FC1 and FC2, the activation launch and FC2's input rounding between them, the
     top-k sum) on an sm_90 GPU: H 1024, I 384 (3 K tiles of FC2), 32 experts; one and three tokens; gated
     (halves, silu; interleaved swigluoai with a limit and biases) and ungated (relu2, the router weight on the
     input); 128- and 64-row tiles, K split 1-4 ways, words one or two tiles ahead, the byte-table decoder with
     byte and 16-bit scale loads, the activations' chunks of 2-8 K tiles double-buffered (XDB; chunks past a split's
-    end, a split of 3 over 3 / 8 K tiles), the rounding program on 8192-value tiles, the activation in its own
-    launch before the rounding (RSEP): against oracle-emulation on the CPU (exact weights and fp32 sums: within 1e-2,
+    end, a split of 3 over 3 / 8 K tiles): against oracle-emulation on the CPU (exact weights and fp32 sums: within 1e-2,
     as XQ 1), the same bits on a second call, an out-of-range id adding nothing, and captured and replayed.
     XQ 1's kernels are never called (XQ 2 serves every one of these calls)."""
     k = 1 if router_on_input else 8
@@ -185,8 +184,7 @@ def test_xq2_register_a_path_matches_emulation(activation, router_on_input, bias
         w, ids = routing(m, 32, k, "cuda")
         expect = cpu_ref(x, w, ids)
         for cfg in (XQ2, dict(XQ2, RWARPS=4, RSPLIT=1, RWARPS2=8, RSPLIT2=3, PF=1), dict(XQ2, TABLE=1, RSPLIT=4),
-                    dict(XQ2, XDB=1, XT=2, RSPLIT=3, RBLOCK=8192), dict(XQ2, XDB=1, XT=8, RWARPS=4, RSPLIT=1),
-                    dict(XQ2, RSEP=1, RBLOCK=4096)):
+                    dict(XQ2, XDB=1, XT=2, RSPLIT=3), dict(XQ2, XDB=1, XT=8, RWARPS=4, RSPLIT=1)):
             t.config = cfg
             y = t.apply(x, w, ids)
             assert rel(y, expect) < 1e-2, (m, cfg)
@@ -219,18 +217,18 @@ def test_xq2_falls_back_to_xq1_where_the_register_a_kernels_cannot_run(monkeypat
 
 
 @pytest.mark.parametrize("activation", ["silu", "swigluoai", "relu2"])
-def test_act_round_kernel_matches_emulations_activation_and_nvfp4_rounding(activation):
-    """moe_w4a4.w4a4_act_round_kernel (XQ 2's one program between FC1 and FC2; the interpreter on CPU): FC1's
-    rounded outputs [pairs, N_W] (gate / up halves, interleaved, or ungated) -> the activation rounded to bf16,
-    zero rows for out-of-range ids, then rounded through NVFP4 with one dynamic per-tensor scale: against
-    oracle-emulation's apply_activation and nvfp4_qdq (an independent form), the per-tensor scale bit for bit and
-    the values within one FP4 step where exp's last bit differs (ids 5 and -1 out of range of E = 4); RSEP's
-    activation launch (w4a4_act_kernel, many programs) against the same activation before the rounding."""
+def test_act_kernel_and_rounding_match_emulations_activation_and_nvfp4_rounding(activation):
+    """XQ 2's launches between FC1 and FC2 (the interpreter on CPU): moe_w4a4.w4a4_act_kernel takes FC1's rounded
+    outputs [pairs, N_W] (gate / up halves, interleaved, or ungated) to the activation rounded to bf16, zero rows
+    for out-of-range ids (5 and -1 of E = 4), over several programs; nvfp4_round_kernel then rounds that through
+    NVFP4 with one dynamic per-tensor scale. Against oracle-emulation's apply_activation and nvfp4_qdq (an
+    independent form): the activation within exp's last bit, the per-tensor scale, and the values within one FP4
+    step where that bit differs."""
     from oracle.formats import INTERLEAVED_ACTIVATIONS
     from oracle_emulation.activations import nvfp4_qdq
     from oracle_emulation.moe_activations import apply_activation
     from oracle_triton.moe_kernels import ACTIVATION_CODES
-    from oracle_triton.moe_w4a4 import ROUND_BLOCK, ROUND_WARPS, w4a4_act_kernel, w4a4_act_round_kernel
+    from oracle_triton.moe_w4a4 import ROUND_BLOCK, ROUND_WARPS, nvfp4_round_kernel, w4a4_act_kernel
 
     gen = torch.Generator().manual_seed(3)
     pairs, inter, e = 6, 160, 4
@@ -243,19 +241,7 @@ def test_act_round_kernel_matches_emulations_activation_and_nvfp4_rounding(activ
     before = want.clone()
     want_scale = want.float().abs().amax() / 2688.0
     want = nvfp4_qdq(want)
-    out = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)
-    xs = torch.empty(1, dtype=torch.float32, device=DEV)
-    w4a4_act_round_kernel[(1,)](y.to(DEV), ids.to(DEV), out, xs, pairs * inter, e, inter, y.shape[1],
-                                float(params.get("limit") or 0.0), 1.702, 1.0, 1.0,
-                                ACTFN=ACTIVATION_CODES[activation], GATED=gated,
-                                INTERLEAVED=activation in INTERLEAVED_ACTIVATIONS,
-                                HAS_LIMIT=params.get("limit") is not None, BLOCK=ROUND_BLOCK, EXACT_BF16=True,
-                                num_warps=ROUND_WARPS)
-    assert xs.item() == pytest.approx(want_scale.item(), rel=1e-2)
-    assert rel(out.cpu().float(), want.float()) < 1e-2
-    assert (out.cpu() == want).float().mean() > 0.98
-    assert not out.cpu()[[2, 4]].any()
-    act = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)             # RSEP's activation launch alone
+    act = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)
     w4a4_act_kernel[(-(-pairs * inter // 256),)](y.to(DEV), ids.to(DEV), act, pairs * inter, e, inter, y.shape[1],
                                                  float(params.get("limit") or 0.0), 1.702, 1.0, 1.0,
                                                  ACTFN=ACTIVATION_CODES[activation], GATED=gated,
@@ -263,23 +249,30 @@ def test_act_round_kernel_matches_emulations_activation_and_nvfp4_rounding(activ
                                                  HAS_LIMIT=params.get("limit") is not None, BLOCK=256, EXACT_BF16=True,
                                                  num_warps=4)
     assert (act.cpu() == before).float().mean() > 0.98 and rel(act.cpu().float(), before.float()) < 1e-2
+    assert not act.cpu()[[2, 4]].any()
+    out = torch.empty(pairs, inter, dtype=torch.bfloat16, device=DEV)
+    xs = torch.empty(1, dtype=torch.float32, device=DEV)
+    nvfp4_round_kernel[(1,)](act, out, xs, act.numel(), BLOCK=ROUND_BLOCK, EXACT_BF16=True, num_warps=ROUND_WARPS)
+    assert xs.item() == pytest.approx(want_scale.item(), rel=1e-2)
+    assert rel(out.cpu().float(), want.float()) < 1e-2
+    assert (out.cpu() == want).float().mean() > 0.98
 
 
 def test_xq2_keys_in_check_direct_config():
     """check_direct_config takes XQ 2's register-A keys (the GPU test's configs) and refuses what w4_rega's MoE mode
     does not cover: rows a program other than 64 / 128, a split of 0 or 17, nine activation tiles a chunk, PF 0
     (every K tile up front: the pairs' K would have to fit it exactly), the fused (inexact) decoder, XQ 3, an XQ 2
-    entry without its keys, XDB 2, a 1024-value rounding tile and RSEP 2; the tuned-table loader knows the keys."""
+    entry without its keys and XDB 2; the tuned-table loader knows the keys."""
     from oracle_triton.formats import check_direct_config, layout_for
     from oracle_triton.tuned import MOE_KEYS
 
     lay = layout_for("nvfp4", 3072, 4096)
     for cfg in (XQ, XQ2, dict(XQ2, RWARPS=4, RSPLIT=1, RWARPS2=8, RSPLIT2=3, PF=1), dict(XQ2, TABLE=1, RSPLIT=4),
-                dict(XQ2, XDB=1, XT=8, RBLOCK=8192)):
+                dict(XQ2, XDB=1, XT=8)):
         check_direct_config(cfg, lay)
     for bad in ({"RWARPS": 2}, {"RWARPS2": 16}, {"RSPLIT": 0}, {"RSPLIT2": 17}, {"XT": 9}, {"PF": 0}, {"TABLE": 0},
-                {"XQ": 3}, {"RWARPS": None}, {"XDB": 2}, {"RBLOCK": 1024}, {"RSEP": 2}):
+                {"XQ": 3}, {"RWARPS": None}, {"XDB": 2}):
         cfg = {k: v for k, v in {**XQ2, **bad}.items() if v is not None}
         with pytest.raises(ValueError, match="XQ"):
             check_direct_config(cfg, lay)
-    assert {"RWARPS", "RSPLIT", "RWARPS2", "RSPLIT2", "TABLE", "XDB", "RBLOCK", "RSEP"} <= MOE_KEYS
+    assert {"RWARPS", "RSPLIT", "RWARPS2", "RSPLIT2", "TABLE", "XDB"} <= MOE_KEYS
