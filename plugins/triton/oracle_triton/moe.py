@@ -926,13 +926,17 @@ class TritonMoE(Kernel):
         compiled only), hidden and intermediate sizes multiples of w4_rega's 128-wide K tile, the NVFP4 words
         along K in rows of whole 16-byte pieces (the int32 view). Else XQ 1's kernels serve the entry
         (apply_w4a4_rows)."""
-        w = self.w13.weight
-        return (x.dtype == torch.bfloat16 and self.dtype == torch.bfloat16 and w.device.type == "cuda"
-                and not interpreting() and torch.cuda.get_device_capability(w.device) == (9, 0)
+        layer_ok = getattr(self, "_rega_layer_ok", None)
+        if layer_ok is None:        # the layer's part, checked once (not on every call's hot path)
+            w = self.w13.weight
+            layer_ok = self._rega_layer_ok = (
+                self.dtype == torch.bfloat16 and w.device.type == "cuda" and not interpreting()
+                and torch.cuda.get_device_capability(w.device) == (9, 0)
                 and self.hidden % 128 == 0 and self.inter % 128 == 0
                 and all(p.weight.is_contiguous() and p.scale.is_contiguous() and p.weight.dtype == torch.uint8
                         and p.weight.dim() == 3 and p.weight.shape[-1] * 2 == kdim
                         for p, kdim in ((self.w13, self.hidden), (self.w2, self.inter))))
+        return layer_ok and x.dtype == torch.bfloat16
 
     def apply_w4a4_rega(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
                         cfg: dict[str, int]) -> torch.Tensor:
