@@ -177,6 +177,24 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
 DOT_MIN = 16
 
 
+def check_grouped_rega(cfg: dict[str, int], layout: Layout, what: str) -> None:
+    """SWAP 3 (the MoE's E2M1 experts on w4_rega's grouped mode, moe_rega): BLOCK_M pairs a block 16-128 (a power
+    of two: wgmma's N), RWARPS / RWARPS2 4, 8 or 16 (one, two or four warpgroups), XT 1-8, PF 1 or 2, XDB 0 or 1,
+    VEC 0 or 1, XP 0 or 1 (the activations permuted into the copy order first), TABLE 1 or 2 on NVFP4 only (its
+    exact byte-table decoder), no WAIT (unsafe in the K loop: w4_rega_kernel's docstring); the rest of the entry is
+    the SWAP 2 config that serves the calls w4_rega cannot."""
+    if layout.elem not in (E2M1_MX, E2M1_NV) or cfg.get("BLOCK_M") not in (16, 32, 64, 128) or \
+            "RWARPS" not in cfg or "XT" not in cfg or cfg["RWARPS"] not in (4, 8, 16) or \
+            cfg.get("RWARPS2", 4) not in (4, 8, 16) or not 1 <= cfg["XT"] <= 8 or cfg.get("PF", 2) not in (1, 2) or \
+            cfg.get("XDB", 0) not in (0, 1) or cfg.get("VEC", 0) not in (0, 1) or cfg.get("XP", 0) not in (0, 1) or \
+            cfg.get("TABLE", 1 if layout.elem == E2M1_NV else 0) not in ((1, 2) if layout.elem == E2M1_NV else (0,)) \
+            or cfg.get("EARLY", 0) or cfg.get("WAIT", 0):
+        raise ValueError(f"SWAP 3 for {what}: w4_rega's grouped MoE mode takes MXFP4 / NVFP4 experts, BLOCK_M 16, "
+                         f"32, 64 or 128, RWARPS / RWARPS2 4, 8 or 16 (64, 128 or 256 weight rows a program), XT 1-8, "
+                         f"PF 1 or 2, XDB 0 or 1, VEC / XP 0 or 1, TABLE 1 or 2 on NVFP4 only, no EARLY or WAIT "
+                         f"(w4_rega's PF 0 forms only); not {cfg}")
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
@@ -185,7 +203,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
     - swap-AB (SWAP): FP8 only with scales constant along K (per channel / tensor), K tiles of 32-256;
       FULL_TILE (one dot per K tile) on E2M1 only with the word decoders (DECODE 4, or 5: fused, E2M1
       words only), PERM (the joined tile in the decoders' pair order) only with FULL_TILE;
-      INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s;
+      INT4 only with 128-wide groups (a K tile is one group); E2M1 K tiles of whole 128s; SWAP 3 (the MoE's
+      E2M1 experts on w4_rega's grouped mode) also as check_grouped_rega says;
     - register-A few-row 4-bit (REGA, w4_rega): INT4 with 128-wide groups or E2M1 words, 4 or 8 warps; PF 0
       (every K tile of a program loaded up front) with at most 4 tiles per program (XT); EARLY (1 / 2: the
       words issued before the activations' wait / copy) and WAIT 1 (each K tile waits for the previous tile's MMAs)
@@ -245,6 +264,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
                              "NVFP4 in the [K/8, N] word layout) only")
         if cfg.get("PERM") and not cfg.get("FULL_TILE"):
             raise ValueError(f"PERM for {what}: the decoders' pair order applies to the joined whole tile (FULL_TILE 1)")
+        if cfg["SWAP"] == 3:
+            check_grouped_rega(cfg, layout, what)
         return
     if cfg.get("REGA"):
         if not ((layout.elem == INT4 and layout.group == 128) or is_words(layout)):

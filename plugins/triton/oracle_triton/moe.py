@@ -24,6 +24,7 @@ from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
+from .moe_rega import mx_fused_ok, rega_layer_ok
 from .weights import pack
 
 #: Eager calls up to this many tokens take a launch plan (TritonMoE.planned; as EagerGraphs.MAX_ROWS)
@@ -296,6 +297,9 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+        # MXFP4 scales w4_rega's fused decoder covers: SWAP 3 may serve the layer (checked here, at load, never in
+        # a call, which may be captured)
+        self.fused_ok = self.w13.layout.elem == E2M1_MX and mx_fused_ok(self.w13.scale) and mx_fused_ok(self.w2.scale)
         self.eager = EagerGraphs(self.forward)
         self.plans = fastlaunch.CallPlans(self.forward)
 
@@ -630,6 +634,11 @@ class TritonMoE(Kernel):
         from . import moe_kernels as mk
         from .moe_gemv import moe_swap_kernel
 
+        if cfg["SWAP"] == 3:                 # w4_rega's grouped mode (moe_rega), else the same entry as SWAP 2
+            from .moe_rega import apply_swap_rega, grouped_ok
+            if grouped_ok(self, x):
+                return apply_swap_rega(self, x, topw, ids, m, k, cfg)
+            cfg = dict(cfg, SWAP=2)
         lay = self.w13.layout
         if lay.pack == 1 or self.act not in (ACT_NONE, ACT_NVFP4):
             raise ValueError(f"SWAP: 4-bit weights with unquantized or NVFP4 activations, not {self.mode.name}")
@@ -928,14 +937,7 @@ class TritonMoE(Kernel):
         (apply_w4a4_rows)."""
         layer_ok = getattr(self, "_rega_layer_ok", None)
         if layer_ok is None:        # the layer's part, checked once (not on every call's hot path)
-            w = self.w13.weight
-            layer_ok = self._rega_layer_ok = (
-                self.dtype == torch.bfloat16 and w.device.type == "cuda" and not interpreting()
-                and torch.cuda.get_device_capability(w.device) == (9, 0)
-                and self.hidden % 128 == 0 and self.inter % 128 == 0
-                and all(p.weight.is_contiguous() and p.scale.is_contiguous() and p.weight.dtype == torch.uint8
-                        and p.weight.dim() == 3 and p.weight.shape[-1] * 2 == kdim
-                        for p, kdim in ((self.w13, self.hidden), (self.w2, self.inter))))
+            layer_ok = self._rega_layer_ok = rega_layer_ok(self, 128)
         return layer_ok and x.dtype == torch.bfloat16
 
     def apply_w4a4_rega(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,

@@ -102,6 +102,13 @@ def x_pairs_layout(num_warps: int) -> gl.BlockedLayout:
     return gl.BlockedLayout([1, 2], [1, 32], [num_warps, 1], [1, 0])
 
 
+@gluon.constexpr_function
+def x_vec_layout(num_warps: int) -> gl.BlockedLayout:
+    """XP: [2 XT x BM, 64] activation half tiles already in the copy's order, 8 contiguous values per thread (one
+    16-byte cp.async)."""
+    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+
+
 @gluon.jit
 def _operand(lo, hi, a_l: gl.constexpr):
     """Codes 2j and 2j + 1 of the words [BN, 4, 2] (lane pair c, fragment half h) -> the [BN, 16] A operand
@@ -167,11 +174,16 @@ def _tile(acc, u, s, f, xs_all, i, f_l: gl.constexpr, a_l: gl.constexpr, BN: gl.
 @gluon.jit
 def _load_tile(t, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr, s_ptr, z_ptr,
                gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr,
-               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, TABLE: gl.constexpr):
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, TABLE: gl.constexpr, K=0, KMASK: gl.constexpr = 0):
     """K tile t's words [BN, 4, 4] (word 4c + e of the tile's 16 per row: row-contiguous layouts give one
     16-byte load per row and lane), and the decoders' factors: INT4 the zero-point pairs [BN] and the
-    group scales [BN] (acc rows); E2M1 the scale pairs [BN, 4, 2] of words 4c + 2h (+ 1): k 32c + 16h.."""
+    group scales [BN] (acc rows); E2M1 the scale pairs [BN, 4, 2] of words 4c + 2h (+ 1): k 32c + 16h..
+    KMASK (K a multiple of 32, not of 128: the last tile's lane pairs past K load zero words and scales; the mask
+    is constant over each lane's 4 words, so the loads stay 16 bytes wide)."""
     t = gl.minimum(t, t1 - 1)
+    if KMASK:
+        n_ok3 = n_ok3 & ((t * 128 + 32 * c3) < K)
+        n_ok2 = n_ok2 & ((t * 128 + 32 * c2) < K)
     u = gl.load(w_ptr + rows3 * stride_wn + (t * 16 + 4 * c3 + e3) * stride_wk, mask=n_ok3, other=0)
     if ELEM == 3:
         s = gl.load(s_ptr + t * stride_sk + offs_n, mask=n_ok, other=0.0).to(gl.float32)
@@ -223,7 +235,8 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    num_warps: gl.constexpr, PF: gl.constexpr = 2, EARLY: gl.constexpr = 0,
                    TABLE: gl.constexpr = 0, WAIT: gl.constexpr = 0, VEC: gl.constexpr = 0, ids_ptr=None, E=0, TOPK=1,
                    stride_we=0, stride_se=0, stride_be=0, MOE: gl.constexpr = 0, A_BY_PAIR: gl.constexpr = 0,
-                   XDB: gl.constexpr = 0):
+                   XDB: gl.constexpr = 0, sid_ptr=None, BM: gl.constexpr = 16, KMASK: gl.constexpr = 0,
+                   XP: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
     weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
@@ -235,7 +248,10 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     byte-table decoder (gemm.e2m1_word_ptx_table's A-fragment order, exact weights) instead of the fused factor;
     TABLE 2: the same, each lane's two scale bytes of a K tile in one 16-bit load (stride_sk 1; stride_sn even
     and s_ptr 2-byte aligned: launch_keys). WAIT 1 (PF 0, E2M1): each K tile waits only for the previous tile's
-    MMAs (the next tile's decode beside this tile's MMAs), the last tile's waited for before the epilogue. VEC 1:
+    MMAs (the next tile's decode beside this tile's MMAs), the last tile's waited for before the epilogue. Only with
+    PF 0: there the tiles are unrolled and ptxas renames the next tile's A registers, waiting for the one it reuses
+    (WARPGROUP.DEPBAR.LE 7); in the K loop it reuses the in-flight tile's A registers across the back edge without a
+    wait (R90-R92, twenty-second pass: a loop form gave wrong sums in 10 of 47 timed configurations). VEC 1:
     the outputs and split-K partials 4 consecutive n per thread (out_layout). Words: int32, word j
     (codes k 8j..8j+7) of row n at n * stride_wn + j * stride_wk (E2M1 [N, K/8], INT4 GPTQ [K/8, N]).
     SPLIT_K > 1: fp32 partials to part_ptr [SPLIT_K, M, N]; the last program of an output tile (cnt_ptr)
@@ -244,6 +260,15 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     pid_m is pair p of M pairs, expert ids_ptr[p] (ids outside [0, E) read expert 0; the caller drops those
     pairs), whose weights, scales, global scale and bias sit stride_we / stride_se / 1 / stride_be further on;
     its activation row is p // TOPK (A_BY_PAIR: p), the tile's other 15 rows zeros, and y's row p its output.
+    MOE 2 (blocks of one expert's pairs: the W4A16 / W4A4 MoE at many tokens, moe_rega.apply_swap_rega): program
+    row pid_m is aligned block b (TritonMoE._align: sid_ptr the pair ids sorted by expert in BM-row blocks, padded
+    with M = the pair count; ids_ptr each block's expert, -1 where unused: the program returns at once), its BM
+    columns the block's pairs: activation row p // TOPK (A_BY_PAIR: p), y's row p; each weight is decoded once for
+    the block. BM (16-128, a power of two): activation rows a program, wgmma's N. KMASK 1: K a multiple of 32
+    but not of 128 (gpt-oss's 2880): the last K tile's words, scales and activations past K read as zeros. XP 1: the
+    activation rows come permuted into the copy's order and zero-padded to whole K tiles (moe_rega.permute_rows;
+    stride_xm their padded stride): 16-byte copies instead of 4-byte ones (a fifth of the copy instructions and
+    address registers).
     XDB 1 (PF 1 / 2): two chunk buffers, the next chunk's activations copied while this chunk's tiles are
     multiplied (without it each chunk of XT tiles starts with a copy from L2 that every warp waits for).
 
@@ -252,7 +277,6 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     activations are copied into shared memory (4-byte cp.async per k pair) in that order, half tile p
     [16, 64] at column 16j + 8h + 2c."""
     BN: gl.constexpr = 16 * num_warps
-    BM: gl.constexpr = 16
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     u_l: gl.constexpr = words_layout(num_warps, BN, 4)
@@ -260,7 +284,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                     instr_shape=[16, BM, 16])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
-    x_l: gl.constexpr = x_pairs_layout(num_warps)
+    x_l: gl.constexpr = x_vec_layout(num_warps) if XP else x_pairs_layout(num_warps)
     out_l: gl.constexpr = out_layout(num_warps, VEC)
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     NB: gl.constexpr = 2 if XDB else 1        # chunk buffers
@@ -284,7 +308,16 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     x_lim = M
     o_base = pid_m * BM
     o_lim = M
-    if MOE:
+    if MOE == 2:
+        e = gl.load(ids_ptr + pid_m).to(gl.int32)
+        if e < 0:
+            return      # a block past the last expert's (the grid is the static bound on the blocks)
+        e64 = e.to(gl.int64)
+        w_ptr = w_ptr + e64 * stride_we
+        s_ptr = s_ptr + e64 * stride_se
+        g_ptr = g_ptr + e64
+        b_ptr = b_ptr + e64 * stride_be
+    elif MOE:
         e = gl.load(ids_ptr + pid_m).to(gl.int32)
         e64 = (e * ((e >= 0) & (e < E)).to(gl.int32)).to(gl.int64)
         w_ptr = w_ptr + e64 * stride_we
@@ -302,11 +335,25 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     # column 16j + 8h + 2c + e of half p <- k = 32c + 16h + 8p + 2j + e
     r = gl.arange(0, XT * 2 * BM, layout=gl.SliceLayout(1, x_l))
     col = gl.arange(0, 64, layout=gl.SliceLayout(0, x_l))
-    xrow = x_base + r % BM
     xhalf = r // BM
-    src = (32 * ((col // 2) % 4) + 16 * ((col // 8) % 2) + 2 * (col // 16) + col % 2)[None, :] + \
-        (xrow * stride_xm + 8 * (xhalf % 2) + 128 * (xhalf // 2))[:, None]
-    m_ok2 = (xrow < x_lim)[:, None] & (col >= 0)[None, :]
+    if MOE == 2:
+        pair = gl.load(sid_ptr + pid_m * BM + r % BM)
+        if A_BY_PAIR:
+            xrow = pair
+        else:
+            xrow = pair // TOPK
+        m_ok2 = (pair < M)[:, None] & (col >= 0)[None, :]
+    else:
+        xrow = x_base + r % BM
+        m_ok2 = (xrow < x_lim)[:, None] & (col >= 0)[None, :]
+    if XP:      # the rows already in the copy's order (moe_rega.permute_rows): half p = the tile's values 64p..
+        colk = col
+        rowk = 64 * (xhalf % 2) + 128 * (xhalf // 2)
+    else:
+        colk = 32 * ((col // 2) % 4) + 16 * ((col // 8) % 2) + 2 * (col // 16) + col % 2
+        rowk = 8 * (xhalf % 2) + 128 * (xhalf // 2)
+    src = colk[None, :] + (xrow * stride_xm + rowk)[:, None]
+    kx = colk[None, :] + rowk[:, None]          # k of each copied value within its chunk (KMASK)
     gscale = 1.0
     if ELEM == 2:
         gscale = gl.load(g_ptr)
@@ -321,23 +368,23 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         # beside the activations' copy: one memory latency, no words in flight across loop iterations
         ua, sa, fa = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok,
                                 w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk,
-                                ELEM, GROUP, HAS_ZERO, TABLE)
+                                ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
         if XT >= 2:
             ub, sb, fb = _load_tile(t0 + 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
         if XT >= 3:
             uc, sc, fc = _load_tile(t0 + 2, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
         if XT >= 4:
             ud, sd, fd = _load_tile(t0 + 3, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                     n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                                    stride_zk, ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
         if EARLY == 2:
             _cta_barrier()      # the words' and scales' loads issued before the activations' copy
         async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
-                                               mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
+                                               mask=_x_mask(m_ok2, t0, t1, xhalf, kx, K, KMASK, XP))
         async_copy.commit_group()
         if EARLY == 1:
             _cta_barrier()      # ... before the activations' wait (ptxas otherwise issues most of them after it)
@@ -356,13 +403,13 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     else:
         u1, s1, f1 = _load_tile(t0 + PF - 1, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                 n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                                stride_zk, ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
         u, s, f = _load_tile(t0, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n, n_ok, w_ptr,
                              s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM, GROUP,
-                             HAS_ZERO, TABLE)
+                             HAS_ZERO, TABLE, K, KMASK)
         if XDB:
             async_copy.async_copy_global_to_shared(xs_flat, x_ptr + t0 * 128 + src,
-                                                   mask=m_ok2 & ((t0 + xhalf // 2) < t1)[:, None])
+                                                   mask=_x_mask(m_ok2, t0, t1, xhalf, kx, K, KMASK, XP))
             async_copy.commit_group()
         for c0 in range(t0, t1, XT):
             _cta_barrier()      # every warpgroup's MMAs of the last chunk are done before its tiles are replaced
@@ -370,12 +417,12 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             if XDB:             # the next chunk into the other buffer (its MMAs, two chunks back, are done)
                 b = ((c0 - t0) // XT) % 2
                 async_copy.async_copy_global_to_shared(xs_bufs.index(1 - b), x_ptr + (c0 + XT) * 128 + src,
-                                                       mask=m_ok2 & ((c0 + XT + xhalf // 2) < t1)[:, None])
+                                                       mask=_x_mask(m_ok2, c0 + XT, t1, xhalf, kx, K, KMASK, XP))
                 async_copy.commit_group()
                 async_copy.wait_group(1)        # this chunk's copy (this thread's)
             else:
                 async_copy.async_copy_global_to_shared(xs_flat, x_ptr + c0 * 128 + src,
-                                                       mask=m_ok2 & ((c0 + xhalf // 2) < t1)[:, None])
+                                                       mask=_x_mask(m_ok2, c0, t1, xhalf, kx, K, KMASK, XP))
                 async_copy.commit_group()
                 async_copy.wait_group(0)
             fence_async_shared()
@@ -383,7 +430,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             for t in range(c0, gl.minimum(c0 + XT, t1)):
                 un, sn, fn = _load_tile(t + PF, t1, rows3, c3, e3, n_ok3, rows2, c2, h2, n_ok2, rows1, n_ok1, offs_n,
                                         n_ok, w_ptr, s_ptr, z_ptr, gscale, stride_wn, stride_wk, stride_sn, stride_sk,
-                                        stride_zk, ELEM, GROUP, HAS_ZERO, TABLE)
+                                        stride_zk, ELEM, GROUP, HAS_ZERO, TABLE, K, KMASK)
                 acc = _tile(acc, u, s, f, xs_all, b * XT + t - c0, f_l, a_l, BN, ELEM, TABLE)
                 if PF == 2:
                     u, s, f = u1, s1, f1
@@ -395,7 +442,11 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     _cta_barrier()     # every warpgroup's MMAs done before the layout change reuses shared memory
     out = gl.convert_layout(acc, out_l)                                   # [n, m], n fastest: coalesced
     on = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, out_l))
-    om = o_base + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
+    if MOE == 2:        # the block's pairs (padding: M, masked off)
+        om = gl.load(sid_ptr + pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l)))
+        o_lim = M
+    else:
+        om = o_base + gl.arange(0, BM, layout=gl.SliceLayout(0, out_l))
     mask = (on < N)[:, None] & (om < o_lim)[None, :]
     if SPLIT_K > 1:
         part = part_ptr + om[None, :] * N + on[:, None]
@@ -411,6 +462,16 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
             gl.atomic_xchg(cnt_ptr + tile, 0)
     else:
         _store_out(out, b_ptr, y_ptr, on, om, mask, N, stride_ym, HAS_BIAS)
+
+
+@gluon.jit
+def _x_mask(m_ok2, c0, t1, xhalf, kx, K, KMASK: gl.constexpr, XP: gl.constexpr = 0):
+    """The activation copy's mask for the chunk from K tile c0: rows in range, tiles before t1 (KMASK: k < K; with
+    XP the rows are zero past K up to the tile's end, moe_rega.permute_rows)."""
+    mask = m_ok2 & ((c0 + xhalf // 2) < t1)[:, None]
+    if KMASK and not XP:
+        mask = mask & (c0 * 128 + kx < K)
+    return mask
 
 
 @gluon.jit

@@ -470,6 +470,20 @@ def rega_moe(warps: int, split: int, xt: int, pf: int, by_pair: bool, xdb: int =
     return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
 
 
+def rega_grouped(elem: int, warps: int, bm: int, xt: int, pf: int, by_pair: bool, xdb: int = 1, kmask: int = 1,
+                 table: int = 0, xp: int = 0):
+    """w4_rega.w4_rega_kernel's grouped MoE mode (MOE 2) as moe_rega.apply_swap_rega launches it (SWAP 3): blocks of
+    bm pairs of one expert (sorted pair ids), the experts' [rows, K / 8] words, K masked past gpt-oss's 2880."""
+    from oracle_triton.w4_rega import w4_rega_kernel
+
+    consts = dict(ELEM=elem, GROUP={1: 32, 2: 16}[elem], HAS_ZERO=False, HAS_BIAS=True, SPLIT_K=1, XT=xt, PF=pf,
+                  num_warps=warps, stride_wk=1, stride_sk=1, stride_zk=0, TABLE=table, MOE=2, A_BY_PAIR=by_pair,
+                  XDB=xdb, BM=bm, KMASK=kmask, XP=xp)
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "z_ptr": "*u8", "y_ptr": "*bf16", "b_ptr": "*bf16",
+            "cnt_ptr": "*i32", "ids_ptr": "*i32", "sid_ptr": "*i32", "g_ptr": "*fp32"}
+    return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
+
+
 def w4a4_act():
     """moe_w4a4.w4a4_act_kernel (XQ 2): the activation of FC1's outputs, many programs."""
     import oracle_triton.moe_w4a4 as mw
@@ -490,6 +504,17 @@ def rega_cases():
                                                                                                   xdb=1),
         "rega moe nvfp4 w4a4 fc2 w4 split 1 xt 2 pf 2 table 2 xdb by pair": lambda: rega_moe(4, 1, 2, 2, True, xdb=1),
         "rega moe nvfp4 w4a4 fc1 w4 split 1 xt 8 pf 2 table 2 xdb": lambda: rega_moe(4, 1, 8, 2, False, xdb=1),
+        # the grouped MoE mode (SWAP 3) in the H200's entries: gpt-oss-20b at 256 tokens (64-pair blocks, one K tile a
+        # chunk: the chunk loop is the K loop, with its copy and barriers), at 16 (and gpt-oss-120b at 256), Qwen3-235B
+        # NVFP4 W4A4 at 256; K masked past gpt-oss's 2880, the activations permuted first (XP)
+        "rega grouped moe mxfp4 fc1 w8 bm 64 xt 1 pf 1 xdb kmask xp": lambda: rega_grouped(1, 8, 64, 1, 1, False, xp=1),
+        "rega grouped moe mxfp4 fc2 w8 bm 64 xt 1 pf 1 xdb kmask xp by pair": lambda: rega_grouped(1, 8, 64, 1, 1, True,
+                                                                                                xp=1),
+        "rega grouped moe mxfp4 fc1 w8 bm 16 xt 4 pf 2 xdb kmask xp": lambda: rega_grouped(1, 8, 16, 4, 2, False, xp=1),
+        "rega grouped moe nvfp4 fc1 w8 bm 32 xt 2 pf 2 xdb table 2 xp": lambda: rega_grouped(2, 8, 32, 2, 2, False,
+                                                                                            kmask=0, table=2, xp=1),
+        "rega grouped moe mxfp4 fc1 w4 bm 64 xt 2 pf 2 xdb kmask (4-byte copies)": lambda: rega_grouped(1, 4, 64, 2, 2,
+                                                                                                     False),
         "rega mxfp4 w8 split 4 xt 4 pf 2": lambda: rega(1, 8, 4, 4, 2),
         "rega nvfp4 w8 split 4 xt 4 pf 2": lambda: rega(2, 8, 4, 4, 2),
         "rega int4 zero points w8 split 4 xt 4 pf 1": lambda: rega(3, 8, 4, 4, 1, zero=True),

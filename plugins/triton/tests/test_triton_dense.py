@@ -208,10 +208,12 @@ def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
     """w4_rega (Gluon) compiled for sm_90 by Triton's ptxas (sm90_compile.py rega), each format: no register
     spills, and its K loop (the innermost loop with a wgmma) issues 8 wgmma with the decoded weights from
     registers and waits once: no shared-memory load or store and no barrier in it (the shared round trip
-    and the per-MMA waits of the tl.dot swap kernel are what it removes)."""
+    and the per-MMA waits of the tl.dot swap kernel are what it removes), except where a chunk holds one K tile (XT 1:
+    the grouped MoE mode's gpt-oss entry), whose K loop is the chunk loop with its activation copy and barriers."""
     for ln in _gluon_sm90_lines("rega"):
-        assert " 0 B spilled" in ln and " 0 barriers / " in ln, ln
-        assert "/ 8 wgmma / 1 wgmma waits / 0 shared-memory ops" in ln, ln
+        assert " 0 B spilled" in ln and "/ 8 wgmma / 1 wgmma waits / " in ln, ln
+        if " xt 1 " not in ln:      # one K tile a chunk: the chunk loop (its copy, its barriers) is the K loop
+            assert " 0 barriers / " in ln and "/ 0 shared-memory ops" in ln, ln
 
 
 @pytest.mark.slow
