@@ -24,7 +24,7 @@ in fp32 and scaled once per (row, tile): the K tile is the 128-wide group (as w4
 scales checked at load by formats.fused_scales_ok); for NVFP4 that factor is bf16(s x g x 2**126), the scale
 rounded before the value's 1.5, so TABLE (gemm.e2m1_word_ptx_table's A-fragment order) gives exactly the
 reference's weights instead.
-bf16 layers only; grid (N / BN, M / 16, SPLIT_K).
+bf16 layers only; grid (N / BN, M / 16, SPLIT_K); the MoE modes: (N / BN, pairs or blocks, SPLIT_K).
 """
 from __future__ import annotations
 
@@ -237,8 +237,8 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
                    stride_we=0, stride_se=0, stride_be=0, MOE: gl.constexpr = 0, A_BY_PAIR: gl.constexpr = 0,
                    XDB: gl.constexpr = 0, sid_ptr=None, BM: gl.constexpr = 16, KMASK: gl.constexpr = 0,
                    XP: gl.constexpr = 0):
-    """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), 16 activation rows per program, BN = 16 x num_warps
-    weight rows (num_warps 4 or 8: one or two warpgroups), K tiles of 128 dealt to SPLIT_K programs
+    """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]), BM (16 but in MOE 2) activation rows per program, BN = 16 x
+    num_warps weight rows (num_warps 4 or 8: one or two warpgroups; 16 in MOE 2: four), K tiles of 128 dealt to SPLIT_K programs
     (dequant.split_range), the activations of XT tiles at a time in shared memory; PF 1 / 2: each tile's words
     loaded PF tiles ahead in the K loop; PF 0: the program has exactly XT tiles (SPLIT_K x XT = K / 128, XT <= 4),
     all their words loaded before the first MMA beside the activations' copy, the tiles unrolled (few K tiles
@@ -267,7 +267,7 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
     the block. BM (16-128, a power of two): activation rows a program, wgmma's N. KMASK 1: K a multiple of 32
     but not of 128 (gpt-oss's 2880): the last K tile's words, scales and activations past K read as zeros. XP 1: the
     activation rows come permuted into the copy's order and zero-padded to whole K tiles (moe_rega.permute_rows;
-    stride_xm their padded stride): 16-byte copies instead of 4-byte ones (a fifth of the copy instructions and
+    stride_xm their padded stride): 16-byte copies instead of 4-byte ones (a quarter as many copies, and as many
     address registers).
     XDB 1 (PF 1 / 2): two chunk buffers, the next chunk's activations copied while this chunk's tiles are
     multiplied (without it each chunk of XT tiles starts with a copy from L2 that every warp waits for).
