@@ -74,10 +74,18 @@ def temp(t: torch.Tensor) -> torch.Tensor:
 
 
 def spoil(reason: str) -> None:
-    """Mark the recording unusable: the call put work on the GPU that no plan would repeat."""
-    rec = getattr(_local, "rec", None)
-    if rec is not None:
-        rec.spoiled = reason
+    """Mark the recording unusable, a layer's (`recording`) or a whole call's (`record_call`): the call put work on
+    the GPU that no plan would repeat."""
+    for name in ("rec", "call_rec"):
+        rec = getattr(_local, name, None)
+        if rec is not None:
+            rec.spoiled = reason
+
+
+def holds_tensor(value: Any) -> bool:
+    """Is this launch argument an object around a tensor (a TMA descriptor: its address is in the bytes the
+    launcher builds from it), which a plan would pass on as recorded, pointing at the recorded call's memory?"""
+    return not isinstance(value, torch.Tensor) and isinstance(getattr(value, "base", None), torch.Tensor)
 
 
 def launch(fn: Any, grid: tuple[int, int, int], num_warps: int, num_stages: int | None = None,
@@ -180,6 +188,8 @@ class Plan:
         for compiled, grid, args in rec.launches:
             slots, values = [], list(args)
             for j, v in enumerate(args):
+                if holds_tensor(v):
+                    return None          # a descriptor of this call's tensor: a replay would read the old one
                 if not isinstance(v, torch.Tensor):
                     continue
                 ptr = v.data_ptr()
@@ -385,6 +395,8 @@ class CallPlan:
         for compiled, grid, args in rec.launches:
             slots, values = [], list(args)
             for j, v in enumerate(args):
+                if holds_tensor(v):
+                    return None          # a descriptor of this call's tensor: a replay would read the old one
                 if not isinstance(v, torch.Tensor) or v.numel() == 0:
                     continue
                 ptr = v.data_ptr()

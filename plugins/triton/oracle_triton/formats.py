@@ -8,7 +8,7 @@ nibble first; zero points [K/g, N/8]).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from oracle.formats import FP8_BLOCK, MX_BLOCK, NV_BLOCK
 
@@ -172,6 +172,21 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
                          f"BM / 2 + {WS_MMA_REGS} (the MMA warps' accumulator and addresses), not {cfg}")
 
 
+def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
+    """WS in the fused MoE (moe_ws: its MXFP4 experts on w4_ws's MoE mode): MXFP4 experts; WS_WARPS the MMA
+    warps (w4_ws's num_warps) and the other w4_ws keys as check_ws_config takes them for the same words read in the
+    MoE's [E, N, K/8] layout; the rest of the entry is the DEQUANT_MM config that serves the calls w4_ws cannot."""
+    if layout.elem != E2M1_MX or "WS_WARPS" not in cfg or not cfg.get("DEQUANT_MM"):
+        raise ValueError(f"WS for {what}: the MoE's warp-specialized path takes MXFP4 experts, its MMA warps "
+                         f"as WS_WARPS and a DEQUANT_MM fallback, not {cfg}")
+    ws = {key: value for key, value in cfg.items() if key in ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG",
+                                                                "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP")}
+    try:
+        check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what)
+    except ValueError as exc:
+        raise ValueError(f"WS for {what}, the MoE's w4_ws keys (num_warps: WS_WARPS): {exc}") from None
+
+
 #: The smallest K of a 16-bit tensor-core product (tl.dot on bf16 / f16 operands, mma.sync and wgmma alike) and
 #: the smallest row count of an MMA's narrow side: the floor under the swap, wgmma and code-by-code K tiles below.
 DOT_MIN = 16
@@ -221,6 +236,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       of at least 16 units (the dot's K >= 16: 32 codes in the [N, K/2] layout, 128 in the word layouts); E2M1
       in the word layout decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
     bk = cfg.get("BLOCK_K", 0)
+    if cfg.get("WS") and "WS_WARPS" in cfg:         # the MoE's WS entry (moe_ws) with its DEQUANT_MM fallback
+        check_ws_moe(cfg, layout, what)
     if cfg.get("DEQUANT_MM"):
         return
     check_rowq(cfg.get("ROWQ", 0), what)

@@ -20,7 +20,7 @@ from oracle.integration.eager_graphs import EagerGraphs
 from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_params
 
 from . import fastlaunch
-from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4
+from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4, WS_BK
 from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
                      quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
@@ -297,7 +297,7 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
-        # MXFP4 scales w4_rega's fused decoder covers: SWAP 3 may serve the layer (checked here, at load, never in
+        # MXFP4 scales w4_rega's / w4_ws's fused decoder covers: SWAP 3 / WS may serve the layer (checked here, at load, never in
         # a call, which may be captured)
         self.fused_ok = self.w13.layout.elem == E2M1_MX and mx_fused_ok(self.w13.scale) and mx_fused_ok(self.w2.scale)
         self.eager = EagerGraphs(self.forward)
@@ -355,6 +355,11 @@ class TritonMoE(Kernel):
         topw = topk_weights.reshape(-1).float().contiguous()
         by_pair = bool(self.layer.apply_router_weight_on_input)
         cfg = self.config_for(m, k)
+        if cfg.get("WS"):                            # thousands of tokens: the decode in its own warps (moe_ws)
+            from .moe_ws import apply_ws, ws_fallback, ws_ok
+            if ws_ok(self, x, cfg.get("BK", WS_BK)):
+                return apply_ws(self, x, topw, ids, m, k, cfg)
+            cfg = ws_fallback(cfg)
         if cfg.get("DEQUANT_MM"):                    # many tokens: experts decoded once per call, BF16 GEMMs
             from .moe_dequant import apply_dequant
             return apply_dequant(self, x, topw, ids, m, k, cfg)

@@ -260,18 +260,25 @@ def nvfp4_round_kernel(x_ptr, out_ptr, xs_ptr, numel, BLOCK: tl.constexpr, EXACT
 @triton.jit
 def _act_values(y_ptr, ids_ptr, offs, ok, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN: tl.constexpr,
                 GATED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_LIMIT: tl.constexpr, io_t: tl.constexpr,
-                EXACT_BF16: tl.constexpr):
+                EXACT_BF16: tl.constexpr, IDS_FIRST: tl.constexpr = False):
     """FC2's inputs at flat indices offs of [pairs, I]: the activation of FC1's rounded gate / up outputs (y_ptr
     [pairs, N_W], in the layer dtype, bias added), rounded to the layer dtype (moe_gemv._up_epilogue's values;
-    zeros for a pair whose expert id is outside [0, E))."""
+    zeros for a pair whose expert id is outside [0, E)). IDS_FIRST (moe_ws's block rows, a third of them padding
+    or unused blocks): the ids first and only valid rows read."""
     pair = offs // I
     j = offs % I
     n_g, n_u = gate_up_rows(j, I, GATED, INTERLEAVED)
     row = y_ptr + pair.to(tl.int64) * stride_y
-    hg = tl.load(row + n_g, mask=ok, other=0.0).to(tl.float32)       # issued beside the ids' load, not after it
-    hu = tl.load(row + n_u, mask=ok, other=0.0).to(tl.float32)
-    e = tl.load(ids_ptr + pair, mask=ok, other=-1).to(tl.int32)
-    valid = ok & (e >= 0) & (e < E)
+    if IDS_FIRST:
+        e = tl.load(ids_ptr + pair, mask=ok, other=-1).to(tl.int32)
+        valid = ok & (e >= 0) & (e < E)
+        hg = tl.load(row + n_g, mask=valid, other=0.0).to(tl.float32)
+        hu = tl.load(row + n_u, mask=valid, other=0.0).to(tl.float32)
+    else:
+        hg = tl.load(row + n_g, mask=ok, other=0.0).to(tl.float32)       # issued beside the ids' load, not after it
+        hu = tl.load(row + n_u, mask=ok, other=0.0).to(tl.float32)
+        e = tl.load(ids_ptr + pair, mask=ok, other=-1).to(tl.int32)
+        valid = ok & (e >= 0) & (e < E)
     y = tl.where(valid, _activate(hg, hu, ACTFN, HAS_LIMIT, limit, alpha, beta, lbeta), 0.0)
     return to_dtype(y, io_t, EXACT_BF16).to(tl.float32)
 
@@ -279,14 +286,14 @@ def _act_values(y_ptr, ids_ptr, offs, ok, E, I, stride_y, limit, alpha, beta, lb
 @triton.jit
 def w4a4_act_kernel(y_ptr, ids_ptr, out_ptr, numel, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN: tl.constexpr,
                     GATED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_LIMIT: tl.constexpr, BLOCK: tl.constexpr,
-                    EXACT_BF16: tl.constexpr):
+                    EXACT_BF16: tl.constexpr, IDS_FIRST: tl.constexpr = False):
     """XQ 2: the activation alone (_act_values) over numel values of [pairs, I], BLOCK a program, in the layer
     dtype: FC2's input before nvfp4_round_kernel rounds it. (R84: one program doing both, the activation computed
     in both of the rounding's passes, took 10 us a call against 1.2 + 5.2 for the two launches.)"""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < numel
     v = _act_values(y_ptr, ids_ptr, offs, ok, E, I, stride_y, limit, alpha, beta, lbeta, ACTFN, GATED, INTERLEAVED,
-                    HAS_LIMIT, out_ptr.dtype.element_ty, EXACT_BF16)
+                    HAS_LIMIT, out_ptr.dtype.element_ty, EXACT_BF16, IDS_FIRST)
     tl.store(out_ptr + offs, v.to(out_ptr.dtype.element_ty), mask=ok)
 
 

@@ -76,9 +76,18 @@ _E2M1_PTX = gl.constexpr(pairs_ptx(False))
 
 
 @gluon.constexpr_function
-def words_layout(dw: int, bk8: int, bn: int) -> gl.BlockedLayout:
+def words_layout(dw: int, bk8: int, bn: int, kn: bool = False) -> gl.BlockedLayout:
     """[BK / 8, BN] words of a K tile: n across lanes and warps (each word row a coalesced load), the warps that
-    n does not need across the word rows; each word a whole 16-byte chunk of its decoded row."""
+    n does not need across the word rows; each word a whole 16-byte chunk of its decoded row. kn (the MoE's
+    [E, N, K/8] words, a row's K tile contiguous): up to 4 words (16 bytes) a thread along K, the lanes across the
+    tile's K then its rows, so each load reads whole 32-byte sectors; a thread's words are the same consecutive
+    k of one row as above."""
+    if kn:
+        tk = max(1, bk8 // 4)
+        tn = 32 // tk
+        wn = max(1, min(dw, bn // tn))
+        wk = dw // wn
+        return gl.BlockedLayout([max(1, bk8 // (tk * wk)), 1], [tk, tn], [wk, wn], [0, 1])
     wn = min(dw, bn // 32)
     wk = dw // wn
     return gl.BlockedLayout([bk8 // wk, 1], [1, 32], [wk, wn], [0, 1])
@@ -112,21 +121,25 @@ def _pair(v):
 
 @gluon.jit
 def _load_words(i, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk, stride_zk,
-                ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BK: gl.constexpr):
+                stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr,
+                HAS_ZERO: gl.constexpr,
+                BK: gl.constexpr):
     """K tile i's words [BK/8, BN] and raw scales (INT4: the group's [BN] scales and packed zero points; E2M1:
     each word's scale byte [BK/8, BN]), not used here: the loads stay in flight until the decode (tiles past
-    the last one re-read it)."""
+    the last one re-read it). w_off holds the words' N stride (stride_wn: 1 in GPTQ's [K/8, N], K / 8 in the
+    MoE's [E, N, K/8]); stride_sn the scales' (1 in [K/group, N], K / group in [E, N, K/group])."""
     i = gl.minimum(i, n_tiles - 1)
     u = gl.load(w_ptr + i * (BK // 8) * stride_wk + w_off, mask=w_ok, other=0)
     if ELEM == 3:
         g = (i * BK) // GROUP
-        s = gl.load(s_ptr + g * stride_sk + n1, mask=n_ok, other=0.0)
+        s = gl.load(s_ptr + g * stride_sk + n1 * stride_sn, mask=n_ok, other=0.0)
         if HAS_ZERO:
             zw = gl.load(z_ptr + g * stride_zk + n1 // 8, mask=n_ok, other=0)
         else:
             zw = gl.full(n1.shape, -0x77777778, gl.int32, n1.type.layout)       # 0x88888888: every zero 8
     else:
-        s = gl.load(s_ptr + ((i * BK + 8 * r8) // GROUP)[:, None] * stride_sk + n1[None, :], mask=w_ok, other=0)
+        s = gl.load(s_ptr + ((i * BK + 8 * r8) // GROUP)[:, None] * stride_sk + (n1 * stride_sn)[None, :], mask=w_ok,
+                    other=0)
         zw = n1
     return u, s, zw
 
@@ -155,7 +168,8 @@ def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK:
 
 @gluon.jit
 def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok, w_off,
-                     w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr,
+                     w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
+                     WKN: gl.constexpr, ELEM: gl.constexpr,
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                      WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1):
@@ -175,15 +189,15 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                mask=x_ok & (p < n_tiles))
         async_copy.commit_group()
     u, s, zw = _load_words(PART, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                           stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                           stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     u1, s1, zw1 = _load_words(PART + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                              stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                              stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 3:
         u2, s2, zw2 = _load_words(PART + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 4:
         u3, s3, zw3 = _load_words(PART + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     for i in range(PART, n_tiles, DP):
         if not XTMA:
             j = i + XCP
@@ -194,7 +208,7 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                    mask=x_ok & (j < n_tiles))
             async_copy.commit_group()
         un, sn, zwn = _load_words(i + WPF * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
         if XTMA:
@@ -223,7 +237,8 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
 
 @gluon.jit
 def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                      stride_xm, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
+                      stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN: gl.constexpr,
+                      ELEM: gl.constexpr, GROUP: gl.constexpr,
                       HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
                       STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                       WPF: gl.constexpr, XTMA: gl.constexpr = 0, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
@@ -238,12 +253,15 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     BN: gl.constexpr = 16 * NW
     BK8: gl.constexpr = BK // 8
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)    # same bytes
-    u_l: gl.constexpr = words_layout(DW, BK8, BN)
+    u_l: gl.constexpr = words_layout(DW, BK8, BN, WKN)
     x_l: gl.constexpr = x_layout(DW)
     r8 = gl.arange(0, BK8, layout=gl.SliceLayout(1, u_l))
     n1 = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, u_l))
     n_ok = n1 < N
-    w_off = r8[:, None] * stride_wk + n1[None, :]
+    if WKN:     # rows of whole 32-byte pieces (K a multiple of 64): said so, the loads are 16 bytes wide
+        w_off = r8[:, None] * stride_wk + ((n1 * (stride_wn // 8)) * 8)[None, :]
+    else:
+        w_off = r8[:, None] * stride_wk + (n1 * stride_wn)[None, :]
     w_ok = (r8 >= 0)[:, None] & n_ok[None, :]
     xm = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, x_l))
     xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_l))
@@ -255,18 +273,19 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     n_tiles = K // BK
     if XCP or XTMA:
         _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok,
-                         w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, ELEM, GROUP,
+                         w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_wn,
+                         stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                           stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                           stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                              stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                              stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
     for i in range(n_tiles):
         xn = gl.load(x_ptr + gl.minimum(i + 1, n_tiles - 1) * BK + x_off, mask=x_ok, other=0.0)
         un, sn, zwn = _load_words(i + 2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
@@ -293,7 +312,8 @@ def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.c
 
 
 @gluon.jit
-def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                   HAS_BIAS: gl.constexpr,
                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None):
@@ -341,73 +361,90 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
-    mask = (on < N)[:, None] & (om < M)[None, :]
-    gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
+    if sid_ptr is not None:     # MoE, scattered: block row j is pair sid[j]'s output row (T and past: padding)
+        pair = gl.load(sid_ptr + om)
+        mask = (on < N)[:, None] & (pair < T)[None, :]
+        gl.store(y_ptr + pair[None, :].to(gl.int64) * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
+    else:
+        mask = (on < N)[:, None] & (om < M)[None, :]
+        gl.store(y_ptr + om[None, :] * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
 
 
 @gluon.jit
-def _mma_wg0(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+def _mma_wg0(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+             HAS_BIAS: gl.constexpr,
              BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr,
              XTMA: gl.constexpr, xfull, x_desc):
     """PP 1: the MMA warpgroup on the slots' weight rows 0-63 (a worker partition of 4 warps)."""
-    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM, BK,
+    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
+                   BM, BK,
                    STAGES, 4, PFENCE, MW, XTMA, 1, 0, xfull, x_desc)
 
 
 @gluon.jit
-def _mma_wg1(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS: gl.constexpr,
+def _mma_wg1(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+             HAS_BIAS: gl.constexpr,
              BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr,
              XTMA: gl.constexpr, xfull, x_desc):
     """PP 1: the MMA warpgroup on the slots' weight rows 64-127."""
-    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM, BK,
+    _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
+                   BM, BK,
                    STAGES, 4, PFENCE, MW, XTMA, 1, 64, xfull, x_desc)
 
 
 @gluon.jit
 def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr,
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
                x_desc):
     """DP > 1: decode partition 0 of DP (K tiles 0, DP, 2 DP, ...; DW / DP warps)."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                      STAGES, DW // DP, PFENCE, XCP,
                       WPF, XTMA, 0, DP, xfull, x_desc)
 
 
 @gluon.jit
 def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr,
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
                x_desc):
     """DP > 1: decode partition 1 of DP."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                      STAGES, DW // DP, PFENCE, XCP,
                       WPF, XTMA, 1, DP, xfull, x_desc)
 
 
 @gluon.jit
 def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr,
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
                x_desc):
     """DP 4: decode partition 2 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                      STAGES, DW // DP, PFENCE, XCP,
                       WPF, XTMA, 2, DP, xfull, x_desc)
 
 
 @gluon.jit
 def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-               stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+               stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr,
+               GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
                x_desc):
     """DP 4: decode partition 3 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
-                      stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES, DW // DP, PFENCE, XCP,
+                      stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                      STAGES, DW // DP, PFENCE, XCP,
                       WPF, XTMA, 3, DP, xfull, x_desc)
 
 
@@ -417,7 +454,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                  DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, PFENCE: gl.constexpr = 0,
                  XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1, XTMA: gl.constexpr = 0,
-                 PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None):
+                 PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
+                 stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -427,11 +465,26 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     warps (2) load the activations. PP 1 (with XTMA 2): the num_warps = DW decode warps are the default partition
     and two MMA warpgroups (workers of 4 warps, DREGS registers) each take 64 of BN = 128 weight rows on their own.
     DP 2 / 4 (with XTMA): the decode warps as DP partitions of DW / DP warps, each on every DP-th K tile.
+    MOE 1 (moe_ws): program row b is the alignment's block b of BM pairs of expert ids[b] (-1: none, the
+    program returns), x the pairs' activation rows in block order (M = blocks x BM), the weights [E, N, K/8]
+    words (stride_wn = K / 8, stride_wk 1) with [E, N, K/group] scales, the expert's words, scales, global scale
+    and bias at stride_we / stride_se / 1 / stride_be; the output rows in block order too, or (sid_ptr) scattered
+    to the pairs' rows sid[row] (T and past: padding, not written).
     """
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * BM
+    WKN: gl.constexpr = MOE        # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
+    if MOE:
+        e = gl.load(ids_ptr + gl.program_id(1))
+        if e < 0:
+            return      # a block past the last expert's (the grid is the static bound on the blocks)
+        e64 = e.to(gl.int64)
+        w_ptr = w_ptr + e64 * stride_we
+        s_ptr = s_ptr + e64 * stride_se
+        g_ptr = g_ptr + e64
+        b_ptr = b_ptr + e64 * stride_be
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
@@ -449,57 +502,72 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     if not XTMA:    # the partitions' arguments as before XTMA
         if _WS_LIST:
             gl.warp_specialize([
-                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
+                                  sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N,
-                                     K, stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps,
+                                     K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
+                                     GROUP, HAS_ZERO, num_warps,
                                      BM, BK, STAGES, DW, PFENCE, XCP, WPF))], [DW], [DREGS])
         else:
-            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
+                                T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                HAS_ZERO, num_warps, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF), [_decode_partition], [DW], [DREGS])
     elif PP:    # Triton 3.6's workers share one argument tuple: both MMA warpgroups take the same
         if _WS_LIST:
             gl.warp_specialize([
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N,
-                                     K, stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
+                                     K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
+                                     GROUP, HAS_ZERO, NW, BM, BK,
                                      STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc)),
-                (_mma_wg0, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                (_mma_wg0, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                            HAS_BIAS, BM,
                             BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc)),
-                (_mma_wg1, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+                (_mma_wg1, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                            HAS_BIAS, BM,
                             BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc))], [4, 4], [DREGS, DREGS])
         else:
             gl.warp_specialize((x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, NW, BM, BK, STAGES,
+                                stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                HAS_ZERO, NW, BM, BK, STAGES,
                                 DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc), _decode_partition,
-                               (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                               (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
+                                T, HAS_BIAS,
                                 BM, BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc), [_mma_wg0, _mma_wg1], [4, 4],
                                [DREGS, DREGS])
     elif DP > 1:
         _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr,
-                         off_n, off_m, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk, stride_zk, ELEM, GROUP,
+                         off_n, off_m, M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk,
+                         stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP)
     elif _WS_LIST:
         gl.warp_specialize([
-            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                              HAS_BIAS, BM,
                               BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
             (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                 stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                 HAS_ZERO, num_warps, BM, BK,
                                  STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc))], [DW], [DREGS])
     else:
-        gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS, BM,
+        gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                            HAS_BIAS, BM,
                             BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
                            (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                            stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                            stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                            HAS_ZERO, num_warps, BM, BK,
                             STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc), [_decode_partition], [DW],
                            [DREGS])
 
 
 @gluon.jit
 def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, off_n,
-                     off_m, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk, stride_zk, ELEM: gl.constexpr,
+                     off_m, M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn,
+                     stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr,
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
@@ -509,45 +577,57 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
     if DP == 2:
         if _WS_LIST:
             gl.warp_specialize([
-                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
+                                  sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
                 [DW // 2, DW // 2], [DREGS, DREGS])
         else:
-            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
+                                T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                HAS_ZERO, num_warps, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc), [_decode_p0, _decode_p1],
                                [DW // 2, DW // 2], [DREGS, DREGS])
     else:
         if _WS_LIST:
             gl.warp_specialize([
-                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
+                                  sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
                 (_decode_p2, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
                 (_decode_p3, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                              stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                              stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                              HAS_ZERO, num_warps, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
                 [DW // 4, DW // 4, DW // 4, DW // 4], [DREGS, DREGS, DREGS, DREGS])
         else:
-            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, HAS_BIAS,
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
+                                T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                stride_xm, stride_wk, stride_sk, stride_zk, ELEM, GROUP, HAS_ZERO, num_warps, BM, BK,
+                                stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                HAS_ZERO, num_warps, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc),
                                [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
                                [DREGS, DREGS, DREGS, DREGS])

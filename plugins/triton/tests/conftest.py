@@ -22,6 +22,7 @@ def _build_for_interpreter() -> None:
         import oracle_triton.moe_persist  # noqa: F401
         import oracle_triton.moe_dequant  # noqa: F401
         import oracle_triton.moe_rega  # noqa: F401
+        import oracle_triton.moe_ws  # noqa: F401
         import oracle_triton.fp4_gemv  # noqa: F401
         import oracle_triton.fp8_rowgemv  # noqa: F401
         import oracle_triton.w4_rowgemv  # noqa: F401

@@ -33,7 +33,7 @@ NOT_16 = {"M", "T", "E", "TOPK", "limit", "alpha", "beta", "lbeta"}     # ints a
 SCALE_T = {0: "*fp32", 1: "*u8", 2: "*u8", 3: "*fp16"}
 
 
-def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
+def _source(fn, ptr_types: dict, consts: dict, not16: tuple = ()) -> ASTSource:
     consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
     sig = {}
     for name in fn.arg_names:
@@ -46,7 +46,7 @@ def _source(fn, ptr_types: dict, consts: dict) -> ASTSource:
         else:
             sig[name] = "fp32" if name in ("limit", "alpha", "beta", "lbeta") else "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if sig[n] not in ("constexpr", "fp32") and n not in NOT_16}
+             if sig[n] not in ("constexpr", "fp32") and n not in NOT_16 and n not in not16}
     return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
 
 
@@ -56,10 +56,11 @@ def _ones(elem: int) -> dict:
 
 
 def compile_kernel(fn, ptr_types: dict, consts: dict, warps: int, stages: int, which_loop: str = "longest",
-                   **options) -> dict:
-    """which_loop: the loop main_loop reports ("longest", or "mma": the innermost one with a wgmma); options:
-    more compile options (maxnreg: a warp-specialized kernel's register budget a thread)."""
-    src = _source(fn, ptr_types, consts)
+                   not16: tuple = (), **options) -> dict:
+    """which_loop: the loop main_loop reports ("longest", or "mma": the innermost one with a wgmma); not16: more
+    int arguments a real launch need not give as multiples of 16; options: more compile options (maxnreg: a
+    warp-specialized kernel's register budget a thread)."""
+    src = _source(fn, ptr_types, consts, not16)
     if which_loop == "mma":       # a Gluon kernel (w4_rega): the same signature, Gluon's AST source
         from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -394,6 +395,8 @@ def small_batch_cases():
         "direct MoE NVFP4 W4A4 FC2 (XQ) 8x256": lambda: moe_w4a4(2, 8, 256, 4),
         "NVFP4 input rounding in one program (XQ)": lambda: moe_w4a4(0, 0, 0, 0),
         "W4A4 activation over many programs (XQ 2)": w4a4_act,
+        "MoE activation over block rows, the ids first (WS)": lambda: w4a4_act(ids_first=True),
+        "MoE block-row gather (WS)": gather_rows,
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -484,13 +487,27 @@ def rega_grouped(elem: int, warps: int, bm: int, xt: int, pf: int, by_pair: bool
     return compile_kernel(w4_rega_kernel, ptrs, consts, warps, 1, which_loop="mma")
 
 
-def w4a4_act():
-    """moe_w4a4.w4a4_act_kernel (XQ 2): the activation of FC1's outputs, many programs."""
+def w4a4_act(ids_first: bool = False):
+    """moe_w4a4.w4a4_act_kernel (XQ 2): the activation of FC1's outputs, many programs; ids_first: as moe_ws launches
+    it over the block rows (gpt-oss's interleaved swigluoai with its limit)."""
     import oracle_triton.moe_w4a4 as mw
 
+    if ids_first:
+        return compile_kernel(mw.w4a4_act_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i32", "out_ptr": "*bf16"},
+                              dict(ACTFN=3, GATED=True, INTERLEAVED=True, HAS_LIMIT=True, BLOCK=1024,
+                                   EXACT_BF16=False, IDS_FIRST=True), 4, 1)
     return compile_kernel(mw.w4a4_act_kernel, {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*bf16"},
                           dict(ACTFN=0, GATED=True, INTERLEAVED=False, HAS_LIMIT=False, BLOCK=1024, EXACT_BF16=False),
                           4, 1)
+
+
+def gather_rows():
+    """moe_ws.gather_rows_kernel: FC1's input rows in block order (gpt-oss: top-4, 256-pair blocks)."""
+    from oracle_triton.moe_ws import GATHER_COLS, GATHER_ROWS, gather_rows_kernel
+
+    return compile_kernel(gather_rows_kernel, {"a_ptr": "*bf16", "sid_ptr": "*i32", "bexp_ptr": "*i32",
+                                               "ids_ptr": "*i32", "out_ptr": "*bf16", "rid_ptr": "*i32"},
+                          dict(BM=256, TOPK=4, BY_PAIR=False, ROWS=GATHER_ROWS, COLS=GATHER_COLS), 4, 1)
 
 
 def rega_cases():
@@ -523,21 +540,32 @@ def rega_cases():
 
 
 def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: bool = False, maxnreg: int = 168,
-       **keys):
+       moe: int = 0, **keys):
     """w4_ws.w4_ws_kernel (Gluon, warp-specialized) as launch.DenseGemm.ws launches it on the word layout (keys:
-    BK, XCP, PFENCE, WPF, MW)."""
+    BK, XCP, PFENCE, WPF, MW), or (moe 1 / 2) as moe_ws launches it on the MoE's [E, N, K/8] words, its output
+    in block order (1) or scattered to the pairs' rows (2)."""
     from oracle_triton.w4_ws import w4_ws_kernel
 
     consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, BM=bm,
                   STAGES=stages, DW=dw, DREGS=dregs, num_warps=warps, **{"BK": 64, **keys})
     ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16",
             "b_ptr": "*bf16"}
+    if moe:
+        ptrs["ids_ptr"] = "*i32"
+        if moe == 2:
+            ptrs["sid_ptr"] = "*i32"
+        else:
+            consts["sid_ptr"] = None
+        consts.update(stride_wk=1, stride_sk=1, MOE=1)
+    else:
+        consts.update(ids_ptr=None, sid_ptr=None, stride_wn=1, stride_sn=1)
     if keys.get("XTMA"):        # the activations' TMA descriptor as Triton 3.7 specializes w4_ws.x_tma_desc's
         ptrs["x_desc"] = f"tensordesc<bf16[{bm}, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, " \
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["x_desc"] = None
-    return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg)
+    return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg,
+                          not16=("stride_wn", "stride_sn", "stride_se", "stride_be") if moe else ())
 
 
 def ws_cases():
@@ -574,6 +602,14 @@ def ws_cases():
         "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma 2 dp 4": lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4),
         "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2": lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2),
         "ws nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2": lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2),
+        # the MoE mode (moe_ws, WS): the expert's words [N, K/8] from the block's expert id, FC1's output in block
+        # order, FC2's scattered to the pairs' rows
+        "ws moe mxfp4 fc1 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1),
+        "ws moe mxfp4 fc2 scattered w4 bm 128 stages 4 dw 8 xtma 2 dp 4":
+            lambda: ws(1, 4, 128, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=2),
+        "ws moe mxfp4 fc2 scattered w4 bm 256 stages 4 dw 8 xtma 2 dp 4":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=2),
     }
 
 

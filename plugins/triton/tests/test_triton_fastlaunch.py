@@ -301,6 +301,41 @@ def test_a_call_that_a_plan_could_not_repeat_is_refused(jit, case):
     assert plans(x, topw, ids) is None                        # from then on: the ordinary path
 
 
+class FakeDescriptor:
+    """A TMA descriptor as the kernels get one (TensorDescriptor.from_tensor): an object around its tensor."""
+
+    def __init__(self, base):
+        self.base, self.shape = base, list(base.shape)
+
+
+def test_a_descriptor_of_a_calls_tensor_refuses_the_plan(jit):
+    """A launch argument holding a tensor (a TMA descriptor of the call's activations, moe_ws) refuses the plan: a
+    replay would hand the kernel the recorded call's address (R94: a planned eager call after a graph replay read a
+    freed temporary). spoil() refuses a whole call's recording as it does a layer's."""
+    w = torch.ones(4, 8)
+
+    def raw(x, topw, ids):
+        y = torch.empty(x.shape[0], 4)
+        jit[(1,)](x, ids, w, y, FakeDescriptor(x), 1)
+        return y
+
+    plans = fastlaunch.CallPlans(raw, after=1)
+    x, topw, ids = torch.ones(1, 8), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.int32)
+    assert isinstance(plans(x, topw, ids), torch.Tensor) and not plans.plans and len(plans.refused) == 1
+    assert plans(x, topw, ids) is None
+    rec = fastlaunch.Recording()
+    rec.launches.append((jit.compiled, (1, 1, 1), [x, FakeDescriptor(x)]))
+    assert fastlaunch.Plan.build(rec, x, torch.empty(1, 4), []) is None
+
+    def spoiling(x, topw, ids):
+        fastlaunch.spoil("a TMA descriptor of the call's activations")
+        return _moe_like(jit, w)(x, topw, ids)
+
+    plans = fastlaunch.CallPlans(spoiling, after=1)
+    plans(x, topw, ids)
+    assert not plans.plans and list(plans.refused.values()) == ["a TMA descriptor of the call's activations"]
+
+
 def test_record_call_restores_jit_run_and_records_nothing_after(jit):
     w = torch.ones(4, 8)
     plain = FakeJitClass.run

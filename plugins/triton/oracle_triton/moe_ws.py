@@ -1,0 +1,143 @@
+"""Thousands-of-tokens MXFP4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
+pairs multiplies weights decoded by their own warps while the MMA warps multiply the previous K tile.
+
+Why: from about 2048 tokens every expert has hundreds of pairs, and the MoE is compute-bound. DEQUANT_MM (each
+weight decoded once into a BF16 workspace, then the BF16 mode's grouped GEMM) pays the decode's HBM traffic in
+series with the GEMMs: 557 us of gpt-oss-20b's 2377 at 4096 tokens (R40-R41), 1.2-1.8x this MoE's BF16 mode.
+w4_ws decodes each K tile of weights in DW decode warps into a shared-memory ring that one MMA warpgroup reads
+(the dense 256-row entries: 0.84-0.92x BF16 cuBLAS), so the decode runs beside the MMA instead of before it;
+each weight is decoded once per block of BM pairs.
+
+Launches: the alignment (TritonMoE._align, blocks of BM pairs of one expert), gather_rows_kernel (FC1's input
+rows in block order, zeros for padding, and each row's expert id), FC1 (w4_ws_kernel's MoE mode: the output in
+block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give zeros
+and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
+router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
+block-ordered rows are one dense matrix. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of
+the K tile, MXFP4 scales above the fused decoder's 2.0: checked at load) run the entry's other keys, a DEQUANT_MM
+config (ws_fallback).
+
+MXFP4 only: w4_ws's NVFP4 decoder multiplies by bf16(s x g), rounded before the product (the dense entries'
+3.6e-3 against the reference), and NVFP4 W4A4's activation rounding amplified that to 2.2e-2 at one token (R94).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .formats import ACT_NONE, E2M1_MX, WS_BK
+from .moe_rega import rega_layer_ok
+
+#: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
+#: (w4_ws's num_warps; the fallback keeps its own)
+WS_KEYS = ("WS", "WS_WARPS", "BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA",
+           "PP", "DP")
+#: gather_rows_kernel: rows a program and the columns of one step
+GATHER_ROWS, GATHER_COLS = 4, 512
+
+
+@triton.jit
+def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K, stride_a, stride_o,
+                       BM: tl.constexpr, TOPK: tl.constexpr, BY_PAIR: tl.constexpr, ROWS: tl.constexpr,
+                       COLS: tl.constexpr):
+    """Rows j of the blocks (ROWS a program): out[j] = a's row of pair sid[j] (the token's, pair // TOPK, or the
+    pair's own with BY_PAIR), zeros for padding (sid >= T); nothing for blocks with no expert (their sorted ids
+    are never written and no GEMM program reads their rows); rid[j] = the pair's expert id, -1 on the rows of
+    both (the activation then writes zeros there)."""
+    j = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    p = tl.load(sid_ptr + j)
+    e = tl.load(bexp_ptr + j // BM)
+    ok = (e >= 0) & (p >= 0) & (p < T)
+    if BY_PAIR:
+        src = p
+    else:
+        src = p // TOPK
+    src = tl.where(ok, src, 0).to(tl.int64)
+    rid = tl.load(ids_ptr + tl.where(ok, p, 0), mask=ok, other=-1).to(tl.int32)
+    tl.store(rid_ptr + j, tl.where(ok, rid, -1))
+    dst = j.to(tl.int64)
+    for c in range(0, K, COLS):
+        cols = c + tl.arange(0, COLS)
+        v = tl.load(a_ptr + src[:, None] * stride_a + cols[None, :], mask=ok[:, None] & (cols < K)[None, :],
+                    other=0.0)
+        tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=(e >= 0)[:, None] & (cols < K)[None, :])
+
+
+def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
+    """Can WS serve this call: bf16 activations and layer on an sm_90 GPU (w4_ws is Gluon: wgmma, warp
+    specialization), MXFP4 W4A16 experts in the [E, N, K/2] byte layout with both K dims multiples of the K tile bk,
+    scales the fused decoder covers (moe.fused_ok, checked at load)."""
+    ok = getattr(moe, "_ws_ok", None)
+    if ok is None:
+        ok = moe._ws_ok = (moe.w13.layout.elem == E2M1_MX and moe.act == ACT_NONE
+                           and bool(getattr(moe, "fused_ok", False)) and rega_layer_ok(moe, WS_BK))
+    return ok and x.dtype == torch.bfloat16 and moe.hidden % bk == 0 and moe.inter % bk == 0
+
+
+def ws_fallback(cfg: dict[str, int]) -> dict[str, int]:
+    """The entry's DEQUANT_MM config, which serves the calls w4_ws cannot."""
+    return {key: value for key, value in cfg.items() if key not in WS_KEYS}
+
+
+def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
+             cfg: dict[str, int]) -> torch.Tensor:
+    """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
+    WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
+    MW, PFENCE, XCP, PP as w4_ws_kernel takes them, for both GEMMs."""
+    from .moe_kernels import ACTIVATION_CODES
+    from .moe_w4a4 import w4a4_act_kernel
+    from oracle.formats import INTERLEAVED_ACTIVATIONS
+
+    t, dev, bm = m * k, moe.device, cfg["BM"]
+    by_pair = bool(moe.layer.apply_router_weight_on_input)
+    sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
+    a1 = moe._input(x, topw, k)
+    rows = blocks * bm
+    xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
+    rid = torch.empty(rows, dtype=torch.int32, device=dev)
+    gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
+                                               a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
+                                               ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
+    y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
+    _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg)
+    inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
+    w4a4_act_kernel[(-(-rows * moe.inter // 1024),)](
+        y1, rid, inter, rows * moe.inter, moe.experts, moe.inter, y1.stride(0),
+        float(moe.limit if moe.limit is not None else 0.0), float(moe.alpha), float(moe.beta), float(moe.lbeta),
+        ACTFN=ACTIVATION_CODES[moe.layer.activation], GATED=moe.gated,
+        INTERLEAVED=moe.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=moe.limit is not None, BLOCK=1024,
+        EXACT_BF16=moe.facts["dot_f32"], IDS_FIRST=True, num_warps=4)
+    y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
+    _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg)
+    out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)
+    moe._topk_sum(y2, ids, out, m, k, weigh=None if by_pair else topw)
+    return out
+
+
+def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, block_expert: torch.Tensor,
+             sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int]) -> None:
+    """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
+    grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2)."""
+    from . import fastlaunch
+    from .w4_ws import w4_ws_kernel, x_tma_desc
+
+    lay = w.layout
+    words = w.weight.view(torch.int32)          # [E, N, K / 8]: word j = codes k 8j..8j+7
+    n, kdim = words.shape[1], words.shape[2] * 8
+    bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
+    g = w.global_scale if w.global_scale is not None else w.scale
+    if xt:      # the descriptor holds this call's activations: a replayed plan would read another call's
+        fastlaunch.spoil("a TMA descriptor of the call's activations")
+    fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * (8 if pp else warps))), block_expert.shape[0], 1),
+                      cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
+                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=w.scale, g_ptr=g,
+                      b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
+                      stride_xm=a.stride(0), stride_ym=y.stride(0), stride_wk=1, stride_sk=1, stride_zk=0,
+                      ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=False, HAS_BIAS=bias is not None, BM=bm,
+                      BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
+                      PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2), MW=cfg.get("MW", 1),
+                      XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
+                      stride_wn=words.stride(1), stride_sn=w.scale.stride(1), ids_ptr=block_expert,
+                      sid_ptr=sorted_ids, T=t, stride_we=words.stride(0), stride_se=w.scale.stride(0),
+                      stride_be=bias.stride(0) if bias is not None else 0)

@@ -1,0 +1,179 @@
+"""The MoE's MXFP4 experts on w4_ws's warp-specialized MoE mode (config WS, oracle_triton.moe_ws): on an sm_90 GPU
+against oracle-emulation (marked gpu), and on any machine the dispatch: the entry's check, the DEQUANT_MM fallback
+where w4_ws cannot run, what the path needs and the block-row gather."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import moe_pair, rel, replay_moe, routing
+from oracle_triton.formats import check_config, layout_for
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+#: the DEQUANT_MM entry a WS entry carries (the fallback), as the H200's 4096-token entries
+DQ = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3,
+      "DEQUANT_MM": 512}
+WS = dict(DQ, WS=1, WS_WARPS=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=2)
+
+
+def _pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool):
+    return moe_pair(fmt, 8, h, i, 1 if router_on_input else 4, mode, act, {}, activation=activation, bias=bias,
+                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("fmt,mode,act,h,i,activation,bias,router_on_input", [
+    # gpt-oss's form: MXFP4 W4A16, interleaved swigluoai with a limit and biases
+    ("mxfp4", "w4a16_mx", "bf16", 640, 384, "swigluoai", True, False),
+    # silu halves, no bias, the router weight on the input (a row per pair), K not a multiple of 128
+    ("mxfp4", "w4a16_mx", "bf16", 576, 320, "silu", False, True),
+])
+def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, monkeypatch):
+    """WS on an sm_90 GPU: 8 experts, 1, 37 and 300 tokens (one pair, uneven blocks, about 150 pairs an expert:
+    several blocks each); blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the activations by the MMA
+    warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of 64 and 128: against
+    oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2), the same
+    bits on a second call, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is
+    never called."""
+    t, ref = _pair(fmt, mode, act, h, i, activation, bias, router_on_input)
+    from oracle_triton import moe_dequant
+    from oracle_triton.moe_ws import ws_ok
+
+    if not ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
+        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+
+    def no_dequant(*a, **kw):
+        raise AssertionError("DEQUANT_MM served a WS call")
+
+    monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
+    k = 1 if router_on_input else 4
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    cfgs = [WS, dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4),
+            dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, DP=1, MW=0, WPF=3),
+            dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
+    if h % 128 == 0 and i % 128 == 0:
+        cfgs.append(dict(WS, BK=128, STAGES=3))
+    for m in (1, 37, 300):
+        x = torch.randn(m, h, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, 8, k, "cuda")
+        expect = cpu_ref(x, w, ids)
+        for cfg in cfgs:
+            t.config = cfg
+            y = t.apply(x, w, ids)
+            assert rel(y, expect) < 1e-2, (m, cfg, rel(y, expect))
+            assert torch.equal(y, t.apply(x, w, ids)), (m, cfg)
+    t.config = WS
+    t.check_inputs = False
+    x = torch.randn(37, h, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(37, 8, k, "cuda")
+    bad, on_zero = ids.clone(), ids.clone()
+    bad[3, 0], on_zero[3, 0] = 9, 8          # 8: the reference's all-zero expert
+    assert rel(t.apply(x, w, bad), cpu_ref(x, w, on_zero)) < 1e-2
+    replay_moe(t.apply, cpu_ref, x, w, ids, 8, 1e-2, times=2)
+
+
+def test_ws_moe_entry_check():
+    """formats.check_config takes a WS MoE entry on MXFP4 experts with w4_ws's keys in range (WS_WARPS its MMA warps)
+    and a DEQUANT_MM fallback, and refuses the rest (NVFP4 and INT4 experts among them)."""
+    mx, nv, i4 = layout_for("mxfp4", 5760, 2880), layout_for("nvfp4", 3072, 4096), layout_for("int4", 512, 256, 128)
+    check_config(WS, mx)
+    check_config(dict(WS, BM=256, XTMA=2, DP=4), mx)
+    for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
+                     (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
+                     ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx), (WS, i4)):
+        with pytest.raises(ValueError, match="WS"):
+            check_config(bad, lay)
+
+
+def test_ws_falls_back_to_dequant_where_w4_ws_cannot_run(monkeypatch):
+    """A WS entry on a call w4_ws cannot serve (here: the interpreter, or fp16) runs its DEQUANT_MM keys, the same
+    result as the DEQUANT_MM entry alone; where it can, moe_ws.apply_ws with the whole entry."""
+    from oracle_triton import moe_ws
+    from oracle_triton.moe_ws import ws_fallback
+
+    assert ws_fallback(WS) == DQ
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    x = torch.randn(4, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(4, 8, 2, DEV)
+    seen = []
+    monkeypatch.setattr(moe_ws, "apply_ws", lambda moe, xx, ww, ii, m, k, cfg: seen.append(cfg) or "ws")
+    t.config = WS
+    if not moe_ws.ws_ok(t, x):
+        y = t.forward(x, w, ids)
+        t.config = DQ
+        assert torch.equal(y, t.forward(x, w, ids)) and seen == []
+        t.config = WS
+    monkeypatch.setattr(moe_ws, "ws_ok", lambda moe, xx, bk: True)
+    assert t.forward(x, w, ids) == "ws" and seen == [WS]
+
+
+def test_ws_ok_needs_what_w4_ws_reads():
+    """moe_ws.ws_ok: refused off an sm_90 GPU or in the interpreter, for fp16 activations, NVFP4 and INT4 experts, K
+    dims not multiples of the K tile, and MXFP4 scales the fused decoder does not cover (moe.fused_ok, at load)."""
+    from oracle_triton.moe_ws import ws_ok
+
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, device=DEV)
+    assert t.fused_ok
+    x = torch.randn(2, 256, dtype=torch.bfloat16, device=DEV)
+    on_h100_class = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+    assert ws_ok(t, x) == on_h100_class
+    assert not ws_ok(t, x.half())
+    assert ws_ok(t, x, 128) == on_h100_class
+    odd, _ = moe_pair("mxfp4", 8, 256, 96, 2, "w4a16_mx", "bf16", {}, device=DEV)
+    assert not ws_ok(odd, x, 128)
+    t._ws_ok = None
+    t.fused_ok = False
+    assert not ws_ok(t, x)
+    for fmt, mode in (("int4", "w4a16_int4"), ("nvfp4", "w4a16_nvfp4")):
+        other, _ = moe_pair(fmt, 8, 256, 128, 2, mode, "bf16", {}, device=DEV)
+        assert not ws_ok(other, x)
+
+
+@pytest.mark.parametrize("by_pair", [False, True])
+def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair):
+    """moe_ws.gather_rows_kernel (Triton's interpreter on CPU): block row j holds the row of pair sid[j] (its token's
+    with top-k 3, or its own with the router weight on the input), zeros for padding (sid = T), nothing written in
+    the rows of a block with no expert (whatever its sorted ids hold: no GEMM program reads them); rid[j] the pair's
+    expert id, -1 on padding and those rows."""
+    from oracle_triton.moe_ws import GATHER_ROWS, GATHER_COLS, gather_rows_kernel
+
+    topk, t, bm, kdim = 3, 6, 4, 700
+    ids = torch.tensor([2, 0, 2, 1, 2, 0], dtype=torch.int32, device=DEV)
+    sid = torch.tensor([1, 5, t, t, 3, t, t, t, 0, 2, 4, t, 77, -5, 3, 0], dtype=torch.int32, device=DEV)
+    bexp = torch.tensor([0, 1, 2, -1], dtype=torch.int32, device=DEV)
+    a = torch.randn(t if by_pair else t // topk, kdim, dtype=torch.bfloat16, device=DEV)
+    out = torch.full((16, kdim), float("nan"), dtype=torch.bfloat16, device=DEV)
+    rid = torch.full((16,), 99, dtype=torch.int32, device=DEV)
+    gather_rows_kernel[(16 // GATHER_ROWS,)](a, sid, bexp, ids, out, rid, t, kdim, a.stride(0), out.stride(0), BM=bm,
+                                             TOPK=topk, BY_PAIR=by_pair, ROWS=GATHER_ROWS, COLS=GATHER_COLS)
+    out, rid = out.cpu(), rid.cpu()
+    for j, p in enumerate(sid.tolist()):
+        if j < 12 and 0 <= p < t:
+            assert torch.equal(out[j], a[p if by_pair else p // topk].cpu()), j
+            assert rid[j] == ids[p], j
+        else:
+            assert torch.equal(out[j], torch.zeros(kdim, dtype=torch.bfloat16)) if j < 12 else out[j].isnan().all(), j
+            assert rid[j] == -1, j
+
+
+def test_activation_reading_the_ids_first_gives_the_same_values():
+    """w4a4_act_kernel with IDS_FIRST (moe_ws: the rows' ids loaded first, only valid rows read): the same values as
+    the default order, zeros on rows whose id is -1 or out of range, whatever those rows hold (NaN here)."""
+    from oracle_triton.moe_kernels import ACTIVATION_CODES
+    from oracle_triton.moe_w4a4 import w4a4_act_kernel
+
+    rows, inter = 6, 96
+    y = torch.randn(rows, 2 * inter, dtype=torch.bfloat16, device=DEV)
+    y[1] = float("nan")
+    ids = torch.tensor([3, -1, 0, 8, 7, 2], dtype=torch.int32, device=DEV)
+    outs = []
+    for first in (False, True):
+        out = torch.empty(rows, inter, dtype=torch.bfloat16, device=DEV)
+        w4a4_act_kernel[(-(-rows * inter // 256),)](y, ids, out, rows * inter, 8, inter, y.stride(0), 7.0, 1.702, 1.0,
+                                                    1.0, ACTFN=ACTIVATION_CODES["swigluoai"], GATED=True,
+                                                    INTERLEAVED=True, HAS_LIMIT=True, BLOCK=256, EXACT_BF16=False,
+                                                    IDS_FIRST=first)
+        outs.append(out.cpu())
+    assert torch.equal(outs[0], outs[1])
+    assert not outs[1][[0, 2, 4, 5]].eq(0).all(dim=1).any() and outs[1][[1, 3]].eq(0).all()
