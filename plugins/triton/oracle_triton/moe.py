@@ -954,22 +954,12 @@ class TritonMoE(Kernel):
         ~9 instructions a weight on CUDA cores. cfg: RWARPS / RSPLIT (FC1's 16 x RWARPS weight rows a program,
         K split RSPLIT ways), RWARPS2 / RSPLIT2 (FC2), XT / PF / TABLE (both, as a REGA entry's), XDB (both: the
         activations' chunks double-buffered)."""
-        from .moe_kernels import ACTIVATION_CODES
-        from .moe_w4a4 import w4a4_act_kernel
-
         t, dev = m * k, self.device
         by_pair = bool(self.layer.apply_router_weight_on_input)
-        exact = self.facts["dot_f32"]
         a1 = self._rounded_nvfp4(0, self._input(x, topw, k))
         y1 = torch.empty(t, self.rows, dtype=self.dtype, device=dev)
         self._rega(0, a1, ids, y1, t, k, by_pair, self.w13, self.b13, cfg["RWARPS"], cfg["RSPLIT"], cfg)
-        inter = torch.empty(t, self.inter, dtype=self.dtype, device=dev)
-        w4a4_act_kernel[(-(-t * self.inter // 1024),)](
-            y1, ids, inter, t * self.inter, self.experts, self.inter, y1.stride(0),
-            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
-            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
-            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
-            BLOCK=1024, EXACT_BF16=exact, num_warps=4)
+        inter = self._activation(y1, ids)
         a2 = self._rounded_nvfp4(1, inter)
         y2 = torch.empty(t, self.hidden, dtype=self.dtype, device=dev)
         self._rega(1, a2, ids, y2, t, k, True, self.w2, self.b2, cfg.get("RWARPS2", cfg["RWARPS"]),
@@ -1000,6 +990,23 @@ class TritonMoE(Kernel):
             E=self.experts, TOPK=k,
             stride_we=words.stride(0), stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0,
             MOE=1, A_BY_PAIR=by_pair, XDB=cfg.get("XDB", 0), num_warps=warps)
+
+    def _activation(self, y1: torch.Tensor, ids: torch.Tensor, ids_first: bool = False) -> torch.Tensor:
+        """FC2's input [rows, I] from FC1's rows y1 [rows, N_W] (bias added, layer dtype), the activation over many
+        programs (moe_w4a4.w4a4_act_kernel); ids: each row's expert id (zeros where out of range); ids_first: those
+        rows not read (moe_ws's block rows, many of them padding)."""
+        from .moe_kernels import ACTIVATION_CODES
+        from .moe_w4a4 import w4a4_act_kernel
+
+        rows = y1.shape[0]
+        inter = torch.empty(rows, self.inter, dtype=self.dtype, device=y1.device)
+        w4a4_act_kernel[(-(-rows * self.inter // 1024),)](
+            y1, ids, inter, rows * self.inter, self.experts, self.inter, y1.stride(0),
+            float(self.limit if self.limit is not None else 0.0), float(self.alpha), float(self.beta),
+            float(self.lbeta), ACTFN=ACTIVATION_CODES[self.layer.activation], GATED=self.gated,
+            INTERLEAVED=self.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=self.limit is not None,
+            BLOCK=1024, EXACT_BF16=self.facts["dot_f32"], IDS_FIRST=ids_first, num_warps=4)
+        return inter
 
     def _counters(self, tiles: int, name: str = "_down_counters") -> torch.Tensor:
         """Arrival counters of a slice reduction (zero between calls), one per output tile: moe_down_kernel's

@@ -23,8 +23,6 @@ import torch
 import triton
 import triton.language as tl
 
-from oracle.formats import INTERLEAVED_ACTIVATIONS
-
 from .formats import ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV
 from .launch import interpreting
 
@@ -95,9 +93,6 @@ def apply_swap_rega(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor,
     16 x warps weight rows a program), XT / PF / XDB (as w4_rega's: K tiles a chunk of activations, words loaded PF
     tiles ahead, the chunks double-buffered), TABLE (NVFP4: the byte-table decoder; 1 where absent), VEC, XP (the
     activation rows permuted into the copy's order first, permute_rows: 16-byte copies)."""
-    from .moe_kernels import ACTIVATION_CODES
-    from .moe_w4a4 import w4a4_act_kernel
-
     t, dev, bm = m * k, moe.device, cfg["BLOCK_M"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
@@ -109,13 +104,7 @@ def apply_swap_rega(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor,
         a1 = permute_rows(a1)
     y1 = torch.empty(t, moe.rows, dtype=moe.dtype, device=dev)
     _grouped(moe, a1, sorted_ids, block_expert, blocks, y1, k, by_pair, moe.w13, moe.b13, cfg["RWARPS"], cfg)
-    inter = torch.empty(t, moe.inter, dtype=moe.dtype, device=dev)
-    w4a4_act_kernel[(-(-t * moe.inter // 1024),)](
-        y1, ids, inter, t * moe.inter, moe.experts, moe.inter, y1.stride(0),
-        float(moe.limit if moe.limit is not None else 0.0), float(moe.alpha), float(moe.beta), float(moe.lbeta),
-        ACTFN=ACTIVATION_CODES[moe.layer.activation], GATED=moe.gated,
-        INTERLEAVED=moe.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=moe.limit is not None, BLOCK=1024,
-        EXACT_BF16=moe.facts["dot_f32"], num_warps=4)
+    inter = moe._activation(y1, ids)
     a2 = moe._round(1, inter)[0] if moe.act == ACT_NVFP4 else inter
     if xp:
         a2 = permute_rows(a2)

@@ -85,10 +85,6 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
     MW, PFENCE, XCP, PP as w4_ws_kernel takes them, for both GEMMs."""
-    from .moe_kernels import ACTIVATION_CODES
-    from .moe_w4a4 import w4a4_act_kernel
-    from oracle.formats import INTERLEAVED_ACTIVATIONS
-
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
@@ -101,13 +97,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
                                                ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
     y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
     _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg)
-    inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-    w4a4_act_kernel[(-(-rows * moe.inter // 1024),)](
-        y1, rid, inter, rows * moe.inter, moe.experts, moe.inter, y1.stride(0),
-        float(moe.limit if moe.limit is not None else 0.0), float(moe.alpha), float(moe.beta), float(moe.lbeta),
-        ACTFN=ACTIVATION_CODES[moe.layer.activation], GATED=moe.gated,
-        INTERLEAVED=moe.layer.activation in INTERLEAVED_ACTIVATIONS, HAS_LIMIT=moe.limit is not None, BLOCK=1024,
-        EXACT_BF16=moe.facts["dot_f32"], IDS_FIRST=True, num_warps=4)
+    inter = moe._activation(y1, rid, ids_first=True)
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
     _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg)
     out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)

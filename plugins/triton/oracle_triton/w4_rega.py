@@ -229,6 +229,13 @@ def _scale_word(sr, gscale):
 
 
 @gluon.jit
+def expert_operands(e64, w_ptr, s_ptr, g_ptr, b_ptr, stride_we, stride_se, stride_be):
+    """The MoE modes' expert e64 (int64): its words, scales, global scale and bias, at their expert strides (the
+    global scale one fp32 an expert)."""
+    return w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, g_ptr + e64, b_ptr + e64 * stride_be
+
+
+@gluon.jit
 def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                    stride_wn, stride_wk, stride_sn, stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr,
                    HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT_K: gl.constexpr, XT: gl.constexpr,
@@ -312,18 +319,12 @@ def w4_rega_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cn
         e = gl.load(ids_ptr + pid_m).to(gl.int32)
         if e < 0:
             return      # a block past the last expert's (the grid is the static bound on the blocks)
-        e64 = e.to(gl.int64)
-        w_ptr = w_ptr + e64 * stride_we
-        s_ptr = s_ptr + e64 * stride_se
-        g_ptr = g_ptr + e64
-        b_ptr = b_ptr + e64 * stride_be
+        w_ptr, s_ptr, g_ptr, b_ptr = expert_operands(e.to(gl.int64), w_ptr, s_ptr, g_ptr, b_ptr, stride_we,
+                                                     stride_se, stride_be)
     elif MOE:
         e = gl.load(ids_ptr + pid_m).to(gl.int32)
-        e64 = (e * ((e >= 0) & (e < E)).to(gl.int32)).to(gl.int64)
-        w_ptr = w_ptr + e64 * stride_we
-        s_ptr = s_ptr + e64 * stride_se
-        g_ptr = g_ptr + e64
-        b_ptr = b_ptr + e64 * stride_be
+        w_ptr, s_ptr, g_ptr, b_ptr = expert_operands((e * ((e >= 0) & (e < E)).to(gl.int32)).to(gl.int64), w_ptr,
+                                                     s_ptr, g_ptr, b_ptr, stride_we, stride_se, stride_be)
         if A_BY_PAIR:
             x_base = pid_m
         else:

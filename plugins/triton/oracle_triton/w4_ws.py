@@ -34,6 +34,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
     warpgroup_mma_wait
 
+from .w4_rega import expert_operands
+
 #: Triton 3.7's warp_specialize takes [(function, args), ...]; 3.6's (the H200's) the default partition's args
 #: and function, then the workers' args and functions.
 _WS_LIST = gl.constexpr("functions_and_args" in inspect.signature(gl.warp_specialize).parameters)
@@ -480,11 +482,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         e = gl.load(ids_ptr + gl.program_id(1))
         if e < 0:
             return      # a block past the last expert's (the grid is the static bound on the blocks)
-        e64 = e.to(gl.int64)
-        w_ptr = w_ptr + e64 * stride_we
-        s_ptr = s_ptr + e64 * stride_se
-        g_ptr = g_ptr + e64
-        b_ptr = b_ptr + e64 * stride_be
+        w_ptr, s_ptr, g_ptr, b_ptr = expert_operands(e.to(gl.int64), w_ptr, s_ptr, g_ptr, b_ptr, stride_we,
+                                                     stride_se, stride_be)
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)

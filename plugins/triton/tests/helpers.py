@@ -103,6 +103,47 @@ def routing(m: int, e: int, k: int, device="cpu"):
     return w, ids
 
 
+def gpu_moe_pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool,
+                 e: int = 8, k: int = 4):
+    """moe_pair on the GPU against the emulation on the CPU (zero_expert: the reference of a dropped id), top-k k
+    (1 with the router weight on the input)."""
+    return moe_pair(fmt, e, h, i, 1 if router_on_input else k, mode, act, {}, activation=activation, bias=bias,
+                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
+
+
+def configs_match_reference(t, reference, cfgs: list, h: int, k: int, ms, experts: int = 8, tol: float = 1e-2,
+                            repeats: int = 1, same=None) -> None:
+    """Each config of the GPU MoE t on m tokens (m in ms, a fresh routing over `experts`): within tol of
+    reference(x, w, ids), the same bits on `repeats` more calls (the second call is recorded as a launch plan, the
+    third replays one where the call allows it), and where same(cfg) names another config, the same bits from it."""
+    for m in ms:
+        x = torch.randn(m, h, dtype=torch.bfloat16, device="cuda")
+        w, ids = routing(m, experts, k, "cuda")
+        expect = reference(x, w, ids)
+        for cfg in cfgs:
+            t.config = cfg
+            y = t.apply(x, w, ids)
+            assert rel(y, expect) < tol, (m, cfg, rel(y, expect))
+            for _ in range(repeats):
+                assert torch.equal(y, t.apply(x, w, ids)), (m, cfg)
+            other = same(cfg) if same is not None else None
+            if other is not None:
+                t.config = other
+                assert torch.equal(t.apply(x, w, ids), y), (m, cfg, other)
+
+
+def dropped_id_then_replay(t, reference, h: int, k: int, experts: int = 8, tol: float = 1e-2) -> None:
+    """A GPU MoE t (moe_pair with zero_expert) on 37 tokens: an out-of-range id adds nothing (the reference's
+    all-zero expert `experts` in its place), then the call captured and replayed (replay_moe), ids unchecked."""
+    t.check_inputs = False
+    x = torch.randn(37, h, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(37, experts, k, "cuda")
+    bad, on_zero = ids.clone(), ids.clone()
+    bad[3, 0], on_zero[3, 0] = experts + 1, experts
+    assert rel(t.apply(x, w, bad), reference(x, w, on_zero)) < tol
+    replay_moe(t.apply, reference, x, w, ids, experts, tol, times=2)
+
+
 def replay_moe(call, reference, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, experts: int, tol: float,
                times: int = 3) -> None:
     """Capture call(x, w, ids) in a CUDA graph (after one call on a side stream, so compiles and one-time

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import moe_pair, rel, replay_moe, routing
+from helpers import configs_match_reference, dropped_id_then_replay, gpu_moe_pair, moe_pair, routing
 from oracle_triton.formats import check_config, layout_for
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -14,12 +14,6 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 SWAP2 = {"SWAP": 2, "WORDS": 1, "JOIN": 1, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_N1": 32, "BLOCK_K": 128,
          "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
 SWAP3 = dict(SWAP2, SWAP=3, RWARPS=4, RWARPS2=4, XT=2, PF=2, XDB=1)
-
-
-def _grouped_pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool,
-                  e: int = 8, k: int = 4):
-    return moe_pair(fmt, e, h, i, 1 if router_on_input else k, mode, act, {}, activation=activation, bias=bias,
-                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
 
 
 @pytest.mark.gpu
@@ -41,7 +35,7 @@ def test_grouped_register_a_path_matches_emulation(fmt, mode, act, h, i, activat
     layer dtype between launches: within 1e-2), the same bits on a second call and with and without XP, an
     out-of-range id adding nothing, captured and replayed.
     The swap-AB tiles (SWAP 2) are never called."""
-    t, ref = _grouped_pair(fmt, mode, act, h, i, activation, bias, router_on_input)
+    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input)
     from oracle_triton.moe_rega import grouped_ok
 
     if not grouped_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
@@ -62,26 +56,10 @@ def test_grouped_register_a_path_matches_emulation(fmt, mode, act, h, i, activat
             dict(SWAP3, BLOCK_M=16, RWARPS=8, RWARPS2=8, XT=4, XP=1, XDB=0)]
     if nv:
         cfgs += [dict(SWAP3, TABLE=2), dict(SWAP3, BLOCK_M=64, TABLE=1, XDB=0)]
-    for m in (1, 37, 96):
-        x = torch.randn(m, h, dtype=torch.bfloat16, device="cuda")
-        w, ids = routing(m, 8, k, "cuda")
-        expect = cpu_ref(x, w, ids)
-        for cfg in cfgs:
-            t.config = cfg
-            y = t.apply(x, w, ids)
-            assert rel(y, expect) < 1e-2, (m, cfg, rel(y, expect))
-            assert torch.equal(y, t.apply(x, w, ids)), (m, cfg)
-            if cfg.get("XP"):       # the permuted activations' copies give the same products in the same order
-                t.config = dict(cfg, XP=0)
-                assert torch.equal(t.apply(x, w, ids), y), (m, cfg, "XP 0")
+    # the permuted activations' copies (XP) give the same products in the same order as the 4-byte ones
+    configs_match_reference(t, cpu_ref, cfgs, h, k, (1, 37, 96), same=lambda c: dict(c, XP=0) if c.get("XP") else None)
     t.config = SWAP3
-    t.check_inputs = False
-    x = torch.randn(37, h, dtype=torch.bfloat16, device="cuda")
-    w, ids = routing(37, 8, k, "cuda")
-    bad, on_zero = ids.clone(), ids.clone()
-    bad[3, 0], on_zero[3, 0] = 9, 8          # 8: the reference's all-zero expert
-    assert rel(t.apply(x, w, bad), cpu_ref(x, w, on_zero)) < 1e-2
-    replay_moe(t.apply, cpu_ref, x, w, ids, 8, 1e-2, times=2)
+    dropped_id_then_replay(t, cpu_ref, h, k)
 
 
 def test_swap3_entry_check():

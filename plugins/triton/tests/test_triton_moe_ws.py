@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import moe_pair, rel, replay_moe, routing
+from helpers import configs_match_reference, dropped_id_then_replay, gpu_moe_pair, moe_pair, routing
 from oracle_triton.formats import check_config, layout_for
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -14,11 +14,6 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DQ = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3,
       "DEQUANT_MM": 512}
 WS = dict(DQ, WS=1, WS_WARPS=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=2)
-
-
-def _pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool):
-    return moe_pair(fmt, 8, h, i, 1 if router_on_input else 4, mode, act, {}, activation=activation, bias=bias,
-                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
 
 
 @pytest.mark.gpu
@@ -36,7 +31,7 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2), the same
     bits on a second call, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is
     never called."""
-    t, ref = _pair(fmt, mode, act, h, i, activation, bias, router_on_input)
+    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input)
     from oracle_triton import moe_dequant
     from oracle_triton.moe_ws import ws_ok
 
@@ -54,23 +49,10 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
             dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
     if h % 128 == 0 and i % 128 == 0:
         cfgs.append(dict(WS, BK=128, STAGES=3))
-    for m in (1, 37, 300):
-        x = torch.randn(m, h, dtype=torch.bfloat16, device="cuda")
-        w, ids = routing(m, 8, k, "cuda")
-        expect = cpu_ref(x, w, ids)
-        for cfg in cfgs:
-            t.config = cfg
-            y = t.apply(x, w, ids)
-            assert rel(y, expect) < 1e-2, (m, cfg, rel(y, expect))
-            assert torch.equal(y, t.apply(x, w, ids)), (m, cfg)
+    # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
+    configs_match_reference(t, cpu_ref, cfgs, h, k, (1, 37, 300), repeats=3)
     t.config = WS
-    t.check_inputs = False
-    x = torch.randn(37, h, dtype=torch.bfloat16, device="cuda")
-    w, ids = routing(37, 8, k, "cuda")
-    bad, on_zero = ids.clone(), ids.clone()
-    bad[3, 0], on_zero[3, 0] = 9, 8          # 8: the reference's all-zero expert
-    assert rel(t.apply(x, w, bad), cpu_ref(x, w, on_zero)) < 1e-2
-    replay_moe(t.apply, cpu_ref, x, w, ids, 8, 1e-2, times=2)
+    dropped_id_then_replay(t, cpu_ref, h, k)
 
 
 def test_ws_moe_entry_check():
@@ -159,21 +141,26 @@ def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair):
 
 def test_activation_reading_the_ids_first_gives_the_same_values():
     """w4a4_act_kernel with IDS_FIRST (moe_ws: the rows' ids loaded first, only valid rows read): the same values as
-    the default order, zeros on rows whose id is -1 or out of range, whatever those rows hold (NaN here)."""
+    the default order, zeros on rows whose id is -1 or out of range, whatever those rows hold (NaN here); and
+    TritonMoE._activation (XQ 2, SWAP 3 and WS launch it) is that launch with the layer's activation and limits."""
     from oracle_triton.moe_kernels import ACTIVATION_CODES
     from oracle_triton.moe_w4a4 import w4a4_act_kernel
 
     rows, inter = 6, 96
+    t, _ = moe_pair("mxfp4", 8, 256, inter, 2, "w4a16_mx", "bf16", {}, activation="swigluoai",
+                    activation_params={"alpha": 1.702, "limit": 7.0}, bias=True, device=DEV)
     y = torch.randn(rows, 2 * inter, dtype=torch.bfloat16, device=DEV)
     y[1] = float("nan")
     ids = torch.tensor([3, -1, 0, 8, 7, 2], dtype=torch.int32, device=DEV)
     outs = []
     for first in (False, True):
         out = torch.empty(rows, inter, dtype=torch.bfloat16, device=DEV)
-        w4a4_act_kernel[(-(-rows * inter // 256),)](y, ids, out, rows * inter, 8, inter, y.stride(0), 7.0, 1.702, 1.0,
-                                                    1.0, ACTFN=ACTIVATION_CODES["swigluoai"], GATED=True,
-                                                    INTERLEAVED=True, HAS_LIMIT=True, BLOCK=256, EXACT_BF16=False,
-                                                    IDS_FIRST=first)
+        w4a4_act_kernel[(-(-rows * inter // 256),)](y, ids, out, rows * inter, 8, inter, y.stride(0), t.limit,
+                                                    t.alpha, t.beta, t.lbeta, ACTFN=ACTIVATION_CODES["swigluoai"],
+                                                    GATED=True, INTERLEAVED=True, HAS_LIMIT=True, BLOCK=256,
+                                                    EXACT_BF16=t.facts["dot_f32"], IDS_FIRST=first)
         outs.append(out.cpu())
     assert torch.equal(outs[0], outs[1])
     assert not outs[1][[0, 2, 4, 5]].eq(0).all(dim=1).any() and outs[1][[1, 3]].eq(0).all()
+    for first in (False, True):
+        assert torch.equal(t._activation(y, ids, ids_first=first).cpu(), outs[0])
