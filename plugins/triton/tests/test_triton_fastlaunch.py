@@ -308,6 +308,17 @@ class FakeDescriptor:
         self.base, self.shape = base, list(base.shape)
 
 
+def test_holds_tensor_sees_the_kernels_tma_descriptors():
+    """fastlaunch.holds_tensor: true for the TMA descriptor w4_ws takes (w4_ws.x_tma_desc: Gluon's TensorDescriptor,
+    built on the host), false for tensors, ints and None, which plans place or keep."""
+    pytest.importorskip("triton.experimental.gluon")
+    from oracle_triton.w4_ws import x_tma_desc
+
+    x = torch.zeros(256, 64, dtype=torch.bfloat16)
+    assert fastlaunch.holds_tensor(x_tma_desc(x, 128))
+    assert not any(fastlaunch.holds_tensor(v) for v in (x, 3, 1.5, None, True))
+
+
 def test_a_descriptor_of_a_calls_tensor_refuses_the_plan(jit):
     """A launch argument holding a tensor (a TMA descriptor of the call's activations, moe_ws) refuses the plan: a
     replay would hand the kernel the recorded call's address (R94: a planned eager call after a graph replay read a
