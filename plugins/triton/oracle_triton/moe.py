@@ -297,8 +297,8 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
-        # MXFP4 scales w4_rega's / w4_ws's fused decoder covers: SWAP 3 / WS may serve the layer (checked here, at load, never in
-        # a call, which may be captured)
+        # MXFP4 scales w4_rega's / w4_ws's fused decoder covers: SWAP 3 / WS may serve the layer (checked here, at
+        # load, never in a call, which may be captured)
         self.fused_ok = self.w13.layout.elem == E2M1_MX and mx_fused_ok(self.w13.scale) and mx_fused_ok(self.w2.scale)
         self.eager = EagerGraphs(self.forward)
         self.plans = fastlaunch.CallPlans(self.forward)
