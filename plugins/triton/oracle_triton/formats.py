@@ -172,6 +172,10 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
                          f"BM / 2 + {WS_MMA_REGS} (the MMA warps' accumulator and addresses), not {cfg}")
 
 
+#: The w4_ws launch keys a MoE WS entry carries beside its DEQUANT_MM fallback (moe_ws; its MMA warps as WS_WARPS)
+WS_MOE_KEYS = ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP")
+
+
 def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
     """WS in the fused MoE (moe_ws: its MXFP4 experts on w4_ws's MoE mode): MXFP4 experts; WS_WARPS the MMA
     warps (w4_ws's num_warps) and the other w4_ws keys as check_ws_config takes them for the same words read in the
@@ -179,8 +183,7 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
     if layout.elem != E2M1_MX or "WS_WARPS" not in cfg or not cfg.get("DEQUANT_MM"):
         raise ValueError(f"WS for {what}: the MoE's warp-specialized path takes MXFP4 experts, its MMA warps "
                          f"as WS_WARPS and a DEQUANT_MM fallback, not {cfg}")
-    ws = {key: value for key, value in cfg.items() if key in ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG",
-                                                                "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP")}
+    ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
         check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what)
     except ValueError as exc:

@@ -26,13 +26,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .formats import ACT_NONE, E2M1_MX, WS_BK
+from .formats import ACT_NONE, E2M1_MX, WS_BK, WS_MOE_KEYS
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
 #: (w4_ws's num_warps; the fallback keeps its own)
-WS_KEYS = ("WS", "WS_WARPS", "BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA",
-           "PP", "DP")
+WS_KEYS = ("WS", "WS_WARPS", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 
@@ -116,12 +115,11 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     words = w.weight.view(torch.int32)          # [E, N, K / 8]: word j = codes k 8j..8j+7
     n, kdim = words.shape[1], words.shape[2] * 8
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
-    g = w.global_scale if w.global_scale is not None else w.scale
     if xt:      # the descriptor holds this call's activations: a replayed plan would read another call's
         fastlaunch.spoil("a TMA descriptor of the call's activations")
     fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * (8 if pp else warps))), block_expert.shape[0], 1),
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
-                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=w.scale, g_ptr=g,
+                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=w.scale, g_ptr=w.scale,   # MXFP4: no global
                       b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
                       stride_xm=a.stride(0), stride_ym=y.stride(0), stride_wk=1, stride_sk=1, stride_zk=0,
                       ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=False, HAS_BIAS=bias is not None, BM=bm,

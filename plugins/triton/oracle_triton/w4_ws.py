@@ -123,13 +123,11 @@ def _pair(v):
 
 @gluon.jit
 def _load_words(i, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk, stride_zk,
-                stride_wn, stride_sn, WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr,
-                HAS_ZERO: gl.constexpr,
-                BK: gl.constexpr):
+                stride_sn, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BK: gl.constexpr):
     """K tile i's words [BK/8, BN] and raw scales (INT4: the group's [BN] scales and packed zero points; E2M1:
     each word's scale byte [BK/8, BN]), not used here: the loads stay in flight until the decode (tiles past
-    the last one re-read it). w_off holds the words' N stride (stride_wn: 1 in GPTQ's [K/8, N], K / 8 in the
-    MoE's [E, N, K/8]); stride_sn the scales' (1 in [K/group, N], K / group in [E, N, K/group])."""
+    the last one re-read it). w_off holds the words' N stride (1 in GPTQ's [K/8, N], K / 8 in the MoE's
+    [E, N, K/8]); stride_sn is the scales' (1 in [K/group, N], K / group in [E, N, K/group])."""
     i = gl.minimum(i, n_tiles - 1)
     u = gl.load(w_ptr + i * (BK // 8) * stride_wk + w_off, mask=w_ok, other=0)
     if ELEM == 3:
@@ -170,8 +168,8 @@ def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK:
 
 @gluon.jit
 def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok, w_off,
-                     w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
-                     WKN: gl.constexpr, ELEM: gl.constexpr,
+                     w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
+                     ELEM: gl.constexpr,
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                      WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1):
@@ -191,15 +189,15 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                mask=x_ok & (p < n_tiles))
         async_copy.commit_group()
     u, s, zw = _load_words(PART, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                           stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                           stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     u1, s1, zw1 = _load_words(PART + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                              stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                              stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 3:
         u2, s2, zw2 = _load_words(PART + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     if WPF >= 4:
         u3, s3, zw3 = _load_words(PART + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     for i in range(PART, n_tiles, DP):
         if not XTMA:
             j = i + XCP
@@ -210,7 +208,7 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                    mask=x_ok & (j < n_tiles))
             async_copy.commit_group()
         un, sn, zwn = _load_words(i + WPF * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
         if XTMA:
@@ -275,19 +273,19 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     n_tiles = K // BK
     if XCP or XTMA:
         _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok,
-                         w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_wn,
-                         stride_sn, WKN, ELEM, GROUP,
+                         w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
+                         ELEM, GROUP,
                          HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                           stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                           stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     u1, s1, zw1 = _load_words(1, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                              stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                              stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
     for i in range(n_tiles):
         xn = gl.load(x_ptr + gl.minimum(i + 1, n_tiles - 1) * BK + x_off, mask=x_ok, other=0.0)
         un, sn, zwn = _load_words(i + 2, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
         tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
