@@ -131,20 +131,21 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
     the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP /
-    XTMA / MW / WPF / PP / DP in their ranges (the kernel's docstrings); DREGS a multiple of 8 in 24..256; MAXNREG a
-    multiple of 8 in 64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps
+    XTMA / MW / WPF / PP / DP / WT in their ranges (the kernel's docstrings; WT's ring of words inside WS_SMEM
+    too); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps
     rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x
     num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80
     registers, BM 128)."""
     warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
-    bk = cfg.get("BK", WS_BK)
+    bk, wt = cfg.get("BK", WS_BK), cfg.get("WT", 0)
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \
             (layout.elem == INT4 and layout.group % bk):
         raise ValueError(f"WS for {what}: the warp-specialized kernel (w4_ws) reads 4-bit words in GPTQ's [K/8, N] "
                          f"layout (INT4 with groups a multiple of its K tile BK, {WS_BK} or {2 * WS_BK}; MXFP4 / NVFP4 "
                          f"repacked) only, not {cfg}")
     if warps not in (4, 8) or bm not in WS_ROWS or dw not in (1, 2, 4, 8, 16) or \
-            stages not in range(2, 9) or stages * (16 * warps + bm) * bk * 2 > WS_SMEM:
+            stages not in range(2, 9) or \
+            stages * (16 * warps + bm) * bk * 2 + (wt or 0) * 16 * warps * bk // 2 > WS_SMEM:
         raise ValueError(f"WS for {what}: num_warps 4 or 8, BM one of {WS_ROWS}, DW 1, 2, 4, 8 or 16, STAGES 2-8 "
                          f"inside {WS_SMEM} B of shared memory, not {cfg}")
     xcp = cfg.get("XCP", 0)
@@ -164,6 +165,9 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     if dp not in (1, 2, 4) or (dp > 1 and (not xt or cfg.get("PP") or dw % dp or dp > stages)):
         raise ValueError(f"DP for {what}: 1, 2 or 4 decode partitions (more than 1 with XTMA, without PP, DW a "
                          f"multiple of DP, DP <= STAGES), not {cfg}")
+    if wt != 0 and (wt not in range(stages + 1, 17) or xt != 1 or cfg.get("PP")):
+        raise ValueError(f"WT for {what}: 0 (the words loaded into registers WPF tiles ahead) or a ring of STAGES + 1 "
+                         f"to 16 slots of words that the MMA warps fill by TMA (with XTMA 1, without PP), not {cfg}")
     dregs, maxnreg = cfg.get("DREGS"), cfg.get("MAXNREG")
     if dregs not in range(24, 257, 8) or maxnreg not in range(64, 256, 8) or \
             maxnreg * 32 * -(-(warps + dw) // 4) * 4 > 65536 or maxnreg < 16 * bm // 32 + WS_MMA_REGS:
@@ -173,16 +177,18 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
 
 
 #: The w4_ws launch keys a MoE WS entry carries beside its DEQUANT_MM fallback (moe_ws; its MMA warps as WS_WARPS)
-WS_MOE_KEYS = ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP")
+WS_MOE_KEYS = ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP",
+               "WT")
 
 
 def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
-    """WS in the fused MoE (moe_ws: its MXFP4 experts on w4_ws's MoE mode): MXFP4 experts; WS_WARPS the MMA
-    warps (w4_ws's num_warps) and the other w4_ws keys as check_ws_config takes them for the same words read in the
-    MoE's [E, N, K/8] layout; the rest of the entry is the DEQUANT_MM config that serves the calls w4_ws cannot."""
-    if layout.elem != E2M1_MX or "WS_WARPS" not in cfg or not cfg.get("DEQUANT_MM"):
-        raise ValueError(f"WS for {what}: the MoE's warp-specialized path takes MXFP4 experts, its MMA warps "
-                         f"as WS_WARPS and a DEQUANT_MM fallback, not {cfg}")
+    """WS in the fused MoE (moe_ws: its MXFP4 or INT4 experts on w4_ws's MoE mode): MXFP4 experts (their words
+    read in the MoE's [E, N, K/8] layout) or INT4 ones (GPTQ's [E, K/8, N], groups a multiple of the K tile);
+    WS_WARPS the MMA warps (w4_ws's num_warps) and the other w4_ws keys as check_ws_config takes them; the rest of
+    the entry is the DEQUANT_MM config that serves the calls w4_ws cannot."""
+    if layout.elem not in (E2M1_MX, INT4) or "WS_WARPS" not in cfg or not cfg.get("DEQUANT_MM"):
+        raise ValueError(f"WS for {what}: the MoE's warp-specialized path takes MXFP4 or INT4 experts, its MMA "
+                         f"warps as WS_WARPS and a DEQUANT_MM fallback, not {cfg}")
     ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
         check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what)

@@ -692,7 +692,7 @@ class DenseGemm:
     def ws(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16, bf16: w4_ws.w4_ws_kernel (16 x num_warps weight rows and BM activation rows
         per program, DW decode warps beside them, a ring of STAGES K tiles of BK, 64 unless told; one launch)."""
-        from .w4_ws import w4_ws_kernel, x_tma_desc
+        from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
         m = x.shape[0]
         xt = cfg.get("XTMA", 0)
@@ -706,6 +706,8 @@ class DenseGemm:
         if xt:      # the descriptor holds this call's x: a replayed plan would read another call's
             fastlaunch.spoil("a TMA descriptor of the call's activations")
         pp = cfg.get("PP", 0)       # PP: the kernel's own warps are the DW decode warps, the MMA warpgroups workers
+        words = self.weight.view(torch.int32)
+        wt = cfg.get("WT", 0) if tma_ok(words) else 0       # WT 0: the same words through registers
         fastlaunch.launch(w4_ws_kernel, grid, cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                           x_ptr=x, w_ptr=self.weight, s_ptr=self.scale, z_ptr=self.zero, g_ptr=self.global_scale,
                           b_ptr=self.bias if self.bias is not None else self.scale, y_ptr=y, M=m, N=self.n, K=self.k,
@@ -715,7 +717,8 @@ class DenseGemm:
                           BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                           PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2),
                           MW=cfg.get("MW", 1), XTMA=xt, PP=pp, DP=cfg.get("DP", 1),
-                          x_desc=x_tma_desc(x, bm) if xt else None)
+                          x_desc=x_tma_desc(x, bm) if xt else None, WT=wt,
+                          w_desc=w_tma_desc(self, words, [cfg.get("BK", WS_BK) // 8, 16 * warps]) if wt else None)
         return y
 
     def wgmma_ok(self, act: int) -> bool:

@@ -1,4 +1,4 @@
-"""Thousands-of-tokens MXFP4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
+"""Thousands-of-tokens MXFP4 / INT4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
 pairs multiplies weights decoded by their own warps while the MMA warps multiply the previous K tile.
 
 Why: from about 2048 tokens every expert has hundreds of pairs, and the MoE is compute-bound. DEQUANT_MM (each
@@ -13,12 +13,15 @@ rows in block order, zeros for padding, and each row's expert id), FC1 (w4_ws_ke
 block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give zeros
 and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
 router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
-block-ordered rows are one dense matrix. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of
-the K tile, MXFP4 scales above the fused decoder's 2.0: checked at load) run the entry's other keys, a DEQUANT_MM
-config (ws_fallback).
+block-ordered rows are one dense matrix. WT: the words too reach the decode warps by TMA, into their own ring
+of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of the
+K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does not divide or
+fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
 
-MXFP4 only: w4_ws's NVFP4 decoder multiplies by bf16(s x g), rounded before the product (the dense entries'
-3.6e-3 against the reference), and NVFP4 W4A4's activation rounding amplified that to 2.2e-2 at one token (R94).
+MXFP4 experts are read as [E, N, K/8] words (the K-major form of w4_ws's word loads), INT4 ones (zero points or
+not) in GPTQ's [E, K/8, N] layout, each expert's part exactly the dense kernel's. No NVFP4: w4_ws's NVFP4 decoder
+multiplies by bf16(s x g), rounded before the product (the dense entries' 3.6e-3 against the reference), and NVFP4
+W4A4's activation rounding amplified that to 2.2e-2 at one token (R94).
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .formats import ACT_NONE, E2M1_MX, WS_BK, WS_MOE_KEYS
+from .formats import ACT_NONE, E2M1_MX, INT4, WS_BK, WS_MOE_KEYS
+from .launch import interpreting
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
@@ -65,13 +69,29 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
 
 def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
     """Can WS serve this call: bf16 activations and layer on an sm_90 GPU (w4_ws is Gluon: wgmma, warp
-    specialization), MXFP4 W4A16 experts in the [E, N, K/2] byte layout with both K dims multiples of the K tile bk,
-    scales the fused decoder covers (moe.fused_ok, checked at load)."""
+    specialization), W4A16 experts with both K dims multiples of the K tile bk: MXFP4 in the [E, N, K/2] byte
+    layout with scales the fused decoder covers (moe.fused_ok, checked at load), or INT4 in GPTQ's layout with
+    groups bk divides (int4_layer_ok)."""
     ok = getattr(moe, "_ws_ok", None)
     if ok is None:
-        ok = moe._ws_ok = (moe.w13.layout.elem == E2M1_MX and moe.act == ACT_NONE
-                           and bool(getattr(moe, "fused_ok", False)) and rega_layer_ok(moe, WS_BK))
-    return ok and x.dtype == torch.bfloat16 and moe.hidden % bk == 0 and moe.inter % bk == 0
+        elem = moe.w13.layout.elem
+        ok = moe._ws_ok = moe.act == ACT_NONE and (
+            (elem == E2M1_MX and bool(getattr(moe, "fused_ok", False)) and rega_layer_ok(moe, WS_BK))
+            or (elem == INT4 and int4_layer_ok(moe)))
+    return (ok and x.dtype == torch.bfloat16 and moe.hidden % bk == 0 and moe.inter % bk == 0
+            and (moe.w13.layout.elem != INT4 or moe.w13.layout.group % bk == 0))
+
+
+def int4_layer_ok(moe) -> bool:
+    """The INT4 layer's part of ws_ok: a bf16 layer on an sm_90 GPU, both weights GPTQ's contiguous [E, K/8, N]
+    words with contiguous fp16 / bf16 group scales (the decoder's exact two-term product; fp32 ones take the
+    fallback) and zero points if any, groups a multiple of the K tile."""
+    w = moe.w13.weight
+    return (moe.dtype == torch.bfloat16 and w.device.type == "cuda" and not interpreting()
+            and torch.cuda.get_device_capability(w.device) == (9, 0)
+            and all(p.weight.is_contiguous() and p.scale.is_contiguous() and p.layout.group % WS_BK == 0
+                    and p.scale.dtype in (torch.float16, torch.bfloat16)
+                    and (p.zero is None or p.zero.is_contiguous()) for p in (moe.w13, moe.w2)))
 
 
 def ws_fallback(cfg: dict[str, int]) -> dict[str, int]:
@@ -83,7 +103,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
              cfg: dict[str, int]) -> torch.Tensor:
     """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
-    MW, PFENCE, XCP, PP as w4_ws_kernel takes them, for both GEMMs."""
+    MW, PFENCE, XCP, PP, WT as w4_ws_kernel takes them, for both GEMMs."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
@@ -109,23 +129,37 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2)."""
     from . import fastlaunch
-    from .w4_ws import w4_ws_kernel, x_tma_desc
+    from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
-    words = w.weight.view(torch.int32)          # [E, N, K / 8]: word j = codes k 8j..8j+7
-    n, kdim = words.shape[1], words.shape[2] * 8
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
+    bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps
+    if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
+        words, z = w.weight, w.zero
+        n, kdim = words.shape[2], words.shape[1] * 8
+        strides = dict(stride_wk=words.stride(1), stride_wn=1, stride_sk=w.scale.stride(1), stride_sn=1,
+                       stride_zk=z.stride(1) if z is not None else 0, stride_ze=z.stride(0) if z is not None else 0,
+                       KMAJOR=0, HAS_ZERO=z is not None)
+        box = [bk8, bn]
+    else:                       # MXFP4 [E, N, K/2] bytes: word j = codes k 8j..8j+7
+        words, z = w.weight.view(torch.int32), None
+        n, kdim = words.shape[1], words.shape[2] * 8
+        strides = dict(stride_wk=1, stride_wn=words.stride(1), stride_sk=1, stride_sn=w.scale.stride(1), stride_zk=0,
+                       HAS_ZERO=False)
+        box = [bn, bk8]
+    rows = words.view(-1, words.shape[2]) if words.is_contiguous() else None    # WT's TMA view: [E N, K/8], [E K/8, N]
+    wt = cfg.get("WT", 0) if rows is not None and tma_ok(rows) else 0       # WT 0: the words through registers
     if xt:      # the descriptor holds this call's activations: a replayed plan would read another call's
         fastlaunch.spoil("a TMA descriptor of the call's activations")
     fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * (8 if pp else warps))), block_expert.shape[0], 1),
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
-                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=w.scale, g_ptr=w.scale,   # MXFP4: no global
+                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale, g_ptr=w.scale,
                       b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
-                      stride_xm=a.stride(0), stride_ym=y.stride(0), stride_wk=1, stride_sk=1, stride_zk=0,
-                      ELEM=lay.elem, GROUP=lay.group, HAS_ZERO=False, HAS_BIAS=bias is not None, BM=bm,
+                      stride_xm=a.stride(0), stride_ym=y.stride(0), ELEM=lay.elem, GROUP=lay.group,
+                      HAS_BIAS=bias is not None, BM=bm,
                       BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                       PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2), MW=cfg.get("MW", 1),
                       XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
-                      stride_wn=words.stride(1), stride_sn=w.scale.stride(1), ids_ptr=block_expert,
-                      sid_ptr=sorted_ids, T=t, stride_we=words.stride(0), stride_se=w.scale.stride(0),
-                      stride_be=bias.stride(0) if bias is not None else 0)
+                      ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
+                      stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
+                      w_desc=w_tma_desc(w, rows, box) if wt else None, **strides)

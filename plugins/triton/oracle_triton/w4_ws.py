@@ -73,6 +73,24 @@ def x_tma_desc(x, bm: int):
                                                                            rank=2))
 
 
+def tma_ok(t) -> bool:
+    """Can a TMA descriptor cover t: a 16-byte base, the last dim contiguous, the other strides whole 16 bytes."""
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+
+
+def w_tma_desc(owner, words, box: list[int]):
+    """WT's descriptor of the words (int32, 2-D: GPTQ's [K/8, N], or the MoE's [E, N, K/8] as [E N, K/8]) in
+    box-sized blocks, unswizzled like the kernel's words ring; kept on owner (the layer or weight that holds the
+    words, and so outlives the descriptor), one per box shape."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    cache = owner.__dict__.setdefault("_ws_words_descs", {})
+    if tuple(box) not in cache:
+        cache[tuple(box)] = TensorDescriptor.from_tensor(
+            words, box, gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+    return cache[tuple(box)]
+
+
 _INT4_PTX = gl.constexpr(pairs_ptx(True))
 _E2M1_PTX = gl.constexpr(pairs_ptx(False))
 
@@ -93,6 +111,13 @@ def words_layout(dw: int, bk8: int, bn: int, kn: bool = False) -> gl.BlockedLayo
     wn = min(dw, bn // 32)
     wk = dw // wn
     return gl.BlockedLayout([bk8 // wk, 1], [1, 32], [wk, wn], [0, 1])
+
+
+@gluon.constexpr_function
+def transposed(layout: gl.BlockedLayout) -> gl.BlockedLayout:
+    """A 2-D blocked layout with its two dims swapped: the same threads hold the same elements of the transpose."""
+    return gl.BlockedLayout(list(layout.size_per_thread)[::-1], list(layout.threads_per_warp)[::-1],
+                            list(layout.warps_per_cta)[::-1], [1 - o for o in layout.order])
 
 
 @gluon.constexpr_function
@@ -123,13 +148,18 @@ def _pair(v):
 
 @gluon.jit
 def _load_words(i, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk, stride_zk,
-                stride_sn, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BK: gl.constexpr):
+                stride_sn, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BK: gl.constexpr,
+                WT: gl.constexpr = 0):
     """K tile i's words [BK/8, BN] and raw scales (INT4: the group's [BN] scales and packed zero points; E2M1:
     each word's scale byte [BK/8, BN]), not used here: the loads stay in flight until the decode (tiles past
     the last one re-read it). w_off holds the words' N stride (1 in GPTQ's [K/8, N], K / 8 in the MoE's
-    [E, N, K/8]); stride_sn is the scales' (1 in [K/group, N], K / group in [E, N, K/group])."""
+    [E, N, K/8]); stride_sn is the scales' (1 in [K/group, N], K / group in [E, N, K/group]). WT: the words come
+    by TMA (w_ring), only the scales here (u a stand-in)."""
     i = gl.minimum(i, n_tiles - 1)
-    u = gl.load(w_ptr + i * (BK // 8) * stride_wk + w_off, mask=w_ok, other=0)
+    if WT:
+        u = n1
+    else:
+        u = gl.load(w_ptr + i * (BK // 8) * stride_wk + w_off, mask=w_ok, other=0)
     if ELEM == 3:
         g = (i * BK) // GROUP
         s = gl.load(s_ptr + g * stride_sk + n1 * stride_sn, mask=n_ok, other=0.0)
@@ -172,7 +202,8 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                      ELEM: gl.constexpr,
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
-                     WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1):
+                     WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
+                     w_ring=None, wfull=None, WT: gl.constexpr = 0, WKN: gl.constexpr = 0):
     """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
     slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
     for (wait_group XCP), and the partition barrier before the arrive covers every thread's. The words (and
@@ -181,7 +212,9 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
     trip here is the words, their decode and the slot's weights only (its slot awaited just before the store);
     XTMA 2: these warps start the slot's activations TMA (one elected thread) once the slot is theirs.
     DP > 1 (with XTMA): this is decode partition PART of DP, on K tiles PART, PART + DP, ... only (its words
-    loaded WPF of its own tiles ahead), so DP tiles are decoded at once and each has DP trips' time."""
+    loaded WPF of its own tiles ahead), so DP tiles are decoded at once and each has DP trips' time. WT > 0 (with
+    XTMA 1): the words reach shared memory by TMA (w_ring, WT slots, the MMA warps' copies), and a trip reads its
+    tile's from its slot once wfull says they landed; only the scales are loaded WPF tiles ahead here."""
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     for p in gl.static_range(0 if XTMA else XCP):
         mbarrier.wait(empty.index(p % STAGES), ((p // STAGES) & 1) ^ 1, pred=p < n_tiles)
@@ -189,15 +222,15 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                mask=x_ok & (p < n_tiles))
         async_copy.commit_group()
     u, s, zw = _load_words(PART, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
-                           stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+                           stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     u1, s1, zw1 = _load_words(PART + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                              stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+                              stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     if WPF >= 3:
         u2, s2, zw2 = _load_words(PART + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     if WPF >= 4:
         u3, s3, zw3 = _load_words(PART + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     for i in range(PART, n_tiles, DP):
         if not XTMA:
             j = i + XCP
@@ -208,8 +241,18 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                                                    mask=x_ok & (j < n_tiles))
             async_copy.commit_group()
         un, sn, zwn = _load_words(i + WPF * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
-                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
-        tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
+                                  stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
+        if WT:      # this tile's words from their slot (the MMA warps' TMA, WT tiles ahead)
+            wslot = i % WT
+            mbarrier.wait(wfull.index(wslot), (i // WT) & 1)
+            if WKN:     # read as the slot's [BN, BK/8] (a permuted view of the unswizzled ring reads it n-major)
+                uw = gl.convert_layout(gl.permute(w_ring.index(wslot).load(transposed(n1.type.layout.parent)),
+                                                  (1, 0)), n1.type.layout.parent)
+            else:
+                uw = w_ring.index(wslot).load(n1.type.layout.parent)
+            tile = _tile_values(uw, s, zw, n1, gscale, ELEM, BN, BK)
+        else:
+            tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         slot = i % STAGES
         if XTMA:
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
@@ -242,7 +285,7 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
                       HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
                       STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                       WPF: gl.constexpr, XTMA: gl.constexpr = 0, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
-                      xfull=None, x_desc=None):
+                      xfull=None, x_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0):
     """The producer (DW warps; DP > 1: one of DP such partitions, _decode_loop_xcp): per K tile, the slot awaited
     (empty), the words decoded, both tiles stored, the slot handed over (full). Loads run ahead of the decode, the
     activations one tile and the words (from HBM) two, so that a tile's decode never waits for its own loads (each
@@ -275,7 +318,7 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
         _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok,
                          w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
                          ELEM, GROUP,
-                         HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP)
+                         HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP, w_ring, wfull, WT, WKN)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
@@ -312,11 +355,30 @@ def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.c
 
 
 @gluon.jit
+def _w_tile(w_desc, w_ring, wfull, t, n_tiles, w_row, w_k0, BN: gl.constexpr, BK: gl.constexpr, WT: gl.constexpr,
+            WKN: gl.constexpr):
+    """WT: TMA of K tile t's words into their slot (t % WT), completing on wfull; none past the last tile. GPTQ's
+    words: a [BK/8, BN] box of [K/8, N] (dense) or [E K/8, N] (the MoE's INT4 experts) at (w_k0 + t BK/8, w_row =
+    off_n), w_k0 the expert's first word row (e K/8; 0 dense); the MoE's K-major words (WKN): a [BN, BK/8] box of
+    [E N, K/8] at (w_row = e N + off_n, t BK/8)."""
+    slot = t % WT
+    ok = t < n_tiles
+    mbarrier.expect(wfull.index(slot), BN * BK // 2, pred=ok)      # BN x BK/8 words of 4 bytes
+    if WKN:
+        tma.async_copy_global_to_shared(w_desc, [w_row, t * (BK // 8)], wfull.index(slot), w_ring.index(slot),
+                                        pred=ok)
+    else:
+        tma.async_copy_global_to_shared(w_desc, [w_k0 + t * (BK // 8), w_row], wfull.index(slot), w_ring.index(slot),
+                                        pred=ok)
+
+
+@gluon.jit
 def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                    HAS_BIAS: gl.constexpr,
                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
-                   x_desc=None):
+                   x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
+                   WKN: gl.constexpr = 0):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -324,7 +386,9 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     XTMA 1: these warps (idle while a slot is decoded) also fill the slots' activations by TMA, STAGES tiles
     ahead: a slot's next tile is loaded as soon as the MMA that read the slot is done. PP 1: one of two such
     partitions (a warpgroup each), this one on the slot's weight rows ROW0..ROW0 + 64: each waits, multiplies
-    and hands slots back (empty counts both) on its own, so one's waits leave the tensor cores to the other."""
+    and hands slots back (empty counts both) on its own, so one's waits leave the tensor cores to the other.
+    WT > 0 (with XTMA 1): these warps also bring the words by TMA into their WT-slot ring, tile t's once tile
+    t - WT's slot is full (its decode, and so every read of t - WT's words, done)."""
     BN: gl.constexpr = 16 * NW
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, BM, 16])
@@ -333,9 +397,15 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     if XTMA == 1:
         for p in gl.static_range(STAGES):
             _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES)
+    if WT:
+        for p in gl.static_range(WT):
+            _w_tile(w_desc, w_ring, wfull, p, n_tiles, w_row, w_k0, BN, BK, WT, WKN)
     for i in range(n_tiles):
         slot = i % STAGES
         mbarrier.wait(full.index(slot), (i // STAGES) & 1)
+        if WT:
+            _w_tile(w_desc, w_ring, wfull, i + WT, n_tiles, w_row, w_k0, BN, BK, WT,
+                    WKN)
         if XTMA:
             mbarrier.wait(xfull.index(slot), (i // STAGES) & 1)
         if not PFENCE:
@@ -398,12 +468,12 @@ def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc):
+               x_desc, w_ring, wfull, WT: gl.constexpr):
     """DP > 1: decode partition 0 of DP (K tiles 0, DP, 2 DP, ...; DW / DP warps)."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 0, DP, xfull, x_desc)
+                      WPF, XTMA, 0, DP, xfull, x_desc, w_ring, wfull, WT)
 
 
 @gluon.jit
@@ -412,12 +482,12 @@ def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc):
+               x_desc, w_ring, wfull, WT: gl.constexpr):
     """DP > 1: decode partition 1 of DP."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 1, DP, xfull, x_desc)
+                      WPF, XTMA, 1, DP, xfull, x_desc, w_ring, wfull, WT)
 
 
 @gluon.jit
@@ -426,12 +496,12 @@ def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc):
+               x_desc, w_ring, wfull, WT: gl.constexpr):
     """DP 4: decode partition 2 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 2, DP, xfull, x_desc)
+                      WPF, XTMA, 2, DP, xfull, x_desc, w_ring, wfull, WT)
 
 
 @gluon.jit
@@ -440,12 +510,12 @@ def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc):
+               x_desc, w_ring, wfull, WT: gl.constexpr):
     """DP 4: decode partition 3 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 3, DP, xfull, x_desc)
+                      WPF, XTMA, 3, DP, xfull, x_desc, w_ring, wfull, WT)
 
 
 @gluon.jit
@@ -455,7 +525,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, PFENCE: gl.constexpr = 0,
                  XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1, XTMA: gl.constexpr = 0,
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
-                 stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0):
+                 stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
+                 WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -467,21 +538,34 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     DP 2 / 4 (with XTMA): the decode warps as DP partitions of DW / DP warps, each on every DP-th K tile.
     MOE 1 (moe_ws): program row b is the alignment's block b of BM pairs of expert ids[b] (-1: none, the
     program returns), x the pairs' activation rows in block order (M = blocks x BM), the weights [E, N, K/8]
-    words (stride_wn = K / 8, stride_wk 1) with [E, N, K/group] scales, the expert's words, scales, global scale
-    and bias at stride_we / stride_se / 1 / stride_be; the output rows in block order too, or (sid_ptr) scattered
-    to the pairs' rows sid[row] (T and past: padding, not written).
+    words (stride_wn = K / 8, stride_wk 1) with [E, N, K/group] scales, or (KMAJOR 0: INT4 experts) GPTQ's
+    [E, K/8, N] words with [E, K/group, N] scales and [E, K/group, N/8] zero points (at stride_ze), the expert's
+    words, scales, global scale and bias at stride_we / stride_se / 1 / stride_be; the output rows in block order
+    too, or (sid_ptr) scattered to the pairs' rows sid[row] (T and past: padding, not written).
+    WT > 0 (with XTMA 1, not PP): the words by TMA (w_desc: a [BK/8, BN] box of the dense [K/8, N] words, or a
+    [BN, BK/8] box of the MoE's words as [E N, K/8]) into a ring of WT slots that the MMA warps fill WT tiles
+    ahead; the decode warps read them from there, so many more tiles of words are in flight than the WPF tiles
+    their registers hold (w_tma_desc).
     """
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * BM
-    WKN: gl.constexpr = MOE        # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
+    WKN: gl.constexpr = MOE * KMAJOR       # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
+    w_row = off_n       # WT: the box's place in w_desc (_w_tile)
+    w_k0 = 0
     if MOE:
         e = gl.load(ids_ptr + gl.program_id(1))
         if e < 0:
             return      # a block past the last expert's (the grid is the static bound on the blocks)
+        if WKN:
+            w_row = e * N + off_n
+        else:
+            w_k0 = e * (K // 8)
         w_ptr, s_ptr, g_ptr, b_ptr = expert_operands(e.to(gl.int64), w_ptr, s_ptr, g_ptr, b_ptr, stride_we,
                                                      stride_se, stride_be)
+        if HAS_ZERO:
+            z_ptr = z_ptr + e.to(gl.int64) * stride_ze
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
@@ -493,6 +577,18 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         mbarrier.init(empty.index(s), count=2 if PP else 1)
         if XTMA:
             mbarrier.init(xfull.index(s), count=1)
+    if WT:      # the words' ring, unswizzled: the decode warps read whole 16-byte chunks of it
+        w_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        if WKN:
+            w_ring = gl.allocate_shared_memory(gl.int32, [WT, BN, BK // 8], w_sl)
+        else:
+            w_ring = gl.allocate_shared_memory(gl.int32, [WT, BK // 8, BN], w_sl)
+        wfull = gl.allocate_shared_memory(gl.int64, [WT, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(WT):
+            mbarrier.init(wfull.index(s), count=1)
+    else:       # w_desc is None here, as the constexpr the partitions' argument tuples take (a bare None fails)
+        w_ring = w_desc
+        wfull = w_desc
     if XTMA:
         fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
     # the argument tuples written inline: a tuple assigned to a name first holds its constexprs as tensors
@@ -540,24 +636,30 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr,
                          off_n, off_m, M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk,
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
-                         HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP)
+                         HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
+                         w_desc, w_ring,
+                         wfull, WT, w_row, w_k0)
     elif _WS_LIST:
         gl.warp_specialize([
             (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                               HAS_BIAS, BM,
-                              BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
+                              BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                              w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
             (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                  stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                  HAS_ZERO, num_warps, BM, BK,
-                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc))], [DW], [DREGS])
+                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
+                                 w_ring, wfull, WT))], [DW], [DREGS])
     else:
         gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                             HAS_BIAS, BM,
-                            BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
+                            BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                            w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
                            (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                             stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                             HAS_ZERO, num_warps, BM, BK,
-                            STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc), [_decode_partition], [DW],
+                            STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
+                            w_ring, wfull, WT), [_decode_partition], [DW],
                            [DREGS])
 
 
@@ -568,7 +670,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
-                     MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr):
+                     MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
+                     w_row, w_k0):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one)."""
     if DP == 2:
@@ -576,55 +679,60 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize([
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
-                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
+                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT))],
                 [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
-                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
+                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
-                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc), [_decode_p0, _decode_p1],
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc,
+                                w_ring, wfull, WT), [_decode_p0, _decode_p1],
                                [DW // 2, DW // 2], [DREGS, DREGS])
     else:
         if _WS_LIST:
             gl.warp_specialize([
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
-                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc)),
+                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
                 (_decode_p2, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
                 (_decode_p3, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc))],
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT))],
                 [DW // 4, DW // 4, DW // 4, DW // 4], [DREGS, DREGS, DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
-                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc), _mma_partition,
+                                BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
-                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc),
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT),
                                [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
                                [DREGS, DREGS, DREGS, DREGS])

@@ -104,11 +104,12 @@ def routing(m: int, e: int, k: int, device="cpu"):
 
 
 def gpu_moe_pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool,
-                 e: int = 8, k: int = 4):
+                 e: int = 8, k: int = 4, symmetric: bool = True):
     """moe_pair on the GPU against the emulation on the CPU (zero_expert: the reference of a dropped id), top-k k
-    (1 with the router weight on the input)."""
+    (1 with the router weight on the input); INT4 with zero points unless symmetric."""
     return moe_pair(fmt, e, h, i, 1 if router_on_input else k, mode, act, {}, activation=activation, bias=bias,
-                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True)
+                    device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True,
+                    symmetric=symmetric)
 
 
 def configs_match_reference(t, reference, cfgs: list, h: int, k: int, ms, experts: int = 8, tol: float = 1e-2,

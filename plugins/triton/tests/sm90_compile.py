@@ -540,10 +540,11 @@ def rega_cases():
 
 
 def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: bool = False, maxnreg: int = 168,
-       moe: int = 0, **keys):
+       moe: int = 0, kmajor: int = 1, **keys):
     """w4_ws.w4_ws_kernel (Gluon, warp-specialized) as launch.DenseGemm.ws launches it on the word layout (keys:
     BK, XCP, PFENCE, WPF, MW), or (moe 1 / 2) as moe_ws launches it on the MoE's [E, N, K/8] words, its output
-    in block order (1) or scattered to the pairs' rows (2)."""
+    in block order (1) or scattered to the pairs' rows (2); kmajor 0: the MoE's INT4 experts in GPTQ's [E, K/8, N]
+    words."""
     from oracle_triton.w4_ws import w4_ws_kernel
 
     consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, BM=bm,
@@ -556,7 +557,10 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
             ptrs["sid_ptr"] = "*i32"
         else:
             consts["sid_ptr"] = None
-        consts.update(stride_wk=1, stride_sk=1, MOE=1)
+        if kmajor:
+            consts.update(stride_wk=1, stride_sk=1, MOE=1)
+        else:
+            consts.update(stride_wn=1, stride_sn=1, MOE=1, KMAJOR=0)
     else:
         consts.update(ids_ptr=None, sid_ptr=None, stride_wn=1, stride_sn=1)
     if keys.get("XTMA"):        # the activations' TMA descriptor as Triton 3.7 specializes w4_ws.x_tma_desc's
@@ -564,8 +568,13 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["x_desc"] = None
+    if keys.get("WT"):          # the words' TMA descriptor (w4_ws.w_tma_desc): [BK/8, BN] dense, [BN, BK/8] MoE
+        bk8, bn = keys.get("BK", 64) // 8, 16 * warps
+        box = f"{bn}, {bk8}" if moe and kmajor else f"{bk8}, {bn}"
+        ptrs["w_desc"] = f"tensordesc<i32[{box}],NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, " \
+                         "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg,
-                          not16=("stride_wn", "stride_sn", "stride_se", "stride_be") if moe else ())
+                          not16=("stride_wn", "stride_sn", "stride_se", "stride_be", "stride_ze") if moe else ())
 
 
 def ws_cases():
@@ -610,6 +619,24 @@ def ws_cases():
             lambda: ws(1, 4, 128, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=2),
         "ws moe mxfp4 fc2 scattered w4 bm 256 stages 4 dw 8 xtma 2 dp 4":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=2),
+        # WT: the words by TMA into their own ring of WT slots (the MMA warps' copies), the decode warps reading them
+        "ws mxfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2 wt 10":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10),
+        "ws nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2 wt 12":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=12),
+        "ws int4 zero points w4 bm 256 stages 4 dw 8 xtma 1 dp 4 wt 8":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=4, WT=8),
+        "ws moe mxfp4 fc1 w4 bm 256 stages 4 dw 8 xtma 1 dp 2 wt 10":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10, moe=1),
+        "ws moe mxfp4 fc2 scattered w4 bm 256 stages 4 dw 8 xtma 1 dp 4 wt 12":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=4, WT=12, moe=2),
+        # the MoE's INT4 experts (GPTQ's [E, K/8, N] words, zero points or not)
+        "ws moe int4 zero points fc1 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0),
+        "ws moe int4 fc2 scattered w4 bm 256 stages 4 dw 8 xtma 1 dp 4 wt 12":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=4, WT=12, moe=2, kmajor=0),
+        "ws moe int4 zero points fc2 scattered w4 bm 128 stages 4 dw 8 xtma 1 dp 2 wt 8":
+            lambda: ws(3, 4, 128, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, WT=8, moe=2, kmajor=0),
     }
 
 

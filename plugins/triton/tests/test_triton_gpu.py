@@ -333,8 +333,9 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
     the words 2-4 tiles ahead (WPF), slots handed back after the next MMA or their own (MW), K tiles of 64 and
     128 (BK), the proxy fence on either side (PFENCE), the activations by TMA from the MMA or the decode warps
     (XTMA 1 / 2: the row tail zero-filled by the TMA unit), two MMA warpgroups on their own (PP), the decode
-    warps as 2 or 4 partitions on every 2nd / 4th K tile (DP; 4 partitions sharing 6 slots); against the
-    reference, and captured and replayed (XTMA, PP and DP too)."""
+    warps as 2 or 4 partitions on every 2nd / 4th K tile (DP; 4 partitions sharing 6 slots), the words by TMA into
+    rings of 6-16 slots (WT; 48 K tiles wrap each several times, the weight-row tail zero-filled); against the
+    reference, and captured and replayed (XTMA, PP, DP and WT too)."""
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 1000, 3072, mode, "bf16", device="cuda", bias=True, symmetric=False)
     if not t.gemm.ws_ok(0):
@@ -362,14 +363,18 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
             dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=4),
             dict(num_warps=8, BM=128, STAGES=4, DW=8, DREGS=128, MAXNREG=128, XTMA=2, DP=2, MW=0),
             dict(num_warps=4, BM=128, STAGES=6, DW=8, DREGS=104, MAXNREG=168, XTMA=2, DP=4, WPF=3)]
-    for c in cfgs:
+    wt = [dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=2, WT=10),
+          dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=4, WT=16, MW=0),
+          dict(num_warps=4, BM=128, STAGES=3, DW=8, DREGS=104, MAXNREG=168, XTMA=1, BK=128, WPF=3, WT=6),
+          dict(num_warps=8, BM=64, STAGES=6, DW=4, DREGS=168, MAXNREG=168, XTMA=1, WPF=4, WT=7)]
+    for c in cfgs + wt:
         cfg = {"WS": 1, **c, **kn}
         assert t.gemm.serves(cfg, 300, 0), cfg
         assert rel(t.gemm(x, 0, None, torch.bfloat16, cfg), ref) < TOL, cfg
     cfg = {"WS": 1, **cfgs[0], **kn}
     assert rel(t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PFENCE": 1}), ref) < TOL      # the decode warps' fence
     _capture_and_replay(lambda xx: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
-    for c in (cfgs[-9], cfgs[-4], cfgs[-3]):        # XTMA, PP, DP: the TMA descriptor is built per call
+    for c in (cfgs[-9], cfgs[-4], cfgs[-3], wt[0]):     # XTMA, PP, DP, WT: the TMA descriptor is built per call
         _capture_and_replay(lambda xx, c=c: t.gemm(xx, 0, None, torch.bfloat16, {"WS": 1, **c, **kn}), x, e.apply)
 
 

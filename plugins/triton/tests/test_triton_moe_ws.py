@@ -18,20 +18,24 @@ WS = dict(DQ, WS=1, WS_WARPS=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("fmt,mode,act,h,i,activation,bias,router_on_input", [
+@pytest.mark.parametrize("fmt,mode,act,h,i,activation,bias,router_on_input,symmetric", [
     # gpt-oss's form: MXFP4 W4A16, interleaved swigluoai with a limit and biases
-    ("mxfp4", "w4a16_mx", "bf16", 640, 384, "swigluoai", True, False),
+    ("mxfp4", "w4a16_mx", "bf16", 640, 384, "swigluoai", True, False, True),
     # silu halves, no bias, the router weight on the input (a row per pair), K not a multiple of 128
-    ("mxfp4", "w4a16_mx", "bf16", 576, 320, "silu", False, True),
+    ("mxfp4", "w4a16_mx", "bf16", 576, 320, "silu", False, True, True),
+    # INT4 experts in GPTQ's layout, groups of 128: zero points and a bias; symmetric, the router weight on the input
+    ("int4", "w4a16_int4", "bf16", 640, 384, "silu", True, False, False),
+    ("int4", "w4a16_int4", "bf16", 512, 256, "silu", False, True, True),
 ])
-def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, monkeypatch):
-    """WS on an sm_90 GPU: 8 experts, 1, 37 and 300 tokens (one pair, uneven blocks, about 150 pairs an expert:
+def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric, monkeypatch):
+    """WS on an sm_90 GPU, MXFP4 and INT4 experts: 8 experts, 1, 37 and 300 tokens (one pair, uneven blocks, about 150 pairs an expert:
     several blocks each); blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the activations by the MMA
-    warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of 64 and 128: against
+    warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of 64 and 128, the words by
+    TMA into rings of 6-16 slots (WT; the ring wraps several times an expert): against
     oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2), the same
     bits on a second call, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is
     never called."""
-    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input)
+    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
     from oracle_triton import moe_dequant
     from oracle_triton.moe_ws import ws_ok
 
@@ -46,24 +50,32 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     cfgs = [WS, dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4),
             dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, DP=1, MW=0, WPF=3),
-            dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
+            dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3),
+            dict(WS, WT=8), dict(WS, BM=256, DP=4, WT=12), dict(WS, BM=64, DP=1, WT=16)]
     if h % 128 == 0 and i % 128 == 0:
-        cfgs.append(dict(WS, BK=128, STAGES=3))
+        cfgs += [dict(WS, BK=128, STAGES=3), dict(WS, BK=128, STAGES=3, WT=6)]
     # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
     configs_match_reference(t, cpu_ref, cfgs, h, k, (1, 37, 300), repeats=3)
-    t.config = WS
-    dropped_id_then_replay(t, cpu_ref, h, k)
+    for cfg in (WS, dict(WS, BM=256, DP=4, WT=12)):
+        t.config = cfg
+        dropped_id_then_replay(t, cpu_ref, h, k)
 
 
 def test_ws_moe_entry_check():
-    """formats.check_config takes a WS MoE entry on MXFP4 experts with w4_ws's keys in range (WS_WARPS its MMA warps)
-    and a DEQUANT_MM fallback, and refuses the rest (NVFP4 and INT4 experts among them)."""
+    """formats.check_config takes a WS MoE entry on MXFP4 or INT4 experts with w4_ws's keys in range (WS_WARPS its
+    MMA warps) and a DEQUANT_MM fallback, and refuses the rest (NVFP4 experts, INT4 groups the K tile does not
+    divide among them)."""
     mx, nv, i4 = layout_for("mxfp4", 5760, 2880), layout_for("nvfp4", 3072, 4096), layout_for("int4", 512, 256, 128)
     check_config(WS, mx)
+    check_config(WS, i4)
+    check_config(dict(WS, BK=128, STAGES=3, WT=6), i4)
     check_config(dict(WS, BM=256, XTMA=2, DP=4), mx)
+    check_config(dict(WS, BM=256, DP=4, WT=12), mx)
     for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
-                     ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx), (WS, i4)):
+                     (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx),
+                     ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
+                     (WS, layout_for("int4", 512, 256, 32)), (dict(WS, BK=128, STAGES=3), layout_for("int4", 512, 256, 64))):
         with pytest.raises(ValueError, match="WS"):
             check_config(bad, lay)
 
@@ -90,9 +102,49 @@ def test_ws_falls_back_to_dequant_where_w4_ws_cannot_run(monkeypatch):
     assert t.forward(x, w, ids) == "ws" and seen == [WS]
 
 
+def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
+    """WT: each MoE GEMM hands w4_ws_kernel WT and a descriptor of the experts' own words as [E N, K/8] (no copy)
+    in [16 x WS_WARPS, BK/8] boxes, built once per box shape and kept on the weight; without WT none; on words a
+    TMA cannot cover (not one contiguous block) WT 0, the words through registers; INT4 experts as GPTQ's words
+    with their zero points."""
+    from oracle_triton import fastlaunch, moe_ws
+
+    seen: list[dict] = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append(kw))
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True)
+    blocks = torch.tensor([0, 3, -1], dtype=torch.int32)
+    a = torch.randn(3 * 128, 256, dtype=torch.bfloat16)
+    y = torch.empty(3 * 128, t.rows, dtype=torch.bfloat16)
+    for cfg in (dict(WS, WT=8), dict(WS, WT=12), dict(WS, WT=8, WS_WARPS=8), WS):
+        moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, cfg)
+    first, second, eight, plain = seen
+    words = t.w13.weight.view(torch.int32)
+    assert first["WT"] == 8 and second["WT"] == 12 and plain["WT"] == 0 and plain["w_desc"] is None
+    desc = first["w_desc"]
+    assert tuple(desc.shape) == (8 * t.rows, 256 // 8) and desc.base.data_ptr() == words.data_ptr()
+    assert desc.block_shape == [64, 8] and second["w_desc"] is desc and eight["w_desc"].block_shape == [128, 8]
+    strided = torch.zeros(8, t.rows, 256, dtype=torch.uint8)[:, :, :128]        # the same bytes, rows 256 apart
+    strided.copy_(t.w13.weight)
+    monkeypatch.setattr(t.w13, "weight", strided)
+    moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, dict(WS, WT=8))
+    assert seen[-1]["WT"] == 0 and seen[-1]["w_desc"] is None
+    # INT4 experts: GPTQ's [E, K/8, N] words (KMAJOR 0) in [BK/8, 16 x WS_WARPS] boxes of [E K/8, N], each expert's
+    # zero points at its stride
+    i4, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, symmetric=False)
+    moe_ws._ws_gemm(a, i4.w13, None, y, blocks, None, 4, dict(WS, WT=8))
+    launch = seen[-1]
+    words, zero = i4.w13.weight, i4.w13.zero
+    assert launch["KMAJOR"] == 0 and launch["HAS_ZERO"] and launch["z_ptr"] is zero
+    assert launch["stride_ze"] == zero.stride(0) and launch["stride_zk"] == zero.stride(1)
+    assert (launch["N"], launch["K"], launch["stride_wk"], launch["stride_wn"]) == (i4.rows, 256, i4.rows, 1)
+    assert launch["stride_we"] == words.stride(0) and launch["stride_sn"] == 1
+    assert launch["w_desc"].block_shape == [8, 64] and tuple(launch["w_desc"].shape) == (8 * 256 // 8, i4.rows)
+
+
 def test_ws_ok_needs_what_w4_ws_reads():
-    """moe_ws.ws_ok: refused off an sm_90 GPU or in the interpreter, for fp16 activations, NVFP4 and INT4 experts, K
-    dims not multiples of the K tile, and MXFP4 scales the fused decoder does not cover (moe.fused_ok, at load)."""
+    """moe_ws.ws_ok: refused off an sm_90 GPU or in the interpreter, for fp16 activations, NVFP4 experts, K dims not
+    multiples of the K tile, MXFP4 scales the fused decoder does not cover (moe.fused_ok, at load), INT4 groups the
+    K tile does not divide and fp32 INT4 scales; INT4 experts otherwise served (zero points or not)."""
     from oracle_triton.moe_ws import ws_ok
 
     t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, device=DEV)
@@ -107,9 +159,19 @@ def test_ws_ok_needs_what_w4_ws_reads():
     t._ws_ok = None
     t.fused_ok = False
     assert not ws_ok(t, x)
-    for fmt, mode in (("int4", "w4a16_int4"), ("nvfp4", "w4a16_nvfp4")):
-        other, _ = moe_pair(fmt, 8, 256, 128, 2, mode, "bf16", {}, device=DEV)
-        assert not ws_ok(other, x)
+    nv, _ = moe_pair("nvfp4", 8, 256, 128, 2, "w4a16_nvfp4", "bf16", {}, device=DEV)
+    assert not ws_ok(nv, x)
+    for symmetric in (True, False):     # INT4 in GPTQ's layout, groups of 128: served where w4_ws runs
+        i4, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, device=DEV, symmetric=symmetric)
+        assert ws_ok(i4, x) == on_h100_class and ws_ok(i4, x, 128) == on_h100_class
+        assert not ws_ok(i4, x.half())
+        i4._ws_ok = None
+        i4.w2.scale = i4.w2.scale.float()           # fp32 group scales: the two-term product would round them
+        assert not ws_ok(i4, x)
+    narrow, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, device=DEV, group=64)
+    assert ws_ok(narrow, x) == on_h100_class and not ws_ok(narrow, x, 128)      # the K tile must divide a group
+    tiny, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, device=DEV, group=32)
+    assert not ws_ok(tiny, x)
 
 
 @pytest.mark.parametrize("by_pair", [False, True])

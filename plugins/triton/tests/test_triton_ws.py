@@ -86,8 +86,9 @@ def test_ws_options_in_check_config():
     ahead or more than 2 without cp.async or TMA activations, MW 2, XCP too deep for the ring, PFENCE 2, TMA
     activations (XTMA) beside cp.async ones or XTMA 3, PP (two MMA warpgroups on their own) without the decode
     warps' TMA, PP 2 or with fewer registers for the MMA warps than the rest, decode partitions (DP) without TMA
-    activations, 3 of them, more than the slots or beside PP, INT4 groups the K tile does not divide, a non-word
-    layout."""
+    activations, 3 of them, more than the slots or beside PP, a ring of words by TMA (WT) no deeper than the slots,
+    over 16, without the MMA warps' TMA activations, beside PP or over the shared-memory budget, INT4 groups the K
+    tile does not divide, a non-word layout."""
     from oracle_triton.formats import check_config, layout_for, words_layout
 
     i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
@@ -103,6 +104,15 @@ def test_ws_options_in_check_config():
         check_config({**WS_CFG, "XCP": 0, "XTMA": 1, "WPF": 3, **kn}, lay)  # activations by TMA (R66)
         check_config({**WS_CFG, "XCP": 0, "XTMA": 2, "PP": 1, **kn}, lay)   # two MMA warpgroups on their own
         check_config({**WS_CFG, "XCP": 0, "XTMA": 1, "DP": 2, **kn}, lay)   # two decode partitions
+        one_wg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168,
+                  "XTMA": 1, "DP": 2, **kn}
+        for wt in (5, 12, 16):                                            # the words by TMA, rings of 5-16
+            check_config({**one_wg, "WT": wt}, lay)
+        for bad in ({"WT": 4}, {"WT": 17}, {"WT": 8, "XTMA": 2}, {"WT": 8, "XTMA": 0, "DP": 1, "XCP": 1}):
+            with pytest.raises(ValueError, match="WT"):
+                check_config({**one_wg, **bad}, lay)
+        with pytest.raises(ValueError, match="shared memory"):          # 5 slots of 256 rows and 6 of words
+            check_config({**one_wg, "STAGES": 5, "WT": 6}, lay)
         with pytest.raises(ValueError, match="accumulator"):           # 24 warps leave the wgmma 80 registers
             check_config({**WS_CFG, "DW": 16, "DREGS": 64, "MAXNREG": 80, **kn}, lay)
         with pytest.raises(ValueError, match="accumulator"):           # a 64 x 256 fp32 accumulator is 128 a thread
@@ -119,6 +129,44 @@ def test_ws_options_in_check_config():
         check_config(WS_CFG, layout_for("int4", 8192, 8192, 64))           # BK 128 does not divide 64-wide groups
     with pytest.raises(ValueError, match="WS"):
         check_config(WS_CFG, layout_for("mxfp4", 8192, 8192))              # the checkpoint's [N, K/2] bytes
+
+
+def _launched(monkeypatch) -> list[dict]:
+    """fastlaunch.launch replaced by a recorder of its keyword arguments (the host side of a w4_ws launch, on CPU)."""
+    from oracle_triton import fastlaunch
+
+    seen: list[dict] = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append(kw))
+    return seen
+
+
+def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
+    """WT (the words by TMA into their own ring): DenseGemm.ws hands w4_ws_kernel WT and a descriptor of the layer's
+    own words [K/8, N] (no copy) in [BK/8, 16 x num_warps] boxes, unswizzled, built once per box shape and kept on
+    the layer; without WT none; on words a TMA cannot cover (here a base not on 16 bytes) WT 0, the words through
+    registers, instead of a failed launch."""
+    seen = _launched(monkeypatch)
+    t, _ = linear_pair("int4", 1000, 3072, "w4a16_int4", "bf16", symmetric=False)
+    x = torch.randn(300, 3072, dtype=torch.bfloat16)
+    cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
+           "DP": 2}
+    t.gemm.ws(x, {**cfg, "WT": 10})
+    t.gemm.ws(x, {**cfg, "WT": 12})
+    t.gemm.ws(x, {**cfg, "WT": 12, "BK": 128})
+    t.gemm.ws(x, cfg)
+    first, second, wide, plain = seen
+    words = t.gemm.weight
+    assert words.dtype == torch.int32 and tuple(words.shape) == (3072 // 8, 1000)
+    assert first["WT"] == 10 and second["WT"] == 12 and plain["WT"] == 0 and plain["w_desc"] is None
+    desc = first["w_desc"]
+    assert desc.block_shape == [8, 64] and desc.base.data_ptr() == words.data_ptr()
+    assert tuple(desc.shape) == (384, 1000) and desc.layout.swizzle_byte_width == 0
+    assert second["w_desc"] is desc and wide["w_desc"].block_shape == [16, 64]       # one a box shape, kept
+    shifted = torch.empty(words.numel() + 1, dtype=torch.int32)[1:].view(words.shape)    # a 4-byte-aligned base
+    shifted.copy_(words)
+    monkeypatch.setattr(t.gemm, "weight", shifted)
+    t.gemm.ws(x, {**cfg, "WT": 10})
+    assert seen[-1]["WT"] == 0 and seen[-1]["w_desc"] is None
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
