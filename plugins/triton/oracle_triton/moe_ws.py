@@ -34,8 +34,8 @@ from .launch import interpreting
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
-#: (w4_ws's num_warps; the fallback keeps its own)
-WS_KEYS = ("WS", "WS_WARPS", *WS_MOE_KEYS)
+#: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be (fused_act)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 
@@ -103,7 +103,8 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
              cfg: dict[str, int]) -> torch.Tensor:
     """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
-    MW, PFENCE, XCP, PP, WT as w4_ws_kernel takes them, for both GEMMs."""
+    MW, PFENCE, XCP, PP, WT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
+    where the activation allows (fused_act), no activation launch."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
@@ -114,9 +115,14 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
                                                a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
                                                ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
-    y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
-    _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg)
-    inter = moe._activation(y1, rid, ids_first=True)
+    act = fused_act(moe, cfg)
+    if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
+        inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
+        _ws_gemm(xs, moe.w13, moe.b13, inter, block_expert, None, t, cfg, act)
+    else:
+        y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
+        _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg)
+        inter = moe._activation(y1, rid, ids_first=True)
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
     _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg)
     out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)
@@ -124,10 +130,21 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     return out
 
 
+def fused_act(moe, cfg: dict[str, int]) -> tuple[float, float, float] | None:
+    """WS_ACT: the (limit, alpha, beta) of the activation FC1's epilogue applies (w4_ws's ACT), or None where the
+    activation launch runs instead: only swigluoai (gpt-oss's; its gate and up rows interleaved, so a tile holds
+    whole pairs) with its limit, on one MMA warpgroup's tiles (not PP)."""
+    if not cfg.get("WS_ACT") or cfg.get("PP") or moe.layer.activation != "swigluoai" or moe.limit is None:
+        return None
+    return float(moe.limit), float(moe.alpha), float(moe.beta)
+
+
 def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, block_expert: torch.Tensor,
-             sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int]) -> None:
+             sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
+             act: tuple[float, float, float] | None = None) -> None:
     """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
-    grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2)."""
+    grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
+    is FC2's input, the activation of those rows (w4_ws's ACT)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
@@ -162,4 +179,4 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
                       XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
-                      w_desc=w_tma_desc(w, rows, box) if wt else None, **strides)
+                      w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act, **strides)

@@ -203,7 +203,7 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                      WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
-                     w_ring=None, wfull=None, WT: gl.constexpr = 0, WKN: gl.constexpr = 0):
+                     w_ring=None, wfull=None, WT: gl.constexpr = 0, WKN: gl.constexpr = 0, ACT: gl.constexpr = None):
     """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
     slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
     for (wait_group XCP), and the partition barrier before the arrive covers every thread's. The words (and
@@ -253,6 +253,8 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
             tile = _tile_values(uw, s, zw, n1, gscale, ELEM, BN, BK)
         else:
             tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
+        if ACT is not None:
+            tile = _pair_rows(tile, BN, BK // 2)
         slot = i % STAGES
         if XTMA:
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
@@ -285,7 +287,8 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
                       HAS_ZERO: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
                       STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                       WPF: gl.constexpr, XTMA: gl.constexpr = 0, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
-                      xfull=None, x_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0):
+                      xfull=None, x_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0,
+                      ACT: gl.constexpr = None):
     """The producer (DW warps; DP > 1: one of DP such partitions, _decode_loop_xcp): per K tile, the slot awaited
     (empty), the words decoded, both tiles stored, the slot handed over (full). Loads run ahead of the decode, the
     activations one tile and the words (from HBM) two, so that a tile's decode never waits for its own loads (each
@@ -318,7 +321,8 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
         _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok,
                          w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
                          ELEM, GROUP,
-                         HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP, w_ring, wfull, WT, WKN)
+                         HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP, w_ring, wfull, WT, WKN,
+                         ACT)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
@@ -340,6 +344,36 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
         xv = xn
         u, s, zw = u1, s1, zw1
         u1, s1, zw1 = un, sn, zwn
+
+
+@gluon.jit
+def _pair_rows(tile, BN: gl.constexpr, C: gl.constexpr):
+    """ACT: a decoded [BN, C] tile with local row 16a + 2q + h (interleaved FC1: pair 8a + q's gate, h = 0, and
+    up, h = 1) moved to row 16a + 8h + q, by relabelling the registers (no data moves): the wgmma accumulator then
+    holds a pair's gate and up in one thread (its rows r and r + 8 of each 16)."""
+    t = gl.permute(gl.reshape(tile, [BN // 16, 8, 2, C]), (0, 2, 1, 3))
+    return gl.reshape(t, [BN, C])
+
+
+@gluon.jit
+def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: gl.constexpr, NW: gl.constexpr,
+               ACT: gl.constexpr):
+    """ACT = (limit, alpha, beta): swigluoai on the gate / up pairs _pair_rows placed in one thread, stored as FC2's
+    input columns off_n / 2 .. + BN / 2 of the block rows: FC1's outputs rounded to bf16 (+ bias) as the separate
+    activation launch reads them, then its steps in its order (moe_kernels._activate), rounded once."""
+    LIMIT: gl.constexpr = ACT[0]
+    ALPHA: gl.constexpr = ACT[1]
+    BETA: gl.constexpr = ACT[2]
+    v = acc.to(gl.bfloat16).to(gl.float32)
+    g, u = gl.split(gl.permute(gl.reshape(v, [BN // 16, 2, 8, BM]), (0, 2, 3, 1)))
+    g = gl.minimum(g, LIMIT)
+    u = gl.minimum(gl.maximum(u, -LIMIT), LIMIT)
+    a = g * (1.0 / (1.0 + gl.exp(-(ALPHA * g)))) * (u + BETA)
+    st_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, NW], [0, 1])
+    a = gl.convert_layout(gl.reshape(a.to(gl.bfloat16), [BN // 2, BM]), st_l)
+    j = off_n // 2 + gl.arange(0, BN // 2, layout=gl.SliceLayout(1, st_l))
+    m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, st_l))
+    gl.store(y_ptr + m[None, :] * stride_ym + j[:, None], a, mask=(j < N // 2)[:, None] & (m < M)[None, :])
 
 
 @gluon.jit
@@ -378,7 +412,7 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
-                   WKN: gl.constexpr = 0):
+                   WKN: gl.constexpr = 0, ACT: gl.constexpr = None):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -388,7 +422,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     partitions (a warpgroup each), this one on the slot's weight rows ROW0..ROW0 + 64: each waits, multiplies
     and hands slots back (empty counts both) on its own, so one's waits leave the tensor cores to the other.
     WT > 0 (with XTMA 1): these warps also bring the words by TMA into their WT-slot ring, tile t's once tile
-    t - WT's slot is full (its decode, and so every read of t - WT's words, done)."""
+    t - WT's slot is full (its decode, and so every read of t - WT's words, done). ACT: the output is FC2's input,
+    swigluoai of the pairs the decode warps' _pair_rows put in one thread (_store_act)."""
     BN: gl.constexpr = 16 * NW
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, BM, 16])
@@ -428,10 +463,15 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                 _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     on = off_n + ROW0 + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
+    if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there
+        r = on - off_n - ROW0
+        on = off_n + ROW0 + (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8
     om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
-    if sid_ptr is not None:     # MoE, scattered: block row j is pair sid[j]'s output row (T and past: padding)
+    if ACT is not None:
+        _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BM, NW, ACT)
+    elif sid_ptr is not None:     # MoE, scattered: block row j is pair sid[j]'s output row (T and past: padding)
         pair = gl.load(sid_ptr + om)
         mask = (on < N)[:, None] & (pair < T)[None, :]
         gl.store(y_ptr + pair[None, :].to(gl.int64) * stride_ym + on[:, None], acc.to(gl.bfloat16), mask=mask)
@@ -468,12 +508,12 @@ def _decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc, w_ring, wfull, WT: gl.constexpr):
+               x_desc, w_ring, wfull, WT: gl.constexpr, ACT: gl.constexpr):
     """DP > 1: decode partition 0 of DP (K tiles 0, DP, 2 DP, ...; DW / DP warps)."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 0, DP, xfull, x_desc, w_ring, wfull, WT)
+                      WPF, XTMA, 0, DP, xfull, x_desc, w_ring, wfull, WT, ACT)
 
 
 @gluon.jit
@@ -482,12 +522,12 @@ def _decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc, w_ring, wfull, WT: gl.constexpr):
+               x_desc, w_ring, wfull, WT: gl.constexpr, ACT: gl.constexpr):
     """DP > 1: decode partition 1 of DP."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 1, DP, xfull, x_desc, w_ring, wfull, WT)
+                      WPF, XTMA, 1, DP, xfull, x_desc, w_ring, wfull, WT, ACT)
 
 
 @gluon.jit
@@ -496,12 +536,12 @@ def _decode_p2(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc, w_ring, wfull, WT: gl.constexpr):
+               x_desc, w_ring, wfull, WT: gl.constexpr, ACT: gl.constexpr):
     """DP 4: decode partition 2 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 2, DP, xfull, x_desc, w_ring, wfull, WT)
+                      WPF, XTMA, 2, DP, xfull, x_desc, w_ring, wfull, WT, ACT)
 
 
 @gluon.jit
@@ -510,12 +550,12 @@ def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
                GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
                PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, xfull,
-               x_desc, w_ring, wfull, WT: gl.constexpr):
+               x_desc, w_ring, wfull, WT: gl.constexpr, ACT: gl.constexpr):
     """DP 4: decode partition 3 of 4."""
     _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
                       stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM, BK,
                       STAGES, DW // DP, PFENCE, XCP,
-                      WPF, XTMA, 3, DP, xfull, x_desc, w_ring, wfull, WT)
+                      WPF, XTMA, 3, DP, xfull, x_desc, w_ring, wfull, WT, ACT)
 
 
 @gluon.jit
@@ -526,7 +566,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1, XTMA: gl.constexpr = 0,
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
-                 WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0):
+                 WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -545,7 +585,9 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     WT > 0 (with XTMA 1, not PP): the words by TMA (w_desc: a [BK/8, BN] box of the dense [K/8, N] words, or a
     [BN, BK/8] box of the MoE's words as [E N, K/8]) into a ring of WT slots that the MMA warps fill WT tiles
     ahead; the decode warps read them from there, so many more tiles of words are in flight than the WPF tiles
-    their registers hold (w_tma_desc).
+    their registers hold (w_tma_desc). ACT = (limit, alpha, beta) (MoE FC1, interleaved swigluoai, not PP): the
+    decode warps store each tile's rows paired (_pair_rows) and the epilogue writes FC2's input [rows, N / 2], the
+    activation of the bf16-rounded outputs (_store_act), instead of FC1's rows.
     """
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW
@@ -638,28 +680,28 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0)
+                         wfull, WT, w_row, w_k0, ACT)
     elif _WS_LIST:
         gl.warp_specialize([
             (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                               HAS_BIAS, BM,
                               BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                              w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
+                              w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
             (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                  stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                  HAS_ZERO, num_warps, BM, BK,
                                  STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
-                                 w_ring, wfull, WT))], [DW], [DREGS])
+                                 w_ring, wfull, WT, ACT))], [DW], [DREGS])
     else:
         gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                             HAS_BIAS, BM,
                             BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                            w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
+                            w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
                            (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                             stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                             HAS_ZERO, num_warps, BM, BK,
                             STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
-                            w_ring, wfull, WT), [_decode_partition], [DW],
+                            w_ring, wfull, WT, ACT), [_decode_partition], [DW],
                            [DREGS])
 
 
@@ -671,7 +713,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
-                     w_row, w_k0):
+                     w_row, w_k0, ACT: gl.constexpr):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one)."""
     if DP == 2:
@@ -680,26 +722,26 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT))],
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT))],
                 [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc,
-                                w_ring, wfull, WT), [_decode_p0, _decode_p1],
+                                w_ring, wfull, WT, ACT), [_decode_p0, _decode_p1],
                                [DW // 2, DW // 2], [DREGS, DREGS])
     else:
         if _WS_LIST:
@@ -707,32 +749,32 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p2, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT)),
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p3, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
-                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT))],
+                              STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT))],
                 [DW // 4, DW // 4, DW // 4, DW // 4], [DREGS, DREGS, DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
-                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT),
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT),
                                [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
                                [DREGS, DREGS, DREGS, DREGS])

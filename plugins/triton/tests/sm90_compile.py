@@ -637,6 +637,11 @@ def ws_cases():
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=4, WT=12, moe=2, kmajor=0),
         "ws moe int4 zero points fc2 scattered w4 bm 128 stages 4 dw 8 xtma 1 dp 2 wt 8":
             lambda: ws(3, 4, 128, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, WT=8, moe=2, kmajor=0),
+        # ACT: gpt-oss's swigluoai in FC1's epilogue (rows paired by the decode warps, FC2's input stored)
+        "ws moe mxfp4 fc1 act w4 bm 256 stages 4 dw 8 xtma 1 dp 2 wt 10":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10, moe=1, ACT=(7.0, 1.702, 1.0)),
+        "ws moe mxfp4 fc1 act w4 bm 256 stages 4 dw 8 xtma 2 dp 4":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=1, ACT=(7.0, 1.702, 1.0)),
     }
 
 

@@ -31,7 +31,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     """WS on an sm_90 GPU, MXFP4 and INT4 experts: 8 experts, 1, 37 and 300 tokens (one pair, uneven blocks, about 150 pairs an expert:
     several blocks each); blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the activations by the MMA
     warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of 64 and 128, the words by
-    TMA into rings of 6-16 slots (WT; the ring wraps several times an expert): against
+    TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in FC1's epilogue (WS_ACT;
+    the activation launch elsewhere): against
     oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2), the same
     bits on a second call, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is
     never called."""
@@ -51,12 +52,13 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     cfgs = [WS, dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4),
             dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, DP=1, MW=0, WPF=3),
             dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3),
-            dict(WS, WT=8), dict(WS, BM=256, DP=4, WT=12), dict(WS, BM=64, DP=1, WT=16)]
+            dict(WS, WT=8), dict(WS, BM=256, DP=4, WT=12), dict(WS, BM=64, DP=1, WT=16),
+            dict(WS, WS_ACT=1), dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, XTMA=2, DP=4, WS_ACT=1)]
     if h % 128 == 0 and i % 128 == 0:
         cfgs += [dict(WS, BK=128, STAGES=3), dict(WS, BK=128, STAGES=3, WT=6)]
     # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
     configs_match_reference(t, cpu_ref, cfgs, h, k, (1, 37, 300), repeats=3)
-    for cfg in (WS, dict(WS, BM=256, DP=4, WT=12)):
+    for cfg in (WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1)):
         t.config = cfg
         dropped_id_then_replay(t, cpu_ref, h, k)
 
@@ -71,9 +73,11 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, BK=128, STAGES=3, WT=6), i4)
     check_config(dict(WS, BM=256, XTMA=2, DP=4), mx)
     check_config(dict(WS, BM=256, DP=4, WT=12), mx)
+    check_config(dict(WS, WS_ACT=1), mx)
     for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
-                     (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx),
+                     (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
+                     (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_ACT=1), mx),
                      ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
                      (WS, layout_for("int4", 512, 256, 32)), (dict(WS, BK=128, STAGES=3), layout_for("int4", 512, 256, 64))):
         with pytest.raises(ValueError, match="WS"):
@@ -139,6 +143,49 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
     assert (launch["N"], launch["K"], launch["stride_wk"], launch["stride_wn"]) == (i4.rows, 256, i4.rows, 1)
     assert launch["stride_we"] == words.stride(0) and launch["stride_sn"] == 1
     assert launch["w_desc"].block_shape == [8, 64] and tuple(launch["w_desc"].shape) == (8 * 256 // 8, i4.rows)
+
+
+def test_ws_act_pairs_put_gate_and_up_in_one_thread():
+    """WS_ACT's index contract, with torch's row-major reshape / permute (Gluon's): w4_ws._pair_rows moves decoded row
+    16a + 2q + h to row 16a + 8h + q; the epilogue's weight-row formula names, for every accumulator row, the row
+    that landed there; its split of rows r / r + 8 (one thread's, in wgmma's accumulator layout) gives pair p = 8a +
+    q's gate (FC1 row 2p) and up (2p + 1), stored at column p of the tile's BN / 2 (interleaved swigluoai)."""
+    bn, c = 64, 3
+    tile = torch.arange(bn).repeat_interleave(c).reshape(bn, c)           # each row holds its own index
+    moved = tile.reshape(bn // 16, 8, 2, c).permute(0, 2, 1, 3).reshape(bn, c)      # _pair_rows
+    r = torch.arange(bn)
+    assert torch.equal(moved[:, 0], (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8)    # the epilogue's `on`
+    assert all(((r[i] // 8) % 2 == 0) == (moved[i, 0] % 2 == 0) for i in range(bn))  # rows r: gates, r + 8: ups
+    pairs = moved[:, 0].reshape(bn, 1).reshape(bn // 16, 2, 8, 1).permute(0, 2, 3, 1)  # _store_act's split
+    gate, up = pairs[..., 0].reshape(bn // 2), pairs[..., 1].reshape(bn // 2)
+    p = torch.arange(bn // 2)
+    assert torch.equal(gate, 2 * p) and torch.equal(up, 2 * p + 1)
+
+
+def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
+    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit): FC1's launch carries (limit, alpha, beta) and
+    writes FC2's input [block rows, I] itself, no activation launch; on a silu layer, or with WS_ACT 0, FC1 writes its
+    rows [block rows, 2I] and the activation launch runs (fused_act None)."""
+    from oracle_triton import moe_ws
+
+    calls = []
+    monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None: calls.append(
+        (tuple(y.shape), act)))
+    for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False)):
+        t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True)
+        acts = []
+        monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: acts.append(y1.shape) or torch.zeros(
+            y1.shape[0], t.inter, dtype=t.dtype))
+        x = torch.randn(3, 256, dtype=torch.bfloat16)
+        w, ids = routing(3, 8, 2, "cpu")
+        calls.clear()
+        moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, dict(WS, WS_ACT=ws_act))
+        (fc1_shape, act), (fc2_shape, fc2_act) = calls
+        assert fc2_act is None and fc2_shape == (6, 256)
+        if fused:
+            assert act == (float(t.limit), float(t.alpha), float(t.beta)) and fc1_shape[1] == t.inter and not acts
+        else:
+            assert act is None and fc1_shape[1] == t.rows and len(acts) == 1
 
 
 def test_ws_ok_needs_what_w4_ws_reads():
