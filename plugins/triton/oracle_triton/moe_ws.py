@@ -133,8 +133,10 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
 def fused_act(moe, cfg: dict[str, int]) -> tuple[float, float, float] | None:
     """WS_ACT: the (limit, alpha, beta) of the activation FC1's epilogue applies (w4_ws's ACT), or None where the
     activation launch runs instead: only swigluoai (gpt-oss's; its gate and up rows interleaved, so a tile holds
-    whole pairs) with its limit, on one MMA warpgroup's tiles (not PP)."""
-    if not cfg.get("WS_ACT") or cfg.get("PP") or moe.layer.activation != "swigluoai" or moe.limit is None:
+    whole pairs) with its limit, on one MMA warpgroup's tiles (not PP) fed by TMA (XTMA, whose decode loop pairs
+    the rows)."""
+    if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA") or moe.layer.activation != "swigluoai" or \
+            moe.limit is None:
         return None
     return float(moe.limit), float(moe.alpha), float(moe.beta)
 

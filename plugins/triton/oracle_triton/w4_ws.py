@@ -585,10 +585,13 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     WT > 0 (with XTMA 1, not PP): the words by TMA (w_desc: a [BK/8, BN] box of the dense [K/8, N] words, or a
     [BN, BK/8] box of the MoE's words as [E N, K/8]) into a ring of WT slots that the MMA warps fill WT tiles
     ahead; the decode warps read them from there, so many more tiles of words are in flight than the WPF tiles
-    their registers hold (w_tma_desc). ACT = (limit, alpha, beta) (MoE FC1, interleaved swigluoai, not PP): the
+    their registers hold (w_tma_desc). ACT = (limit, alpha, beta) (MoE FC1, interleaved swigluoai, with XTMA, not
+    PP): the
     decode warps store each tile's rows paired (_pair_rows) and the epilogue writes FC2's input [rows, N / 2], the
     activation of the bf16-rounded outputs (_store_act), instead of FC1's rows.
     """
+    gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
+    gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW
     off_n = gl.program_id(0) * BN

@@ -77,6 +77,7 @@ def test_ws_moe_entry_check():
     for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
                      (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
+                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_ACT=1), mx),
                      ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
                      (WS, layout_for("int4", 512, 256, 32)), (dict(WS, BK=128, STAGES=3), layout_for("int4", 512, 256, 64))):
@@ -164,14 +165,16 @@ def test_ws_act_pairs_put_gate_and_up_in_one_thread():
 
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
     """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit): FC1's launch carries (limit, alpha, beta) and
-    writes FC2's input [block rows, I] itself, no activation launch; on a silu layer, or with WS_ACT 0, FC1 writes its
-    rows [block rows, 2I] and the activation launch runs (fused_act None)."""
+    writes FC2's input [block rows, I] itself, no activation launch; on a silu layer, with WS_ACT 0, or with
+    activations by cp.async (XTMA 0: that decode loop does not pair rows), FC1 writes its rows [block rows, 2I] and
+    the activation launch runs (fused_act None)."""
     from oracle_triton import moe_ws
 
     calls = []
     monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None: calls.append(
         (tuple(y.shape), act)))
-    for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False)):
+    for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False),
+                                      ("swigluoai", 2, False)):       # 2: WS_ACT on cp.async activations (XTMA 0)
         t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True)
         acts = []
         monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: acts.append(y1.shape) or torch.zeros(
@@ -179,7 +182,8 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
         x = torch.randn(3, 256, dtype=torch.bfloat16)
         w, ids = routing(3, 8, 2, "cpu")
         calls.clear()
-        moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, dict(WS, WS_ACT=ws_act))
+        cfg = dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1) if ws_act == 2 else dict(WS, WS_ACT=ws_act)
+        moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, cfg)
         (fc1_shape, act), (fc2_shape, fc2_act) = calls
         assert fc2_act is None and fc2_shape == (6, 256)
         if fused:
