@@ -28,14 +28,14 @@ WS = dict(DQ, WS=1, WS_WARPS=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, 
     ("int4", "w4a16_int4", "bf16", 512, 256, "silu", False, True, True),
 ])
 def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric, monkeypatch):
-    """WS on an sm_90 GPU, MXFP4 and INT4 experts: 8 experts, 1, 37 and 300 tokens (one pair, uneven blocks, about 150 pairs an expert:
-    several blocks each); blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the activations by the MMA
-    warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of 64 and 128, the words by
-    TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in FC1's epilogue (WS_ACT;
-    the activation launch elsewhere): against
-    oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2), the same
-    bits on a second call, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is
-    never called."""
+    """WS on an sm_90 GPU, MXFP4 and INT4 experts, 8 experts. Two configurations at 1, 37 and 300 tokens (one pair,
+    uneven blocks, about 150 pairs an expert: several blocks each), the other forms at 300 (each form compiles once
+    a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the
+    activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of
+    64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in
+    FC1's epilogue (WS_ACT; elsewhere the activation launch). Against oracle-emulation on the CPU (exact weights,
+    fp32 sums, the layer dtype between launches: within 1e-2), the same bits on more calls, an out-of-range id
+    adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
     from oracle_triton import moe_dequant
     from oracle_triton.moe_ws import ws_ok
@@ -49,16 +49,18 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
     k = 1 if router_on_input else 4
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
-    cfgs = [WS, dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4),
-            dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, DP=1, MW=0, WPF=3),
-            dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3),
-            dict(WS, WT=8), dict(WS, BM=256, DP=4, WT=12), dict(WS, BM=64, DP=1, WT=16),
-            dict(WS, WS_ACT=1), dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, XTMA=2, DP=4, WS_ACT=1)]
+    base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1)]
+    forms = [dict(WS, BM=64, DP=1, WT=16), dict(WS, XTMA=0, DP=1, XCP=1, BM=64),
+             dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
+    if fmt == "mxfp4":
+        forms += [dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4), dict(WS, DP=1, MW=0, WPF=3),
+                  dict(WS, WT=8), dict(WS, WS_ACT=1), dict(WS, XTMA=2, DP=4, WS_ACT=1)]
     if h % 128 == 0 and i % 128 == 0:
-        cfgs += [dict(WS, BK=128, STAGES=3), dict(WS, BK=128, STAGES=3, WT=6)]
+        forms += [dict(WS, BK=128, STAGES=3, WT=6)] + ([dict(WS, BK=128, STAGES=3)] if fmt == "mxfp4" else [])
     # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
-    configs_match_reference(t, cpu_ref, cfgs, h, k, (1, 37, 300), repeats=3)
-    for cfg in (WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1)):
+    configs_match_reference(t, cpu_ref, base, h, k, (1, 37, 300), repeats=3)
+    configs_match_reference(t, cpu_ref, forms, h, k, (300,), repeats=3)
+    for cfg in base:
         t.config = cfg
         dropped_id_then_replay(t, cpu_ref, h, k)
 
@@ -80,7 +82,8 @@ def test_ws_moe_entry_check():
                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_ACT=1), mx),
                      ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
-                     (WS, layout_for("int4", 512, 256, 32)), (dict(WS, BK=128, STAGES=3), layout_for("int4", 512, 256, 64))):
+                     (WS, layout_for("int4", 512, 256, 32)),
+                     (dict(WS, BK=128, STAGES=3), layout_for("int4", 512, 256, 64))):
         with pytest.raises(ValueError, match="WS"):
             check_config(bad, lay)
 
