@@ -130,12 +130,12 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that; 4-bit
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
-    the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP /
-    XTMA / MW / WPF / PP / DP / WT in their ranges (the kernel's docstrings; WT's ring of words inside WS_SMEM
-    too); DREGS a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside the register file (MAXNREG x 32 x its warps
-    rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32 accumulator (BN x BM / (32 x
-    num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that: 8 + 16 warps at 80
-    registers, BM 128)."""
+    the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP / XTMA
+    / MW / WPF / PP / DP / WT in their ranges (the kernel's docstrings; WT's ring of words inside WS_SMEM too); DREGS
+    a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside the register
+    file (MAXNREG x 32 x its warps rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32
+    accumulator (BN x BM / (32 x num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that:
+    8 + 16 warps at 80 registers, BM 128)."""
     warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
     bk, wt = cfg.get("BK", WS_BK), cfg.get("WT", 0)
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \

@@ -698,7 +698,7 @@ class DenseGemm:
         xt = cfg.get("XTMA", 0)
         if x.stride(1) != 1:
             x = x.contiguous()
-        if xt and (x.data_ptr() % 16 or x.stride(0) % 8):    # TMA wants a 16-byte base and rows: a fresh copy has them
+        if xt and not tma_ok(x):    # TMA wants a 16-byte base and rows: a fresh copy has them
             x = x.clone(memory_format=torch.contiguous_format)
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
         warps, bm, lay = cfg["num_warps"], cfg["BM"], self.layout

@@ -220,9 +220,10 @@ def test_rega_kernel_keeps_the_decoded_words_in_registers_on_sm90():
 def test_ws_kernel_compiles_for_sm90_without_spills():
     """w4_ws (Gluon, warp_specialize: decode warps and MMA warps with their own register budgets) compiled for
     sm_90 by Triton's ptxas (sm90_compile.py ws), each format at the shipped entries' configurations and the other
-    forms' (XTMA, PP, the words by TMA: WT; the MoE modes, INT4 experts in GPTQ's layout among them): at most a few spilled bytes under the launch's MAXNREG (none with Triton 3.7; 12 B for INT4
-    with zero points in the two-warpgroup form, words two tiles ahead, with the H200's Triton 3.6, R57: three ahead
-    spill 40 B there, R72 / R73, a form no entry ships since R71), and an MMA loop issuing wgmma from shared memory."""
+    forms' (XTMA, PP, the words by TMA: WT; the MoE modes, INT4 experts in GPTQ's layout among them): at most a few
+    spilled bytes under the launch's MAXNREG (none with Triton 3.7; 12 B for INT4 with zero points in the two-
+    warpgroup form, words two tiles ahead, with the H200's Triton 3.6, R57: three ahead spill 40 B there, R72 / R73,
+    a form no entry ships since R71), and an MMA loop issuing wgmma from shared memory."""
     for ln in _gluon_sm90_lines("ws"):
         spilled = int(ln.split(" B spilled")[0].rsplit(" ", 1)[1])
         assert spilled <= 16 and " wgmma / " in ln and "/ 0 wgmma /" not in ln, ln
