@@ -631,9 +631,9 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         wfull = gl.allocate_shared_memory(gl.int64, [WT, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(WT):
             mbarrier.init(wfull.index(s), count=1)
-    else:       # w_desc is None here, as the constexpr the partitions' argument tuples take (a bare None fails)
-        w_ring = w_desc
-        wfull = w_desc
+    else:       # a constexpr None: the partitions' argument tuples refuse a bare None
+        w_ring = gl.constexpr(None)
+        wfull = gl.constexpr(None)
     if XTMA:
         fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
     # the argument tuples written inline: a tuple assigned to a name first holds its constexprs as tensors
@@ -677,35 +677,13 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, PFENCE, MW, XTMA, xfull, x_desc), [_mma_wg0, _mma_wg1], [4, 4],
                                [DREGS, DREGS])
-    elif DP > 1:
+    else:     # XTMA: through a jit call, so its None arguments reach the partitions as constexprs
         _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr,
                          off_n, off_m, M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk,
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
                          wfull, WT, w_row, w_k0, ACT)
-    elif _WS_LIST:
-        gl.warp_specialize([
-            (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
-                              HAS_BIAS, BM,
-                              BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                              w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
-            (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                                 HAS_ZERO, num_warps, BM, BK,
-                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
-                                 w_ring, wfull, WT, ACT))], [DW], [DREGS])
-    else:
-        gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
-                            HAS_BIAS, BM,
-                            BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                            w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
-                           (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
-                            stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                            HAS_ZERO, num_warps, BM, BK,
-                            STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
-                            w_ring, wfull, WT, ACT), [_decode_partition], [DW],
-                           [DREGS])
 
 
 @gluon.jit
@@ -718,8 +696,31 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
                      w_row, w_k0, ACT: gl.constexpr):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
-    same argument tuple, Triton 3.6's workers sharing one)."""
-    if DP == 2:
+    same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition."""
+    if DP == 1:
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
+                                  sid_ptr, T, HAS_BIAS,
+                                  BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
+                (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
+                                     N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
+                                     GROUP, HAS_ZERO, num_warps, BM, BK,
+                                     STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
+                                     w_ring, wfull, WT, ACT))], [DW], [DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
+                                T, HAS_BIAS, BM,
+                                BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
+                                stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
+                                HAS_ZERO, num_warps, BM, BK,
+                                STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
+                                w_ring, wfull, WT, ACT), [_decode_partition], [DW],
+                               [DREGS])
+    elif DP == 2:
         if _WS_LIST:
             gl.warp_specialize([
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,

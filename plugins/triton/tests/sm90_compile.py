@@ -573,6 +573,8 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
         box = f"{bn}, {bk8}" if moe and kmajor else f"{bk8}, {bn}"
         ptrs["w_desc"] = f"tensordesc<i32[{box}],NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, " \
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
+    else:
+        consts["w_desc"] = None     # as a launch without WT passes it
     return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg,
                           not16=("stride_wn", "stride_sn", "stride_se", "stride_be", "stride_ze") if moe else ())
 

@@ -119,10 +119,10 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
 
     seen: list[dict] = []
     monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append(kw))
-    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True)
-    blocks = torch.tensor([0, 3, -1], dtype=torch.int32)
-    a = torch.randn(3 * 128, 256, dtype=torch.bfloat16)
-    y = torch.empty(3 * 128, t.rows, dtype=torch.bfloat16)
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    blocks = torch.tensor([0, 3, -1], dtype=torch.int32, device=DEV)
+    a = torch.randn(3 * 128, 256, dtype=torch.bfloat16, device=DEV)
+    y = torch.empty(3 * 128, t.rows, dtype=torch.bfloat16, device=DEV)
     for cfg in (dict(WS, WT=8), dict(WS, WT=12), dict(WS, WT=8, WS_WARPS=8), WS):
         moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, cfg)
     first, second, eight, plain = seen
@@ -131,14 +131,14 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
     desc = first["w_desc"]
     assert tuple(desc.shape) == (8 * t.rows, 256 // 8) and desc.base.data_ptr() == words.data_ptr()
     assert desc.block_shape == [64, 8] and second["w_desc"] is desc and eight["w_desc"].block_shape == [128, 8]
-    strided = torch.zeros(8, t.rows, 256, dtype=torch.uint8)[:, :, :128]        # the same bytes, rows 256 apart
+    strided = torch.zeros(8, t.rows, 256, dtype=torch.uint8, device=DEV)[:, :, :128]        # the same bytes, rows 256 apart
     strided.copy_(t.w13.weight)
     monkeypatch.setattr(t.w13, "weight", strided)
     moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, dict(WS, WT=8))
     assert seen[-1]["WT"] == 0 and seen[-1]["w_desc"] is None
     # INT4 experts: GPTQ's [E, K/8, N] words (KMAJOR 0) in [BK/8, 16 x WS_WARPS] boxes of [E K/8, N], each expert's
     # zero points at its stride
-    i4, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, symmetric=False)
+    i4, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, symmetric=False, device=DEV)
     moe_ws._ws_gemm(a, i4.w13, None, y, blocks, None, 4, dict(WS, WT=8))
     launch = seen[-1]
     words, zero = i4.w13.weight, i4.w13.zero
@@ -178,12 +178,13 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
         (tuple(y.shape), act)))
     for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False),
                                       ("swigluoai", 2, False)):       # 2: WS_ACT on cp.async activations (XTMA 0)
-        t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True)
+        t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True,
+                        device=DEV)
         acts = []
         monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: acts.append(y1.shape) or torch.zeros(
-            y1.shape[0], t.inter, dtype=t.dtype))
-        x = torch.randn(3, 256, dtype=torch.bfloat16)
-        w, ids = routing(3, 8, 2, "cpu")
+            y1.shape[0], t.inter, dtype=t.dtype, device=DEV))
+        x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
+        w, ids = routing(3, 8, 2, DEV)
         calls.clear()
         cfg = dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1) if ws_act == 2 else dict(WS, WS_ACT=ws_act)
         moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, cfg)

@@ -146,8 +146,8 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
     the layer; without WT none; on words a TMA cannot cover (here a base not on 16 bytes) WT 0, the words through
     registers, instead of a failed launch."""
     seen = _launched(monkeypatch)
-    t, _ = linear_pair("int4", 1000, 3072, "w4a16_int4", "bf16", symmetric=False)
-    x = torch.randn(300, 3072, dtype=torch.bfloat16)
+    t, _ = linear_pair("int4", 1000, 3072, "w4a16_int4", "bf16", symmetric=False, device=DEV)
+    x = torch.randn(300, 3072, dtype=torch.bfloat16, device=DEV)
     cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
            "DP": 2}
     t.gemm.ws(x, {**cfg, "WT": 10})
@@ -162,7 +162,7 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
     assert desc.block_shape == [8, 64] and desc.base.data_ptr() == words.data_ptr()
     assert tuple(desc.shape) == (384, 1000) and desc.layout.swizzle_byte_width == 0
     assert second["w_desc"] is desc and wide["w_desc"].block_shape == [16, 64]       # one a box shape, kept
-    shifted = torch.empty(words.numel() + 1, dtype=torch.int32)[1:].view(words.shape)    # a 4-byte-aligned base
+    shifted = torch.empty(words.numel() + 1, dtype=torch.int32, device=DEV)[1:].view(words.shape)    # a 4-byte-aligned base
     shifted.copy_(words)
     monkeypatch.setattr(t.gemm, "weight", shifted)
     t.gemm.ws(x, {**cfg, "WT": 10})
