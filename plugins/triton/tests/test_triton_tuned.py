@@ -340,7 +340,8 @@ def test_a_rega_entry_falls_back_to_the_swap_entry_it_carries(table, tmp_path):
 def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_of_tokens(mode, n, k, experts, zp,
                                                                                           chunk, from_m):
     """The eleventh pass's entries (R27-R30): from `from_m` tokens (bucket 2048 or 4096) these MoEs take
-    DEQUANT_MM with the chunking measured; below that, and on other devices, no entry (the rule)."""
+    DEQUANT_MM with the chunking measured (since the twenty-fifth pass the fallback of a WS entry, below); below
+    that, and on other devices, no entry (the rule)."""
     kw = {} if zp is None else {"zero_point": zp}
     tuned.load.cache_clear()
     cfg = tuned.lookup(DEVICE, "moe", mode, n, k, 4096, experts, **kw)
@@ -349,6 +350,35 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m, experts, **kw)["DEQUANT_MM"] == chunk
     assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) is None
     assert tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw) is None
+
+
+@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused", [
+    ("w4a16_mx", 5760, 2880, 32, None, 512, (1025, 2048, 2049, 4096, 10000), True),       # gpt-oss-20b (swigluoai)
+    ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True),                    # gpt-oss-120b
+    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), False),           # Qwen3-30B INT4 (silu)
+    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), False)])
+def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
+                                                                                 fused):
+    """The twenty-fifth pass's entries (R97a / R97x): from 1025 (2049 for gpt-oss-120b) tokens these MoEs take WS
+    (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their experts' layout; gpt-oss's
+    swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (no epilogue form); the calls WS cannot serve run the
+    previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep DEQUANT_MM (w4_ws has
+    no NVFP4 MoE form)."""
+    from oracle_triton.formats import check_config, layout_for
+    from oracle_triton.moe_ws import ws_fallback
+
+    kw = {} if zp is None else {"zero_point": zp}
+    tuned.load.cache_clear()
+    for m in ms:
+        cfg = tuned.lookup(DEVICE, "moe", mode, n, k, m, experts, **kw)
+        assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
+        assert cfg.get("WS_ACT", 0) == int(fused)
+        assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
+                                    "num_stages": 3, "DEQUANT_MM": chunk}
+        for lay in (layout_for("mxfp4" if mode == "w4a16_mx" else "int4", n, k, 128),
+                    layout_for("mxfp4" if mode == "w4a16_mx" else "int4", k, n // 2, 128)):   # FC1 and FC2
+            check_config(cfg, lay)
+    assert "WS" not in tuned.lookup(DEVICE, "moe", "w4a4_nvfp4", 3072, 4096, 4096, 128)
 
 
 @pytest.mark.parametrize("n,k,experts,from_m", [(5760, 2880, 32, 1025), (5760, 2880, 128, 2049), (3072, 4096, 128, 2049),
