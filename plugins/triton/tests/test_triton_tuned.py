@@ -341,25 +341,27 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
                                                                                           chunk, from_m):
     """The eleventh pass's entries (R27-R30): from `from_m` tokens (bucket 2048 or 4096) these MoEs take
     DEQUANT_MM with the chunking measured (since the twenty-fifth pass the fallback of a WS entry, below); below
-    that, and on other devices, no entry (the rule)."""
+    that, no DEQUANT_MM of its own (the rule, or a WS entry), and on other devices no entry."""
     kw = {} if zp is None else {"zero_point": zp}
     tuned.load.cache_clear()
     cfg = tuned.lookup(DEVICE, "moe", mode, n, k, 4096, experts, **kw)
     assert cfg is not None and cfg["DEQUANT_MM"] == chunk
     assert tuned.lookup(DEVICE, "moe", mode, n, k, 10000, experts, **kw) == cfg
     assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m, experts, **kw)["DEQUANT_MM"] == chunk
-    assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) is None
+    below = tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) or {}
+    assert "DEQUANT_MM" not in below or below["WS"] == 1    # gpt-oss-20b: a WS entry below, DEQUANT_MM its fallback
     assert tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
 @pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused", [
-    ("w4a16_mx", 5760, 2880, 32, None, 512, (1025, 2048, 2049, 4096, 10000), True),       # gpt-oss-20b (swigluoai)
+    ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True),  # gpt-oss-20b
     ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True),                    # gpt-oss-120b
     ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), False),           # Qwen3-30B INT4 (silu)
     ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), False)])
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
                                                                                  fused):
-    """The twenty-fifth pass's entries (R97a / R97x): from 1025 (2049 for gpt-oss-120b) tokens these MoEs take WS
+    """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
+    tokens these MoEs take WS
     (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their experts' layout; gpt-oss's
     swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (no epilogue form); the calls WS cannot serve run the
     previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep DEQUANT_MM (w4_ws has
@@ -379,6 +381,12 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
                     layout_for("mxfp4" if mode == "w4a16_mx" else "int4", k, n // 2, 128)):   # FC1 and FC2
             check_config(cfg, lay)
     assert "WS" not in tuned.lookup(DEVICE, "moe", "w4a4_nvfp4", 3072, 4096, 4096, 128)
+    # where WS lost in R97b / R97c, no WS: gpt-oss-20b's SWAP 3 up to 256 tokens, gpt-oss-120b up to 2048 (the
+    # rules won at 1100 / 1400), Qwen3-30B INT4 up to 1024 (the rules won at 520)
+    assert tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 256, 32)["SWAP"] == 3
+    assert "WS" not in (tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 2048, 128) or {})
+    for zp in (True, False):
+        assert "WS" not in (tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 1024, 128, zero_point=zp) or {})
 
 
 @pytest.mark.parametrize("n,k,experts,from_m", [(5760, 2880, 32, 1025), (5760, 2880, 128, 2049), (3072, 4096, 128, 2049),

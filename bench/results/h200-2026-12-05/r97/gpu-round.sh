@@ -13,6 +13,6 @@ O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r97; mkdir -p $W
   cd bench
   timeout 260 python3 bench_peers.py --only moe --shapes qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp \
     --moe-m qwen3-30b-a3b-int4=2048,4096 qwen3-30b-a3b-int4-zp=2048,4096 --moe-launches \
-    --moe-variants configs/moe_ws_r96.json --json $W/moe_r97c.json > $W/moe_r97c.log 2>&1
-  echo "bench rc $?"; grep -E "M=" $W/moe_r97c.log | cut -c1-200 )
+    --moe-variants configs/moe_ws_r96.json --json $W/moe_r97a.json > $W/moe_r97a.log 2>&1
+  echo "bench rc $?"; grep -E "M=" $W/moe_r97a.log | cut -c1-200 )
 tar czf $O/r97.tgz -C $W .
