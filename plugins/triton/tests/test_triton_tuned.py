@@ -361,11 +361,10 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
                                                                                  fused):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
-    tokens these MoEs take WS
-    (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their experts' layout; gpt-oss's
-    swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (no epilogue form); the calls WS cannot serve run the
-    previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep DEQUANT_MM (w4_ws has
-    no NVFP4 MoE form)."""
+    tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
+    experts' layout; gpt-oss's swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (no epilogue form); the calls
+    WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
+    DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
     from oracle_triton.formats import check_config, layout_for
     from oracle_triton.moe_ws import ws_fallback
 
@@ -385,8 +384,8 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
     # rules won at 1100 / 1400), Qwen3-30B INT4 up to 1024 (the rules won at 520)
     assert tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 256, 32)["SWAP"] == 3
     assert "WS" not in (tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 2048, 128) or {})
-    for zp in (True, False):
-        assert "WS" not in (tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 1024, 128, zero_point=zp) or {})
+    for zero in (True, False):
+        assert "WS" not in (tuned.lookup(DEVICE, "moe", "w4a16_int4", 1536, 2048, 1024, 128, zero_point=zero) or {})
 
 
 @pytest.mark.parametrize("n,k,experts,from_m", [(5760, 2880, 32, 1025), (5760, 2880, 128, 2049), (3072, 4096, 128, 2049),
