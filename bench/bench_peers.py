@@ -22,6 +22,8 @@ read per call / measured copy bandwidth. A peer that is not installed is skipped
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
 import sys
@@ -39,7 +41,8 @@ ROTATE = 256 << 20
 DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or M after this
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
 #: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
-#: choice (ONLY_M: at that M only), as peers "oracle:LABEL"
+#: choice (ONLY_M: at that M only; SET: {"module.NAME": value} module switches held for that variant only, e.g.
+#: oracle_triton.moe.ALIGN_WIDE), as peers "oracle:LABEL"
 MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-bf16-variants: {model: {label: config}} of the BF16 mode (the baseline "oracle-bf16") timed beside it, so a
 #: launch config that helps the quantized MoE's BF16 GEMMs (DEQUANT_MM) is measured on the baseline too
@@ -618,21 +621,41 @@ def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="o
     for label, cfg in (MOE_VARIANTS if variants is None else variants).get(name, {}).items():
         if cfg.get("ONLY_M", m) != m:
             continue
-        t.config = {k: v for k, v in cfg.items() if k != "ONLY_M"}
+        t.config = {k: v for k, v in cfg.items() if k not in ("ONLY_M", "SET")}
         try:
-            first = time.perf_counter()
-            y = t.apply(x, *routes[0])
-            torch.cuda.synchronize()
-            first = time.perf_counter() - first
-            v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
-            v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config)
-            if MOE_LAUNCHES[0]:
-                v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
+            with module_switches(cfg.get("SET", {})):
+                first = time.perf_counter()
+                y = t.apply(x, *routes[0])
+                torch.cuda.synchronize()
+                first = time.perf_counter() - first
+                v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
+                v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config, set=cfg.get("SET", {}))
+                if MOE_LAUNCHES[0]:
+                    v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"{peer}:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"{peer}:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
         finally:
             t.config = None
+
+
+@contextlib.contextmanager
+def module_switches(values: dict):
+    """A variant's SET: each "package.module.NAME" set to its value while the variant is timed (graphs are captured
+    inside, so they hold the switched launches), the old values put back after."""
+    old = []
+    try:
+        for path, value in values.items():
+            module, _, name = path.rpartition(".")
+            mod = importlib.import_module(module)
+            if not hasattr(mod, name):
+                raise AttributeError(f"SET {path}: {module} has no {name}")
+            old.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, value)
+        yield
+    finally:
+        for mod, name, value in reversed(old):
+            setattr(mod, name, value)
 
 
 def _compile_moe_jobs(jobs: list) -> str:

@@ -43,6 +43,13 @@ TENSOR_SCALE_WIDE = False
 #: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
 #: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
 ALIGN_SMALL_PAIRS = 1024
+#: Beyond those, align_kernel's one program scatters the pairs 256 at a time on 4 warps, or with ALIGN_WIDE
+#: ALIGN_BLOCK at a time on ALIGN_WARPS: its loop is a chain of dependent loads (ids and ranks, then the experts'
+#: offsets), one step about 0.6 us, so 256 a step took 41.6 us of gpt-oss-20b's 4096-token call (16384 pairs,
+#: R97b's profile). Off: written in the twenty-sixth pass, which was lent no GPU (interpreter-tested against the
+#: narrow steps; bench/configs/moe_half_r98.json times both).
+ALIGN_WIDE = False
+ALIGN_BLOCK, ALIGN_WARPS = 4096, 16
 
 
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
@@ -716,7 +723,9 @@ class TritonMoE(Kernel):
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=256)
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts),
+                              **(dict(BLOCK=min(ALIGN_BLOCK, triton_pow2(t)), num_warps=ALIGN_WARPS) if ALIGN_WIDE
+                                 else dict(BLOCK=256)))
         return sorted_ids, block_expert, blocks
 
     def _align_small(self, ids: torch.Tensor, t: int, bm: int, sorted_ids: torch.Tensor, block_expert: torch.Tensor,

@@ -8,10 +8,10 @@ w4_ws decodes each K tile of weights in DW decode warps into a shared-memory rin
 (the dense 256-row entries: 0.84-0.92x BF16 cuBLAS), so the decode runs beside the MMA instead of before it;
 each weight is decoded once per block of BM pairs.
 
-Launches: the alignment (TritonMoE._align, blocks of BM pairs of one expert), gather_rows_kernel (FC1's input
-rows in block order, zeros for padding, and each row's expert id), FC1 (w4_ws_kernel's MoE mode: the output in
-block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give zeros
-and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
+Launches: the alignment (TritonMoE._align, blocks of BM pairs of one expert), gather_rows_kernel (FC1's input rows
+in block order, zeros for padding with ZERO_PADDING, and each row's expert id), FC1 (w4_ws_kernel's MoE mode: the
+output in block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give
+zeros and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
 router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
 block-ordered rows are one dense matrix. WT: the words too reach the decode warps by TMA, into their own ring
 of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of the
@@ -34,20 +34,30 @@ from .launch import interpreting
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
-#: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be (fused_act)
-WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", *WS_MOE_KEYS)
+#: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
+#: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
+#: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
+#: gather_rows_kernel's docstring says why nothing reads them; about a fifth of its 118 MB of writes at
+#: gpt-oss-20b's 4096 tokens). True until a GPU round has run the WS tests and timed both: the twenty-sixth pass,
+#: which wrote it, was lent no GPU
+ZERO_PADDING = True
 
 
 @triton.jit
 def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K, stride_a, stride_o,
                        BM: tl.constexpr, TOPK: tl.constexpr, BY_PAIR: tl.constexpr, ROWS: tl.constexpr,
-                       COLS: tl.constexpr):
+                       COLS: tl.constexpr, ZERO_PAD: tl.constexpr = True):
     """Rows j of the blocks (ROWS a program): out[j] = a's row of pair sid[j] (the token's, pair // TOPK, or the
-    pair's own with BY_PAIR), zeros for padding (sid >= T); nothing for blocks with no expert (their sorted ids
-    are never written and no GEMM program reads their rows); rid[j] = the pair's expert id, -1 on the rows of
-    both (the activation then writes zeros there)."""
+    pair's own with BY_PAIR); zeros for padding (sid >= T) with ZERO_PAD, else nothing; nothing for blocks with no
+    expert (their sorted ids are never written and no GEMM program reads their rows); rid[j] = the pair's expert
+    id, -1 on the rows of both (the activation then writes zeros there). Without ZERO_PAD, padding rows keep
+    whatever the buffer held: a GEMM's output row depends on its own input row only, the activation launch reads
+    no row whose id is -1, and FC2 writes no padding row, so their values reach nothing (the zeros were a fifth of
+    the launch's 118 MB at gpt-oss-20b's 4096 tokens: 256-pair blocks leave about 128 rows of padding an
+    expert)."""
     j = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     p = tl.load(sid_ptr + j)
     e = tl.load(bexp_ptr + j // BM)
@@ -64,7 +74,8 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
         cols = c + tl.arange(0, COLS)
         v = tl.load(a_ptr + src[:, None] * stride_a + cols[None, :], mask=ok[:, None] & (cols < K)[None, :],
                     other=0.0)
-        tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=(e >= 0)[:, None] & (cols < K)[None, :])
+        written = (e >= 0) if ZERO_PAD else ok
+        tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=written[:, None] & (cols < K)[None, :])
 
 
 def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
@@ -104,7 +115,8 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
     MW, PFENCE, XCP, PP, WT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
-    where the activation allows (fused_act), no activation launch."""
+    where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
+    last block on its first half alone where its pairs fit there (w4_ws's HALF)."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
@@ -114,17 +126,18 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     rid = torch.empty(rows, dtype=torch.int32, device=dev)
     gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
                                                a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
-                                               ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
+                                               ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
+                                               num_warps=4)
     act = fused_act(moe, cfg)
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, moe.b13, inter, block_expert, None, t, cfg, act)
+        _ws_gemm(xs, moe.w13, moe.b13, inter, block_expert, None, t, cfg, act, sorted_ids)
     else:
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg)
+        _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
-    _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg)
+    _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
     out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)
     moe._topk_sum(y2, ids, out, m, k, weigh=None if by_pair else topw)
     return out
@@ -143,16 +156,18 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[float, float, float] | None:
 
 def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, block_expert: torch.Tensor,
              sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
-             act: tuple[float, float, float] | None = None) -> None:
+             act: tuple[float, float, float] | None = None, half_ids: torch.Tensor | None = None) -> None:
     """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
-    is FC2's input, the activation of those rows (w4_ws's ACT)."""
+    is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
+    pairs fit in their first half multiplied on it alone (w4_ws's HALF)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
     bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps
+    half = int(bool(cfg.get("WS_HALF")) and xt and not pp and half_ids is not None)
     if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
         words, z = w.weight, w.zero
         n, kdim = words.shape[2], words.shape[1] * 8
@@ -181,4 +196,5 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
                       XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
-                      w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act, **strides)
+                      w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
+                      half_ptr=half_ids if half else None, HALF=half, **strides)

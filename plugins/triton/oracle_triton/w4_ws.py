@@ -412,7 +412,7 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
-                   WKN: gl.constexpr = 0, ACT: gl.constexpr = None):
+                   WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -423,11 +423,37 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     and hands slots back (empty counts both) on its own, so one's waits leave the tensor cores to the other.
     WT > 0 (with XTMA 1): these warps also bring the words by TMA into their WT-slot ring, tile t's once tile
     t - WT's slot is full (its decode, and so every read of t - WT's words, done). ACT: the output is FC2's input,
-    swigluoai of the pairs the decode warps' _pair_rows put in one thread (_store_act)."""
+    swigluoai of the pairs the decode warps' _pair_rows put in one thread (_store_act). HALF (the MoE, with
+    XTMA): a block whose second half holds no pair (half_ptr: the sorted ids, a block's pairs first, then the
+    sentinel T) is multiplied and written as its first BM / 2 rows only (wgmma's N halved: an expert's last
+    block is on average half padding)."""
+    if HALF:
+        if gl.load(half_ptr + off_m + BM // 2) < T:
+            _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                       HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
+                       wfull, WT, w_row, w_k0, WKN, ACT)
+        else:
+            _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                       HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT)
+    else:
+        _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
+                   BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
+                   w_row, w_k0, WKN, ACT)
+
+
+@gluon.jit
+def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+               HAS_BIAS: gl.constexpr, BM: gl.constexpr, BMC: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+               NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr, XTMA: gl.constexpr, PP: gl.constexpr,
+               ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
+               WKN: gl.constexpr, ACT: gl.constexpr):
+    """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
+    all BM: the ring's slots and their byte counts stay one size)."""
     BN: gl.constexpr = 16 * NW
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                    instr_shape=[16, BM, 16])
-    acc = gl.zeros([BN, BM], gl.float32, acc_l)
+                                                    instr_shape=[16, BMC, 16])
+    acc = gl.zeros([BN, BMC], gl.float32, acc_l)
     n_tiles = K // BK
     if XTMA == 1:
         for p in gl.static_range(STAGES):
@@ -449,6 +475,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
         if PP:
             a_s = a_s.slice(ROW0, BN, dim=0)
         x_s = x_ring.index(slot)
+        if BMC != BM:
+            x_s = x_s.slice(0, BMC, dim=0)
         acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
         if MW:
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
@@ -466,11 +494,11 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there
         r = on - off_n - ROW0
         on = off_n + ROW0 + (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8
-    om = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, acc_l))
+    om = off_m + gl.arange(0, BMC, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
     if ACT is not None:
-        _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BM, NW, ACT)
+        _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BMC, NW, ACT)
     elif sid_ptr is not None:     # MoE, scattered: block row j is pair sid[j]'s output row (T and past: padding)
         pair = gl.load(sid_ptr + om)
         mask = (on < N)[:, None] & (pair < T)[None, :]
@@ -566,7 +594,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  XCP: gl.constexpr = 0, WPF: gl.constexpr = 2, MW: gl.constexpr = 1, XTMA: gl.constexpr = 0,
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
-                 WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None):
+                 WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
+                 half_ptr=None, HALF: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -588,10 +617,13 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     their registers hold (w_tma_desc). ACT = (limit, alpha, beta) (MoE FC1, interleaved swigluoai, with XTMA, not
     PP): the
     decode warps store each tile's rows paired (_pair_rows) and the epilogue writes FC2's input [rows, N / 2], the
-    activation of the bf16-rounded outputs (_store_act), instead of FC1's rows.
+    activation of the bf16-rounded outputs (_store_act), instead of FC1's rows. HALF 1 (the MoE with XTMA, not PP;
+    half_ptr: the alignment's sorted ids): a block whose pairs all lie in its first BM / 2 rows is multiplied and
+    written on those rows only (_mma_partition).
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
+    gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW
     off_n = gl.program_id(0) * BN
@@ -683,7 +715,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0, ACT)
+                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF)
 
 
 @gluon.jit
@@ -694,7 +726,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
-                     w_row, w_k0, ACT: gl.constexpr):
+                     w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition."""
     if DP == 1:
@@ -703,7 +735,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
                                      N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
                                      GROUP, HAS_ZERO, num_warps, BM, BK,
@@ -713,7 +745,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS, BM,
                                 BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
@@ -726,7 +758,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
@@ -740,7 +772,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,
@@ -753,7 +785,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, num_warps, BM, BK,
@@ -775,7 +807,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, num_warps, BM, BK,

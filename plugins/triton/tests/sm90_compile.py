@@ -397,6 +397,10 @@ def small_batch_cases():
         "W4A4 activation over many programs (XQ 2)": w4a4_act,
         "MoE activation over block rows, the ids first (WS)": lambda: w4a4_act(ids_first=True),
         "MoE block-row gather (WS)": gather_rows,
+        "MoE block-row gather (WS), padding rows unwritten": lambda: gather_rows(False),
+        "MoE alignment, 256-pair steps on 4 warps": lambda: align(256, 4),
+        "MoE alignment, wide steps (ALIGN_WIDE: 4096 pairs on 16 warps)": lambda: align(4096, 16),
+        "MoE alignment, wide steps, 256 experts": lambda: align(4096, 16, 256),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -501,13 +505,24 @@ def w4a4_act(ids_first: bool = False):
                           4, 1)
 
 
-def gather_rows():
-    """moe_ws.gather_rows_kernel: FC1's input rows in block order (gpt-oss: top-4, 256-pair blocks)."""
+def align(block: int, warps: int, e_pow2: int = 32):
+    """moe_kernels.align_kernel as TritonMoE._align launches it beyond ALIGN_SMALL_PAIRS: 256-pair scatter steps on 4
+    warps, or (ALIGN_WIDE) ALIGN_BLOCK-pair steps on ALIGN_WARPS (gpt-oss-20b: 32 experts, 256-pair blocks)."""
+    from oracle_triton.moe_kernels import align_kernel
+
+    i32 = {name: "*i32" for name in ("ids_ptr", "rank_ptr", "cnt_ptr", "off_ptr", "sorted_ptr", "block_expert_ptr")}
+    return compile_kernel(align_kernel, i32, dict(BLOCK_M=256, E_POW2=e_pow2, BLOCK=block), warps, 1)
+
+
+def gather_rows(zero_pad: bool = True):
+    """moe_ws.gather_rows_kernel: FC1's input rows in block order (gpt-oss: top-4, 256-pair blocks); zero_pad False:
+    padding rows left unwritten."""
     from oracle_triton.moe_ws import GATHER_COLS, GATHER_ROWS, gather_rows_kernel
 
     return compile_kernel(gather_rows_kernel, {"a_ptr": "*bf16", "sid_ptr": "*i32", "bexp_ptr": "*i32",
                                                "ids_ptr": "*i32", "out_ptr": "*bf16", "rid_ptr": "*i32"},
-                          dict(BM=256, TOPK=4, BY_PAIR=False, ROWS=GATHER_ROWS, COLS=GATHER_COLS), 4, 1)
+                          dict(BM=256, TOPK=4, BY_PAIR=False, ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=zero_pad),
+                          4, 1)
 
 
 def rega_cases():
@@ -575,6 +590,10 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["w_desc"] = None     # as a launch without WT passes it
+    if keys.get("HALF"):        # the sorted ids, whose row BM / 2 says if a block's second half holds a pair
+        ptrs["half_ptr"] = "*i32"
+    else:
+        consts["half_ptr"] = None
     return compile_kernel(w4_ws_kernel, ptrs, consts, warps, 1, which_loop="mma", maxnreg=maxnreg,
                           not16=("stride_wn", "stride_sn", "stride_se", "stride_be", "stride_ze") if moe else ())
 
@@ -644,6 +663,13 @@ def ws_cases():
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10, moe=1, ACT=(7.0, 1.702, 1.0)),
         "ws moe mxfp4 fc1 act w4 bm 256 stages 4 dw 8 xtma 2 dp 4":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=1, ACT=(7.0, 1.702, 1.0)),
+        # HALF: a block whose pairs fit in its first half multiplied on that half (the K loop twice, N 256 / 128)
+        "ws moe mxfp4 fc1 act half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), HALF=1),
+        "ws moe mxfp4 fc2 scattered half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1),
+        "ws moe int4 zero points fc1 half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, HALF=1),
     }
 
 

@@ -88,6 +88,34 @@ def test_alignment_blocks_and_padding():
     assert sorted(p for p in sorted_ids.tolist() if p < t) == list(range(t))
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_alignment_of_thousands_of_pairs(wide, monkeypatch):
+    """TritonMoE._align beyond ALIGN_SMALL_PAIRS (count_kernel, then align_kernel's scatter 256 pairs a step, or
+    ALIGN_WIDE's 4096 on 16 warps: a partial step and a whole one here): blocks labelled with their experts in
+    order and the unused ones -1, as computed here from the ids; every pair once, in a block of its expert, the
+    sentinel T after each expert's pairs; the counts back at zero for the next call."""
+    from oracle_triton import moe as moe_mod
+
+    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", wide)
+    e, bm, t_pairs = 32, 256, 4099 + 1500
+    t, _ = moe_pair("mxfp4", e, 256, 128, 1, "w4a16_mx", "bf16", {}, device=DEV)
+    gen = torch.Generator().manual_seed(7)
+    ids = (torch.rand(t_pairs, generator=gen) ** 2 * e).to(torch.int32).clamp(max=e - 1)   # uneven: few in high ids
+    sorted_ids, block_expert, blocks = t._align(ids.to(DEV), t_pairs, bm)
+    assert blocks == -(-t_pairs // bm) + e and t.counts.cpu().tolist() == [0] * e
+    counts = torch.bincount(ids.long(), minlength=e).tolist()
+    labels = [x for x in range(e) for _ in range(-(-counts[x] // bm))]
+    assert block_expert.cpu().tolist() == labels + [-1] * (blocks - len(labels))
+    rows = sorted_ids.cpu()[:len(labels) * bm].view(-1, bm).tolist()
+    seen = []
+    for b, x in enumerate(labels):
+        members = [p for p in rows[b] if p < t_pairs]
+        assert all(int(ids[p]) == x for p in members), b
+        assert rows[b][len(members):] == [t_pairs] * (bm - len(members)), b
+        seen += members
+    assert sorted(seen) == list(range(t_pairs))
+
+
 def test_out_of_range_expert_ids_are_named_and_dropped_when_the_engine_vouches():
     """The id check reads the ids back (a host sync); with check_inputs cleared the pair is dropped."""
     from oracle.errors import TensorError

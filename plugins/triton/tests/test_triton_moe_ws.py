@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import configs_match_reference, dropped_id_then_replay, gpu_moe_pair, moe_pair, routing
+from helpers import configs_match_reference, dropped_id_then_replay, gpu_moe_pair, moe_pair, rel, routing
 from oracle_triton.formats import check_config, layout_for
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -28,14 +28,15 @@ WS = dict(DQ, WS=1, WS_WARPS=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, 
     ("int4", "w4a16_int4", "bf16", 512, 256, "silu", False, True, True),
 ])
 def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric, monkeypatch):
-    """WS on an sm_90 GPU, MXFP4 and INT4 experts, 8 experts. Two configurations at 1, 37 and 300 tokens (one pair,
-    uneven blocks, about 150 pairs an expert: several blocks each), the other forms at 300 (each form compiles once
-    a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the
+    """WS on an sm_90 GPU, MXFP4 and INT4 experts, 8 experts. Three configurations at 1, 37 and 300 tokens (one
+    pair, uneven blocks, about 150 pairs an expert: several blocks each), the other forms at 300 (each form compiles
+    once a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the
     activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of
     64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in
-    FC1's epilogue (WS_ACT; elsewhere the activation launch). Against oracle-emulation on the CPU (exact weights,
-    fp32 sums, the layer dtype between launches: within 1e-2), the same bits on more calls, an out-of-range id
-    adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
+    FC1's epilogue (WS_ACT; elsewhere the activation launch), blocks whose pairs fit in their first half multiplied
+    on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens, 128-pair ones at 300, both halves taken).
+    Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2),
+    the same bits on more calls, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
     from oracle_triton import moe_dequant
     from oracle_triton.moe_ws import ws_ok
@@ -49,8 +50,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
     k = 1 if router_on_input else 4
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
-    base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1)]
-    forms = [dict(WS, BM=64, DP=1, WT=16), dict(WS, XTMA=0, DP=1, XCP=1, BM=64),
+    base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
+    forms = [dict(WS, BM=64, DP=1, WT=16), dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, WS_HALF=1, DP=4, WT=8),
              dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
     if fmt == "mxfp4":
         forms += [dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4), dict(WS, DP=1, MW=0, WPF=3),
@@ -65,6 +66,30 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
         dropped_id_then_replay(t, cpu_ref, h, k)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
+                                                      ("int4", "w4a16_int4", "silu", False)])
+def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, monkeypatch):
+    """The switches that wait on a GPU round (moe.ALIGN_WIDE: align_kernel's 4096-pair steps on 16 warps, past
+    ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
+    held them), on the WS path with and without WS_HALF: against oracle-emulation, the same bits on more calls,
+    captured and replayed."""
+    from oracle_triton import moe as moe_mod, moe_ws
+
+    t, ref = gpu_moe_pair(fmt, mode, "bf16", 512, 256, activation, bias, False, symmetric=fmt == "mxfp4")
+    if not moe_ws.ws_ok(t, torch.zeros(1, 512, dtype=torch.bfloat16, device="cuda")):
+        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", True)
+    monkeypatch.setattr(moe_ws, "ZERO_PADDING", False)
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    cfgs = [dict(WS, BM=256, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
+    configs_match_reference(t, cpu_ref, cfgs, 512, 4, (37, 300, 700), repeats=3)
+    for cfg in cfgs:
+        t.config = cfg
+        dropped_id_then_replay(t, cpu_ref, 512, 4)
+
+
 def test_ws_moe_entry_check():
     """formats.check_config takes a WS MoE entry on MXFP4 or INT4 experts with w4_ws's keys in range (WS_WARPS its
     MMA warps) and a DEQUANT_MM fallback, and refuses the rest (NVFP4 experts, INT4 groups the K tile does not
@@ -76,10 +101,14 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, BM=256, XTMA=2, DP=4), mx)
     check_config(dict(WS, BM=256, DP=4, WT=12), mx)
     check_config(dict(WS, WS_ACT=1), mx)
+    check_config(dict(WS, WS_HALF=1, WS_ACT=1, BM=256), mx)
+    check_config(dict(WS, WS_HALF=1), i4)
     for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
                      (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
-                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx),
+                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx), (dict(WS, WS_HALF=2), mx),
+                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), i4),
+                     (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_HALF=1), mx),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_ACT=1), mx),
                      ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
                      (WS, layout_for("int4", 512, 256, 32)),
@@ -166,6 +195,95 @@ def test_ws_act_pairs_put_gate_and_up_in_one_thread():
     assert torch.equal(gate, 2 * p) and torch.equal(up, 2 * p + 1)
 
 
+def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
+    """WS_HALF 1: FC1 and FC2 each get HALF 1 and the alignment's sorted ids (whose row BM / 2 of a block says if its
+    second half holds a pair); without it, or on a form the kernel refuses it on (XTMA 0, PP), HALF 0 and no ids."""
+    from oracle_triton import fastlaunch, moe_ws
+
+    seen: list[dict] = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append(kw))
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(3, 8, 2, DEV)
+    for cfg, half in ((dict(WS, WS_HALF=1), 1), (dict(WS, WS_HALF=1, WS_ACT=1), 1), (WS, 0),
+                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), 0)):
+        seen.clear()
+        monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: torch.zeros(
+            y1.shape[0], t.inter, dtype=t.dtype, device=DEV))
+        moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, cfg)
+        fc1, fc2 = seen
+        assert fc1["HALF"] == fc2["HALF"] == half, cfg
+        if half:
+            assert fc1["half_ptr"] is fc2["half_ptr"] is fc2["sid_ptr"]
+            assert fc1["sid_ptr"] is None and fc1["half_ptr"].dtype == torch.int32
+        else:
+            assert fc1["half_ptr"] is None and fc2["half_ptr"] is None
+
+
+def _contract_gemm(dense: dict, seen: list):
+    """moe_ws._ws_gemm as w4_ws_kernel's MoE mode is documented, in torch: block b's rows (BM of them, or with
+    WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel) times its expert's dense weights
+    (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
+    scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
+    were."""
+    def gemm(a, w, bias, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None):
+        bm, weights = cfg["BM"], dense[id(w)].float()
+        half = bool(cfg.get("WS_HALF")) and half_ids is not None
+        for b, e in enumerate(block_expert.tolist()):
+            if e < 0:
+                continue
+            rows = bm // 2 if half and int(half_ids[b * bm + bm // 2]) >= t else bm
+            seen.append(rows)
+            r = slice(b * bm, b * bm + rows)
+            out = a[r].float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
+            if act is not None:
+                limit, alpha, beta = act
+                v = out.to(torch.bfloat16).float()
+                g, u = v[:, 0::2].clamp(max=limit), v[:, 1::2].clamp(-limit, limit)
+                y[r] = (g * torch.sigmoid(alpha * g) * (u + beta)).to(y.dtype)
+            elif sorted_ids is not None:
+                pairs = sorted_ids[r].long()
+                keep = pairs < t
+                y[pairs[keep]] = out[keep].to(y.dtype)
+            else:
+                y[r] = out.to(y.dtype)
+    return gemm
+
+
+@pytest.mark.parametrize("activation,zero_pad,half", [("swigluoai", True, 0), ("swigluoai", False, 0),
+                                                      ("swigluoai", False, 1), ("silu", False, 1)])
+def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, monkeypatch):
+    """apply_ws's launches on their contracts (the GEMMs as _contract_gemm, every other launch the real kernel in
+    Triton's interpreter), every fresh float buffer filled with NaN: with the gather's zeros off (ZERO_PADDING) and
+    with WS_HALF (whose blocks leave their second half's rows unwritten in FC1's output), the result matches
+    oracle-emulation, so no padding row's value reaches the output (the WS_ACT epilogue and the silu activation
+    launch both taken). 256-pair blocks on 150 tokens x top-4 over 8 experts, 140 of them routed to experts 0-3:
+    those experts' blocks hold 140 pairs (both halves computed), the others' 10 (the first half alone)."""
+    from oracle_triton import moe_ws
+
+    t, ref = moe_pair("mxfp4", 8, 256, 128, 4, "w4a16_mx", "bf16", {}, activation=activation,
+                      activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
+                      bias=True, device=DEV)
+    x = torch.randn(150, 256, dtype=torch.bfloat16, device=DEV)
+    w, _ = routing(150, 8, 4, DEV)
+    ids = torch.stack([torch.randperm(4) + (0 if n < 140 else 4) for n in range(150)]).to(torch.int32).to(DEV)
+    empty = torch.empty
+
+    def nan_empty(*size, **kw):
+        out = empty(*size, **kw)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    seen: list[int] = []
+    monkeypatch.setattr(moe_ws, "_ws_gemm", _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, seen))
+    monkeypatch.setattr(moe_ws, "ZERO_PADDING", zero_pad)
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    cfg = dict(WS, BM=256, WS_ACT=1, WS_HALF=half)
+    y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 150, 4, cfg)
+    monkeypatch.undo()
+    assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
+    assert (128 in seen) == bool(half) and 256 in seen        # both kinds of block where WS_HALF is on
+
+
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
     """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit): FC1's launch carries (limit, alpha, beta) and
     writes FC2's input [block rows, I] itself, no activation launch; on a silu layer, with WS_ACT 0, or with
@@ -174,7 +292,7 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
     from oracle_triton import moe_ws
 
     calls = []
-    monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None: calls.append(
+    monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None, half_ids=None: calls.append(
         (tuple(y.shape), act)))
     for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False),
                                       ("swigluoai", 2, False)):       # 2: WS_ACT on cp.async activations (XTMA 0)
@@ -229,12 +347,12 @@ def test_ws_ok_needs_what_w4_ws_reads():
     assert not ws_ok(tiny, x)
 
 
-@pytest.mark.parametrize("by_pair", [False, True])
-def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair):
+@pytest.mark.parametrize("by_pair,zero_pad", [(False, True), (True, True), (False, False), (True, False)])
+def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair, zero_pad):
     """moe_ws.gather_rows_kernel (Triton's interpreter on CPU): block row j holds the row of pair sid[j] (its token's
-    with top-k 3, or its own with the router weight on the input), zeros for padding (sid = T), nothing written in
-    the rows of a block with no expert (whatever its sorted ids hold: no GEMM program reads them); rid[j] the pair's
-    expert id, -1 on padding and those rows."""
+    with top-k 3, or its own with the router weight on the input); zeros on padding (sid = T, and the ids out of
+    range), or with ZERO_PAD off nothing written there; nothing in the rows of a block with no expert (whatever its
+    sorted ids hold: no GEMM program reads them); rid[j] the pair's expert id, -1 on padding and those rows."""
     from oracle_triton.moe_ws import GATHER_ROWS, GATHER_COLS, gather_rows_kernel
 
     topk, t, bm, kdim = 3, 6, 4, 700
@@ -245,14 +363,16 @@ def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair):
     out = torch.full((16, kdim), float("nan"), dtype=torch.bfloat16, device=DEV)
     rid = torch.full((16,), 99, dtype=torch.int32, device=DEV)
     gather_rows_kernel[(16 // GATHER_ROWS,)](a, sid, bexp, ids, out, rid, t, kdim, a.stride(0), out.stride(0), BM=bm,
-                                             TOPK=topk, BY_PAIR=by_pair, ROWS=GATHER_ROWS, COLS=GATHER_COLS)
+                                             TOPK=topk, BY_PAIR=by_pair, ROWS=GATHER_ROWS, COLS=GATHER_COLS,
+                                             ZERO_PAD=zero_pad)
     out, rid = out.cpu(), rid.cpu()
     for j, p in enumerate(sid.tolist()):
         if j < 12 and 0 <= p < t:
             assert torch.equal(out[j], a[p if by_pair else p // topk].cpu()), j
             assert rid[j] == ids[p], j
         else:
-            assert torch.equal(out[j], torch.zeros(kdim, dtype=torch.bfloat16)) if j < 12 else out[j].isnan().all(), j
+            padding = j < 12 and zero_pad
+            assert torch.equal(out[j], torch.zeros(kdim, dtype=torch.bfloat16)) if padding else out[j].isnan().all(), j
             assert rid[j] == -1, j
 
 
