@@ -119,14 +119,15 @@ def rega_swap(cfg: dict[str, int]) -> dict[str, int] | None:
 
 
 #: w4_ws (WS): its K tile, its activation rows a program (the wgmma's N) and the shared memory its ring may take
-#: (STAGES x (weight rows + activation rows) x BK x 2 B; the H200 gives a block 227 KB)
+#: (STAGES x (weight rows + activation rows) x BK x 2 B; the H200 gives a block 227 KB); 512 rows only as two
+#: MMA warpgroups' halves (WGN 2, the MoE's)
 WS_BK = 64
-WS_ROWS = (64, 128, 256)
+WS_ROWS = (64, 128, 256, 512)
 WS_SMEM = 208 * 1024
 WS_MMA_REGS = 26
 
 
-def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
+def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight", moe: bool = False) -> None:
     """Refuse a WS config (w4_ws.w4_ws_kernel) the kernel does not cover: K tiles (BK) of WS_BK or twice that; 4-bit
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
@@ -135,9 +136,15 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
     a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside the register
     file (MAXNREG x 32 x its warps rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32
     accumulator (BN x BM / (32 x num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that:
-    8 + 16 warps at 80 registers, BM 128)."""
+    8 + 16 warps at 80 registers, BM 128). WGN 2 (moe: the MoE's launches only): 8 MMA warps as two warpgroups on
+    the halves of BM activation rows (BN = 16 x 4), with XTMA 1, not PP; BM 512 only so."""
     warps, bm, dw, stages = cfg.get("num_warps"), cfg.get("BM"), cfg.get("DW"), cfg.get("STAGES")
-    bk, wt = cfg.get("BK", WS_BK), cfg.get("WT", 0)
+    bk, wt, wgn = cfg.get("BK", WS_BK), cfg.get("WT", 0), cfg.get("WGN", 1)
+    if wgn not in (1, 2) or (wgn == 2 and (not moe or warps != 8 or cfg.get("XTMA") != 1 or cfg.get("PP"))) or \
+            (bm == 512 and wgn != 2):
+        raise ValueError(f"WGN for {what}: 1, or 2 (the MoE's 8 MMA warps as two warpgroups on the halves of BM "
+                         f"activation rows, with XTMA 1, not PP; BM 512 needs it), not {cfg}")
+    bn = 16 * (warps or 4) // wgn
     if bk not in (WS_BK, 2 * WS_BK) or layout.elem not in (INT4, E2M1_MX, E2M1_NV) or layout.pack != 8 or \
             (layout.elem == INT4 and layout.group % bk):
         raise ValueError(f"WS for {what}: the warp-specialized kernel (w4_ws) reads 4-bit words in GPTQ's [K/8, N] "
@@ -145,7 +152,7 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
                          f"repacked) only, not {cfg}")
     if warps not in (4, 8) or bm not in WS_ROWS or dw not in (1, 2, 4, 8, 16) or \
             stages not in range(2, 9) or \
-            stages * (16 * warps + bm) * bk * 2 + (wt or 0) * 16 * warps * bk // 2 > WS_SMEM:
+            stages * (bn + bm) * bk * 2 + (wt or 0) * bn * bk // 2 > WS_SMEM:
         raise ValueError(f"WS for {what}: num_warps 4 or 8, BM one of {WS_ROWS}, DW 1, 2, 4, 8 or 16, STAGES 2-8 "
                          f"inside {WS_SMEM} B of shared memory, not {cfg}")
     xcp = cfg.get("XCP", 0)
@@ -170,15 +177,15 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -
                          f"to 16 slots of words that the MMA warps fill by TMA (with XTMA 1, without PP), not {cfg}")
     dregs, maxnreg = cfg.get("DREGS"), cfg.get("MAXNREG")
     if dregs not in range(24, 257, 8) or maxnreg not in range(64, 256, 8) or \
-            maxnreg * 32 * -(-(warps + dw) // 4) * 4 > 65536 or maxnreg < 16 * bm // 32 + WS_MMA_REGS:
+            maxnreg * 32 * -(-(warps + dw) // 4) * 4 > 65536 or maxnreg < bn * bm // (32 * warps) + WS_MMA_REGS:
         raise ValueError(f"DREGS / MAXNREG for {what}: DREGS a multiple of 8 in 24..256, MAXNREG a multiple of 8 "
                          f"in 64..255 with MAXNREG x 32 x (num_warps + DW, whole warpgroups) <= 65536 and at least "
-                         f"BM / 2 + {WS_MMA_REGS} (the MMA warps' accumulator and addresses), not {cfg}")
+                         f"BM / 2 / WGN + {WS_MMA_REGS} (the MMA warps' accumulator and addresses), not {cfg}")
 
 
 #: The w4_ws launch keys a MoE WS entry carries beside its DEQUANT_MM fallback (moe_ws; its MMA warps as WS_WARPS)
 WS_MOE_KEYS = ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP",
-               "WT")
+               "WT", "WGN")
 
 
 def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
@@ -198,7 +205,7 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
                          f"half) with the activations by TMA (XTMA) and one MMA warpgroup's tiles (not PP), not {cfg}")
     ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
-        check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what)
+        check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what, moe=True)
     except ValueError as exc:
         raise ValueError(f"WS for {what}, the MoE's w4_ws keys (num_warps: WS_WARPS): {exc}") from None
 

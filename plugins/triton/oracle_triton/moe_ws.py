@@ -160,13 +160,15 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
-    pairs fit in their first half multiplied on it alone (w4_ws's HALF)."""
+    pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
+    the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
-    bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps
+    wgn = cfg.get("WGN", 1)         # 2: two MMA warpgroups on the block's two halves of rows, one weight tile
+    bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps // wgn
     half = int(bool(cfg.get("WS_HALF")) and xt and not pp and half_ids is not None)
     if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
         words, z = w.weight, w.zero
@@ -185,7 +187,7 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     wt = cfg.get("WT", 0) if rows is not None and tma_ok(rows) else 0       # WT 0: the words through registers
     if xt:      # the descriptor holds this call's activations: a replayed plan would read another call's
         fastlaunch.spoil("a TMA descriptor of the call's activations")
-    fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * (8 if pp else warps))), block_expert.shape[0], 1),
+    fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * 8 if pp else bn)), block_expert.shape[0], 1),
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                       x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale, g_ptr=w.scale,
                       b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
@@ -197,4 +199,4 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half else None, HALF=half, **strides)
+                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, **strides)

@@ -66,11 +66,12 @@ def pairs_ptx(int4: bool) -> str:
 
 def x_tma_desc(x, bm: int):
     """XTMA 1's descriptor of the activations x [M, K] (bf16, rows contiguous): [BM, 64] boxes (64 bf16, the
-    128-byte swizzle's span) in the slots' layout; rows past M read as zeros."""
+    128-byte swizzle's span; at most 256 rows, a TMA box's limit: _x_tile brings 512 rows as two) in the slots'
+    layout; rows past M read as zeros."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return TensorDescriptor.from_tensor(x, [bm, 64], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                                           rank=2))
+    return TensorDescriptor.from_tensor(x, [min(bm, 256), 64],
+                                        gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 
 
 def tma_ok(t) -> bool:
@@ -379,13 +380,19 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
 @gluon.jit
 def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
     """XTMA 1: TMA of K tile t's activations [BM, BK] into its slot (t % STAGES), as 64-wide boxes (the 128-byte
-    swizzle's span; a 128-deep slot is two such column blocks), completing on xfull; none past the last tile."""
+    swizzle's span; a 128-deep slot is two such column blocks) of at most 256 rows (BM 512: two row blocks),
+    completing on xfull; none past the last tile."""
     slot = t % STAGES
     ok = t < n_tiles
     mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
-    for h in gl.static_range(BK // 64):
-        tma.async_copy_global_to_shared(x_desc, [off_m, t * BK + 64 * h], xfull.index(slot),
-                                        x_ring.index(slot).slice(64 * h, 64, dim=1), pred=ok)
+    XB: gl.constexpr = 256 if BM > 256 else BM
+    for r in gl.static_range(BM // XB):
+        for h in gl.static_range(BK // 64):
+            dst = x_ring.index(slot)
+            if BM > XB:
+                dst = dst.slice(r * XB, XB, dim=0)
+            tma.async_copy_global_to_shared(x_desc, [off_m + r * XB, t * BK + 64 * h], xfull.index(slot),
+                                            dst.slice(64 * h, 64, dim=1), pred=ok)
 
 
 @gluon.jit
@@ -412,7 +419,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, PFENCE: gl.constexpr,
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
-                   WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0):
+                   WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0,
+                   WGN: gl.constexpr = 1):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -426,20 +434,22 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     swigluoai of the pairs the decode warps' _pair_rows put in one thread (_store_act). HALF (the MoE, with
     XTMA): a block whose second half holds no pair (half_ptr: the sorted ids, a block's pairs first, then the
     sentinel T) is multiplied and written as its first BM / 2 rows only (wgmma's N halved: an expert's last
-    block is on average half padding)."""
+    block is on average half padding). WGN 2: the NW warps are two warpgroups side by side on the activation rows
+    (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
+    decoded tile serves twice as many pairs."""
     if HALF:
         if gl.load(half_ptr + off_m + BM // 2) < T:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
-                       wfull, WT, w_row, w_k0, WKN, ACT)
+                       wfull, WT, w_row, w_k0, WKN, ACT, WGN)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
-                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT)
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN)
     else:
         _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
                    BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
-                   w_row, w_k0, WKN, ACT)
+                   w_row, w_k0, WKN, ACT, WGN)
 
 
 @gluon.jit
@@ -447,12 +457,13 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                HAS_BIAS: gl.constexpr, BM: gl.constexpr, BMC: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr, XTMA: gl.constexpr, PP: gl.constexpr,
                ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
-               WKN: gl.constexpr, ACT: gl.constexpr):
+               WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1):
     """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
-    all BM: the ring's slots and their byte counts stay one size)."""
-    BN: gl.constexpr = 16 * NW
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                    instr_shape=[16, BMC, 16])
+    all BM: the ring's slots and their byte counts stay one size). WGN 2: the accumulator's columns (activation
+    rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2."""
+    BN: gl.constexpr = 16 * NW // WGN
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW // WGN, WGN],
+                                                    instr_shape=[16, BMC // WGN, 16])
     acc = gl.zeros([BN, BMC], gl.float32, acc_l)
     n_tiles = K // BK
     if XTMA == 1:
@@ -595,7 +606,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
                  WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
-                 half_ptr=None, HALF: gl.constexpr = 0):
+                 half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -619,13 +630,17 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     decode warps store each tile's rows paired (_pair_rows) and the epilogue writes FC2's input [rows, N / 2], the
     activation of the bf16-rounded outputs (_store_act), instead of FC1's rows. HALF 1 (the MoE with XTMA, not PP;
     half_ptr: the alignment's sorted ids): a block whose pairs all lie in its first BM / 2 rows is multiplied and
-    written on those rows only (_mma_partition).
+    written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
+    are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
+    num_warps / 2 decoded weight rows (_mma_tiles), so each weight is decoded once per BM pairs at twice the rows
+    one warpgroup's accumulator holds.
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
     gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
+    gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
     NW: gl.constexpr = 8 if PP else num_warps
-    BN: gl.constexpr = 16 * NW
+    BN: gl.constexpr = 16 * NW // WGN
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * BM
     WKN: gl.constexpr = MOE * KMAJOR       # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
@@ -715,7 +730,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF)
+                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN)
 
 
 @gluon.jit
@@ -726,29 +741,31 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
-                     w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr):
+                     w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, WGN: gl.constexpr):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
-    same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition."""
+    same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition. WGN 2: the
+    decode partitions see num_warps / 2 MMA warps' worth of weight rows (NWD: BN = 16 x NWD)."""
+    NWD: gl.constexpr = num_warps // WGN
     if DP == 1:
         if _WS_LIST:
             gl.warp_specialize([
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
                                      N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
-                                     GROUP, HAS_ZERO, num_warps, BM, BK,
+                                     GROUP, HAS_ZERO, NWD, BM, BK,
                                      STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
                                      w_ring, wfull, WT, ACT))], [DW], [DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS, BM,
                                 BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                                HAS_ZERO, num_warps, BM, BK,
+                                HAS_ZERO, NWD, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, 0, 1, xfull, x_desc,
                                 w_ring, wfull, WT, ACT), [_decode_partition], [DW],
                                [DREGS])
@@ -758,24 +775,24 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT))],
                 [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                                HAS_ZERO, num_warps, BM, BK,
+                                HAS_ZERO, NWD, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc,
                                 w_ring, wfull, WT, ACT), [_decode_p0, _decode_p1],
                                [DW // 2, DW // 2], [DREGS, DREGS])
@@ -785,32 +802,32 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p2, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT)),
                 (_decode_p3, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                              HAS_ZERO, num_warps, BM, BK,
+                              HAS_ZERO, NWD, BM, BK,
                               STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT))],
                 [DW // 4, DW // 4, DW // 4, DW // 4], [DREGS, DREGS, DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
-                                HAS_ZERO, num_warps, BM, BK,
+                                HAS_ZERO, NWD, BM, BK,
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT),
                                [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
                                [DREGS, DREGS, DREGS, DREGS])

@@ -579,12 +579,12 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
     else:
         consts.update(ids_ptr=None, sid_ptr=None, stride_wn=1, stride_sn=1)
     if keys.get("XTMA"):        # the activations' TMA descriptor as Triton 3.7 specializes w4_ws.x_tma_desc's
-        ptrs["x_desc"] = f"tensordesc<bf16[{bm}, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, " \
+        ptrs["x_desc"] = f"tensordesc<bf16[{min(bm, 256)}, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, " \
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["x_desc"] = None
     if keys.get("WT"):          # the words' TMA descriptor (w4_ws.w_tma_desc): [BK/8, BN] dense, [BN, BK/8] MoE
-        bk8, bn = keys.get("BK", 64) // 8, 16 * warps
+        bk8, bn = keys.get("BK", 64) // 8, 16 * warps // keys.get("WGN", 1)
         box = f"{bn}, {bk8}" if moe and kmajor else f"{bk8}, {bn}"
         ptrs["w_desc"] = f"tensordesc<i32[{box}],NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, " \
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
@@ -670,6 +670,13 @@ def ws_cases():
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1),
         "ws moe int4 zero points fc1 half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, HALF=1),
+        # WGN 2: 8 MMA warps as two warpgroups on the halves of the block's rows (512: two TMA row boxes a tile)
+        "ws moe mxfp4 fc1 act wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
+            lambda: ws(1, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), WGN=2),
+        "ws moe mxfp4 fc1 act half wgn 2 w8 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 8, 256, 4, 8, 104, maxnreg=128, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), HALF=1, WGN=2),
+        "ws moe int4 fc2 scattered half wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
+            lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, WGN=2),
     }
 
 

@@ -34,7 +34,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of
     64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in
     FC1's epilogue (WS_ACT; elsewhere the activation launch), blocks whose pairs fit in their first half multiplied
-    on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens, 128-pair ones at 300, both halves taken).
+    on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens, 128-pair ones at 300, both halves taken), 8 MMA
+    warps as two warpgroups on the halves of 256- and 512-pair blocks (WGN 2).
     Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2),
     the same bits on more calls, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
@@ -52,6 +53,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
     forms = [dict(WS, BM=64, DP=1, WT=16), dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, WS_HALF=1, DP=4, WT=8),
+             dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1), dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2,
+                                                                              DW=4),
              dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3)]
     if fmt == "mxfp4":
         forms += [dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4), dict(WS, DP=1, MW=0, WPF=3),
@@ -73,8 +76,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
 def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, monkeypatch):
     """The switches that wait on a GPU round (moe.ALIGN_WIDE: align_kernel's 4096-pair steps on 16 warps, past
     ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
-    held them), on the WS path with and without WS_HALF: against oracle-emulation, the same bits on more calls,
-    captured and replayed."""
+    held them), on the WS path with and without WS_HALF, and on 512-pair blocks (WGN 2: at 700 tokens both halves
+    of a block hold pairs): against oracle-emulation, the same bits on more calls, captured and replayed."""
     from oracle_triton import moe as moe_mod, moe_ws
 
     t, ref = gpu_moe_pair(fmt, mode, "bf16", 512, 256, activation, bias, False, symmetric=fmt == "mxfp4")
@@ -83,7 +86,8 @@ def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activat
     monkeypatch.setattr(moe_mod, "ALIGN_WIDE", True)
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", False)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
-    cfgs = [dict(WS, BM=256, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
+    cfgs = [dict(WS, BM=256, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1),
+            dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4, WS_HALF=1, WS_ACT=1)]
     configs_match_reference(t, cpu_ref, cfgs, 512, 4, (37, 300, 700), repeats=3)
     for cfg in cfgs:
         t.config = cfg
@@ -103,12 +107,20 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, WS_ACT=1), mx)
     check_config(dict(WS, WS_HALF=1, WS_ACT=1, BM=256), mx)
     check_config(dict(WS, WS_HALF=1), i4)
+    check_config(dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4), mx)     # 147 KB of ring, 128 + 26 registers
+    check_config(dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1), i4)
     for bad, lay in ((dict(WS, BM=96), mx), (WS, nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
                      (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx), (dict(WS, WS_HALF=2), mx),
                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), i4),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_HALF=1), mx),
+                     (dict(WS, BM=512, STAGES=2), mx),                                  # 512 rows need WGN 2
+                     (dict(WS, WGN=2, BM=512, STAGES=2, DW=4), mx),                     # WGN 2 needs 8 MMA warps
+                     (dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=3, DW=4), mx),         # 216 KB of ring
+                     (dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2), mx),               # 16 warps at 168 registers
+                     (dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4, MAXNREG=144), mx),   # under 128 + 26
+                     (dict(WS, WS_WARPS=8, WGN=2, XTMA=2, DP=4, MAXNREG=128), mx), (dict(WS, WGN=3), mx),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_ACT=1), mx),
                      ({k: v for k, v in WS.items() if k != "DEQUANT_MM"}, mx),
                      (WS, layout_for("int4", 512, 256, 32)),
@@ -195,6 +207,28 @@ def test_ws_act_pairs_put_gate_and_up_in_one_thread():
     assert torch.equal(gate, 2 * p) and torch.equal(up, 2 * p + 1)
 
 
+def test_ws_two_warpgroups_on_a_blocks_rows_launch_64_weight_rows_a_program(monkeypatch):
+    """WGN 2 (8 MMA warps as two warpgroups on the halves of a block's rows): the launch carries WGN 2 and 8 warps, its
+    grid covers N in 64-row programs (16 x 8 / 2), its WT boxes are 64 weight rows, and 512-pair blocks reach TMA
+    as 256-row boxes (a box's limit; the kernel brings a tile as two); without WGN, 128-row programs at 8 warps."""
+    from oracle_triton import fastlaunch, moe_ws
+
+    seen: list = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append((grid, warps, kw)))
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    blocks = torch.tensor([0, 3, -1], dtype=torch.int32, device=DEV)
+    a = torch.randn(3 * 512, 256, dtype=torch.bfloat16, device=DEV)
+    y = torch.empty(3 * 512, t.rows, dtype=torch.bfloat16, device=DEV)
+    two = dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4)
+    for cfg in (two, dict(two, WT=8), dict(WS, WS_WARPS=8, MAXNREG=128)):
+        moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, cfg)
+    (grid, warps, kw), (_, _, wt), (grid1, warps1, kw1) = seen
+    assert grid == (-(-t.rows // 64), 3, 1) and warps == 8 and kw["WGN"] == 2 and kw["BM"] == 512
+    assert kw["x_desc"].block_shape == [256, 64] and wt["w_desc"].block_shape == [64, 8]
+    assert grid1 == (-(-t.rows // 128), 3, 1) and warps1 == 8 and kw1["WGN"] == 1
+    assert kw1["x_desc"].block_shape == [128, 64]
+
+
 def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
     """WS_HALF 1: FC1 and FC2 each get HALF 1 and the alignment's sorted ids (whose row BM / 2 of a block says if its
     second half holds a pair); without it, or on a form the kernel refuses it on (XTMA 0, PP), HALF 0 and no ids."""
@@ -250,23 +284,26 @@ def _contract_gemm(dense: dict, seen: list):
     return gemm
 
 
-@pytest.mark.parametrize("activation,zero_pad,half", [("swigluoai", True, 0), ("swigluoai", False, 0),
-                                                      ("swigluoai", False, 1), ("silu", False, 1)])
-def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, monkeypatch):
+@pytest.mark.parametrize("activation,zero_pad,half,bm", [("swigluoai", True, 0, 256), ("swigluoai", False, 0, 256),
+                                                         ("swigluoai", False, 1, 256), ("silu", False, 1, 256),
+                                                         ("swigluoai", False, 1, 512)])
+def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, monkeypatch):
     """apply_ws's launches on their contracts (the GEMMs as _contract_gemm, every other launch the real kernel in
     Triton's interpreter), every fresh float buffer filled with NaN: with the gather's zeros off (ZERO_PADDING) and
     with WS_HALF (whose blocks leave their second half's rows unwritten in FC1's output), the result matches
     oracle-emulation, so no padding row's value reaches the output (the WS_ACT epilogue and the silu activation
     launch both taken). 256-pair blocks on 150 tokens x top-4 over 8 experts, 140 of them routed to experts 0-3:
-    those experts' blocks hold 140 pairs (both halves computed), the others' 10 (the first half alone)."""
+    those experts' blocks hold 140 pairs (both halves computed), the others' 10 (the first half alone); 512-pair
+    blocks (WGN 2) on 300 tokens, 280 routed so."""
     from oracle_triton import moe_ws
 
     t, ref = moe_pair("mxfp4", 8, 256, 128, 4, "w4a16_mx", "bf16", {}, activation=activation,
                       activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
                       bias=True, device=DEV)
-    x = torch.randn(150, 256, dtype=torch.bfloat16, device=DEV)
-    w, _ = routing(150, 8, 4, DEV)
-    ids = torch.stack([torch.randperm(4) + (0 if n < 140 else 4) for n in range(150)]).to(torch.int32).to(DEV)
+    m = 150 if bm == 256 else 300
+    x = torch.randn(m, 256, dtype=torch.bfloat16, device=DEV)
+    w, _ = routing(m, 8, 4, DEV)
+    ids = torch.stack([torch.randperm(4) + (0 if n < m - m // 15 else 4) for n in range(m)]).to(torch.int32).to(DEV)
     empty = torch.empty
 
     def nan_empty(*size, **kw):
@@ -277,11 +314,11 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, monkeypatch):
     monkeypatch.setattr(moe_ws, "_ws_gemm", _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, seen))
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", zero_pad)
     monkeypatch.setattr(torch, "empty", nan_empty)
-    cfg = dict(WS, BM=256, WS_ACT=1, WS_HALF=half)
-    y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 150, 4, cfg)
+    cfg = dict(WS, BM=bm, WS_ACT=1, WS_HALF=half, **(dict(WS_WARPS=8, WGN=2, STAGES=2, DW=4) if bm == 512 else {}))
+    y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
     monkeypatch.undo()
     assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
-    assert (128 in seen) == bool(half) and 256 in seen        # both kinds of block where WS_HALF is on
+    assert (bm // 2 in seen) == bool(half) and bm in seen        # both kinds of block where WS_HALF is on
 
 
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
