@@ -143,20 +143,29 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     return out
 
 
-def fused_act(moe, cfg: dict[str, int]) -> tuple[float, float, float] | None:
-    """WS_ACT: the (limit, alpha, beta) of the activation FC1's epilogue applies (w4_ws's ACT), or None where the
-    activation launch runs instead: only swigluoai (gpt-oss's; its gate and up rows interleaved, so a tile holds
-    whole pairs) with its limit, on one MMA warpgroup's tiles (not PP) fed by TMA (XTMA, whose decode loop pairs
-    the rows)."""
-    if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA") or moe.layer.activation != "swigluoai" or \
-            moe.limit is None:
+def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | None:
+    """WS_ACT: the (kind, limit, alpha, beta) of the activation FC1's epilogue applies (w4_ws's ACT), or None where
+    the activation launch runs instead. On one MMA warpgroup's tiles (not PP) fed by TMA (XTMA, whose decode loop
+    pairs the rows): swigluoai with its limit (gpt-oss's; its gate and up rows interleaved, so a tile holds whole
+    pairs: ACT_SWIGLUOAI), or silu without one (Qwen3's: gate and up are FC1's two halves, so each program decodes
+    the gate and up rows of its BN / 2 outputs, ACT_SILU; not with WT, whose boxes are whole row ranges, and only
+    where BN / 2 divides the intermediate size)."""
+    if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA"):
         return None
-    return float(moe.limit), float(moe.alpha), float(moe.beta)
+    from .w4_ws import ACT_SILU, ACT_SWIGLUOAI
+
+    activation = moe.layer.activation
+    if activation == "swigluoai" and moe.limit is not None:
+        return ACT_SWIGLUOAI.value, float(moe.limit), float(moe.alpha), float(moe.beta)
+    half_tile = 8 * cfg["WS_WARPS"] // cfg.get("WGN", 1)
+    if activation == "silu" and moe.limit is None and not cfg.get("WT") and moe.inter % half_tile == 0:
+        return ACT_SILU.value, 0.0, 0.0, 0.0
+    return None
 
 
 def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, block_expert: torch.Tensor,
              sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
-             act: tuple[float, float, float] | None = None, half_ids: torch.Tensor | None = None) -> None:
+             act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None) -> None:
     """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose

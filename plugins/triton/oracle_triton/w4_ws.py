@@ -255,7 +255,8 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
         else:
             tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
         if ACT is not None:
-            tile = _pair_rows(tile, BN, BK // 2)
+            if ACT[0] == ACT_SWIGLUOAI:     # interleaved rows, paired here; ACT_SILU's arrive paired (_act_rows)
+                tile = _pair_rows(tile, BN, BK // 2)
         slot = i % STAGES
         if XTMA:
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
@@ -304,6 +305,9 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
     x_l: gl.constexpr = x_layout(DW)
     r8 = gl.arange(0, BK8, layout=gl.SliceLayout(1, u_l))
     n1 = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, u_l))
+    if ACT is not None:
+        if ACT[0] == ACT_SILU:
+            n1 = _act_rows(n1 - off_n, off_n, N)
     n_ok = n1 < N
     if WKN:     # rows of whole 32-byte pieces (K a multiple of 64): said so, the loads are 16 bytes wide
         w_off = r8[:, None] * stride_wk + ((n1 * (stride_wn // 8)) * 8)[None, :]
@@ -347,6 +351,22 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
         u1, s1, zw1 = un, sn, zwn
 
 
+#: ACT's first field: swigluoai on FC1's interleaved gate / up rows (gpt-oss), or silu on its halves (gate rows
+#: 0..I-1, up rows I..2I-1: Qwen3's)
+ACT_SWIGLUOAI = gl.constexpr(0)
+ACT_SILU = gl.constexpr(1)
+
+
+@gluon.jit
+def _act_rows(r, off_n, N):
+    """ACT_SILU: the weight row a program's local row r decodes, 16a + 8h + q -> h x N / 2 + off_n / 2 + 8a + q
+    (gate rows for h = 0, up rows for h = 1, of FC1's outputs off_n / 2 .. + BN / 2): the tile arrives in the order
+    _pair_rows gives interleaved rows, so the accumulator holds a pair's gate and up in one thread. Runs of 8
+    contiguous rows from multiples of 8 (N / 2 and off_n / 2 are), said so: their loads stay vectorized."""
+    n = ((r % 16) // 8) * (N // 2) + off_n // 2 + (r // 16) * 8 + r % 8
+    return gl.max_contiguous(gl.multiple_of(n, 8), 8)
+
+
 @gluon.jit
 def _pair_rows(tile, BN: gl.constexpr, C: gl.constexpr):
     """ACT: a decoded [BN, C] tile with local row 16a + 2q + h (interleaved FC1: pair 8a + q's gate, h = 0, and
@@ -359,17 +379,21 @@ def _pair_rows(tile, BN: gl.constexpr, C: gl.constexpr):
 @gluon.jit
 def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: gl.constexpr, NW: gl.constexpr,
                ACT: gl.constexpr):
-    """ACT = (limit, alpha, beta): swigluoai on the gate / up pairs _pair_rows placed in one thread, stored as FC2's
-    input columns off_n / 2 .. + BN / 2 of the block rows: FC1's outputs rounded to bf16 (+ bias) as the separate
-    activation launch reads them, then its steps in its order (moe_kernels._activate), rounded once."""
-    LIMIT: gl.constexpr = ACT[0]
-    ALPHA: gl.constexpr = ACT[1]
-    BETA: gl.constexpr = ACT[2]
+    """ACT = (kind, limit, alpha, beta): swigluoai (ACT_SWIGLUOAI) or silu (ACT_SILU, no limit) on the gate / up
+    pairs _pair_rows or _act_rows placed in one thread, stored as FC2's input columns off_n / 2 .. + BN / 2 of the
+    block rows: FC1's outputs rounded to bf16 (+ bias) as the separate activation launch reads them, then its
+    steps in its order (moe_kernels._activate), rounded once."""
+    LIMIT: gl.constexpr = ACT[1]
+    ALPHA: gl.constexpr = ACT[2]
+    BETA: gl.constexpr = ACT[3]
     v = acc.to(gl.bfloat16).to(gl.float32)
     g, u = gl.split(gl.permute(gl.reshape(v, [BN // 16, 2, 8, BM]), (0, 2, 3, 1)))
-    g = gl.minimum(g, LIMIT)
-    u = gl.minimum(gl.maximum(u, -LIMIT), LIMIT)
-    a = g * (1.0 / (1.0 + gl.exp(-(ALPHA * g)))) * (u + BETA)
+    if ACT[0] == ACT_SWIGLUOAI:
+        g = gl.minimum(g, LIMIT)
+        u = gl.minimum(gl.maximum(u, -LIMIT), LIMIT)
+        a = g * (1.0 / (1.0 + gl.exp(-(ALPHA * g)))) * (u + BETA)
+    else:
+        a = g * (1.0 / (1.0 + gl.exp(-g))) * u
     st_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, NW], [0, 1])
     a = gl.convert_layout(gl.reshape(a.to(gl.bfloat16), [BN // 2, BM]), st_l)
     j = off_n // 2 + gl.arange(0, BN // 2, layout=gl.SliceLayout(1, st_l))
@@ -502,9 +526,12 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                 _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     on = off_n + ROW0 + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
-    if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there
+    if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there or _act_rows chose
         r = on - off_n - ROW0
-        on = off_n + ROW0 + (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8
+        if ACT[0] == ACT_SWIGLUOAI:
+            on = off_n + ROW0 + (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8
+        else:
+            on = ((r % 16) // 8) * (N // 2) + off_n // 2 + (r // 16) * 8 + r % 8
     om = off_m + gl.arange(0, BMC, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
@@ -625,10 +652,11 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     WT > 0 (with XTMA 1, not PP): the words by TMA (w_desc: a [BK/8, BN] box of the dense [K/8, N] words, or a
     [BN, BK/8] box of the MoE's words as [E N, K/8]) into a ring of WT slots that the MMA warps fill WT tiles
     ahead; the decode warps read them from there, so many more tiles of words are in flight than the WPF tiles
-    their registers hold (w_tma_desc). ACT = (limit, alpha, beta) (MoE FC1, interleaved swigluoai, with XTMA, not
-    PP): the
-    decode warps store each tile's rows paired (_pair_rows) and the epilogue writes FC2's input [rows, N / 2], the
-    activation of the bf16-rounded outputs (_store_act), instead of FC1's rows. HALF 1 (the MoE with XTMA, not PP;
+    their registers hold (w_tma_desc). ACT = (kind, limit, alpha, beta) (MoE FC1, with XTMA, not PP: interleaved
+    swigluoai, ACT_SWIGLUOAI, or silu on gate / up halves, ACT_SILU, not with WT): the decode warps store each
+    tile's rows paired (_pair_rows; ACT_SILU: they decode the rows _act_rows picks, which arrive paired) and the
+    epilogue writes FC2's input [rows, N / 2], the activation of the bf16-rounded outputs (_store_act), instead
+    of FC1's rows. HALF 1 (the MoE with XTMA, not PP;
     half_ptr: the alignment's sorted ids): a block whose pairs all lie in its first BM / 2 rows is multiplied and
     written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
     are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
@@ -637,6 +665,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
+    gl.static_assert(ACT is None or ACT[0] == ACT_SWIGLUOAI or WT == 0, "ACT_SILU: rows _act_rows picks, no WT boxes")
     gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
     gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
     NW: gl.constexpr = 8 if PP else num_warps

@@ -660,21 +660,29 @@ def ws_cases():
             lambda: ws(3, 4, 128, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, WT=8, moe=2, kmajor=0),
         # ACT: gpt-oss's swigluoai in FC1's epilogue (rows paired by the decode warps, FC2's input stored)
         "ws moe mxfp4 fc1 act w4 bm 256 stages 4 dw 8 xtma 1 dp 2 wt 10":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10, moe=1, ACT=(7.0, 1.702, 1.0)),
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, WT=10, moe=1, ACT=(0, 7.0, 1.702, 1.0)),
         "ws moe mxfp4 fc1 act w4 bm 256 stages 4 dw 8 xtma 2 dp 4":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=1, ACT=(7.0, 1.702, 1.0)),
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=2, DP=4, moe=1, ACT=(0, 7.0, 1.702, 1.0)),
         # HALF: a block whose pairs fit in its first half multiplied on that half (the K loop twice, N 256 / 128)
         "ws moe mxfp4 fc1 act half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), HALF=1),
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1),
         "ws moe mxfp4 fc2 scattered half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1),
         "ws moe int4 zero points fc1 half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, HALF=1),
+        # ACT_SILU: Qwen3's silu in FC1's epilogue, its gate / up halves decoded paired (w4_ws._act_rows)
+        "ws moe int4 fc1 silu w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0)),
+        "ws moe int4 zero points fc1 silu half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
+                       ACT=(1, 0.0, 0.0, 0.0), HALF=1),
+        "ws moe mxfp4 fc1 silu w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0)),
         # WGN 2: 8 MMA warps as two warpgroups on the halves of the block's rows (512: two TMA row boxes a tile)
         "ws moe mxfp4 fc1 act wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
-            lambda: ws(1, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), WGN=2),
+            lambda: ws(1, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), WGN=2),
         "ws moe mxfp4 fc1 act half wgn 2 w8 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 8, 256, 4, 8, 104, maxnreg=128, XTMA=1, DP=2, moe=1, ACT=(7.0, 1.702, 1.0), HALF=1, WGN=2),
+            lambda: ws(1, 8, 256, 4, 8, 104, maxnreg=128, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1, WGN=2),
         "ws moe int4 fc2 scattered half wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
             lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, WGN=2),
     }

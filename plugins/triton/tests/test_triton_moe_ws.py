@@ -33,7 +33,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     once a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the
     activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of
     64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in
-    FC1's epilogue (WS_ACT; elsewhere the activation launch), blocks whose pairs fit in their first half multiplied
+    FC1's epilogue (WS_ACT; elsewhere the activation launch), silu's halves in FC1's epilogue (WS_ACT on the silu
+    layers: the base config with WS_HALF, and INT4's forms), blocks whose pairs fit in their first half multiplied
     on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens, 128-pair ones at 300, both halves taken), 8 MMA
     warps as two warpgroups on the halves of 256- and 512-pair blocks (WGN 2).
     Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2),
@@ -59,6 +60,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     if fmt == "mxfp4":
         forms += [dict(WS, BM=64), dict(WS, BM=256), dict(WS, XTMA=2, DP=4), dict(WS, DP=1, MW=0, WPF=3),
                   dict(WS, WT=8), dict(WS, WS_ACT=1), dict(WS, XTMA=2, DP=4, WS_ACT=1)]
+    else:           # Qwen3's silu on INT4 experts in FC1's epilogue (ACT_SILU), with zero points when not symmetric
+        forms += [dict(WS, WS_ACT=1), dict(WS, WS_ACT=1, XTMA=2, DP=4)]
     if h % 128 == 0 and i % 128 == 0:
         forms += [dict(WS, BK=128, STAGES=3, WT=6)] + ([dict(WS, BK=128, STAGES=3)] if fmt == "mxfp4" else [])
     # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
@@ -259,7 +262,7 @@ def _contract_gemm(dense: dict, seen: list):
     WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel) times its expert's dense weights
     (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
     scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
-    were."""
+    were. act: (kind, limit, alpha, beta), swigluoai on interleaved rows (kind 0) or silu on halves (kind 1)."""
     def gemm(a, w, bias, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None):
         bm, weights = cfg["BM"], dense[id(w)].float()
         half = bool(cfg.get("WS_HALF")) and half_ids is not None
@@ -271,10 +274,14 @@ def _contract_gemm(dense: dict, seen: list):
             r = slice(b * bm, b * bm + rows)
             out = a[r].float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
             if act is not None:
-                limit, alpha, beta = act
+                kind, limit, alpha, beta = act
                 v = out.to(torch.bfloat16).float()
-                g, u = v[:, 0::2].clamp(max=limit), v[:, 1::2].clamp(-limit, limit)
-                y[r] = (g * torch.sigmoid(alpha * g) * (u + beta)).to(y.dtype)
+                if kind == 0:
+                    g, u = v[:, 0::2].clamp(max=limit), v[:, 1::2].clamp(-limit, limit)
+                    y[r] = (g * torch.sigmoid(alpha * g) * (u + beta)).to(y.dtype)
+                else:
+                    g, u = v.chunk(2, dim=1)
+                    y[r] = (g * torch.sigmoid(g) * u).to(y.dtype)
             elif sorted_ids is not None:
                 pairs = sorted_ids[r].long()
                 keep = pairs < t
@@ -284,15 +291,15 @@ def _contract_gemm(dense: dict, seen: list):
     return gemm
 
 
-@pytest.mark.parametrize("activation,zero_pad,half,bm", [("swigluoai", True, 0, 256), ("swigluoai", False, 0, 256),
-                                                         ("swigluoai", False, 1, 256), ("silu", False, 1, 256),
-                                                         ("swigluoai", False, 1, 512)])
-def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, monkeypatch):
+@pytest.mark.parametrize("activation,zero_pad,half,bm,ws_act", [
+    ("swigluoai", True, 0, 256, 1), ("swigluoai", False, 0, 256, 1), ("swigluoai", False, 1, 256, 1),
+    ("silu", False, 1, 256, 1), ("silu", False, 1, 256, 0), ("swigluoai", False, 1, 512, 1)])
+def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, monkeypatch):
     """apply_ws's launches on their contracts (the GEMMs as _contract_gemm, every other launch the real kernel in
     Triton's interpreter), every fresh float buffer filled with NaN: with the gather's zeros off (ZERO_PADDING) and
     with WS_HALF (whose blocks leave their second half's rows unwritten in FC1's output), the result matches
-    oracle-emulation, so no padding row's value reaches the output (the WS_ACT epilogue and the silu activation
-    launch both taken). 256-pair blocks on 150 tokens x top-4 over 8 experts, 140 of them routed to experts 0-3:
+    oracle-emulation, so no padding row's value reaches the output (the WS_ACT epilogue on interleaved swigluoai and
+    on silu's halves, and the activation launch, all taken). 256-pair blocks on 150 tokens x top-4 over 8 experts, 140 of them routed to experts 0-3:
     those experts' blocks hold 140 pairs (both halves computed), the others' 10 (the first half alone); 512-pair
     blocks (WGN 2) on 300 tokens, 280 routed so."""
     from oracle_triton import moe_ws
@@ -314,7 +321,8 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, monkeypat
     monkeypatch.setattr(moe_ws, "_ws_gemm", _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, seen))
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", zero_pad)
     monkeypatch.setattr(torch, "empty", nan_empty)
-    cfg = dict(WS, BM=bm, WS_ACT=1, WS_HALF=half, **(dict(WS_WARPS=8, WGN=2, STAGES=2, DW=4) if bm == 512 else {}))
+    cfg = dict(WS, BM=bm, WS_ACT=ws_act, WS_HALF=half,
+               **(dict(WS_WARPS=8, WGN=2, STAGES=2, DW=4) if bm == 512 else {}))
     y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
     monkeypatch.undo()
     assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
@@ -322,31 +330,38 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, monkeypat
 
 
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
-    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit): FC1's launch carries (limit, alpha, beta) and
-    writes FC2's input [block rows, I] itself, no activation launch; on a silu layer, with WS_ACT 0, or with
-    activations by cp.async (XTMA 0: that decode loop does not pair rows), FC1 writes its rows [block rows, 2I] and
-    the activation launch runs (fused_act None)."""
+    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit) and on silu (halves, no limit): FC1's launch
+    carries (kind, limit, alpha, beta) and writes FC2's input [block rows, I] itself, no activation launch; with
+    WS_ACT 0, with activations by cp.async (XTMA 0: that decode loop does not pair rows), on silu with a limit or
+    with WT (boxes of whole row ranges) or an intermediate size that half a tile (here 64 rows) does not divide, FC1
+    writes its rows [block rows, 2I] and the activation launch runs (fused_act None)."""
     from oracle_triton import moe_ws
 
     calls = []
     monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None, half_ids=None: calls.append(
         (tuple(y.shape), act)))
-    for activation, ws_act, fused in (("swigluoai", 1, True), ("swigluoai", 0, False), ("silu", 1, False),
-                                      ("swigluoai", 2, False)):       # 2: WS_ACT on cp.async activations (XTMA 0)
-        t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True,
-                        device=DEV)
+    silu_limit = {"limit": 7.0}
+    for activation, params, inter, ws_act, fused in (
+            ("swigluoai", None, 128, 1, (0, 7.0, 1.702, 1.0)), ("swigluoai", None, 128, 0, None),
+            ("silu", None, 128, 1, (1, 0.0, 0.0, 0.0)), ("silu", silu_limit, 128, 1, None),
+            ("silu", None, 128, "WT", None), ("silu", None, 160, "W8", None),
+            ("swigluoai", None, 128, 2, None)):       # 2: WS_ACT on cp.async activations (XTMA 0)
+        t, _ = moe_pair("mxfp4", 8, 256, inter, 2, "w4a16_mx", "bf16", {}, activation=activation, bias=True,
+                        activation_params=params or ({"alpha": 1.702, "limit": 7.0} if activation == "swigluoai"
+                                                     else None), device=DEV)
         acts = []
         monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: acts.append(y1.shape) or torch.zeros(
             y1.shape[0], t.inter, dtype=t.dtype, device=DEV))
         x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
         w, ids = routing(3, 8, 2, DEV)
         calls.clear()
-        cfg = dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1) if ws_act == 2 else dict(WS, WS_ACT=ws_act)
+        cfg = {2: dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), "WT": dict(WS, WS_ACT=1, WT=8),
+               "W8": dict(WS, WS_ACT=1, WS_WARPS=8, MAXNREG=128)}.get(ws_act, dict(WS, WS_ACT=ws_act))
         moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, cfg)
         (fc1_shape, act), (fc2_shape, fc2_act) = calls
         assert fc2_act is None and fc2_shape == (6, 256)
         if fused:
-            assert act == (float(t.limit), float(t.alpha), float(t.beta)) and fc1_shape[1] == t.inter and not acts
+            assert act == fused and fc1_shape[1] == t.inter and not acts
         else:
             assert act is None and fc1_shape[1] == t.rows and len(acts) == 1
 

@@ -362,7 +362,8 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
                                                                                  fused):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
     tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
-    experts' layout; gpt-oss's swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (no epilogue form); the calls
+    experts' layout; gpt-oss's swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (its epilogue form, the
+    twenty-sixth pass's ACT_SILU, is not yet timed on a GPU); the calls
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
     DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
     from oracle_triton.formats import check_config, layout_for
