@@ -44,6 +44,10 @@ GATHER_ROWS, GATHER_COLS = 4, 512
 #: gpt-oss-20b's 4096 tokens). True until a GPU round has run the WS tests and timed both: the twenty-sixth pass,
 #: which wrote it, was lent no GPU
 ZERO_PADDING = True
+#: WS_ACT takes silu layers too (ACT_SILU: gate / up halves, fused_act). Off until a GPU round has run its tests and
+#: timed it (the twenty-sixth pass, which wrote it, was lent no GPU): until then WS_ACT is swigluoai's only, as the
+#: shipped gpt-oss entries were measured
+SILU_IN_FC1 = False
 
 
 @triton.jit
@@ -148,8 +152,8 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
     the activation launch runs instead. On one MMA warpgroup's tiles (not PP) fed by TMA (XTMA, whose decode loop
     pairs the rows): swigluoai with its limit (gpt-oss's; its gate and up rows interleaved, so a tile holds whole
     pairs: ACT_SWIGLUOAI), or silu without one (Qwen3's: gate and up are FC1's two halves, so each program decodes
-    the gate and up rows of its BN / 2 outputs, ACT_SILU; not with WT, whose boxes are whole row ranges, and only
-    where BN / 2 divides the intermediate size)."""
+    the gate and up rows of its BN / 2 outputs, ACT_SILU; with SILU_IN_FC1 only, not with WT, whose boxes are
+    whole row ranges, and only where BN / 2 divides the intermediate size)."""
     if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA"):
         return None
     from .w4_ws import ACT_SILU, ACT_SWIGLUOAI
@@ -158,7 +162,8 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
     if activation == "swigluoai" and moe.limit is not None:
         return ACT_SWIGLUOAI.value, float(moe.limit), float(moe.alpha), float(moe.beta)
     half_tile = 8 * cfg["WS_WARPS"] // cfg.get("WGN", 1)
-    if activation == "silu" and moe.limit is None and not cfg.get("WT") and moe.inter % half_tile == 0:
+    if SILU_IN_FC1 and activation == "silu" and moe.limit is None and not cfg.get("WT") and \
+            moe.inter % half_tile == 0:
         return ACT_SILU.value, 0.0, 0.0, 0.0
     return None
 

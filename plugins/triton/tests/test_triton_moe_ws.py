@@ -40,7 +40,7 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2),
     the same bits on more calls, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
-    from oracle_triton import moe_dequant
+    from oracle_triton import moe_dequant, moe_ws
     from oracle_triton.moe_ws import ws_ok
 
     if not ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
@@ -50,6 +50,7 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
         raise AssertionError("DEQUANT_MM served a WS call")
 
     monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)      # silu's WS_ACT forms: off by default until timed
     k = 1 if router_on_input else 4
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
@@ -79,8 +80,9 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
 def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, monkeypatch):
     """The switches that wait on a GPU round (moe.ALIGN_WIDE: align_kernel's 4096-pair steps on 16 warps, past
     ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
-    held them), on the WS path with and without WS_HALF, and on 512-pair blocks (WGN 2: at 700 tokens both halves
-    of a block hold pairs): against oracle-emulation, the same bits on more calls, captured and replayed."""
+    held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue), on the WS path with and without
+    WS_HALF, and on 512-pair blocks (WGN 2: at 700 tokens both halves of a block hold pairs): against
+    oracle-emulation, the same bits on more calls, captured and replayed."""
     from oracle_triton import moe as moe_mod, moe_ws
 
     t, ref = gpu_moe_pair(fmt, mode, "bf16", 512, 256, activation, bias, False, symmetric=fmt == "mxfp4")
@@ -88,6 +90,7 @@ def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activat
         pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
     monkeypatch.setattr(moe_mod, "ALIGN_WIDE", True)
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", False)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     cfgs = [dict(WS, BM=256, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1),
             dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4, WS_HALF=1, WS_ACT=1)]
@@ -304,6 +307,7 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
     blocks (WGN 2) on 300 tokens, 280 routed so."""
     from oracle_triton import moe_ws
 
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     t, ref = moe_pair("mxfp4", 8, 256, 128, 4, "w4a16_mx", "bf16", {}, activation=activation,
                       activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
                       bias=True, device=DEV)
@@ -330,7 +334,8 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
 
 
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
-    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit) and on silu (halves, no limit): FC1's launch
+    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit) and, with moe_ws.SILU_IN_FC1 (off until a GPU
+    round times it), on silu (halves, no limit): FC1's launch
     carries (kind, limit, alpha, beta) and writes FC2's input [block rows, I] itself, no activation launch; with
     WS_ACT 0, with activations by cp.async (XTMA 0: that decode loop does not pair rows), on silu with a limit or
     with WT (boxes of whole row ranges) or an intermediate size that half a tile (here 64 rows) does not divide, FC1
@@ -341,6 +346,9 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
     monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None, half_ids=None: calls.append(
         (tuple(y.shape), act)))
     silu_limit = {"limit": 7.0}
+    silu, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, device=DEV)
+    assert moe_ws.fused_act(silu, dict(WS, WS_ACT=1)) is None       # silu waits on moe_ws.SILU_IN_FC1 (off)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     for activation, params, inter, ws_act, fused in (
             ("swigluoai", None, 128, 1, (0, 7.0, 1.702, 1.0)), ("swigluoai", None, 128, 0, None),
             ("silu", None, 128, 1, (1, 0.0, 0.0, 0.0)), ("silu", silu_limit, 128, 1, None),
