@@ -656,9 +656,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     swigluoai, ACT_SWIGLUOAI, or silu on gate / up halves, ACT_SILU, not with WT): the decode warps store each
     tile's rows paired (_pair_rows; ACT_SILU: they decode the rows _act_rows picks, which arrive paired) and the
     epilogue writes FC2's input [rows, N / 2], the activation of the bf16-rounded outputs (_store_act), instead
-    of FC1's rows. HALF 1 (the MoE with XTMA, not PP;
-    half_ptr: the alignment's sorted ids): a block whose pairs all lie in its first BM / 2 rows is multiplied and
-    written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
+    of FC1's rows. HALF 1 (the MoE with XTMA, not PP; half_ptr: the alignment's sorted ids): a block whose pairs
+    all lie in its first BM / 2 rows is multiplied and written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
     are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
     num_warps / 2 decoded weight rows (_mma_tiles), so each weight is decoded once per BM pairs at twice the rows
     one warpgroup's accumulator holds.
