@@ -683,8 +683,12 @@ def ws_cases():
             lambda: ws(1, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), WGN=2),
         "ws moe mxfp4 fc1 act half wgn 2 w8 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 8, 256, 4, 8, 104, maxnreg=128, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1, WGN=2),
-        "ws moe int4 fc2 scattered half wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
-            lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, WGN=2),
+        # (FC2 on 512-pair blocks with HALF spills 60 B in its scatter epilogue, every format: not a shipped form)
+        "ws moe int4 fc2 scattered wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
+            lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, WGN=2),
+        "ws moe int4 zero points fc1 silu half wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
+            lambda: ws(3, 8, 512, 2, 4, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, HALF=1, WGN=2,
+                       ACT=(1, 0.0, 0.0, 0.0)),
     }
 
 
