@@ -23,11 +23,11 @@ read per call / measured copy bandwidth. A peer that is not installed is skipped
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import math
 import sys
 import time
+from unittest import mock
 
 import torch
 from bench_triton import _bf16_moe, _quant, dense_reference
@@ -641,21 +641,16 @@ def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="o
 
 @contextlib.contextmanager
 def module_switches(values: dict):
-    """A variant's SET: each "package.module.NAME" set to its value while the variant is timed (graphs are captured
-    inside, so they hold the switched launches), the old values put back after."""
-    old = []
-    try:
+    """A variant's SET: each "package.module.NAME" patched to its value while the variant is timed (graphs are
+    captured inside, so they hold the switched launches), the old values put back after; a name the module lacks
+    is refused (mock.patch without create)."""
+    with contextlib.ExitStack() as stack:
         for path, value in values.items():
-            module, _, name = path.rpartition(".")
-            mod = importlib.import_module(module)
-            if not hasattr(mod, name):
-                raise AttributeError(f"SET {path}: {module} has no {name}")
-            old.append((mod, name, getattr(mod, name)))
-            setattr(mod, name, value)
+            try:
+                stack.enter_context(mock.patch(path, value))
+            except AttributeError:
+                raise AttributeError(f"SET {path}: no such module switch") from None
         yield
-    finally:
-        for mod, name, value in reversed(old):
-            setattr(mod, name, value)
 
 
 def _compile_moe_jobs(jobs: list) -> str:

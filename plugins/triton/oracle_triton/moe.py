@@ -722,10 +722,9 @@ class TritonMoE(Kernel):
             return sorted_ids, block_expert, blocks
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        step, warps = (min(ALIGN_BLOCK, triton_pow2(t)), ALIGN_WARPS) if ALIGN_WIDE else (256, 4)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts),
-                              **(dict(BLOCK=min(ALIGN_BLOCK, triton_pow2(t)), num_warps=ALIGN_WARPS) if ALIGN_WIDE
-                                 else dict(BLOCK=256)))
+                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=step, num_warps=warps)
         return sorted_ids, block_expert, blocks
 
     def _align_small(self, ids: torch.Tensor, t: int, bm: int, sorted_ids: torch.Tensor, block_expert: torch.Tensor,

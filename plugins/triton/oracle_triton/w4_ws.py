@@ -64,13 +64,16 @@ def pairs_ptx(int4: bool) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
+#: A TMA box's row limit: XTMA's activation boxes are at most this many rows (_x_tile brings 512 as two)
+X_BOX_ROWS = gl.constexpr(256)
+
+
 def x_tma_desc(x, bm: int):
     """XTMA 1's descriptor of the activations x [M, K] (bf16, rows contiguous): [BM, 64] boxes (64 bf16, the
-    128-byte swizzle's span; at most 256 rows, a TMA box's limit: _x_tile brings 512 rows as two) in the slots'
-    layout; rows past M read as zeros."""
+    128-byte swizzle's span; at most X_BOX_ROWS rows) in the slots' layout; rows past M read as zeros."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return TensorDescriptor.from_tensor(x, [min(bm, 256), 64],
+    return TensorDescriptor.from_tensor(x, [min(bm, X_BOX_ROWS.value), 64],
                                         gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 
 
@@ -409,7 +412,7 @@ def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.c
     slot = t % STAGES
     ok = t < n_tiles
     mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
-    XB: gl.constexpr = 256 if BM > 256 else BM
+    XB: gl.constexpr = X_BOX_ROWS if BM > X_BOX_ROWS else BM
     for r in gl.static_range(BM // XB):
         for h in gl.static_range(BK // 64):
             dst = x_ring.index(slot)
@@ -531,7 +534,7 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
         if ACT[0] == ACT_SWIGLUOAI:
             on = off_n + ROW0 + (r // 16) * 16 + 2 * (r % 8) + (r % 16) // 8
         else:
-            on = ((r % 16) // 8) * (N // 2) + off_n // 2 + (r // 16) * 8 + r % 8
+            on = _act_rows(r, off_n, N)
     om = off_m + gl.arange(0, BMC, layout=gl.SliceLayout(0, acc_l))
     if HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
