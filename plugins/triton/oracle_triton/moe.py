@@ -46,9 +46,9 @@ ALIGN_SMALL_PAIRS = 1024
 #: Beyond those, align_kernel's one program scatters the pairs 256 at a time on 4 warps, or with ALIGN_WIDE
 #: ALIGN_BLOCK at a time on ALIGN_WARPS: its loop is a chain of dependent loads (ids and ranks, then the experts'
 #: offsets), one step about 0.6 us, so 256 a step took 41.6 us of gpt-oss-20b's 4096-token call (16384 pairs,
-#: R97b's profile). Off: written in the twenty-sixth pass, which was lent no GPU (interpreter-tested against the
-#: narrow steps; bench/configs/moe_half_r98.json times both).
-ALIGN_WIDE = False
+#: R97b's profile). On since R98a (H100, the twenty-seventh pass): 38.5-94.9 -> 19.9-48.4 us at 4096 tokens
+#: (gpt-oss-20b / Qwen3-30B INT4); GPU-tested in R98t.
+ALIGN_WIDE = True
 ALIGN_BLOCK, ALIGN_WARPS = 4096, 16
 
 

@@ -41,13 +41,12 @@ WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", *WS_MOE_KEYS)
 GATHER_ROWS, GATHER_COLS = 4, 512
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
 #: gather_rows_kernel's docstring says why nothing reads them; about a fifth of its 118 MB of writes at
-#: gpt-oss-20b's 4096 tokens). True until a GPU round has run the WS tests and timed both: the twenty-sixth pass,
-#: which wrote it, was lent no GPU
-ZERO_PADDING = True
-#: WS_ACT takes silu layers too (ACT_SILU: gate / up halves, fused_act). Off until a GPU round has run its tests and
-#: timed it (the twenty-sixth pass, which wrote it, was lent no GPU): until then WS_ACT is swigluoai's only, as the
-#: shipped gpt-oss entries were measured
-SILU_IN_FC1 = False
+#: gpt-oss-20b's 4096 tokens). False since R98a (H100, the twenty-seventh pass): the gather 90-92 -> 66 us at
+#: Qwen3-30B INT4's 4096 tokens, 62 -> 52 at gpt-oss-20b's; the WS tests passed with it on the GPU (R98t)
+ZERO_PADDING = False
+#: WS_ACT takes silu layers too (ACT_SILU: gate / up halves, fused_act). On since R98a (H100, the twenty-seventh
+#: pass): Qwen3-30B INT4 at 4096 tokens 1193.6 -> 1132.3 us (the activation launch, 68.5 us, gone); GPU-tested in R98t
+SILU_IN_FC1 = True
 
 
 @triton.jit

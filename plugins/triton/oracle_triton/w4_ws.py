@@ -50,17 +50,24 @@ def pairs_ptx(int4: bool) -> str:
     4 + 3 significant bits) and the second FMA rounds (q - z) x hi + that once: the fp32 product (q - z) x s
     rounded to bf16, for fp16 or bf16 scales. E2M1 ($5 = {c, c}, c = bf16(2**126 x scale)): the magnitude bits
     to bf16 bits 6-8 and the sign to bit 15 give value x 2**-126 exactly, one packed FMA by c (+ -0) value x scale
-    rounded once (w4_rega.byte_pairs_ptx's decoder)."""
-    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;", "shr.b32 v, $4, 4;"]
+    rounded once (the weights of w4_rega.byte_pairs_ptx's decoder).
+
+    E2M1's bit placement takes 4 instructions a pair, not byte_pairs_ptx's 7 (R98b: the MXFP4 MoE's WS launches are
+    bound by their decode warps): PRMT takes both codes from the high nibble of a byte (code 2j from the word shifted
+    left by 4, code 2j + 1 from the word) and fills the byte above each with that byte's sign (PRMT's sign
+    replication), so one shift left by 2 puts the magnitude at bits 6-8 and a copy of the sign at bit 15 of each
+    half, and one AND clears the rest."""
+    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;",
+             "shr.b32 v, $4, 4;" if int4 else "shl.b32 v, $4, 4;"]
     for j in range(4):
-        sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
-        lines.append(f"prmt.b32 t, $4, v, {sel:#x};")
         if int4:
-            lines += ["lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $5;", "fma.rn.bf16x2 b, a, $7, z;",
-                      f"fma.rn.bf16x2 ${j}, a, $6, b;"]
+            sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
+            lines += [f"prmt.b32 t, $4, v, {sel:#x};", "lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $5;",
+                      "fma.rn.bf16x2 b, a, $7, z;", f"fma.rn.bf16x2 ${j}, a, $6, b;"]
         else:
-            lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
-                      "or.b32 a, a, b;", f"fma.rn.bf16x2 ${j}, a, $5, z;"]
+            sel = j | ((8 | j) << 4) | ((4 + j) << 8) | ((12 + j) << 12)     # bytes: v's j, its sign; word's j, its sign
+            lines += [f"prmt.b32 t, v, $4, {sel:#x};", "shl.b32 a, t, 2;", "and.b32 a, a, 0x81C081C0;",
+                      f"fma.rn.bf16x2 ${j}, a, $5, z;"]
     return "{\n" + "\n".join(lines) + "\n}"
 
 

@@ -50,7 +50,7 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
         raise AssertionError("DEQUANT_MM served a WS call")
 
     monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
-    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)      # silu's WS_ACT forms: off by default until timed
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)      # silu's WS_ACT forms (the default since R98a)
     k = 1 if router_on_input else 4
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
@@ -77,20 +77,22 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
                                                       ("int4", "w4a16_int4", "silu", False)])
-def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, monkeypatch):
-    """The switches that wait on a GPU round (moe.ALIGN_WIDE: align_kernel's 4096-pair steps on 16 warps, past
+@pytest.mark.parametrize("wide", [True, False])
+def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, wide, monkeypatch):
+    """The module switches R98a turned on (wide: moe.ALIGN_WIDE, align_kernel's 4096-pair steps on 16 warps, past
     ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
-    held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue), on the WS path with and without
-    WS_HALF, and on 512-pair blocks (WGN 2: at 700 tokens both halves of a block hold pairs): against
-    oracle-emulation, the same bits on more calls, captured and replayed."""
+    held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue) and their other side (256-pair steps,
+    zeroed padding, silu in its own launch), on the WS path with and without WS_HALF, and on 512-pair blocks
+    (WGN 2: at 700 tokens both halves of a block hold pairs): against oracle-emulation, the same bits on more
+    calls, captured and replayed."""
     from oracle_triton import moe as moe_mod, moe_ws
 
     t, ref = gpu_moe_pair(fmt, mode, "bf16", 512, 256, activation, bias, False, symmetric=fmt == "mxfp4")
     if not moe_ws.ws_ok(t, torch.zeros(1, 512, dtype=torch.bfloat16, device="cuda")):
         pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
-    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", True)
-    monkeypatch.setattr(moe_ws, "ZERO_PADDING", False)
-    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
+    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", wide)
+    monkeypatch.setattr(moe_ws, "ZERO_PADDING", not wide)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", wide)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     cfgs = [dict(WS, BM=256, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1),
             dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4, WS_HALF=1, WS_ACT=1)]
@@ -334,8 +336,8 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
 
 
 def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
-    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit) and, with moe_ws.SILU_IN_FC1 (off until a GPU
-    round times it), on silu (halves, no limit): FC1's launch
+    """WS_ACT 1 on gpt-oss's swigluoai (interleaved, with its limit) and, with moe_ws.SILU_IN_FC1 (on since R98a;
+    off, silu keeps its own launch), on silu (halves, no limit): FC1's launch
     carries (kind, limit, alpha, beta) and writes FC2's input [block rows, I] itself, no activation launch; with
     WS_ACT 0, with activations by cp.async (XTMA 0: that decode loop does not pair rows), on silu with a limit or
     with WT (boxes of whole row ranges) or an intermediate size that half a tile (here 64 rows) does not divide, FC1
@@ -347,7 +349,8 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
         (tuple(y.shape), act)))
     silu_limit = {"limit": 7.0}
     silu, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, device=DEV)
-    assert moe_ws.fused_act(silu, dict(WS, WS_ACT=1)) is None       # silu waits on moe_ws.SILU_IN_FC1 (off)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", False)
+    assert moe_ws.fused_act(silu, dict(WS, WS_ACT=1)) is None       # silu's FC1 epilogue needs moe_ws.SILU_IN_FC1
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     for activation, params, inter, ws_act, fused in (
             ("swigluoai", None, 128, 1, (0, 7.0, 1.702, 1.0)), ("swigluoai", None, 128, 0, None),

@@ -341,7 +341,8 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
                                                                                           chunk, from_m):
     """The eleventh pass's entries (R27-R30): from `from_m` tokens (bucket 2048 or 4096) these MoEs take
     DEQUANT_MM with the chunking measured (since the twenty-fifth pass the fallback of a WS entry, below); below
-    that, no DEQUANT_MM of its own (the rule, or a WS entry), and on other devices no entry."""
+    that, no DEQUANT_MM of its own (the rule, or a WS entry); on the H100 (R98a) the H200's WS entries at 4096
+    tokens (not Qwen3-235B's NVFP4), DEQUANT_MM their fallback; on a device the table does not name, no entry."""
     kw = {} if zp is None else {"zero_point": zp}
     tuned.load.cache_clear()
     cfg = tuned.lookup(DEVICE, "moe", mode, n, k, 4096, experts, **kw)
@@ -350,20 +351,26 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     assert tuned.lookup(DEVICE, "moe", mode, n, k, from_m, experts, **kw)["DEQUANT_MM"] == chunk
     below = tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) or {}
     assert "DEQUANT_MM" not in below or below["WS"] == 1    # gpt-oss-20b: a WS entry below, DEQUANT_MM its fallback
-    assert tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw) is None
+    h100 = tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw)
+    if mode == "w4a4_nvfp4":        # no H100 entry: R98a timed the WS models only
+        assert h100 is None
+    else:
+        assert h100["WS"] == 1 and h100["WS_HALF"] == 1 and h100["DEQUANT_MM"] == chunk
+    assert tuned.lookup("NVIDIA A100-SXM4-80GB", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
 @pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused", [
     ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True),  # gpt-oss-20b
     ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True),                    # gpt-oss-120b
-    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), False),           # Qwen3-30B INT4 (silu)
-    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), False)])
+    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True),            # Qwen3-30B INT4 (silu)
+    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True)])
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
                                                                                  fused):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
     tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
-    experts' layout; gpt-oss's swigluoai in FC1's epilogue (WS_ACT), Qwen3's silu not (its epilogue form, the
-    twenty-sixth pass's ACT_SILU, is not yet timed on a GPU); the calls
+    experts' layout; the activation in FC1's epilogue (WS_ACT: gpt-oss's swigluoai; Qwen3's silu since R98a, the
+    twenty-sixth pass's ACT_SILU); from 1025 tokens (buckets 2048 and 4096) an expert's half-empty block multiplied
+    on its first half (WS_HALF, R98a), not below (untimed there); the calls
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
     DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
     from oracle_triton.formats import check_config, layout_for
@@ -375,6 +382,7 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         cfg = tuned.lookup(DEVICE, "moe", mode, n, k, m, experts, **kw)
         assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
         assert cfg.get("WS_ACT", 0) == int(fused)
+        assert cfg.get("WS_HALF", 0) == int(m > 1024), m
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
                                     "num_stages": 3, "DEQUANT_MM": chunk}
         for lay in (layout_for("mxfp4" if mode == "w4a16_mx" else "int4", n, k, 128),

@@ -62,14 +62,15 @@ def test_ws_int4_decoder_rounds_the_fp32_product_once(s):
 def test_ws_e2m1_decoder_is_the_rega_decoder_packed():
     """w4_ws.pairs_ptx(int4=False) computes w4_rega.byte_pairs_ptx(True)'s weights (tested against
     oracle-emulation in test_triton_rega_nvfp4 / test_triton_e2m1_ptx), register j holding codes 2j and 2j + 1
-    packed as memory orders them: random words and MXFP4 / NVFP4 factors."""
+    packed as memory orders them (its own bit placement, PRMT's sign replication: pairs_ptx): every code in every
+    position, random words, MXFP4 / NVFP4 factors."""
     from oracle_triton.w4_rega import byte_pairs_ptx
     from oracle_triton.w4_ws import pairs_ptx
 
     rng = random.Random(7)
     ws, rega = pairs_ptx(False), byte_pairs_ptx(True)
-    for _ in range(200):
-        word = rng.getrandbits(32)
+    every_code_everywhere = [c * 0x11111111 for c in range(16)] + [0x76543210, 0xFEDCBA98, 0x89ABCDEF, 0x01234567]
+    for word in every_code_everywhere + [rng.getrandbits(32) for _ in range(200)]:
         factor = _pairs(torch.tensor(2.0 ** 126 * rng.choice([1.0, 0.25, 2.0 ** -9, 0.37, 1.5 / 448.0])))
         got = _unpack(run_ptx(ws, {4: word, 5: factor}))
         o = run_ptx(rega, {8: word, 9: factor})
