@@ -4,7 +4,8 @@
 # Triton cache: the 4-bit MoE cells at 2048 / 4096 tokens, the shipped entries (WS_HALF, INT4's silu in FC1, the
 # switches on) beside the twenty-fifth pass's H200 entries with the switches off (configs/moe_r99.json, "r97"),
 # this MoE's BF16 mode in the same row; on an H200 also the dense MXFP4 / NVFP4 WS entries at 256 rows beside
-# BF16 cuBLAS (the H100 has no dense entries). Then the WS and table GPU tests on the new decoder.
+# BF16 cuBLAS (the H100 has no dense entries). Then the WS and table GPU tests on the new decoder. Argument "new"
+# (R99h): the new decoder's process only.
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r99; mkdir -p $W
 ( source scripts/device-env "$O" || exit 1
@@ -21,6 +22,7 @@ O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r99; mkdir -p $W
     echo "$l rc $?"; grep -E "M=" $W/r99_$l.log | cut -c1-260
   }
   run new 200 --moe-variants configs/moe_r99.json
+  [ "$1" = new ] && exit 0     # R99h: the new process alone (the H200 confirmation of the shipped entries)
   git apply -R bench/results/h200-2026-12-05/r99/new-decoder.patch || exit 1
   run old 170
   git apply bench/results/h200-2026-12-05/r99/new-decoder.patch || exit 1
