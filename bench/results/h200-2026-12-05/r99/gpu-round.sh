@@ -21,7 +21,7 @@ O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r99; mkdir -p $W
       --moe-launches "$@" --json $W/r99_$l.json > $W/r99_$l.log 2>&1)
     echo "$l rc $?"; grep -E "M=" $W/r99_$l.log | cut -c1-260
   }
-  run new 200 --moe-variants configs/moe_r99.json
+  run new $([ "$1" = new ] && echo 330 || echo 200) --moe-variants configs/moe_r99.json
   [ "$1" = new ] && exit 0     # R99h: the new process alone (the H200 confirmation of the shipped entries)
   git apply -R bench/results/h200-2026-12-05/r99/new-decoder.patch || exit 1
   run old 170
