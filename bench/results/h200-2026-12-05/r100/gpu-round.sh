@@ -1,0 +1,42 @@
+#!/bin/bash
+# lead R100 (twenty-seventh pass, written for an H200: that session could start none), two calls.
+# R100a (no argument, ~330 s): the H200 figures of the entries this pass shipped (WS_HALF, INT4's silu in FC1, the
+#   switches on, the 4-instruction E2M1 decoder) beside the twenty-fifth pass's entries with the switches off ("r97",
+#   configs/moe_r100.json) and this MoE's BF16 mode, every launch timed; gpt-oss-20b at 512 / 1024 tokens with
+#   WS_HALF ("half512" / "half1024": every expert's pairs fill at most half a 256-pair block there); the dense MXFP4
+#   / NVFP4 WS entries at 256 rows beside BF16 cuBLAS (the NVFP4 cells at 0.795x, against the 0.8x target).
+# R100b (argument "b", ~400 s): w4_rega's E2M1 decoder in 4 instructions a pair (r100/rega-decoder.patch, the
+#   placement w4_ws took in this pass) against the shipped one, each in its own process and Triton cache: the
+#   MXFP4 MoE at 16 / 256 tokens (SWAP 3, w4_rega's MoE mode) and the dense MXFP4 REGA entries at 16 rows; then
+#   the REGA GPU tests on the patched decoder.
+set -o pipefail
+O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r100; mkdir -p $W
+( source scripts/device-env "$O" || exit 1
+  export PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
+  if [ "$1" != b ]; then
+    cd bench
+    TRITON_CACHE_DIR=/tmp/tc-a timeout 340 python3 bench_peers.py --shapes gpt-oss-20b gpt-oss-120b qwen3-30b-a3b-int4 \
+      qwen3-30b-a3b-int4-zp 36864x7168 7168x18432 8192x8192 --modes w4a16_mx w4a16_nvfp4 --m 256 --peers none \
+      --moe-m gpt-oss-20b=512,1024,2048,4096 gpt-oss-120b=4096 qwen3-30b-a3b-int4=2048,4096 qwen3-30b-a3b-int4-zp=2048,4096 \
+      --moe-launches --moe-variants configs/moe_r100.json --json $W/r100a.json > $W/r100a.log 2>&1
+    echo "r100a rc $?"; grep -E "M=" $W/r100a.log | cut -c1-300
+    exit 0
+  fi
+  b() {   # $1 label
+    (cd bench && TRITON_CACHE_DIR=/tmp/tc-$1 timeout 150 python3 bench_peers.py --shapes gpt-oss-20b gpt-oss-120b \
+      36864x7168 7168x18432 8192x8192 --modes w4a16_mx --m 16 --peers none --moe-m gpt-oss-20b=16,256 \
+      gpt-oss-120b=16,256 --moe-launches --json $W/r100b_$1.json > $W/r100b_$1.log 2>&1)
+    echo "$1 rc $?"; grep -E "M=" $W/r100b_$1.log | cut -c1-260
+  }
+  b shipped
+  git apply bench/results/h200-2026-12-05/r100/rega-decoder.patch || exit 1
+  b patched
+  cd plugins/triton/tests
+  TRITON_CACHE_DIR=/tmp/tc-patched timeout 90 python3 -m pytest -q -p no:cacheprovider -n 12 test_triton_moe_rega.py \
+    test_triton_rega_nvfp4.py > $W/pytest_r100b.log 2>&1
+  echo "pytest rc $?"; tail -3 $W/pytest_r100b.log | cut -c1-300
+  TRITON_CACHE_DIR=/tmp/tc-patched timeout 90 python3 -m pytest -q -p no:cacheprovider -n 12 test_triton_gpu.py -k "rega or REGA" \
+    > $W/pytest_r100b_dense.log 2>&1
+  echo "pytest (dense REGA) rc $?"; tail -3 $W/pytest_r100b_dense.log | cut -c1-300 )
+tar czf $O/r100.tgz -C $W .
