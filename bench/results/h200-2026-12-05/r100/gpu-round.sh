@@ -9,8 +9,27 @@
 #   placement w4_ws took in this pass) against the shipped one, each in its own process and Triton cache: the
 #   MXFP4 MoE at 16 / 256 tokens (SWAP 3, w4_rega's MoE mode) and the dense MXFP4 REGA entries at 16 rows; then
 #   the REGA GPU tests on the patched decoder.
+# R100c (argument "c", ~300 s): Nsight Compute (--set full, --clock-control none) on the first call's FC1 and FC2
+#   WS launches at gpt-oss-20b 4096 tokens (bench_peers under ncu, the kernels matched by name): the details page
+#   and the SASS source page with each instruction's warp-stall samples (CSV), to tell what the decode warps wait
+#   on (R98b: they bound the launch; R99: not their instruction count).
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r100; mkdir -p $W
+if [ "$1" = c ]; then
+  ( source scripts/device-env "$O" || exit 1
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    cd bench
+    TRITON_CACHE_DIR=/tmp/tc-c timeout 280 $NCU --clock-control none --set full -k regex:w4_ws_kernel --launch-count 2 \
+      -f -o $W/moe-ws python3 bench_peers.py --only moe --shapes gpt-oss-20b --moe-m gpt-oss-20b=4096 > $W/ncu-run.log 2>&1
+    echo "ncu rc $?"; grep -v "^==PROF==" $W/ncu-run.log | grep -E "M=|Error" | cut -c1-200
+    $NCU -i $W/moe-ws.ncu-rep --page details > $W/ncu-details.txt 2>&1
+    $NCU -i $W/moe-ws.ncu-rep --page source --print-source sass --csv > $W/ncu-sass.csv 2>&1
+    grep -E "Duration|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Compute \(SM\) Throughput" $W/ncu-details.txt \
+      | head -10 | cut -c1-150
+    rm -f $W/moe-ws.ncu-rep )
+  tar czf $O/r100.tgz -C $W .
+  exit 0
+fi
 ( source scripts/device-env "$O" || exit 1
   export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name --format=csv,noheader | head -1
