@@ -157,3 +157,32 @@ def test_oracle_run_graphs_without_cuda_is_one_error(good, capsys):
     assert err.startswith("error: ") and "CUDA graphs need a CUDA device" in err and "Traceback" not in err
     assert main(["run", "--model", str(good), "--batch", "0", "--bench"]) == 1
     assert "--batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, numbers", [("5.23.0", (5, 23, 0)), ("5.24.0.dev0", (5, 24, 0)),
+                                           ("6.0.0rc1", (6, 0, 0)), ("5.17", (5, 17))])
+def test_transformers_versions_read_as_release_numbers(text, numbers):
+    from oracle.hf.requirements import transformers_version
+
+    assert transformers_version(text) == numbers
+
+
+def test_an_older_transformers_is_one_error_naming_the_version(good, capsys, monkeypatch):
+    """transformers 5.17 (a lent GPU machine's, twenty-eighth pass) failed with an ImportError traceback deep in
+    the name mapping; now load_quantized, check_checkpoint, `oracle run` and `oracle explain --checkpoint` each
+    say what is needed and what was found, before anything is read."""
+    import transformers
+
+    from oracle.hf.requirements import MIN_TRANSFORMERS
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    floor = ".".join(map(str, MIN_TRANSFORMERS))
+    for call in (oracle.hf.load_quantized, oracle.hf.check_checkpoint):
+        with pytest.raises(InputError, match=rf"needs transformers >= {floor}, found 5\.17\.0 \(pip install -U"):
+            call(good, device="cpu") if call is oracle.hf.load_quantized else call(good)
+    assert main(["run", "--model", str(good), "--device", "cpu", "--prompt-ids", "1,2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"needs transformers >= {floor}, found 5.17.0" in err
+    assert main(["explain", "--model", str(good), "--checkpoint"]) == 1
+    err = capsys.readouterr().err
+    assert "--checkpoint: needs transformers" in err and "Traceback" not in err

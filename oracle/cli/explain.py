@@ -66,11 +66,8 @@ def _check_checkpoint(args: argparse.Namespace) -> int:
     if positive_int(args.tp, "--tp") != 1 or positive_int(args.ep, "--ep") != 1:
         raise InputError("checks the checkpoint as `oracle run` loads it, on one rank; expected --tp 1 --ep 1",
                          field="--checkpoint")
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        raise InputError(f"needs the hf extra (pip install 'kernel-oracle[hf]'): {exc}", field="--checkpoint") from None
+    from ..hf.requirements import require_transformers
+    require_transformers(field="--checkpoint")
     from ..hf import check_checkpoint
     loaded = check_checkpoint(args.model, platform=platform_from_args(args), config=config_from_args(args),
                               policy=policy_from_args(args), env=env_from_args(args))

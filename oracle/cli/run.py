@@ -64,11 +64,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..hf.requirements import require_transformers
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        print(f"error: oracle run needs the hf extra (pip install 'kernel-oracle[hf]'): {exc}", file=sys.stderr)
+        require_transformers()
+    except InputError as exc:
+        print(f"error: oracle run {exc}", file=sys.stderr)
         return 1
     for field, value, most in (("--max-new-tokens", [args.max_new_tokens], MAX_NEW_TOKENS),
                                ("--batch", args.batch, MAX_BATCH), ("--bench-steps", [args.bench_steps], MAX_NEW_TOKENS)):

@@ -1,7 +1,7 @@
 """oracle.hf: quantized checkpoints -> transformers models whose quantized modules run oracle kernels.
 
 The optional extra `kernel-oracle[hf]` (transformers, safetensors); transformers and torch are
-imported only inside this package's functions, when they run.
+imported only inside this package's functions, when they run, after requirements.require_transformers.
 """
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
     carries `model.oracle` (LoadReport: decisions, kernels, load time); `save_pretrained` is refused
     (its kernels' packed tensors are not a checkpoint: save the original directory instead).
     """
+    from .requirements import require_transformers
+    require_transformers()
     from .loader import load_quantized as _load
     return _load(path, device=device, dtype=dtype, platform=platform, config=config, policy=policy, env=env,
                  progress=progress, requantize_fused=requantize_fused, source=source)
@@ -48,12 +50,16 @@ def load_quantized(path: str | Path, *, device: str | None = None, dtype: Any = 
 def check_checkpoint(path: str | Path, *, platform: Any = None, config: Any = None, policy: Any = None,
                      env: Any = None, requantize_fused: bool = False) -> Any:
     """Every check `load_quantized` makes, without kernels or weights in memory (oracle.hf.loader)."""
+    from .requirements import require_transformers
+    require_transformers()
     from .loader import check_checkpoint as _check
     return _check(path, platform=platform, config=config, policy=policy, env=env, requantize_fused=requantize_fused)
 
 
 def load_reference(path: str | Path, *, dtype: Any = None) -> Any:
     """The checkpoint dequantized by its dialect's own library into a plain transformers model (oracle.hf.reference)."""
+    from .requirements import require_transformers
+    require_transformers()
     from .reference import load_reference as _ref
     return _ref(path, dtype=dtype)
 

@@ -46,17 +46,13 @@ class ModelNames:
 
     def module(self, checkpoint_module: str) -> str:
         """The model's module for a checkpoint module name (renamings only: converters act on tensors)."""
-        from transformers.core_model_loading import apply_renamings
-
-        return apply_renamings(checkpoint_module + ".weight", self.renamings)[: -len(".weight")]
+        return _renamed(checkpoint_module + ".weight", self.renamings)[: -len(".weight")]
 
     def checkpoint(self, model_name: str) -> str:
         """The reverse of `module`: a model name in the checkpoint's words (transformers' renamings undone,
         last first, as its save_pretrained does)."""
-        from transformers.core_model_loading import apply_renamings
-
         reverse = [r.reverse_transform() for r in reversed(self.renamings)]
-        return apply_renamings(model_name, reverse)
+        return _renamed(model_name, reverse)
 
     def expert_templates(self, model_name: str) -> list[str] | None:
         """For a fused expert parameter (`...experts.gate_up_proj`), the per-expert checkpoint names it is
@@ -73,13 +69,11 @@ class ModelNames:
 
     def tensors(self, names: Iterable[str]) -> tuple[dict[str, str], dict[str, Gathered]]:
         """Checkpoint names -> (model name of each plain tensor, fused parameters gathered from several)."""
-        from transformers.core_model_loading import apply_converters, apply_renamings
-
         plain: dict[str, str] = {}
         gathered: dict[str, Gathered] = {}
         for name in names:
-            renamed = apply_renamings(name, self.renamings)
-            target, pattern = apply_converters(renamed, self.converters)
+            renamed = _renamed(name, self.renamings)
+            target, pattern = _converted(renamed, self.converters)
             if pattern is None:
                 plain[name] = renamed
                 continue
@@ -88,6 +82,24 @@ class ModelNames:
             expert = _expert_index(renamed, pattern, name)
             g.experts.setdefault(expert, []).append((converter.source_patterns.index(pattern), name))
         return plain, gathered
+
+
+def _renamed(name: str, renamings: list[Any]) -> str:
+    """name after each of transformers' renamings in turn. Through WeightTransform.rename_source_key, which
+    transformers 5.17 already has: its module-level apply_renamings came in 5.21."""
+    for renaming in renamings:
+        name, _ = renaming.rename_source_key(name)
+    return name
+
+
+def _converted(name: str, converters: list[Any]) -> tuple[str, str | None]:
+    """name after the first of transformers' converters that matches it, and that converter's source pattern
+    (None: none matched). At most one converter acts on a tensor, as transformers' loader has it."""
+    for converter in converters:
+        target, pattern = converter.rename_source_key(name)
+        if pattern is not None:
+            return target, pattern
+    return name, None
 
 
 def _expert_index(renamed: str, pattern: str, original: str) -> int:

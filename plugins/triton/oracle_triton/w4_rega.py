@@ -39,25 +39,38 @@ from .gemm import e2m1_word_ptx_table
 _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
-def byte_pairs_ptx(e2m1: bool) -> str:
-    """PTX: one word $8 of 8 codes (code i at bits 4i..4i+3, k order) and $9 -> the codes 2j and 2j + 1 of
-    each byte j as the halves $j / $(j + 4) of one register, in bf16: prmt puts byte j of the word and of
-    the word shifted right by 4 in the two halves, so both codes sit at their half's bits 0-3.
-    INT4 ($9 = {0x4300 | z, 0x4300 | z}): masked and ORed into 0x4300 in one lop3 (bf16 128, where 128 + q
-    is exact) and one packed subtraction gives q - z exactly (as gemm._int4_word_halves). E2M1 ($9 = {c, c}, c = 2**126 x
-    scale in bf16, gemm.e2m1_scale_pair): the magnitude bits to bf16 bits 6-8 and the sign to bit 15 give
-    the value x 2**-126 exactly, one packed multiply by c gives value x scale rounded once (the fused form
-    of gemm.e2m1_word_ptx; + -0 keeps the signs of zeros)."""
-    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;", "shr.b32 v, $8, 4;"]
+def pair_lines(e2m1: bool, word: str, factor: str) -> tuple[list[str], list[list[str]]]:
+    """PTX of the byte-pair decoders (byte_pairs_ptx here, w4_ws.pairs_ptx): the lines before the pairs, and for
+    each byte j of word the lines that leave its codes 2j and 2j + 1 in register a (code 2j the low half).
+    INT4 (factor = {0x4300 | z, 0x4300 | z}): PRMT puts byte j of the word and of the word shifted right by 4 in
+    the two halves (both codes at bits 0-3), masked and ORed into 0x4300 (bf16 128, where 128 + q is exact) in
+    one LOP3, and one packed subtraction gives q - z exactly. E2M1 (factor = {c, c}, c = bf16(2**126 x scale),
+    gemm.e2m1_scale_pair): PRMT takes both codes from the high nibble of a byte (code 2j from the word shifted
+    left by 4, code 2j + 1 from the word) and fills the byte above each with that byte's sign (PRMT's sign
+    replication), so one shift left by 2 puts the magnitude at bf16 bits 6-8 and a copy of the sign at bit 15,
+    one AND clears the rest (value x 2**-126 exactly), and one packed FMA by c gives value x scale rounded once
+    (+ -0 keeps the signs of zeros): 4 instructions a pair (7 before R100: the MXFP4 MoE's WS launches are bound
+    by their decode warps, R98b)."""
+    prelude = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;",
+               f"shl.b32 v, {word}, 4;" if e2m1 else f"shr.b32 v, {word}, 4;"]
+    pairs = []
     for j in range(4):
-        sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
-        lines.append(f"prmt.b32 t, $8, v, {sel:#x};")
         if e2m1:
-            lines += ["shl.b32 a, t, 6;", "and.b32 a, a, 0x01C001C0;", "shl.b32 b, t, 12;", "and.b32 b, b, 0x80008000;",
-                      "or.b32 a, a, b;", "fma.rn.bf16x2 a, a, $9, z;"]
+            sel = j | ((8 | j) << 4) | ((4 + j) << 8) | ((12 + j) << 12)     # bytes: v's j, its sign; word's j, its sign
+            pairs.append([f"prmt.b32 t, v, {word}, {sel:#x};", "shl.b32 a, t, 2;", "and.b32 a, a, 0x81C081C0;",
+                          f"fma.rn.bf16x2 a, a, {factor}, z;"])
         else:
-            lines += ["lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $9;"]     # (t & mask) | c
-        lines.append(f"mov.b32 {{${j}, ${j + 4}}}, a;")
+            sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
+            pairs.append([f"prmt.b32 t, {word}, v, {sel:#x};", "lop3.b32 a, t, 0x000F000F, c, 0xEA;",   # (t & mask) | c
+                          f"sub.rn.bf16x2 a, a, {factor};"])
+    return prelude, pairs
+
+
+def byte_pairs_ptx(e2m1: bool) -> str:
+    """PTX: one word $8 of 8 codes (code i at bits 4i..4i+3, k order) and its factor pair $9 (pair_lines) -> the
+    codes 2j and 2j + 1 of each byte j as the halves $j / $(j + 4): INT4 q - z, E2M1 value x scale, in bf16."""
+    prelude, pairs = pair_lines(e2m1, "$8", "$9")
+    lines = prelude + [x for j in range(4) for x in pairs[j] + [f"mov.b32 {{${j}, ${j + 4}}}, a;"]]
     return "{\n" + "\n".join(lines) + "\n}"
 
 

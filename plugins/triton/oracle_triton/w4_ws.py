@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
     warpgroup_mma_wait
 
-from .w4_rega import expert_operands
+from .w4_rega import expert_operands, pair_lines
 
 #: Triton 3.7's warp_specialize takes [(function, args), ...]; 3.6's (the H200's) the default partition's args
 #: and function, then the workers' args and functions.
@@ -44,30 +44,15 @@ _WS_LIST = gl.constexpr("functions_and_args" in inspect.signature(gl.warp_specia
 def pairs_ptx(int4: bool) -> str:
     """PTX: word $4 (8 codes, code i at bits 4i..4i+3) -> $0..$3, register j the weights of codes 2j (low half) and
     2j + 1 (high half) in bf16: the order they take in memory, so four registers are the word's 16-byte chunk.
-    PRMT puts byte j of the word and of the word shifted right by 4 in the two halves (both codes at bits 0-3).
-    INT4 ($5 = {0x4300 | z} x 2, $6 / $7 = the scale's bf16 terms {hi, hi} / {lo, lo}): masked and ORed into
-    0x4300 (bf16 128 + q, exact) in one LOP3, minus 128 + z gives q - z exactly; (q - z) x lo is exact (at most
-    4 + 3 significant bits) and the second FMA rounds (q - z) x hi + that once: the fp32 product (q - z) x s
-    rounded to bf16, for fp16 or bf16 scales. E2M1 ($5 = {c, c}, c = bf16(2**126 x scale)): the magnitude bits
-    to bf16 bits 6-8 and the sign to bit 15 give value x 2**-126 exactly, one packed FMA by c (+ -0) value x scale
-    rounded once (the weights of w4_rega.byte_pairs_ptx's decoder).
-
-    E2M1's bit placement takes 4 instructions a pair, not byte_pairs_ptx's 7 (R98b: the MXFP4 MoE's WS launches are
-    bound by their decode warps): PRMT takes both codes from the high nibble of a byte (code 2j from the word shifted
-    left by 4, code 2j + 1 from the word) and fills the byte above each with that byte's sign (PRMT's sign
-    replication), so one shift left by 2 puts the magnitude at bits 6-8 and a copy of the sign at bit 15 of each
-    half, and one AND clears the rest."""
-    lines = [".reg .b32 v, t, a, b, z, c;", "mov.b32 z, 0x80008000;", "mov.b32 c, 0x43004300;",
-             "shr.b32 v, $4, 4;" if int4 else "shl.b32 v, $4, 4;"]
+    The pairs are w4_rega.pair_lines' (the same decoder as w4_rega's). INT4 ($5 = {0x4300 | z} x 2, $6 / $7 = the
+    scale's bf16 terms {hi, hi} / {lo, lo}): q - z exactly, then (q - z) x lo is exact (at most 4 + 3 significant
+    bits) and the second FMA rounds (q - z) x hi + that once: the fp32 product (q - z) x s rounded to bf16, for
+    fp16 or bf16 scales. E2M1 ($5 = {c, c}, c = bf16(2**126 x scale)): value x scale rounded once."""
+    prelude, pairs = pair_lines(not int4, "$4", "$5")
+    lines = list(prelude)
     for j in range(4):
-        if int4:
-            sel = j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)
-            lines += [f"prmt.b32 t, $4, v, {sel:#x};", "lop3.b32 a, t, 0x000F000F, c, 0xEA;", "sub.rn.bf16x2 a, a, $5;",
-                      "fma.rn.bf16x2 b, a, $7, z;", f"fma.rn.bf16x2 ${j}, a, $6, b;"]
-        else:
-            sel = j | ((8 | j) << 4) | ((4 + j) << 8) | ((12 + j) << 12)     # bytes: v's j, its sign; word's j, its sign
-            lines += [f"prmt.b32 t, v, $4, {sel:#x};", "shl.b32 a, t, 2;", "and.b32 a, a, 0x81C081C0;",
-                      f"fma.rn.bf16x2 ${j}, a, $5, z;"]
+        scaled = ["fma.rn.bf16x2 b, a, $7, z;", f"fma.rn.bf16x2 ${j}, a, $6, b;"] if int4 else [f"mov.b32 ${j}, a;"]
+        lines += pairs[j] + scaled
     return "{\n" + "\n".join(lines) + "\n}"
 
 

@@ -369,8 +369,8 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
     tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
     experts' layout; the activation in FC1's epilogue (WS_ACT: gpt-oss's swigluoai; Qwen3's silu since R98a, the
-    twenty-sixth pass's ACT_SILU); from 1025 tokens (buckets 2048 and 4096) an expert's half-empty block multiplied
-    on its first half (WS_HALF, R98a), not below (untimed there); the calls
+    twenty-sixth pass's ACT_SILU); an expert's half-empty block multiplied on its first half (WS_HALF: R98a from
+    1025 tokens, R100a on gpt-oss-20b's 512 / 1024 buckets, every WS entry now); the calls
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
     DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
     from oracle_triton.formats import check_config, layout_for
@@ -382,7 +382,7 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         cfg = tuned.lookup(DEVICE, "moe", mode, n, k, m, experts, **kw)
         assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
         assert cfg.get("WS_ACT", 0) == int(fused)
-        assert cfg.get("WS_HALF", 0) == int(m > 1024), m
+        assert cfg["WS_HALF"] == 1, m
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
                                     "num_stages": 3, "DEQUANT_MM": chunk}
         for lay in (layout_for("mxfp4" if mode == "w4a16_mx" else "int4", n, k, 128),

@@ -1,8 +1,8 @@
 """w4_ws, the warp-specialized many-row 4-bit kernel (issue 26, M >= 64): on CPU, its word decoders' PTX run by
 test_triton_e2m1_ptx's bit-level model against hand-computed weights (INT4: the fp32 product (q - z) x s rounded
-once to bf16, for fp16 scales) and against w4_rega's tested E2M1 decoder; the configs check_config and the tuned
-table take; the shipped WS entries served only where the kernel runs. On an H200: test_triton_gpu's
-test_ws_kernel_matches_emulation_and_replays."""
+once to bf16, for fp16 scales; E2M1: the format table's value x scale rounded once, w4_rega's decoder too); the
+configs check_config and the tuned table take; the shipped WS entries served only where the kernel runs. On an
+H200: test_triton_gpu's test_ws_kernel_matches_emulation_and_replays."""
 from __future__ import annotations
 
 import random
@@ -59,22 +59,34 @@ def test_ws_int4_decoder_rounds_the_fp32_product_once(s):
         assert got == want, (s, z)
 
 
-def test_ws_e2m1_decoder_is_the_rega_decoder_packed():
-    """w4_ws.pairs_ptx(int4=False) computes w4_rega.byte_pairs_ptx(True)'s weights (tested against
-    oracle-emulation in test_triton_rega_nvfp4 / test_triton_e2m1_ptx), register j holding codes 2j and 2j + 1
-    packed as memory orders them (its own bit placement, PRMT's sign replication: pairs_ptx): every code in every
-    position, random words, MXFP4 / NVFP4 factors."""
+#: E2M1's 8 magnitudes (OCP MX spec, table of FP4 values); bit 3 of a code is its sign
+E2M1_MAGNITUDES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize("e2m1_bytes", [False, True], ids=["w4_ws", "w4_rega"])
+def test_e2m1_pair_decoders_round_value_x_scale_once(e2m1_bytes):
+    """w4_ws.pairs_ptx(int4=False) and w4_rega.byte_pairs_ptx(True) (one generator, w4_rega.pair_lines; each
+    hands the pairs out its own way): with factor c = bf16(2**126 x scale) every code in every position, and
+    random words, gives the format table's value x (c x 2**-126) rounded once to bf16, -0 for code 8, in code
+    order: MXFP4 (power-of-two) and NVFP4-like factors."""
     from oracle_triton.w4_rega import byte_pairs_ptx
     from oracle_triton.w4_ws import pairs_ptx
 
     rng = random.Random(7)
-    ws, rega = pairs_ptx(False), byte_pairs_ptx(True)
+    ptx = byte_pairs_ptx(True) if e2m1_bytes else pairs_ptx(False)
     every_code_everywhere = [c * 0x11111111 for c in range(16)] + [0x76543210, 0xFEDCBA98, 0x89ABCDEF, 0x01234567]
     for word in every_code_everywhere + [rng.getrandbits(32) for _ in range(200)]:
-        factor = _pairs(torch.tensor(2.0 ** 126 * rng.choice([1.0, 0.25, 2.0 ** -9, 0.37, 1.5 / 448.0])))
-        got = _unpack(run_ptx(ws, {4: word, 5: factor}))
-        o = run_ptx(rega, {8: word, 9: factor})
-        assert got == [o[j] if i == 0 else o[j + 4] for j in range(4) for i in range(2)], hex(word)
+        c = torch.tensor(2.0 ** 126 * rng.choice([1.0, 0.25, 2.0 ** -9, 0.37, 1.5 / 448.0])).to(torch.bfloat16)
+        scale = float(c) * 2.0 ** -126
+        codes = [(word >> (4 * i)) & 15 for i in range(8)]
+        want = _bits(torch.tensor([(-1.0 if q & 8 else 1.0) * E2M1_MAGNITUDES[q & 7] * scale for q in codes],
+                                  dtype=torch.float64))
+        if e2m1_bytes:
+            o = run_ptx(ptx, {8: word, 9: _pairs(c)})
+            got = [o[j + 4 * i] for j in range(4) for i in range(2)]
+        else:
+            got = _unpack(run_ptx(ptx, {4: word, 5: _pairs(c)}))
+        assert got == want, hex(word)
 
 
 WS_CFG = {"WS": 1, "num_warps": 8, "BM": 128, "STAGES": 3, "DW": 8, "DREGS": 128, "MAXNREG": 128, "XCP": 1, "BK": 128}
