@@ -7,7 +7,7 @@
 #   WS_HALF ("half512" / "half1024": every expert's pairs fill at most half a 256-pair block there); the dense MXFP4
 #   / NVFP4 WS entries at 256 rows beside BF16 cuBLAS (the NVFP4 cells at 0.795x, against the 0.8x target).
 # R100b, two calls (the twenty-eighth pass: the patch, r100/rega-decoder-shared.patch, travels applied in the
-#   working tree; "a" and "c" take it out first and run the shipped decoder). w4_rega's E2M1 decoder in 4
+#   working tree; in that pass "a" took it out first; since 89db871 it is main's code, see below). w4_rega's E2M1 decoder in 4
 #   instructions a pair (w4_ws's and w4_rega's pairs from one generator, w4_rega.pair_lines, the placement w4_ws
 #   took in the twenty-seventh pass) against the shipped one, each in its own process and Triton cache: the MXFP4
 #   MoE at 16 / 256 tokens (SWAP 3, w4_rega's MoE mode) and the dense MXFP4 REGA entries at 16 rows.
@@ -21,7 +21,9 @@ set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r100; mkdir -p $W
 P=bench/results/h200-2026-12-05/r100/rega-decoder-shared.patch
 unpatch() { git apply -R --check $P 2>/dev/null && git apply -R $P && echo "($P taken out)"; }
-[ "$1" = g ] || unpatch
+# Since 89db871 (twenty-eighth pass) the patch is main's code: "a", "c" and "g" run main as it is; "s" takes the patch
+# out to time the decoder main had before.
+[ "$1" = s ] && { unpatch || exit 1; }
 if [ "$1" = c ]; then
   ( source scripts/device-env "$O" || exit 1
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
