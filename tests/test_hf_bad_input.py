@@ -186,3 +186,21 @@ def test_an_older_transformers_is_one_error_naming_the_version(good, capsys, mon
     assert main(["explain", "--model", str(good), "--checkpoint"]) == 1
     err = capsys.readouterr().err
     assert "--checkpoint: needs transformers" in err and "Traceback" not in err
+
+
+def test_load_reference_names_a_bad_dtype_and_a_missing_library(good, monkeypatch):
+    """load_reference takes the dtypes load_quantized takes (else one error on `dtype`), and a dialect library
+    transformers cannot import (compressed-tensors, accelerate) is one error naming the checkpoint, not an
+    ImportError traceback."""
+    import transformers
+
+    with pytest.raises(InputError, match=r"^dtype: expected bfloat16, float16 or float32, got 'int3'$"):
+        oracle.hf.load_reference(good, dtype="int3")
+
+    def missing(*args, **kwargs):
+        raise ImportError("Using `fp8` quantization requires accelerate: `pip install accelerate`")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", missing)
+    with pytest.raises(InputError, match=r"the fp8 reference dequantizes with a library .*requires accelerate") as e:
+        oracle.hf.load_reference(good)
+    assert str(good) in str(e.value)

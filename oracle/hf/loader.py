@@ -287,6 +287,12 @@ def _dtype(dtype: Any, desc: Any) -> torch.dtype:
     """`dtype` as a torch dtype (a name or a torch dtype); None: the checkpoint's (config torch_dtype)."""
     if dtype is None:
         return torch_dtype(desc.layers[0].layer.dtype) if desc.layers else torch.bfloat16
+    return dtype_named(dtype)
+
+
+def dtype_named(dtype: Any) -> torch.dtype:
+    """A torch dtype, or its name ("bfloat16", "bf16", "float16", "fp16", "float32", "fp32"), as a torch dtype;
+    anything else is an InputError on the `dtype` argument."""
     if isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
     else:

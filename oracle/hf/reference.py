@@ -39,12 +39,18 @@ def load_reference(path: str | Path, *, dtype: Any = None) -> Any:
     if method not in SUPPORTED:
         raise InputError(f"no library reference for quant_method {method or 'none'!r}; expected one of "
                          f"{', '.join(SUPPORTED)}", source=str(config), field="quantization_config.quant_method")
-    torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype or "bfloat16")
+    from .loader import dtype_named
+
+    torch_dtype = dtype_named(torch.bfloat16 if dtype is None else dtype)
     import warnings
     with warnings.catch_warnings():       # "the quantization_config from the model will be used": intended
         warnings.filterwarnings("ignore", message="You passed `quantization_config`")
-        model = AutoModelForCausalLM.from_pretrained(str(root), quantization_config=_dequantizing(method, qc),
-                                                     dtype=torch_dtype, trust_remote_code=False)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(root), quantization_config=_dequantizing(method, qc),
+                                                         dtype=torch_dtype, trust_remote_code=False)
+        except ImportError as exc:      # the dialect's library (compressed-tensors, accelerate...) is not installed
+            raise InputError(f"the {method} reference dequantizes with a library transformers could not import "
+                             f"here: {exc}", source=str(root)) from None
     return model.eval()
 
 
