@@ -8,7 +8,7 @@ Triton picks the layout of a load itself, so tl.dot cannot get the decoded value
 them. Gluon states layouts: here each lane LOADS exactly the packed words whose decoded values are its
 A-fragment registers (wgmma m64nNk16 bf16: lane l of warp w holds rows 16w + l/4 and + 8, k pairs
 2(l%4), +1 and + 8, + 9; words_layout), decodes them in place (byte_pairs_ptx: a PRMT per byte pair, then
-one packed operation per value pair), and hands them to `warpgroup_mma` with no layout change
+two or three instructions for its two values, pair_lines), and hands them to `warpgroup_mma` with no layout change
 (`convert_layout(..., assert_trivial=True)` fails the compile otherwise). Eight MMAs per K tile are
 issued back to back and waited for once.
 
