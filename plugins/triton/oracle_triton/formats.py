@@ -132,7 +132,7 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight", m
     words in GPTQ's [K/8, N] layout (INT4 with groups a multiple of BK, or E2M1 words); 4 or 8 MMA warps (BN = 16 x
     num_warps weight rows); BM of WS_ROWS; 1, 2, 4, 8 or 16 decode warps (DW: their lanes across the BN weight rows,
     the warps BN does not need across a K tile's word rows); a ring of 2-8 slots inside WS_SMEM; PFENCE / XCP / XTMA
-    / MW / WPF / PP / DP / WT in their ranges (the kernel's docstrings; WT's ring of words inside WS_SMEM too); DREGS
+    / MW / WPF / PP / DP / WT / PT in their ranges (the kernel's docstrings; WT's ring of words inside WS_SMEM too); DREGS
     a multiple of 8 in 24..256; MAXNREG a multiple of 8 in 64..255, the whole program's registers inside the register
     file (MAXNREG x 32 x its warps rounded up to whole warpgroups <= 65536) and room for the MMA warps' fp32
     accumulator (BN x BM / (32 x num_warps) registers a thread) plus WS_MMA_REGS (ptxas refuses the wgmma below that:
@@ -175,6 +175,13 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight", m
     if wt != 0 and (wt not in range(stages + 1, 17) or xt != 1 or cfg.get("PP")):
         raise ValueError(f"WT for {what}: 0 (the words loaded into registers WPF tiles ahead) or a ring of STAGES + 1 "
                          f"to 16 slots of words that the MMA warps fill by TMA (with XTMA 1, without PP), not {cfg}")
+    pt = cfg.get("PT", 0)
+    if pt not in (0, 1, 2) or (pt and (xt != 1 or cfg.get("MW", 1) != 1 or dp not in (1, 2) or stages % dp or
+                                       cfg.get("PP") or wt or wgn != 1 or cfg.get("PFENCE", 0))) or \
+            (pt == 2 and cfg.get("WPF", 2) != 2):
+        raise ValueError(f"PT for {what}: 0, 1 (a persistent program an SM, the ring running on across its output "
+                         f"tiles) or 2 (PT 1 with the decode loop unrolled by two trips: WPF 2), with XTMA 1, MW 1, DP "
+                         f"1 or 2 dividing STAGES, not PP, WT, WGN 2 or PFENCE, not {cfg}")
     dregs, maxnreg = cfg.get("DREGS"), cfg.get("MAXNREG")
     if dregs not in range(24, 257, 8) or maxnreg not in range(64, 256, 8) or \
             maxnreg * 32 * -(-(warps + dw) // 4) * 4 > 65536 or maxnreg < bn * bm // (32 * warps) + WS_MMA_REGS:
@@ -185,7 +192,7 @@ def check_ws_config(cfg: dict[str, int], layout: Layout, what: str = "weight", m
 
 #: The w4_ws launch keys a MoE WS entry carries beside its DEQUANT_MM fallback (moe_ws; its MMA warps as WS_WARPS)
 WS_MOE_KEYS = ("BM", "BK", "STAGES", "DW", "DREGS", "MAXNREG", "PFENCE", "XCP", "WPF", "MW", "XTMA", "PP", "DP",
-               "WT", "WGN")
+               "WT", "WGN", "PT")
 
 
 def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:

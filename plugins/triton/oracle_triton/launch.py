@@ -692,7 +692,7 @@ class DenseGemm:
     def ws(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16, bf16: w4_ws.w4_ws_kernel (16 x num_warps weight rows and BM activation rows
         per program, DW decode warps beside them, a ring of STAGES K tiles of BK, 64 unless told; one launch)."""
-        from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
+        from .w4_ws import pt_programs, tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
         m = x.shape[0]
         xt = cfg.get("XTMA", 0)
@@ -703,6 +703,10 @@ class DenseGemm:
         y = torch.empty(m, self.n, dtype=torch.bfloat16, device=x.device)
         warps, bm, lay = cfg["num_warps"], cfg["BM"], self.layout
         grid = (-(-self.n // (16 * warps)), -(-m // bm), 1)
+        pt = pt_programs(grid[0] * grid[1], self.k // cfg.get("BK", WS_BK), cfg["STAGES"], x.device) \
+            if cfg.get("PT") else 0
+        if pt:      # PT: a persistent program an SM over the grid's output tiles
+            grid = (pt, 1, 1)
         if xt:      # the descriptor holds this call's x: a replayed plan would read another call's
             fastlaunch.spoil("a TMA descriptor of the call's activations")
         pp = cfg.get("PP", 0)       # PP: the kernel's own warps are the DW decode warps, the MMA warpgroups workers
@@ -718,7 +722,8 @@ class DenseGemm:
                           PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2),
                           MW=cfg.get("MW", 1), XTMA=xt, PP=pp, DP=cfg.get("DP", 1),
                           x_desc=x_tma_desc(x, bm) if xt else None, WT=wt,
-                          w_desc=w_tma_desc(self, words, [cfg.get("BK", WS_BK) // 8, 16 * warps]) if wt else None)
+                          w_desc=w_tma_desc(self, words, [cfg.get("BK", WS_BK) // 8, 16 * warps]) if wt else None,
+                          PT=cfg["PT"] if pt else 0)
         return y
 
     def wgmma_ok(self, act: int) -> bool:

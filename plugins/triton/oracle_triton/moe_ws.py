@@ -117,7 +117,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
              cfg: dict[str, int]) -> torch.Tensor:
     """The WS call (module docstring). cfg: BM (pairs a block: w4_ws's activation rows a program, 64-256),
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
-    MW, PFENCE, XCP, PP, WT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
+    MW, PFENCE, XCP, PP, WT, PT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
     where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
     last block on its first half alone where its pairs fit there (w4_ws's HALF)."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
@@ -174,9 +174,10 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
     pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
-    the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN)."""
+    the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN); PT 1: a persistent
+    program an SM over those output tiles (w4_ws's PT; w4_ws.pt_programs)."""
     from . import fastlaunch
-    from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
+    from .w4_ws import pt_programs, tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
@@ -200,7 +201,12 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     wt = cfg.get("WT", 0) if rows is not None and tma_ok(rows) else 0       # WT 0: the words through registers
     if xt:      # the descriptor holds this call's activations: a replayed plan would read another call's
         fastlaunch.spoil("a TMA descriptor of the call's activations")
-    fastlaunch.launch(w4_ws_kernel, (-(-n // (16 * 8 if pp else bn)), block_expert.shape[0], 1),
+    grid = (-(-n // (16 * 8 if pp else bn)), block_expert.shape[0], 1)
+    pt = pt_programs(grid[0] * grid[1], kdim // cfg.get("BK", WS_BK), cfg["STAGES"], a.device) \
+        if cfg.get("PT") else 0
+    if pt:      # PT: a persistent program an SM over the blocks' output tiles
+        grid = (pt, 1, 1)
+    fastlaunch.launch(w4_ws_kernel, grid,
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                       x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale, g_ptr=w.scale,
                       b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
@@ -212,4 +218,4 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, **strides)
+                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, **strides)

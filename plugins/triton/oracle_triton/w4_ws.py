@@ -87,6 +87,23 @@ def w_tma_desc(owner, words, box: list[int]):
     return cache[tuple(box)]
 
 
+#: PT's programs: None for one an SM (the device's count), or this many (the GPU tests: a few programs, many
+#: output tiles each)
+PT_PROGRAMS: int | None = None
+
+
+def pt_programs(tiles: int, k_tiles: int, stages: int, device) -> int:
+    """PT's grid: one program an SM (or PT_PROGRAMS), no more than the output tiles; 0 where the kernel's K tiles
+    are fewer than its ring's slots (the next tile's first activation tiles are started from this tile's last
+    STAGES MMAs: each must be a K tile of the next tile), and the one-tile grid serves the call."""
+    if k_tiles < stages:
+        return 0
+    import torch
+
+    count = PT_PROGRAMS or torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(tiles, count))
+
+
 _INT4_PTX = gl.constexpr(pairs_ptx(True))
 _E2M1_PTX = gl.constexpr(pairs_ptx(False))
 
@@ -193,13 +210,29 @@ def _tile_values(u, s, zw, n1, gscale, ELEM: gl.constexpr, BN: gl.constexpr, BK:
 
 
 @gluon.jit
+def _put_tile(tile, a_ring, full, empty, c, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+              ACT: gl.constexpr):
+    """WU: a decoded tile (its rows paired for ACT_SWIGLUOAI) stored into the ring's tile c's slot once the MMA
+    warps hand it back, and the slot handed over (XTMA 1: the activations are the MMA warps' TMA)."""
+    a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    if ACT is not None:
+        if ACT[0] == ACT_SWIGLUOAI:
+            tile = _pair_rows(tile, BN, BK // 2)
+    slot = c % STAGES
+    mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
+    a_ring.index(slot)._reinterpret(gl.int32, [BN, BK // 2], a32_sl).store(tile)
+    mbarrier.arrive(full.index(slot), count=1)
+
+
+@gluon.jit
 def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xfull, x_desc, off_m, x_off, x_ok, w_off,
                      w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
                      ELEM: gl.constexpr,
                      GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                      WPF: gl.constexpr, XTMA: gl.constexpr, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
-                     w_ring=None, wfull=None, WT: gl.constexpr = 0, WKN: gl.constexpr = 0, ACT: gl.constexpr = None):
+                     w_ring=None, wfull=None, WT: gl.constexpr = 0, WKN: gl.constexpr = 0, ACT: gl.constexpr = None,
+                     C0=0, WU: gl.constexpr = 0):
     """_decode_partition's loop with the activations copied by cp.async XCP tiles ahead of the decode: tile j's
     slot awaited (empty) and its copy issued at trip j - XCP; at trip i this thread's copies of tile i are waited
     for (wait_group XCP), and the partition barrier before the arrive covers every thread's. The words (and
@@ -210,24 +243,44 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
     DP > 1 (with XTMA): this is decode partition PART of DP, on K tiles PART, PART + DP, ... only (its words
     loaded WPF of its own tiles ahead), so DP tiles are decoded at once and each has DP trips' time. WT > 0 (with
     XTMA 1): the words reach shared memory by TMA (w_ring, WT slots, the MMA warps' copies), and a trip reads its
-    tile's from its slot once wfull says they landed; only the scales are loaded WPF tiles ahead here."""
+    tile's from its slot once wfull says they landed; only the scales are loaded WPF tiles ahead here.
+    C0 (PT, with XTMA 1): the ring's count of K tiles before this output tile's (the persistent program's earlier
+    tiles): tile i is the ring's tile C0 + i (its slot and phase), and partition PART takes the ring's tiles
+    PART, PART + DP, ..., so each slot keeps one partition (DP divides STAGES) whatever n_tiles is. WU 1 (PT 2:
+    XTMA 1, WPF 2, no WT): the loop unrolled by two trips, each of the two register sets of words reloaded in place
+    once its decode has read it, instead of the sets rotated each trip: a rotation's register moves wait for the
+    loads just issued (R101c: the words' and scales' moves were 5-7% of the 4096-token launches' stall samples),
+    so the words had one trip to arrive instead of two. An odd trip count decodes one tile more, not stored."""
     a32_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     for p in gl.static_range(0 if XTMA else XCP):
         mbarrier.wait(empty.index(p % STAGES), ((p // STAGES) & 1) ^ 1, pred=p < n_tiles)
         async_copy.async_copy_global_to_shared(x_ring.index(p % STAGES), x_ptr + p * BK + x_off,
                                                mask=x_ok & (p < n_tiles))
         async_copy.commit_group()
-    u, s, zw = _load_words(PART, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
+    first = (PART + DP - C0 % DP) % DP      # PART where C0 is 0
+    u, s, zw = _load_words(first, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
                            stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
-    u1, s1, zw1 = _load_words(PART + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+    u1, s1, zw1 = _load_words(first + DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
                               stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     if WPF >= 3:
-        u2, s2, zw2 = _load_words(PART + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+        u2, s2, zw2 = _load_words(first + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
                                   stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
     if WPF >= 4:
-        u3, s3, zw3 = _load_words(PART + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+        u3, s3, zw3 = _load_words(first + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
                                   stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK, WT)
-    for i in range(PART, n_tiles, DP):
+    if WU:
+        for i in range(first, n_tiles, 2 * DP):
+            tile = _tile_values(u, s, zw, n1, gscale, ELEM, BN, BK)
+            u, s, zw = _load_words(i + 2 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                   stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+            _put_tile(tile, a_ring, full, empty, C0 + i, BN, BK, STAGES, ACT)
+            tile = _tile_values(u1, s1, zw1, n1, gscale, ELEM, BN, BK)
+            u1, s1, zw1 = _load_words(i + 3 * DP, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk,
+                                      stride_sk, stride_zk, stride_sn, ELEM, GROUP, HAS_ZERO, BK)
+            if i + DP < n_tiles:
+                _put_tile(tile, a_ring, full, empty, C0 + i + DP, BN, BK, STAGES, ACT)
+        return
+    for i in range(first, n_tiles, DP):
         if not XTMA:
             j = i + XCP
             jslot = j % STAGES
@@ -252,9 +305,9 @@ def _decode_loop_xcp(x_ptr, w_ptr, s_ptr, z_ptr, a_ring, x_ring, full, empty, xf
         if ACT is not None:
             if ACT[0] == ACT_SWIGLUOAI:     # interleaved rows, paired here; ACT_SILU's arrive paired (_act_rows)
                 tile = _pair_rows(tile, BN, BK // 2)
-        slot = i % STAGES
+        slot = (C0 + i) % STAGES
         if XTMA:
-            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            mbarrier.wait(empty.index(slot), (((C0 + i) // STAGES) & 1) ^ 1)
             if XTMA == 2:
                 _x_tile(x_desc, x_ring, xfull, i, n_tiles, off_m, BM, BK, STAGES)
         a_ring.index(slot)._reinterpret(gl.int32, [BN, BK // 2], a32_sl).store(tile)
@@ -285,7 +338,7 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
                       STAGES: gl.constexpr, DW: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr,
                       WPF: gl.constexpr, XTMA: gl.constexpr = 0, PART: gl.constexpr = 0, DP: gl.constexpr = 1,
                       xfull=None, x_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0,
-                      ACT: gl.constexpr = None):
+                      ACT: gl.constexpr = None, C0=0, WU: gl.constexpr = 0):
     """The producer (DW warps; DP > 1: one of DP such partitions, _decode_loop_xcp): per K tile, the slot awaited
     (empty), the words decoded, both tiles stored, the slot handed over (full). Loads run ahead of the decode, the
     activations one tile and the words (from HBM) two, so that a tile's decode never waits for its own loads (each
@@ -322,7 +375,7 @@ def _decode_partition(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, e
                          w_off, w_ok, r8, n1, n_ok, gscale, n_tiles, stride_wk, stride_sk, stride_zk, stride_sn,
                          ELEM, GROUP,
                          HAS_ZERO, BN, BM, BK, STAGES, PFENCE, XCP, WPF, XTMA, PART, DP, w_ring, wfull, WT, WKN,
-                         ACT)
+                         ACT, C0, WU)
         return
     xv = gl.load(x_ptr + x_off, mask=x_ok, other=0.0)
     u, s, zw = _load_words(0, n_tiles, w_ptr, s_ptr, z_ptr, w_off, w_ok, r8, n1, n_ok, stride_wk, stride_sk,
@@ -401,8 +454,23 @@ def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.c
     """XTMA 1: TMA of K tile t's activations [BM, BK] into its slot (t % STAGES), as 64-wide boxes (the 128-byte
     swizzle's span; a 128-deep slot is two such column blocks) of at most 256 rows (BM 512: two row blocks),
     completing on xfull; none past the last tile."""
-    slot = t % STAGES
-    ok = t < n_tiles
+    _x_tile_at(x_desc, x_ring, xfull, t % STAGES, t, off_m, t < n_tiles, BM, BK)
+
+
+@gluon.jit
+def _x_tile_pt(x_desc, x_ring, xfull, j, n_tiles, C0, off_m, noff_m, nlive, BM: gl.constexpr, BK: gl.constexpr,
+               STAGES: gl.constexpr):
+    """PT: the activations of the ring's tile C0 + j: this output tile's K tile j (off_m's rows), or past its last
+    K tile the next output tile's K tile j - n_tiles (noff_m's rows; none where nlive says there is no next)."""
+    if j < n_tiles:
+        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j, off_m, j < n_tiles, BM, BK)
+    else:
+        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j - n_tiles, noff_m, nlive, BM, BK)
+
+
+@gluon.jit
+def _x_tile_at(x_desc, x_ring, xfull, slot, t, off_m, ok, BM: gl.constexpr, BK: gl.constexpr):
+    """The TMA of K tile t's activations, rows off_m .. + BM, into slot where ok (_x_tile)."""
     mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
     XB: gl.constexpr = X_BOX_ROWS if BM > X_BOX_ROWS else BM
     for r in gl.static_range(BM // XB):
@@ -439,7 +507,7 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
                    WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0,
-                   WGN: gl.constexpr = 1):
+                   WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0, nlive=False):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -455,20 +523,21 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     sentinel T) is multiplied and written as its first BM / 2 rows only (wgmma's N halved: an expert's last
     block is on average half padding). WGN 2: the NW warps are two warpgroups side by side on the activation rows
     (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
-    decoded tile serves twice as many pairs."""
+    decoded tile serves twice as many pairs. PT (_pt_mma): one output tile of a persistent program, the ring's
+    tiles from C0 (_mma_tiles)."""
     if HALF:
         if gl.load(half_ptr + off_m + BM // 2) < T:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
-                       wfull, WT, w_row, w_k0, WKN, ACT, WGN)
+                       wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
-                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN)
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
     else:
         _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
                    BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
-                   w_row, w_k0, WKN, ACT, WGN)
+                   w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
 
 
 @gluon.jit
@@ -476,29 +545,34 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                HAS_BIAS: gl.constexpr, BM: gl.constexpr, BMC: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr, XTMA: gl.constexpr, PP: gl.constexpr,
                ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
-               WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1):
+               WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0,
+               nlive=False):
     """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
     all BM: the ring's slots and their byte counts stay one size). WGN 2: the accumulator's columns (activation
-    rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2."""
+    rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2. PT (XTMA 1, MW 1): K tile i is
+    the ring's tile C0 + i; the slots freed by this tile's last STAGES MMAs take the next output tile's first
+    activation tiles (noff_m's rows, where nlive), the last one handed back before the output is written, so the
+    decode warps and the TMA fill the next tile's slots while this one's output is stored (_pt_mma)."""
     BN: gl.constexpr = 16 * NW // WGN
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW // WGN, WGN],
                                                     instr_shape=[16, BMC // WGN, 16])
     acc = gl.zeros([BN, BMC], gl.float32, acc_l)
     n_tiles = K // BK
-    if XTMA == 1:
+    if XTMA == 1 and not PT:    # (PT: the previous tile's loop, or _pt_mma for the first, started these)
         for p in gl.static_range(STAGES):
             _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES)
     if WT:
         for p in gl.static_range(WT):
             _w_tile(w_desc, w_ring, wfull, p, n_tiles, w_row, w_k0, BN, BK, WT, WKN)
     for i in range(n_tiles):
-        slot = i % STAGES
-        mbarrier.wait(full.index(slot), (i // STAGES) & 1)
+        slot = (C0 + i) % STAGES
+        phase = ((C0 + i) // STAGES) & 1
+        mbarrier.wait(full.index(slot), phase)
         if WT:
             _w_tile(w_desc, w_ring, wfull, i + WT, n_tiles, w_row, w_k0, BN, BK, WT,
                     WKN)
         if XTMA:
-            mbarrier.wait(xfull.index(slot), (i // STAGES) & 1)
+            mbarrier.wait(xfull.index(slot), phase)
         if not PFENCE:
             fence_async_shared()        # the decode warps' stores (ordered before by the mbarrier) before the wgmma
         a_s = a_ring.index(slot)
@@ -510,16 +584,23 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
         acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
         if MW:
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
-            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+            mbarrier.arrive(empty.index((C0 + i + STAGES - 1) % STAGES), count=1, pred=i > 0)
             if XTMA == 1:
                 if i > 0:
-                    _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES)
+                    if PT:
+                        _x_tile_pt(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK,
+                                   STAGES)
+                    else:
+                        _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES)
         else:
             acc, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_s, x_s))
             mbarrier.arrive(empty.index(slot), count=1)
             if XTMA == 1:
                 _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if PT:      # the last slot back, and the next tile's K tile STAGES - 1 into it
+        mbarrier.arrive(empty.index((C0 + n_tiles - 1) % STAGES), count=1)
+        _x_tile_pt(x_desc, x_ring, xfull, n_tiles - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK, STAGES)
     on = off_n + ROW0 + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
     if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there or _act_rows chose
         r = on - off_n - ROW0
@@ -620,6 +701,147 @@ def _decode_p3(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, o
 
 
 @gluon.jit
+def _pt_tile(t, total, ids_ptr, N, BN: gl.constexpr, BM: gl.constexpr, MOE: gl.constexpr):
+    """PT: output tile t of the persistent order (weight-row tiles fastest, as the one-tile grid launches them): its
+    off_n, off_m, expert (MoE: its block's, -1 none; dense 0) and whether it is work (t < total, an expert). The
+    alignment's blocks without an expert are the last ones, so the first such tile ends a program's list."""
+    n_tn = (N + BN - 1) // BN
+    mb = gl.minimum(t, total - 1) // n_tn
+    off_n = (gl.minimum(t, total - 1) - mb * n_tn) * BN
+    if MOE:
+        e = gl.load(ids_ptr + mb)
+    else:
+        e = mb * 0
+    return off_n, mb * BM, e, (t < total) & (e >= 0)
+
+
+@gluon.jit
+def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T,
+            stride_be, HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
+            STAGES: gl.constexpr, NW: gl.constexpr, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr):
+    """PT: the MMA warps of a persistent program, over its output tiles t = program, + programs, ... (_pt_tile):
+    each tile's K loop and output (_mma_partition) on the ring's tiles from C0 = the K tiles before it, the next
+    tile's first activation tiles started by this one's loop (_mma_tiles)."""
+    BN: gl.constexpr = 16 * NW
+    n_tiles = K // BK
+    total = ((N + BN - 1) // BN) * ((M + BM - 1) // BM)
+    step = gl.num_programs(0)
+    t = gl.program_id(0)
+    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+    for p in gl.static_range(STAGES):       # the first tile's activations (the later ones' by the loop before)
+        _x_tile_at(x_desc, x_ring, xfull, p, p, off_m, live, BM, BK)
+    c0 = t * 0
+    while live:
+        noff_n, noff_m, ne, nlive = _pt_tile(t + step, total, ids_ptr, N, BN, BM, MOE)
+        bias = b_ptr
+        if MOE:
+            bias = b_ptr + e.to(gl.int64) * stride_be
+        _mma_partition(a_ring, x_ring, full, empty, bias, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                       HAS_BIAS, BM, BK, STAGES, NW, 0, 1, 1, 0, 0, xfull, x_desc, None, None, None, 0, 0, 0, 0, ACT,
+                       half_ptr, HALF, 1, 1, c0, noff_m, nlive)
+        c0 += n_tiles
+        t += step
+        off_n, off_m, e, live = noff_n, noff_m, ne, nlive
+
+
+@gluon.jit
+def _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm,
+               stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
+               WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, MOE: gl.constexpr,
+               NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
+               WPF: gl.constexpr, PART: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+    """PT: decode partition PART of DP (DW warps) of a persistent program, over the same output tiles as _pt_mma:
+    each tile's words from its expert (MoE), decoded into the ring's tiles from C0 (_decode_partition). A tile's
+    first words are loaded while the MMA warps still multiply and store the previous one."""
+    BN: gl.constexpr = 16 * NW
+    n_tiles = K // BK
+    total = ((N + BN - 1) // BN) * ((M + BM - 1) // BM)
+    step = gl.num_programs(0)
+    t = gl.program_id(0)
+    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+    c0 = t * 0
+    while live:
+        w_e, s_e, z_e, g_e = w_ptr, s_ptr, z_ptr, g_ptr
+        if MOE:
+            w_e, s_e, g_e, _ = expert_operands(e.to(gl.int64), w_ptr, s_ptr, g_ptr, g_ptr, stride_we, stride_se, 0)
+            if HAS_ZERO:
+                z_e = z_ptr + e.to(gl.int64) * stride_ze
+        _decode_partition(x_ptr, w_e, s_e, z_e, g_e, a_ring, x_ring, full, empty, off_n, off_m, M, N, K, stride_xm,
+                          stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP, HAS_ZERO, NW, BM,
+                          BK, STAGES, DW, 0, 0, WPF, 1, PART, DP, None, None, None, None, 0, ACT, c0, WU)
+        c0 += n_tiles
+        t += step
+        off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+
+
+@gluon.jit
+def _pt_decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm,
+                  stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
+                  WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+                  MOE: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+    """PT: decode partition 0 of DP."""
+    _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+               stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP,
+               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 0, DP, ACT, WU)
+
+
+@gluon.jit
+def _pt_decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm,
+                  stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
+                  WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+                  MOE: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+    """PT: decode partition 1 of DP 2."""
+    _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+               stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP,
+               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 1, DP, ACT, WU)
+
+
+@gluon.jit
+def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, ids_ptr,
+                 M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
+                 stride_we, stride_se, stride_ze, stride_be, WKN: gl.constexpr, ELEM: gl.constexpr,
+                 GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, MOE: gl.constexpr,
+                 BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
+                 num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, half_ptr,
+                 HALF: gl.constexpr, WU: gl.constexpr):
+    """PT: w4_ws_kernel's split for a persistent program: _pt_mma as the default partition, DP (1 or 2) decode
+    partitions (Triton 3.6's workers share one argument tuple)."""
+    # the argument tuples written inline (w4_ws_kernel says why)
+    if DP == 1:
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF)),
+                (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+             stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU))], [DW], [DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF), _pt_mma,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+             stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU), [_pt_decode_p0], [DW], [DREGS])
+    else:
+        if _WS_LIST:
+            gl.warp_specialize([
+                (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF)),
+                (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+             stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU)),
+                (_pt_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+             stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU))], [DW // 2, DW // 2], [DREGS, DREGS])
+        else:
+            gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF), _pt_mma,
+                               (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
+             stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU), [_pt_decode_p0, _pt_decode_p1], [DW // 2, DW // 2], [DREGS, DREGS])
+
+@gluon.jit
 def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk,
                  stride_sk, stride_zk, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                  HAS_BIAS: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
@@ -628,7 +850,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
                  WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
-                 half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1):
+                 half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1, PT: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -655,18 +877,33 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     all lie in its first BM / 2 rows is multiplied and written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
     are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
     num_warps / 2 decoded weight rows (_mma_tiles), so each weight is decoded once per BM pairs at twice the rows
-    one warpgroup's accumulator holds.
+    one warpgroup's accumulator holds. PT 1 (XTMA 1, MW 1, DP 1 or 2 dividing STAGES, not PP, WT or WGN 2; K / BK >=
+    STAGES): a persistent grid of at most one program an SM, each taking the output tiles program, + programs, ...
+    in the one-tile grid's order (_pt_tile); the ring, its barriers' phases and the decode partitions' K tiles run
+    on across a program's tiles, so the decode warps fill the next tile's slots and the MMA warps start its
+    activations while the tile before is still multiplied and written (one program an SM otherwise sits out each
+    tile's first loads and its output: R101c, the decode warps waiting at the program's end a fifth of their time).
+    PT 2 (WPF 2): PT with the decode loop unrolled by two trips (_decode_loop_xcp's WU).
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
     gl.static_assert(ACT is None or ACT[0] == ACT_SWIGLUOAI or WT == 0, "ACT_SILU: rows _act_rows picks, no WT boxes")
     gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
     gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
+    gl.static_assert(PT != 2 or WPF == 2, "PT 2 (WU): the words two tiles ahead, in two register sets")
+    gl.static_assert(PT == 0 or (XTMA == 1 and MW == 1 and DP <= 2 and STAGES % DP == 0 and not PP and WT == 0
+                                 and WGN == 1 and PFENCE == 0), "PT: XTMA 1, MW 1, DP 1 or 2, not PP / WT / WGN 2")
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW // WGN
+    WKN: gl.constexpr = MOE * KMAJOR       # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
+    if PT:
+        _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
+               stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, stride_be, ids_ptr, sid_ptr, T,
+               x_desc, half_ptr, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES, DW, DREGS, num_warps, WPF,
+               DP, ACT, HALF, PT == 2)
+        return
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * BM
-    WKN: gl.constexpr = MOE * KMAJOR       # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
     w_row = off_n       # WT: the box's place in w_desc (_w_tile)
     w_k0 = 0
     if MOE:
@@ -854,3 +1091,30 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 STAGES, DW, PFENCE, XCP, WPF, XTMA, DP, xfull, x_desc, w_ring, wfull, WT, ACT),
                                [_decode_p0, _decode_p1, _decode_p2, _decode_p3], [DW // 4, DW // 4, DW // 4, DW // 4],
                                [DREGS, DREGS, DREGS, DREGS])
+
+
+@gluon.jit
+def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
+           stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, stride_be, ids_ptr, sid_ptr, T, x_desc,
+           half_ptr, WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
+           HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+           DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr,
+           ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr):
+    """PT 1 / 2: the persistent program's ring (the one-tile kernel's: STAGES slots of weights and activations, their
+    full / empty / xfull barriers) and its partitions (_ws_pt_parts)."""
+    BN: gl.constexpr = 16 * num_warps
+    a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
+    x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    xfull = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(xfull.index(s), count=1)
+    fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
+    _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, ids_ptr,
+                 M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
+                 stride_we, stride_se, stride_ze, stride_be, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES,
+                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU)

@@ -683,6 +683,28 @@ def ws_cases():
             lambda: ws(1, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), WGN=2),
         "ws moe mxfp4 fc1 act half wgn 2 w8 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 8, 256, 4, 8, 104, maxnreg=128, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1, WGN=2),
+        # PT: a persistent program an SM over the output tiles, the ring running on across them (the shipped MoE
+        # forms: INT4 with silu in FC1, gpt-oss's swigluoai, FC2 scattered, HALF; the dense 256-row entries)
+        "ws pt moe int4 fc1 silu half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),
+                       HALF=1, PT=1),
+        "ws pt moe int4 zero points fc2 scattered half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, PT=1),
+        "ws pt moe mxfp4 fc1 act half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1, PT=1),
+        "ws pt nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, PT=1),
+        "ws pt int4 w4 bm 256 stages 4 dw 8 xtma 1 dp 1": lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, PT=1),
+        # PT 2: the decode loop unrolled by two trips (w4_ws._decode_loop_xcp's WU)
+        "ws pt 2 moe int4 zero points fc1 silu half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
+                       ACT=(1, 0.0, 0.0, 0.0), HALF=1, PT=2),
+        "ws pt 2 moe mxfp4 fc1 act half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1, PT=2),
+        "ws pt 2 moe int4 fc2 scattered half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, PT=2),
+        "ws pt 2 nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, PT=2),
         # (FC2 on 512-pair blocks with HALF spills 60 B in its scatter epilogue, every format: not a shipped form)
         "ws moe int4 fc2 scattered wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
             lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, WGN=2),

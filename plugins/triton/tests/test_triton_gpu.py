@@ -377,6 +377,44 @@ def test_ws_kernel_matches_emulation_and_replays(fmt):
     for c in (cfgs[-9], cfgs[-4], cfgs[-3], wt[0]):     # XTMA, PP, DP, WT: the TMA descriptor is built per call
         _capture_and_replay(lambda xx, c=c: t.gemm(xx, 0, None, torch.bfloat16, {"WS": 1, **c, **kn}), x, e.apply)
 
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
+def test_ws_persistent_programs_match_the_one_tile_grid(fmt, monkeypatch):
+    """PT 1 (w4_ws: a persistent program an SM, the ring and its barriers' phases running on across the program's
+    output tiles, the next tile's slots filled while the previous one is written) through the engine's WS path:
+    300 rows (a row tail), N = 1000 (a weight-row tail), K of 45 K tiles for E2M1 (odd: with 2 decode partitions a
+    partition's first K tile changes from one output tile to the next) and 48 for INT4 with zero points; one and
+    two decode partitions, 128- and 256-row blocks; one program an SM, and 1 and 5 programs (each taking many
+    tiles); PT 2 (the decode loop unrolled by two trips; 45 K tiles in 2 partitions: one partition's trip count
+    odd, its last unrolled trip decoded and not stored): the same bits as the one-tile grid, within the
+    reference's tolerance, captured and replayed."""
+    from oracle_triton import w4_ws
+
+    mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
+    k = 3072 if fmt == "int4" else 2880
+    t, e = linear_pair(fmt, 1000, k, mode, "bf16", device="cuda", bias=True, symmetric=False)
+    if not t.gemm.ws_ok(0):
+        pytest.skip("w4_ws needs an sm_90 GPU (wgmma, warp specialization) and, for E2M1, scales inside the fused "
+                    "decoder's range")
+    x = torch.randn(300, k, device="cuda", dtype=torch.bfloat16)
+    ref = e.apply(x)
+    kn = {} if fmt == "int4" else {"KN": 1}
+    for c in (dict(num_warps=4, BM=256, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=2),
+              dict(num_warps=4, BM=128, STAGES=4, DW=8, DREGS=104, MAXNREG=168, XTMA=1, DP=1, WPF=3)):
+        cfg = {"WS": 1, **c, **kn}
+        one = t.gemm(x, 0, None, torch.bfloat16, cfg)
+        for pt in (1, 2) if cfg.get("WPF", 2) == 2 else (1,):
+            for programs in (None, 1, 5):
+                monkeypatch.setattr(w4_ws, "PT_PROGRAMS", programs)
+                y = t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PT": pt})
+                assert torch.equal(y, one), (cfg, pt, programs)
+                assert rel(y, ref) < TOL, (cfg, pt, programs)
+    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 5)
+    for pt in (1, 2):
+        cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
+               "DP": 2, "PT": pt, **kn}
+        _capture_and_replay(lambda xx, cfg=cfg: t.gemm(xx, 0, None, torch.bfloat16, cfg), x, e.apply)
+
+
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
 def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):

@@ -75,6 +75,37 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("fmt,mode,h,i,activation,bias,symmetric", [
+    ("mxfp4", "w4a16_mx", 576, 320, "silu", False, True),           # 9 and 5 K tiles: odd, 2 decode partitions
+    ("mxfp4", "w4a16_mx", 640, 384, "swigluoai", True, True),
+    ("int4", "w4a16_int4", 640, 384, "silu", True, False),          # zero points
+])
+def test_ws_persistent_programs_match_the_one_tile_grid(fmt, mode, h, i, activation, bias, symmetric, monkeypatch):
+    """PT 1 in the MoE (a persistent program an SM over the blocks' output tiles, stopping at the first block
+    without an expert): at 37 and 300 tokens x top-4 over 8 experts, with the activation in FC1 and half blocks
+    (WS_HALF) or without, one or two decode partitions, K tile counts odd and even, the decode loop unrolled
+    by two trips (PT 2); one program an SM and 3
+    programs (many tiles each, several experts a program): the same bits as the one-tile grid, within 1e-2 of
+    oracle-emulation, an out-of-range id adding nothing, captured and replayed."""
+    from oracle_triton import moe_ws, w4_ws
+
+    t, ref = gpu_moe_pair(fmt, mode, "bf16", h, i, activation, bias, False, symmetric=symmetric)
+    if not moe_ws.ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
+        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    cfgs = [dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=1), dict(WS, BM=128, DP=1, WPF=3, PT=1),
+            dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=2)]
+    one_tile = lambda cfg: {key: value for key, value in cfg.items() if key != "PT"}       # noqa: E731
+    for programs in (None, 3):
+        monkeypatch.setattr(w4_ws, "PT_PROGRAMS", programs)
+        configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300), repeats=2, same=one_tile)
+    for cfg in cfgs:
+        t.config = cfg
+        dropped_id_then_replay(t, cpu_ref, h, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
                                                       ("int4", "w4a16_int4", "silu", False)])
 @pytest.mark.parametrize("wide", [True, False])
@@ -235,6 +266,27 @@ def test_ws_two_warpgroups_on_a_blocks_rows_launch_64_weight_rows_a_program(monk
     assert kw["x_desc"].block_shape == [256, 64] and wt["w_desc"].block_shape == [64, 8]
     assert grid1 == (-(-t.rows // 128), 3, 1) and warps1 == 8 and kw1["WGN"] == 1
     assert kw1["x_desc"].block_shape == [128, 64]
+
+
+def test_ws_persistent_grid_over_the_blocks(monkeypatch):
+    """PT 1 in the MoE: both GEMMs launch with PT 1 on a 1-D grid of min(programs, output tiles) (w4_ws.pt_programs:
+    the tiles counted over the static bound on the blocks; the kernel stops at the first block without an expert);
+    a K too short for the ring (2 K tiles, 4 slots) keeps the one-tile grid."""
+    from oracle_triton import fastlaunch, moe_ws, w4_ws
+
+    seen: list = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append((grid, kw)))
+    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 5)
+    t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
+    blocks = torch.tensor([0, 3, -1], dtype=torch.int32, device=DEV)
+    a = torch.randn(3 * 256, 256, dtype=torch.bfloat16, device=DEV)
+    y = torch.empty(3 * 256, t.rows, dtype=torch.bfloat16, device=DEV)
+    cfg = dict(WS, BM=256, PT=1)
+    moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, cfg)
+    moe_ws._ws_gemm(a, t.w13, t.b13, y, blocks, None, 4, dict(cfg, STAGES=5))      # 4 K tiles of 64, 5 slots
+    (grid, kw), (grid1, kw1) = seen
+    assert grid == (5, 1, 1) and kw["PT"] == 1 and kw["ids_ptr"] is blocks
+    assert grid1 == (-(-t.rows // 64), 3, 1) and kw1["PT"] == 0
 
 
 def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):

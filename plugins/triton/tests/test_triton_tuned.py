@@ -359,18 +359,19 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     assert tuned.lookup("NVIDIA A100-SXM4-80GB", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
-@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused", [
-    ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True),  # gpt-oss-20b
-    ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True),                    # gpt-oss-120b
-    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True),            # Qwen3-30B INT4 (silu)
-    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True)])
+@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused,pt", [
+    ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True, 0),  # gpt-oss-20b
+    ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True, 2),                 # gpt-oss-120b
+    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True, 1),         # Qwen3-30B INT4 (silu)
+    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True, 1)])
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
-                                                                                 fused):
+                                                                                 fused, pt):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
     tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
     experts' layout; the activation in FC1's epilogue (WS_ACT: gpt-oss's swigluoai; Qwen3's silu since R98a, the
     twenty-sixth pass's ACT_SILU); an expert's half-empty block multiplied on its first half (WS_HALF: R98a from
-    1025 tokens, R100a on gpt-oss-20b's 512 / 1024 buckets, every WS entry now); the calls
+    1025 tokens, R100a on gpt-oss-20b's 512 / 1024 buckets, every WS entry now); the persistent grid (PT, the
+    twenty-ninth pass: PT 1 on Qwen3-30B's INT4 experts, PT 2 on gpt-oss-120b's, R102a / R102b); the calls
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
     DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
     from oracle_triton.formats import check_config, layout_for
@@ -383,6 +384,7 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
         assert cfg.get("WS_ACT", 0) == int(fused)
         assert cfg["WS_HALF"] == 1, m
+        assert cfg.get("PT", 0) == pt, m        # R102a / R102b: the persistent grid where it won
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
                                     "num_stages": 3, "DEQUANT_MM": chunk}
         for lay in (layout_for("mxfp4" if mode == "w4a16_mx" else "int4", n, k, 128),

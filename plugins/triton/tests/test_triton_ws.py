@@ -100,8 +100,10 @@ def test_ws_options_in_check_config():
     activations (XTMA) beside cp.async ones or XTMA 3, PP (two MMA warpgroups on their own) without the decode
     warps' TMA, PP 2 or with fewer registers for the MMA warps than the rest, decode partitions (DP) without TMA
     activations, 3 of them, more than the slots or beside PP, a ring of words by TMA (WT) no deeper than the slots,
-    over 16, without the MMA warps' TMA activations, beside PP or over the shared-memory budget, INT4 groups the K
-    tile does not divide, a non-word layout."""
+    over 16, without the MMA warps' TMA activations, beside PP or over the shared-memory budget, a persistent grid
+    (PT 1, or 2 with the words two tiles ahead) but with the MMA warps' TMA activations, MW 1, one or two decode
+    partitions dividing the slots and no WT,
+    INT4 groups the K tile does not divide, a non-word layout."""
     from oracle_triton.formats import check_config, layout_for, words_layout
 
     i4, mx = layout_for("int4", 8192, 8192, 128), words_layout("mxfp4", 8192, 8192)
@@ -123,6 +125,13 @@ def test_ws_options_in_check_config():
             check_config({**one_wg, "WT": wt}, lay)
         for bad in ({"WT": 4}, {"WT": 17}, {"WT": 8, "XTMA": 2}, {"WT": 8, "XTMA": 0, "DP": 1, "XCP": 1}):
             with pytest.raises(ValueError, match="WT"):
+                check_config({**one_wg, **bad}, lay)
+        check_config({**one_wg, "PT": 1}, lay)                          # a persistent program an SM
+        check_config({**one_wg, "PT": 1, "DP": 1}, lay)
+        check_config({**one_wg, "PT": 2}, lay)                          # + the decode loop unrolled by two trips
+        for bad in ({"PT": 3}, {"PT": 2, "WPF": 3}, {"PT": 1, "XTMA": 2}, {"PT": 1, "MW": 0}, {"PT": 1, "DP": 4}, {"PT": 1, "WT": 8},
+                    {"PT": 1, "PFENCE": 1}, {"PT": 1, "STAGES": 3}):
+            with pytest.raises(ValueError, match="PT"):
                 check_config({**one_wg, **bad}, lay)
         with pytest.raises(ValueError, match="shared memory"):          # 5 slots of 256 rows and 6 of words
             check_config({**one_wg, "STAGES": 5, "WT": 6}, lay)
@@ -180,6 +189,31 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
     monkeypatch.setattr(t.gemm, "weight", shifted)
     t.gemm.ws(x, {**cfg, "WT": 10})
     assert seen[-1]["WT"] == 0 and seen[-1]["w_desc"] is None
+
+
+def test_ws_persistent_grid_covers_the_output_tiles(monkeypatch):
+    """PT 1: DenseGemm.ws launches w4_ws_kernel with PT 1 on a 1-D grid of min(programs, output tiles) programs
+    (w4_ws.pt_programs: one an SM, or PT_PROGRAMS); where the K tiles are fewer than the ring's slots, or without
+    PT, the one-tile grid (N / BN, M / BM) with PT 0."""
+    from oracle_triton import fastlaunch, w4_ws
+
+    seen: list = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append((grid, kw)))
+    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 7)
+    t, _ = linear_pair("int4", 1000, 3072, "w4a16_int4", "bf16", symmetric=False, device=DEV)
+    x = torch.randn(300, 3072, dtype=torch.bfloat16, device=DEV)
+    cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
+           "DP": 2}
+    t.gemm.ws(x, {**cfg, "PT": 1})
+    t.gemm.ws(x, cfg)
+    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 500)          # more programs than the 16 x 2 output tiles
+    t.gemm.ws(x, {**cfg, "PT": 1})
+    (pt_grid, pt), (grid, plain), (few_grid, few) = seen
+    assert pt_grid == (7, 1, 1) and pt["PT"] == 1
+    assert grid == (16, 2, 1) and plain["PT"] == 0
+    assert few_grid == (32, 1, 1) and few["PT"] == 1
+    assert w4_ws.pt_programs(32, 3, 4, None) == 0            # 3 K tiles, 4 slots: the one-tile grid
+    assert w4_ws.pt_programs(32, 48, 4, None) == 32
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
