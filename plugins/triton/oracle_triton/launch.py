@@ -31,6 +31,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+#: w4_ws's PT grid: None for one program an SM, or this many (the GPU tests: a few programs, many output tiles each)
+PT_PROGRAMS: int | None = None
+
+
+def pt_programs(tiles: int, k_tiles: int, stages: int, device: torch.device) -> int:
+    """w4_ws's PT grid: one program an SM (or PT_PROGRAMS), no more than the output tiles; 0 where the kernel's K
+    tiles are fewer than its ring's slots (the next tile's first activation tiles are started from this tile's last
+    STAGES MMAs: each must be a K tile of the next tile), and the one-tile grid serves the call."""
+    if k_tiles < stages:
+        return 0
+    count = PT_PROGRAMS or _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return max(1, min(tiles, count))
+
+
 @functools.lru_cache(maxsize=None)
 def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
@@ -692,7 +706,7 @@ class DenseGemm:
     def ws(self, x: torch.Tensor, cfg: dict[str, int]) -> torch.Tensor:
         """Many rows of 4-bit W4A16, bf16: w4_ws.w4_ws_kernel (16 x num_warps weight rows and BM activation rows
         per program, DW decode warps beside them, a ring of STAGES K tiles of BK, 64 unless told; one launch)."""
-        from .w4_ws import pt_programs, tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
+        from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
         m = x.shape[0]
         xt = cfg.get("XTMA", 0)

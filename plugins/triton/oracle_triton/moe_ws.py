@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .formats import ACT_NONE, E2M1_MX, INT4, WS_BK, WS_MOE_KEYS
-from .launch import interpreting
+from .launch import interpreting, pt_programs
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
@@ -175,9 +175,9 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
     pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
     the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN); PT 1: a persistent
-    program an SM over those output tiles (w4_ws's PT; w4_ws.pt_programs)."""
+    program an SM over those output tiles (w4_ws's PT; launch.pt_programs)."""
     from . import fastlaunch
-    from .w4_ws import pt_programs, tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
+    from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)

@@ -87,23 +87,6 @@ def w_tma_desc(owner, words, box: list[int]):
     return cache[tuple(box)]
 
 
-#: PT's programs: None for one an SM (the device's count), or this many (the GPU tests: a few programs, many
-#: output tiles each)
-PT_PROGRAMS: int | None = None
-
-
-def pt_programs(tiles: int, k_tiles: int, stages: int, device) -> int:
-    """PT's grid: one program an SM (or PT_PROGRAMS), no more than the output tiles; 0 where the kernel's K tiles
-    are fewer than its ring's slots (the next tile's first activation tiles are started from this tile's last
-    STAGES MMAs: each must be a K tile of the next tile), and the one-tile grid serves the call."""
-    if k_tiles < stages:
-        return 0
-    import torch
-
-    count = PT_PROGRAMS or torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(tiles, count))
-
-
 _INT4_PTX = gl.constexpr(pairs_ptx(True))
 _E2M1_PTX = gl.constexpr(pairs_ptx(False))
 

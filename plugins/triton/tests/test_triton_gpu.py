@@ -387,7 +387,7 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, monkeypatch):
     tiles); PT 2 (the decode loop unrolled by two trips; 45 K tiles in 2 partitions: one partition's trip count
     odd, its last unrolled trip decoded and not stored): the same bits as the one-tile grid, within the
     reference's tolerance, captured and replayed."""
-    from oracle_triton import w4_ws
+    from oracle_triton import launch
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     k = 3072 if fmt == "int4" else 2880
@@ -404,11 +404,11 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, monkeypatch):
         one = t.gemm(x, 0, None, torch.bfloat16, cfg)
         for pt in (1, 2) if cfg.get("WPF", 2) == 2 else (1,):
             for programs in (None, 1, 5):
-                monkeypatch.setattr(w4_ws, "PT_PROGRAMS", programs)
+                monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
                 y = t.gemm(x, 0, None, torch.bfloat16, {**cfg, "PT": pt})
                 assert torch.equal(y, one), (cfg, pt, programs)
                 assert rel(y, ref) < TOL, (cfg, pt, programs)
-    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 5)
+    monkeypatch.setattr(launch, "PT_PROGRAMS", 5)
     for pt in (1, 2):
         cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
                "DP": 2, "PT": pt, **kn}

@@ -87,7 +87,7 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, mode, h, i, activat
     by two trips (PT 2); one program an SM and 3
     programs (many tiles each, several experts a program): the same bits as the one-tile grid, within 1e-2 of
     oracle-emulation, an out-of-range id adding nothing, captured and replayed."""
-    from oracle_triton import moe_ws, w4_ws
+    from oracle_triton import launch, moe_ws
 
     t, ref = gpu_moe_pair(fmt, mode, "bf16", h, i, activation, bias, False, symmetric=symmetric)
     if not moe_ws.ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
@@ -97,7 +97,7 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, mode, h, i, activat
             dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=2)]
     one_tile = lambda cfg: {key: value for key, value in cfg.items() if key != "PT"}       # noqa: E731
     for programs in (None, 3):
-        monkeypatch.setattr(w4_ws, "PT_PROGRAMS", programs)
+        monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
         configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300), repeats=2, same=one_tile)
     for cfg in cfgs:
         t.config = cfg
@@ -269,14 +269,14 @@ def test_ws_two_warpgroups_on_a_blocks_rows_launch_64_weight_rows_a_program(monk
 
 
 def test_ws_persistent_grid_over_the_blocks(monkeypatch):
-    """PT 1 in the MoE: both GEMMs launch with PT 1 on a 1-D grid of min(programs, output tiles) (w4_ws.pt_programs:
+    """PT 1 in the MoE: both GEMMs launch with PT 1 on a 1-D grid of min(programs, output tiles) (launch.pt_programs:
     the tiles counted over the static bound on the blocks; the kernel stops at the first block without an expert);
     a K too short for the ring (2 K tiles, 4 slots) keeps the one-tile grid."""
-    from oracle_triton import fastlaunch, moe_ws, w4_ws
+    from oracle_triton import fastlaunch, launch, moe_ws
 
     seen: list = []
     monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append((grid, kw)))
-    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 5)
+    monkeypatch.setattr(launch, "PT_PROGRAMS", 5)
     t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
     blocks = torch.tensor([0, 3, -1], dtype=torch.int32, device=DEV)
     a = torch.randn(3 * 256, 256, dtype=torch.bfloat16, device=DEV)

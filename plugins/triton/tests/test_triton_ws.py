@@ -193,27 +193,27 @@ def test_ws_words_by_tma_reach_the_kernel(monkeypatch):
 
 def test_ws_persistent_grid_covers_the_output_tiles(monkeypatch):
     """PT 1: DenseGemm.ws launches w4_ws_kernel with PT 1 on a 1-D grid of min(programs, output tiles) programs
-    (w4_ws.pt_programs: one an SM, or PT_PROGRAMS); where the K tiles are fewer than the ring's slots, or without
+    (launch.pt_programs: one an SM, or PT_PROGRAMS); where the K tiles are fewer than the ring's slots, or without
     PT, the one-tile grid (N / BN, M / BM) with PT 0."""
-    from oracle_triton import fastlaunch, w4_ws
+    from oracle_triton import fastlaunch, launch
 
     seen: list = []
     monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append((grid, kw)))
-    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 7)
+    monkeypatch.setattr(launch, "PT_PROGRAMS", 7)
     t, _ = linear_pair("int4", 1000, 3072, "w4a16_int4", "bf16", symmetric=False, device=DEV)
     x = torch.randn(300, 3072, dtype=torch.bfloat16, device=DEV)
     cfg = {"WS": 1, "num_warps": 4, "BM": 256, "STAGES": 4, "DW": 8, "DREGS": 104, "MAXNREG": 168, "XTMA": 1,
            "DP": 2}
     t.gemm.ws(x, {**cfg, "PT": 1})
     t.gemm.ws(x, cfg)
-    monkeypatch.setattr(w4_ws, "PT_PROGRAMS", 500)          # more programs than the 16 x 2 output tiles
+    monkeypatch.setattr(launch, "PT_PROGRAMS", 500)          # more programs than the 16 x 2 output tiles
     t.gemm.ws(x, {**cfg, "PT": 1})
     (pt_grid, pt), (grid, plain), (few_grid, few) = seen
     assert pt_grid == (7, 1, 1) and pt["PT"] == 1
     assert grid == (16, 2, 1) and plain["PT"] == 0
     assert few_grid == (32, 1, 1) and few["PT"] == 1
-    assert w4_ws.pt_programs(32, 3, 4, None) == 0            # 3 K tiles, 4 slots: the one-tile grid
-    assert w4_ws.pt_programs(32, 48, 4, None) == 32
+    assert launch.pt_programs(32, 3, 4, None) == 0            # 3 K tiles, 4 slots: the one-tile grid
+    assert launch.pt_programs(32, 48, 4, None) == 32
 
 
 def test_shipped_ws_entries_serve_only_where_the_kernel_runs():
