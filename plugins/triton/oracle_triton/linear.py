@@ -135,8 +135,11 @@ class TritonLinear(Kernel):
 
 def dynamic_tensor_scale(x: torch.Tensor, act: int = ACT_TENSOR) -> torch.Tensor:
     """oracle-emulation's dynamic per-tensor scale (1 where the amax is 0): amax/448 for FP8,
-    amax/(6*448) for the NVFP4 global scale."""
-    amax = x.float().abs().amax().reshape(1)
+    amax/(6*448) for the NVFP4 global scale. The amax by one reduction over x's own dtype (the inf-norm: the
+    largest |x| of any float dtype is one of its values, so the same number as the fp32 copy's): x.float().abs()
+    first wrote two copies, 590 of the 805 us this took on a 100 M-value bf16 tensor (Qwen3-235B W4A4's FC2
+    input on WS's block rows at 4096 tokens, R104, H200)."""
+    amax = torch.linalg.vector_norm(x, float("inf")).float().reshape(1)
     s = amax / torch.full_like(amax, E4M3_MAX if act == ACT_TENSOR else E2M1_MAX * E4M3_MAX)  # IEEE: CUDA's a / x
     # multiplies by the reciprocal, which can differ in the last bit and flip a later rounding
     return torch.where(s > 0, s, torch.ones_like(s))

@@ -1,4 +1,4 @@
-"""Thousands-of-tokens MXFP4 / INT4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
+"""Thousands-of-tokens MXFP4 / NVFP4 / INT4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
 pairs multiplies weights decoded by their own warps while the MMA warps multiply the previous K tile.
 
 Why: from about 2048 tokens every expert has hundreds of pairs, and the MoE is compute-bound. DEQUANT_MM (each
@@ -18,10 +18,16 @@ of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU
 K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does not divide or
 fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
 
-MXFP4 experts are read as [E, N, K/8] words (the K-major form of w4_ws's word loads), INT4 ones (zero points or
-not) in GPTQ's [E, K/8, N] layout, each expert's part exactly the dense kernel's. No NVFP4: w4_ws's NVFP4 decoder
-multiplies by bf16(s x g), rounded before the product (the dense entries' 3.6e-3 against the reference), and NVFP4
-W4A4's activation rounding amplified that to 2.2e-2 at one token (R94).
+MXFP4 and NVFP4 experts are read as [E, N, K/8] words (the K-major form of w4_ws's word loads), INT4 ones (zero
+points or not) in GPTQ's [E, K/8, N] layout, each expert's part exactly the dense kernel's. NVFP4 experts are
+decoded exactly: w4_ws's fused decoder multiplies each E2M1 value by bf16(s x g) x 2**126, which rounds s x g to
+bf16 before the product (3.6e-3 from the reference on the dense entries; W4A4's activation rounding amplified that
+to 2.2e-2 at one token in R94); here its g is 2**-8 (value x s x 2**-8 has at most 6 significant bits: exact in
+bf16, and s x 2**-8 <= 448 / 256 stays under the decoder's 2.0), and the epilogue multiplies each expert's
+accumulator by 256 x g (w4_ws's HAS_BIAS 2), so such a layer has no bias on this path. W4A4 (NVFP4 activations):
+FC1's input rounded before the gather and FC2's after the activation (TritonMoE._round, as DEQUANT_MM); with a
+dynamic FC2 scale the activation runs in its own launch, whose zeros on the padding rows keep them out of the
+amax (FC1's epilogue leaves those rows as it found them).
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .formats import ACT_NONE, E2M1_MX, INT4, WS_BK, WS_MOE_KEYS
+from .formats import ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, INT4, WS_BK, WS_MOE_KEYS
 from .launch import interpreting, pt_programs
 from .moe_rega import rega_layer_ok
 
@@ -83,15 +89,19 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
 
 def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
     """Can WS serve this call: bf16 activations and layer on an sm_90 GPU (w4_ws is Gluon: wgmma, warp
-    specialization), W4A16 experts with both K dims multiples of the K tile bk: MXFP4 in the [E, N, K/2] byte
-    layout with scales the fused decoder covers (moe.fused_ok, checked at load), or INT4 in GPTQ's layout with
-    groups bk divides (int4_layer_ok)."""
+    specialization), experts with both K dims multiples of the K tile bk: MXFP4 (W4A16) in the [E, N, K/2] byte
+    layout with scales the fused decoder covers (moe.fused_ok, checked at load), NVFP4 (W4A16 or W4A4) in that
+    layout without biases (the epilogue's operand is the expert's global scale: module docstring), or INT4 (W4A16)
+    in GPTQ's layout with groups bk divides (int4_layer_ok)."""
     ok = getattr(moe, "_ws_ok", None)
     if ok is None:
         elem = moe.w13.layout.elem
-        ok = moe._ws_ok = moe.act == ACT_NONE and (
-            (elem == E2M1_MX and bool(getattr(moe, "fused_ok", False)) and rega_layer_ok(moe, WS_BK))
-            or (elem == INT4 and int4_layer_ok(moe)))
+        ok = moe._ws_ok = (
+            (moe.act == ACT_NONE and elem == E2M1_MX and bool(getattr(moe, "fused_ok", False))
+             and rega_layer_ok(moe, WS_BK))
+            or (moe.act in (ACT_NONE, ACT_NVFP4) and elem == E2M1_NV and moe.b13 is None and moe.b2 is None
+                and rega_layer_ok(moe, WS_BK))
+            or (moe.act == ACT_NONE and elem == INT4 and int4_layer_ok(moe)))
     return (ok and x.dtype == torch.bfloat16 and moe.hidden % bk == 0 and moe.inter % bk == 0
             and (moe.w13.layout.elem != INT4 or moe.w13.layout.group % bk == 0))
 
@@ -119,11 +129,12 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
     MW, PFENCE, XCP, PP, WT, PT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
     where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
-    last block on its first half alone where its pairs fit there (w4_ws's HALF)."""
+    last block on its first half alone where its pairs fit there (w4_ws's HALF). W4A4: both GEMMs' inputs rounded
+    through NVFP4 first (module docstring)."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
-    a1 = moe._input(x, topw, k)
+    a1 = moe._round(0, moe._input(x, topw, k))[0]           # W4A4: NVFP4 values; else the rows themselves
     rows = blocks * bm
     xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
     rid = torch.empty(rows, dtype=torch.int32, device=dev)
@@ -134,16 +145,38 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     act = fused_act(moe, cfg)
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, moe.b13, inter, block_expert, None, t, cfg, act, sorted_ids)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids)
     else:
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, moe.b13, y1, block_expert, None, t, cfg, half_ids=sorted_ids)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
+    inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
-    _ws_gemm(inter, moe.w2, moe.b2, y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
+    _ws_gemm(inter, moe.w2, _epilogue(moe, 1), y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
     out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)
     moe._topk_sum(y2, ids, out, m, k, weigh=None if by_pair else topw)
     return out
+
+
+#: NVFP4 on WS: the decode's global factor (w4_ws's g), a power of two that keeps E2M1 value x E4M3 scale x it
+#: exact in bf16 and the fused decoder's factor 448 x it under 2.0; the epilogue multiplies by g / it
+NV_DECODE_G = 2.0 ** -8
+
+
+def _epilogue(moe, idx: int) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
+    """FC1's (idx 0) or FC2's (idx 1) epilogue for w4_ws: (b_ptr, HAS_BIAS, g_ptr): the bias (HAS_BIAS 1) or none
+    (0), the weights' own global scales (None: the scales' tensor stands in); NVFP4 experts: each expert's output
+    factor g / NV_DECODE_G (HAS_BIAS 2) and NV_DECODE_G for every expert as the decode's g (module docstring), made
+    once a layer."""
+    w, bias = (moe.w13, moe.b13) if idx == 0 else (moe.w2, moe.b2)
+    if w.layout.elem != E2M1_NV:
+        return bias, int(bias is not None), None
+    made = getattr(moe, "_ws_factors", None)
+    if made is None:
+        made = moe._ws_factors = (
+            *((p.global_scale.float().reshape(-1) / NV_DECODE_G).contiguous() for p in (moe.w13, moe.w2)),
+            torch.full((moe.experts,), NV_DECODE_G, dtype=torch.float32, device=moe.device))
+    return made[idx], 2, made[2]
 
 
 def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | None:
@@ -152,8 +185,11 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
     pairs the rows): swigluoai with its limit (gpt-oss's; its gate and up rows interleaved, so a tile holds whole
     pairs: ACT_SWIGLUOAI), or silu without one (Qwen3's: gate and up are FC1's two halves, so each program decodes
     the gate and up rows of its BN / 2 outputs, ACT_SILU; with SILU_IN_FC1 only, not with WT, whose boxes are
-    whole row ranges, and only where BN / 2 divides the intermediate size)."""
+    whole row ranges, and only where BN / 2 divides the intermediate size). Not for W4A4 with a dynamic FC2 scale:
+    its amax needs the activation launch's zeros on the padding rows (module docstring)."""
     if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA"):
+        return None
+    if moe.act == ACT_NVFP4 and moe.static[1] is None:
         return None
     from .w4_ws import ACT_SILU, ACT_SWIGLUOAI
 
@@ -167,10 +203,11 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
     return None
 
 
-def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, block_expert: torch.Tensor,
-             sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
+def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tensor | None], y: torch.Tensor,
+             block_expert: torch.Tensor, sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
              act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None) -> None:
-    """y = a's block rows times their block's expert's weights w (+ bias): one w4_ws_kernel launch in its MoE mode,
+    """y = a's block rows times their block's expert's weights w, then the epilogue epi (_epilogue: + bias, or x
+    the expert's factor with NVFP4's decode g): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
     pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
@@ -180,6 +217,7 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
     lay = w.layout
+    b, has_b, g = epi
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
     wgn = cfg.get("WGN", 1)         # 2: two MMA warpgroups on the block's two halves of rows, one weight tile
     bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps // wgn
@@ -191,7 +229,7 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
                        stride_zk=z.stride(1) if z is not None else 0, stride_ze=z.stride(0) if z is not None else 0,
                        KMAJOR=0, HAS_ZERO=z is not None)
         box = [bk8, bn]
-    else:                       # MXFP4 [E, N, K/2] bytes: word j = codes k 8j..8j+7
+    else:                       # MXFP4 / NVFP4 [E, N, K/2] bytes: word j = codes k 8j..8j+7
         words, z = w.weight.view(torch.int32), None
         n, kdim = words.shape[1], words.shape[2] * 8
         strides = dict(stride_wk=1, stride_wn=words.stride(1), stride_sk=1, stride_sn=w.scale.stride(1), stride_zk=0,
@@ -208,14 +246,14 @@ def _ws_gemm(a: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor, blo
         grid = (pt, 1, 1)
     fastlaunch.launch(w4_ws_kernel, grid,
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
-                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale, g_ptr=w.scale,
-                      b_ptr=bias if bias is not None else w.scale, y_ptr=y, M=a.shape[0], N=n, K=kdim,
-                      stride_xm=a.stride(0), stride_ym=y.stride(0), ELEM=lay.elem, GROUP=lay.group,
-                      HAS_BIAS=bias is not None, BM=bm,
+                      x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale,
+                      g_ptr=g if g is not None else w.scale, b_ptr=b if b is not None else w.scale, y_ptr=y,
+                      M=a.shape[0], N=n, K=kdim, stride_xm=a.stride(0), stride_ym=y.stride(0), ELEM=lay.elem,
+                      GROUP=lay.group, HAS_BIAS=has_b, BM=bm,
                       BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                       PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2), MW=cfg.get("MW", 1),
                       XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
-                      stride_se=w.scale.stride(0), stride_be=bias.stride(0) if bias is not None else 0, WT=wt,
+                      stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
                       half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, **strides)

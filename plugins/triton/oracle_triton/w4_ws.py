@@ -592,7 +592,9 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
         else:
             on = _act_rows(r, off_n, N)
     om = off_m + gl.arange(0, BMC, layout=gl.SliceLayout(0, acc_l))
-    if HAS_BIAS:
+    if HAS_BIAS == 2:       # b_ptr: the expert's fp32 output factor (moe_ws's NVFP4: g over the decode's 2**-8)
+        acc = acc * gl.load(b_ptr)
+    elif HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
     if ACT is not None:
         _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BMC, NW, ACT)
@@ -867,6 +869,9 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     activations while the tile before is still multiplied and written (one program an SM otherwise sits out each
     tile's first loads and its output: R101c, the decode warps waiting at the program's end a fifth of their time).
     PT 2 (WPF 2): PT with the decode loop unrolled by two trips (_decode_loop_xcp's WU).
+    HAS_BIAS 2: b_ptr is one fp32 factor (the MoE: an expert's, at stride_be) the accumulator is multiplied by
+    before the output (and ACT); moe_ws's NVFP4 experts take g_ptr = 2**-8 (so the decoded E2M1 value x E4M3 scale
+    x 2**-8 is exact in bf16, the fused decoder's factor at most 448 / 256) and this factor = 256 x g.
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")

@@ -555,17 +555,18 @@ def rega_cases():
 
 
 def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: bool = False, maxnreg: int = 168,
-       moe: int = 0, kmajor: int = 1, **keys):
+       moe: int = 0, kmajor: int = 1, has_bias: int = 1, **keys):
     """w4_ws.w4_ws_kernel (Gluon, warp-specialized) as launch.DenseGemm.ws launches it on the word layout (keys:
     BK, XCP, PFENCE, WPF, MW), or (moe 1 / 2) as moe_ws launches it on the MoE's [E, N, K/8] words, its output
     in block order (1) or scattered to the pairs' rows (2); kmajor 0: the MoE's INT4 experts in GPTQ's [E, K/8, N]
-    words."""
+    words; has_bias 2: b_ptr the experts' fp32 output factors (moe_ws's NVFP4)."""
     from oracle_triton.w4_ws import w4_ws_kernel
 
-    consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero, HAS_BIAS=True, BM=bm,
-                  STAGES=stages, DW=dw, DREGS=dregs, num_warps=warps, **{"BK": 64, **keys})
+    consts = dict(ELEM=elem, GROUP={1: 32, 2: 16, 3: 128}[elem], HAS_ZERO=zero,
+                  HAS_BIAS=True if has_bias == 1 else has_bias, BM=bm, STAGES=stages, DW=dw, DREGS=dregs,
+                  num_warps=warps, **{"BK": 64, **keys})
     ptrs = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16",
-            "b_ptr": "*bf16"}
+            "b_ptr": "*fp32" if has_bias == 2 else "*bf16"}
     if moe:
         ptrs["ids_ptr"] = "*i32"
         if moe == 2:
@@ -695,6 +696,14 @@ def ws_cases():
         "ws pt nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, PT=1),
         "ws pt int4 w4 bm 256 stages 4 dw 8 xtma 1 dp 1": lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, PT=1),
+        # the MoE's NVFP4 experts (moe_ws: the decode's g 2**-8, each expert's factor in the epilogue, HAS_BIAS 2)
+        "ws moe nvfp4 fc1 silu half factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
+                       has_bias=2),
+        "ws pt moe nvfp4 fc1 half factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, has_bias=2, PT=1),
+        "ws pt 2 moe nvfp4 fc2 scattered half factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2),
         # PT 2: the decode loop unrolled by two trips (w4_ws._decode_loop_xcp's WU)
         "ws pt 2 moe int4 zero points fc1 silu half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,

@@ -341,8 +341,9 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
                                                                                           chunk, from_m):
     """The eleventh pass's entries (R27-R30): from `from_m` tokens (bucket 2048 or 4096) these MoEs take
     DEQUANT_MM with the chunking measured (since the twenty-fifth pass the fallback of a WS entry, below); below
-    that, no DEQUANT_MM of its own (the rule, or a WS entry); on the H100 (R98a) the H200's WS entries at 4096
-    tokens (not Qwen3-235B's NVFP4), DEQUANT_MM their fallback; on a device the table does not name, no entry."""
+    that, no DEQUANT_MM of its own (the rule, or a WS entry); on the H100 (R98a; Qwen3-235B's NVFP4 since R104b)
+    the H200's WS entries at 4096 tokens, DEQUANT_MM their fallback; on a device the table does not name, no
+    entry."""
     kw = {} if zp is None else {"zero_point": zp}
     tuned.load.cache_clear()
     cfg = tuned.lookup(DEVICE, "moe", mode, n, k, 4096, experts, **kw)
@@ -352,10 +353,7 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     below = tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) or {}
     assert "DEQUANT_MM" not in below or below["WS"] == 1    # gpt-oss-20b: a WS entry below, DEQUANT_MM its fallback
     h100 = tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw)
-    if mode == "w4a4_nvfp4":        # no H100 entry: R98a timed the WS models only
-        assert h100 is None
-    else:
-        assert h100["WS"] == 1 and h100["WS_HALF"] == 1 and h100["DEQUANT_MM"] == chunk
+    assert h100["WS"] == 1 and h100["WS_HALF"] == 1 and h100["DEQUANT_MM"] == chunk
     assert tuned.lookup("NVIDIA A100-SXM4-80GB", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
@@ -363,7 +361,8 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True, 0),  # gpt-oss-20b
     ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True, 2),                 # gpt-oss-120b
     ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True, 1),         # Qwen3-30B INT4 (silu)
-    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True, 1)])
+    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True, 1),
+    ("w4a4_nvfp4", 3072, 4096, 128, None, 32, (2049, 4096, 10000), True, 2)])                # Qwen3-235B NVFP4
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
                                                                                  fused, pt):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
@@ -372,8 +371,9 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
     twenty-sixth pass's ACT_SILU); an expert's half-empty block multiplied on its first half (WS_HALF: R98a from
     1025 tokens, R100a on gpt-oss-20b's 512 / 1024 buckets, every WS entry now); the persistent grid (PT, the
     twenty-ninth pass: PT 1 on Qwen3-30B's INT4 experts, PT 2 on gpt-oss-120b's, R102a / R102b); the calls
-    WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 experts keep
-    DEQUANT_MM (w4_ws has no NVFP4 MoE form)."""
+    WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 W4A4 experts
+    on WS from 2049 tokens with PT 2 (the thirtieth pass, R104a; WS_ACT asked for, taken where the FC2 input's
+    scale is static: moe_ws.fused_act)."""
     from oracle_triton.formats import check_config, layout_for
     from oracle_triton.moe_ws import ws_fallback
 
@@ -387,10 +387,9 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         assert cfg.get("PT", 0) == pt, m        # R102a / R102b: the persistent grid where it won
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
                                     "num_stages": 3, "DEQUANT_MM": chunk}
-        for lay in (layout_for("mxfp4" if mode == "w4a16_mx" else "int4", n, k, 128),
-                    layout_for("mxfp4" if mode == "w4a16_mx" else "int4", k, n // 2, 128)):   # FC1 and FC2
+        fmt = {"w4a16_mx": "mxfp4", "w4a4_nvfp4": "nvfp4"}.get(mode, "int4")
+        for lay in (layout_for(fmt, n, k, 128), layout_for(fmt, k, n // 2, 128)):   # FC1 and FC2
             check_config(cfg, lay)
-    assert "WS" not in tuned.lookup(DEVICE, "moe", "w4a4_nvfp4", 3072, 4096, 4096, 128)
     # where WS lost in R97b / R97c, no WS: gpt-oss-20b's SWAP 3 up to 256 tokens, gpt-oss-120b up to 2048 (the
     # rules won at 1100 / 1400), Qwen3-30B INT4 up to 1024 (the rules won at 520)
     assert tuned.lookup(DEVICE, "moe", "w4a16_mx", 5760, 2880, 256, 32)["SWAP"] == 3
