@@ -41,7 +41,8 @@ from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
 #: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
-#: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF)
+#: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF; 2:
+#: its first quarter too)
 WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
@@ -129,7 +130,8 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     WS_WARPS (the MMA warps: 16 x WS_WARPS weight rows a program), BK, STAGES, DW, DREGS, MAXNREG, XTMA, DP, WPF,
     MW, PFENCE, XCP, PP, WT, PT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
     where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
-    last block on its first half alone where its pairs fit there (w4_ws's HALF). W4A4: both GEMMs' inputs rounded
+    last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
+    where they fit there). W4A4: both GEMMs' inputs rounded
     through NVFP4 first (module docstring)."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
@@ -221,7 +223,7 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     bm, warps, xt, pp = cfg["BM"], cfg["WS_WARPS"], cfg.get("XTMA", 0), cfg.get("PP", 0)
     wgn = cfg.get("WGN", 1)         # 2: two MMA warpgroups on the block's two halves of rows, one weight tile
     bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps // wgn
-    half = int(bool(cfg.get("WS_HALF")) and xt and not pp and half_ids is not None)
+    half = int(cfg.get("WS_HALF", 0)) if xt and not pp and half_ids is not None else 0
     if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
         words, z = w.weight, w.zero
         n, kdim = words.shape[2], words.shape[1] * 8

@@ -504,7 +504,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     swigluoai of the pairs the decode warps' _pair_rows put in one thread (_store_act). HALF (the MoE, with
     XTMA): a block whose second half holds no pair (half_ptr: the sorted ids, a block's pairs first, then the
     sentinel T) is multiplied and written as its first BM / 2 rows only (wgmma's N halved: an expert's last
-    block is on average half padding). WGN 2: the NW warps are two warpgroups side by side on the activation rows
+    block is on average half padding); HALF 2 (BM >= 128): also a block whose pairs fit in its first quarter on
+    that quarter (wgmma's N a quarter; the TMA still brings all BM rows, the decode is the same). WGN 2: the NW warps are two warpgroups side by side on the activation rows
     (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
     decoded tile serves twice as many pairs. PT (_pt_mma): one output tile of a persistent program, the ring's
     tiles from C0 (_mma_tiles)."""
@@ -513,6 +514,10 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
                        wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+        elif HALF == 2 and gl.load(half_ptr + off_m + BM // 4) >= T:      # the pairs in the first quarter
+            _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                       HAS_BIAS, BM, BM // 4, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
@@ -859,7 +864,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     tile's rows paired (_pair_rows; ACT_SILU: they decode the rows _act_rows picks, which arrive paired) and the
     epilogue writes FC2's input [rows, N / 2], the activation of the bf16-rounded outputs (_store_act), instead
     of FC1's rows. HALF 1 (the MoE with XTMA, not PP; half_ptr: the alignment's sorted ids): a block whose pairs
-    all lie in its first BM / 2 rows is multiplied and written on those rows only (_mma_partition). WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
+    all lie in its first BM / 2 rows is multiplied and written on those rows only (_mma_partition); HALF 2
+    (BM >= 128) also one whose pairs lie in its first BM / 4 rows on those. WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
     are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
     num_warps / 2 decoded weight rows (_mma_tiles), so each weight is decoded once per BM pairs at twice the rows
     one warpgroup's accumulator holds. PT 1 (XTMA 1, MW 1, DP 1 or 2 dividing STAGES, not PP, WT or WGN 2; K / BK >=
@@ -877,6 +883,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
     gl.static_assert(ACT is None or ACT[0] == ACT_SWIGLUOAI or WT == 0, "ACT_SILU: rows _act_rows picks, no WT boxes")
     gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
+    gl.static_assert(HALF != 2 or BM >= 128, "HALF 2: quarter blocks of at least 32 rows")
     gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
     gl.static_assert(PT != 2 or WPF == 2, "PT 2 (WU): the words two tiles ahead, in two register sets")
     gl.static_assert(PT == 0 or (XTMA == 1 and MW == 1 and DP <= 2 and STAGES % DP == 0 and not PP and WT == 0

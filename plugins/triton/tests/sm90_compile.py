@@ -704,6 +704,12 @@ def ws_cases():
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, has_bias=2, PT=1),
         "ws pt 2 moe nvfp4 fc2 scattered half factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2),
+        # HALF 2: quarter blocks too (the K loop three times: N 256 / 128 / 64)
+        "ws moe int4 fc1 silu quarter w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),
+                       HALF=2),
+        "ws pt 2 moe nvfp4 fc2 scattered quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=2, has_bias=2, PT=2, WPF=2),
         # PT 2: the decode loop unrolled by two trips (w4_ws._decode_loop_xcp's WU)
         "ws pt 2 moe int4 zero points fc1 silu half w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,

@@ -34,17 +34,19 @@ W4A4_TOL = 8e-2
     ("nvfp4", "w4a16_nvfp4", "bf16", 640, 384, "silu", False, True, True),
 ])
 def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric, monkeypatch):
-    """WS on an sm_90 GPU, MXFP4, INT4 and NVFP4 (W4A16 and W4A4) experts, 8 experts. Three configurations at 1, 37 and 300 tokens (one
-    pair, uneven blocks, about 150 pairs an expert: several blocks each), the other forms at 300 (each form compiles
-    once a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA warpgroups (PP), the
-    activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode partitions, K tiles of
-    64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several times an expert), swigluoai in
-    FC1's epilogue (WS_ACT; elsewhere the activation launch), silu's halves in FC1's epilogue (WS_ACT on the silu
-    layers: the base config with WS_HALF, and INT4's forms), blocks whose pairs fit in their first half multiplied
-    on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens, 128-pair ones at 300, both halves taken), 8 MMA
-    warps as two warpgroups on the halves of 256- and 512-pair blocks (WGN 2).
-    Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype between launches: within 1e-2; W4A4 within W4A4_TOL),
-    the same bits on more calls, an out-of-range id adding nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
+    """WS on an sm_90 GPU, MXFP4, INT4 and NVFP4 (W4A16 and W4A4) experts, 8 experts. Four configurations at 1, 37
+    and 300 tokens (one pair, uneven blocks, about 150 pairs an expert: several blocks each), the other forms at
+    300 (each form compiles once a token count's specialisation): blocks of 64, 128 and 256 pairs, one or two MMA
+    warpgroups (PP), the activations by the MMA warps' or the decode warps' TMA or by cp.async, 1, 2 or 4 decode
+    partitions, K tiles of 64 and 128, the words by TMA into rings of 6-16 slots (WT; the ring wraps several
+    times an expert), swigluoai in FC1's epilogue (WS_ACT; elsewhere the activation launch), silu's halves in
+    FC1's epilogue (WS_ACT on the silu layers: the base configs with WS_HALF, and INT4's forms), blocks whose
+    pairs fit in their first half multiplied on it alone (WS_HALF: 256-pair blocks at 1, 37 and 300 tokens,
+    128-pair ones at 300, both halves taken), or in their first quarter too (WS_HALF 2, 256-pair blocks at 1, 37
+    and 300 tokens: quarters, halves and whole blocks), 8 MMA warps as two warpgroups on the halves of 256- and
+    512-pair blocks (WGN 2). Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype
+    between launches: within 1e-2; W4A4 within W4A4_TOL), the same bits on more calls, an out-of-range id adding
+    nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
     from oracle_triton import moe_dequant, moe_ws
     from oracle_triton.moe_ws import ws_ok
@@ -59,7 +61,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)      # silu's WS_ACT forms (the default since R98a)
     k = 1 if router_on_input else 4
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
-    base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1)]
+    base = [WS, dict(WS, BM=256, DP=4, WT=12, WS_ACT=1), dict(WS, BM=256, WS_HALF=1, WS_ACT=1),
+            dict(WS, BM=256, WS_HALF=2, WS_ACT=1)]
     forms = [dict(WS, BM=64, DP=1, WT=16), dict(WS, XTMA=0, DP=1, XCP=1, BM=64), dict(WS, WS_HALF=1, DP=4, WT=8),
              dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1), dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2,
                                                                               DW=4),
@@ -104,7 +107,7 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, mode, h, i, activat
         pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     cfgs = [dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=1), dict(WS, BM=128, DP=1, WPF=3, PT=1),
-            dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=2)]
+            dict(WS, BM=256, WS_HALF=1, WS_ACT=1, PT=2), dict(WS, BM=256, WS_HALF=2, WS_ACT=1, PT=2)]
     one_tile = lambda cfg: {key: value for key, value in cfg.items() if key != "PT"}       # noqa: E731
     for programs in (None, 3):
         monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
@@ -157,12 +160,15 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, WS_ACT=1), mx)
     check_config(dict(WS, WS_HALF=1, WS_ACT=1, BM=256), mx)
     check_config(dict(WS, WS_HALF=1), i4)
+    check_config(dict(WS, WS_HALF=2), i4)
+    check_config(dict(WS, BM=256, WS_HALF=2, PT=2), nv)
     check_config(dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4), mx)     # 147 KB of ring, 128 + 26 registers
     check_config(dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1), i4)
     for bad, lay in ((dict(WS, BM=96), mx), (dict(WS, BM=96), nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
                      (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
-                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx), (dict(WS, WS_HALF=2), mx),
+                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx), (dict(WS, WS_HALF=3), mx),
+                     (dict(WS, BM=64, WS_HALF=2), mx),                                  # quarters of 16 rows
                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), i4),
                      (dict(WS, WS_WARPS=8, PP=1, XTMA=2, DP=1, DREGS=128, MAXNREG=128, STAGES=3, WS_HALF=1), mx),
                      (dict(WS, BM=512, STAGES=2), mx),                                  # 512 rows need WGN 2
@@ -301,8 +307,8 @@ def test_ws_persistent_grid_over_the_blocks(monkeypatch):
 
 
 def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
-    """WS_HALF 1: FC1 and FC2 each get HALF 1 and the alignment's sorted ids (whose row BM / 2 of a block says if its
-    second half holds a pair); without it, or on a form the kernel refuses it on (XTMA 0, PP), HALF 0 and no ids."""
+    """WS_HALF 1 / 2: FC1 and FC2 each get HALF 1 / 2 and the alignment's sorted ids (whose row BM / 2 of a block
+    says if its second half holds a pair, row BM / 4 if its second quarter does); without it, or on a form the kernel refuses it on (XTMA 0, PP), HALF 0 and no ids."""
     from oracle_triton import fastlaunch, moe_ws
 
     seen: list[dict] = []
@@ -310,7 +316,7 @@ def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
     t, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, activation="swigluoai", bias=True, device=DEV)
     x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(3, 8, 2, DEV)
-    for cfg, half in ((dict(WS, WS_HALF=1), 1), (dict(WS, WS_HALF=1, WS_ACT=1), 1), (WS, 0),
+    for cfg, half in ((dict(WS, WS_HALF=1), 1), (dict(WS, WS_HALF=1, WS_ACT=1), 1), (dict(WS, WS_HALF=2), 2), (WS, 0),
                       (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), 0)):
         seen.clear()
         monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: torch.zeros(
@@ -327,7 +333,8 @@ def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
 
 def _contract_gemm(dense: dict, seen: list):
     """moe_ws._ws_gemm as w4_ws_kernel's MoE mode is documented, in torch: block b's rows (BM of them, or with
-    WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel) times its expert's dense weights
+    WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel, with WS_HALF 2 the first BM / 4
+    where row BM / 4 is) times its expert's dense weights
     (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
     scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
     were. act: (kind, limit, alpha, beta), swigluoai on interleaved rows (kind 0) or silu on halves (kind 1)."""
@@ -342,6 +349,8 @@ def _contract_gemm(dense: dict, seen: list):
             if e < 0:
                 continue
             rows = bm // 2 if half and int(half_ids[b * bm + bm // 2]) >= t else bm
+            if cfg.get("WS_HALF") == 2 and rows < bm and int(half_ids[b * bm + bm // 4]) >= t:
+                rows = bm // 4
             seen.append(rows)
             r = slice(b * bm, b * bm + rows)
             out = a[r].float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
@@ -365,7 +374,8 @@ def _contract_gemm(dense: dict, seen: list):
 
 @pytest.mark.parametrize("activation,zero_pad,half,bm,ws_act", [
     ("swigluoai", True, 0, 256, 1), ("swigluoai", False, 0, 256, 1), ("swigluoai", False, 1, 256, 1),
-    ("silu", False, 1, 256, 1), ("silu", False, 1, 256, 0), ("swigluoai", False, 1, 512, 1)])
+    ("silu", False, 1, 256, 1), ("silu", False, 1, 256, 0), ("swigluoai", False, 1, 512, 1),
+    ("swigluoai", False, 2, 256, 1)])
 def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, monkeypatch):
     """apply_ws's launches on their contracts (the GEMMs as _contract_gemm, every other launch the real kernel in
     Triton's interpreter), every fresh float buffer filled with NaN: with the gather's zeros off (ZERO_PADDING) and
@@ -399,7 +409,8 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
     y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
     monkeypatch.undo()
     assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
-    assert (bm // 2 in seen) == bool(half) and bm in seen        # both kinds of block where WS_HALF is on
+    assert (bm // 2 in seen) == (half == 1) and bm in seen      # both kinds of block where WS_HALF is on
+    assert (bm // 4 in seen) == (half == 2)                     # WS_HALF 2: the 10-pair blocks on a quarter
 
 
 def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(monkeypatch):

@@ -1,0 +1,28 @@
+#!/bin/bash
+# lead R105 (written in the thirtieth pass for the next session; an H200 where one comes, else an H100).
+# No argument (~450 s): WS_HALF 2's GPU tests (test_triton_moe_ws.py -k "half or persistent or matches": quarter
+#   blocks in the base configs at 1 / 37 / 300 tokens and with PT 2, against oracle-emulation and the one-tile grid),
+#   then each shipped 4096-token WS MoE entry beside the same entry with WS_HALF 2 (configs/moe_r105.json) and
+#   this MoE's BF16 mode, one process, every launch timed.
+# "g" (~470 s): scripts/gpu-check with the benchmarks off.
+set -o pipefail
+O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r105; mkdir -p $W
+( source scripts/device-env "$O" || exit 1
+  export PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
+  if [ "$1" = g ]; then
+    GPU_TEST_WORKERS=8 BENCH_EMULATION=0 BENCH_TORCH=0 BENCH_TRITON=0 OUT=$W/gc timeout 470 scripts/gpu-check \
+      > $W/gc.log 2>&1
+    echo "gpu-check rc $?"; grep -E "passed|failed|error" $W/gc.log | tail -8 | cut -c1-250
+    exit 0
+  fi
+  TRITON_CACHE_DIR=/tmp/tc-t timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider -m gpu \
+    plugins/triton/tests/test_triton_moe_ws.py > $W/ws-tests.log 2>&1
+  echo "ws tests rc $?"; tail -4 $W/ws-tests.log | cut -c1-300
+  cd bench
+  TRITON_CACHE_DIR=/tmp/tc-a timeout 260 python3 bench_peers.py --only moe --shapes qwen3-30b-a3b-int4 \
+    qwen3-30b-a3b-int4-zp qwen3-235b-a22b-nvfp4 gpt-oss-120b gpt-oss-20b --moe-m qwen3-30b-a3b-int4=4096 \
+    qwen3-30b-a3b-int4-zp=4096 qwen3-235b-a22b-nvfp4=4096 gpt-oss-120b=4096 gpt-oss-20b=4096 --moe-launches \
+    --moe-variants configs/moe_r105.json --json $W/r105a.json > $W/r105a.log 2>&1
+  echo "r105a rc $?"; grep -E "M=" $W/r105a.log | cut -c1-300 )
+tar czf $O/r105.tgz -C $W .
