@@ -372,6 +372,24 @@ def _contract_gemm(dense: dict, seen: list):
     return gemm
 
 
+_EMPTY = torch.empty
+
+
+def _nan_empty(*size, **kw):
+    """torch.empty with every fresh float buffer NaN: a row a launch leaves unwritten cannot pass for zeros."""
+    out = _EMPTY(*size, **kw)
+    return out.fill_(float("nan")) if out.is_floating_point() else out
+
+
+def _skewed_call(m: int):
+    """x [m, 256], router weights and ids for m tokens x top-4 over 8 experts: all but the last m // 15 tokens on
+    experts 0-3 (whole blocks there), those on experts 4-7 (a few pairs each)."""
+    x = torch.randn(m, 256, dtype=torch.bfloat16, device=DEV)
+    w, _ = routing(m, 8, 4, DEV)
+    ids = torch.stack([torch.randperm(4) + (0 if n < m - m // 15 else 4) for n in range(m)]).to(torch.int32).to(DEV)
+    return x, w, ids
+
+
 @pytest.mark.parametrize("activation,zero_pad,half,bm,ws_act", [
     ("swigluoai", True, 0, 256, 1), ("swigluoai", False, 0, 256, 1), ("swigluoai", False, 1, 256, 1),
     ("silu", False, 1, 256, 1), ("silu", False, 1, 256, 0), ("swigluoai", False, 1, 512, 1),
@@ -391,19 +409,12 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
                       activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
                       bias=True, device=DEV)
     m = 150 if bm == 256 else 300
-    x = torch.randn(m, 256, dtype=torch.bfloat16, device=DEV)
-    w, _ = routing(m, 8, 4, DEV)
-    ids = torch.stack([torch.randperm(4) + (0 if n < m - m // 15 else 4) for n in range(m)]).to(torch.int32).to(DEV)
-    empty = torch.empty
-
-    def nan_empty(*size, **kw):
-        out = empty(*size, **kw)
-        return out.fill_(float("nan")) if out.is_floating_point() else out
+    x, w, ids = _skewed_call(m)
 
     seen: list[int] = []
     monkeypatch.setattr(moe_ws, "_ws_gemm", _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, seen))
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", zero_pad)
-    monkeypatch.setattr(torch, "empty", nan_empty)
+    monkeypatch.setattr(torch, "empty", _nan_empty)
     cfg = dict(WS, BM=bm, WS_ACT=ws_act, WS_HALF=half,
                **(dict(WS_WARPS=8, WGN=2, STAGES=2, DW=4) if bm == 512 else {}))
     y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
@@ -423,14 +434,7 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(mon
 
     t, ref = moe_pair("nvfp4", 8, 256, 128, 4, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
     m = 150
-    x = torch.randn(m, 256, dtype=torch.bfloat16, device=DEV)
-    w, _ = routing(m, 8, 4, DEV)
-    ids = torch.stack([torch.randperm(4) + (0 if n < m - m // 15 else 4) for n in range(m)]).to(torch.int32).to(DEV)
-    empty = torch.empty
-
-    def nan_empty(*size, **kw):
-        out = empty(*size, **kw)
-        return out.fill_(float("nan")) if out.is_floating_point() else out
+    x, w, ids = _skewed_call(m)
 
     def run(round_inputs: bool) -> torch.Tensor:
         with monkeypatch.context() as mp:
@@ -438,7 +442,7 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(mon
             mp.setattr(moe_ws, "ZERO_PADDING", False)
             if not round_inputs:
                 mp.setattr(t, "_round", lambda idx, a: (a, None))
-            mp.setattr(torch, "empty", nan_empty)
+            mp.setattr(torch, "empty", _nan_empty)
             return moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4,
                                    dict(WS, BM=256, WS_ACT=1, WS_HALF=1))
 
