@@ -30,7 +30,7 @@ from .token_rows import rows_codes, rows_scales, rows_tile
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                    scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
-                   GDC: tl.constexpr = False):
+                   GDC: tl.constexpr = False, rid_ptr=None):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -44,11 +44,16 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     their amax, codes and scales computed from the registers (one memory round trip, not two passes).
 
     GDC (sm_90, programmatic dependent launch): the GEMM launched next (with launch_pdl) may start at
-    once; it fetches its weights while this grid runs and waits for it before reading the codes."""
+    once; it fetches its weights while this grid runs and waits for it before reading the codes.
+
+    rid_ptr (int32 [M], moe_ws's block rows): only the rows whose id is >= 0 are read and written; the others
+    (padding, no GEMM output reads them) keep whatever out held."""
     if GDC:
         gdc_launch_dependents()
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
+    if rid_ptr is not None:
+        row_ok = row_ok & (tl.load(rid_ptr + offs_m, mask=row_ok, other=-1) >= 0)
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
     if ONE_TILE:

@@ -176,8 +176,10 @@ def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dic
     return cfg
 
 
-def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict) -> torch.Tensor:
-    """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype."""
+def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict,
+                         rid: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype; with rid (int32 [M]),
+    only the rows whose id is >= 0 (the rest left as the fresh buffer holds them)."""
     from .gemm import act_qdq_kernel
 
     out = fastlaunch.temp(torch.empty_like(x))
@@ -185,7 +187,7 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
     fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
                       xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,
                       stride_xm=x.stride(0), stride_om=out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
-                      EXACT_BF16=facts["dot_f32"])
+                      EXACT_BF16=facts["dot_f32"], **({"rid_ptr": rid} if rid is not None else {}))
     return out
 
 

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .formats import ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, INT4, WS_BK, WS_MOE_KEYS
-from .launch import interpreting, pt_programs
+from .launch import interpreting, pt_programs, quantize_activations
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
@@ -54,6 +54,11 @@ ZERO_PADDING = False
 #: WS_ACT takes silu layers too (ACT_SILU: gate / up halves, fused_act). On since R98a (H100, the twenty-seventh
 #: pass): Qwen3-30B INT4 at 4096 tokens 1193.6 -> 1132.3 us (the activation launch, 68.5 us, gone); GPU-tested in R98t
 SILU_IN_FC1 = True
+#: W4A4: FC2's input rounded on the block rows that hold a pair only (launch.quantize_activations' rid: about half
+#: of Qwen3-235B's 65 K block rows at 4096 tokens are padding, and the rounding took 208 us of them in R104c);
+#: padding rows keep whatever the activation left, which no output reads. Off: not yet run on a GPU (R105 times
+#: it through bench_peers' SET)
+ROUND_LIVE_ROWS = False
 
 
 @triton.jit
@@ -152,7 +157,10 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
         _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
-    inter = moe._round(1, inter)[0]
+    if ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
+        inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid)
+    else:
+        inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
     _ws_gemm(inter, moe.w2, _epilogue(moe, 1), y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
     out = torch.empty(m, moe.hidden, dtype=moe.dtype, device=dev)

@@ -46,7 +46,8 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     and 300 tokens: quarters, halves and whole blocks), 8 MMA warps as two warpgroups on the halves of 256- and
     512-pair blocks (WGN 2). Against oracle-emulation on the CPU (exact weights, fp32 sums, the layer dtype
     between launches: within 1e-2; W4A4 within W4A4_TOL), the same bits on more calls, an out-of-range id adding
-    nothing, captured and replayed. DEQUANT_MM (the fallback) is never called."""
+    nothing, captured and replayed. DEQUANT_MM (the fallback) is never called. The forms run with
+    moe_ws.ROUND_LIVE_ROWS (W4A4: FC2's input rounded on the rows holding a pair only)."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, router_on_input, symmetric=symmetric)
     from oracle_triton import moe_dequant, moe_ws
     from oracle_triton.moe_ws import ws_ok
@@ -79,6 +80,7 @@ def test_ws_path_matches_emulation(fmt, mode, act, h, i, activation, bias, route
     tol = W4A4_TOL if act == "nvfp4" else 1e-2
     # three more calls each: the second recorded as a launch plan (refused: the TMA descriptors), the third eager
     configs_match_reference(t, cpu_ref, base, h, k, (1, 37, 300), repeats=3, tol=tol)
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_ROWS", True)      # W4A4's forms: FC2's input rounded on live rows only
     configs_match_reference(t, cpu_ref, forms, h, k, (300,), repeats=3, tol=tol)
     for cfg in base:
         t.config = cfg
@@ -424,13 +426,18 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
     assert (bm // 4 in seen) == (half == 2)                     # WS_HALF 2: the 10-pair blocks on a quarter
 
 
-def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(monkeypatch):
+@pytest.mark.parametrize("live_rows", [False, True])
+def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(live_rows, monkeypatch):
     """NVFP4 W4A4 experts on apply_ws (the GEMMs as _contract_gemm, every other launch the real kernel in Triton's
     interpreter, every fresh float buffer NaN): FC1's input and FC2's are rounded through NVFP4 with dynamic
     per-tensor scales, and WS_ACT asked for still runs the activation in its own launch (its zeros on the padding
     rows; FC1's epilogue would leave NaN there and in the amax): the result within 1e-2 of oracle-emulation and no
-    NaN, on 256-pair blocks with WS_HALF. Without the roundings the result is 3-10x further off (checked here)."""
+    NaN, on 256-pair blocks with WS_HALF. Without the roundings the result is 3-10x further off (checked here).
+    With moe_ws.ROUND_LIVE_ROWS FC2's input is rounded on the rows that hold a pair only: the padding rows stay
+    NaN there, and the result is the same bits."""
     from oracle_triton import moe_ws
+
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_ROWS", live_rows)
 
     t, ref = moe_pair("nvfp4", 8, 256, 128, 4, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
     m = 150
@@ -449,10 +456,33 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(mon
     expect = ref.apply(x, w, ids)
     y = run(True)
     assert not y.isnan().any() and rel(y, expect) < 1e-2, rel(y, expect)
+    if live_rows:       # the same bits as rounding every block row
+        with monkeypatch.context() as mp:
+            mp.setattr(moe_ws, "ROUND_LIVE_ROWS", False)
+            assert torch.equal(run(True), y)
     assert rel(run(False), expect) > 3 * rel(y, expect)
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) is None          # a dynamic FC2 scale: the activation launch
     t.static[1] = torch.ones(1, device=DEV)                         # a checkpoint's static one: FC1's epilogue
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) == (1, 0.0, 0.0, 0.0)
+
+
+def test_rounding_the_live_rows_leaves_the_padding_rows_alone(monkeypatch):
+    """launch.quantize_activations with row ids (ROUND_LIVE_ROWS' call): the rows whose id is >= 0 get the same
+    NVFP4 values as without ids, the others are neither written (a NaN-filled buffer keeps its NaN) nor read (NaN
+    there does not reach the rest)."""
+    from oracle_triton.formats import ACT_NVFP4
+    from oracle_triton.launch import device_facts, quantize_activations
+
+    facts = device_facts(torch.device(DEV))
+    a = torch.randn(40, 128, dtype=torch.bfloat16, device=DEV)
+    rid = torch.tensor([3, -1, 0, 7] * 10, dtype=torch.int32, device=DEV)
+    scale = torch.tensor([0.01], dtype=torch.float32, device=DEV)
+    whole = quantize_activations(a, ACT_NVFP4, scale, facts)
+    a[rid < 0] = float("nan")
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: torch.full_like(t, float("nan"), **kw))
+    live = quantize_activations(a, ACT_NVFP4, scale, facts, rid)
+    keep = rid >= 0
+    assert torch.equal(live[keep], whole[keep]) and live[~keep].isnan().all()
 
 
 def test_ws_nvfp4_decode_is_exact_and_the_epilogue_applies_g(monkeypatch):

@@ -1,9 +1,11 @@
 #!/bin/bash
 # lead R105 (written in the thirtieth pass for the next session; an H200 where one comes, else an H100).
-# No argument (~450 s): WS_HALF 2's GPU tests (test_triton_moe_ws.py -k "half or persistent or matches": quarter
-#   blocks in the base configs at 1 / 37 / 300 tokens and with PT 2, against oracle-emulation and the one-tile grid),
+# No argument (~450 s): the WS MoE GPU tests (test_triton_moe_ws.py: WS_HALF 2's quarter blocks in the base configs
+#   at 1 / 37 / 300 tokens and with PT 2, ROUND_LIVE_ROWS in W4A4's forms, against oracle-emulation and the one-tile
+#   grid),
 #   then each shipped 4096-token WS MoE entry beside the same entry with WS_HALF 2 (configs/moe_r105.json) and
-#   this MoE's BF16 mode, one process, every launch timed.
+#   this MoE's BF16 mode, one process, every launch timed; Qwen3-235B also with moe_ws.ROUND_LIVE_ROWS (SET), alone
+#   and with WS_HALF 2.
 # "g" (~470 s): scripts/gpu-check with the benchmarks off.
 set -o pipefail
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r105; mkdir -p $W
