@@ -177,16 +177,15 @@ def _epilogue(moe, idx: int) -> tuple[torch.Tensor | None, int, torch.Tensor | N
     """FC1's (idx 0) or FC2's (idx 1) epilogue for w4_ws: (b_ptr, HAS_BIAS, g_ptr): the bias (HAS_BIAS 1) or none
     (0), the weights' own global scales (None: the scales' tensor stands in); NVFP4 experts: each expert's output
     factor g / NV_DECODE_G (HAS_BIAS 2) and NV_DECODE_G for every expert as the decode's g (module docstring), made
-    once a layer."""
+    once a weight (kept on the weight itself, as w4_ws.w_tma_desc's descriptors: reloaded weights get their own)."""
     w, bias = (moe.w13, moe.b13) if idx == 0 else (moe.w2, moe.b2)
     if w.layout.elem != E2M1_NV:
         return bias, int(bias is not None), None
-    made = getattr(moe, "_ws_factors", None)
+    made = w.__dict__.get("_ws_factors")
     if made is None:
-        made = moe._ws_factors = (
-            *((p.global_scale.float().reshape(-1) / NV_DECODE_G).contiguous() for p in (moe.w13, moe.w2)),
-            torch.full((moe.experts,), NV_DECODE_G, dtype=torch.float32, device=moe.device))
-    return made[idx], 2, made[2]
+        g = w.global_scale.float().reshape(-1)
+        made = w.__dict__["_ws_factors"] = ((g / NV_DECODE_G).contiguous(), torch.full_like(g, NV_DECODE_G))
+    return made[0], 2, made[1]
 
 
 def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | None:

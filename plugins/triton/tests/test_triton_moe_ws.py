@@ -514,7 +514,7 @@ def test_ws_nvfp4_decode_is_exact_and_the_epilogue_applies_g(monkeypatch):
         assert launch["HAS_BIAS"] == 2 and launch["stride_be"] == 1 and launch["ELEM"] == 2
         assert torch.equal(launch["g_ptr"], torch.full((8,), moe_ws.NV_DECODE_G, device=DEV))
         assert torch.equal(launch["b_ptr"] * moe_ws.NV_DECODE_G, p.global_scale.float().reshape(-1))
-    assert moe_ws._epilogue(t, 0)[0] is moe_ws._epilogue(t, 0)[0]        # made once a layer
+    assert moe_ws._epilogue(t, 0)[0] is moe_ws._epilogue(t, 0)[0]        # made once a weight
     mx, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, bias=True, device=DEV)
     moe_ws._ws_gemm(a, mx.w13, moe_ws._epilogue(mx, 0), y, blocks, None, 4, WS)
     assert seen[-1]["HAS_BIAS"] == 1 and seen[-1]["b_ptr"] is mx.b13
