@@ -199,8 +199,8 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
     """WS in the fused MoE (moe_ws: its MXFP4, NVFP4 or INT4 experts on w4_ws's MoE mode): E2M1 experts (their
     words read in the MoE's [E, N, K/8] layout) or INT4 ones (GPTQ's [E, K/8, N], groups a multiple of the K tile);
     WS_WARPS the MMA warps (w4_ws's num_warps) and the other w4_ws keys as check_ws_config takes them; WS_ACT 0 or
-    1 and WS_HALF 0, 1 or 2 (2: quarter blocks too, BM >= 128) with XTMA, not PP; the rest of the entry is the DEQUANT_MM config that serves the calls w4_ws
-    cannot."""
+    1 and WS_HALF 0, 1 or 2 (2: quarter blocks too, BM >= 128) with XTMA, not PP; the rest of the entry is the
+    DEQUANT_MM config that serves the calls w4_ws cannot."""
     if layout.elem not in (E2M1_MX, E2M1_NV, INT4) or "WS_WARPS" not in cfg or not cfg.get("DEQUANT_MM"):
         raise ValueError(f"WS for {what}: the MoE's warp-specialized path takes MXFP4, NVFP4 or INT4 experts, its MMA "
                          f"warps as WS_WARPS and a DEQUANT_MM fallback, not {cfg}")
@@ -210,8 +210,8 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
     if cfg.get("WS_HALF", 0) not in (0, 1, 2) or (cfg.get("WS_HALF") and (cfg.get("PP") or not cfg.get("XTMA"))) \
             or (cfg.get("WS_HALF") == 2 and cfg.get("BM", 0) < 128):
         raise ValueError(f"WS_HALF for {what}: 0, or 1 (a block whose pairs fit in its first half multiplied on that "
-                         f"half) or 2 (its first quarter too, BM >= 128) with the activations by TMA (XTMA) and one MMA "
-                         f"warpgroup's tiles (not PP), not {cfg}")
+                         f"half) or 2 (its first quarter too, BM >= 128) with the activations by TMA (XTMA) and one "
+                         f"MMA warpgroup's tiles (not PP), not {cfg}")
     ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
         check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what, moe=True)

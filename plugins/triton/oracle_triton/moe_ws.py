@@ -1,5 +1,5 @@
-"""Thousands-of-tokens MXFP4 / NVFP4 / INT4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of an expert's
-pairs multiplies weights decoded by their own warps while the MMA warps multiply the previous K tile.
+"""Thousands-of-tokens MXFP4 / NVFP4 / INT4 fused MoE on w4_ws's warp-specialized kernel (config WS): each block of
+an expert's pairs multiplies weights decoded by their own warps while the MMA warps multiply the previous K tile.
 
 Why: from about 2048 tokens every expert has hundreds of pairs, and the MoE is compute-bound. DEQUANT_MM (each
 weight decoded once into a BF16 workspace, then the BF16 mode's grouped GEMM) pays the decode's HBM traffic in
@@ -136,8 +136,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     MW, PFENCE, XCP, PP, WT, PT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
     where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
     last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
-    where they fit there). W4A4: both GEMMs' inputs rounded
-    through NVFP4 first (module docstring)."""
+    where they fit there). W4A4: both GEMMs' inputs rounded through NVFP4 first (module docstring)."""
     t, dev, bm = m * k, moe.device, cfg["BM"]
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)

@@ -505,8 +505,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     XTMA): a block whose second half holds no pair (half_ptr: the sorted ids, a block's pairs first, then the
     sentinel T) is multiplied and written as its first BM / 2 rows only (wgmma's N halved: an expert's last
     block is on average half padding); HALF 2 (BM >= 128): also a block whose pairs fit in its first quarter on
-    that quarter (wgmma's N a quarter; the TMA still brings all BM rows, the decode is the same). WGN 2: the NW warps are two warpgroups side by side on the activation rows
-    (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
+    that quarter (wgmma's N a quarter; the TMA still brings all BM rows, the decode is the same). WGN 2: the NW
+    warps are two warpgroups side by side on the activation rows (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
     decoded tile serves twice as many pairs. PT (_pt_mma): one output tile of a persistent program, the ring's
     tiles from C0 (_mma_tiles)."""
     if HALF:
@@ -865,8 +865,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     epilogue writes FC2's input [rows, N / 2], the activation of the bf16-rounded outputs (_store_act), instead
     of FC1's rows. HALF 1 (the MoE with XTMA, not PP; half_ptr: the alignment's sorted ids): a block whose pairs
     all lie in its first BM / 2 rows is multiplied and written on those rows only (_mma_partition); HALF 2
-    (BM >= 128) also one whose pairs lie in its first BM / 4 rows on those. WGN 2 (the MoE with XTMA 1, not PP): the num_warps = 8 MMA warps
-    are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
+    (BM >= 128) also one whose pairs lie in its first BM / 4 rows on those. WGN 2 (the MoE with XTMA 1, not PP):
+    the num_warps = 8 MMA warps are two warpgroups on the two halves of BM (up to 512) activation rows, both multiplying the same BN = 16 x
     num_warps / 2 decoded weight rows (_mma_tiles), so each weight is decoded once per BM pairs at twice the rows
     one warpgroup's accumulator holds. PT 1 (XTMA 1, MW 1, DP 1 or 2 dividing STAGES, not PP, WT or WGN 2; K / BK >=
     STAGES): a persistent grid of at most one program an SM, each taking the output tiles program, + programs, ...
