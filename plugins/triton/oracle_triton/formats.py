@@ -212,11 +212,33 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
         raise ValueError(f"WS_HALF for {what}: 0, or 1 (a block whose pairs fit in its first half multiplied on that "
                          f"half) or 2 (its first quarter too, BM >= 128) with the activations by TMA (XTMA) and one "
                          f"MMA warpgroup's tiles (not PP), not {cfg}")
+    tail = cfg.get("WS_TAIL", 0)
+    if tail:
+        check_ws_tail(cfg, what)
     ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
         check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what, moe=True)
     except ValueError as exc:
         raise ValueError(f"WS for {what}, the MoE's w4_ws keys (num_warps: WS_WARPS): {exc}") from None
+
+
+def check_ws_tail(cfg: dict[str, int], what: str) -> None:
+    """WS_TAIL (w4_ws's TAIL): 16-128 rows in steps of 16, at most BM, after each block's BM (a second wgmma on the
+    decoded tile, its rows' own ring of STAGES slots); with WS_HALF (its row BM says if the tail holds a pair), XTMA
+    1, one MMA warpgroup (4 warps, not PP, WGN 2) and no WT; the ring inside WS_SMEM, and the MMA warps' registers
+    (the default partition's: MAXNREG x its warps plus what the decode warps give back below MAXNREG, at most 256 a
+    thread) holding both accumulators, BN x (BM + WS_TAIL) / 128 a thread, plus WS_MMA_REGS."""
+    tail, bm, stages = cfg["WS_TAIL"], cfg.get("BM", 0), cfg.get("STAGES", 0)
+    bk, warps, dw = cfg.get("BK", WS_BK), cfg.get("WS_WARPS"), cfg.get("DW", 0)
+    maxnreg, dregs = cfg.get("MAXNREG", 0), cfg.get("DREGS", 0)
+    share = min(256, (maxnreg * warps + (maxnreg - dregs) * dw) // warps // 8 * 8) if warps == 4 else 0
+    if tail not in range(16, 129, 16) or tail > bm or not cfg.get("WS_HALF") or cfg.get("XTMA") != 1 or \
+            cfg.get("PP") or cfg.get("WGN", 1) != 1 or cfg.get("WT") or warps != 4 or \
+            stages * (64 + bm + tail) * bk * 2 > WS_SMEM or share < 64 * (bm + tail) // 128 + WS_MMA_REGS:
+        raise ValueError(f"WS_TAIL for {what}: 16-128 rows (a multiple of 16, at most BM) after each block's BM, with "
+                         f"WS_HALF, XTMA 1, WS_WARPS 4 (not PP or WGN 2) and no WT, STAGES x (64 + BM + WS_TAIL) x BK "
+                         f"x 2 <= {WS_SMEM} B, and the MMA warps' registers holding (BM + WS_TAIL) / 2 + "
+                         f"{WS_MMA_REGS}, not {cfg}")
 
 
 #: The smallest K of a 16-bit tensor-core product (tl.dot on bf16 / f16 operands, mma.sync and wgmma alike) and

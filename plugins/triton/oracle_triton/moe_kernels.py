@@ -66,7 +66,8 @@ def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
         tl.store(block_expert_ptr + blocks, expert, mask=blocks < NUM_BLOCKS)
     # the sentinel T: in the padding of each expert's last block (rows count .. padded of its range), then
     # in every row of the unused blocks, 4096 at a time
-    PCOLS: tl.constexpr = max(1, min(BLOCK_M, 4096 // E_POW2))
+    # (BLOCK_M & -BLOCK_M: the largest power of two dividing it, BLOCK_M itself but for moe_ws's WS_TAIL blocks)
+    PCOLS: tl.constexpr = max(1, min(BLOCK_M & -BLOCK_M, 4096 // E_POW2))
     starts = ends - padded
     for c0 in range(0, BLOCK_M, PCOLS):
         col = (starts + c + c0)[:, None] + tl.arange(0, PCOLS)[None, :]
@@ -142,9 +143,10 @@ def _align_expert(ids_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, e, BL
             pos = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
             tl.store(sorted_ptr + pos, p, mask=hit)
             placed += tl.sum(hit.to(tl.int32), axis=0)
-        for r0 in range(start + have, start + mine, BLOCK_M):
-            r = r0 + tl.arange(0, BLOCK_M)
-            tl.store(sorted_ptr + r, tl.full([BLOCK_M], 0, tl.int32) + T, mask=r < start + mine)
+        PSTEP: tl.constexpr = BLOCK_M & -BLOCK_M      # BLOCK_M, or a power of two dividing it (WS_TAIL blocks)
+        for r0 in range(start + have, start + mine, PSTEP):
+            r = r0 + tl.arange(0, PSTEP)
+            tl.store(sorted_ptr + r, tl.full([PSTEP], 0, tl.int32) + T, mask=r < start + mine)
 
 
 @triton.jit

@@ -6,7 +6,9 @@ weight decoded once into a BF16 workspace, then the BF16 mode's grouped GEMM) pa
 series with the GEMMs: 557 us of gpt-oss-20b's 2377 at 4096 tokens (R40-R41), 1.2-1.8x this MoE's BF16 mode.
 w4_ws decodes each K tile of weights in DW decode warps into a shared-memory ring that one MMA warpgroup reads
 (the dense 256-row entries: 0.84-0.92x BF16 cuBLAS), so the decode runs beside the MMA instead of before it;
-each weight is decoded once per block of BM pairs.
+each weight is decoded once per block of BM pairs. WS_TAIL: blocks of BM + WS_TAIL pairs, the tail rows a second
+wgmma on the same decoded tile where they hold a pair (Qwen3's 256 +- 16 pairs an expert at 4096 tokens: one block
+an expert instead of two, R106a: 12-15% off those launches).
 
 Launches: the alignment (TritonMoE._align, blocks of BM pairs of one expert), gather_rows_kernel (FC1's input rows
 in block order, zeros for padding with ZERO_PADDING, and each row's expert id), FC1 (w4_ws_kernel's MoE mode: the
@@ -42,8 +44,9 @@ from .moe_rega import rega_layer_ok
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
 #: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
 #: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF; 2:
-#: its first quarter too)
-WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", *WS_MOE_KEYS)
+#: its first quarter too); WS_TAIL: blocks of BM + WS_TAIL pairs, the tail rows multiplied where they hold a pair
+#: (w4_ws's TAIL)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
@@ -136,8 +139,11 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     MW, PFENCE, XCP, PP, WT, PT as w4_ws_kernel takes them, for both GEMMs; WS_ACT 1: FC1 writes FC2's input itself
     where the activation allows (fused_act), no activation launch; WS_HALF 1: each GEMM multiplies an expert's
     last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
-    where they fit there). W4A4: both GEMMs' inputs rounded through NVFP4 first (module docstring)."""
-    t, dev, bm = m * k, moe.device, cfg["BM"]
+    where they fit there). WS_TAIL (with WS_HALF): blocks of BM + WS_TAIL pairs, so an expert with up to that many
+    pairs is one block and its weights are decoded once (w4_ws's TAIL). W4A4: both GEMMs' inputs rounded through
+    NVFP4 first (module docstring)."""
+    t, dev = m * k, moe.device
+    bm = cfg["BM"] + cfg.get("WS_TAIL", 0)      # the alignment's rows a block
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
     a1 = moe._round(0, moe._input(x, topw, k))[0]           # W4A4: NVFP4 values; else the rows themselves
@@ -220,7 +226,8 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     is FC2's input, the activation of those rows (w4_ws's ACT); WS_HALF (half_ids: the sorted ids): blocks whose
     pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
     the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN); PT 1: a persistent
-    program an SM over those output tiles (w4_ws's PT; launch.pt_programs)."""
+    program an SM over those output tiles (w4_ws's PT; launch.pt_programs); WS_TAIL: the blocks are BM + WS_TAIL rows
+    apart, their tail rows multiplied where they hold a pair (w4_ws's TAIL: check_ws_moe has it with WS_HALF)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
@@ -230,6 +237,7 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     wgn = cfg.get("WGN", 1)         # 2: two MMA warpgroups on the block's two halves of rows, one weight tile
     bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps // wgn
     half = int(cfg.get("WS_HALF", 0)) if xt and not pp and half_ids is not None else 0
+    tail = int(cfg.get("WS_TAIL", 0)) if half else 0
     if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
         words, z = w.weight, w.zero
         n, kdim = words.shape[2], words.shape[1] * 8
@@ -264,4 +272,5 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, **strides)
+                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, TAIL=tail,
+                      t_desc=x_tma_desc(a, tail) if tail else None, **strides)

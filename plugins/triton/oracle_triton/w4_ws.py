@@ -433,28 +433,42 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
 
 
 @gluon.jit
-def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
+def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+            t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False):
     """XTMA 1: TMA of K tile t's activations [BM, BK] into its slot (t % STAGES), as 64-wide boxes (the 128-byte
     swizzle's span; a 128-deep slot is two such column blocks) of at most 256 rows (BM 512: two row blocks),
-    completing on xfull; none past the last tile."""
-    _x_tile_at(x_desc, x_ring, xfull, t % STAGES, t, off_m, t < n_tiles, BM, BK)
+    completing on xfull; none past the last tile. TAIL: the block's TAIL rows after BM too, where tail_ok."""
+    _x_tile_at(x_desc, x_ring, xfull, t % STAGES, t, off_m, t < n_tiles, BM, BK, t_ring, t_desc, TAIL, tail_ok)
 
 
 @gluon.jit
 def _x_tile_pt(x_desc, x_ring, xfull, j, n_tiles, C0, off_m, noff_m, nlive, BM: gl.constexpr, BK: gl.constexpr,
-               STAGES: gl.constexpr):
+               STAGES: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False, ntail=False):
     """PT: the activations of the ring's tile C0 + j: this output tile's K tile j (off_m's rows), or past its last
-    K tile the next output tile's K tile j - n_tiles (noff_m's rows; none where nlive says there is no next)."""
+    K tile the next output tile's K tile j - n_tiles (noff_m's rows; none where nlive says there is no next).
+    TAIL: each tile's tail rows where its own flag (tail_ok, ntail) says they hold a pair."""
     if j < n_tiles:
-        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j, off_m, j < n_tiles, BM, BK)
+        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j, off_m, j < n_tiles, BM, BK, t_ring, t_desc, TAIL,
+                   tail_ok)
     else:
-        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j - n_tiles, noff_m, nlive, BM, BK)
+        _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j - n_tiles, noff_m, nlive, BM, BK, t_ring, t_desc, TAIL,
+                   ntail)
 
 
 @gluon.jit
-def _x_tile_at(x_desc, x_ring, xfull, slot, t, off_m, ok, BM: gl.constexpr, BK: gl.constexpr):
-    """The TMA of K tile t's activations, rows off_m .. + BM, into slot where ok (_x_tile)."""
-    mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
+def _x_tile_at(x_desc, x_ring, xfull, slot, t, off_m, ok, BM: gl.constexpr, BK: gl.constexpr, t_ring=None,
+               t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False):
+    """The TMA of K tile t's activations, rows off_m .. + BM, into slot where ok (_x_tile). TAIL (the MoE's blocks
+    of BM + TAIL rows): rows off_m + BM .. + TAIL into the slot of t_ring (t_desc's [TAIL, 64] boxes) as well where
+    tail_ok; the slot's barrier expects the bytes of the copies made (one expect of the two, as its count is 1)."""
+    if TAIL:
+        mbarrier.expect(xfull.index(slot), (BM + TAIL) * BK * 2, pred=ok & tail_ok)
+        mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok & (tail_ok == 0))
+        for h in gl.static_range(BK // 64):
+            tma.async_copy_global_to_shared(t_desc, [off_m + BM, t * BK + 64 * h], xfull.index(slot),
+                                            t_ring.index(slot).slice(64 * h, 64, dim=1), pred=ok & tail_ok)
+    else:
+        mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
     XB: gl.constexpr = X_BOX_ROWS if BM > X_BOX_ROWS else BM
     for r in gl.static_range(BM // XB):
         for h in gl.static_range(BK // 64):
@@ -490,7 +504,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    MW: gl.constexpr, XTMA: gl.constexpr = 0, PP: gl.constexpr = 0, ROW0: gl.constexpr = 0, xfull=None,
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
                    WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0,
-                   WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0, nlive=False):
+                   WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0, nlive=False, t_ring=None,
+                   t_desc=None, TAIL: gl.constexpr = 0, ntail=False):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -508,20 +523,36 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     that quarter (wgmma's N a quarter; the TMA still brings all BM rows, the decode is the same). WGN 2: the NW
     warps are two warpgroups side by side on the activation rows (each multiplies the whole decoded weight tile, BN = 16 x NW / 2 rows, by its half of the BM rows), so a
     decoded tile serves twice as many pairs. PT (_pt_mma): one output tile of a persistent program, the ring's
-    tiles from C0 (_mma_tiles)."""
+    tiles from C0 (_mma_tiles). TAIL (with HALF): the block is BM + TAIL rows; where its row BM holds a pair, the
+    TAIL rows after BM are multiplied too, by a second wgmma (N = TAIL) on the same decoded tile into their own
+    accumulator (t_ring: their slots, t_desc: their TMA boxes; ntail: the next PT tile's flag)."""
     if HALF:
         if gl.load(half_ptr + off_m + BM // 2) < T:
-            _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
-                       HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
-                       wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+            if TAIL:
+                if gl.load(half_ptr + off_m + BM) < T:
+                    _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                               HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
+                               w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
+                               TAIL, TAIL, ntail)
+                else:
+                    _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                               HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
+                               w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
+                               TAIL, 0, ntail)
+            else:
+                _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
+                           HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
+                           wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
         elif HALF == 2 and gl.load(half_ptr + off_m + BM // 4) >= T:      # the pairs in the first quarter
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 4, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
-                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
+                       ntail)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
-                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+                       w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
+                       ntail)
     else:
         _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
                    BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
@@ -534,21 +565,27 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr, XTMA: gl.constexpr, PP: gl.constexpr,
                ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
                WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0,
-               nlive=False):
+               nlive=False, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, TL: gl.constexpr = 0, ntail=False):
     """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
     all BM: the ring's slots and their byte counts stay one size). WGN 2: the accumulator's columns (activation
     rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2. PT (XTMA 1, MW 1): K tile i is
     the ring's tile C0 + i; the slots freed by this tile's last STAGES MMAs take the next output tile's first
     activation tiles (noff_m's rows, where nlive), the last one handed back before the output is written, so the
-    decode warps and the TMA fill the next tile's slots while this one's output is stored (_pt_mma)."""
+    decode warps and the TMA fill the next tile's slots while this one's output is stored (_pt_mma). TAIL: the
+    ring's tail slots (t_ring), filled for this tile where TL (= TAIL: its tail holds pairs, multiplied into a
+    second accumulator; 0: not) and for the next PT tile where ntail."""
     BN: gl.constexpr = 16 * NW // WGN
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW // WGN, WGN],
                                                     instr_shape=[16, BMC // WGN, 16])
     acc = gl.zeros([BN, BMC], gl.float32, acc_l)
+    if TL:
+        tacc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                         instr_shape=[16, TL, 16])
+        tacc = gl.zeros([BN, TL], gl.float32, tacc_l)
     n_tiles = K // BK
     if XTMA == 1 and not PT:    # (PT: the previous tile's loop, or _pt_mma for the first, started these)
         for p in gl.static_range(STAGES):
-            _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES)
+            _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc, TAIL, TL > 0)
     if WT:
         for p in gl.static_range(WT):
             _w_tile(w_desc, w_ring, wfull, p, n_tiles, w_row, w_k0, BN, BK, WT, WKN)
@@ -570,25 +607,51 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
         if BMC != BM:
             x_s = x_s.slice(0, BMC, dim=0)
         acc = warpgroup_mma(a_s, x_s.permute((1, 0)), acc, is_async=True)
+        if TL:
+            t_s = t_ring.index(slot)
+            tacc = warpgroup_mma(a_s, t_s.permute((1, 0)), tacc, is_async=True)
         if MW:
-            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
+            if TL:      # two wgmma groups a tile: this tile's both may stay in flight
+                acc, tacc, _, _, _ = warpgroup_mma_wait(num_outstanding=2, deps=(acc, tacc, a_s, x_s, t_s))
+            else:
+                acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, x_s))
             mbarrier.arrive(empty.index((C0 + i + STAGES - 1) % STAGES), count=1, pred=i > 0)
             if XTMA == 1:
                 if i > 0:
                     if PT:
                         _x_tile_pt(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK,
-                                   STAGES)
+                                   STAGES, t_ring, t_desc, TAIL, TL > 0, ntail)
                     else:
-                        _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES)
+                        _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc,
+                                TAIL, TL > 0)
         else:
-            acc, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_s, x_s))
+            if TL:
+                acc, tacc, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, tacc, a_s, x_s, t_s))
+            else:
+                acc, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_s, x_s))
             mbarrier.arrive(empty.index(slot), count=1)
             if XTMA == 1:
-                _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc, TAIL,
+                        TL > 0)
+    if TL:
+        acc, tacc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, tacc))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if PT:      # the last slot back, and the next tile's K tile STAGES - 1 into it
         mbarrier.arrive(empty.index((C0 + n_tiles - 1) % STAGES), count=1)
-        _x_tile_pt(x_desc, x_ring, xfull, n_tiles - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK, STAGES)
+        _x_tile_pt(x_desc, x_ring, xfull, n_tiles - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK, STAGES,
+                   t_ring, t_desc, TAIL, TL > 0, ntail)
+    _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, BMC, NW, ROW0, ACT)
+    if TL:
+        _mma_out(tacc, b_ptr, y_ptr, off_n, off_m + BM, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, TL, NW, ROW0, ACT)
+
+
+@gluon.jit
+def _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS: gl.constexpr, BN: gl.constexpr,
+             BMC: gl.constexpr, NW: gl.constexpr, ROW0: gl.constexpr, ACT: gl.constexpr):
+    """An accumulator's output: its BN weight rows (from off_n + ROW0) by BMC activation rows (from off_m), x the
+    expert's factor or + bias (HAS_BIAS 2 / 1), then FC2's input (ACT), the pairs' rows (sid_ptr) or y's rows."""
+    acc_l: gl.constexpr = acc.type.layout
     on = off_n + ROW0 + gl.arange(0, BN, layout=gl.SliceLayout(1, acc_l))
     if ACT is not None:     # accumulator row r holds the weight row _pair_rows moved there or _act_rows chose
         r = on - off_n - ROW0
@@ -708,27 +771,36 @@ def _pt_tile(t, total, ids_ptr, N, BN: gl.constexpr, BM: gl.constexpr, MOE: gl.c
 @gluon.jit
 def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T,
             stride_be, HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
-            STAGES: gl.constexpr, NW: gl.constexpr, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr):
+            STAGES: gl.constexpr, NW: gl.constexpr, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, t_ring=None,
+            t_desc=None, TAIL: gl.constexpr = 0):
     """PT: the MMA warps of a persistent program, over its output tiles t = program, + programs, ... (_pt_tile):
     each tile's K loop and output (_mma_partition) on the ring's tiles from C0 = the K tiles before it, the next
-    tile's first activation tiles started by this one's loop (_mma_tiles)."""
+    tile's first activation tiles started by this one's loop (_mma_tiles). TAIL: blocks of BM + TAIL rows, each
+    tile's tail rows loaded where its row BM holds a pair (the flag _mma_partition reads for its multiply)."""
     BN: gl.constexpr = 16 * NW
+    BS: gl.constexpr = BM + TAIL
     n_tiles = K // BK
-    total = ((N + BN - 1) // BN) * ((M + BM - 1) // BM)
+    total = ((N + BN - 1) // BN) * ((M + BS - 1) // BS)
     step = gl.num_programs(0)
     t = gl.program_id(0)
-    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BS, MOE)
+    tail = live
+    if TAIL:
+        tail = live & (gl.load(half_ptr + off_m + BM) < T)
     for p in gl.static_range(STAGES):       # the first tile's activations (the later ones' by the loop before)
-        _x_tile_at(x_desc, x_ring, xfull, p, p, off_m, live, BM, BK)
+        _x_tile_at(x_desc, x_ring, xfull, p, p, off_m, live, BM, BK, t_ring, t_desc, TAIL, tail)
     c0 = t * 0
     while live:
-        noff_n, noff_m, ne, nlive = _pt_tile(t + step, total, ids_ptr, N, BN, BM, MOE)
+        noff_n, noff_m, ne, nlive = _pt_tile(t + step, total, ids_ptr, N, BN, BS, MOE)
+        ntail = nlive
+        if TAIL:
+            ntail = nlive & (gl.load(half_ptr + noff_m + BM) < T)
         bias = b_ptr
         if MOE:
             bias = b_ptr + e.to(gl.int64) * stride_be
         _mma_partition(a_ring, x_ring, full, empty, bias, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BK, STAGES, NW, 0, 1, 1, 0, 0, xfull, x_desc, None, None, None, 0, 0, 0, 0, ACT,
-                       half_ptr, HALF, 1, 1, c0, noff_m, nlive)
+                       half_ptr, HALF, 1, 1, c0, noff_m, nlive, t_ring, t_desc, TAIL, ntail)
         c0 += n_tiles
         t += step
         off_n, off_m, e, live = noff_n, noff_m, ne, nlive
@@ -739,16 +811,19 @@ def _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, i
                stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
                WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, MOE: gl.constexpr,
                NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr,
-               WPF: gl.constexpr, PART: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+               WPF: gl.constexpr, PART: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr,
+               TAIL: gl.constexpr = 0):
     """PT: decode partition PART of DP (DW warps) of a persistent program, over the same output tiles as _pt_mma:
     each tile's words from its expert (MoE), decoded into the ring's tiles from C0 (_decode_partition). A tile's
-    first words are loaded while the MMA warps still multiply and store the previous one."""
+    first words are loaded while the MMA warps still multiply and store the previous one. TAIL: blocks of BM + TAIL
+    rows (_pt_mma's tiles)."""
     BN: gl.constexpr = 16 * NW
+    BS: gl.constexpr = BM + TAIL
     n_tiles = K // BK
-    total = ((N + BN - 1) // BN) * ((M + BM - 1) // BM)
+    total = ((N + BN - 1) // BN) * ((M + BS - 1) // BS)
     step = gl.num_programs(0)
     t = gl.program_id(0)
-    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+    off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BS, MOE)
     c0 = t * 0
     while live:
         w_e, s_e, z_e, g_e = w_ptr, s_ptr, z_ptr, g_ptr
@@ -761,7 +836,7 @@ def _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, i
                           BK, STAGES, DW, 0, 0, WPF, 1, PART, DP, None, None, None, None, 0, ACT, c0, WU)
         c0 += n_tiles
         t += step
-        off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BM, MOE)
+        off_n, off_m, e, live = _pt_tile(t, total, ids_ptr, N, BN, BS, MOE)
 
 
 @gluon.jit
@@ -769,11 +844,12 @@ def _pt_decode_p0(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty
                   stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
                   WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                   MOE: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr,
+                  TAIL: gl.constexpr = 0):
     """PT: decode partition 0 of DP."""
     _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
                stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP,
-               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 0, DP, ACT, WU)
+               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 0, DP, ACT, WU, TAIL)
 
 
 @gluon.jit
@@ -781,11 +857,12 @@ def _pt_decode_p1(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty
                   stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze,
                   WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
                   MOE: gl.constexpr, NW: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr):
+                  DW: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, WU: gl.constexpr,
+                  TAIL: gl.constexpr = 0):
     """PT: decode partition 1 of DP 2."""
     _pt_decode(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
                stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP,
-               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 1, DP, ACT, WU)
+               HAS_ZERO, MOE, NW, BM, BK, STAGES, DW // DP, WPF, 1, DP, ACT, WU, TAIL)
 
 
 @gluon.jit
@@ -795,7 +872,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
                  GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, MOE: gl.constexpr,
                  BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                  num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, half_ptr,
-                 HALF: gl.constexpr, WU: gl.constexpr):
+                 HALF: gl.constexpr, WU: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0):
     """PT: w4_ws_kernel's split for a persistent program: _pt_mma as the default partition, DP (1 or 2) decode
     partitions (Triton 3.6's workers share one argument tuple)."""
     # the argument tuples written inline (w4_ws_kernel says why)
@@ -803,33 +880,33 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
-             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU))], [DW], [DREGS])
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW], [DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
-             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU), [_pt_decode_p0], [DW], [DREGS])
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0], [DW], [DREGS])
     else:
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
-             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU)),
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL)),
                 (_pt_decode_p1, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
-             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU))], [DW // 2, DW // 2], [DREGS, DREGS])
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
-             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU), [_pt_decode_p0, _pt_decode_p1], [DW // 2, DW // 2], [DREGS, DREGS])
+             MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0, _pt_decode_p1], [DW // 2, DW // 2], [DREGS, DREGS])
 
 @gluon.jit
 def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk,
@@ -840,7 +917,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  PP: gl.constexpr = 0, DP: gl.constexpr = 1, x_desc=None, MOE: gl.constexpr = 0, stride_wn=1,
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
                  WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
-                 half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1, PT: gl.constexpr = 0):
+                 half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1, PT: gl.constexpr = 0,
+                 TAIL: gl.constexpr = 0, t_desc=None):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -878,6 +956,11 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     HAS_BIAS 2: b_ptr is one fp32 factor (the MoE: an expert's, at stride_be) the accumulator is multiplied by
     before the output (and ACT); moe_ws's NVFP4 experts take g_ptr = 2**-8 (so the decoded E2M1 value x E4M3 scale
     x 2**-8 is exact in bf16, the fused decoder's factor at most 448 / 256) and this factor = 256 x g.
+    TAIL (the MoE with XTMA 1 and HALF, not PP, WT or WGN 2): program row b is the block of BM + TAIL pairs at row
+    b x (BM + TAIL); its first BM rows as before, and where its row BM holds a pair its TAIL rows after BM too,
+    by a second wgmma of N = TAIL on the same decoded tile (t_desc: x's [TAIL, 64] boxes into a ring of their
+    own). An expert with a few more pairs than BM (Qwen3's 256 +- 16 an expert at 4096 tokens) is then one block,
+    its weights decoded once, where BM-pair blocks decode them twice for the overflow's few rows.
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
@@ -885,6 +968,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     gl.static_assert(HALF == 0 or (MOE and XTMA and not PP), "HALF: the MoE with XTMA, without PP")
     gl.static_assert(HALF != 2 or BM >= 128, "HALF 2: quarter blocks of at least 32 rows")
     gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
+    gl.static_assert(TAIL == 0 or (MOE and XTMA == 1 and HALF > 0 and not PP and WT == 0 and WGN == 1 and
+                                   TAIL % 16 == 0 and TAIL <= BM), "TAIL: the MoE with XTMA 1 and HALF, no PP / WT / WGN 2")
     gl.static_assert(PT != 2 or WPF == 2, "PT 2 (WU): the words two tiles ahead, in two register sets")
     gl.static_assert(PT == 0 or (XTMA == 1 and MW == 1 and DP <= 2 and STAGES % DP == 0 and not PP and WT == 0
                                  and WGN == 1 and PFENCE == 0), "PT: XTMA 1, MW 1, DP 1 or 2, not PP / WT / WGN 2")
@@ -895,10 +980,10 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
                stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, stride_be, ids_ptr, sid_ptr, T,
                x_desc, half_ptr, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES, DW, DREGS, num_warps, WPF,
-               DP, ACT, HALF, PT == 2)
+               DP, ACT, HALF, PT == 2, TAIL, t_desc)
         return
     off_n = gl.program_id(0) * BN
-    off_m = gl.program_id(1) * BM
+    off_m = gl.program_id(1) * (BM + TAIL)
     w_row = off_n       # WT: the box's place in w_desc (_w_tile)
     w_k0 = 0
     if MOE:
@@ -916,6 +1001,10 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
+    if TAIL:    # the blocks' TAIL rows after BM, a ring of their own (BM + TAIL is no power of two)
+        t_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, TAIL, BK], a_sl)
+    else:
+        t_ring = gl.constexpr(None)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -985,7 +1074,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN)
+                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN, t_ring, t_desc, TAIL)
 
 
 @gluon.jit
@@ -996,7 +1085,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
-                     w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, WGN: gl.constexpr):
+                     w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, WGN: gl.constexpr, t_ring=None,
+                     t_desc=None, TAIL: gl.constexpr = 0):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition. WGN 2: the
     decode partitions see num_warps / 2 MMA warps' worth of weight rows (NWD: BN = 16 x NWD)."""
@@ -1007,7 +1097,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                  t_ring, t_desc, TAIL)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
                                      N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
                                      GROUP, HAS_ZERO, NWD, BM, BK,
@@ -1017,7 +1108,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS, BM,
                                 BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                t_ring, t_desc, TAIL), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1030,7 +1122,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                  t_ring, t_desc, TAIL)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1044,7 +1137,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                t_ring, t_desc, TAIL), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1057,7 +1151,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                 (_mma_partition, (a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym,
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN)),
+                                  w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                  t_ring, t_desc, TAIL)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1079,7 +1174,8 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
             gl.warp_specialize((a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr,
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
-                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN), _mma_partition,
+                                w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
+                                t_ring, t_desc, TAIL), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1094,13 +1190,17 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
            half_ptr, WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
            HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
            DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr,
-           ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr):
+           ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr, TAIL: gl.constexpr = 0, t_desc=None):
     """PT 1 / 2: the persistent program's ring (the one-tile kernel's: STAGES slots of weights and activations, their
     full / empty / xfull barriers) and its partitions (_ws_pt_parts)."""
     BN: gl.constexpr = 16 * num_warps
     a_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], a_sl)
     x_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], a_sl)
+    if TAIL:
+        t_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, TAIL, BK], a_sl)
+    else:
+        t_ring = gl.constexpr(None)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1112,4 +1212,4 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
     _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, ids_ptr,
                  M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
                  stride_we, stride_se, stride_ze, stride_be, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES,
-                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU)
+                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU, t_ring, t_desc, TAIL)

@@ -584,6 +584,11 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["x_desc"] = None
+    if keys.get("TAIL"):        # the tail rows' descriptor (moe_ws: w4_ws.x_tma_desc with TAIL-row boxes)
+        ptrs["t_desc"] = f"tensordesc<bf16[{keys['TAIL']}, 64],NVMMASharedLayout(swizzle_byte_width=128, " \
+                         "element_bitwidth=16, rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
+    else:
+        consts["t_desc"] = None
     if keys.get("WT"):          # the words' TMA descriptor (w4_ws.w_tma_desc): [BK/8, BN] dense, [BN, BK/8] MoE
         bk8, bn = keys.get("BK", 64) // 8, 16 * warps // keys.get("WGN", 1)
         box = f"{bn}, {bk8}" if moe and kmajor else f"{bk8}, {bn}"
@@ -720,6 +725,24 @@ def ws_cases():
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, PT=2),
         "ws pt 2 nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, PT=2),
+        # TAIL: blocks of 256 + 64 pairs, the tail a second wgmma (N 64) into its own accumulator
+        "ws moe int4 fc1 silu half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),
+                       HALF=1, TAIL=64),
+        "ws pt moe int4 zero points fc1 silu half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
+                       ACT=(1, 0.0, 0.0, 0.0), HALF=1, PT=1, TAIL=64),
+        "ws pt moe int4 fc2 scattered quarter tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=2, PT=1, TAIL=64),
+        "ws pt 2 moe nvfp4 fc1 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, has_bias=2, PT=2, WPF=2,
+                       TAIL=64),
+        "ws pt 2 moe nvfp4 fc2 scattered half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2,
+                       TAIL=64),
+        "ws moe mxfp4 fc1 act half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
+                       TAIL=64),
         # (FC2 on 512-pair blocks with HALF spills 60 B in its scatter epilogue, every format: not a shipped form)
         "ws moe int4 fc2 scattered wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
             lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, WGN=2),

@@ -121,6 +121,46 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, mode, h, i, activat
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("fmt,mode,act,h,i,activation,bias,symmetric", [
+    ("int4", "w4a16_int4", "bf16", 512, 256, "silu", False, False),         # Qwen3-30B INT4's form, zero points
+    ("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, True),       # Qwen3-235B's: W4A4, the factor epilogue
+    ("mxfp4", "w4a16_mx", "bf16", 640, 384, "swigluoai", True, True),      # gpt-oss's, biases
+])
+def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h, i, activation, bias, symmetric,
+                                                                monkeypatch):
+    """WS_TAIL (blocks of BM + WS_TAIL pairs, the tail rows a second wgmma on the same decoded tile where they hold a
+    pair): 37, 300 and 700 tokens x top-4 over 8 experts (about 18, 150 and 350 pairs an expert: blocks of 128 + 64
+    with and without their tail multiplied, 256 + 64 whole and spilling into a half or quarter block), with the
+    activation in FC1 or its own launch, one program a tile or persistent (PT 1 / 2, one program an SM and 3):
+    within tolerance of oracle-emulation, the same bits on more calls, and the same bits as the same entry without
+    WS_TAIL (a pair's products do not depend on the wgmma's N); an out-of-range id adding nothing, captured and
+    replayed. DEQUANT_MM never serves a call."""
+    from oracle_triton import launch, moe_dequant, moe_ws
+
+    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, False, symmetric=symmetric)
+    if not moe_ws.ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
+        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+
+    def no_dequant(*a, **kw):
+        raise AssertionError("DEQUANT_MM served a WS call")
+
+    monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    cfgs = [dict(WS, WS_HALF=1, WS_TAIL=64, WS_ACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=2),
+            dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, PT=1), dict(WS, WS_HALF=2, WS_TAIL=32, DP=1, WPF=3, PT=1)]
+    without = lambda cfg: {key: value for key, value in cfg.items() if key != "WS_TAIL"}     # noqa: E731
+    tol = W4A4_TOL if act == "nvfp4" else 1e-2
+    for programs in (None, 3):
+        monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
+        configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300, 700), repeats=2, tol=tol, same=without)
+    for cfg in cfgs:
+        t.config = cfg
+        dropped_id_then_replay(t, cpu_ref, h, 4, tol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
                                                       ("int4", "w4a16_int4", "silu", False)])
 @pytest.mark.parametrize("wide", [True, False])
@@ -166,7 +206,18 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, BM=256, WS_HALF=2, PT=2), nv)
     check_config(dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4), mx)     # 147 KB of ring, 128 + 26 registers
     check_config(dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1), i4)
-    for bad, lay in ((dict(WS, BM=96), mx), (dict(WS, BM=96), nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
+    check_config(dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, WS_ACT=1, PT=1), i4)     # 192 KB of ring
+    check_config(dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, PT=2), nv)
+    check_config(dict(WS, WS_HALF=1, WS_TAIL=128), mx)
+    for bad, lay in ((dict(WS, BM=256, WS_TAIL=64), i4),                             # the tail's flag: WS_HALF
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=40), i4), (dict(WS, WS_HALF=1, WS_TAIL=256), mx),
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=128), mx),                # 224 KB of ring
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, STAGES=5), mx),
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, DREGS=168), i4),    # no registers given back
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, WT=8), mx),
+                     (dict(WS, WS_WARPS=8, WGN=2, BM=256, MAXNREG=128, WS_HALF=1, WS_TAIL=64), i4),
+                     (dict(WS, XTMA=2, DP=4, WS_HALF=1, WS_TAIL=64), mx),
+                     (dict(WS, BM=96), mx), (dict(WS, BM=96), nv), (dict(WS, WS_WARPS=2), mx), (dict(WS, DW=3), mx),
                      (dict(WS, STAGES=9), mx), (dict(WS, DP=2, XTMA=0), mx), (dict(WS, MAXNREG=300), mx),
                      (dict(WS, WT=4), mx), (dict(WS, XTMA=2, WT=8), mx), (dict(WS, WS_ACT=2), mx),
                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_ACT=1), mx), (dict(WS, WS_HALF=3), mx),
@@ -310,7 +361,9 @@ def test_ws_persistent_grid_over_the_blocks(monkeypatch):
 
 def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
     """WS_HALF 1 / 2: FC1 and FC2 each get HALF 1 / 2 and the alignment's sorted ids (whose row BM / 2 of a block
-    says if its second half holds a pair, row BM / 4 if its second quarter does); without it, or on a form the kernel refuses it on (XTMA 0, PP), HALF 0 and no ids."""
+    says if its second half holds a pair, row BM / 4 if its second quarter does); without it, or on a form the
+    kernel refuses it on (XTMA 0, PP), HALF 0 and no ids. WS_TAIL: both get TAIL, blocks of BM + WS_TAIL rows from
+    the alignment (6 pairs over 8 experts: 7 blocks), and the tail rows' TMA descriptor."""
     from oracle_triton import fastlaunch, moe_ws
 
     seen: list[dict] = []
@@ -319,13 +372,19 @@ def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
     x = torch.randn(3, 256, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(3, 8, 2, DEV)
     for cfg, half in ((dict(WS, WS_HALF=1), 1), (dict(WS, WS_HALF=1, WS_ACT=1), 1), (dict(WS, WS_HALF=2), 2), (WS, 0),
-                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), 0)):
+                      (dict(WS, XTMA=0, DP=1, XCP=1, WS_HALF=1), 0), (dict(WS, WS_HALF=1, WS_TAIL=64), 1),
+                      (dict(WS, WS_HALF=2, WS_TAIL=32, WS_ACT=1), 2)):
         seen.clear()
         monkeypatch.setattr(t, "_activation", lambda y1, rid, ids_first=False: torch.zeros(
             y1.shape[0], t.inter, dtype=t.dtype, device=DEV))
         moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), 3, 2, cfg)
         fc1, fc2 = seen
         assert fc1["HALF"] == fc2["HALF"] == half, cfg
+        # WS_TAIL: both GEMMs on blocks of BM + tail rows (the alignment's), the tail's boxes of tail rows
+        tail, blocks = cfg.get("WS_TAIL", 0), -(-6 // (cfg["BM"] + cfg.get("WS_TAIL", 0))) + 6
+        assert fc1["TAIL"] == fc2["TAIL"] == tail and fc1["BM"] == cfg["BM"], cfg
+        assert fc1["M"] == fc2["M"] == blocks * (cfg["BM"] + tail) == fc2["half_ptr"].numel() if half else True
+        assert (fc1["t_desc"] is None) == (tail == 0) and (not tail or fc1["t_desc"].block_shape == [tail, 64])
         if half:
             assert fc1["half_ptr"] is fc2["half_ptr"] is fc2["sid_ptr"]
             assert fc1["sid_ptr"] is None and fc1["half_ptr"].dtype == torch.int32
@@ -336,7 +395,8 @@ def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
 def _contract_gemm(dense: dict, seen: list):
     """moe_ws._ws_gemm as w4_ws_kernel's MoE mode is documented, in torch: block b's rows (BM of them, or with
     WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel, with WS_HALF 2 the first BM / 4
-    where row BM / 4 is) times its expert's dense weights
+    where row BM / 4 is; with WS_TAIL blocks of BM + WS_TAIL rows, all of them where row BM holds a pair) times its
+    expert's dense weights
     (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
     scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
     were. act: (kind, limit, alpha, beta), swigluoai on interleaved rows (kind 0) or silu on halves (kind 1)."""
@@ -347,14 +407,17 @@ def _contract_gemm(dense: dict, seen: list):
         assert has_bias == 2 or has_bias == int(bias is not None)
         bm, weights = cfg["BM"], dense[id(w)].float()
         half = bool(cfg.get("WS_HALF")) and half_ids is not None
+        bs = bm + (cfg.get("WS_TAIL", 0) if half else 0)        # WS_TAIL: blocks of BM + tail rows
         for b, e in enumerate(block_expert.tolist()):
             if e < 0:
                 continue
-            rows = bm // 2 if half and int(half_ids[b * bm + bm // 2]) >= t else bm
-            if cfg.get("WS_HALF") == 2 and rows < bm and int(half_ids[b * bm + bm // 4]) >= t:
+            rows = bm // 2 if half and int(half_ids[b * bs + bm // 2]) >= t else bm
+            if cfg.get("WS_HALF") == 2 and rows < bm and int(half_ids[b * bs + bm // 4]) >= t:
                 rows = bm // 4
+            if bs > bm and int(half_ids[b * bs + bm]) < t:     # the tail holds a pair: multiplied too
+                rows = bs
             seen.append(rows)
-            r = slice(b * bm, b * bm + rows)
+            r = slice(b * bs, b * bs + rows)
             out = a[r].float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
             if act is not None:
                 kind, limit, alpha, beta = act
@@ -395,7 +458,8 @@ def _skewed_call(m: int):
 @pytest.mark.parametrize("activation,zero_pad,half,bm,ws_act", [
     ("swigluoai", True, 0, 256, 1), ("swigluoai", False, 0, 256, 1), ("swigluoai", False, 1, 256, 1),
     ("silu", False, 1, 256, 1), ("silu", False, 1, 256, 0), ("swigluoai", False, 1, 512, 1),
-    ("swigluoai", False, 2, 256, 1)])
+    ("swigluoai", False, 2, 256, 1), ("silu", False, 1, (128, 64), 1), ("swigluoai", False, 2, (128, 64), 1),
+    ("silu", False, 2, (128, 32), 0)])
 def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, monkeypatch):
     """apply_ws's launches on their contracts (the GEMMs as _contract_gemm, every other launch the real kernel in
     Triton's interpreter), every fresh float buffer filled with NaN: with the gather's zeros off (ZERO_PADDING) and
@@ -403,26 +467,28 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
     oracle-emulation, so no padding row's value reaches the output (the WS_ACT epilogue on interleaved swigluoai and
     on silu's halves, and the activation launch, all taken). 256-pair blocks on 150 tokens x top-4 over 8 experts, 140 of them routed to experts 0-3:
     those experts' blocks hold 140 pairs (both halves computed), the others' 10 (the first half alone); 512-pair
-    blocks (WGN 2) on 300 tokens, 280 routed so."""
+    blocks (WGN 2) on 300 tokens, 280 routed so; WS_TAIL (bm = (BM, tail)): 128 + 64 / 32-pair blocks, experts 0-3's
+    blocks with their tail rows multiplied (140 pairs), the others' on a half or a quarter."""
     from oracle_triton import moe_ws
 
+    bm, tail = bm if isinstance(bm, tuple) else (bm, 0)
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     t, ref = moe_pair("mxfp4", 8, 256, 128, 4, "w4a16_mx", "bf16", {}, activation=activation,
                       activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
                       bias=True, device=DEV)
-    m = 150 if bm == 256 else 300
+    m = 300 if bm == 512 else 150
     x, w, ids = _skewed_call(m)
 
     seen: list[int] = []
     monkeypatch.setattr(moe_ws, "_ws_gemm", _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, seen))
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", zero_pad)
     monkeypatch.setattr(torch, "empty", _nan_empty)
-    cfg = dict(WS, BM=bm, WS_ACT=ws_act, WS_HALF=half,
+    cfg = dict(WS, BM=bm, WS_ACT=ws_act, WS_HALF=half, **(dict(WS_TAIL=tail) if tail else {}),
                **(dict(WS_WARPS=8, WGN=2, STAGES=2, DW=4) if bm == 512 else {}))
     y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
     monkeypatch.undo()
     assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
-    assert (bm // 2 in seen) == (half == 1) and bm in seen      # both kinds of block where WS_HALF is on
+    assert (bm // 2 in seen) == (half == 1) and (bm + tail) in seen    # both kinds of block where WS_HALF is on
     assert (bm // 4 in seen) == (half == 2)                     # WS_HALF 2: the 10-pair blocks on a quarter
 
 

@@ -353,18 +353,20 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     below = tuned.lookup(DEVICE, "moe", mode, n, k, from_m - 1, experts, **kw) or {}
     assert "DEQUANT_MM" not in below or below["WS"] == 1    # gpt-oss-20b: a WS entry below, DEQUANT_MM its fallback
     h100 = tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw)
-    assert h100["WS"] == 1 and h100["WS_HALF"] == 1 and h100["DEQUANT_MM"] == chunk
+    assert h100["WS"] == 1 and h100["WS_HALF"] in (1, 2) and h100["DEQUANT_MM"] == chunk
+    # R106a / R106b (the thirty-first pass): 256 + 64-pair blocks where an expert has about 256 or 512 pairs
+    assert h100.get("WS_TAIL", 0) == (0 if experts == 128 and mode == "w4a16_mx" else 64)
     assert tuned.lookup("NVIDIA A100-SXM4-80GB", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
-@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused,pt", [
-    ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True, 0),  # gpt-oss-20b
-    ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True, 2),                 # gpt-oss-120b
-    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True, 1),         # Qwen3-30B INT4 (silu)
-    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True, 1),
-    ("w4a4_nvfp4", 3072, 4096, 128, None, 32, (2049, 4096, 10000), True, 2)])                # Qwen3-235B NVFP4
+@pytest.mark.parametrize("mode,n,k,experts,zp,chunk,ms,fused,pt,tail", [
+    ("w4a16_mx", 5760, 2880, 32, None, 512, (257, 512, 513, 1024, 1025, 2048, 4096, 10000), True, 0, 2049),  # 20b
+    ("w4a16_mx", 5760, 2880, 128, None, 32, (2049, 4096, 10000), True, 2, None),           # gpt-oss-120b
+    ("w4a16_int4", 1536, 2048, 128, True, 512, (1025, 2048, 2049, 4096), True, 1, 2049),   # Qwen3-30B INT4 (silu)
+    ("w4a16_int4", 1536, 2048, 128, False, 512, (1025, 2048, 2049, 4096), True, 1, 2049),
+    ("w4a4_nvfp4", 3072, 4096, 128, None, 32, (2049, 4096, 10000), True, 2, 2049)])          # Qwen3-235B NVFP4
 def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_tokens(mode, n, k, experts, zp, chunk, ms,
-                                                                                 fused, pt):
+                                                                                 fused, pt, tail):
     """The twenty-fifth pass's entries (R97a / R97x / R97b / R97c): from 1025 (gpt-oss-20b 257, gpt-oss-120b 2049)
     tokens these MoEs take WS (w4_ws, 256 pairs a block, 2 decode partitions, activations by TMA), valid for their
     experts' layout; the activation in FC1's epilogue (WS_ACT: gpt-oss's swigluoai; Qwen3's silu since R98a, the
@@ -373,7 +375,9 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
     twenty-ninth pass: PT 1 on Qwen3-30B's INT4 experts, PT 2 on gpt-oss-120b's, R102a / R102b); the calls
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 W4A4 experts
     on WS from 2049 tokens with PT 2 (the thirtieth pass, R104a; WS_ACT asked for, taken where the FC2 input's
-    scale is static: moe_ws.fused_act)."""
+    scale is static: moe_ws.fused_act). From 2049 tokens (`tail`; not gpt-oss-120b, about 128 pairs an expert)
+    blocks of 256 + 64 pairs (WS_TAIL, the thirty-first pass, R106a / R106b on an H100), with quarter blocks
+    (WS_HALF 2) on Qwen3-30B's INT4 experts."""
     from oracle_triton.formats import check_config, layout_for
     from oracle_triton.moe_ws import ws_fallback
 
@@ -383,7 +387,9 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         cfg = tuned.lookup(DEVICE, "moe", mode, n, k, m, experts, **kw)
         assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
         assert cfg.get("WS_ACT", 0) == int(fused)
-        assert cfg["WS_HALF"] == 1, m
+        tailed = tail is not None and m >= tail
+        assert cfg.get("WS_TAIL", 0) == (64 if tailed else 0), m
+        assert cfg["WS_HALF"] == (2 if tailed and mode == "w4a16_int4" else 1), m
         assert cfg.get("PT", 0) == pt, m        # R102a / R102b: the persistent grid where it won
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
                                     "num_stages": 3, "DEQUANT_MM": chunk}
