@@ -97,6 +97,8 @@ MOE = {  # name -> (E, top_k, H, I, format, mode, activation format, params, exp
     "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", "w4a16_mx", "bf16", {}, "swigluoai"),
     "qwen3-235b-a22b-nvfp4": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
+    # the same layer as its ModelOpt checkpoint carries it: static per-tensor input scales (_calibrated_input_scales)
+    "qwen3-235b-a22b-nvfp4-static": (128, 8, 4096, 1536, "nvfp4", "w4a4_nvfp4", "nvfp4", {}, "silu"),
     "qwen3-30b-a3b-int4": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),     # symmetric (zero point 8)
     "qwen3-30b-a3b-int4-zp": (128, 8, 2048, 768, "int4", "w4a16_int4", "bf16", {}, "silu"),
 }
@@ -495,6 +497,23 @@ def _sorted_routing(ids, ne, topk):
     return order, order // topk, torch.cumsum(torch.bincount(flat, minlength=ne), 0).to(torch.int32)
 
 
+def _calibrated_input_scales(w13, w2, activation: str) -> dict:
+    """Static per-tensor NVFP4 input scales as a ModelOpt checkpoint carries them (input_scale = calibration amax /
+    (6 x 448), one per tensor; the MoE takes the largest over experts): FC1's from 4096 fresh tokens, FC2's from
+    256 of them through every expert's FC1 and activation (BF16 weights). Timed tokens above the calibrated amax
+    saturate, as a deployed checkpoint's do."""
+    from oracle.tensors import moe_activation_params
+    from oracle_emulation.moe_activations import apply_activation
+
+    x = torch.randn(4096, w13.shape[2], device=w13.device, dtype=torch.bfloat16)
+    pr = moe_activation_params(activation, {})
+    fc2 = max(float(apply_activation((x[:256] @ w13[e].T).float(), activation, pr).abs().max())
+              for e in range(w13.shape[0]))
+    div = 6.0 * 448.0
+    return {"w13_input_scale": (x.abs().max().float() / div).reshape(1),
+            "w2_input_scale": torch.tensor([fc2 / div], dtype=torch.float32, device=w13.device)}
+
+
 def _own_bf16(layer, w13, w2):
     """oracle-triton's fused MoE in its BF16 mode on the baseline's own BF16 experts (no copy), or None."""
     from oracle_triton.moe import TritonMoE
@@ -546,6 +565,8 @@ def bench_moe(ms_list, bw, rows, skipped):
         tensors = {f"w13{suffix}": q13.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")}
         tensors.update({f"w2{suffix}": q2.get(f"weight{suffix}") for suffix in ("", "_scale", "_global_scale", "_zero_point")})
         del q13, q2
+        if name.endswith("-static"):        # the checkpoint's static input scales (the reference gets them too)
+            tensors.update(_calibrated_input_scales(w13, w2, activation))
         t = TritonMoE(layer, mode, None)
         t.process_weights(**tensors)
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
