@@ -59,8 +59,9 @@ ZERO_PADDING = False
 SILU_IN_FC1 = True
 #: W4A4: FC2's input rounded on the block rows that hold a pair only (launch.quantize_activations' rid: about half
 #: of Qwen3-235B's 65 K block rows at 4096 tokens are padding, and the rounding took 208 us of them in R104c);
-#: padding rows keep whatever the activation left, which no output reads. Off: not yet run on a GPU (R105 times
-#: it through bench_peers' SET)
+#: padding rows keep whatever the activation left, which no output reads. Off: GPU-tested (R105), but no faster
+#: (R105a 4211.4 against 4202.7 us; R107a, static scales, 3327.1 against 3375.5 with the rounding launch itself
+#: 268.5 against 162.0: the row ids' loads and masks cost more than the skipped rows)
 ROUND_LIVE_ROWS = False
 
 
