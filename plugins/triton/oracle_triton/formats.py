@@ -212,6 +212,9 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
         raise ValueError(f"WS_HALF for {what}: 0, or 1 (a block whose pairs fit in its first half multiplied on that "
                          f"half) or 2 (its first quarter too, BM >= 128) with the activations by TMA (XTMA) and one "
                          f"MMA warpgroup's tiles (not PP), not {cfg}")
+    if cfg.get("WS_QACT", 0) not in (0, 1) or (cfg.get("WS_QACT") and not cfg.get("WS_ACT")):
+        raise ValueError(f"WS_QACT for {what}: 0, or 1 (NVFP4 W4A4 with a static FC2 input scale: FC2's input rounded "
+                         f"in FC1's epilogue, which WS_ACT puts the activation in), not {cfg}")
     tail = cfg.get("WS_TAIL", 0)
     if tail:
         check_ws_tail(cfg, what)

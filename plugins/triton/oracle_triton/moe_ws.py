@@ -29,7 +29,8 @@ bf16, and s x 2**-8 <= 448 / 256 stays under the decoder's 2.0), and the epilogu
 accumulator by 256 x g (w4_ws's HAS_BIAS 2), so such a layer has no bias on this path. W4A4 (NVFP4 activations):
 FC1's input rounded before the gather and FC2's after the activation (TritonMoE._round, as DEQUANT_MM); with a
 dynamic FC2 scale the activation runs in its own launch, whose zeros on the padding rows keep them out of the
-amax (FC1's epilogue leaves those rows as it found them).
+amax (FC1's epilogue leaves those rows as it found them); with a static one (a ModelOpt checkpoint's input_scale)
+and WS_QACT, FC1's epilogue rounds FC2's input itself (w4_ws's QACT) and no rounding launch runs.
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ from .moe_rega import rega_layer_ok
 #: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
 #: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF; 2:
 #: its first quarter too); WS_TAIL: blocks of BM + WS_TAIL pairs, the tail rows multiplied where they hold a pair
-#: (w4_ws's TAIL)
-WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", *WS_MOE_KEYS)
+#: (w4_ws's TAIL); WS_QACT: W4A4 with a static FC2 input scale, FC2's input rounded through NVFP4 in FC1's epilogue
+#: (w4_ws's QACT, with WS_ACT)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
@@ -142,7 +144,8 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
     where they fit there). WS_TAIL (with WS_HALF): blocks of BM + WS_TAIL pairs, so an expert with up to that many
     pairs is one block and its weights are decoded once (w4_ws's TAIL). W4A4: both GEMMs' inputs rounded through
-    NVFP4 first (module docstring)."""
+    NVFP4 first (module docstring); WS_QACT 1, where FC2's input scale is static and FC1 applies the activation,
+    that rounding happens in FC1's epilogue (w4_ws's QACT)."""
     t, dev = m * k, moe.device
     bm = cfg["BM"] + cfg.get("WS_TAIL", 0)      # the alignment's rows a block
     by_pair = bool(moe.layer.apply_router_weight_on_input)
@@ -156,16 +159,18 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
                                                ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
                                                num_warps=4)
     act = fused_act(moe, cfg)
+    # WS_QACT: W4A4 with a static FC2 input scale, rounded through NVFP4 by FC1's epilogue too (no rounding launch)
+    qs = moe.static[1] if act is not None and cfg.get("WS_QACT") and moe.act == ACT_NVFP4 else None
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids, qs)
     else:
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
         _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
-    if ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
+    if qs is None and ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
         inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid)
-    else:
+    elif qs is None:            # (with qs FC1's epilogue rounded it)
         inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
     _ws_gemm(inter, moe.w2, _epilogue(moe, 1), y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
@@ -220,7 +225,8 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
 
 def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tensor | None], y: torch.Tensor,
              block_expert: torch.Tensor, sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
-             act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None) -> None:
+             act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None,
+             qs: torch.Tensor | None = None) -> None:
     """y = a's block rows times their block's expert's weights w, then the epilogue epi (_epilogue: + bias, or x
     the expert's factor with NVFP4's decode g): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
@@ -228,7 +234,8 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     pairs fit in their first half multiplied on it alone (w4_ws's HALF); WGN 2: WS_WARPS = 8 as two warpgroups on
     the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN); PT 1: a persistent
     program an SM over those output tiles (w4_ws's PT; launch.pt_programs); WS_TAIL: the blocks are BM + WS_TAIL rows
-    apart, their tail rows multiplied where they hold a pair (w4_ws's TAIL: check_ws_moe has it with WS_HALF)."""
+    apart, their tail rows multiplied where they hold a pair (w4_ws's TAIL: check_ws_moe has it with WS_HALF); qs
+    (with act): FC2's static NVFP4 input scale, by which the epilogue rounds what it writes (w4_ws's QACT)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
@@ -274,4 +281,4 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
                       stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
                       half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, TAIL=tail,
-                      t_desc=x_tma_desc(a, tail) if tail else None, **strides)
+                      t_desc=x_tma_desc(a, tail) if tail else None, qs_ptr=qs, QACT=int(qs is not None), **strides)

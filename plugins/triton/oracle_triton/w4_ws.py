@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
     warpgroup_mma_wait
 
+from .dequant import round_e2m1, round_e4m3
 from .w4_rega import expert_operands, pair_lines
 
 #: Triton 3.7's warp_specialize takes [(function, args), ...]; 3.6's (the H200's) the default partition's args
@@ -409,11 +410,14 @@ def _pair_rows(tile, BN: gl.constexpr, C: gl.constexpr):
 
 @gluon.jit
 def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: gl.constexpr, NW: gl.constexpr,
-               ACT: gl.constexpr):
+               ACT: gl.constexpr, qs_ptr=None, QACT: gl.constexpr = 0):
     """ACT = (kind, limit, alpha, beta): swigluoai (ACT_SWIGLUOAI) or silu (ACT_SILU, no limit) on the gate / up
     pairs _pair_rows or _act_rows placed in one thread, stored as FC2's input columns off_n / 2 .. + BN / 2 of the
     block rows: FC1's outputs rounded to bf16 (+ bias) as the separate activation launch reads them, then its
-    steps in its order (moe_kernels._activate), rounded once."""
+    steps in its order (moe_kernels._activate), rounded once. QACT (NVFP4 W4A4 with a static FC2 input scale at
+    qs_ptr): those values then rounded through NVFP4 as launch.quantize_activations rounds them (dequant.quantize_tile
+    ACT 4: an E4M3 scale per 16 columns times the global scale), so no rounding launch follows; a program's BN / 2
+    columns are whole groups of 16 (off_n / 2 a multiple of 32)."""
     LIMIT: gl.constexpr = ACT[1]
     ALPHA: gl.constexpr = ACT[2]
     BETA: gl.constexpr = ACT[3]
@@ -427,6 +431,12 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
         a = g * (1.0 / (1.0 + gl.exp(-g))) * u
     st_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, NW], [0, 1])
     a = gl.convert_layout(gl.reshape(a.to(gl.bfloat16), [BN // 2, BM]), st_l)
+    if QACT:
+        gs = gl.load(qs_ptr)
+        blocks = gl.reshape(a.to(gl.float32), [BN // 32, 16, BM])
+        sc = round_e4m3(gl.div_rn(gl.div_rn(gl.max(gl.abs(blocks), axis=1), 6.0), gs)) * gs
+        q = round_e2m1(gl.div_rn(blocks, gl.where(sc > 0, sc, 1.0)[:, None, :]))
+        a = gl.convert_layout(gl.reshape(q * sc[:, None, :], [BN // 2, BM]).to(gl.bfloat16), st_l)
     j = off_n // 2 + gl.arange(0, BN // 2, layout=gl.SliceLayout(1, st_l))
     m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, st_l))
     gl.store(y_ptr + m[None, :] * stride_ym + j[:, None], a, mask=(j < N // 2)[:, None] & (m < M)[None, :])
@@ -505,7 +515,7 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
                    WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0,
                    WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0, nlive=False, t_ring=None,
-                   t_desc=None, TAIL: gl.constexpr = 0, ntail=False):
+                   t_desc=None, TAIL: gl.constexpr = 0, ntail=False, qs_ptr=None, QACT: gl.constexpr = 0):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -525,7 +535,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     decoded tile serves twice as many pairs. PT (_pt_mma): one output tile of a persistent program, the ring's
     tiles from C0 (_mma_tiles). TAIL (with HALF): the block is BM + TAIL rows; where its row BM holds a pair, the
     TAIL rows after BM are multiplied too, by a second wgmma (N = TAIL) on the same decoded tile into their own
-    accumulator (t_ring: their slots, t_desc: their TMA boxes; ntail: the next PT tile's flag)."""
+    accumulator (t_ring: their slots, t_desc: their TMA boxes; ntail: the next PT tile's flag). QACT (with ACT):
+    FC2's input rounded through NVFP4 in the epilogue, its static global scale at qs_ptr (_store_act)."""
     if HALF:
         if gl.load(half_ptr + off_m + BM // 2) < T:
             if TAIL:
@@ -533,30 +544,30 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                     _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                                HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                                w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
-                               TAIL, TAIL, ntail)
+                               TAIL, TAIL, ntail, qs_ptr=qs_ptr, QACT=QACT)
                 else:
                     _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                                HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                                w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
-                               TAIL, 0, ntail)
+                               TAIL, 0, ntail, qs_ptr=qs_ptr, QACT=QACT)
             else:
                 _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                            HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
-                           wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+                           wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, qs_ptr=qs_ptr, QACT=QACT)
         elif HALF == 2 and gl.load(half_ptr + off_m + BM // 4) >= T:      # the pairs in the first quarter
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 4, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                        w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
-                       ntail)
+                       ntail, qs_ptr=qs_ptr, QACT=QACT)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                        w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
-                       ntail)
+                       ntail, qs_ptr=qs_ptr, QACT=QACT)
     else:
         _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
                    BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
-                   w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive)
+                   w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, qs_ptr=qs_ptr, QACT=QACT)
 
 
 @gluon.jit
@@ -565,7 +576,8 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                NW: gl.constexpr, PFENCE: gl.constexpr, MW: gl.constexpr, XTMA: gl.constexpr, PP: gl.constexpr,
                ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
                WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0,
-               nlive=False, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, TL: gl.constexpr = 0, ntail=False):
+               nlive=False, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, TL: gl.constexpr = 0, ntail=False,
+               qs_ptr=None, QACT: gl.constexpr = 0):
     """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
     all BM: the ring's slots and their byte counts stay one size). WGN 2: the accumulator's columns (activation
     rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2. PT (XTMA 1, MW 1): K tile i is
@@ -641,14 +653,17 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
         mbarrier.arrive(empty.index((C0 + n_tiles - 1) % STAGES), count=1)
         _x_tile_pt(x_desc, x_ring, xfull, n_tiles - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK, STAGES,
                    t_ring, t_desc, TAIL, TL > 0, ntail)
-    _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, BMC, NW, ROW0, ACT)
+    _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, BMC, NW, ROW0, ACT, qs_ptr,
+             QACT)
     if TL:
-        _mma_out(tacc, b_ptr, y_ptr, off_n, off_m + BM, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, TL, NW, ROW0, ACT)
+        _mma_out(tacc, b_ptr, y_ptr, off_n, off_m + BM, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, TL, NW, ROW0, ACT,
+                 qs_ptr, QACT)
 
 
 @gluon.jit
 def _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS: gl.constexpr, BN: gl.constexpr,
-             BMC: gl.constexpr, NW: gl.constexpr, ROW0: gl.constexpr, ACT: gl.constexpr):
+             BMC: gl.constexpr, NW: gl.constexpr, ROW0: gl.constexpr, ACT: gl.constexpr, qs_ptr=None,
+             QACT: gl.constexpr = 0):
     """An accumulator's output: its BN weight rows (from off_n + ROW0) by BMC activation rows (from off_m), x the
     expert's factor or + bias (HAS_BIAS 2 / 1), then FC2's input (ACT), the pairs' rows (sid_ptr) or y's rows."""
     acc_l: gl.constexpr = acc.type.layout
@@ -665,7 +680,7 @@ def _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_B
     elif HAS_BIAS:
         acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)[:, None]
     if ACT is not None:
-        _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BMC, NW, ACT)
+        _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN, BMC, NW, ACT, qs_ptr, QACT)
     elif sid_ptr is not None:     # MoE, scattered: block row j is pair sid[j]'s output row (T and past: padding)
         pair = gl.load(sid_ptr + om)
         mask = (on < N)[:, None] & (pair < T)[None, :]
@@ -772,7 +787,7 @@ def _pt_tile(t, total, ids_ptr, N, BN: gl.constexpr, BM: gl.constexpr, MOE: gl.c
 def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T,
             stride_be, HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
             STAGES: gl.constexpr, NW: gl.constexpr, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, t_ring=None,
-            t_desc=None, TAIL: gl.constexpr = 0):
+            t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0):
     """PT: the MMA warps of a persistent program, over its output tiles t = program, + programs, ... (_pt_tile):
     each tile's K loop and output (_mma_partition) on the ring's tiles from C0 = the K tiles before it, the next
     tile's first activation tiles started by this one's loop (_mma_tiles). TAIL: blocks of BM + TAIL rows, each
@@ -800,7 +815,7 @@ def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M
             bias = b_ptr + e.to(gl.int64) * stride_be
         _mma_partition(a_ring, x_ring, full, empty, bias, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BK, STAGES, NW, 0, 1, 1, 0, 0, xfull, x_desc, None, None, None, 0, 0, 0, 0, ACT,
-                       half_ptr, HALF, 1, 1, c0, noff_m, nlive, t_ring, t_desc, TAIL, ntail)
+                       half_ptr, HALF, 1, 1, c0, noff_m, nlive, t_ring, t_desc, TAIL, ntail, qs_ptr, QACT)
         c0 += n_tiles
         t += step
         off_n, off_m, e, live = noff_n, noff_m, ne, nlive
@@ -872,7 +887,8 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
                  GROUP: gl.constexpr, HAS_ZERO: gl.constexpr, HAS_BIAS: gl.constexpr, MOE: gl.constexpr,
                  BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                  num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, half_ptr,
-                 HALF: gl.constexpr, WU: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0):
+                 HALF: gl.constexpr, WU: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None,
+                 QACT: gl.constexpr = 0):
     """PT: w4_ws_kernel's split for a persistent program: _pt_mma as the default partition, DP (1 or 2) decode
     partitions (Triton 3.6's workers share one argument tuple)."""
     # the argument tuples written inline (w4_ws_kernel says why)
@@ -880,13 +896,13 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW], [DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0], [DW], [DREGS])
@@ -894,7 +910,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL)),
@@ -903,7 +919,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0, _pt_decode_p1], [DW // 2, DW // 2], [DREGS, DREGS])
@@ -918,7 +934,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
                  WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
                  half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1, PT: gl.constexpr = 0,
-                 TAIL: gl.constexpr = 0, t_desc=None):
+                 TAIL: gl.constexpr = 0, t_desc=None, qs_ptr=None, QACT: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -961,6 +977,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     by a second wgmma of N = TAIL on the same decoded tile (t_desc: x's [TAIL, 64] boxes into a ring of their
     own). An expert with a few more pairs than BM (Qwen3's 256 +- 16 an expert at 4096 tokens) is then one block,
     its weights decoded once, where BM-pair blocks decode them twice for the overflow's few rows.
+    QACT (with ACT; moe_ws's NVFP4 W4A4 with a static FC2 input scale, qs_ptr): the epilogue also rounds FC2's input
+    through NVFP4 (_store_act), so no rounding launch runs between the GEMMs.
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
@@ -970,6 +988,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     gl.static_assert(WGN == 1 or (MOE and XTMA == 1 and not PP and num_warps == 8), "WGN 2: the MoE, XTMA 1, 8 warps")
     gl.static_assert(TAIL == 0 or (MOE and XTMA == 1 and HALF > 0 and not PP and WT == 0 and WGN == 1 and
                                    TAIL % 16 == 0 and TAIL <= BM), "TAIL: the MoE with XTMA 1 and HALF, no PP / WT / WGN 2")
+    gl.static_assert(QACT == 0 or ACT is not None, "QACT: FC2's input written by FC1's epilogue (ACT)")
     gl.static_assert(PT != 2 or WPF == 2, "PT 2 (WU): the words two tiles ahead, in two register sets")
     gl.static_assert(PT == 0 or (XTMA == 1 and MW == 1 and DP <= 2 and STAGES % DP == 0 and not PP and WT == 0
                                  and WGN == 1 and PFENCE == 0), "PT: XTMA 1, MW 1, DP 1 or 2, not PP / WT / WGN 2")
@@ -980,7 +999,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
                stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, stride_be, ids_ptr, sid_ptr, T,
                x_desc, half_ptr, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES, DW, DREGS, num_warps, WPF,
-               DP, ACT, HALF, PT == 2, TAIL, t_desc)
+               DP, ACT, HALF, PT == 2, TAIL, t_desc, qs_ptr, QACT)
         return
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * (BM + TAIL)
@@ -1074,7 +1093,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN, t_ring, t_desc, TAIL)
+                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN, t_ring, t_desc, TAIL, qs_ptr, QACT)
 
 
 @gluon.jit
@@ -1086,7 +1105,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
                      w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, WGN: gl.constexpr, t_ring=None,
-                     t_desc=None, TAIL: gl.constexpr = 0):
+                     t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition. WGN 2: the
     decode partitions see num_warps / 2 MMA warps' worth of weight rows (NWD: BN = 16 x NWD)."""
@@ -1098,7 +1117,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
                                      N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
                                      GROUP, HAS_ZERO, NWD, BM, BK,
@@ -1109,7 +1128,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS, BM,
                                 BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1123,7 +1142,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1138,7 +1157,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1152,7 +1171,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1175,7 +1194,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1190,7 +1209,8 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
            half_ptr, WKN: gl.constexpr, ELEM: gl.constexpr, GROUP: gl.constexpr, HAS_ZERO: gl.constexpr,
            HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
            DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr,
-           ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr, TAIL: gl.constexpr = 0, t_desc=None):
+           ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr, TAIL: gl.constexpr = 0, t_desc=None, qs_ptr=None,
+           QACT: gl.constexpr = 0):
     """PT 1 / 2: the persistent program's ring (the one-tile kernel's: STAGES slots of weights and activations, their
     full / empty / xfull barriers) and its partitions (_ws_pt_parts)."""
     BN: gl.constexpr = 16 * num_warps
@@ -1212,4 +1232,4 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
     _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, ids_ptr,
                  M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
                  stride_we, stride_se, stride_ze, stride_be, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES,
-                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU, t_ring, t_desc, TAIL)
+                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU, t_ring, t_desc, TAIL, qs_ptr, QACT)

@@ -58,12 +58,13 @@ def linear_pair(fmt: str, n: int, k: int, mode: str, act: str, params: dict | No
 
 def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, params: dict | None = None, *,
              activation="silu", activation_params=None, bias=False, device="cpu", group=128,
-             router_on_input=False, symmetric=True, ref_device=None, zero_expert=False):
+             router_on_input=False, symmetric=True, ref_device=None, zero_expert=False, input_scales=None):
     """(triton MoE, emulation MoE) holding the same expert tensors (int4: zero points unless symmetric).
     ref_device: the emulation's tensors there instead (e.g. "cpu" beside a GPU kernel; its inputs go there too).
     zero_expert: the emulation gets one more expert, id e, whose weights and biases are zero (its block scales
     zero, global scales one): the reference for a pair the kernel drops (an out-of-range id), which the kernel
-    treats so (a zero FC2 input row, nothing added), also where a dynamic per-tensor scale spans every pair."""
+    treats so (a zero FC2 input row, nothing added), also where a dynamic per-tensor scale spans every pair.
+    input_scales: (FC1's, FC2's) static per-tensor activation scales, as a checkpoint carries them (both get them)."""
     from oracle_emulation.moe import EmulationMoE
     from oracle_triton.moe import TritonMoE
 
@@ -79,6 +80,9 @@ def moe_pair(fmt: str, e: int, h: int, i: int, k: int, mode: str, act: str, para
                "w2_scale": q2.get("weight_scale"), "w13_global_scale": q13.get("weight_global_scale"),
                "w2_global_scale": q2.get("weight_global_scale"), "w13_zero_point": q13.get("weight_zero_point"),
                "w2_zero_point": q2.get("weight_zero_point")}
+    if input_scales is not None:
+        tensors["w13_input_scale"], tensors["w2_input_scale"] = (
+            torch.tensor([v], dtype=torch.float32, device=device) for v in input_scales)
     if bias:
         tensors["w13_bias"] = torch.randn(e, rows, device=device) * 0.1
         tensors["w2_bias"] = torch.randn(e, h, device=device) * 0.1
@@ -104,12 +108,12 @@ def routing(m: int, e: int, k: int, device="cpu"):
 
 
 def gpu_moe_pair(fmt: str, mode: str, act: str, h: int, i: int, activation: str, bias: bool, router_on_input: bool,
-                 e: int = 8, k: int = 4, symmetric: bool = True):
+                 e: int = 8, k: int = 4, symmetric: bool = True, input_scales=None):
     """moe_pair on the GPU against the emulation on the CPU (zero_expert: the reference of a dropped id), top-k k
     (1 with the router weight on the input); INT4 with zero points unless symmetric."""
     return moe_pair(fmt, e, h, i, 1 if router_on_input else k, mode, act, {}, activation=activation, bias=bias,
                     device="cuda", router_on_input=router_on_input, ref_device="cpu", zero_expert=True,
-                    symmetric=symmetric)
+                    symmetric=symmetric, input_scales=input_scales)
 
 
 def configs_match_reference(t, reference, cfgs: list, h: int, k: int, ms, experts: int = 8, tol: float = 1e-2,

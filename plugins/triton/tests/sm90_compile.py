@@ -589,6 +589,10 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "element_bitwidth=16, rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["t_desc"] = None
+    if keys.get("QACT"):        # FC2's static NVFP4 input scale
+        ptrs["qs_ptr"] = "*fp32"
+    else:
+        consts["qs_ptr"] = None
     if keys.get("WT"):          # the words' TMA descriptor (w4_ws.w_tma_desc): [BK/8, BN] dense, [BN, BK/8] MoE
         bk8, bn = keys.get("BK", 64) // 8, 16 * warps // keys.get("WGN", 1)
         box = f"{bn}, {bk8}" if moe and kmajor else f"{bk8}, {bn}"
@@ -743,6 +747,13 @@ def ws_cases():
         "ws moe mxfp4 fc1 act half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
                        TAIL=64),
+        # QACT: FC2's input rounded through NVFP4 in FC1's epilogue (W4A4 with a static FC2 input scale)
+        "ws pt 2 moe nvfp4 fc1 silu qact half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
+                       has_bias=2, PT=2, WPF=2, TAIL=64, QACT=1),
+        "ws moe nvfp4 fc1 silu qact quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
+                       has_bias=2, QACT=1),
         # (FC2 on 512-pair blocks with HALF spills 60 B in its scatter epilogue, every format: not a shipped form)
         "ws moe int4 fc2 scattered wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
             lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, WGN=2),

@@ -161,6 +161,38 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_ws_qact_matches_the_rounding_launch(monkeypatch):
+    """WS_QACT on an sm_90 GPU (NVFP4 W4A4 with static input scales, Qwen3-235B's checkpoint form; FC2's input rounded
+    through NVFP4 in FC1's epilogue, w4_ws's QACT): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and
+    256 + 64-pair blocks, halves and quarters, one program a tile or persistent (PT 2, one program an SM and 3):
+    the same bits as the same entry without WS_QACT (the rounding launch, launch.quantize_activations) and within
+    the NVFP4 bound of oracle-emulation with the same static scales; an out-of-range id adding nothing, captured
+    and replayed."""
+    from oracle_triton import launch, moe_dequant, moe_ws
+
+    t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False,
+                          input_scales=(4.5 / 2688, 1.5 / 2688))
+    if not moe_ws.ws_ok(t, torch.zeros(1, 512, dtype=torch.bfloat16, device="cuda")):
+        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+
+    def no_dequant(*a, **kw):
+        raise AssertionError("DEQUANT_MM served a WS call")
+
+    monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
+    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
+    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
+    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
+    without = lambda cfg: {key: value for key, value in cfg.items() if key != "WS_QACT"}     # noqa: E731
+    for programs in (None, 3):
+        monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
+        configs_match_reference(t, cpu_ref, cfgs, 512, 4, (37, 300, 700), repeats=2, tol=W4A4_TOL, same=without)
+    for cfg in cfgs:
+        t.config = cfg
+        dropped_id_then_replay(t, cpu_ref, 512, 4, tol=W4A4_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
                                                       ("int4", "w4a16_int4", "silu", False)])
 @pytest.mark.parametrize("wide", [True, False])
@@ -392,15 +424,16 @@ def test_ws_half_hands_both_gemms_the_sorted_ids(monkeypatch):
             assert fc1["half_ptr"] is None and fc2["half_ptr"] is None
 
 
-def _contract_gemm(dense: dict, seen: list):
+def _contract_gemm(dense: dict, seen: list, facts: dict | None = None):
     """moe_ws._ws_gemm as w4_ws_kernel's MoE mode is documented, in torch: block b's rows (BM of them, or with
     WS_HALF the first BM / 2 where row BM / 2 of its sorted ids is the sentinel, with WS_HALF 2 the first BM / 4
     where row BM / 4 is; with WS_TAIL blocks of BM + WS_TAIL rows, all of them where row BM holds a pair) times its
-    expert's dense weights
+    expert's dense weights; with qs (w4_ws's QACT: FC1 with act) the activation's rows then rounded through NVFP4
+    with that static scale as launch.quantize_activations rounds them (facts: the layer's)
     (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
     scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
     were. act: (kind, limit, alpha, beta), swigluoai on interleaved rows (kind 0) or silu on halves (kind 1)."""
-    def gemm(a, w, epi, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None):
+    def gemm(a, w, epi, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None, qs=None):
         bias, has_bias, _ = epi
         if has_bias == 2:       # NVFP4's per-expert factor: the dense reference weights hold g already
             bias = None
@@ -428,6 +461,11 @@ def _contract_gemm(dense: dict, seen: list):
                 else:
                     g, u = v.chunk(2, dim=1)
                     y[r] = (g * torch.sigmoid(g) * u).to(y.dtype)
+                if qs is not None:
+                    from oracle_triton.formats import ACT_NVFP4
+                    from oracle_triton.launch import quantize_activations
+
+                    y[r] = quantize_activations(y[r].contiguous(), ACT_NVFP4, qs, facts)
             elif sorted_ids is not None:
                 pairs = sorted_ids[r].long()
                 keep = pairs < t
@@ -530,6 +568,57 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(liv
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) is None          # a dynamic FC2 scale: the activation launch
     t.static[1] = torch.ones(1, device=DEV)                         # a checkpoint's static one: FC1's epilogue
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) == (1, 0.0, 0.0, 0.0)
+
+
+def test_ws_qact_rounds_fc2s_input_in_fc1s_epilogue(monkeypatch):
+    """WS_QACT (NVFP4 W4A4 with static input scales, as a ModelOpt checkpoint carries them): FC1 (as _contract_gemm,
+    the rest the real launches in the interpreter, fresh float buffers NaN) gets the activation and FC2's static
+    scale (w4_ws's QACT) and no rounding launch runs between the GEMMs; the result is the same bits as the entry
+    without WS_QACT (the activation in FC1, then the rounding launch) and within 1e-2 of oracle-emulation with the
+    same static scales. A dynamic FC2 scale, or WS_ACT off, takes no QACT; the entry check wants WS_ACT."""
+    from oracle_triton import moe_ws
+    from oracle_triton.formats import check_config, layout_for
+
+    t, ref = moe_pair("nvfp4", 8, 256, 128, 4, "w4a4_nvfp4", "nvfp4", {}, device=DEV,
+                      input_scales=(4.5 / 2688, 1.5 / 2688))
+    m = 150
+    x, w, ids = _skewed_call(m)
+    calls: list = []
+
+    def run(cfg: dict) -> torch.Tensor:
+        contract = _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, [], t.facts)
+
+        def gemm(*a, **kw):
+            calls.append(kw.get("qs", a[10] if len(a) > 10 else None))
+            return contract(*a, **kw)
+
+        rounds = []
+        real_round = t._round
+        with monkeypatch.context() as mp:
+            mp.setattr(moe_ws, "_ws_gemm", gemm)
+            mp.setattr(moe_ws, "ZERO_PADDING", False)
+            mp.setattr(t, "_round", lambda idx, a: rounds.append(idx) or real_round(idx, a))
+            mp.setattr(torch, "empty", _nan_empty)
+            y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
+        return y, rounds
+
+    calls.clear()
+    y, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_TAIL=64, WS_QACT=1))
+    assert rounds == [0] and calls[0] is t.static[1] and calls[1] is None     # FC1 rounds FC2's input; no launch
+    assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2, rel(y, ref.apply(x, w, ids))
+    calls.clear()
+    y0, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_TAIL=64))
+    assert rounds == [0, 1] and calls == [None, None] and torch.equal(y0, y)
+    calls.clear()
+    run(dict(WS, BM=128, WS_HALF=1, WS_QACT=1))                        # no WS_ACT: the launches as before
+    assert calls == [None, None]
+    lay = layout_for("nvfp4", 256, 256)
+    check_config(dict(WS, WS_ACT=1, WS_QACT=1), lay)
+    for bad in (dict(WS, WS_QACT=1), dict(WS, WS_ACT=1, WS_QACT=2)):
+        with pytest.raises(ValueError, match="WS_QACT"):
+            check_config(bad, lay)
+    t.static[1] = None                                                 # a dynamic FC2 scale: no QACT
+    assert moe_ws.fused_act(t, dict(WS, WS_ACT=1, WS_QACT=1)) is None
 
 
 def test_rounding_the_live_rows_leaves_the_padding_rows_alone(monkeypatch):
