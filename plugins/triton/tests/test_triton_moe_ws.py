@@ -135,9 +135,18 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
     within tolerance of oracle-emulation, the same bits on more calls, and the same bits as the same entry without
     WS_TAIL (a pair's products do not depend on the wgmma's N); an out-of-range id adding nothing, captured and
     replayed. DEQUANT_MM never serves a call."""
+    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, False, symmetric=symmetric)
+    cfgs = [dict(WS, WS_HALF=1, WS_TAIL=64, WS_ACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=2),
+            dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, PT=1), dict(WS, WS_HALF=2, WS_TAIL=32, DP=1, WPF=3, PT=1)]
+    _same_bits_as_without("WS_TAIL", t, ref, h, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch)
+
+
+def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monkeypatch) -> None:
+    """The WS GPU tests of an opt-in key: each config at 37, 300 and 700 tokens x top-4 over 8 experts, with one
+    program an SM and 3 (PT): within tol of oracle-emulation (on the CPU), the same bits on two more calls and
+    as the config without `key`; then an out-of-range id and capture / replay. DEQUANT_MM never serves a call."""
     from oracle_triton import launch, moe_dequant, moe_ws
 
-    t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, False, symmetric=symmetric)
     if not moe_ws.ws_ok(t, torch.zeros(1, h, dtype=torch.bfloat16, device="cuda")):
         pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
 
@@ -147,10 +156,7 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
     monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
-    cfgs = [dict(WS, WS_HALF=1, WS_TAIL=64, WS_ACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=2),
-            dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, PT=1), dict(WS, WS_HALF=2, WS_TAIL=32, DP=1, WPF=3, PT=1)]
-    without = lambda cfg: {key: value for key, value in cfg.items() if key != "WS_TAIL"}     # noqa: E731
-    tol = W4A4_TOL if act == "nvfp4" else 1e-2
+    without = lambda cfg: {k: v for k, v in cfg.items() if k != key}       # noqa: E731
     for programs in (None, 3):
         monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
         configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300, 700), repeats=2, tol=tol, same=without)
@@ -168,27 +174,10 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
     the same bits as the same entry without WS_QACT (the rounding launch, launch.quantize_activations) and within
     the NVFP4 bound of oracle-emulation with the same static scales; an out-of-range id adding nothing, captured
     and replayed."""
-    from oracle_triton import launch, moe_dequant, moe_ws
-
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False,
                           input_scales=(4.5 / 2688, 1.5 / 2688))
-    if not moe_ws.ws_ok(t, torch.zeros(1, 512, dtype=torch.bfloat16, device="cuda")):
-        pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
-
-    def no_dequant(*a, **kw):
-        raise AssertionError("DEQUANT_MM served a WS call")
-
-    monkeypatch.setattr(moe_dequant, "apply_dequant", no_dequant)
-    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
-    cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
     cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
-    without = lambda cfg: {key: value for key, value in cfg.items() if key != "WS_QACT"}     # noqa: E731
-    for programs in (None, 3):
-        monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
-        configs_match_reference(t, cpu_ref, cfgs, 512, 4, (37, 300, 700), repeats=2, tol=W4A4_TOL, same=without)
-    for cfg in cfgs:
-        t.config = cfg
-        dropped_id_then_replay(t, cpu_ref, 512, 4, tol=W4A4_TOL)
+    _same_bits_as_without("WS_QACT", t, ref, 512, cfgs, W4A4_TOL, monkeypatch)
 
 
 @pytest.mark.gpu

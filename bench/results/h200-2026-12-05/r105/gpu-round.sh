@@ -8,16 +8,10 @@
 #   and with WS_HALF 2.
 # "g" (~470 s): scripts/gpu-check with the benchmarks off.
 set -o pipefail
+source bench/results/h200-2026-12-05/round-lib.sh
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r105; mkdir -p $W
-( source scripts/device-env "$O" || exit 1
-  export PYTHONUNBUFFERED=1
-  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
-  if [ "$1" = g ]; then
-    GPU_TEST_WORKERS=8 BENCH_EMULATION=0 BENCH_TORCH=0 BENCH_TRITON=0 OUT=$W/gc timeout 470 scripts/gpu-check \
-      > $W/gc.log 2>&1
-    echo "gpu-check rc $?"; grep -E "passed|failed|error" $W/gc.log | tail -8 | cut -c1-250
-    exit 0
-  fi
+( round_start "$O" || exit 1
+  [ "$1" = g ] && { round_gpu_check $W 8 470; exit 0; }
   TRITON_CACHE_DIR=/tmp/tc-t timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider -m gpu \
     plugins/triton/tests/test_triton_moe_ws.py > $W/ws-tests.log 2>&1
   echo "ws tests rc $?"; tail -4 $W/ws-tests.log | cut -c1-300

@@ -8,16 +8,10 @@
 # "b" (~130 s): the 4096-token rows of the above only (no tests, no 2048 rows).
 # "g" (~500 s): scripts/gpu-check with the benchmarks off.
 set -o pipefail
+source bench/results/h200-2026-12-05/round-lib.sh
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=/tmp/r106; mkdir -p $W
-( source scripts/device-env "$O" || exit 1
-  export PYTHONUNBUFFERED=1
-  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
-  if [ "$1" = g ]; then
-    GPU_TEST_WORKERS=8 BENCH_EMULATION=0 BENCH_TORCH=0 BENCH_TRITON=0 OUT=$W/gc timeout 540 scripts/gpu-check \
-      > $W/gc.log 2>&1
-    echo "gpu-check rc $?"; grep -E "passed|failed|error" $W/gc.log | tail -8 | cut -c1-250
-    exit 0
-  fi
+( round_start "$O" || exit 1
+  [ "$1" = g ] && { round_gpu_check $W 8 540; exit 0; }
   if [ "$1" = b ]; then
     cd bench
     TRITON_CACHE_DIR=/tmp/tc-a timeout 300 python3 bench_peers.py --only moe --shapes qwen3-30b-a3b-int4 \

@@ -10,16 +10,10 @@
 # "g" (~560 s on an H100, call it with timeout_s 600): scripts/gpu-check, benchmarks off, 12 test workers (R106 g
 #   ran out of its 540 s with 8: 317 s of GPU tests and 185 s of device-aware ones).
 set -o pipefail
+source bench/results/h200-2026-12-05/round-lib.sh
 O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=$O     # the logs straight into OUT: a run cut short still returns them
-( source scripts/device-env "$O" || exit 1
-  export PYTHONUNBUFFERED=1
-  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
-  if [ "$1" = g ]; then
-    GPU_TEST_WORKERS=12 BENCH_EMULATION=0 BENCH_TORCH=0 BENCH_TRITON=0 OUT=$W/gc timeout 585 scripts/gpu-check \
-      > $W/gc.log 2>&1
-    echo "gpu-check rc $?"; grep -E "passed|failed|error" $W/gc.log | tail -8 | cut -c1-250
-    exit 0
-  fi
+( round_start "$O" || exit 1
+  [ "$1" = g ] && { round_gpu_check $W 12 585; exit 0; }
   if [ "$1" = t ]; then
     TRITON_CACHE_DIR=/tmp/tc-t timeout 200 python3 -m pytest -q -n 4 -p no:cacheprovider -m gpu \
       plugins/triton/tests/test_triton_moe_ws.py -k qact > $W/qact-tests.log 2>&1
