@@ -176,7 +176,8 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
     and replayed."""
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False,
                           input_scales=(4.5 / 2688, 1.5 / 2688))
-    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
+    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1),
+            dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
     _same_bits_as_without("WS_QACT", t, ref, 512, cfgs, W4A4_TOL, monkeypatch)
 
 
@@ -674,8 +675,8 @@ def test_ws_act_runs_the_activation_in_fc1(monkeypatch):
     from oracle_triton import moe_ws
 
     calls = []
-    monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None, half_ids=None: calls.append(
-        (tuple(y.shape), act)))
+    monkeypatch.setattr(moe_ws, "_ws_gemm", lambda a, w, b, y, be, sid, t, cfg, act=None, half_ids=None, qs=None:
+                        calls.append((tuple(y.shape), act)))
     silu_limit = {"limit": 7.0}
     silu, _ = moe_pair("mxfp4", 8, 256, 128, 2, "w4a16_mx", "bf16", {}, device=DEV)
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", False)
