@@ -245,7 +245,7 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     wgn = cfg.get("WGN", 1)         # 2: two MMA warpgroups on the block's two halves of rows, one weight tile
     bk8, bn = cfg.get("BK", WS_BK) // 8, 16 * warps // wgn
     half = int(cfg.get("WS_HALF", 0)) if xt and not pp and half_ids is not None else 0
-    tail = int(cfg.get("WS_TAIL", 0)) if half else 0
+    tail = int(cfg.get("WS_TAIL", 0))      # apply_ws aligned on BM + tail; check_ws_tail has it only with HALF
     if lay.elem == INT4:        # GPTQ's [E, K/8, N] words, [E, K/group, N] scales, [E, K/group, N/8] zero points
         words, z = w.weight, w.zero
         n, kdim = words.shape[2], words.shape[1] * 8
