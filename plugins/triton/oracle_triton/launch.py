@@ -258,6 +258,18 @@ def tensor_scale_wide(x: torch.Tensor, divisor: float, state: torch.Tensor) -> t
     return s
 
 
+def scale_from_amax(state: torch.Tensor, divisor: float) -> torch.Tensor:
+    """tensor_scale_wide's scale from an amax another launch merged into state[0] (its fp32 bits by an atomic max:
+    w4_ws's QACT 2, FC1's epilogue over FC2's input): tensor_scale_wide_kernel with nothing to read, its one
+    program the last to arrive, so it turns state[0] into amax / divisor (1 where 0) and leaves state zero."""
+    from .gemm import tensor_scale_wide_kernel
+
+    s = fastlaunch.temp(torch.empty(1, dtype=torch.float32, device=state.device))
+    fastlaunch.launch(tensor_scale_wide_kernel, (1, 1, 1), 4, x_ptr=state, s_ptr=s, state_ptr=state, numel=0,
+                      DIV=float(divisor), BLOCK=TENSOR_SCALE_BLOCK)
+    return s
+
+
 FP8_CODES = (ACT_GROUP, ACT_TOKEN, ACT_TENSOR)
 #: Per-token codes: rows and K width of one program, and its warps. A row's scale needs its whole
 #: amax first, so each program walks its rows' K twice; the number of steps, not bandwidth, bounds

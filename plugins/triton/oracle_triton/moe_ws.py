@@ -15,7 +15,10 @@ in block order, zeros for padding with ZERO_PADDING, and each row's expert id), 
 output in block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give
 zeros and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
 router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
-block-ordered rows are one dense matrix. WT: the words too reach the decode warps by TMA, into their own ring
+block-ordered rows are one dense matrix. WS_GATHER: FC1's MMA warps copy each block row from its pair's token row
+by cp.async instead (w4_ws's GATHER), so the gather launch and its block-ordered copy of the rows (134 MB written
+and read at Qwen3-30B's 4096 tokens; 70 us of its launches) are gone (the launch still runs, without copying,
+where the activation launch needs the rows' expert ids). WT: the words too reach the decode warps by TMA, into their own ring
 of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of the
 K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does not divide or
 fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
@@ -29,8 +32,10 @@ bf16, and s x 2**-8 <= 448 / 256 stays under the decoder's 2.0), and the epilogu
 accumulator by 256 x g (w4_ws's HAS_BIAS 2), so such a layer has no bias on this path. W4A4 (NVFP4 activations):
 FC1's input rounded before the gather and FC2's after the activation (TritonMoE._round, as DEQUANT_MM); with a
 dynamic FC2 scale the activation runs in its own launch, whose zeros on the padding rows keep them out of the
-amax (FC1's epilogue leaves those rows as it found them); with a static one (a ModelOpt checkpoint's input_scale)
-and WS_QACT, FC1's epilogue rounds FC2's input itself (w4_ws's QACT) and no rounding launch runs.
+amax (FC1's epilogue leaves those rows as it found them), unless WS_QACT has FC1's epilogue take the amax of the
+rows holding a pair itself (w4_ws's QACT 2): then the activation and amax launches give way to a one-program
+scale launch (launch.scale_from_amax) before the rounding; with a static scale (a ModelOpt checkpoint's
+input_scale) and WS_QACT, FC1's epilogue rounds FC2's input itself (w4_ws's QACT 1) and no rounding launch runs.
 """
 from __future__ import annotations
 
@@ -38,17 +43,21 @@ import torch
 import triton
 import triton.language as tl
 
+from oracle.formats import E2M1_MAX, E4M3_MAX
+
 from .formats import ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, INT4, WS_BK, WS_MOE_KEYS
-from .launch import interpreting, pt_programs, quantize_activations
+from .launch import interpreting, pt_programs, quantize_activations, scale_from_amax, scale_from_amax
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
 #: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
 #: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF; 2:
 #: its first quarter too); WS_TAIL: blocks of BM + WS_TAIL pairs, the tail rows multiplied where they hold a pair
-#: (w4_ws's TAIL); WS_QACT: W4A4 with a static FC2 input scale, FC2's input rounded through NVFP4 in FC1's epilogue
-#: (w4_ws's QACT, with WS_ACT)
-WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_KEYS)
+#: (w4_ws's TAIL); WS_QACT: W4A4 with WS_ACT, FC2's NVFP4 input handled in FC1's epilogue: rounded there where its
+#: scale is static (w4_ws's QACT 1), its amax taken there where dynamic (QACT 2: no activation or amax launch);
+#: WS_GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (w4_ws's GATHER: no gather
+#: launch and no block-ordered copy of the rows, gather_ok)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", "WS_GATHER", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
@@ -130,6 +139,14 @@ def int4_layer_ok(moe) -> bool:
                     and (p.zero is None or p.zero.is_contiguous()) for p in (moe.w13, moe.w2)))
 
 
+def gather_ok(cfg: dict[str, int], a1: torch.Tensor) -> bool:
+    """WS_GATHER on this call: FC1's input a1 (the token rows, or the pairs' with the router weight on the input)
+    in rows of 16-byte-aligned contiguous bf16 (cp.async's 16-byte copies) whose element offsets fit in int32
+    (w4_ws._x_rows keeps them so); else the gather launch copies the rows as before."""
+    return bool(cfg.get("WS_GATHER")) and a1.dtype == torch.bfloat16 and a1.stride(-1) == 1 and \
+        a1.stride(0) % 8 == 0 and a1.data_ptr() % 16 == 0 and a1.shape[0] * a1.stride(0) < 2 ** 31
+
+
 def ws_fallback(cfg: dict[str, int]) -> dict[str, int]:
     """The entry's DEQUANT_MM config, which serves the calls w4_ws cannot."""
     return {key: value for key, value in cfg.items() if key not in WS_KEYS}
@@ -144,33 +161,48 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
     where they fit there). WS_TAIL (with WS_HALF): blocks of BM + WS_TAIL pairs, so an expert with up to that many
     pairs is one block and its weights are decoded once (w4_ws's TAIL). W4A4: both GEMMs' inputs rounded through
-    NVFP4 first (module docstring); WS_QACT 1, where FC2's input scale is static and FC1 applies the activation,
-    that rounding happens in FC1's epilogue (w4_ws's QACT)."""
+    NVFP4 first (module docstring); WS_QACT 1, where FC1 applies the activation, FC2's rounding happens in FC1's
+    epilogue (a static scale, w4_ws's QACT 1) or its amax does (a dynamic one, QACT 2)."""
     t, dev = m * k, moe.device
     bm = cfg["BM"] + cfg.get("WS_TAIL", 0)      # the alignment's rows a block
     by_pair = bool(moe.layer.apply_router_weight_on_input)
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
     a1 = moe._round(0, moe._input(x, topw, k))[0]           # W4A4: NVFP4 values; else the rows themselves
     rows = blocks * bm
-    xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
-    rid = torch.empty(rows, dtype=torch.int32, device=dev)
-    gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
-                                               a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
-                                               ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
-                                               num_warps=4)
     act = fused_act(moe, cfg)
-    # WS_QACT: W4A4 with a static FC2 input scale, rounded through NVFP4 by FC1's epilogue too (no rounding launch)
-    qs = moe.static[1] if act is not None and cfg.get("WS_QACT") and moe.act == ACT_NVFP4 else None
+    gather = (1 if by_pair else k) if gather_ok(cfg, a1) else 0     # WS_GATHER: FC1's MMA warps copy the rows
+    rid = torch.empty(rows, dtype=torch.int32, device=dev)
+    if gather:      # FC1 reads a1 itself; the launch only where the activation or the live-row rounding needs rid
+        xs = a1
+        if act is None or (ROUND_LIVE_ROWS and moe.act == ACT_NVFP4):
+            gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, a1, rid, t, 0, a1.stride(0),
+                                                       a1.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
+                                                       ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
+    else:
+        xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
+        gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
+                                                   a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
+                                                   ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
+                                                   num_warps=4)
+    # WS_QACT (W4A4, FC1 applying the activation): a static FC2 input scale rounds FC2's input in FC1's epilogue
+    # (QACT 1: no rounding launch); a dynamic one has the epilogue merge its amax into a zeroed state (QACT 2)
+    qact = 0 if act is None or not cfg.get("WS_QACT") or moe.act != ACT_NVFP4 else \
+        1 if moe.static[1] is not None else 2
+    qs = moe.static[1] if qact == 1 else moe._counters(2, "_ws_amax_state") if qact == 2 else None
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids, qs)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids, qs, qact,
+                 gather=gather, m_rows=rows)
     else:
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids, gather=gather,
+                 m_rows=rows)
         inter = moe._activation(y1, rid, ids_first=True)
-    if qs is None and ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
+    if qact == 2:               # the scale from the epilogue's amax (which leaves the padding rows out)
+        inter = quantize_activations(inter, moe.act, scale_from_amax(qs, E2M1_MAX * E4M3_MAX), moe.facts)
+    elif qact == 0 and ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
         inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid)
-    elif qs is None:            # (with qs FC1's epilogue rounded it)
+    elif qact == 0:             # (QACT 1: FC1's epilogue rounded it)
         inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
     _ws_gemm(inter, moe.w2, _epilogue(moe, 1), y2, block_expert, sorted_ids, t, cfg, half_ids=sorted_ids)
@@ -206,10 +238,11 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
     pairs: ACT_SWIGLUOAI), or silu without one (Qwen3's: gate and up are FC1's two halves, so each program decodes
     the gate and up rows of its BN / 2 outputs, ACT_SILU; with SILU_IN_FC1 only, not with WT, whose boxes are
     whole row ranges, and only where BN / 2 divides the intermediate size). Not for W4A4 with a dynamic FC2 scale:
-    its amax needs the activation launch's zeros on the padding rows (module docstring)."""
+    its amax needs the activation launch's zeros on the padding rows (module docstring), unless WS_QACT has FC1's
+    epilogue take that amax over the rows holding a pair (w4_ws's QACT 2)."""
     if not cfg.get("WS_ACT") or cfg.get("PP") or not cfg.get("XTMA"):
         return None
-    if moe.act == ACT_NVFP4 and moe.static[1] is None:
+    if moe.act == ACT_NVFP4 and moe.static[1] is None and not cfg.get("WS_QACT"):
         return None
     from .w4_ws import ACT_SILU, ACT_SWIGLUOAI
 
@@ -226,7 +259,7 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
 def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tensor | None], y: torch.Tensor,
              block_expert: torch.Tensor, sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
              act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None,
-             qs: torch.Tensor | None = None) -> None:
+             qs: torch.Tensor | None = None, qact: int = 0, gather: int = 0, m_rows: int = 0) -> None:
     """y = a's block rows times their block's expert's weights w, then the epilogue epi (_epilogue: + bias, or x
     the expert's factor with NVFP4's decode g): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
@@ -235,7 +268,10 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     the block's two halves of BM (up to 512) rows, 16 x 4 weight rows a program (w4_ws's WGN); PT 1: a persistent
     program an SM over those output tiles (w4_ws's PT; launch.pt_programs); WS_TAIL: the blocks are BM + WS_TAIL rows
     apart, their tail rows multiplied where they hold a pair (w4_ws's TAIL: check_ws_moe has it with WS_HALF); qs
-    (with act): FC2's static NVFP4 input scale, by which the epilogue rounds what it writes (w4_ws's QACT)."""
+    (with act): FC2's static NVFP4 input scale, by which the epilogue rounds what it writes (qact 1), or the int32
+    state the epilogue merges the amax of what it writes to the pairs' rows into (qact 2) (w4_ws's QACT). gather
+    (FC1, WS_GATHER: the top-k, or 1 with the router weight on the input): a is the token rows, not the block rows
+    (m_rows of them), which the MMA warps gather by the sorted ids themselves (w4_ws's GATHER: no descriptors)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
@@ -272,13 +308,15 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                       x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale,
                       g_ptr=g if g is not None else w.scale, b_ptr=b if b is not None else w.scale, y_ptr=y,
-                      M=a.shape[0], N=n, K=kdim, stride_xm=a.stride(0), stride_ym=y.stride(0), ELEM=lay.elem,
+                      M=m_rows if gather else a.shape[0], N=n, K=kdim, stride_xm=a.stride(0), stride_ym=y.stride(0),
+                      ELEM=lay.elem,
                       GROUP=lay.group, HAS_BIAS=has_b, BM=bm,
                       BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                       PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2), MW=cfg.get("MW", 1),
-                      XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
+                      XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt and not gather else None,
+                      MOE=1,
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, TAIL=tail,
-                      t_desc=x_tma_desc(a, tail) if tail else None, qs_ptr=qs, QACT=int(qs is not None), **strides)
+                      half_ptr=half_ids if half or qact == 2 or gather else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, TAIL=tail,
+                      t_desc=x_tma_desc(a, tail) if tail and not gather else None, qs_ptr=qs, QACT=qact, GATHER=gather, **strides)

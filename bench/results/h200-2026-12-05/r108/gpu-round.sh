@@ -1,0 +1,31 @@
+#!/bin/bash
+# lead R108 (written in the thirty-second pass, lent no GPU; wants an H200). Supersedes R107 (never run): the shipped
+# rows of R108 are R107's WS_TAIL entries, timed beside this MoE's BF16 mode in the same process.
+# "t" (~240 s): the GPU tests of this pass's paths (test_triton_moe_ws.py -k "gather or qact": WS_GATHER on INT4 with
+#   zero points, MXFP4 with biases and NVFP4 W4A4 with the router weight on the input; WS_QACT with static and with
+#   dynamic scales), then "b".
+# "a" (~260 s): Qwen3-30B INT4 / INT4-zp and gpt-oss-20b / 120b at 4096 tokens: the shipped entries against the same
+#   with WS_GATHER (configs/moe_r108.json) and the BF16 mode.
+# "b" (~220 s): Qwen3-235B at 4096 tokens, dynamic scales (the #25 cell) and its checkpoint's static ones: the
+#   shipped entry against WS_QACT, WS_GATHER and both.
+# "g" (~560 s on an H100, call it with timeout_s 600): scripts/gpu-check, benchmarks off, 12 test workers.
+set -o pipefail
+source bench/results/h200-2026-12-05/round-lib.sh
+O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=$O     # the logs straight into OUT: a run cut short still returns them
+( round_start "$O" || exit 1
+  [ "$1" = g ] && { round_gpu_check $W 12 585; exit 0; }
+  if [ "$1" = t ]; then
+    TRITON_CACHE_DIR=/tmp/tc-t timeout 240 python3 -m pytest -q -n 6 -p no:cacheprovider -m gpu \
+      plugins/triton/tests/test_triton_moe_ws.py -k "gather or qact" > $W/r108-tests.log 2>&1
+    echo "r108 tests rc $?"; grep -E "passed|failed|Error|assert" $W/r108-tests.log | tail -8 | cut -c1-400
+  fi
+  cd bench
+  if [ "$1" = a ]; then
+    SH="qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
+  else
+    SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static"
+  fi
+  MM=$(for s in $SH; do printf "%s=4096 " $s; done)
+  TRITON_CACHE_DIR=/tmp/tc-a timeout ${R108_TIMEOUT:-500} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
+    --moe-launches --moe-variants configs/moe_r108.json --json $W/r108.json > $W/r108.log 2>&1
+  echo "r108 rc $?"; grep -E "M=" $W/r108.log | cut -c1-700 )
