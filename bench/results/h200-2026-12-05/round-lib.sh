@@ -12,3 +12,10 @@ round_gpu_check() {
     > "$1/gc.log" 2>&1
   echo "gpu-check rc $?"; grep -E "passed|failed|error" "$1/gc.log" | tail -8 | cut -c1-250
 }
+# round_pytest W NAME LIMIT FILE EXPR: the GPU tests of FILE selected by -k EXPR on 6 workers, cut at LIMIT seconds
+# (log W/NAME-tests.log); prints their exit status and pytest's summary lines.
+round_pytest() {
+  TRITON_CACHE_DIR=/tmp/tc-t timeout "$3" python3 -m pytest -q -n 6 -p no:cacheprovider -m gpu "$4" -k "$5" \
+    > "$1/$2-tests.log" 2>&1
+  echo "$2 tests rc $?"; grep -E "passed|failed|Error|assert" "$1/$2-tests.log" | tail -8 | cut -c1-400
+}

@@ -749,20 +749,14 @@ def ws_cases():
         "ws moe mxfp4 fc1 act half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
                        TAIL=64),
-        # QACT: FC2's input rounded through NVFP4 in FC1's epilogue (W4A4 with a static FC2 input scale)
-        "ws pt 2 moe nvfp4 fc1 silu qact half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
-                       has_bias=2, PT=2, WPF=2, TAIL=64, QACT=1),
-        "ws moe nvfp4 fc1 silu qact quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
-                       has_bias=2, QACT=1),
-        # QACT 2: FC2's input amax over the rows holding a pair in FC1's epilogue (W4A4, dynamic scales)
-        "ws pt 2 moe nvfp4 fc1 silu qact 2 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
-                       has_bias=2, PT=2, WPF=2, TAIL=64, QACT=2),
-        "ws moe nvfp4 fc1 silu qact 2 quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
-                       has_bias=2, QACT=2),
+        # QACT 1: FC2's input rounded through NVFP4 in FC1's epilogue (W4A4 with a static FC2 input scale); QACT 2:
+        # its amax over the rows holding a pair merged there instead (dynamic scales)
+        **{f"ws pt 2 moe nvfp4 fc1 silu qact{' 2' * (q == 2)} half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+           (lambda q=q: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
+                           has_bias=2, PT=2, WPF=2, TAIL=64, QACT=q)) for q in (1, 2)},
+        **{f"ws moe nvfp4 fc1 silu qact{' 2' * (q == 2)} quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+           (lambda q=q: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
+                           has_bias=2, QACT=q)) for q in (1, 2)},
         # GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (no gather launch)
         "ws pt moe int4 fc1 silu quarter tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),

@@ -11,14 +11,12 @@
 # "g" (~560 s on an H100, call it with timeout_s 600): scripts/gpu-check, benchmarks off, 12 test workers.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
-O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=$O     # the logs straight into OUT: a run cut short still returns them
-( round_start "$O" || exit 1
-  [ "$1" = g ] && { round_gpu_check $W 12 585; exit 0; }
-  if [ "$1" = t ]; then
-    TRITON_CACHE_DIR=/tmp/tc-t timeout 240 python3 -m pytest -q -n 6 -p no:cacheprovider -m gpu \
-      plugins/triton/tests/test_triton_moe_ws.py -k "gather or qact" > $W/r108-tests.log 2>&1
-    echo "r108 tests rc $?"; grep -E "passed|failed|Error|assert" $W/r108-tests.log | tail -8 | cut -c1-400
-  fi
+OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"    # the logs straight into OUT: a run cut short still returns them
+( round_start "$OUTDIR" || exit 1
+  case "$1" in
+    g) round_gpu_check "$OUTDIR" 12 585; exit 0 ;;
+    t) round_pytest "$OUTDIR" r108 240 plugins/triton/tests/test_triton_moe_ws.py "gather or qact" ;;
+  esac
   cd bench
   if [ "$1" = a ]; then
     SH="qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
@@ -27,5 +25,5 @@ O=${ROUND_OUT:-$OUT}; mkdir -p "$O"; W=$O     # the logs straight into OUT: a ru
   fi
   MM=$(for s in $SH; do printf "%s=4096 " $s; done)
   TRITON_CACHE_DIR=/tmp/tc-a timeout ${R108_TIMEOUT:-500} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
-    --moe-launches --moe-variants configs/moe_r108.json --json $W/r108.json > $W/r108.log 2>&1
-  echo "r108 rc $?"; grep -E "M=" $W/r108.log | cut -c1-700 )
+    --moe-launches --moe-variants configs/moe_r108.json --json "$OUTDIR/r108.json" > "$OUTDIR/r108.log" 2>&1
+  echo "r108 rc $?"; grep -E "M=" "$OUTDIR/r108.log" | cut -c1-700 )
