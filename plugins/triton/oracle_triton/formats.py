@@ -212,10 +212,10 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
         raise ValueError(f"WS_HALF for {what}: 0, or 1 (a block whose pairs fit in its first half multiplied on that "
                          f"half) or 2 (its first quarter too, BM >= 128) with the activations by TMA (XTMA) and one "
                          f"MMA warpgroup's tiles (not PP), not {cfg}")
-    if cfg.get("WS_QACT", 0) not in (0, 1) or (cfg.get("WS_QACT") and not cfg.get("WS_ACT")):
-        raise ValueError(f"WS_QACT for {what}: 0, or 1 (NVFP4 W4A4: FC2's input rounded in FC1's epilogue where its "
-                         f"scale is static, its amax taken there where dynamic; WS_ACT puts the activation there), "
-                         f"not {cfg}")
+    if cfg.get("WS_QACT", 0) not in (0, 1, 2) or (cfg.get("WS_QACT") and not cfg.get("WS_ACT")):
+        raise ValueError(f"WS_QACT for {what}: 0, 1 (NVFP4 W4A4: FC2's input amax taken in FC1's epilogue where its "
+                         f"scale is dynamic) or 2 (also FC2's input rounded there where it is static), with WS_ACT "
+                         f"(the activation in that epilogue), not {cfg}")
     tail = cfg.get("WS_TAIL", 0)
     if tail:
         check_ws_tail(cfg, what)

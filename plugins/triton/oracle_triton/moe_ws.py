@@ -35,7 +35,8 @@ dynamic FC2 scale the activation runs in its own launch, whose zeros on the padd
 amax (FC1's epilogue leaves those rows as it found them), unless WS_QACT has FC1's epilogue take the amax of the
 rows holding a pair itself (w4_ws's QACT 2): then the activation and amax launches give way to a one-program
 scale launch (launch.scale_from_amax) before the rounding; with a static scale (a ModelOpt checkpoint's
-input_scale) and WS_QACT, FC1's epilogue rounds FC2's input itself (w4_ws's QACT 1) and no rounding launch runs.
+input_scale) and WS_QACT 2, FC1's epilogue rounds FC2's input itself (w4_ws's QACT 1) and no rounding launch runs
+(slower: R108b).
 """
 from __future__ import annotations
 
@@ -53,8 +54,10 @@ from .moe_rega import rega_layer_ok
 #: (w4_ws's num_warps; the fallback keeps its own); WS_ACT: the activation in FC1's epilogue where it can be
 #: (fused_act); WS_HALF: a block whose pairs fit in its first half multiplied on that half only (w4_ws's HALF; 2:
 #: its first quarter too); WS_TAIL: blocks of BM + WS_TAIL pairs, the tail rows multiplied where they hold a pair
-#: (w4_ws's TAIL); WS_QACT: W4A4 with WS_ACT, FC2's NVFP4 input handled in FC1's epilogue: rounded there where its
-#: scale is static (w4_ws's QACT 1), its amax taken there where dynamic (QACT 2: no activation or amax launch);
+#: (w4_ws's TAIL); WS_QACT: W4A4 with WS_ACT, FC2's NVFP4 input amax taken in FC1's epilogue where its scale is
+#: dynamic (w4_ws's QACT 2: no activation or amax launch; R108b, H100: 3697.9 -> 3532.9 us at Qwen3-235B's 4096
+#: tokens); WS_QACT 2 also rounds it there where the scale is static (QACT 1; no rounding launch, but R108b: 3406.7
+#: -> 4824.5 us, the epilogue's divisions holding the MMA warps);
 #: WS_GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (w4_ws's GATHER: no gather
 #: launch and no block-ordered copy of the rows, gather_ok)
 WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", "WS_GATHER", *WS_MOE_KEYS)
@@ -161,8 +164,9 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     last block on its first half alone where its pairs fit there (w4_ws's HALF; WS_HALF 2: on its first quarter
     where they fit there). WS_TAIL (with WS_HALF): blocks of BM + WS_TAIL pairs, so an expert with up to that many
     pairs is one block and its weights are decoded once (w4_ws's TAIL). W4A4: both GEMMs' inputs rounded through
-    NVFP4 first (module docstring); WS_QACT 1, where FC1 applies the activation, FC2's rounding happens in FC1's
-    epilogue (a static scale, w4_ws's QACT 1) or its amax does (a dynamic one, QACT 2)."""
+    NVFP4 first (module docstring); WS_QACT 1, where FC1 applies the activation and FC2's input scale is dynamic,
+    FC1's epilogue takes its amax (w4_ws's QACT 2); WS_QACT 2 also rounds it there where the scale is static
+    (QACT 1)."""
     t, dev = m * k, moe.device
     bm = cfg["BM"] + cfg.get("WS_TAIL", 0)      # the alignment's rows a block
     by_pair = bool(moe.layer.apply_router_weight_on_input)
@@ -184,10 +188,10 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
                                                    a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
                                                    ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
                                                    num_warps=4)
-    # WS_QACT (W4A4, FC1 applying the activation): a static FC2 input scale rounds FC2's input in FC1's epilogue
-    # (QACT 1: no rounding launch); a dynamic one has the epilogue merge its amax into a zeroed state (QACT 2)
+    # WS_QACT (W4A4, FC1 applying the activation): a dynamic FC2 input scale has the epilogue merge its amax into a
+    # zeroed state (QACT 2); WS_QACT 2 also rounds FC2's input there where the scale is static (QACT 1)
     qact = 0 if act is None or not cfg.get("WS_QACT") or moe.act != ACT_NVFP4 else \
-        1 if moe.static[1] is not None else 2
+        2 if moe.static[1] is None else 1 if cfg["WS_QACT"] == 2 else 0
     qs = moe.static[1] if qact == 1 else moe._counters(2, "_ws_amax_state") if qact == 2 else None
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)

@@ -141,8 +141,8 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
     _same_bits_as_without("WS_TAIL", t, ref, h, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch)
 
 
-def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monkeypatch) -> None:
-    """The WS GPU tests of an opt-in key: each config at 37, 300 and 700 tokens x top-4 over 8 experts, with one
+def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monkeypatch, k: int = 4) -> None:
+    """The WS GPU tests of an opt-in key: each config at 37, 300 and 700 tokens x top-k over 8 experts, with one
     program an SM and 3 (PT): within tol of oracle-emulation (on the CPU), the same bits on two more calls and
     as the config without `key`; then an out-of-range id and capture / replay. DEQUANT_MM never serves a call."""
     from oracle_triton import launch, moe_dequant, moe_ws
@@ -159,16 +159,16 @@ def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monk
     without = lambda cfg: {k: v for k, v in cfg.items() if k != key}       # noqa: E731
     for programs in (None, 3):
         monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
-        configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300, 700), repeats=2, tol=tol, same=without)
+        configs_match_reference(t, cpu_ref, cfgs, h, k, (37, 300, 700), repeats=2, tol=tol, same=without)
     for cfg in cfgs:
         t.config = cfg
-        dropped_id_then_replay(t, cpu_ref, h, 4, tol=tol)
+        dropped_id_then_replay(t, cpu_ref, h, k, tol=tol)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_ws_qact_matches_the_rounding_launch(monkeypatch):
-    """WS_QACT on an sm_90 GPU (NVFP4 W4A4 with static input scales, Qwen3-235B's checkpoint form; FC2's input rounded
+    """WS_QACT 2 on an sm_90 GPU (NVFP4 W4A4 with static input scales, Qwen3-235B's checkpoint form; FC2's input rounded
     through NVFP4 in FC1's epilogue, w4_ws's QACT): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and
     256 + 64-pair blocks, halves and quarters, one program a tile or persistent (PT 2, one program an SM and 3):
     the same bits as the same entry without WS_QACT (the rounding launch, launch.quantize_activations) and within
@@ -176,8 +176,8 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
     and replayed."""
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False,
                           input_scales=(4.5 / 2688, 1.5 / 2688))
-    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1),
-            dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
+    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=2),
+            dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=2, PT=2)]
     _same_bits_as_without("WS_QACT", t, ref, 512, cfgs, W4A4_TOL, monkeypatch)
 
 
@@ -218,7 +218,8 @@ def test_ws_gather_matches_the_gather_launch(fmt, mode, act, activation, bias, r
     cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_GATHER=1),
             dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=1, WS_GATHER=1),
             dict(WS, WS_HALF=1, BK=128, STAGES=3, WS_GATHER=1)]
-    _same_bits_as_without("WS_GATHER", t, ref, 512, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch)
+    _same_bits_as_without("WS_GATHER", t, ref, 512, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch,
+                          k=1 if router_on_input else 4)
 
 
 @pytest.mark.gpu
@@ -620,11 +621,12 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(liv
 
 
 def test_ws_qact_rounds_fc2s_input_in_fc1s_epilogue(monkeypatch):
-    """WS_QACT (NVFP4 W4A4 with static input scales, as a ModelOpt checkpoint carries them): FC1 (as _contract_gemm,
+    """WS_QACT 2 (NVFP4 W4A4 with static input scales, as a ModelOpt checkpoint carries them): FC1 (as _contract_gemm,
     the rest the real launches in the interpreter, fresh float buffers NaN) gets the activation and FC2's static
     scale (w4_ws's QACT) and no rounding launch runs between the GEMMs; the result is the same bits as the entry
     without WS_QACT (the activation in FC1, then the rounding launch) and within 1e-2 of oracle-emulation with the
-    same static scales. WS_ACT off takes no QACT; the entry check wants WS_ACT."""
+    same static scales. WS_ACT off takes no QACT, nor does WS_QACT 1 (the dynamic scales' form: the rounding launch
+    runs); the entry check wants WS_ACT."""
     from oracle_triton import moe_ws
     from oracle_triton.formats import check_config, layout_for
 
@@ -652,18 +654,22 @@ def test_ws_qact_rounds_fc2s_input_in_fc1s_epilogue(monkeypatch):
         return y, rounds
 
     calls.clear()
-    y, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_TAIL=64, WS_QACT=1))
+    y, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_TAIL=64, WS_QACT=2))
     assert rounds == [0] and calls[0] is t.static[1] and calls[1] is None     # FC1 rounds FC2's input; no launch
     assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2, rel(y, ref.apply(x, w, ids))
     calls.clear()
     y0, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_TAIL=64))
     assert rounds == [0, 1] and calls == [None, None] and torch.equal(y0, y)
     calls.clear()
-    run(dict(WS, BM=128, WS_HALF=1, WS_QACT=1))                        # no WS_ACT: the launches as before
+    run(dict(WS, BM=128, WS_HALF=1, WS_QACT=2))                        # no WS_ACT: the launches as before
     assert calls == [None, None]
+    calls.clear()
+    _, rounds = run(dict(WS, BM=128, WS_ACT=1, WS_HALF=1, WS_QACT=1))  # WS_QACT 1: a static scale's rounding launch
+    assert rounds == [0, 1] and calls == [None, None]
     lay = layout_for("nvfp4", 256, 256)
     check_config(dict(WS, WS_ACT=1, WS_QACT=1), lay)
-    for bad in (dict(WS, WS_QACT=1), dict(WS, WS_ACT=1, WS_QACT=2)):
+    check_config(dict(WS, WS_ACT=1, WS_QACT=2), lay)
+    for bad in (dict(WS, WS_QACT=1), dict(WS, WS_ACT=1, WS_QACT=3)):
         with pytest.raises(ValueError, match="WS_QACT"):
             check_config(bad, lay)
 
