@@ -434,10 +434,11 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
         a = g * (1.0 / (1.0 + gl.exp(-g))) * u
     st_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, NW], [0, 1])
     a = gl.convert_layout(gl.reshape(a.to(gl.bfloat16), [BN // 2, BM]), st_l)
-    if QACT == 2:
+    if QACT == 2:       # each warp's max (st_l: column c in warp c % NW), one atomic a warp: no CTA-wide reduction
         live = (gl.load(live_ptr + off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, st_l))) < T)
-        amax = gl.max(gl.max(gl.where(live[None, :], gl.abs(a.to(gl.float32)), 0.0), axis=1), axis=0)
-        gl.atomic_max(qs_ptr, amax.to(gl.int32, bitcast=True))
+        v = gl.reshape(gl.where(live[None, :], gl.abs(a.to(gl.float32)), 0.0), [BN // 2, BM // NW, NW])
+        wmax = gl.max(gl.max(v, axis=1), axis=0)     # a thread's columns, then the lanes
+        gl.atomic_max(qs_ptr + gl.zeros_like(wmax.to(gl.int32, bitcast=True)), wmax.to(gl.int32, bitcast=True))
     elif QACT:
         gs = gl.load(qs_ptr)
         blocks = gl.reshape(a.to(gl.float32), [BN // 32, 16, BM])

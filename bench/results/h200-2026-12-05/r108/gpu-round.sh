@@ -8,6 +8,7 @@
 #   with WS_GATHER (configs/moe_r108.json) and the BF16 mode.
 # "b" (~220 s): Qwen3-235B at 4096 tokens, dynamic scales (the #25 cell) and its checkpoint's static ones: the
 #   shipped entry against WS_QACT, WS_GATHER and both.
+# "ab" (~300 s): the tests of "t", then the shapes of "a" and "b" in one run (the thirty-second pass's second form).
 # "g" (~560 s on an H100, call it with timeout_s 600): scripts/gpu-check, benchmarks off, 12 test workers.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
@@ -15,14 +16,15 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"    # the logs straight into OUT: a
 ( round_start "$OUTDIR" || exit 1
   case "$1" in
     g) round_gpu_check "$OUTDIR" 12 585; exit 0 ;;
-    t) round_pytest "$OUTDIR" r108 240 plugins/triton/tests/test_triton_moe_ws.py "gather or qact" ;;
+    t|ab) round_pytest "$OUTDIR" r108 240 plugins/triton/tests/test_triton_moe_ws.py "gather or qact" ;;
   esac
   cd bench
-  if [ "$1" = a ]; then
-    SH="qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
-  else
-    SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static"
-  fi
+  case "$1" in
+    a) SH="qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b" ;;
+    ab) SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b \
+gpt-oss-120b" ;;
+    *) SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static" ;;
+  esac
   MM=$(for s in $SH; do printf "%s=4096 " $s; done)
   TRITON_CACHE_DIR=/tmp/tc-a timeout ${R108_TIMEOUT:-500} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
     --moe-launches --moe-variants configs/moe_r108.json --json "$OUTDIR/r108.json" > "$OUTDIR/r108.log" 2>&1
