@@ -16,12 +16,13 @@ output in block order), the activation (moe_w4a4.w4a4_act_kernel over the block 
 zeros and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
 router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
 block-ordered rows are one dense matrix. WS_GATHER: FC1's MMA warps copy each block row from its pair's token row
-by cp.async instead (w4_ws's GATHER), so the gather launch and its block-ordered copy of the rows (134 MB written
-and read at Qwen3-30B's 4096 tokens; 70 us of its launches) are gone (the launch still runs, without copying,
-where the activation launch needs the rows' expert ids). WT: the words too reach the decode warps by TMA, into their own ring
-of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a multiple of the
-K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does not divide or
-fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
+by cp.async instead (w4_ws's GATHER), so the gather launch and its block-ordered copy of the rows go (the launch
+still runs, without copying, where the activation launch needs the rows' expert ids); slower in R108b (H100,
+Qwen3-235B at 4096 tokens: FC1 1724.0 -> 2748.5 us, its 48 output tiles a block each re-reading the rows from
+L2 by 16-byte requests where the TMA copies them in bulk). WT: the words too reach the decode warps by TMA, into
+their own ring of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a
+multiple of the K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does
+not divide or fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
 
 MXFP4 and NVFP4 experts are read as [E, N, K/8] words (the K-major form of w4_ws's word loads), INT4 ones (zero
 points or not) in GPTQ's [E, K/8, N] layout, each expert's part exactly the dense kernel's. NVFP4 experts are
@@ -77,6 +78,10 @@ SILU_IN_FC1 = True
 #: (R105a 4211.4 against 4202.7 us; R107a, static scales, 3327.1 against 3375.5 with the rounding launch itself
 #: 268.5 against 162.0: the row ids' loads and masks cost more than the skipped rows)
 ROUND_LIVE_ROWS = False
+#: WS_QACT's amax (dynamic scales): each warp's max merged by its own atomic (w4_ws's QACT 3) instead of the tile's,
+#: which takes two CTA-wide reductions through shared memory a tile (QACT 2: FC1 1724.0 -> 1878.6 us in R108b at
+#: Qwen3-235B's 4096 tokens, H100). Off: written after the pass's last device call, not yet run on a GPU
+AMAX_BY_WARP = False
 
 
 @triton.jit
@@ -322,5 +327,7 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half or qact == 2 or gather else None, HALF=half, WGN=wgn, PT=cfg["PT"] if pt else 0, TAIL=tail,
-                      t_desc=x_tma_desc(a, tail) if tail and not gather else None, qs_ptr=qs, QACT=qact, GATHER=gather, **strides)
+                      half_ptr=half_ids if half or qact >= 2 or gather else None, HALF=half, WGN=wgn,
+                      PT=cfg["PT"] if pt else 0, TAIL=tail,
+                      t_desc=x_tma_desc(a, tail) if tail and not gather else None, qs_ptr=qs,
+                      QACT=3 if qact == 2 and AMAX_BY_WARP else qact, GATHER=gather, **strides)

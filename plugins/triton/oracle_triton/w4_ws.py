@@ -420,7 +420,8 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
     columns are whole groups of 16 (off_n / 2 a multiple of 32). QACT 2 (the FC2 input scale dynamic): the largest
     |value| written to the rows that hold a pair (live_ptr: the sorted ids, below T) merged into qs_ptr[0] by an
     atomic max of its fp32 bits (non-negative floats order as their bits), so the amax launch over FC2's whole
-    input need not run (its padding rows hold whatever garbage rows gave; they are left out here)."""
+    input need not run (its padding rows hold whatever garbage rows gave; they are left out here). QACT 3: the
+    same, each warp's max merged by its own atomic (no CTA-wide reduction through shared memory)."""
     LIMIT: gl.constexpr = ACT[1]
     ALPHA: gl.constexpr = ACT[2]
     BETA: gl.constexpr = ACT[3]
@@ -434,11 +435,14 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
         a = g * (1.0 / (1.0 + gl.exp(-g))) * u
     st_l: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, NW], [0, 1])
     a = gl.convert_layout(gl.reshape(a.to(gl.bfloat16), [BN // 2, BM]), st_l)
-    if QACT == 2:       # each warp's max (st_l: column c in warp c % NW), one atomic a warp: no CTA-wide reduction
+    if QACT >= 2:
         live = (gl.load(live_ptr + off_m + gl.arange(0, BM, layout=gl.SliceLayout(0, st_l))) < T)
-        v = gl.reshape(gl.where(live[None, :], gl.abs(a.to(gl.float32)), 0.0), [BN // 2, BM // NW, NW])
-        wmax = gl.max(gl.max(v, axis=1), axis=0)     # a thread's columns, then the lanes
-        gl.atomic_max(qs_ptr + gl.zeros_like(wmax.to(gl.int32, bitcast=True)), wmax.to(gl.int32, bitcast=True))
+        v = gl.where(live[None, :], gl.abs(a.to(gl.float32)), 0.0)
+        if QACT == 3:   # each warp's max (st_l: column c in warp c % NW), one atomic a warp: no CTA-wide reduction
+            wmax = gl.max(gl.max(gl.reshape(v, [BN // 2, BM // NW, NW]), axis=1), axis=0)
+            gl.atomic_max(qs_ptr + gl.zeros_like(wmax.to(gl.int32, bitcast=True)), wmax.to(gl.int32, bitcast=True))
+        else:
+            gl.atomic_max(qs_ptr, gl.max(gl.max(v, axis=1), axis=0).to(gl.int32, bitcast=True))
     elif QACT:
         gs = gl.load(qs_ptr)
         blocks = gl.reshape(a.to(gl.float32), [BN // 32, 16, BM])
@@ -1069,7 +1073,8 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     through NVFP4 (_store_act), so no rounding launch runs between the GEMMs. QACT 2 (a dynamic FC2 input scale;
     qs_ptr: int32 state, zero before the launch; half_ptr: the sorted ids): the epilogue merges the largest |value|
     it writes to rows that hold a pair into qs_ptr[0] (_store_act), so the amax launch over FC2's input does not
-    run (the rounding launch then takes the scale from it: launch.scale_from_amax).
+    run (the rounding launch then takes the scale from it: launch.scale_from_amax); QACT 3: each warp's max by its
+    own atomic.
     GATHER = the top-k (the MoE's FC1 with XTMA 1, one MMA warpgroup, not PP / WT / WGN 2; half_ptr: the sorted
     ids): x is the pairs' token rows (T / GATHER of them, or T with the router weight on the input: GATHER 1), not
     the block rows (M stays the blocks' rows), and the MMA warps gather each K tile's block rows from them by
@@ -1086,7 +1091,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     gl.static_assert(TAIL == 0 or (MOE and XTMA == 1 and HALF > 0 and not PP and WT == 0 and WGN == 1 and
                                    TAIL % 16 == 0 and TAIL <= BM), "TAIL: the MoE with XTMA 1 and HALF, no PP / WT / WGN 2")
     gl.static_assert(QACT == 0 or ACT is not None, "QACT: FC2's input written by FC1's epilogue (ACT)")
-    gl.static_assert(QACT != 2 or half_ptr is not None, "QACT 2: the sorted ids (half_ptr) say which rows count")
+    gl.static_assert(QACT < 2 or half_ptr is not None, "QACT 2 / 3: the sorted ids (half_ptr) say which rows count")
     gl.static_assert(GATHER == 0 or (MOE and XTMA == 1 and not PP and WT == 0 and WGN == 1 and BM <= 256 and
                                      BK % 64 == 0 and BM % (4 * num_warps) == 0 and TAIL % (4 * num_warps) == 0
                                      and (TAIL & (TAIL - 1)) == 0 and half_ptr is not None),

@@ -590,8 +590,8 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "element_bitwidth=16, rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["t_desc"] = None
-    if keys.get("QACT"):        # FC2's static NVFP4 input scale (QACT 1), or the int32 amax state (QACT 2)
-        ptrs["qs_ptr"] = "*i32" if keys["QACT"] == 2 else "*fp32"
+    if keys.get("QACT"):        # FC2's static NVFP4 input scale (QACT 1), or the int32 amax state (QACT 2 / 3)
+        ptrs["qs_ptr"] = "*i32" if keys["QACT"] >= 2 else "*fp32"
     else:
         consts["qs_ptr"] = None
     if keys.get("WT"):          # the words' TMA descriptor (w4_ws.w_tma_desc): [BK/8, BN] dense, [BN, BK/8] MoE
@@ -601,7 +601,7 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["w_desc"] = None     # as a launch without WT passes it
-    if keys.get("HALF") or keys.get("QACT") == 2 or keys.get("GATHER"):    # the sorted ids (HALF: row BM / 2 says
+    if keys.get("HALF") or keys.get("QACT", 0) >= 2 or keys.get("GATHER"):    # the sorted ids (HALF: row BM / 2 says
         # if a block's second half holds a pair; QACT 2: which rows count in the amax; GATHER: each row's token)
         ptrs["half_ptr"] = "*i32"
     else:
@@ -757,6 +757,10 @@ def ws_cases():
         **{f"ws moe nvfp4 fc1 silu qact{' 2' * (q == 2)} quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
            (lambda q=q: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
                            has_bias=2, QACT=q)) for q in (1, 2)},
+        # QACT 3: QACT 2's amax a warp at a time (moe_ws.AMAX_BY_WARP)
+        "ws pt 2 moe nvfp4 fc1 silu qact 3 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
+                       has_bias=2, PT=2, WPF=2, TAIL=64, QACT=3),
         # GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (no gather launch)
         "ws pt moe int4 fc1 silu quarter tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),

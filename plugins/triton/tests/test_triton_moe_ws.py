@@ -183,14 +183,19 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(monkeypatch):
+@pytest.mark.parametrize("by_warp", [False, True])
+def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(by_warp, monkeypatch):
     """WS_QACT on an sm_90 GPU with dynamic activation scales (the Qwen3-235B bench row's form; w4_ws's QACT 2: FC1's
     epilogue applies silu and merges the amax of the rows holding a pair into a state, launch.scale_from_amax
     makes the scale): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and 256 + 64-pair blocks, halves
     and quarters, one program a tile or persistent (PT 2, one program an SM and 3): the same bits as the entry
     without WS_QACT (FC1's rows, the activation launch with its zeros on the padding rows, the amax over its
     output) and within the NVFP4 bound of oracle-emulation; the state zero after every call (a replay starts
-    clean); an out-of-range id adding nothing, captured and replayed."""
+    clean); an out-of-range id adding nothing, captured and replayed. by_warp: moe_ws.AMAX_BY_WARP (each warp's
+    max by its own atomic, w4_ws's QACT 3)."""
+    from oracle_triton import moe_ws
+
+    monkeypatch.setattr(moe_ws, "AMAX_BY_WARP", by_warp)
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False)
     cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1),
             dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
