@@ -48,7 +48,7 @@ import triton.language as tl
 from oracle.formats import E2M1_MAX, E4M3_MAX
 
 from .formats import ACT_NONE, ACT_NVFP4, E2M1_MX, E2M1_NV, INT4, WS_BK, WS_MOE_KEYS
-from .launch import interpreting, pt_programs, quantize_activations, scale_from_amax, scale_from_amax
+from .launch import interpreting, pt_programs, quantize_activations, scale_from_amax
 from .moe_rega import rega_layer_ok
 
 #: The keys of a WS MoE entry that belong to w4_ws (the rest is its DEQUANT_MM fallback); WS_WARPS: the MMA warps
