@@ -219,8 +219,6 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
     tail = cfg.get("WS_TAIL", 0)
     if tail:
         check_ws_tail(cfg, what)
-    if cfg.get("WS_GATHER", 0):
-        check_ws_gather(cfg, what)
     ws = {key: value for key, value in cfg.items() if key in WS_MOE_KEYS}
     try:
         check_ws_config(dict(ws, num_warps=cfg["WS_WARPS"]), replace(layout, pack=8), what, moe=True)
@@ -245,20 +243,6 @@ def check_ws_tail(cfg: dict[str, int], what: str) -> None:
                          f"WS_HALF, XTMA 1, WS_WARPS 4 (not PP or WGN 2) and no WT, STAGES x (64 + BM + WS_TAIL) x BK "
                          f"x 2 <= {WS_SMEM} B, and the MMA warps' registers holding (BM + WS_TAIL) / 2 + "
                          f"{WS_MMA_REGS}, not {cfg}")
-
-
-def check_ws_gather(cfg: dict[str, int], what: str) -> None:
-    """WS_GATHER 1 (w4_ws's GATHER): FC1's block rows gathered from the token rows by the MMA warps' cp.async (no
-    gather launch), so with XTMA 1 on one MMA warpgroup's tiles (not PP, WT or WGN 2) of at most 256 rows, BK a
-    multiple of 64, and each thread whole rows of a block and of its tail: BM and WS_TAIL (a power of two, or 0)
-    multiples of 4 x WS_WARPS."""
-    warps, bm, tail = cfg.get("WS_WARPS", 0), cfg.get("BM", 0), cfg.get("WS_TAIL", 0)
-    if cfg["WS_GATHER"] != 1 or cfg.get("XTMA") != 1 or cfg.get("PP") or cfg.get("WT") or cfg.get("WGN", 1) != 1 \
-            or bm > 256 or cfg.get("BK", WS_BK) % 64 or not warps or bm % (4 * warps) or tail % (4 * warps) \
-            or tail & (tail - 1):
-        raise ValueError(f"WS_GATHER for {what}: 0, or 1 (FC1's rows gathered by the MMA warps' cp.async) with XTMA 1 "
-                         f"and one MMA warpgroup (not PP, WT or WGN 2), BM <= 256, BK a multiple of 64, BM and "
-                         f"WS_TAIL (a power of two) multiples of 4 x WS_WARPS, not {cfg}")
 
 
 #: The smallest K of a 16-bit tensor-core product (tl.dot on bf16 / f16 operands, mma.sync and wgmma alike) and

@@ -15,11 +15,10 @@ in block order, zeros for padding with ZERO_PADDING, and each row's expert id), 
 output in block order), the activation (moe_w4a4.w4a4_act_kernel over the block rows, IDS_FIRST: padding rows give
 zeros and are not read), FC2 (its input already in block order; the output scattered to the pairs' rows), the
 router-weighted top-k sum (TritonMoE._topk_sum). The activations reach the MMA warps by TMA (XTMA): the
-block-ordered rows are one dense matrix. WS_GATHER: FC1's MMA warps copy each block row from its pair's token row
-by cp.async instead (w4_ws's GATHER), so the gather launch and its block-ordered copy of the rows go (the launch
-still runs, without copying, where the activation launch needs the rows' expert ids); slower in R108b (H100,
-Qwen3-235B at 4096 tokens: FC1 1724.0 -> 2748.5 us, its 48 output tiles a block each re-reading the rows from
-L2 by 16-byte requests where the TMA copies them in bulk). WT: the words too reach the decode warps by TMA, into
+block-ordered rows are one dense matrix (FC1's MMA warps gathering the rows themselves by cp.async, no gather
+launch, was slower on every 4096-token cell: FC1 re-reads its block's rows from L2 for each output tile, which the
+TMA's bulk copies serve better than 16-byte requests; R108, bench/results/h200-2026-12-05/r108/gather.patch). WT:
+the words too reach the decode warps by TMA, into
 their own ring of WT slots filled WT K tiles ahead. Calls the kernel cannot serve (no sm_90 GPU, fp16, K not a
 multiple of the K tile, MXFP4 scales above the fused decoder's 2.0: checked at load; INT4 groups the K tile does
 not divide or fp32 scales) run the entry's other keys, a DEQUANT_MM config (ws_fallback).
@@ -58,10 +57,8 @@ from .moe_rega import rega_layer_ok
 #: (w4_ws's TAIL); WS_QACT: W4A4 with WS_ACT, FC2's NVFP4 input amax taken in FC1's epilogue where its scale is
 #: dynamic (w4_ws's QACT 2: no activation or amax launch; R108b, H100: 3697.9 -> 3532.9 us at Qwen3-235B's 4096
 #: tokens); WS_QACT 2 also rounds it there where the scale is static (QACT 1; no rounding launch, but R108b: 3406.7
-#: -> 4824.5 us, the epilogue's divisions holding the MMA warps);
-#: WS_GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (w4_ws's GATHER: no gather
-#: launch and no block-ordered copy of the rows, gather_ok)
-WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", "WS_GATHER", *WS_MOE_KEYS)
+#: -> 4824.5 us, the epilogue's divisions holding the MMA warps)
+WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_KEYS)
 #: gather_rows_kernel: rows a program and the columns of one step
 GATHER_ROWS, GATHER_COLS = 4, 512
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
@@ -147,14 +144,6 @@ def int4_layer_ok(moe) -> bool:
                     and (p.zero is None or p.zero.is_contiguous()) for p in (moe.w13, moe.w2)))
 
 
-def gather_ok(cfg: dict[str, int], a1: torch.Tensor) -> bool:
-    """WS_GATHER on this call: FC1's input a1 (the token rows, or the pairs' with the router weight on the input)
-    in rows of 16-byte-aligned contiguous bf16 (cp.async's 16-byte copies) whose element offsets fit in int32
-    (w4_ws._x_rows keeps them so); else the gather launch copies the rows as before."""
-    return bool(cfg.get("WS_GATHER")) and a1.dtype == torch.bfloat16 and a1.stride(-1) == 1 and \
-        a1.stride(0) % 8 == 0 and a1.data_ptr() % 16 == 0 and a1.shape[0] * a1.stride(0) < 2 ** 31
-
-
 def ws_fallback(cfg: dict[str, int]) -> dict[str, int]:
     """The entry's DEQUANT_MM config, which serves the calls w4_ws cannot."""
     return {key: value for key, value in cfg.items() if key not in WS_KEYS}
@@ -178,21 +167,13 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     sorted_ids, block_expert, blocks = moe._align(ids, t, bm)
     a1 = moe._round(0, moe._input(x, topw, k))[0]           # W4A4: NVFP4 values; else the rows themselves
     rows = blocks * bm
-    act = fused_act(moe, cfg)
-    gather = (1 if by_pair else k) if gather_ok(cfg, a1) else 0     # WS_GATHER: FC1's MMA warps copy the rows
+    xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
     rid = torch.empty(rows, dtype=torch.int32, device=dev)
-    if gather:      # FC1 reads a1 itself; the launch only where the activation or the live-row rounding needs rid
-        xs = a1
-        if act is None or (ROUND_LIVE_ROWS and moe.act == ACT_NVFP4):
-            gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, a1, rid, t, 0, a1.stride(0),
-                                                       a1.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
-                                                       ROWS=GATHER_ROWS, COLS=GATHER_COLS, num_warps=4)
-    else:
-        xs = torch.empty(rows, moe.hidden, dtype=moe.dtype, device=dev)
-        gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
-                                                   a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
-                                                   ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
-                                                   num_warps=4)
+    gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
+                                               a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
+                                               ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
+                                               num_warps=4)
+    act = fused_act(moe, cfg)
     # WS_QACT (W4A4, FC1 applying the activation): a dynamic FC2 input scale has the epilogue merge its amax into a
     # zeroed state (QACT 2); WS_QACT 2 also rounds FC2's input there where the scale is static (QACT 1)
     qact = 0 if act is None or not cfg.get("WS_QACT") or moe.act != ACT_NVFP4 else \
@@ -200,12 +181,10 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     qs = moe.static[1] if qact == 1 else moe._counters(2, "_ws_amax_state") if qact == 2 else None
     if act is not None:         # FC1's epilogue applies the activation: its output is FC2's input
         inter = torch.empty(rows, moe.inter, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids, qs, qact,
-                 gather=gather, m_rows=rows)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), inter, block_expert, None, t, cfg, act, sorted_ids, qs, qact)
     else:
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
-        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids, gather=gather,
-                 m_rows=rows)
+        _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
     if qact == 2:               # the scale from the epilogue's amax (which leaves the padding rows out)
         inter = quantize_activations(inter, moe.act, scale_from_amax(qs, E2M1_MAX * E4M3_MAX), moe.facts)
@@ -268,7 +247,7 @@ def fused_act(moe, cfg: dict[str, int]) -> tuple[int, float, float, float] | Non
 def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tensor | None], y: torch.Tensor,
              block_expert: torch.Tensor, sorted_ids: torch.Tensor | None, t: int, cfg: dict[str, int],
              act: tuple[int, float, float, float] | None = None, half_ids: torch.Tensor | None = None,
-             qs: torch.Tensor | None = None, qact: int = 0, gather: int = 0, m_rows: int = 0) -> None:
+             qs: torch.Tensor | None = None, qact: int = 0) -> None:
     """y = a's block rows times their block's expert's weights w, then the epilogue epi (_epilogue: + bias, or x
     the expert's factor with NVFP4's decode g): one w4_ws_kernel launch in its MoE mode,
     grid (N / (16 x WS_WARPS), blocks); with sorted_ids the output rows go to the pairs' rows (FC2); act (FC1): y
@@ -278,9 +257,7 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
     program an SM over those output tiles (w4_ws's PT; launch.pt_programs); WS_TAIL: the blocks are BM + WS_TAIL rows
     apart, their tail rows multiplied where they hold a pair (w4_ws's TAIL: check_ws_moe has it with WS_HALF); qs
     (with act): FC2's static NVFP4 input scale, by which the epilogue rounds what it writes (qact 1), or the int32
-    state the epilogue merges the amax of what it writes to the pairs' rows into (qact 2) (w4_ws's QACT). gather
-    (FC1, WS_GATHER: the top-k, or 1 with the router weight on the input): a is the token rows, not the block rows
-    (m_rows of them), which the MMA warps gather by the sorted ids themselves (w4_ws's GATHER: no descriptors)."""
+    state the epilogue merges the amax of what it writes to the pairs' rows into (qact 2) (w4_ws's QACT)."""
     from . import fastlaunch
     from .w4_ws import tma_ok, w4_ws_kernel, w_tma_desc, x_tma_desc
 
@@ -317,17 +294,15 @@ def _ws_gemm(a: torch.Tensor, w, epi: tuple[torch.Tensor | None, int, torch.Tens
                       cfg["DW"] if pp else warps, None, maxnreg=cfg["MAXNREG"],
                       x_ptr=a, w_ptr=words, s_ptr=w.scale, z_ptr=z if z is not None else w.scale,
                       g_ptr=g if g is not None else w.scale, b_ptr=b if b is not None else w.scale, y_ptr=y,
-                      M=m_rows if gather else a.shape[0], N=n, K=kdim, stride_xm=a.stride(0), stride_ym=y.stride(0),
-                      ELEM=lay.elem,
+                      M=a.shape[0], N=n, K=kdim, stride_xm=a.stride(0), stride_ym=y.stride(0), ELEM=lay.elem,
                       GROUP=lay.group, HAS_BIAS=has_b, BM=bm,
                       BK=cfg.get("BK", WS_BK), STAGES=cfg["STAGES"], DW=cfg["DW"], DREGS=cfg["DREGS"],
                       PFENCE=cfg.get("PFENCE", 0), XCP=cfg.get("XCP", 0), WPF=cfg.get("WPF", 2), MW=cfg.get("MW", 1),
-                      XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt and not gather else None,
-                      MOE=1,
+                      XTMA=xt, PP=pp, DP=cfg.get("DP", 1), x_desc=x_tma_desc(a, bm) if xt else None, MOE=1,
                       ids_ptr=block_expert, sid_ptr=sorted_ids, T=t, stride_we=words.stride(0),
                       stride_se=w.scale.stride(0), stride_be=b.stride(0) if b is not None else 0, WT=wt,
                       w_desc=w_tma_desc(w, rows, box) if wt else None, ACT=act,
-                      half_ptr=half_ids if half or qact >= 2 or gather else None, HALF=half, WGN=wgn,
+                      half_ptr=half_ids if half or qact >= 2 else None, HALF=half, WGN=wgn,
                       PT=cfg["PT"] if pt else 0, TAIL=tail,
-                      t_desc=x_tma_desc(a, tail) if tail and not gather else None, qs_ptr=qs,
-                      QACT=3 if qact == 2 and AMAX_BY_WARP else qact, GATHER=gather, **strides)
+                      t_desc=x_tma_desc(a, tail) if tail else None, qs_ptr=qs,
+                      QACT=3 if qact == 2 and AMAX_BY_WARP else qact, **strides)

@@ -456,107 +456,49 @@ def _store_act(acc, y_ptr, off_n, off_m, M, N, stride_ym, BN: gl.constexpr, BM: 
 
 @gluon.jit
 def _x_tile(x_desc, x_ring, xfull, t, n_tiles, off_m, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-            t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False, XG: gl.constexpr = 0,
-            NW: gl.constexpr = 4, xo=None):
+            t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False):
     """XTMA 1: TMA of K tile t's activations [BM, BK] into its slot (t % STAGES), as 64-wide boxes (the 128-byte
     swizzle's span; a 128-deep slot is two such column blocks) of at most 256 rows (BM 512: two row blocks),
-    completing on xfull; none past the last tile. TAIL: the block's TAIL rows after BM too, where tail_ok. XG: the
-    rows gathered by cp.async instead (_x_tile_at)."""
-    _x_tile_at(x_desc, x_ring, xfull, t % STAGES, t, off_m, t < n_tiles, BM, BK, t_ring, t_desc, TAIL, tail_ok, XG,
-               NW, xo)
+    completing on xfull; none past the last tile. TAIL: the block's TAIL rows after BM too, where tail_ok."""
+    _x_tile_at(x_desc, x_ring, xfull, t % STAGES, t, off_m, t < n_tiles, BM, BK, t_ring, t_desc, TAIL, tail_ok)
 
 
 @gluon.jit
 def _x_tile_pt(x_desc, x_ring, xfull, j, n_tiles, C0, off_m, noff_m, nlive, BM: gl.constexpr, BK: gl.constexpr,
-               STAGES: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False, ntail=False,
-               XG: gl.constexpr = 0, NW: gl.constexpr = 4, xo=None, nxo=None):
+               STAGES: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False, ntail=False):
     """PT: the activations of the ring's tile C0 + j: this output tile's K tile j (off_m's rows), or past its last
     K tile the next output tile's K tile j - n_tiles (noff_m's rows; none where nlive says there is no next).
-    TAIL: each tile's tail rows where its own flag (tail_ok, ntail) says they hold a pair. XG: xo / nxo the two
-    tiles' row offsets (_x_offsets)."""
+    TAIL: each tile's tail rows where its own flag (tail_ok, ntail) says they hold a pair."""
     if j < n_tiles:
         _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j, off_m, j < n_tiles, BM, BK, t_ring, t_desc, TAIL,
-                   tail_ok, XG, NW, xo)
+                   tail_ok)
     else:
         _x_tile_at(x_desc, x_ring, xfull, (C0 + j) % STAGES, j - n_tiles, noff_m, nlive, BM, BK, t_ring, t_desc, TAIL,
-                   ntail, XG, NW, nxo)
+                   ntail)
 
 
 @gluon.jit
 def _x_tile_at(x_desc, x_ring, xfull, slot, t, off_m, ok, BM: gl.constexpr, BK: gl.constexpr, t_ring=None,
-               t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False, XG: gl.constexpr = 0, NW: gl.constexpr = 4,
-               xo=None):
+               t_desc=None, TAIL: gl.constexpr = 0, tail_ok=False):
     """The TMA of K tile t's activations, rows off_m .. + BM, into slot where ok (_x_tile). TAIL (the MoE's blocks
     of BM + TAIL rows): rows off_m + BM .. + TAIL into the slot of t_ring (t_desc's [TAIL, 64] boxes) as well where
-    tail_ok; the slot's barrier expects the bytes of the copies made (one expect of the two, as its count is 1).
-    XG > 0 (w4_ws_kernel's GATHER, the top-k; x_desc = (x_ptr, sorted ids, T, x's row stride)): the NW warps
-    calling gather the same rows by cp.async from the pairs' token rows instead (_x_gather; xo: the block's rows'
-    and its tail's offsets, _x_offsets), and each thread's copies arrive on the slot's barrier as they land
-    (cp.async.mbarrier.arrive.noinc: its count is 32 x NW)."""
-    if XG:
-        if ok:
-            _x_gather(x_desc[0], x_ring.index(slot), xo[0], t, BK, NW)
-            if TAIL:
-                if tail_ok:
-                    _x_gather(x_desc[0], t_ring.index(slot), xo[1], t, BK, NW)
-            async_copy.mbarrier_arrive(xfull.index(slot), increment_count=False)
-    else:
-        if TAIL:
-            mbarrier.expect(xfull.index(slot), (BM + TAIL) * BK * 2, pred=ok & tail_ok)
-            mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok & (tail_ok == 0))
-            for h in gl.static_range(BK // 64):
-                tma.async_copy_global_to_shared(t_desc, [off_m + BM, t * BK + 64 * h], xfull.index(slot),
-                                                t_ring.index(slot).slice(64 * h, 64, dim=1), pred=ok & tail_ok)
-        else:
-            mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
-        XB: gl.constexpr = X_BOX_ROWS if BM > X_BOX_ROWS else BM
-        for r in gl.static_range(BM // XB):
-            for h in gl.static_range(BK // 64):
-                dst = x_ring.index(slot)
-                if BM > XB:
-                    dst = dst.slice(r * XB, XB, dim=0)
-                tma.async_copy_global_to_shared(x_desc, [off_m + r * XB, t * BK + 64 * h], xfull.index(slot),
-                                                dst.slice(64 * h, 64, dim=1), pred=ok)
-
-
-@gluon.jit
-def _x_rows(xg, row0, ROWS: gl.constexpr, TOPK: gl.constexpr, NW: gl.constexpr):
-    """XG: the element offsets in x (xg = (x_ptr, sorted ids, T, x's row stride)) of block rows row0 .. + ROWS,
-    row j's the token row of its pair (the sorted id // TOPK), row 0's where it holds none (padding rows reach no
-    output: any row will do, and no mask is needed); int32 (moe_ws takes the gather launch where x's offsets do not
-    fit). In _x_gather's layout: each thread ROWS / (4 NW) consecutive rows, their ids one vector load. Made once
-    an output tile, so a K tile's copies cost an add and a cp.async each."""
-    x_ptr, ids_ptr, T, stride = xg
-    R: gl.constexpr = ROWS // (4 * NW)
-    g_l: gl.constexpr = gl.BlockedLayout([R, 8], [4, 8], [NW, 1], [1, 0])
-    sid = gl.load(ids_ptr + row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, g_l)))
-    return gl.where(sid < T, (sid.to(gl.uint32) // TOPK).to(gl.int32), 0) * stride
-
-
-@gluon.jit
-def _x_offsets(xg, off_m, BM: gl.constexpr, TAIL: gl.constexpr, TOPK: gl.constexpr, NW: gl.constexpr):
-    """XG: the offsets (_x_rows) of a block's BM rows and of its TAIL rows after them (the BM rows' again without
-    TAIL: a tuple's parts cannot be None)."""
-    rows = _x_rows(xg, off_m, BM, TOPK, NW)
+    tail_ok; the slot's barrier expects the bytes of the copies made (one expect of the two, as its count is 1)."""
     if TAIL:
-        return rows, _x_rows(xg, off_m + BM, TAIL, TOPK, NW)
+        mbarrier.expect(xfull.index(slot), (BM + TAIL) * BK * 2, pred=ok & tail_ok)
+        mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok & (tail_ok == 0))
+        for h in gl.static_range(BK // 64):
+            tma.async_copy_global_to_shared(t_desc, [off_m + BM, t * BK + 64 * h], xfull.index(slot),
+                                            t_ring.index(slot).slice(64 * h, 64, dim=1), pred=ok & tail_ok)
     else:
-        return rows, rows
-
-
-@gluon.jit
-def _x_gather(x_ptr, dst, rows, t, BK: gl.constexpr, NW: gl.constexpr):
-    """XG: K tile t of the rows at element offsets rows (_x_rows) into dst by cp.async, 16 bytes a copy, eight
-    threads a row's 64 columns (the gather launch's copy of the rows without the launch or its HBM round trip)."""
-    ROWS: gl.constexpr = rows.shape[0]
-    R: gl.constexpr = ROWS // (4 * NW)
-    g_l: gl.constexpr = gl.BlockedLayout([R, 8], [4, 8], [NW, 1], [1, 0])
-    c = gl.arange(0, 64, layout=gl.SliceLayout(0, g_l))
-    for h in gl.static_range(BK // 64):
-        d = dst
-        if BK > 64:
-            d = dst.slice(64 * h, 64, dim=1)
-        async_copy.async_copy_global_to_shared(d, x_ptr + (rows + (t * BK + 64 * h))[:, None] + c[None, :])
+        mbarrier.expect(xfull.index(slot), BM * BK * 2, pred=ok)
+    XB: gl.constexpr = X_BOX_ROWS if BM > X_BOX_ROWS else BM
+    for r in gl.static_range(BM // XB):
+        for h in gl.static_range(BK // 64):
+            dst = x_ring.index(slot)
+            if BM > XB:
+                dst = dst.slice(r * XB, XB, dim=0)
+            tma.async_copy_global_to_shared(x_desc, [off_m + r * XB, t * BK + 64 * h], xfull.index(slot),
+                                            dst.slice(64 * h, 64, dim=1), pred=ok)
 
 
 @gluon.jit
@@ -585,8 +527,7 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                    x_desc=None, w_desc=None, w_ring=None, wfull=None, WT: gl.constexpr = 0, w_row=0, w_k0=0,
                    WKN: gl.constexpr = 0, ACT: gl.constexpr = None, half_ptr=None, HALF: gl.constexpr = 0,
                    WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0, nlive=False, t_ring=None,
-                   t_desc=None, TAIL: gl.constexpr = 0, ntail=False, qs_ptr=None, QACT: gl.constexpr = 0,
-                   XG: gl.constexpr = 0):
+                   t_desc=None, TAIL: gl.constexpr = 0, ntail=False, qs_ptr=None, QACT: gl.constexpr = 0):
     """The consumer: per K tile, wait for its slot, one wgmma (A: the decoded weights [BN, BK], B: the
     activations [BM, BK] read K-major), then (MW 1) the previous tile's MMA waited for and its slot handed back,
     or (MW 0) this tile's, so a slot returns to the decode warps a tile sooner (R60's profile: the decode warps
@@ -607,9 +548,8 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
     tiles from C0 (_mma_tiles). TAIL (with HALF): the block is BM + TAIL rows; where its row BM holds a pair, the
     TAIL rows after BM are multiplied too, by a second wgmma (N = TAIL) on the same decoded tile into their own
     accumulator (t_ring: their slots, t_desc: their TMA boxes; ntail: the next PT tile's flag). QACT (with ACT):
-    FC2's input rounded through NVFP4 in the epilogue, its static global scale at qs_ptr; QACT 2: its amax over
-    the rows holding a pair (half_ptr) merged into qs_ptr instead (_store_act). XG (w4_ws_kernel's GATHER): the
-    activation rows gathered from the pairs' token rows by these warps' cp.async instead of the TMA (_x_gather)."""
+    FC2's input rounded through NVFP4 in the epilogue, its static global scale at qs_ptr; QACT 2 / 3: its amax over
+    the rows holding a pair (half_ptr) merged into qs_ptr instead (_store_act)."""
     if HALF:
         if gl.load(half_ptr + off_m + BM // 2) < T:
             if TAIL:
@@ -617,32 +557,32 @@ def _mma_partition(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N
                     _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                                HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                                w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
-                               TAIL, TAIL, ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr, XG=XG)
+                               TAIL, TAIL, ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr)
                 else:
                     _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                                HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                                w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc,
-                               TAIL, 0, ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr, XG=XG)
+                               TAIL, 0, ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr)
             else:
                 _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                            HAS_BIAS, BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring,
                            wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, qs_ptr=qs_ptr, QACT=QACT,
-                           live_ptr=half_ptr, XG=XG)
+                           live_ptr=half_ptr)
         elif HALF == 2 and gl.load(half_ptr + off_m + BM // 4) >= T:      # the pairs in the first quarter
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 4, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                        w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
-                       ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr, XG=XG)
+                       ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr)
         else:
             _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BM // 2, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc,
                        w_ring, wfull, WT, w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, t_ring, t_desc, TAIL, 0,
-                       ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr, XG=XG)
+                       ntail, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr)
     else:
         _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T, HAS_BIAS,
                    BM, BM, BK, STAGES, NW, PFENCE, MW, XTMA, PP, ROW0, xfull, x_desc, w_desc, w_ring, wfull, WT,
-                   w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, qs_ptr=qs_ptr, QACT=QACT, live_ptr=half_ptr,
-                   XG=XG)
+                   w_row, w_k0, WKN, ACT, WGN, PT, C0, noff_m, nlive, qs_ptr=qs_ptr, QACT=QACT,
+                   live_ptr=half_ptr)
 
 
 @gluon.jit
@@ -652,7 +592,7 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                ROW0: gl.constexpr, xfull, x_desc, w_desc, w_ring, wfull, WT: gl.constexpr, w_row, w_k0,
                WKN: gl.constexpr, ACT: gl.constexpr, WGN: gl.constexpr = 1, PT: gl.constexpr = 0, C0=0, noff_m=0,
                nlive=False, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, TL: gl.constexpr = 0, ntail=False,
-               qs_ptr=None, QACT: gl.constexpr = 0, live_ptr=None, XG: gl.constexpr = 0):
+               qs_ptr=None, QACT: gl.constexpr = 0, live_ptr=None):
     """_mma_partition's K loop and output on the first BMC of the slots' BM activation rows (the TMA still brings
     all BM: the ring's slots and their byte counts stay one size). WGN 2: the accumulator's columns (activation
     rows) split between two warpgroups, each issuing its own wgmma of N = BMC / 2. PT (XTMA 1, MW 1): K tile i is
@@ -660,8 +600,7 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
     activation tiles (noff_m's rows, where nlive), the last one handed back before the output is written, so the
     decode warps and the TMA fill the next tile's slots while this one's output is stored (_pt_mma). TAIL: the
     ring's tail slots (t_ring), filled for this tile where TL (= TAIL: its tail holds pairs, multiplied into a
-    second accumulator; 0: not) and for the next PT tile where ntail. XG: the activation rows gathered by these
-    warps' cp.async (_x_tile_at)."""
+    second accumulator; 0: not) and for the next PT tile where ntail."""
     BN: gl.constexpr = 16 * NW // WGN
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW // WGN, WGN],
                                                     instr_shape=[16, BMC // WGN, 16])
@@ -671,18 +610,9 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                                                          instr_shape=[16, TL, 16])
         tacc = gl.zeros([BN, TL], gl.float32, tacc_l)
     n_tiles = K // BK
-    if XG:      # this tile's rows' offsets (and PT's next tile's) for the K tiles' copies
-        xo = _x_offsets(x_desc, off_m, BM, TAIL, XG, NW)
-        if PT:
-            nxo = _x_offsets(x_desc, noff_m, BM, TAIL, XG, NW)
-        else:
-            nxo = xo
-    else:
-        xo = gl.constexpr(None)
-        nxo = gl.constexpr(None)
     if XTMA == 1 and not PT:    # (PT: the previous tile's loop, or _pt_mma for the first, started these)
         for p in gl.static_range(STAGES):
-            _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc, TAIL, TL > 0, XG, NW, xo)
+            _x_tile(x_desc, x_ring, xfull, p, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc, TAIL, TL > 0)
     if WT:
         for p in gl.static_range(WT):
             _w_tile(w_desc, w_ring, wfull, p, n_tiles, w_row, w_k0, BN, BK, WT, WKN)
@@ -695,9 +625,8 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                     WKN)
         if XTMA:
             mbarrier.wait(xfull.index(slot), phase)
-        if not PFENCE or XG:
-            fence_async_shared()        # the decode warps' stores (and XG's copies), ordered before by the mbarriers,
-            # before the wgmma that reads them
+        if not PFENCE:
+            fence_async_shared()        # the decode warps' stores (ordered before by the mbarrier) before the wgmma
         a_s = a_ring.index(slot)
         if PP:
             a_s = a_s.slice(ROW0, BN, dim=0)
@@ -718,10 +647,10 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
                 if i > 0:
                     if PT:
                         _x_tile_pt(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK,
-                                   STAGES, t_ring, t_desc, TAIL, TL > 0, ntail, XG, NW, xo, nxo)
+                                   STAGES, t_ring, t_desc, TAIL, TL > 0, ntail)
                     else:
                         _x_tile(x_desc, x_ring, xfull, i - 1 + STAGES, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc,
-                                TAIL, TL > 0, XG, NW, xo)
+                                TAIL, TL > 0)
         else:
             if TL:
                 acc, tacc, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, tacc, a_s, x_s, t_s))
@@ -730,7 +659,7 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
             mbarrier.arrive(empty.index(slot), count=1)
             if XTMA == 1:
                 _x_tile(x_desc, x_ring, xfull, i + STAGES, n_tiles, off_m, BM, BK, STAGES, t_ring, t_desc, TAIL,
-                        TL > 0, XG, NW, xo)
+                        TL > 0)
     if TL:
         acc, tacc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, tacc))
     else:
@@ -738,7 +667,7 @@ def _mma_tiles(a_ring, x_ring, full, empty, b_ptr, y_ptr, off_n, off_m, M, N, K,
     if PT:      # the last slot back, and the next tile's K tile STAGES - 1 into it
         mbarrier.arrive(empty.index((C0 + n_tiles - 1) % STAGES), count=1)
         _x_tile_pt(x_desc, x_ring, xfull, n_tiles - 1 + STAGES, n_tiles, C0, off_m, noff_m, nlive, BM, BK, STAGES,
-                   t_ring, t_desc, TAIL, TL > 0, ntail, XG, NW, xo, nxo)
+                   t_ring, t_desc, TAIL, TL > 0, ntail)
     _mma_out(acc, b_ptr, y_ptr, off_n, off_m, M, N, stride_ym, sid_ptr, T, HAS_BIAS, BN, BMC, NW, ROW0, ACT, qs_ptr,
              QACT, live_ptr)
     if TL:
@@ -873,12 +802,11 @@ def _pt_tile(t, total, ids_ptr, N, BN: gl.constexpr, BM: gl.constexpr, MOE: gl.c
 def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T,
             stride_be, HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
             STAGES: gl.constexpr, NW: gl.constexpr, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, t_ring=None,
-            t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0, XG: gl.constexpr = 0):
+            t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0):
     """PT: the MMA warps of a persistent program, over its output tiles t = program, + programs, ... (_pt_tile):
     each tile's K loop and output (_mma_partition) on the ring's tiles from C0 = the K tiles before it, the next
     tile's first activation tiles started by this one's loop (_mma_tiles). TAIL: blocks of BM + TAIL rows, each
-    tile's tail rows loaded where its row BM holds a pair (the flag _mma_partition reads for its multiply). XG: the
-    activation rows gathered by these warps (_x_tile_at)."""
+    tile's tail rows loaded where its row BM holds a pair (the flag _mma_partition reads for its multiply)."""
     BN: gl.constexpr = 16 * NW
     BS: gl.constexpr = BM + TAIL
     n_tiles = K // BK
@@ -889,12 +817,8 @@ def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M
     tail = live
     if TAIL:
         tail = live & (gl.load(half_ptr + off_m + BM) < T)
-    if XG:
-        xo = _x_offsets(x_desc, off_m, BM, TAIL, XG, NW)
-    else:
-        xo = gl.constexpr(None)
     for p in gl.static_range(STAGES):       # the first tile's activations (the later ones' by the loop before)
-        _x_tile_at(x_desc, x_ring, xfull, p, p, off_m, live, BM, BK, t_ring, t_desc, TAIL, tail, XG, NW, xo)
+        _x_tile_at(x_desc, x_ring, xfull, p, p, off_m, live, BM, BK, t_ring, t_desc, TAIL, tail)
     c0 = t * 0
     while live:
         noff_n, noff_m, ne, nlive = _pt_tile(t + step, total, ids_ptr, N, BN, BS, MOE)
@@ -906,7 +830,7 @@ def _pt_mma(a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M
             bias = b_ptr + e.to(gl.int64) * stride_be
         _mma_partition(a_ring, x_ring, full, empty, bias, y_ptr, off_n, off_m, M, N, K, stride_ym, sid_ptr, T,
                        HAS_BIAS, BM, BK, STAGES, NW, 0, 1, 1, 0, 0, xfull, x_desc, None, None, None, 0, 0, 0, 0, ACT,
-                       half_ptr, HALF, 1, 1, c0, noff_m, nlive, t_ring, t_desc, TAIL, ntail, qs_ptr, QACT, XG)
+                       half_ptr, HALF, 1, 1, c0, noff_m, nlive, t_ring, t_desc, TAIL, ntail, qs_ptr, QACT)
         c0 += n_tiles
         t += step
         off_n, off_m, e, live = noff_n, noff_m, ne, nlive
@@ -979,7 +903,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
                  BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, DW: gl.constexpr, DREGS: gl.constexpr,
                  num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr, ACT: gl.constexpr, half_ptr,
                  HALF: gl.constexpr, WU: gl.constexpr, t_ring=None, t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None,
-                 QACT: gl.constexpr = 0, XG: gl.constexpr = 0):
+                 QACT: gl.constexpr = 0):
     """PT: w4_ws_kernel's split for a persistent program: _pt_mma as the default partition, DP (1 or 2) decode
     partitions (Triton 3.6's workers share one argument tuple)."""
     # the argument tuples written inline (w4_ws_kernel says why)
@@ -987,13 +911,13 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT, XG)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW], [DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT, XG), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0], [DW], [DREGS])
@@ -1001,7 +925,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
         if _WS_LIST:
             gl.warp_specialize([
                 (_pt_mma, (a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT, XG)),
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT)),
                 (_pt_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL)),
@@ -1010,7 +934,7 @@ def _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL))], [DW // 2, DW // 2], [DREGS, DREGS])
         else:
             gl.warp_specialize((a_ring, x_ring, full, empty, xfull, x_desc, ids_ptr, b_ptr, y_ptr, M, N, K, stride_ym, sid_ptr, T, stride_be,
-             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT, XG), _pt_mma,
+             HAS_BIAS, MOE, BM, BK, STAGES, num_warps, ACT, half_ptr, HALF, t_ring, t_desc, TAIL, qs_ptr, QACT), _pt_mma,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, ids_ptr, M, N, K, stride_xm, stride_wk,
              stride_sk, stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, WKN, ELEM, GROUP, HAS_ZERO,
              MOE, num_warps, BM, BK, STAGES, DW, WPF, DP, ACT, WU, TAIL), [_pt_decode_p0, _pt_decode_p1], [DW // 2, DW // 2], [DREGS, DREGS])
@@ -1025,8 +949,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                  stride_sn=1, ids_ptr=None, sid_ptr=None, T=0, stride_we=0, stride_se=0, stride_be=0,
                  WT: gl.constexpr = 0, w_desc=None, KMAJOR: gl.constexpr = 1, stride_ze=0, ACT: gl.constexpr = None,
                  half_ptr=None, HALF: gl.constexpr = 0, WGN: gl.constexpr = 1, PT: gl.constexpr = 0,
-                 TAIL: gl.constexpr = 0, t_desc=None, qs_ptr=None, QACT: gl.constexpr = 0,
-                 GATHER: gl.constexpr = 0):
+                 TAIL: gl.constexpr = 0, t_desc=None, qs_ptr=None, QACT: gl.constexpr = 0):
     """y[m, n] = sum_k x[m, k] W[n, k] (+ bias[n]) for BN = 16 x num_warps weight rows and BM activation rows
     (the wgmma's N) per program; DW decode warps with DREGS registers each (the module docstring). The proxy
     fence between the decode warps' shared stores and the wgmma that reads them: by the MMA warps after the
@@ -1075,12 +998,6 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
     it writes to rows that hold a pair into qs_ptr[0] (_store_act), so the amax launch over FC2's input does not
     run (the rounding launch then takes the scale from it: launch.scale_from_amax); QACT 3: each warp's max by its
     own atomic.
-    GATHER = the top-k (the MoE's FC1 with XTMA 1, one MMA warpgroup, not PP / WT / WGN 2; half_ptr: the sorted
-    ids): x is the pairs' token rows (T / GATHER of them, or T with the router weight on the input: GATHER 1), not
-    the block rows (M stays the blocks' rows), and the MMA warps gather each K tile's block rows from them by
-    cp.async (_x_gather: row j is token sid[j] // GATHER, zeros where sid[j] >= T) instead of the TMA, so moe_ws
-    needs no gather launch and no block-ordered copy of the rows in HBM; the slots' barriers count the 128 threads'
-    arrivals (cp.async.mbarrier.arrive.noinc).
     """
     gl.static_assert(ACT is None or (MOE and XTMA and not PP), "ACT: the MoE's FC1 with XTMA, without PP")
     gl.static_assert(WT == 0 or (XTMA == 1 and not PP), "WT: with XTMA 1, without PP")
@@ -1092,23 +1009,17 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                                    TAIL % 16 == 0 and TAIL <= BM), "TAIL: the MoE with XTMA 1 and HALF, no PP / WT / WGN 2")
     gl.static_assert(QACT == 0 or ACT is not None, "QACT: FC2's input written by FC1's epilogue (ACT)")
     gl.static_assert(QACT < 2 or half_ptr is not None, "QACT 2 / 3: the sorted ids (half_ptr) say which rows count")
-    gl.static_assert(GATHER == 0 or (MOE and XTMA == 1 and not PP and WT == 0 and WGN == 1 and BM <= 256 and
-                                     BK % 64 == 0 and BM % (4 * num_warps) == 0 and TAIL % (4 * num_warps) == 0
-                                     and (TAIL & (TAIL - 1)) == 0 and half_ptr is not None),
-                     "GATHER: the MoE's XTMA 1 on one MMA warpgroup (not PP / WT / WGN 2), the sorted ids in half_ptr")
     gl.static_assert(PT != 2 or WPF == 2, "PT 2 (WU): the words two tiles ahead, in two register sets")
     gl.static_assert(PT == 0 or (XTMA == 1 and MW == 1 and DP <= 2 and STAGES % DP == 0 and not PP and WT == 0
                                  and WGN == 1 and PFENCE == 0), "PT: XTMA 1, MW 1, DP 1 or 2, not PP / WT / WGN 2")
     NW: gl.constexpr = 8 if PP else num_warps
     BN: gl.constexpr = 16 * NW // WGN
     WKN: gl.constexpr = MOE * KMAJOR       # the words K-contiguous ([E, N, K/8]): words_layout's K-major form
-    if GATHER:      # what _x_gather reads in x_desc's place: the token rows, the sorted ids, the sentinel, x's stride
-        x_desc = (x_ptr, half_ptr, T, stride_xm)
     if PT:
         _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_wk, stride_sk,
                stride_zk, stride_wn, stride_sn, stride_we, stride_se, stride_ze, stride_be, ids_ptr, sid_ptr, T,
                x_desc, half_ptr, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES, DW, DREGS, num_warps, WPF,
-               DP, ACT, HALF, PT == 2, TAIL, t_desc, qs_ptr, QACT, GATHER)
+               DP, ACT, HALF, PT == 2, TAIL, t_desc, qs_ptr, QACT)
         return
     off_n = gl.program_id(0) * BN
     off_m = gl.program_id(1) * (BM + TAIL)
@@ -1140,7 +1051,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
         mbarrier.init(full.index(s), count=1)
         mbarrier.init(empty.index(s), count=2 if PP else 1)
         if XTMA:
-            mbarrier.init(xfull.index(s), count=32 * num_warps if GATHER else 1)    # GATHER: each thread's copies
+            mbarrier.init(xfull.index(s), count=1)
     if WT:      # the words' ring, unswizzled: the decode warps read whole 16-byte chunks of it
         w_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
         if WKN:
@@ -1202,7 +1113,7 @@ def w4_ws_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, strid
                          stride_wn, stride_sn, WKN, ELEM, GROUP,
                          HAS_ZERO, HAS_BIAS, BM, BK, STAGES, DW, DREGS, num_warps, PFENCE, XCP, WPF, MW, XTMA, DP,
                          w_desc, w_ring,
-                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN, t_ring, t_desc, TAIL, qs_ptr, QACT, GATHER)
+                         wfull, WT, w_row, w_k0, ACT, half_ptr, HALF, WGN, t_ring, t_desc, TAIL, qs_ptr, QACT)
 
 
 @gluon.jit
@@ -1214,8 +1125,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                      num_warps: gl.constexpr, PFENCE: gl.constexpr, XCP: gl.constexpr, WPF: gl.constexpr,
                      MW: gl.constexpr, XTMA: gl.constexpr, DP: gl.constexpr, w_desc, w_ring, wfull, WT: gl.constexpr,
                      w_row, w_k0, ACT: gl.constexpr, half_ptr, HALF: gl.constexpr, WGN: gl.constexpr, t_ring=None,
-                     t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0,
-                     XG: gl.constexpr = 0):
+                     t_desc=None, TAIL: gl.constexpr = 0, qs_ptr=None, QACT: gl.constexpr = 0):
     """DP 2 / 4: w4_ws_kernel's split with the MMA warps as the default partition and DP decode partitions (the
     same argument tuple, Triton 3.6's workers sharing one); DP 1 (with XTMA): the one decode partition. WGN 2: the
     decode partitions see num_warps / 2 MMA warps' worth of weight rows (NWD: BN = 16 x NWD)."""
@@ -1227,7 +1137,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_partition, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M,
                                      N, K, stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM,
                                      GROUP, HAS_ZERO, NWD, BM, BK,
@@ -1238,7 +1148,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS, BM,
                                 BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1252,7 +1162,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1267,7 +1177,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1281,7 +1191,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                   sid_ptr, T, HAS_BIAS,
                                   BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                   w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG)),
+                                  t_ring, t_desc, TAIL, False, qs_ptr, QACT)),
                 (_decode_p0, (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                               stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                               HAS_ZERO, NWD, BM, BK,
@@ -1304,7 +1214,7 @@ def _ws_decode_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s
                                 T, HAS_BIAS,
                                 BM, BK, STAGES, num_warps, PFENCE, MW, XTMA, 0, 0, xfull, x_desc,
                                 w_desc, w_ring, wfull, WT, w_row, w_k0, WKN, ACT, half_ptr, HALF, WGN, 0, 0, 0, False,
-                                t_ring, t_desc, TAIL, False, qs_ptr, QACT, XG), _mma_partition,
+                                t_ring, t_desc, TAIL, False, qs_ptr, QACT), _mma_partition,
                                (x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, a_ring, x_ring, full, empty, off_n, off_m, M, N, K,
                                 stride_xm, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn, WKN, ELEM, GROUP,
                                 HAS_ZERO, NWD, BM, BK,
@@ -1320,7 +1230,7 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
            HAS_BIAS: gl.constexpr, MOE: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
            DW: gl.constexpr, DREGS: gl.constexpr, num_warps: gl.constexpr, WPF: gl.constexpr, DP: gl.constexpr,
            ACT: gl.constexpr, HALF: gl.constexpr, WU: gl.constexpr, TAIL: gl.constexpr = 0, t_desc=None, qs_ptr=None,
-           QACT: gl.constexpr = 0, XG: gl.constexpr = 0):
+           QACT: gl.constexpr = 0):
     """PT 1 / 2: the persistent program's ring (the one-tile kernel's: STAGES slots of weights and activations, their
     full / empty / xfull barriers) and its partitions (_ws_pt_parts)."""
     BN: gl.constexpr = 16 * num_warps
@@ -1337,9 +1247,9 @@ def _ws_pt(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, M, N, K, stride_xm, 
     for s in gl.static_range(STAGES):
         mbarrier.init(full.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
-        mbarrier.init(xfull.index(s), count=32 * num_warps if XG else 1)     # XG: each MMA thread's copies
+        mbarrier.init(xfull.index(s), count=1)
     fence_async_shared()    # the barriers' initialisation before the TMA unit signals them
     _ws_pt_parts(a_ring, x_ring, full, empty, xfull, x_desc, x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, ids_ptr,
                  M, N, K, stride_xm, stride_ym, sid_ptr, T, stride_wk, stride_sk, stride_zk, stride_wn, stride_sn,
                  stride_we, stride_se, stride_ze, stride_be, WKN, ELEM, GROUP, HAS_ZERO, HAS_BIAS, MOE, BM, BK, STAGES,
-                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU, t_ring, t_desc, TAIL, qs_ptr, QACT, XG)
+                 DW, DREGS, num_warps, WPF, DP, ACT, half_ptr, HALF, WU, t_ring, t_desc, TAIL, qs_ptr, QACT)

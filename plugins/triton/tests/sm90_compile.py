@@ -579,13 +579,12 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
             consts.update(stride_wn=1, stride_sn=1, MOE=1, KMAJOR=0)
     else:
         consts.update(ids_ptr=None, sid_ptr=None, stride_wn=1, stride_sn=1)
-    if keys.get("XTMA") and not keys.get("GATHER"):     # the activations' TMA descriptor as Triton 3.7 specializes
-        # w4_ws.x_tma_desc's (GATHER: the MMA warps' cp.async from the token rows instead, no descriptor)
+    if keys.get("XTMA"):        # the activations' TMA descriptor as Triton 3.7 specializes w4_ws.x_tma_desc's
         ptrs["x_desc"] = f"tensordesc<bf16[{min(bm, 256)}, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, " \
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["x_desc"] = None
-    if keys.get("TAIL") and not keys.get("GATHER"):     # the tail rows' descriptor (moe_ws: w4_ws.x_tma_desc with TAIL-row boxes)
+    if keys.get("TAIL"):        # the tail rows' descriptor (moe_ws: w4_ws.x_tma_desc with TAIL-row boxes)
         ptrs["t_desc"] = f"tensordesc<bf16[{keys['TAIL']}, 64],NVMMASharedLayout(swizzle_byte_width=128, " \
                          "element_bitwidth=16, rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
@@ -601,8 +600,8 @@ def ws(elem: int, warps: int, bm: int, stages: int, dw: int, dregs: int, zero: b
                          "rank=2, transposed=False, fp4_padded=False, cga_layout=[])>"
     else:
         consts["w_desc"] = None     # as a launch without WT passes it
-    if keys.get("HALF") or keys.get("QACT", 0) >= 2 or keys.get("GATHER"):    # the sorted ids (HALF: row BM / 2 says
-        # if a block's second half holds a pair; QACT 2: which rows count in the amax; GATHER: each row's token)
+    if keys.get("HALF") or keys.get("QACT", 0) >= 2:    # the sorted ids (HALF: row BM / 2 says if a block's second
+        # half holds a pair; QACT 2 / 3: which rows count in the amax)
         ptrs["half_ptr"] = "*i32"
     else:
         consts["half_ptr"] = None
@@ -761,21 +760,6 @@ def ws_cases():
         "ws pt 2 moe nvfp4 fc1 silu qact 3 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
                        has_bias=2, PT=2, WPF=2, TAIL=64, QACT=3),
-        # GATHER: FC1's block rows gathered from the token rows by the MMA warps' cp.async (no gather launch)
-        "ws pt moe int4 fc1 silu quarter tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),
-                       HALF=2, PT=1, TAIL=64, GATHER=8),
-        "ws pt moe int4 zero points fc1 silu quarter tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
-                       ACT=(1, 0.0, 0.0, 0.0), HALF=2, PT=1, TAIL=64, GATHER=8),
-        "ws pt 2 moe nvfp4 fc1 silu qact 2 half factor tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
-                       has_bias=2, PT=2, WPF=2, TAIL=64, QACT=2, GATHER=8),
-        "ws pt 2 moe mxfp4 fc1 act half tail 64 gather w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
-                       PT=2, TAIL=64, GATHER=4),
-        "ws moe mxfp4 fc1 half gather bk 128 w4 bm 128 stages 3 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 4, 128, 3, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, BK=128, GATHER=1),
         # (FC2 on 512-pair blocks with HALF spills 60 B in its scatter epilogue, every format: not a shipped form)
         "ws moe int4 fc2 scattered wgn 2 w8 bm 512 stages 2 dw 4 xtma 1 dp 2":
             lambda: ws(3, 8, 512, 2, 4, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, WGN=2),

@@ -141,8 +141,8 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
     _same_bits_as_without("WS_TAIL", t, ref, h, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch)
 
 
-def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monkeypatch, k: int = 4) -> None:
-    """The WS GPU tests of an opt-in key: each config at 37, 300 and 700 tokens x top-k over 8 experts, with one
+def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monkeypatch) -> None:
+    """The WS GPU tests of an opt-in key: each config at 37, 300 and 700 tokens x top-4 over 8 experts, with one
     program an SM and 3 (PT): within tol of oracle-emulation (on the CPU), the same bits on two more calls and
     as the config without `key`; then an out-of-range id and capture / replay. DEQUANT_MM never serves a call."""
     from oracle_triton import launch, moe_dequant, moe_ws
@@ -159,10 +159,10 @@ def _same_bits_as_without(key: str, t, ref, h: int, cfgs: list, tol: float, monk
     without = lambda cfg: {k: v for k, v in cfg.items() if k != key}       # noqa: E731
     for programs in (None, 3):
         monkeypatch.setattr(launch, "PT_PROGRAMS", programs)
-        configs_match_reference(t, cpu_ref, cfgs, h, k, (37, 300, 700), repeats=2, tol=tol, same=without)
+        configs_match_reference(t, cpu_ref, cfgs, h, 4, (37, 300, 700), repeats=2, tol=tol, same=without)
     for cfg in cfgs:
         t.config = cfg
-        dropped_id_then_replay(t, cpu_ref, h, k, tol=tol)
+        dropped_id_then_replay(t, cpu_ref, h, 4, tol=tol)
 
 
 @pytest.mark.gpu
@@ -201,30 +201,6 @@ def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(by_warp, monke
             dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
     _same_bits_as_without("WS_QACT", t, ref, 512, cfgs, W4A4_TOL, monkeypatch)
     assert int(t._ws_amax_state.abs().sum()) == 0
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("fmt,mode,act,activation,bias,router_on_input,symmetric", [
-    ("int4", "w4a16_int4", "bf16", "silu", True, False, False),         # zero points and a bias
-    ("mxfp4", "w4a16_mx", "bf16", "swigluoai", True, False, True),
-    ("nvfp4", "w4a4_nvfp4", "nvfp4", "silu", False, True, True),         # a row per pair (GATHER 1), W4A4
-])
-def test_ws_gather_matches_the_gather_launch(fmt, mode, act, activation, bias, router_on_input, symmetric,
-                                             monkeypatch):
-    """WS_GATHER on an sm_90 GPU (FC1's block rows copied from the token rows by the MMA warps' cp.async, w4_ws's
-    GATHER): INT4 with zero points, MXFP4 swigluoai with biases, NVFP4 W4A4 with the router weight on the input
-    (the pairs' own rows, and the activation launch taking the rows-only gather's ids); 128-pair blocks with halves
-    (WS_ACT where the activation allows), 256 + 64-pair blocks with quarters on the persistent grid, and 128-deep K
-    tiles; at 37, 300 and 700 tokens x top-4 over 8 experts with one program an SM and 3: the same bits as the
-    same entries with the gather launch, within tol of oracle-emulation; an out-of-range id adding nothing,
-    captured and replayed."""
-    t, ref = gpu_moe_pair(fmt, mode, act, 512, 256, activation, bias, router_on_input, symmetric=symmetric)
-    cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_GATHER=1),
-            dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=1, WS_GATHER=1),
-            dict(WS, WS_HALF=1, BK=128, STAGES=3, WS_GATHER=1)]
-    _same_bits_as_without("WS_GATHER", t, ref, 512, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch,
-                          k=1 if router_on_input else 4)
 
 
 @pytest.mark.gpu
@@ -277,14 +253,7 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, WS_ACT=1, PT=1), i4)     # 192 KB of ring
     check_config(dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, PT=2), nv)
     check_config(dict(WS, WS_HALF=1, WS_TAIL=128), mx)
-    check_config(dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, PT=1, WS_ACT=1, WS_GATHER=1), i4)
-    check_config(dict(WS, WS_GATHER=1, BK=128, STAGES=3), mx)
-    for bad, lay in ((dict(WS, WS_GATHER=2), mx), (dict(WS, XTMA=2, DP=4, WS_GATHER=1), mx),   # the MMA warps copy
-                     (dict(WS, WS_GATHER=1, WT=8), mx), (dict(WS, WS_WARPS=8, WGN=2, BM=512, STAGES=2, DW=4,
-                                                               WS_GATHER=1), mx),
-                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=48, WS_GATHER=1), i4),       # whole rows a thread
-                     (dict(WS, XTMA=0, DP=1, XCP=1, WS_GATHER=1), mx),
-                     (dict(WS, BM=256, WS_TAIL=64), i4),                             # the tail's flag: WS_HALF
+    for bad, lay in ((dict(WS, BM=256, WS_TAIL=64), i4),                             # the tail's flag: WS_HALF
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=40), i4), (dict(WS, WS_HALF=1, WS_TAIL=256), mx),
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=128), mx),                # 224 KB of ring
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, STAGES=5), mx),
@@ -473,13 +442,11 @@ def _contract_gemm(dense: dict, seen: list, facts: dict | None = None):
     where row BM / 4 is; with WS_TAIL blocks of BM + WS_TAIL rows, all of them where row BM holds a pair) times its
     expert's dense weights; with qs (w4_ws's QACT: FC1 with act) the activation's rows then rounded through NVFP4
     with that static scale as launch.quantize_activations rounds them (facts: the layer's), or with qact 2 the
-    largest |value| of the rows holding a pair merged into the int32 state qs[0] as its fp32 bits; with gather
-    (w4_ws's GATHER, FC1) a is the token rows and each block row reads its pair's (sorted id // gather)
+    largest |value| of the rows holding a pair merged into the int32 state qs[0] as its fp32 bits
     (+ bias); FC1 writes them in block order (with act, swigluoai of the bf16-rounded interleaved pairs), FC2
     scatters them to the pairs' rows; a block labelled -1 is skipped. Rows it does not compute are left as they
     were. act: (kind, limit, alpha, beta), swigluoai on interleaved rows (kind 0) or silu on halves (kind 1)."""
-    def gemm(a, w, epi, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None, qs=None, qact=0, gather=0,
-             m_rows=0):
+    def gemm(a, w, epi, y, block_expert, sorted_ids, t, cfg, act=None, half_ids=None, qs=None, qact=0):
         bias, has_bias, _ = epi
         if has_bias == 2:       # NVFP4's per-expert factor: the dense reference weights hold g already
             bias = None
@@ -497,12 +464,7 @@ def _contract_gemm(dense: dict, seen: list, facts: dict | None = None):
                 rows = bs
             seen.append(rows)
             r = slice(b * bs, b * bs + rows)
-            if gather:      # a is the token rows: row j is its pair's (sid // gather), padding rows token 0's
-                sid = half_ids[r].long()
-                src = a[torch.where(sid < t, sid // gather, 0)]
-            else:
-                src = a[r]
-            out = src.float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
+            out = a[r].float() @ weights[e].T + (bias[e].float() if bias is not None else 0.0)
             if act is not None:
                 kind, limit, alpha, beta = act
                 v = out.to(torch.bfloat16).float()
@@ -739,90 +701,6 @@ def test_ws_qact_takes_a_dynamic_fc2_amax_in_fc1s_epilogue(monkeypatch):
     assert torch.equal(run(), y)
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) is None             # no WS_QACT: the activation launch
     assert moe_ws.fused_act(t, cfg) == (1, 0.0, 0.0, 0.0)
-
-
-@pytest.mark.parametrize("activation,router_on_input,ws_act", [
-    ("silu", False, 1), ("swigluoai", False, 1), ("silu", True, 1), ("swigluoai", False, 0)])
-def test_ws_gather_reads_fc1s_rows_from_the_tokens(activation, router_on_input, ws_act, monkeypatch):
-    """WS_GATHER (w4_ws's GATHER): FC1 (as _contract_gemm, the rest the real launches in the interpreter, fresh float
-    buffers NaN) gets the token rows themselves (or the pairs' rows with the router weight on the input: GATHER 1),
-    the blocks' row count and the sorted ids, and reads block row j from token sid[j] // top-k; the gather launch
-    copies nothing (it runs without columns only where the activation launch needs the rows' expert ids: WS_ACT
-    off). The result is the same bits as the gather launch's path and within 1e-2 of oracle-emulation, on 128 + 64
-    pair blocks with halves; a row not 16-byte aligned or a row stride off the 8-element grid takes the gather
-    launch (moe_ws.gather_ok)."""
-    from oracle_triton import moe_ws
-
-    monkeypatch.setattr(moe_ws, "SILU_IN_FC1", True)
-    t, ref = moe_pair("mxfp4", 8, 256, 128, 4, "w4a16_mx", "bf16", {}, activation=activation,
-                      activation_params={"alpha": 1.702, "limit": 7.0} if activation == "swigluoai" else None,
-                      bias=True, router_on_input=router_on_input, device=DEV)
-    m = 150
-    x, w, ids = _skewed_call(m)
-    real_gather = moe_ws.gather_rows_kernel
-
-    def run(cfg: dict) -> tuple:
-        fc1, widths = [], []
-
-        class Gather:           # records the columns each gather launch copies
-            def __getitem__(self, grid):
-                def go(*a, **kw):
-                    widths.append(a[7])
-                    return real_gather[grid](*a, **kw)
-                return go
-
-        contract = _contract_gemm({id(t.w13): ref.w13, id(t.w2): ref.w2}, [])
-
-        def gemm(*a, **kw):
-            if not fc1:
-                fc1.append((a[0], kw.get("gather", 0), kw.get("m_rows", 0), a[9] if len(a) > 9 else kw.get("half_ids")))
-            return contract(*a, **kw)
-
-        with monkeypatch.context() as mp:
-            mp.setattr(moe_ws, "_ws_gemm", gemm)
-            mp.setattr(moe_ws, "ZERO_PADDING", False)
-            mp.setattr(moe_ws, "gather_rows_kernel", Gather())
-            mp.setattr(torch, "empty", _nan_empty)
-            y = moe_ws.apply_ws(t, x, w.reshape(-1).float(), ids.reshape(-1).contiguous(), m, 4, cfg)
-        return y, fc1[0], widths
-
-    cfg = dict(WS, BM=128, WS_ACT=ws_act, WS_HALF=1, WS_TAIL=64)
-    y0, (a0, g0, _, _), widths0 = run(cfg)
-    assert g0 == 0 and widths0 == [256] and a0.shape[0] % 192 == 0      # the gather launch's block rows
-    y, (a, gather, rows, sid), widths = run(dict(cfg, WS_GATHER=1))
-    assert gather == (1 if router_on_input else 4) and rows == a0.shape[0] and sid is not None
-    assert a.shape[0] == (m * 4 if router_on_input else m)                  # the rows themselves, not block rows
-    assert widths == ([] if ws_act else [0])        # no copy; the ids alone where the activation launch needs them
-    assert torch.equal(y, y0)
-    assert not y.isnan().any() and rel(y, ref.apply(x, w, ids)) < 1e-2
-    on = dict(WS, WS_GATHER=1)
-    assert moe_ws.gather_ok(on, x) and not moe_ws.gather_ok(WS, x)
-    assert not moe_ws.gather_ok(on, torch.zeros(8, 300, dtype=torch.bfloat16, device=DEV)[:, :260])  # stride 300
-    assert not moe_ws.gather_ok(on, torch.zeros(8 * 256 + 1, dtype=torch.bfloat16, device=DEV)[1:].view(8, 256))
-    assert not moe_ws.gather_ok(on, x.half())
-
-
-def test_ws_gather_launches_without_descriptors(monkeypatch):
-    """_ws_gemm with gather (FC1 under WS_GATHER): the kernel gets the token rows as x_ptr with their stride, the
-    blocks' rows as M, GATHER = the top-k, the sorted ids as half_ptr and no TMA descriptor (x_desc, t_desc); FC2
-    (no gather) keeps its descriptors."""
-    from oracle_triton import fastlaunch, moe_ws
-
-    seen: list[dict] = []
-    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, stream, **kw: seen.append(kw))
-    t, _ = moe_pair("int4", 8, 256, 128, 2, "w4a16_int4", "bf16", {}, device=DEV)
-    x = torch.randn(5, 256, dtype=torch.bfloat16, device=DEV)
-    blocks = torch.tensor([0, 3, -1], dtype=torch.int32, device=DEV)
-    sid = torch.full((3 * 320,), 10, dtype=torch.int32, device=DEV)
-    y = torch.empty(3 * 320, t.rows, dtype=torch.bfloat16, device=DEV)
-    cfg = dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, WS_GATHER=1)
-    moe_ws._ws_gemm(x, t.w13, moe_ws._epilogue(t, 0), y, blocks, None, 10, cfg, half_ids=sid, gather=2,
-                    m_rows=960)
-    moe_ws._ws_gemm(y[:, :128].contiguous(), t.w2, moe_ws._epilogue(t, 1), y, blocks, sid, 10, cfg, half_ids=sid)
-    fc1, fc2 = seen
-    assert fc1["x_ptr"] is x and fc1["stride_xm"] == 256 and fc1["M"] == 960 and fc1["GATHER"] == 2
-    assert fc1["half_ptr"] is sid and fc1["x_desc"] is None and fc1["t_desc"] is None and fc1["TAIL"] == 64
-    assert fc2["GATHER"] == 0 and fc2["x_desc"].block_shape == [256, 64] and fc2["t_desc"].block_shape == [64, 64]
 
 
 def test_rounding_the_live_rows_leaves_the_padding_rows_alone(monkeypatch):
