@@ -1,14 +1,14 @@
 #!/bin/bash
 # lead R108 (written in the thirty-second pass, lent no GPU; wants an H200). Supersedes R107 (never run): the shipped
 # rows of R108 are R107's WS_TAIL entries, timed beside this MoE's BF16 mode in the same process.
-# "t" (~240 s): the GPU tests of this pass's paths (test_triton_moe_ws.py -k "gather or qact": WS_GATHER on INT4 with
-#   zero points, MXFP4 with biases and NVFP4 W4A4 with the router weight on the input; WS_QACT with static and with
-#   dynamic scales), then "b".
-# "a" (~260 s): Qwen3-30B INT4 / INT4-zp and gpt-oss-20b / 120b at 4096 tokens: the shipped entries against the same
-#   with WS_GATHER (configs/moe_r108.json) and the BF16 mode.
-# "b" (~220 s): Qwen3-235B at 4096 tokens, dynamic scales (the #25 cell) and its checkpoint's static ones: the
-#   shipped entry against WS_QACT, WS_GATHER and both.
-# "ab" (~300 s): the tests of "t", then the shapes of "a" and "b" in one run (the thirty-second pass's second form).
+# Ran in the thirty-second pass as R108b (t, H100), R108a (ab, H200) and R108c (b, H200), with the WS_GATHER
+# variants that pass then removed (r108/gather.patch); what is left:
+# "t" (~120 s): the WS_QACT GPU tests (test_triton_moe_ws.py -k qact: static and dynamic scales, AMAX_BY_WARP on
+#   and off), then "b".
+# "a" (~150 s): Qwen3-30B INT4 / INT4-zp and gpt-oss-20b / 120b at 4096 tokens: the shipped entries and the BF16 mode.
+# "b" (~60 s): Qwen3-235B at 4096 tokens, dynamic scales (the #25 cell; the shipped WS_QACT 1 against none and
+#   against AMAX_BY_WARP) and its checkpoint's static ones (against WS_QACT 2).
+# "ab": the tests of "t", then the shapes of "a" and "b" in one run.
 # "g" (~560 s on an H100, call it with timeout_s 600): scripts/gpu-check, benchmarks off, 12 test workers.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
@@ -16,7 +16,7 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"    # the logs straight into OUT: a
 ( round_start "$OUTDIR" || exit 1
   case "$1" in
     g) round_gpu_check "$OUTDIR" 12 585; exit 0 ;;
-    t|ab) round_pytest "$OUTDIR" r108 240 plugins/triton/tests/test_triton_moe_ws.py "gather or qact" ;;
+    t|ab) round_pytest "$OUTDIR" r108 240 plugins/triton/tests/test_triton_moe_ws.py "qact" ;;
   esac
   cd bench
   case "$1" in
