@@ -13,6 +13,11 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     experts touched exceed 256 MB.
 MoE candidates are warmed on their own calls first (--moe-warm-s, 0.3 s: a BF16-GEMM warm-up power-capped the GPU
 for the next timing, see SETTLE_S) and timed three times at M = 1 (--moe-repeat; the median, all printed).
+--moe-rounds N (N > 1) then times "oracle", its --moe-variants and "oracle-bf16" once each in N interleaved rounds
+(order flipped every round, ABBA...) and prints each round's ratio to the BF16 mode, its median and worst: the
+BF16 mode and the shipped entry at 4096 tokens drift differently between processes (Qwen3-235B's BF16 mode timed
+3103.6 and 3566.0 us on the same H200 in two processes, R108a / R108c), so neither one sequential pass nor two
+processes settle a ratio near 1.0; in interleaved rounds the drift within the process falls on both sides alike.
 Per candidate: graph (us per call under CUDA-graph replay), eager (back-to-back calls, CUDA events),
 host (Python time per eager call), the relative error against oracle-emulation (a peer whose
 numerics disagree is flagged, not ranked), and launches per raw call (torch.profiler). HBM: bytes
@@ -25,8 +30,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from unittest import mock
 
 import torch
@@ -53,6 +60,10 @@ MOE_REPEAT = [3]                    # --moe-repeat: each M=1 MoE candidate timed
 MOE_REPEAT_UPTO = [1]               # --moe-repeat-upto: ... and each candidate of a row up to this M
 MOE_WARM = [0.3]                    # --moe-warm-s: each MoE candidate's own calls run this long before its timings
 MOE_LAUNCHES = [False]              # --moe-launches: every oracle candidate's launches and device times, at every M
+#: --moe-rounds: N > 1 times each row's "oracle", "oracle:LABEL" and "oracle-bf16" in N interleaved rounds after the
+#: row's figures (interleaved_rounds; the module docstring says why); 1: none, the table as before
+MOE_ROUNDS = [1]
+BF16_MODE = "oracle-bf16"           # the baseline of the rounds' ratios: this fused MoE in its BF16 mode
 #: --dense-repeat / --dense-warm-s: each dense candidate (BF16 included) runs its own calls this long, then is
 #: timed this many times (the median; all printed with the SM clock before each). Ninth pass: the MoE table's
 #: power-cap artifact (SETTLE_S) checked on the dense table, where every candidate used to be timed once
@@ -166,6 +177,55 @@ def measure_repeated(calls: list, m: int, repeat: int, warm_s: float) -> dict:
     med = lambda key: sorted(r[key] for r in runs)[len(runs) // 2]     # noqa: E731
     return {"graph": med("graph"), "eager": med("eager"), "host": med("host"), "clocks": clocks,
             "repeats": [r["graph"] for r in runs], "eager_repeats": [r["eager"] for r in runs]}
+
+
+def interleaved_rounds(names: list[str], time_one: Callable[[str], float], n: int,
+                       baseline: str = BF16_MODE) -> dict:
+    """Time each of `names` once per round for `n` rounds, the order reversed every other round (ABBA...), so
+    clock and power drift within the process falls on every candidate alike; GPU-free (time_one(name) -> us).
+    A candidate whose time_one raises is recorded in "errors" and left out of the later rounds (its "times" stay
+    a prefix of the rounds, so they pair with the baseline's by index). With the baseline timed, each other
+    candidate's per-round ratio candidate / baseline (>1: slower than the BF16 mode), its median and its worst
+    (the largest); without it, no ratio fields."""
+    times: dict[str, list[float]] = {name: [] for name in names}
+    errors: dict[str, str] = {}
+    order: list[list[str]] = []
+    for r in range(n):
+        this = [name for name in (names if r % 2 == 0 else names[::-1]) if name not in errors]
+        order.append(this)
+        for name in this:
+            try:
+                times[name].append(float(time_one(name)))
+            except Exception as exc:  # noqa: BLE001 - a candidate that fails a round is reported, never fatal
+                errors[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    out: dict = {"order": order, "times": times, "errors": errors}
+    base = times.get(baseline) or []
+    ratios = {name: [v / b for v, b in zip(vals, base)] for name, vals in times.items() if name != baseline}
+    ratios = {name: rs for name, rs in ratios.items() if rs}
+    if ratios:
+        out.update(ratio_vs_bf16_mode=ratios, median_ratio={k: statistics.median(v) for k, v in ratios.items()},
+                   worst_ratio={k: max(v) for k, v in ratios.items()})
+    return out
+
+
+def rounds_lines(row: dict) -> list[str]:
+    """--moe-rounds: one line per candidate of the row's interleaved rounds (its graph us per round, then its
+    per-round ratio to the BF16 mode with the median and the worst where the BF16 mode was timed)."""
+    rounds = row.get("rounds")
+    if not rounds:
+        return []
+    lines = []
+    for name in dict.fromkeys(n for order in rounds["order"] for n in order):
+        t = row["peers"].get(name, {})
+        line = f"    {row['shape']} {name} interleaved rounds (graph us): " + \
+            ", ".join(f"{v:.1f}" for v in t.get("rounds", []))
+        if name in rounds.get("ratio_vs_bf16_mode", {}):
+            line += ("; vs the BF16 mode: " + ", ".join(f"{r:.3f}" for r in rounds["ratio_vs_bf16_mode"][name])
+                     + f" (median {rounds['median_ratio'][name]:.3f}x, worst {rounds['worst_ratio'][name]:.3f}x)")
+        if t.get("rounds_error"):
+            line += f"; error: {t['rounds_error']}"
+        lines.append(line)
+    return lines
 
 
 def launches(fn) -> tuple[int | None, str]:
@@ -451,6 +511,8 @@ def _print_row(row):
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
+    for line in rounds_lines(row):
+        print(line, flush=True)
 
 
 # ---------------------------------------------------------------- MoE
@@ -601,8 +663,7 @@ def bench_moe(ms_list, bw, rows, skipped):
             shipped_y = t.apply(x, *routes[0]).clone()
             torch.cuda.synchronize()
             first = time.perf_counter() - first      # seconds: more than a few hundredths means a compile
-            calls = [lambda r=r: t.apply(x, *r) for r in routes]
-            o = measure_moe(calls, m)
+            o = measure_moe(_calls(t, x, routes), m)
             o["first_call_s"] = first
             if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
@@ -611,15 +672,15 @@ def bench_moe(ms_list, bw, rows, skipped):
             _time_variants(t, name, m, x, routes, shipped_y, row)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
-                    ob = measure_moe([lambda r=r: own_bf16.apply(x, *r) for r in routes], m)
+                    ob = measure_moe(_calls(own_bf16, x, routes), m)
                     b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     own_y = own_bf16.apply(x, *routes[0])
                     ob.update(err=rel(own_y, b_ref))
                     del b_ref
-                    row["peers"]["oracle-bf16"] = ob
-                    _time_variants(own_bf16, name, m, x, routes, own_y, row, MOE_BF16_VARIANTS, "oracle-bf16")
+                    row["peers"][BF16_MODE] = ob
+                    _time_variants(own_bf16, name, m, x, routes, own_y, row, MOE_BF16_VARIANTS, BF16_MODE)
                 except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
-                    row["peers"]["oracle-bf16"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+                    row["peers"][BF16_MODE] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
             try:
                 prepared = [(w_, *_sorted_routing(ids, ne, topk)) for w_, ids in routes]
                 row["bf16"] = measure_moe([lambda p=p: _bf16_moe(x, w13, w2, p[0], p[1], p[2], p[3], act_fn)
@@ -628,6 +689,8 @@ def bench_moe(ms_list, bw, rows, skipped):
                 row["bf16"] = {"graph": float("nan"), "eager": float("nan"), "host": float("nan")}
                 skipped.append(f"{name} M={m}: BF16 grouped baseline failed ({type(exc).__name__}: {str(exc)[:120]})")
                 print("  " + skipped[-1])
+            if MOE_ROUNDS[0] > 1:
+                _moe_rounds(row, _round_candidates(t, own_bf16, name, row), x, routes, m)
             o["err"] = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
             rows.append(row)
             _print_row(row)
@@ -642,22 +705,72 @@ def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="o
     for label, cfg in (MOE_VARIANTS if variants is None else variants).get(name, {}).items():
         if cfg.get("ONLY_M", m) != m:
             continue
-        t.config = {k: v for k, v in cfg.items() if k not in ("ONLY_M", "SET")}
         try:
-            with module_switches(cfg.get("SET", {})):
+            with variant_held(t, cfg):
                 first = time.perf_counter()
                 y = t.apply(x, *routes[0])
                 torch.cuda.synchronize()
                 first = time.perf_counter() - first
-                v = measure_moe([lambda r=r: t.apply(x, *r) for r in routes], m)
+                v = measure_moe(_calls(t, x, routes), m)
                 v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config, set=cfg.get("SET", {}))
                 if MOE_LAUNCHES[0]:
                     v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"{peer}:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"{peer}:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
-        finally:
-            t.config = None
+
+
+def _calls(t, x, routes) -> list:
+    """A MoE candidate's timed calls: one per routing, each call the next (the first pass and the rounds alike)."""
+    return [lambda r=r: t.apply(x, *r) for r in routes]
+
+
+@contextlib.contextmanager
+def variant_held(t, cfg: dict | None) -> Iterator[None]:
+    """A --moe-variants entry held on `t` while it runs: its launch config (t.config, less ONLY_M and SET) and its
+    SET module switches, both put back after (t.config = None: the shipped choice) whatever happens inside;
+    cfg None: the shipped choice, nothing touched."""
+    if cfg is None:
+        yield
+        return
+    t.config = {k: v for k, v in cfg.items() if k not in ("ONLY_M", "SET")}
+    try:
+        with module_switches(cfg.get("SET", {})):
+            yield
+    finally:
+        t.config = None
+
+
+def _round_candidates(t, own_bf16, name, row) -> dict:
+    """--moe-rounds: {peer: (fused MoE, variant config or None)} of the row's first pass that timed: "oracle", each
+    "oracle:LABEL" of --moe-variants, and the BF16 mode last (the rounds' ratio baseline; absent if it failed)."""
+    ok = lambda peer: "graph" in row["peers"].get(peer, {})      # noqa: E731
+    cands = {"oracle": (t, None)}
+    cands.update({f"oracle:{label}": (t, cfg) for label, cfg in MOE_VARIANTS.get(name, {}).items()
+                  if ok(f"oracle:{label}")})
+    if own_bf16 is not None and ok(BF16_MODE):
+        cands[BF16_MODE] = (own_bf16, None)
+    return cands
+
+
+def _moe_rounds(row, cands: dict, x, routes, m) -> None:
+    """MOE_ROUNDS[0] interleaved rounds of the candidates (interleaved_rounds): each timed once per round with
+    measure() after its own calls for --moe-warm-s, under its variant's config and switches. Per candidate
+    peers[name]["rounds"] (graph us per round) or "rounds_error"; row["rounds"]: the order and the ratios."""
+    def time_one(peer: str) -> float:
+        mt, cfg = cands[peer]
+        with variant_held(mt, cfg):
+            calls = _calls(mt, x, routes)
+            if MOE_WARM[0] > 0:
+                warm_calls(calls, MOE_WARM[0])
+            return measure(calls, m)["graph"]
+
+    res = interleaved_rounds(list(cands), time_one, MOE_ROUNDS[0])
+    for peer, times in res.pop("times").items():
+        row["peers"][peer]["rounds"] = times
+    for peer, why in res.pop("errors").items():
+        row["peers"][peer]["rounds_error"] = why
+    row["rounds"] = res
 
 
 @contextlib.contextmanager
@@ -835,6 +948,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-repeat", type=int, default=MOE_REPEAT[0], metavar="N",
                     help="MoE: time each candidate of an M=1 row N times in the process (the figure: the median; all "
                          "N printed)")
+    ap.add_argument("--moe-rounds", type=int, default=MOE_ROUNDS[0], metavar="N",
+                    help="MoE: N > 1: after each row's figures, time oracle, its --moe-variants and oracle-bf16 "
+                         "once each in N interleaved rounds (order flipped every round) and print each round's ratio "
+                         "to the BF16 mode, the median and the worst: the BF16 mode and the shipped entry at 4096 "
+                         "tokens drift differently between processes (Qwen3-235B's BF16 mode 3103.6 vs 3566.0 us on "
+                         "the same H200, R108a / R108c), so a cell within noise is settled in one process; "
+                         "1 (default): no rounds")
     ap.add_argument("--moe-launches", action="store_true",
                     help="MoE: every oracle candidate's launches and their device times (torch.profiler, one eager "
                          "call), at every M (without it: the shipped choice's at M=1)")
@@ -919,6 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
     MOE_REPEAT_UPTO[0] = max(1, args.moe_repeat_upto)
     MOE_WARM[0] = max(0.0, args.moe_warm_s)
     MOE_LAUNCHES[0] = args.moe_launches
+    MOE_ROUNDS[0] = max(1, args.moe_rounds)
     keep_shapes(args.shapes, DENSE, MOE)
     if args.modes:
         DENSE_MODES[:] = [d for d in DENSE_MODES if d[1] in args.modes]

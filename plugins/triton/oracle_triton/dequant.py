@@ -402,12 +402,26 @@ def round_e2m1(v):
 
 
 @triton.jit
-def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def quotient_by_reciprocal(a, b, y):
+    """a / b rounded to nearest, from y = 1 / b rounded to nearest: q0 = a * y is within two ulps of a / b, one
+    FMA gives its residual a - b * q0 and a second q0 + residual * y, the correctly rounded quotient (Markstein's
+    correction). tests/test_triton_quotient.py checks the two FMAs' arithmetic against the IEEE division on NVFP4's
+    quotients (|a / b| <= 6.5, E2M1's ties and their neighbours, divisors with extreme mantissas); the GPU test
+    checks the kernel's bits. Three instructions against the division's sequence and its slow-path check; y is
+    shared by a 16-group. Needs a fused FMA: the interpreter's rounds twice, so it runs on GPUs only."""
+    q0 = a * y
+    return tl.math.fma(tl.math.fma(-b, q0, a), y, q0)
+
+
+@triton.jit
+def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                  FAST_DIV: tl.constexpr = False):
     """Prologue activation quantize-dequantize of an fp32 tile x [BM, BK] (oracle-emulation's rounding).
 
     ACT 1: FP8, one 1x128 group = this tile (BK == 128); 2: FP8 per token, amax_rows
     precomputed over the whole row; 3: FP8 per tensor, scale at xs_ptr; 4: NVFP4, E4M3 scale
     per 16 along K times the global scale at xs_ptr. Returns fp32 values (codes x scales).
+    FAST_DIV (ACT 4, a GPU's fused FMA): the elements' quotients by quotient_by_reciprocal.
     """
     if ACT == 4:
         gs = tl.load(xs_ptr)
@@ -415,7 +429,11 @@ def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr
         amax = tl.max(tl.abs(blocks), axis=2)
         s = round_e4m3(tl.math.div_rn(tl.math.div_rn(amax, 6.0), gs)) * gs
         safe = tl.where(s > 0, s, 1.0)
-        q = round_e2m1(tl.math.div_rn(blocks, safe[:, :, None]))
+        if FAST_DIV:
+            ratio = quotient_by_reciprocal(blocks, safe[:, :, None], tl.math.div_rn(1.0, safe)[:, :, None])
+        else:
+            ratio = tl.math.div_rn(blocks, safe[:, :, None])
+        q = round_e2m1(ratio)
         return tl.reshape(q * s[:, :, None], [BLOCK_M, BLOCK_K])
     q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
     return q * s[:, None]

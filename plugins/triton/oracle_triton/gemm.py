@@ -30,7 +30,8 @@ from .token_rows import rows_codes, rows_scales, rows_tile
 def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                    scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
-                   GDC: tl.constexpr = False, rid_ptr=None):
+                   GDC: tl.constexpr = False, rid_ptr=None, RID_TILES: tl.constexpr = False,
+                   FAST_DIV: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -47,13 +48,33 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     once; it fetches its weights while this grid runs and waits for it before reading the codes.
 
     rid_ptr (int32 [M], moe_ws's block rows): only the rows whose id is >= 0 are read and written; the others
-    (padding, no GEMM output reads them) keep whatever out held."""
+    (padding, no GEMM output reads them) keep whatever out held. RID_TILES: a program none of whose BLOCK_M rows
+    holds a pair does nothing, and the others round all their rows (no per-row masks: padding sits at the end of
+    each expert's block, so most tiles are all live or all padding).
+
+    FAST_DIV (NVFP4, a GPU): x / s as x * (1 / s) corrected by two FMAs, the reciprocal once per 16-group: the
+    same quotient as the IEEE division (dequant.quotient_by_reciprocal says why) in 3 instructions an element."""
     if GDC:
         gdc_launch_dependents()
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_m < M
+    live = True
     if rid_ptr is not None:
-        row_ok = row_ok & (tl.load(rid_ptr + offs_m, mask=row_ok, other=-1) >= 0)
+        rid = tl.load(rid_ptr + offs_m, mask=row_ok, other=-1)
+        if RID_TILES:
+            live = tl.max(rid, axis=0) >= 0
+        else:
+            row_ok = row_ok & (rid >= 0)
+    if live:
+        _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, stride_om, ACT, BLOCK_M, BLOCK_K,
+                      EXACT_BF16, scales_ptr, CODES, ONE_TILE, FAST_DIV)
+
+
+@triton.jit
+def _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, stride_om, ACT: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr, scales_ptr,
+                  CODES: tl.constexpr, ONE_TILE: tl.constexpr, FAST_DIV: tl.constexpr):
+    """act_qdq_kernel's rows offs_m (those with row_ok): its docstring says what is written."""
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
     if ONE_TILE:
@@ -69,7 +90,7 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
             if ACT != 3:
                 tl.store(scales_ptr + offs_m, s, mask=row_ok)
         else:
-            tl.store(outp, to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K),
+            tl.store(outp, to_dtype(quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K, FAST_DIV),
                                     out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
     else:
         if ACT == 2:
@@ -91,7 +112,7 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
                 if ACT == 1:
                     tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
             else:
-                xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K)
+                xq = quantize_tile(x, amax_rows, ACT, xs_ptr, BLOCK_M, BLOCK_K, FAST_DIV)
                 tl.store(outp, to_dtype(xq, out_ptr.dtype.element_ty, EXACT_BF16), mask=mask)
 
 

@@ -176,18 +176,30 @@ def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dic
     return cfg
 
 
+#: NVFP4 roundings (act 4) take each quotient from its 16-group's reciprocal and two FMAs
+#: (dequant.quotient_by_reciprocal: the IEEE division's bits) instead of a division an element; GPUs only (the
+#: interpreter's FMA rounds twice). Off until timed on a GPU (written in the thirty-third pass).
+FAST_NVFP4_DIV = False
+
+
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict,
-                         rid: torch.Tensor | None = None) -> torch.Tensor:
+                         rid: torch.Tensor | None = None, rid_tiles: bool = False) -> torch.Tensor:
     """x [M, K] rounded through the activation format (gemm.act_qdq_kernel), in x's dtype; with rid (int32 [M]),
-    only the rows whose id is >= 0 (the rest left as the fresh buffer holds them)."""
+    only the rows whose id is >= 0 (the rest left as the fresh buffer holds them), or with rid_tiles every row of
+    the 16-row tiles that hold one such row (the other tiles skipped whole)."""
     from .gemm import act_qdq_kernel
 
     out = fastlaunch.temp(torch.empty_like(x))
     m, k = x.shape
+    extra: dict = {"rid_ptr": rid} if rid is not None else {}
+    if rid is not None and rid_tiles:
+        extra["RID_TILES"] = True
+    if act == 4 and FAST_NVFP4_DIV and not interpreting():
+        extra["FAST_DIV"] = True
     fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
                       xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,
                       stride_xm=x.stride(0), stride_om=out.stride(0), ACT=act, BLOCK_M=16, BLOCK_K=128,
-                      EXACT_BF16=facts["dot_f32"], **({"rid_ptr": rid} if rid is not None else {}))
+                      EXACT_BF16=facts["dot_f32"], **extra)
     return out
 
 

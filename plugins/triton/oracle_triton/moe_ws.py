@@ -75,6 +75,10 @@ SILU_IN_FC1 = True
 #: (R105a 4211.4 against 4202.7 us; R107a, static scales, 3327.1 against 3375.5 with the rounding launch itself
 #: 268.5 against 162.0: the row ids' loads and masks cost more than the skipped rows)
 ROUND_LIVE_ROWS = False
+#: W4A4: FC2's input rounded on the 16-row tiles that hold a pair only, with or without WS_QACT (act_qdq_kernel's
+#: RID_TILES: one 64-byte load of row ids a program, no per-row masks; about a fifth of Qwen3-235B's 4096-token
+#: block rows are padding with WS_TAIL). Off until timed on a GPU (written in the thirty-third pass)
+ROUND_LIVE_TILES = False
 #: WS_QACT's amax (dynamic scales): each warp's max merged by its own atomic (w4_ws's QACT 3) instead of the tile's,
 #: which takes two CTA-wide reductions through shared memory a tile (QACT 2: FC1 1724.0 -> 1878.6 us in R108b at
 #: Qwen3-235B's 4096 tokens, H100). Off: written after the pass's last device call, not yet run on a GPU
@@ -186,10 +190,13 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
         _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
+    live = rid if ROUND_LIVE_TILES and moe.act == ACT_NVFP4 else None
     if qact == 2:               # the scale from the epilogue's amax (which leaves the padding rows out)
-        inter = quantize_activations(inter, moe.act, scale_from_amax(qs, E2M1_MAX * E4M3_MAX), moe.facts)
-    elif qact == 0 and ROUND_LIVE_ROWS and moe.act == ACT_NVFP4:
-        inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid)
+        inter = quantize_activations(inter, moe.act, scale_from_amax(qs, E2M1_MAX * E4M3_MAX), moe.facts, live,
+                                     rid_tiles=True)
+    elif qact == 0 and (ROUND_LIVE_ROWS or live is not None) and moe.act == ACT_NVFP4:
+        inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid,
+                                     rid_tiles=live is not None)
     elif qact == 0:             # (QACT 1: FC1's epilogue rounded it)
         inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)

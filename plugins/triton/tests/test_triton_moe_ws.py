@@ -183,8 +183,8 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("by_warp", [False, True])
-def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(by_warp, monkeypatch):
+@pytest.mark.parametrize("switch", ["", "by_warp", "live_tiles"])
+def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(switch, monkeypatch):
     """WS_QACT on an sm_90 GPU with dynamic activation scales (the Qwen3-235B bench row's form; w4_ws's QACT 2: FC1's
     epilogue applies silu and merges the amax of the rows holding a pair into a state, launch.scale_from_amax
     makes the scale): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and 256 + 64-pair blocks, halves
@@ -192,10 +192,13 @@ def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(by_warp, monke
     without WS_QACT (FC1's rows, the activation launch with its zeros on the padding rows, the amax over its
     output) and within the NVFP4 bound of oracle-emulation; the state zero after every call (a replay starts
     clean); an out-of-range id adding nothing, captured and replayed. by_warp: moe_ws.AMAX_BY_WARP (each warp's
-    max by its own atomic, w4_ws's QACT 3)."""
-    from oracle_triton import moe_ws
+    max by its own atomic, w4_ws's QACT 3); live_tiles: moe_ws.ROUND_LIVE_TILES (FC2's input rounded on the 16-row
+    tiles holding a pair only) with launch.FAST_NVFP4_DIV (the quotients by reciprocal and FMAs), on both sides."""
+    from oracle_triton import launch, moe_ws
 
-    monkeypatch.setattr(moe_ws, "AMAX_BY_WARP", by_warp)
+    monkeypatch.setattr(moe_ws, "AMAX_BY_WARP", switch == "by_warp")
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_TILES", switch == "live_tiles")
+    monkeypatch.setattr(launch, "FAST_NVFP4_DIV", switch == "live_tiles")
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False)
     cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1),
             dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
@@ -547,7 +550,7 @@ def test_ws_padding_rows_reach_nothing(activation, zero_pad, half, bm, ws_act, m
     assert (bm // 4 in seen) == (half == 2)                     # WS_HALF 2: the 10-pair blocks on a quarter
 
 
-@pytest.mark.parametrize("live_rows", [False, True])
+@pytest.mark.parametrize("live_rows", [False, True, "tiles"])
 def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(live_rows, monkeypatch):
     """NVFP4 W4A4 experts on apply_ws (the GEMMs as _contract_gemm, every other launch the real kernel in Triton's
     interpreter, every fresh float buffer NaN): FC1's input and FC2's are rounded through NVFP4 with dynamic
@@ -555,10 +558,12 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(liv
     rows; FC1's epilogue would leave NaN there and in the amax): the result within 1e-2 of oracle-emulation and no
     NaN, on 256-pair blocks with WS_HALF. Without the roundings the result is 3-10x further off (checked here).
     With moe_ws.ROUND_LIVE_ROWS FC2's input is rounded on the rows that hold a pair only: the padding rows stay
-    NaN there, and the result is the same bits."""
+    NaN there, and the result is the same bits; with moe_ws.ROUND_LIVE_TILES ("tiles") on the 16-row tiles that
+    hold a pair only, the same bits too."""
     from oracle_triton import moe_ws
 
-    monkeypatch.setattr(moe_ws, "ROUND_LIVE_ROWS", live_rows)
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_ROWS", live_rows is True)
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_TILES", live_rows == "tiles")
 
     t, ref = moe_pair("nvfp4", 8, 256, 128, 4, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
     m = 150
@@ -580,6 +585,7 @@ def test_ws_nvfp4_w4a4_rounds_both_inputs_and_keeps_padding_out_of_the_scale(liv
     if live_rows:       # the same bits as rounding every block row
         with monkeypatch.context() as mp:
             mp.setattr(moe_ws, "ROUND_LIVE_ROWS", False)
+            mp.setattr(moe_ws, "ROUND_LIVE_TILES", False)
             assert torch.equal(run(True), y)
     assert rel(run(False), expect) > 3 * rel(y, expect)
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) is None          # a dynamic FC2 scale: the activation launch
@@ -649,7 +655,8 @@ def test_ws_qact_takes_a_dynamic_fc2_amax_in_fc1s_epilogue(monkeypatch):
     is that amax / (6 x 448) as computed here from FC1's output on the pairs' rows, and leaves the state zero for
     the next call. The result is within 1e-2 of oracle-emulation with no NaN (the padding rows, NaN here, reach
     neither the amax nor the output), on 128 + 64-pair blocks with halves, and the same bits on a second call.
-    Without WS_QACT a dynamic FC2 scale keeps the activation launch."""
+    Without WS_QACT a dynamic FC2 scale keeps the activation launch. moe_ws.ROUND_LIVE_TILES gives the same bits.
+    """
     from oracle_triton import launch, moe_ws
 
     t, ref = moe_pair("nvfp4", 8, 256, 128, 4, "w4a4_nvfp4", "nvfp4", {}, device=DEV)
@@ -699,6 +706,8 @@ def test_ws_qact_takes_a_dynamic_fc2_amax_in_fc1s_epilogue(monkeypatch):
     expect = ref.apply(x, w, ids)
     assert not y.isnan().any() and rel(y, expect) < 1e-2, rel(y, expect)
     assert torch.equal(run(), y)
+    monkeypatch.setattr(moe_ws, "ROUND_LIVE_TILES", True)      # the rounding on the live 16-row tiles: same bits
+    assert torch.equal(run(), y)
     assert moe_ws.fused_act(t, dict(WS, WS_ACT=1)) is None             # no WS_QACT: the activation launch
     assert moe_ws.fused_act(t, cfg) == (1, 0.0, 0.0, 0.0)
 
@@ -720,6 +729,29 @@ def test_rounding_the_live_rows_leaves_the_padding_rows_alone(monkeypatch):
     live = quantize_activations(a, ACT_NVFP4, scale, facts, rid)
     keep = rid >= 0
     assert torch.equal(live[keep], whole[keep]) and live[~keep].isnan().all()
+
+
+def test_rounding_the_live_tiles_skips_the_padding_tiles_whole(monkeypatch):
+    """launch.quantize_activations with row ids and rid_tiles (ROUND_LIVE_TILES' call): every row of a 16-row tile
+    holding an id >= 0 gets the same NVFP4 values as without ids, padding rows included; the tiles with none are
+    not written (the buffer's sentinel stays) and not read (NaN there reaches nothing)."""
+    from oracle_triton.formats import ACT_NVFP4
+    from oracle_triton.launch import device_facts, quantize_activations
+
+    facts = device_facts(torch.device(DEV))
+    a = torch.randn(56, 128, dtype=torch.bfloat16, device=DEV)
+    rid = torch.full((56,), -1, dtype=torch.int32, device=DEV)
+    rid[3] = 5                          # tile 0: one live row; tile 1 (rows 16-31): none; tile 2: all; tile 3: a tail
+    rid[32:48] = 2
+    rid[50] = 0
+    scale = torch.tensor([0.01], dtype=torch.float32, device=DEV)
+    whole = quantize_activations(a, ACT_NVFP4, scale, facts)
+    a[16:32] = float("nan")
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: torch.full_like(t, 12345.0, **kw))
+    tiles = quantize_activations(a, ACT_NVFP4, scale, facts, rid, rid_tiles=True)
+    dead = torch.zeros(56, dtype=torch.bool, device=DEV)
+    dead[16:32] = True
+    assert torch.equal(tiles[~dead], whole[~dead]) and bool((tiles[dead] == 12345.0).all())
 
 
 def test_ws_nvfp4_decode_is_exact_and_the_epilogue_applies_g(monkeypatch):
