@@ -178,8 +178,10 @@ def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dic
 
 #: NVFP4 roundings (act 4) take each quotient from its 16-group's reciprocal and two FMAs
 #: (dequant.quotient_by_reciprocal: the IEEE division's bits) instead of a division an element; GPUs only (the
-#: interpreter's FMA rounds twice). Off until timed on a GPU (written in the thirty-third pass).
-FAST_NVFP4_DIV = False
+#: interpreter's FMA rounds twice). On since R109 (thirty-third pass, H100): Qwen3-235B's FC2 input rounding at
+#: 4096 tokens 383.2 -> 177.8 us alone, the call 3635.1 -> 3529.8 us (medians of 7 interleaved rounds); the same
+#: bits as the division on the GPU (tests/test_triton_quotient.py, R109)
+FAST_NVFP4_DIV = True
 
 
 def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | None, facts: dict,

@@ -77,8 +77,10 @@ SILU_IN_FC1 = True
 ROUND_LIVE_ROWS = False
 #: W4A4: FC2's input rounded on the 16-row tiles that hold a pair only, with or without WS_QACT (act_qdq_kernel's
 #: RID_TILES: one 64-byte load of row ids a program, no per-row masks; about a fifth of Qwen3-235B's 4096-token
-#: block rows are padding with WS_TAIL). Off until timed on a GPU (written in the thirty-third pass)
-ROUND_LIVE_TILES = False
+#: block rows are padding with WS_TAIL). On since R109 (thirty-third pass, H100, medians of 7 interleaved rounds):
+#: the rounding 383.2 -> 98.9 us, Qwen3-235B at 4096 tokens 3635.1 -> 3507.9 us alone, 3415.9 with
+#: launch.FAST_NVFP4_DIV (static scales 3530.6 -> 3412.8); the same output bits (GPU test, R109)
+ROUND_LIVE_TILES = True
 #: WS_QACT's amax (dynamic scales): each warp's max merged by its own atomic (w4_ws's QACT 3) instead of the tile's,
 #: which takes two CTA-wide reductions through shared memory a tile (QACT 2: FC1 1724.0 -> 1878.6 us in R108b at
 #: Qwen3-235B's 4096 tokens, H100). Off: written after the pass's last device call, not yet run on a GPU

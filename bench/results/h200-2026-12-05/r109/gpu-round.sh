@@ -1,5 +1,6 @@
 #!/bin/bash
-# lead R109 (thirty-third pass; wants an H200: the #25 targets are H200 figures).
+# lead R109 (thirty-third pass; wants an H200: the #25 targets are H200 figures). Ran as R109a ("ta") and R109g
+# (r108/gpu-round.sh g) on an H100 in that pass (rounds.md).
 # "t" (~90 s): the new GPU tests: the NVFP4 rounding's quotients by reciprocal and FMAs (test_triton_quotient.py:
 #   the same bits as the division) and WS_QACT's dynamic form with FC2's input rounded on the live 16-row tiles
 #   (test_triton_moe_ws.py -k qact_dynamic, the "live_tiles" case with FAST_NVFP4_DIV).
