@@ -196,7 +196,7 @@ def quantize_activations(x: torch.Tensor, act: int, act_scale: torch.Tensor | No
     extra: dict = {"rid_ptr": rid} if rid is not None else {}
     if rid is not None and rid_tiles:
         extra["RID_TILES"] = True
-    if act == 4 and FAST_NVFP4_DIV and not interpreting():
+    if act == 4 and FAST_NVFP4_DIV and not facts["dot_f32"]:     # a GPU (dot_f32: the interpreter's facts)
         extra["FAST_DIV"] = True
     fastlaunch.launch(act_qdq_kernel, (-(-m // 16), -(-k // 128), 1), 4, x_ptr=x,
                       xs_ptr=act_scale if act_scale is not None else x, out_ptr=out, M=m, K=k,

@@ -99,6 +99,25 @@ def test_the_model_sees_a_wrong_quotient():
     assert (q0 != _ieee(a, b)).sum() > 100
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_fast_division_is_asked_for_on_gpus_only(gpu, monkeypatch):
+    """launch.quantize_activations asks act_qdq_kernel for FAST_DIV on NVFP4 roundings where the device facts say
+    a GPU (the interpreter's FMA rounds twice, so its facts keep the division), and never for FP8 or with the
+    switch off."""
+    from oracle_triton import fastlaunch, launch
+    from oracle_triton.formats import ACT_NVFP4, ACT_TENSOR
+
+    asked: list = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, **kw: asked.append(kw.get("FAST_DIV", False)))
+    facts = dict(launch.device_facts(torch.device("cpu")), dot_f32=not gpu)
+    x, scale = torch.zeros(16, 128, dtype=torch.bfloat16), torch.ones(1)
+    launch.quantize_activations(x, ACT_NVFP4, scale, facts)
+    launch.quantize_activations(x, ACT_TENSOR, scale, facts)
+    monkeypatch.setattr(launch, "FAST_NVFP4_DIV", False)
+    launch.quantize_activations(x, ACT_NVFP4, scale, facts)
+    assert asked == [gpu, False, False]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("scale", [1e-3, 0.37, 1.0, 3.0e4])
