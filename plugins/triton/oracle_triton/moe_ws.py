@@ -192,13 +192,14 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
         y1 = torch.empty(rows, moe.rows, dtype=moe.dtype, device=dev)
         _ws_gemm(xs, moe.w13, _epilogue(moe, 0), y1, block_expert, None, t, cfg, half_ids=sorted_ids)
         inter = moe._activation(y1, rid, ids_first=True)
-    live = rid if ROUND_LIVE_TILES and moe.act == ACT_NVFP4 else None
+    # W4A4: FC2's input rounded on the block rows holding a pair only (ROUND_LIVE_TILES: their 16-row tiles)
+    live = rid if moe.act == ACT_NVFP4 and (ROUND_LIVE_TILES or ROUND_LIVE_ROWS) else None
     if qact == 2:               # the scale from the epilogue's amax (which leaves the padding rows out)
         inter = quantize_activations(inter, moe.act, scale_from_amax(qs, E2M1_MAX * E4M3_MAX), moe.facts, live,
-                                     rid_tiles=True)
-    elif qact == 0 and (ROUND_LIVE_ROWS or live is not None) and moe.act == ACT_NVFP4:
-        inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, rid,
-                                     rid_tiles=live is not None)
+                                     rid_tiles=ROUND_LIVE_TILES)
+    elif qact == 0 and live is not None:
+        inter = quantize_activations(inter, moe.act, moe._act_scale(1, inter), moe.facts, live,
+                                     rid_tiles=ROUND_LIVE_TILES)
     elif qact == 0:             # (QACT 1: FC1's epilogue rounded it)
         inter = moe._round(1, inter)[0]
     y2 = torch.empty(t, moe.hidden, dtype=moe.dtype, device=dev)
