@@ -49,7 +49,8 @@ DEADLINE = [math.inf]        # --budget-s: the MoE table starts no new model or 
 MOE_M: dict[str, list[int]] = {}     # --moe-m: a model's own token counts instead of --m
 #: --moe-variants: per model, {label: config} of the oracle's fused MoE timed in the same row beside the shipped
 #: choice (ONLY_M: at that M only; SET: {"module.NAME": value} module switches held for that variant only, e.g.
-#: oracle_triton.moe.ALIGN_WIDE), as peers "oracle:LABEL"
+#: oracle_triton.moe.ALIGN_WIDE; an entry with no launch keys: the shipped choice under its switches), as peers
+#: "oracle:LABEL"
 MOE_VARIANTS: dict[str, dict] = {}
 #: --moe-bf16-variants: {model: {label: config}} of the BF16 mode (the baseline "oracle-bf16") timed beside it, so a
 #: launch config that helps the quantized MoE's BF16 GEMMs (DEQUANT_MM) is measured on the baseline too
@@ -727,13 +728,13 @@ def _calls(t, x, routes) -> list:
 
 @contextlib.contextmanager
 def variant_held(t, cfg: dict | None) -> Iterator[None]:
-    """A --moe-variants entry held on `t` while it runs: its launch config (t.config, less ONLY_M and SET) and its
-    SET module switches, both put back after (t.config = None: the shipped choice) whatever happens inside;
-    cfg None: the shipped choice, nothing touched."""
+    """A --moe-variants entry held on `t` while it runs: its launch config (t.config, less ONLY_M and SET; an entry
+    of those two keys only keeps the shipped choice) and its SET module switches, both put back after (t.config =
+    None: the shipped choice) whatever happens inside; cfg None: the shipped choice, nothing touched."""
     if cfg is None:
         yield
         return
-    t.config = {k: v for k, v in cfg.items() if k not in ("ONLY_M", "SET")}
+    t.config = {k: v for k, v in cfg.items() if k not in ("ONLY_M", "SET")} or None
     try:
         with module_switches(cfg.get("SET", {})):
             yield

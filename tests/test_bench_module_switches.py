@@ -36,3 +36,20 @@ def test_a_name_the_module_lacks_is_refused_and_nothing_stays_set():
         with module_switches({"oracle_triton.moe.ALIGN_WIDE": not before, "oracle_triton.moe.NO_SUCH_SWITCH": 1}):
             pass
     assert moe.ALIGN_WIDE == before and not hasattr(moe, "NO_SUCH_SWITCH")
+
+
+def test_a_variant_of_switches_only_keeps_the_shipped_choice():
+    """variant_held: an entry of SET (and ONLY_M) alone times the shipped launch config (t.config None) under its
+    switches; one with launch keys holds those; both put back after."""
+    from types import SimpleNamespace
+
+    from bench_peers import variant_held
+    from oracle_triton import moe
+
+    before, t = moe.ALIGN_PARTS, SimpleNamespace(config=None)
+    with variant_held(t, {"ONLY_M": 4096, "SET": {"oracle_triton.moe.ALIGN_PARTS": not before}}):
+        assert t.config is None and moe.ALIGN_PARTS == (not before)
+    assert moe.ALIGN_PARTS == before
+    with variant_held(t, {"BLOCK_M": 64, "SET": {}}):
+        assert t.config == {"BLOCK_M": 64}
+    assert t.config is None

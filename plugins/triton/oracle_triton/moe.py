@@ -50,6 +50,13 @@ ALIGN_SMALL_PAIRS = 1024
 #: (gpt-oss-20b / Qwen3-30B INT4); GPU-tested in R98t.
 ALIGN_WIDE = True
 ALIGN_BLOCK, ALIGN_WARPS = 4096, 16
+#: align_kernel on a grid of one program per ALIGN_PART_PAIRS pairs (ALIGN_PART_WARPS each), past
+#: ALIGN_SMALL_PAIRS: each program computes the offsets itself and scatters its own pairs, the last one to finish
+#: resets the counts. One program's scatter is a chain of scattered stores on one SM: align_kernel took 49-54 us
+#: of every 32768-pair call (Qwen3-235B and Qwen3-30B at 4096 tokens, R109a's profile, H100) and 21-29 us of
+#: gpt-oss's 16384. The same sorted ids and labels as one program (the ranks come from count_kernel either way).
+ALIGN_PARTS = False
+ALIGN_PART_PAIRS, ALIGN_PART_WARPS = 1024, 4
 
 
 def moe_config(tokens: int, top_k: int, experts: int, pack: int = 1, wide: bool = False) -> dict[str, int]:
@@ -304,6 +311,7 @@ class TritonMoE(Kernel):
         self.facts = device_facts(dev)
         self.counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self.offsets = torch.zeros(e, dtype=torch.int32, device=dev)
+        self.align_done = torch.zeros(1, dtype=torch.int32, device=dev)     # align_kernel's arrivals (ALIGN_PARTS)
         # MXFP4 scales w4_rega's / w4_ws's fused decoder covers: SWAP 3 / WS may serve the layer (checked here, at
         # load, never in a call, which may be captured)
         self.fused_ok = self.w13.layout.elem == E2M1_MX and mx_fused_ok(self.w13.scale) and mx_fused_ok(self.w2.scale)
@@ -722,6 +730,12 @@ class TritonMoE(Kernel):
             return sorted_ids, block_expert, blocks
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
+        if ALIGN_PARTS:
+            mk.align_kernel[(-(-t // ALIGN_PART_PAIRS),)](
+                ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
+                E_POW2=triton_pow2(self.experts), BLOCK=ALIGN_PART_PAIRS, num_warps=ALIGN_PART_WARPS,
+                done_ptr=self.align_done)
+            return sorted_ids, block_expert, blocks
         step, warps = (min(ALIGN_BLOCK, triton_pow2(t)), ALIGN_WARPS) if ALIGN_WIDE else (256, 4)
         mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
                               blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=step, num_warps=warps)

@@ -3,11 +3,11 @@ fused, w2 with the router weight), and the top-k reduction.
 
 Alignment runs in two launches and never synchronizes with the host:
   count: each (token, slot) pair takes its rank inside its expert with an atomic add;
-  align: one program turns the counts into block-padded offsets (exclusive cumsum of
-         counts rounded up to BLOCK_M), labels each BLOCK_M-row block with its expert
-         (-1: unused), scatters pair ids to offset + rank, pads each expert's last block
-         with the sentinel T (= number of pairs), and resets the counts for the next call
-         (graph replay).
+  align: one program, or a few with shares of the work, turns the counts into block-padded
+         offsets (exclusive cumsum of counts rounded up to BLOCK_M), labels each BLOCK_M-row
+         block with its expert (-1: unused), scatters pair ids to offset + rank, pads each
+         expert's last block with the sentinel T (= number of pairs), and resets the counts
+         for the next call (graph replay).
 The grid of the GEMMs is the static bound cdiv(T, BLOCK_M) + min(E, T) on the number of
 blocks; programs of unused blocks exit at once. prep_kernel does both steps in one program
 (a few hundred pairs), its other programs rounding FC1's input rows to codes (one launch for
@@ -46,10 +46,13 @@ def count_kernel(ids_ptr, cnt_ptr, rank_ptr, T, E, BLOCK: tl.constexpr):
 
 @triton.jit
 def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
-                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
-    """The align step on complete counts and ranks (one program; see the module docstring). The sentinel
-    goes only where no pair will (R8: filling all NUM_BLOCKS x BLOCK_M rows 256 at a time before the
-    scatter took 115 us of DeepSeek-R1's M = 4096 call)."""
+                BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr, part, parts, done_ptr):
+    """The align step on complete counts and ranks (see the module docstring), program `part` of `parts`: each
+    computes every expert's offset from the counts itself and takes its share of the labels, the padding and
+    the pairs (with parts 1 all of them). The sentinel goes only where no pair will (R8: filling all NUM_BLOCKS
+    x BLOCK_M rows 256 at a time before the scatter took 115 us of DeepSeek-R1's M = 4096 call). The counts
+    are reset for the next call by the one program (done_ptr None), else by the last of the programs to have
+    read them (done_ptr: an int32 arrival counter at zero, left at zero)."""
     ex = tl.arange(0, E_POW2)
     emask = ex < E
     c = tl.load(cnt_ptr + ex, mask=emask, other=0)
@@ -58,7 +61,7 @@ def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
     total = tl.sum(padded, axis=0)
     tl.store(off_ptr + ex, ends - padded, mask=emask)
     LBLOCK: tl.constexpr = max(16, 8192 // E_POW2)      # blocks labelled per step ([LBLOCK, E_POW2] in registers)
-    for b0 in range(0, NUM_BLOCKS, LBLOCK):
+    for b0 in range(part * LBLOCK, NUM_BLOCKS, parts * LBLOCK):
         blocks = b0 + tl.arange(0, LBLOCK)
         first_row = blocks * BLOCK_M
         expert = tl.sum(((ends[None, :] <= first_row[:, None]) & emask[None, :]).to(tl.int32), axis=1)
@@ -69,28 +72,35 @@ def align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
     # (BLOCK_M & -BLOCK_M: the largest power of two dividing it, BLOCK_M itself but for moe_ws's WS_TAIL blocks)
     PCOLS: tl.constexpr = max(1, min(BLOCK_M & -BLOCK_M, 4096 // E_POW2))
     starts = ends - padded
+    mine = emask & (ex % parts == part)             # the experts whose padding this program writes
     for c0 in range(0, BLOCK_M, PCOLS):
         col = (starts + c + c0)[:, None] + tl.arange(0, PCOLS)[None, :]
         tl.store(sorted_ptr + col, tl.full([E_POW2, PCOLS], 0, tl.int32) + T,
-                 mask=emask[:, None] & (col < (starts + padded)[:, None]))
-    for r0 in range(total, NUM_BLOCKS * BLOCK_M, 4096):
+                 mask=mine[:, None] & (col < (starts + padded)[:, None]))
+    for r0 in range(total + part * 4096, NUM_BLOCKS * BLOCK_M, parts * 4096):
         rows = r0 + tl.arange(0, 4096)
         tl.store(sorted_ptr + rows, tl.full([4096], 0, tl.int32) + T, mask=rows < NUM_BLOCKS * BLOCK_M)
-    tl.debug_barrier()                  # the offsets stored above are read by other threads below
-    for p0 in range(0, T, BLOCK):
+    tl.debug_barrier()      # the offsets stored above (the same values by every program) are read back below
+    for p0 in range(part * BLOCK, T, parts * BLOCK):
         pairs = p0 + tl.arange(0, BLOCK)
         e = tl.load(ids_ptr + pairs, mask=pairs < T, other=0).to(tl.int32)
         ok = (pairs < T) & (e >= 0) & (e < E)
         pos = tl.load(off_ptr + e, mask=ok, other=0) + tl.load(rank_ptr + pairs, mask=ok, other=0)
         tl.store(sorted_ptr + pos, pairs, mask=ok)
-    tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+    if done_ptr is None:
+        tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+    else:                   # acq_rel: every program's reads of the counts come before the last one's reset
+        if tl.atomic_add(done_ptr, 1) == parts - 1:
+            tl.store(cnt_ptr + ex, tl.zeros([E_POW2], tl.int32), mask=emask)
+            tl.store(done_ptr, 0)
 
 
 @triton.jit
 def align_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS,
-                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr):
+                 BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr, done_ptr=None):
+    """align_pairs on a grid of one program, or of several with done_ptr (their arrival counter)."""
     align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
-                E_POW2, BLOCK)
+                E_POW2, BLOCK, tl.program_id(0), tl.num_programs(0), done_ptr)
 
 
 @triton.jit
@@ -166,7 +176,7 @@ def prep_kernel(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_pt
             count_pairs(ids_ptr, cnt_ptr, rank_ptr, p0, T, E, BLOCK)
         tl.debug_barrier()
         align_pairs(ids_ptr, rank_ptr, cnt_ptr, off_ptr, sorted_ptr, block_expert_ptr, T, E, NUM_BLOCKS, BLOCK_M,
-                    E_POW2, BLOCK)
+                    E_POW2, BLOCK, 0, 1, None)
         if ZERO_OUT:
             m = T // TOPK
             for t0 in range(0, m, BLOCK):

@@ -401,6 +401,7 @@ def small_batch_cases():
         "MoE alignment, 256-pair steps on 4 warps": lambda: align(256, 4),
         "MoE alignment, wide steps (ALIGN_WIDE: 4096 pairs on 16 warps)": lambda: align(4096, 16),
         "MoE alignment, wide steps, 256 experts": lambda: align(4096, 16, 256),
+        "MoE alignment on a program per 1024 pairs (ALIGN_PARTS), 128 experts": lambda: align(1024, 4, 128, True),
         "direct MoE FC1 fp8_block W8A8": lambda: moe_direct(0, 128, moe_gemv_config(1, 0, 128), stage=1, act=1,
                                                             scale_rows=128),
         "row-walking GEMV mxfp4 (words)": lambda: fp4_rows(1, rows),
@@ -505,13 +506,15 @@ def w4a4_act(ids_first: bool = False):
                           4, 1)
 
 
-def align(block: int, warps: int, e_pow2: int = 32):
+def align(block: int, warps: int, e_pow2: int = 32, parts: bool = False):
     """moe_kernels.align_kernel as TritonMoE._align launches it beyond ALIGN_SMALL_PAIRS: 256-pair scatter steps on 4
-    warps, or (ALIGN_WIDE) ALIGN_BLOCK-pair steps on ALIGN_WARPS (gpt-oss-20b: 32 experts, 256-pair blocks)."""
+    warps, or (ALIGN_WIDE) ALIGN_BLOCK-pair steps on ALIGN_WARPS (gpt-oss-20b: 32 experts, 256-pair blocks); parts
+    (ALIGN_PARTS): a program per ALIGN_PART_PAIRS pairs, with the arrival counter."""
     from oracle_triton.moe_kernels import align_kernel
 
-    i32 = {name: "*i32" for name in ("ids_ptr", "rank_ptr", "cnt_ptr", "off_ptr", "sorted_ptr", "block_expert_ptr")}
-    return compile_kernel(align_kernel, i32, dict(BLOCK_M=256, E_POW2=e_pow2, BLOCK=block), warps, 1)
+    names = ("ids_ptr", "rank_ptr", "cnt_ptr", "off_ptr", "sorted_ptr", "block_expert_ptr", "done_ptr")
+    consts = dict(BLOCK_M=256, E_POW2=e_pow2, BLOCK=block, **({} if parts else {"done_ptr": None}))
+    return compile_kernel(align_kernel, {name: "*i32" for name in names}, consts, warps, 1)
 
 
 def gather_rows(zero_pad: bool = True):

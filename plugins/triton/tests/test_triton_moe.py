@@ -88,21 +88,27 @@ def test_alignment_blocks_and_padding():
     assert sorted(p for p in sorted_ids.tolist() if p < t) == list(range(t))
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_alignment_of_thousands_of_pairs(wide, monkeypatch):
+@pytest.mark.parametrize("form", ["one", "wide", "parts", "parts_tail"])
+def test_alignment_of_thousands_of_pairs(form, monkeypatch):
     """TritonMoE._align beyond ALIGN_SMALL_PAIRS (count_kernel, then align_kernel's scatter 256 pairs a step, or
-    ALIGN_WIDE's 4096 on 16 warps: a partial step and a whole one here): blocks labelled with their experts in
-    order and the unused ones -1, as computed here from the ids; every pair once, in a block of its expert, the
-    sentinel T after each expert's pairs; the counts back at zero for the next call."""
+    ALIGN_WIDE's 4096 on 16 warps: a partial step and a whole one here, or ALIGN_PARTS: one program per 1024
+    pairs, the last one partial; "parts_tail": 320-row blocks, moe_ws's WS_TAIL alignment): blocks labelled with
+    their experts in order and the unused ones -1, as computed here from the ids; every pair once, in a block of
+    its expert, the sentinel T after each expert's pairs; the counts and the programs' arrival counter back at
+    zero, so a second call aligns the same."""
     from oracle_triton import moe as moe_mod
 
-    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", wide)
-    e, bm, t_pairs = 32, 256, 4099 + 1500
+    monkeypatch.setattr(moe_mod, "ALIGN_WIDE", form == "wide")
+    monkeypatch.setattr(moe_mod, "ALIGN_PARTS", form.startswith("parts"))
+    e, bm, t_pairs = 32, 320 if form == "parts_tail" else 256, 4099 + 1500
     t, _ = moe_pair("mxfp4", e, 256, 128, 1, "w4a16_mx", "bf16", {}, device=DEV)
     gen = torch.Generator().manual_seed(7)
     ids = (torch.rand(t_pairs, generator=gen) ** 2 * e).to(torch.int32).clamp(max=e - 1)   # uneven: few in high ids
     sorted_ids, block_expert, blocks = t._align(ids.to(DEV), t_pairs, bm)
     assert blocks == -(-t_pairs // bm) + e and t.counts.cpu().tolist() == [0] * e
+    assert t.align_done.cpu().tolist() == [0]
+    again = t._align(ids.to(DEV), t_pairs, bm)
+    assert torch.equal(again[0], sorted_ids) and torch.equal(again[1], block_expert)
     counts = torch.bincount(ids.long(), minlength=e).tolist()
     labels = [x for x in range(e) for _ in range(-(-counts[x] // bm))]
     assert block_expert.cpu().tolist() == labels + [-1] * (blocks - len(labels))

@@ -210,20 +210,23 @@ def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(switch, monkey
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt,mode,activation,bias", [("mxfp4", "w4a16_mx", "swigluoai", True),
                                                       ("int4", "w4a16_int4", "silu", False)])
-@pytest.mark.parametrize("wide", [True, False])
-def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, wide, monkeypatch):
+@pytest.mark.parametrize("align", ["wide", "narrow", "parts"])
+def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activation, bias, align, monkeypatch):
     """The module switches R98a turned on (wide: moe.ALIGN_WIDE, align_kernel's 4096-pair steps on 16 warps, past
     ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
-    held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue) and their other side (256-pair steps,
-    zeroed padding, silu in its own launch), on the WS path with and without WS_HALF, and on 512-pair blocks
-    (WGN 2: at 700 tokens both halves of a block hold pairs): against oracle-emulation, the same bits on more
-    calls, captured and replayed."""
+    held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue) and their other side (narrow: 256-pair
+    steps, zeroed padding, silu in its own launch), and moe.ALIGN_PARTS (align_kernel on one program per 1024
+    pairs, the counts reset by the last) with the first side's switches, on the WS path with and without WS_HALF,
+    and on 512-pair blocks (WGN 2: at 700 tokens both halves of a block hold pairs): against oracle-emulation, the
+    same bits on more calls, captured and replayed."""
     from oracle_triton import moe as moe_mod, moe_ws
 
     t, ref = gpu_moe_pair(fmt, mode, "bf16", 512, 256, activation, bias, False, symmetric=fmt == "mxfp4")
     if not moe_ws.ws_ok(t, torch.zeros(1, 512, dtype=torch.bfloat16, device="cuda")):
         pytest.skip("WS needs an sm_90 GPU (w4_ws: wgmma, warp specialization)")
+    wide = align != "narrow"
     monkeypatch.setattr(moe_mod, "ALIGN_WIDE", wide)
+    monkeypatch.setattr(moe_mod, "ALIGN_PARTS", align == "parts")
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", not wide)
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", wide)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731

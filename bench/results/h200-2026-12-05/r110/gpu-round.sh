@@ -2,7 +2,9 @@
 # lead R110 (thirty-fourth pass; wants an H200: the #25 targets are H200 figures).
 # "a" (~250 s): every #25 4096-token 4-bit row (Qwen3-235B dynamic and static, Qwen3-30B INT4 / INT4-zp, gpt-oss-20b
 #   / 120b), the shipped entries beside this MoE's BF16 mode and, for Qwen3-235B dynamic, the thirty-second pass's
-#   form (configs/moe_r110.json 'off4096': FC2's rounding on every row, IEEE quotients), then --moe-rounds 7.
+#   form (configs/moe_r110.json 'off4096': FC2's rounding on every row, IEEE quotients) and every row with
+#   moe.ALIGN_PARTS ('parts4096': the alignment on a program per 1024 pairs), then --moe-rounds 7; first the
+#   alignment tests of test_triton_moe.py on the GPU (ALIGN_PARTS among them).
 # "g" (~560 s, call with timeout_s 600): scripts/gpu-check with the thirty-third pass's defaults on.
 # "auto": "a" on an H200, "g" on any other card (the first call of a session, whichever card comes).
 set -o pipefail
@@ -13,10 +15,13 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
   MODE=$1
   if [ "$MODE" = auto ]; then case "$GPU" in *H200*) MODE=a ;; *) MODE=g ;; esac; echo "mode $MODE"; fi
   [ "$MODE" = g ] && { round_gpu_check "$OUTDIR" 12 585; exit 0; }
+  TRITON_CACHE_DIR=/tmp/tc-t timeout 90 python3 -m pytest -q -p no:cacheprovider plugins/triton/tests/test_triton_moe.py \
+    -k alignment > "$OUTDIR/r110al-tests.log" 2>&1
+  echo "alignment tests rc $?"; tail -3 "$OUTDIR/r110al-tests.log" | cut -c1-300
   cd bench
   SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
   MM=$(for s in $SH; do printf "%s=4096 " $s; done)
-  TRITON_CACHE_DIR=/tmp/tc-a timeout ${R110_TIMEOUT:-420} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
+  TRITON_CACHE_DIR=/tmp/tc-a timeout ${R110_TIMEOUT:-440} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
     --moe-launches --moe-variants configs/moe_r110.json --moe-rounds 7 --json "$OUTDIR/r110.json" \
     > "$OUTDIR/r110.log" 2>&1
   echo "r110 rc $?"; grep -E "M=|interleaved" "$OUTDIR/r110.log" | cut -c1-600 )
