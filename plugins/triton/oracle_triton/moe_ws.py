@@ -59,8 +59,10 @@ from .moe_rega import rega_layer_ok
 #: tokens); WS_QACT 2 also rounds it there where the scale is static (QACT 1; no rounding launch, but R108b: 3406.7
 #: -> 4824.5 us, the epilogue's divisions holding the MMA warps)
 WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_KEYS)
-#: gather_rows_kernel: rows a program and the columns of one step
-GATHER_ROWS, GATHER_COLS = 4, 512
+#: gather_rows_kernel: rows a program, the columns of one step and the warps (the launch moved 268 MB at 1.7 TB/s
+#: in R109a's Qwen3-235B profile, H100: one step's loads wait for the step before's stores; R110 times whole rows
+#: a step, GATHER_COLS 4096, the loads of a row all in flight at once)
+GATHER_ROWS, GATHER_COLS, GATHER_WARPS = 4, 512, 4
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
 #: gather_rows_kernel's docstring says why nothing reads them; about a fifth of its 118 MB of writes at
 #: gpt-oss-20b's 4096 tokens). False since R98a (H100, the twenty-seventh pass): the gather 90-92 -> 66 us at
@@ -178,7 +180,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
                                                a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
                                                ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
-                                               num_warps=4)
+                                               num_warps=GATHER_WARPS)
     act = fused_act(moe, cfg)
     # WS_QACT (W4A4, FC1 applying the activation): a dynamic FC2 input scale has the epilogue merge its amax into a
     # zeroed state (QACT 2); WS_QACT 2 also rounds FC2's input there where the scale is static (QACT 1)
