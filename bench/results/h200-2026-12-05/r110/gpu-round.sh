@@ -1,10 +1,10 @@
 #!/bin/bash
 # lead R110 (thirty-fourth pass; wants an H200: the #25 targets are H200 figures).
-# "a" (~250 s): every #25 4096-token 4-bit row (Qwen3-235B dynamic and static, Qwen3-30B INT4 / INT4-zp, gpt-oss-20b
-#   / 120b), the shipped entries beside this MoE's BF16 mode and, for Qwen3-235B dynamic, the thirty-second pass's
-#   form (configs/moe_r110.json 'off4096': FC2's rounding on every row, IEEE quotients) and every row with
-#   moe.ALIGN_PARTS ('parts4096': the alignment on a program per 1024 pairs), then --moe-rounds 7; first the
-#   alignment tests of test_triton_moe.py on the GPU (ALIGN_PARTS among them).
+# "a" (~300 s): every #25 4096-token 4-bit row (Qwen3-235B dynamic and static, Qwen3-30B INT4 / INT4-zp, gpt-oss-20b
+#   / 120b), the shipped entries beside this MoE's BF16 mode and configs/moe_r110.json's variants ('new4096': the
+#   alignment on a program per 1024 pairs, the gather on whole rows, FC1's input amax in one launch; 'off4096':
+#   the thirty-second pass's FC2 rounding), then --moe-rounds 7; first the alignment tests of test_triton_moe.py
+#   on the GPU (moe.ALIGN_PARTS among them).
 # "g" (~560 s, call with timeout_s 600): scripts/gpu-check with the thirty-third pass's defaults on.
 # "auto": "a" on an H200, "g" on any other card (the first call of a session, whichever card comes).
 set -o pipefail
