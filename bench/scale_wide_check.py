@@ -1,8 +1,8 @@
 """The MoE's large dynamic per-tensor activation scales two ways, in one process on a GPU: torch's reduction
-(the shipped default) and launch.tensor_scale_wide (one launch of many programs; moe.TENSOR_SCALE_WIDE, off
-until timed). NVFP4 W4A4 experts (qwen3-235b's shape by default), weights from HBM (sweep_moe's rotation),
-graph replay: off, on, off again, each after its own warm-up; the outputs must be bit-equal (the same scale
-bits, so the same rounding), and the scales of one call are compared directly too.
+and launch.tensor_scale_wide (one launch of many programs; moe.TENSOR_SCALE_WIDE, the default since R110).
+NVFP4 W4A4 experts (qwen3-235b's shape by default), weights from HBM (sweep_moe's rotation), graph replay:
+off, on, off again, each after its own warm-up; the outputs must be bit-equal (the same scale bits, so the
+same rounding), and the scales of one call are compared directly too.
 
     python bench/scale_wide_check.py [--shape qwen3-235b-a22b-nvfp4] [--m 256 4096]
 """
@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     from oracle_triton.linear import dynamic_tensor_scale
 
     bw = copy_bandwidth()
+    shipped = moe.TENSOR_SCALE_WIDE
     t, per_expert = build(args.shape)
     from bench_peers import MOE
     ne, topk, h = MOE[args.shape][:3]
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
             warm_calls([lambda r=r: t.forward(x, *r) for r in routes], 0.3)
             outs.append(t.forward(x, *routes[0]).clone())
             figures.append(timed(t, x, routes))
-        moe.TENSOR_SCALE_WIDE = False
+        moe.TENSOR_SCALE_WIDE = shipped
         print(f"{args.shape} M={m} (HBM {hbm:.1f} us): torch's reduction {figures[0]:.1f} / wide {figures[1]:.1f} / "
               f"torch's again {figures[2]:.1f} us; outputs bit-equal {torch.equal(outs[0], outs[1])}; "
               f"scale bits equal {same_scale}", flush=True)

@@ -254,8 +254,9 @@ def tensor_scale(x: torch.Tensor, divisor: float) -> torch.Tensor:
     return s
 
 
-#: tensor_scale_wide: programs at most (two per SM of an H200) and values per program and step.
-TENSOR_SCALE_PROGRAMS, TENSOR_SCALE_BLOCK = 264, 2048
+#: tensor_scale_wide: programs at most (two per SM of an H200) and values per program and step (8192 since R110:
+#: a 4096 x 4096 input in 8 steps a program, each a load that waits for the one before, where 2048 took 31)
+TENSOR_SCALE_PROGRAMS, TENSOR_SCALE_BLOCK = 264, 8192
 
 
 def tensor_scale_wide(x: torch.Tensor, divisor: float, state: torch.Tensor) -> torch.Tensor:

@@ -36,9 +36,10 @@ PLANNED = True
 
 #: Larger dynamic per-tensor activation scales from launch.tensor_scale_wide (one launch of many programs)
 #: instead of torch's reduction (six or seven launches, ~45 us a call for qwen3-235b NVFP4 W4A4 at M=256 in
-#: the ninth pass's R23 profile). Off: written after the pass's last GPU round, so never run on a GPU yet
-#: (interpreter-tested against linear.dynamic_tensor_scale; bench/scale_wide_check.py times it both ways).
-TENSOR_SCALE_WIDE = False
+#: the ninth pass's R23 profile). On since R110 (thirty-fourth pass, H100, with launch.TENSOR_SCALE_BLOCK 8192):
+#: Qwen3-235B's 4096-token FC1 input amax 28.5 -> 20.6 us (torch's reduction and its five element-wise launches
+#: -> one), the same output bits; GPU-tested against linear.dynamic_tensor_scale (test_triton_moe_small.py)
+TENSOR_SCALE_WIDE = True
 
 #: Pairs up to which the alignment is one launch of a program per expert (each histograms every pair):
 #: Qwen3-30B / DeepSeek-R1 at M = 16 (128 pairs) spent 7.8 / 9.6 us in the two launches (R7 profile).
@@ -55,7 +56,10 @@ ALIGN_BLOCK, ALIGN_WARPS = 4096, 16
 #: resets the counts. One program's scatter is a chain of scattered stores on one SM: align_kernel took 49-54 us
 #: of every 32768-pair call (Qwen3-235B and Qwen3-30B at 4096 tokens, R109a's profile, H100) and 21-29 us of
 #: gpt-oss's 16384. The same sorted ids and labels as one program (the ranks come from count_kernel either way).
-ALIGN_PARTS = False
+#: On since R110 (thirty-fourth pass, H100): 49.7-51.2 -> 9.4-9.8 us at 32768 pairs, 20.1 / 28.7 -> 7.6 / 8.6 at
+#: gpt-oss-20b / 120b's 16384; every 4096-token 4-bit row the same output bits (GPU-tested: test_triton_moe.py's
+#: alignment tests, test_triton_moe_ws.py's WS path with it)
+ALIGN_PARTS = True
 ALIGN_PART_PAIRS, ALIGN_PART_WARPS = 1024, 4
 
 

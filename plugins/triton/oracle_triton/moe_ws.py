@@ -59,9 +59,9 @@ from .moe_rega import rega_layer_ok
 #: tokens); WS_QACT 2 also rounds it there where the scale is static (QACT 1; no rounding launch, but R108b: 3406.7
 #: -> 4824.5 us, the epilogue's divisions holding the MMA warps)
 WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_KEYS)
-#: gather_rows_kernel: rows a program, the columns of one step and the warps (the launch moved 268 MB at 1.7 TB/s
-#: in R109a's Qwen3-235B profile, H100: one step's loads wait for the step before's stores; R110 times whole rows
-#: a step, GATHER_COLS 4096, the loads of a row all in flight at once)
+#: gather_rows_kernel: rows a program, the columns of one step and the warps. It writes 268 MB at 1.7 TB/s on
+#: Qwen3-235B's 4096 tokens (155 us, R109a / R110a, H100); whole rows a step (GATHER_COLS 4096, every load of a
+#: row in flight at once) were no faster in R110a: 155.4 -> 165.2 us there, 80.1 -> 78.9 on Qwen3-30B INT4
 GATHER_ROWS, GATHER_COLS, GATHER_WARPS = 4, 512, 4
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
 #: gather_rows_kernel's docstring says why nothing reads them; about a fifth of its 118 MB of writes at

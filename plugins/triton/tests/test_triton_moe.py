@@ -95,7 +95,8 @@ def test_alignment_of_thousands_of_pairs(form, monkeypatch):
     pairs, the last one partial; "parts_tail": 320-row blocks, moe_ws's WS_TAIL alignment): blocks labelled with
     their experts in order and the unused ones -1, as computed here from the ids; every pair once, in a block of
     its expert, the sentinel T after each expert's pairs; the counts and the programs' arrival counter back at
-    zero, so a second call aligns the same."""
+    zero, so a second call aligns the same way (on a GPU the pairs' order inside an expert follows count_kernel's
+    atomics, so that call may order them differently)."""
     from oracle_triton import moe as moe_mod
 
     monkeypatch.setattr(moe_mod, "ALIGN_WIDE", form == "wide")
@@ -104,22 +105,21 @@ def test_alignment_of_thousands_of_pairs(form, monkeypatch):
     t, _ = moe_pair("mxfp4", e, 256, 128, 1, "w4a16_mx", "bf16", {}, device=DEV)
     gen = torch.Generator().manual_seed(7)
     ids = (torch.rand(t_pairs, generator=gen) ** 2 * e).to(torch.int32).clamp(max=e - 1)   # uneven: few in high ids
-    sorted_ids, block_expert, blocks = t._align(ids.to(DEV), t_pairs, bm)
-    assert blocks == -(-t_pairs // bm) + e and t.counts.cpu().tolist() == [0] * e
-    assert t.align_done.cpu().tolist() == [0]
-    again = t._align(ids.to(DEV), t_pairs, bm)
-    assert torch.equal(again[0], sorted_ids) and torch.equal(again[1], block_expert)
     counts = torch.bincount(ids.long(), minlength=e).tolist()
     labels = [x for x in range(e) for _ in range(-(-counts[x] // bm))]
-    assert block_expert.cpu().tolist() == labels + [-1] * (blocks - len(labels))
-    rows = sorted_ids.cpu()[:len(labels) * bm].view(-1, bm).tolist()
-    seen = []
-    for b, x in enumerate(labels):
-        members = [p for p in rows[b] if p < t_pairs]
-        assert all(int(ids[p]) == x for p in members), b
-        assert rows[b][len(members):] == [t_pairs] * (bm - len(members)), b
-        seen += members
-    assert sorted(seen) == list(range(t_pairs))
+    for _ in range(2):
+        sorted_ids, block_expert, blocks = t._align(ids.to(DEV), t_pairs, bm)
+        assert blocks == -(-t_pairs // bm) + e and t.counts.cpu().tolist() == [0] * e
+        assert t.align_done.cpu().tolist() == [0]
+        assert block_expert.cpu().tolist() == labels + [-1] * (blocks - len(labels))
+        rows = sorted_ids.cpu()[:len(labels) * bm].view(-1, bm).tolist()
+        seen = []
+        for b, x in enumerate(labels):
+            members = [p for p in rows[b] if p < t_pairs]
+            assert all(int(ids[p]) == x for p in members), b
+            assert rows[b][len(members):] == [t_pairs] * (bm - len(members)), b
+            seen += members
+        assert sorted(seen) == list(range(t_pairs))
 
 
 def test_out_of_range_expert_ids_are_named_and_dropped_when_the_engine_vouches():
