@@ -3,7 +3,8 @@
 # "c": the MoE tests on the GPU with the pass's new defaults (moe.ALIGN_PARTS, moe.TENSOR_SCALE_WIDE: every
 #   test_triton_moe*.py file, the gpu-marked ones and the device-aware ones, 12 workers), then every #25 4096-token
 #   4-bit row (Qwen3-235B dynamic and static, Qwen3-30B INT4 / INT4-zp, gpt-oss-20b / 120b) beside this MoE's BF16
-#   mode, configs/moe_r111.json's 'prev4096' on two rows, --moe-rounds 7.
+#   mode, configs/moe_r111.json's 'prev4096' on two rows, --moe-rounds 7 (R111_SHAPES, R111_ROUNDS: fewer, where
+#   the session's device time is short).
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
@@ -16,9 +17,10 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
     > "$OUTDIR/r111-dev-tests.log" 2>&1
   echo "device-aware MoE tests rc $?"; grep -E "passed|failed|^FAILED" "$OUTDIR/r111-dev-tests.log" | tail -6 | cut -c1-300
   cd bench
-  SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
+  SH=${R111_SHAPES:-"qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp \
+gpt-oss-20b gpt-oss-120b"}
   MM=$(for s in $SH; do printf "%s=4096 " $s; done)
   TRITON_CACHE_DIR=/tmp/tc-a timeout ${R111_TIMEOUT:-220} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
-    --moe-launches --moe-variants configs/moe_r111.json --moe-rounds 7 --json "$OUTDIR/r111.json" \
+    --moe-launches --moe-variants configs/moe_r111.json --moe-rounds ${R111_ROUNDS:-7} --json "$OUTDIR/r111.json" \
     > "$OUTDIR/r111.log" 2>&1
   echo "r111 rc $?"; grep -E "M=|interleaved|kernels" "$OUTDIR/r111.log" | cut -c1-500 )
