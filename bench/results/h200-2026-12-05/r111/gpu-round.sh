@@ -5,10 +5,20 @@
 #   4-bit row (Qwen3-235B dynamic and static, Qwen3-30B INT4 / INT4-zp, gpt-oss-20b / 120b) beside this MoE's BF16
 #   mode, configs/moe_r111.json's 'prev4096' on two rows, --moe-rounds 7 (R111_SHAPES, R111_ROUNDS: fewer, where
 #   the session's device time is short).
+# "t" (~120 s): only the tests the new defaults reach first (the alignment tests, the WS path with ALIGN_PARTS, the
+#   wide amax's bits against torch's, the W4A4 QACT tests, the swap-words MoE with the wide amax), gpu-marked or not.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
+  if [ "$1" = t ]; then       # the tests the new defaults reach first, on 12 workers, no benchmark (short budgets)
+    TRITON_CACHE_DIR=/tmp/tc-t timeout ${R111_TIMEOUT:-150} python3 -m pytest -q -n 12 -p no:cacheprovider \
+      plugins/triton/tests/test_triton_moe.py plugins/triton/tests/test_triton_moe_small.py \
+      plugins/triton/tests/test_triton_moe_ws.py -k "alignment or tensor_scale or swap_words_mid or qact" \
+      > "$OUTDIR/r111t-tests.log" 2>&1
+    echo "r111t tests rc $?"; grep -E "passed|failed|^FAILED" "$OUTDIR/r111t-tests.log" | tail -8 | cut -c1-300
+    exit 0
+  fi
   F=$(ls plugins/triton/tests/test_triton_moe*.py)
   TRITON_CACHE_DIR=/tmp/tc-t timeout 200 python3 -m pytest -q -n 12 -p no:cacheprovider -m gpu $F \
     > "$OUTDIR/r111-gpu-tests.log" 2>&1
