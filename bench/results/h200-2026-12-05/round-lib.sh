@@ -19,3 +19,14 @@ round_pytest() {
     > "$1/$2-tests.log" 2>&1
   echo "$2 tests rc $?"; grep -E "passed|failed|Error|assert" "$1/$2-tests.log" | tail -8 | cut -c1-400
 }
+# round_moe_4096 W NAME VARIANTS ROUNDS LIMIT SHAPES...: bench_peers.py's MoE table at 4096 tokens for SHAPES with
+# --moe-launches, configs/VARIANTS and --moe-rounds ROUNDS, cut at LIMIT seconds (W/NAME.log, W/NAME.json); run from
+# bench/; prints its exit status and the rows, rounds and launch profiles.
+round_moe_4096() {
+  local w=$1 name=$2 variants=$3 rounds=$4 limit=$5; shift 5
+  local mm; mm=$(for s in "$@"; do printf "%s=4096 " "$s"; done)
+  # shellcheck disable=SC2086
+  TRITON_CACHE_DIR=/tmp/tc-a timeout "$limit" python3 bench_peers.py --only moe --shapes "$@" --moe-m $mm \
+    --moe-launches --moe-variants "configs/$variants" --moe-rounds "$rounds" --json "$w/$name.json" > "$w/$name.log" 2>&1
+  echo "$name rc $?"; grep -E "M=|interleaved|kernels" "$w/$name.log" | cut -c1-600
+}

@@ -19,9 +19,5 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
     -k alignment > "$OUTDIR/r110al-tests.log" 2>&1
   echo "alignment tests rc $?"; tail -3 "$OUTDIR/r110al-tests.log" | cut -c1-300
   cd bench
-  SH="qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b"
-  MM=$(for s in $SH; do printf "%s=4096 " $s; done)
-  TRITON_CACHE_DIR=/tmp/tc-a timeout ${R110_TIMEOUT:-440} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
-    --moe-launches --moe-variants configs/moe_r110.json --moe-rounds 7 --json "$OUTDIR/r110.json" \
-    > "$OUTDIR/r110.log" 2>&1
-  echo "r110 rc $?"; grep -E "M=|interleaved" "$OUTDIR/r110.log" | cut -c1-600 )
+  round_moe_4096 "$OUTDIR" r110 moe_r110.json 7 "${R110_TIMEOUT:-440}" qwen3-235b-a22b-nvfp4 \
+    qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b )

@@ -27,10 +27,6 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
     > "$OUTDIR/r111-dev-tests.log" 2>&1
   echo "device-aware MoE tests rc $?"; grep -E "passed|failed|^FAILED" "$OUTDIR/r111-dev-tests.log" | tail -6 | cut -c1-300
   cd bench
-  SH=${R111_SHAPES:-"qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp \
-gpt-oss-20b gpt-oss-120b"}
-  MM=$(for s in $SH; do printf "%s=4096 " $s; done)
-  TRITON_CACHE_DIR=/tmp/tc-a timeout ${R111_TIMEOUT:-220} python3 bench_peers.py --only moe --shapes $SH --moe-m $MM \
-    --moe-launches --moe-variants configs/moe_r111.json --moe-rounds ${R111_ROUNDS:-7} --json "$OUTDIR/r111.json" \
-    > "$OUTDIR/r111.log" 2>&1
-  echo "r111 rc $?"; grep -E "M=|interleaved|kernels" "$OUTDIR/r111.log" | cut -c1-500 )
+  # shellcheck disable=SC2086
+  round_moe_4096 "$OUTDIR" r111 moe_r111.json "${R111_ROUNDS:-7}" "${R111_TIMEOUT:-220}" ${R111_SHAPES:-qwen3-235b-a22b-nvfp4 \
+    qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b} )
