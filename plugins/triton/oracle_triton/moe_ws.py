@@ -63,6 +63,12 @@ WS_KEYS = ("WS", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", *WS_MOE_
 #: Qwen3-235B's 4096 tokens (155 us, R109a / R110a, H100); whole rows a step (GATHER_COLS 4096, every load of a
 #: row in flight at once) were no faster in R110a: 155.4 -> 165.2 us there, 80.1 -> 78.9 on Qwen3-30B INT4
 GATHER_ROWS, GATHER_COLS, GATHER_WARPS = 4, 512, 4
+#: gather_rows_kernel's STREAM: its rows stored evict-first, so the token rows stay in L2 for their other top-k
+#: reads (Qwen3-235B at 4096 tokens: 268 MB written against 33.5 MB of token rows, which an H100's 50 MB L2 holds;
+#: the launch's 155 us is 1.55x the 302 MB it moves with every token row read once, 0.87x the 536 MB with every
+#: read from HBM). Off: written after the thirty-fourth pass's last device call, not yet run on a GPU (R111's
+#: 'stream4096' times it)
+GATHER_STREAM = False
 #: gather_rows_kernel writes zeros to the padding rows (True), or leaves them as the buffer held them (False:
 #: gather_rows_kernel's docstring says why nothing reads them; about a fifth of its 118 MB of writes at
 #: gpt-oss-20b's 4096 tokens). False since R98a (H100, the twenty-seventh pass): the gather 90-92 -> 66 us at
@@ -92,7 +98,7 @@ AMAX_BY_WARP = False
 @triton.jit
 def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K, stride_a, stride_o,
                        BM: tl.constexpr, TOPK: tl.constexpr, BY_PAIR: tl.constexpr, ROWS: tl.constexpr,
-                       COLS: tl.constexpr, ZERO_PAD: tl.constexpr = True):
+                       COLS: tl.constexpr, ZERO_PAD: tl.constexpr = True, STREAM: tl.constexpr = False):
     """Rows j of the blocks (ROWS a program): out[j] = a's row of pair sid[j] (the token's, pair // TOPK, or the
     pair's own with BY_PAIR); zeros for padding (sid >= T) with ZERO_PAD, else nothing; nothing for blocks with no
     expert (their sorted ids are never written and no GEMM program reads their rows); rid[j] = the pair's expert
@@ -100,7 +106,8 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
     whatever the buffer held: a GEMM's output row depends on its own input row only, the activation launch reads
     no row whose id is -1, and FC2 writes no padding row, so their values reach nothing (the zeros were a fifth of
     the launch's 118 MB at gpt-oss-20b's 4096 tokens: 256-pair blocks leave about 128 rows of padding an
-    expert)."""
+    expert). STREAM: the rows stored as streaming data (st.global.cs: evict-first in L1 and L2), so the 8-32x
+    larger output does not push the token rows, each read top-k times, out of L2."""
     j = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     p = tl.load(sid_ptr + j)
     e = tl.load(bexp_ptr + j // BM)
@@ -118,7 +125,11 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
         v = tl.load(a_ptr + src[:, None] * stride_a + cols[None, :], mask=ok[:, None] & (cols < K)[None, :],
                     other=0.0)
         written = (e >= 0) if ZERO_PAD else ok
-        tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=written[:, None] & (cols < K)[None, :])
+        dmask = written[:, None] & (cols < K)[None, :]
+        if STREAM:
+            tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=dmask, cache_modifier=".cs")
+        else:
+            tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=dmask)
 
 
 def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
@@ -180,7 +191,7 @@ def apply_ws(moe, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int
     gather_rows_kernel[(rows // GATHER_ROWS,)](a1, sorted_ids, block_expert, ids, xs, rid, t, moe.hidden,
                                                a1.stride(0), xs.stride(0), BM=bm, TOPK=k, BY_PAIR=by_pair,
                                                ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=ZERO_PADDING,
-                                               num_warps=GATHER_WARPS)
+                                               STREAM=GATHER_STREAM, num_warps=GATHER_WARPS)
     act = fused_act(moe, cfg)
     # WS_QACT (W4A4, FC1 applying the activation): a dynamic FC2 input scale has the epilogue merge its amax into a
     # zeroed state (QACT 2); WS_QACT 2 also rounds FC2's input there where the scale is static (QACT 1)

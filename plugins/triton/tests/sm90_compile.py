@@ -398,6 +398,7 @@ def small_batch_cases():
         "MoE activation over block rows, the ids first (WS)": lambda: w4a4_act(ids_first=True),
         "MoE block-row gather (WS)": gather_rows,
         "MoE block-row gather (WS), padding rows unwritten": lambda: gather_rows(False),
+        "MoE block-row gather (WS), rows stored streaming (GATHER_STREAM)": lambda: gather_rows(False, True),
         "MoE alignment, 256-pair steps on 4 warps": lambda: align(256, 4),
         "MoE alignment, wide steps (ALIGN_WIDE: 4096 pairs on 16 warps)": lambda: align(4096, 16),
         "MoE alignment, wide steps, 256 experts": lambda: align(4096, 16, 256),
@@ -517,15 +518,15 @@ def align(block: int, warps: int, e_pow2: int = 32, parts: bool = False):
     return compile_kernel(align_kernel, {name: "*i32" for name in names}, consts, warps, 1)
 
 
-def gather_rows(zero_pad: bool = True):
+def gather_rows(zero_pad: bool = True, stream: bool = False):
     """moe_ws.gather_rows_kernel: FC1's input rows in block order (gpt-oss: top-4, 256-pair blocks); zero_pad False:
     padding rows left unwritten."""
     from oracle_triton.moe_ws import GATHER_COLS, GATHER_ROWS, gather_rows_kernel
 
     return compile_kernel(gather_rows_kernel, {"a_ptr": "*bf16", "sid_ptr": "*i32", "bexp_ptr": "*i32",
                                                "ids_ptr": "*i32", "out_ptr": "*bf16", "rid_ptr": "*i32"},
-                          dict(BM=256, TOPK=4, BY_PAIR=False, ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=zero_pad),
-                          4, 1)
+                          dict(BM=256, TOPK=4, BY_PAIR=False, ROWS=GATHER_ROWS, COLS=GATHER_COLS, ZERO_PAD=zero_pad,
+                               STREAM=stream), 4, 1)
 
 
 def rega_cases():

@@ -216,7 +216,8 @@ def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activat
     ALIGN_SMALL_PAIRS here at 300 and 700 tokens x top-4; moe_ws.ZERO_PADDING off: padding rows left as the buffer
     held them; moe_ws.SILU_IN_FC1: the INT4 case's silu in FC1's epilogue) and their other side (narrow: 256-pair
     steps, zeroed padding, silu in its own launch), and moe.ALIGN_PARTS (align_kernel on one program per 1024
-    pairs, the counts reset by the last) with the first side's switches, on the WS path with and without WS_HALF,
+    pairs, the counts reset by the last) with moe_ws.GATHER_STREAM (the gather's rows stored evict-first) and the
+    first side's switches, on the WS path with and without WS_HALF,
     and on 512-pair blocks (WGN 2: at 700 tokens both halves of a block hold pairs): against oracle-emulation, the
     same bits on more calls, captured and replayed."""
     from oracle_triton import moe as moe_mod, moe_ws
@@ -227,6 +228,7 @@ def test_ws_path_with_the_wide_alignment_and_unzeroed_padding(fmt, mode, activat
     wide = align != "narrow"
     monkeypatch.setattr(moe_mod, "ALIGN_WIDE", wide)
     monkeypatch.setattr(moe_mod, "ALIGN_PARTS", align == "parts")
+    monkeypatch.setattr(moe_ws, "GATHER_STREAM", align == "parts")
     monkeypatch.setattr(moe_ws, "ZERO_PADDING", not wide)
     monkeypatch.setattr(moe_ws, "SILU_IN_FC1", wide)
     cpu_ref = lambda xx, ww, ii: ref.apply(xx.cpu(), ww.cpu(), ii.cpu()).to("cuda")      # noqa: E731
@@ -872,12 +874,14 @@ def test_ws_ok_needs_what_w4_ws_reads():
     assert not ws_ok(tiny, x)
 
 
-@pytest.mark.parametrize("by_pair,zero_pad", [(False, True), (True, True), (False, False), (True, False)])
-def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair, zero_pad):
-    """moe_ws.gather_rows_kernel (Triton's interpreter on CPU): block row j holds the row of pair sid[j] (its token's
-    with top-k 3, or its own with the router weight on the input); zeros on padding (sid = T, and the ids out of
-    range), or with ZERO_PAD off nothing written there; nothing in the rows of a block with no expert (whatever its
-    sorted ids hold: no GEMM program reads them); rid[j] the pair's expert id, -1 on padding and those rows."""
+@pytest.mark.parametrize("by_pair,zero_pad,stream", [(False, True, False), (True, True, False), (False, False, False),
+                                                     (True, False, False), (False, False, True), (True, True, True)])
+def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair, zero_pad, stream):
+    """moe_ws.gather_rows_kernel (Triton's interpreter on CPU, or a GPU): block row j holds the row of pair sid[j] (its
+    token's with top-k 3, or its own with the router weight on the input); zeros on padding (sid = T, and the ids out
+    of range), or with ZERO_PAD off nothing written there; nothing in the rows of a block with no expert (whatever its
+    sorted ids hold: no GEMM program reads them); rid[j] the pair's expert id, -1 on padding and those rows; the same
+    with the rows stored streaming (STREAM, moe_ws.GATHER_STREAM: a cache hint, not a change of values)."""
     from oracle_triton.moe_ws import GATHER_ROWS, GATHER_COLS, gather_rows_kernel
 
     topk, t, bm, kdim = 3, 6, 4, 700
@@ -889,7 +893,7 @@ def test_gather_rows_puts_each_pairs_row_in_block_order(by_pair, zero_pad):
     rid = torch.full((16,), 99, dtype=torch.int32, device=DEV)
     gather_rows_kernel[(16 // GATHER_ROWS,)](a, sid, bexp, ids, out, rid, t, kdim, a.stride(0), out.stride(0), BM=bm,
                                              TOPK=topk, BY_PAIR=by_pair, ROWS=GATHER_ROWS, COLS=GATHER_COLS,
-                                             ZERO_PAD=zero_pad)
+                                             ZERO_PAD=zero_pad, STREAM=stream)
     out, rid = out.cpu(), rid.cpu()
     for j, p in enumerate(sid.tolist()):
         if j < 12 and 0 <= p < t:
