@@ -125,11 +125,8 @@ def gather_rows_kernel(a_ptr, sid_ptr, bexp_ptr, ids_ptr, out_ptr, rid_ptr, T, K
         v = tl.load(a_ptr + src[:, None] * stride_a + cols[None, :], mask=ok[:, None] & (cols < K)[None, :],
                     other=0.0)
         written = (e >= 0) if ZERO_PAD else ok
-        dmask = written[:, None] & (cols < K)[None, :]
-        if STREAM:
-            tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=dmask, cache_modifier=".cs")
-        else:
-            tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=dmask)
+        tl.store(out_ptr + dst[:, None] * stride_o + cols[None, :], v, mask=written[:, None] & (cols < K)[None, :],
+                 cache_modifier=".cs" if STREAM else "")
 
 
 def ws_ok(moe, x: torch.Tensor, bk: int = WS_BK) -> bool:
