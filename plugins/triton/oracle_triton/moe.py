@@ -735,15 +735,14 @@ class TritonMoE(Kernel):
             return sorted_ids, block_expert, blocks
         rank = torch.empty(t, dtype=torch.int32, device=dev)
         mk.count_kernel[(-(-t // 1024),)](ids, self.counts, rank, t, self.experts, BLOCK=1024)
-        if ALIGN_PARTS:
-            mk.align_kernel[(-(-t // ALIGN_PART_PAIRS),)](
-                ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts, blocks, BLOCK_M=bm,
-                E_POW2=triton_pow2(self.experts), BLOCK=ALIGN_PART_PAIRS, num_warps=ALIGN_PART_WARPS,
-                done_ptr=self.align_done)
-            return sorted_ids, block_expert, blocks
-        step, warps = (min(ALIGN_BLOCK, triton_pow2(t)), ALIGN_WARPS) if ALIGN_WIDE else (256, 4)
-        mk.align_kernel[(1,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
-                              blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=step, num_warps=warps)
+        if ALIGN_PARTS:         # a program per ALIGN_PART_PAIRS pairs, the last to arrive resetting the counts
+            programs, step, warps, done = -(-t // ALIGN_PART_PAIRS), ALIGN_PART_PAIRS, ALIGN_PART_WARPS, self.align_done
+        else:
+            programs, done = 1, None
+            step, warps = (min(ALIGN_BLOCK, triton_pow2(t)), ALIGN_WARPS) if ALIGN_WIDE else (256, 4)
+        mk.align_kernel[(programs,)](ids, rank, self.counts, self.offsets, sorted_ids, block_expert, t, self.experts,
+                                     blocks, BLOCK_M=bm, E_POW2=triton_pow2(self.experts), BLOCK=step,
+                                     num_warps=warps, done_ptr=done)
         return sorted_ids, block_expert, blocks
 
     def _align_small(self, ids: torch.Tensor, t: int, bm: int, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
