@@ -73,7 +73,8 @@ DENSE_REPEAT = [3]
 DENSE_WARM = [0.3]
 #: --dense-variants: per shape, {label: config} of oracle-triton's GEMM timed in each row beside the shipped
 #: choice (peers "oracle:LABEL"); "BASE": 1 lays the rest over the configuration the layer chooses at that M
-#: (e.g. {"BASE": 1, "PDL": 1}); "ONLY_M": that M only
+#: (e.g. {"BASE": 1, "PDL": 1}); "RULES": 1 over the shape rules' choice instead (what a device without a tuned
+#: entry, its own or a sibling's, runs); "ONLY_M": that M only
 DENSE_VARIANTS: dict[str, dict] = {}
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
@@ -424,6 +425,13 @@ def bench_dense(ms_list, bw, rows, skipped):
         torch.cuda.empty_cache()
 
 
+def dense_variant_config(gemm, m: int, act: int, spec: dict) -> dict:
+    """A --dense-variants entry's launch config at M: its keys over nothing, over the layer's own choice (BASE) or
+    over the shape rules' (RULES: what a device without a tuned entry, its own or a sibling's, runs)."""
+    base = gemm.rule_config(m, act) if spec.get("RULES") else gemm.config_for(m, act) if spec.get("BASE") else {}
+    return {**base, **{k: v for k, v in spec.items() if k not in ("BASE", "RULES", "ONLY_M")}}
+
+
 def _dense_variants(name, m, x, applies, xr, yref, row) -> None:
     """--dense-variants: each config of `name` at this M timed on oracle-triton's copies (the GEMM called with
     it directly), in the same row as peer "oracle:LABEL"; err against emulation on the reference rows
@@ -434,8 +442,7 @@ def _dense_variants(name, m, x, applies, xr, yref, row) -> None:
         try:
             t0 = applies[0].__self__
             act = t0.row_act(m)
-            base = t0.gemm.config_for(m, act) if spec.get("BASE") else {}
-            cfg = {**base, **{k: v for k, v in spec.items() if k not in ("BASE", "ONLY_M")}}
+            cfg = dense_variant_config(t0.gemm, m, act, spec)
             r = min(m, xr.shape[0])
             err = rel(t0.gemm(xr[:r].contiguous(), t0.row_act(r), None, t0.dtype, cfg), yref[:r])
             calls = [lambda t=f.__self__: t.gemm(x, act, None, t.dtype, cfg) for f in applies]

@@ -193,9 +193,10 @@ def write_rows(path: str | None, bw: float, rows: list[dict]) -> None:
             json.dump({"copy_bandwidth": bw, "rows": rows}, f, indent=1, default=str)
 
 
-def write_table(path: str, device: str, entries: list[dict]) -> None:
-    """Merge `entries` into the tuned table at `path` (same key: the new one wins), then check the
-    result with the plugin's own loader so a bad table is never written."""
+def write_table(path: str, device: str, entries: list[dict], traits: dict | None = None) -> None:
+    """Merge `entries` into the tuned table at `path` (same key: the new one wins) and the device's traits
+    ({"capability": [major, minor], "sms": count}: its siblings there), then check the result with the plugin's
+    own loader so a bad table is never written."""
     from pathlib import Path
 
     from oracle_triton import tuned
@@ -207,9 +208,19 @@ def write_table(path: str, device: str, entries: list[dict]) -> None:
     merged = {keep(e): e for e in data["devices"].get(device, [])}
     merged.update({keep(e): e for e in entries})
     data["devices"][device] = sorted(merged.values(), key=keep)
+    if traits is not None:
+        data.setdefault("traits", {})[device] = traits
     tuned.parse(data, target)
     target.write_text(json.dumps(data, indent=1) + "\n")
     print(f"tuned table: {len(entries)} entries for {device} written to {target}")
+
+
+def this_device_traits() -> dict:
+    """The current GPU's traits as the tuned table states them (its siblings there share them)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"capability": [props.major, props.minor], "sms": props.multi_processor_count}
 
 
 def write_winners(path: str | None, rows: list[dict], entries_of) -> None:
@@ -217,7 +228,7 @@ def write_winners(path: str | None, rows: list[dict], entries_of) -> None:
     if path:
         import torch
 
-        write_table(path, torch.cuda.get_device_name(), entries_of(rows))
+        write_table(path, torch.cuda.get_device_name(), entries_of(rows), this_device_traits())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep_dense(args.m, args.shapes, rows, table)
     print(f"sweep took {time.perf_counter() - began:.0f} s")
     if table is not None:
-        write_table(args.write_table, torch.cuda.get_device_name(), table)
+        write_table(args.write_table, torch.cuda.get_device_name(), table, this_device_traits())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

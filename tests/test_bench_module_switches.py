@@ -53,3 +53,27 @@ def test_a_variant_of_switches_only_keeps_the_shipped_choice():
     with variant_held(t, {"BLOCK_M": 64, "SET": {}}):
         assert t.config == {"BLOCK_M": 64}
     assert t.config is None
+
+
+def test_the_rules_variants_switch_the_siblings_off():
+    """R112's 'rules' variants: a MoE entry of SET tuned.SIBLINGS false times the shape rules where a sibling's entry
+    is shipped, and a dense entry of RULES 1 lays its keys over the rules' choice, not the layer's."""
+    import json
+    from types import SimpleNamespace
+
+    from bench_peers import dense_variant_config, variant_held
+    from oracle_triton import tuned
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "configs"
+    rules = json.loads((bench / "moe_r112.json").read_text())["deepseek-r1"]["rules"]
+    t, one = SimpleNamespace(config=None), ("moe", "w8a8_block", 4096, 7168, 1, 256)
+    hopper = ((9, 0), 132)
+    assert tuned.lookup("NVIDIA H100 80GB HBM3", *one, traits=hopper) == tuned.lookup("NVIDIA H200", *one)
+    with variant_held(t, rules):
+        assert t.config is None and tuned.lookup("NVIDIA H100 80GB HBM3", *one, traits=hopper) is None
+    assert tuned.SIBLINGS
+    gemm = SimpleNamespace(rule_config=lambda m, act: {"RULE": m}, config_for=lambda m, act: {"OWN": m})
+    spec = json.loads((bench / "dense_r112.json").read_text())["8192x8192"]["rules"]
+    assert dense_variant_config(gemm, 16, 0, spec) == {"RULE": 16}
+    assert dense_variant_config(gemm, 16, 0, {"BASE": 1, "PDL": 1}) == {"OWN": 16, "PDL": 1}
+    assert dense_variant_config(gemm, 16, 0, {"SPLIT_K": 2, "ONLY_M": 16}) == {"SPLIT_K": 2}

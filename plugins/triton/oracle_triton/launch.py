@@ -52,15 +52,23 @@ def _device_name(index: int) -> str:
 
 def device_facts(device: torch.device) -> dict[str, Any]:
     """hw_fp8 (cvt instructions, capability >= 8.9), fp8_dot (float8 tensor-core dot, 8.9 and up:
-    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name (tuned tables), pdl
-    (programmatic dependent launch, griddepcontrol: capability >= 9.0)."""
+    W8A8 multiplies E4M3 codes), dot_f32 (interpreter), sm count, the device name and its capability (tuned
+    tables: a device's own entries, else a sibling's of the same capability and SM count), pdl (programmatic
+    dependent launch, griddepcontrol: capability >= 9.0)."""
     if device.type != "cuda" or interpreting():
-        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None, "pdl": False}
+        return {"hw_fp8": False, "fp8_dot": False, "dot_f32": True, "sms": 8, "name": None, "pdl": False,
+                "cc": None}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
     hw = _capability(index) >= (8, 9) and not force_int
     return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index),
-            "pdl": _capability(index) >= (9, 0)}
+            "pdl": _capability(index) >= (9, 0), "cc": tuple(_capability(index))}
+
+
+def device_traits(facts: dict[str, Any]) -> tuple[tuple[int, int], int] | None:
+    """(capability, SM count) of a device's facts, the key of its siblings in the tuned table; None in the
+    interpreter (or facts without a capability)."""
+    return (tuple(facts["cc"]), facts["sms"]) if facts.get("cc") else None
 
 
 def dense_config(m: int, n: int, k: int, sms: int, pack: int = 1) -> dict[str, int]:
@@ -544,7 +552,7 @@ class DenseGemm:
         tensor-core GEMM's (the tuned table's entry for this device, shape and M bucket, else the
         shape rules). The one place the choice is made (calls and warm-up keys)."""
         from .tuned import lookup
-        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m)
+        found = lookup(self.facts["name"], "dense", self.mode, self.n, self.k, m, traits=device_traits(self.facts))
         if found is not None and found.get("REGA") and not self.serves(found, m, act):
             return self.rega_fallback(found, m, act)     # the swap entry it replaced, else the rules
         if found is not None and self.serves(found, m, act):

@@ -21,8 +21,8 @@ from oracle.tensors import check_scales, check_tensor, forbid, moe_activation_pa
 
 from . import fastlaunch
 from .formats import ACT_CODES, ACT_GROUP, ACT_NONE, ACT_NVFP4, ACT_TENSOR, BF16, E2M1_MX, E2M1_NV, INT4, WS_BK
-from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, interpreting, quantize_activation_codes,
-                     quantize_activations, tensor_scale, tensor_scale_wide)
+from .launch import (FP8_CODES, TENSOR_SCALE_MAX, check_config, device_facts, device_traits, interpreting,
+                     quantize_activation_codes, quantize_activations, tensor_scale, tensor_scale_wide)
 from .linear import dynamic_tensor_scale
 from .moe_rega import mx_fused_ok, rega_layer_ok
 from .weights import pack
@@ -444,7 +444,7 @@ class TritonMoE(Kernel):
         from .tuned import lookup
         lay = self.w13.layout
         found = lookup(self.facts["name"], "moe", self.mode.name, self.rows, self.hidden, tokens, self.experts,
-                       zero_point=lay.stride_zk != 0 if lay.elem == INT4 else None)
+                       zero_point=lay.stride_zk != 0 if lay.elem == INT4 else None, traits=device_traits(self.facts))
         if found is not None:
             return found
         words = self.facts["hw_fp8"] and self.act == ACT_NONE

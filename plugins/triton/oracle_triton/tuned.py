@@ -19,6 +19,11 @@ take different paths at 16 tokens on the H200: bench/results/h200-2026-12-02/moe
 it an entry serves both, and an entry that says it is preferred where it matches. A file that does not
 validate is an error naming the file and the entry; the launch parameters must pass the kernels'
 own check (formats.check_config) when loaded, not at the first call.
+
+Siblings: the file's "traits" give each device's compute capability and SM count. A device with no entry for
+a key takes the entry of a device with the same traits (SIBLINGS), in the file's order: an H100 SXM or a GH200
+(9.0, 132 SMs) the H200's, measured faster than the shape rules there (bench/results/h200-2026-12-05/r112); a
+device of other traits (an H100 PCIe: 114 SMs) keeps the shape rules.
 """
 from __future__ import annotations
 
@@ -67,6 +72,15 @@ MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 #: bf16: the fused MoE's BF16 mode (mode "bf16"), the benchmarks' own BF16 baseline, tuned like the formats it is set beside
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4", "bf16"}
+#: On (shipped): a device without an entry for a key takes a sibling's (same capability and SM count, the file's
+#: "traits"); off: the shape rules there (the benchmarks' "rules" variants switch it off to time what it replaces)
+SIBLINGS = True
+Traits = tuple[tuple[int, int], int]
+
+
+class Table(dict):
+    """{device: {key: config}}, and `traits`: {device: ((major, minor), SM count)} as the file states them."""
+    traits: dict[str, Traits]
 
 
 def bucket(m: int) -> int:
@@ -81,11 +95,30 @@ def _fail(path: Path, where: str, expected: str, got: Any) -> PolicyError:
     return PolicyError(f"{path}: {where}: expected {expected}, got {got!r}")
 
 
-def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
-    """The file's content -> {device: {(kind, mode, weight, n, k, experts, bucket): config}}, checked."""
+def parse_traits(data: Any, path: Path) -> dict[str, Traits]:
+    """The file's optional "traits": {device: {"capability": [major, minor], "sms": count}}, checked."""
+    raw = data.get("traits", {})
+    if not isinstance(raw, dict):
+        raise _fail(path, "traits", "a mapping {device: {capability: [major, minor], sms: count}}", raw)
+    out: dict[str, Traits] = {}
+    for device, t in raw.items():
+        cap = t.get("capability") if isinstance(t, dict) else None
+        sms = t.get("sms") if isinstance(t, dict) else None
+        if not isinstance(cap, list) or len(cap) != 2 or not all(type(v) is int and v >= 0 for v in cap):
+            raise _fail(path, f"traits.{device}.capability", "[major, minor], two integers", cap)
+        if type(sms) is not int or sms <= 0:
+            raise _fail(path, f"traits.{device}.sms", "a positive integer (the SM count)", sms)
+        out[device] = ((cap[0], cap[1]), sms)
+    return out
+
+
+def parse(data: Any, path: Path) -> Table:
+    """The file's content -> {device: {(kind, mode, weight, n, k, experts, bucket): config}} with the devices'
+    traits, checked."""
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("devices"), dict):
         raise _fail(path, "top level", "a mapping with schema: 1 and devices: {name: [entries]}", data)
-    out: dict[str, dict[tuple, dict[str, int]]] = {}
+    out = Table()
+    out.traits = parse_traits(data, path)
     for device, entries in data["devices"].items():
         if not isinstance(entries, list):
             raise _fail(path, f"devices.{device}", "a list of entries", entries)
@@ -141,10 +174,12 @@ def parse(data: Any, path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
 
 
 @functools.lru_cache(maxsize=None)
-def load(path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
+def load(path: Path) -> Table:
     """A table file (read once per path); a missing file is an empty table."""
     if not path.exists():
-        return {}
+        empty = Table()
+        empty.traits = {}
+        return empty
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -152,18 +187,32 @@ def load(path: Path) -> dict[str, dict[tuple, dict[str, int]]]:
     return parse(data, path)
 
 
-def lookup(device: str | None, kind: str, mode: str, n: int, k: int, m: int, experts: int = 0,
-           path: Path | None = None, zero_point: bool | None = None) -> dict[str, int] | None:
-    """The measured configuration for this shape and M's bucket on `device` (from TABLE unless
-    `path`), or None. zero_point (INT4 weights: whether they have zero points): an entry for that
-    case first, then one for either."""
+def find(device: str | None, kind: str, mode: str, n: int, k: int, m: int, experts: int = 0,
+         path: Path | None = None, zero_point: bool | None = None,
+         traits: Traits | None = None) -> tuple[dict[str, int] | None, str | None]:
+    """(the measured configuration for this shape and M's bucket, the device it was measured on): `device`'s own
+    entry (from TABLE unless `path`), else (SIBLINGS, `traits` given: the calling device's capability and SM count)
+    the first device of the file with those traits that has one; (None, None) if none. zero_point (INT4 weights:
+    whether they have zero points): an entry for that case first, then one for either, on each device."""
     if not device:
-        return None
-    table = load(path or TABLE).get(device)
-    if not table:
-        return None
+        return None, None
+    table = load(path or TABLE)
     key = (kind, mode, n, k, experts, bucket(m))
-    found = table.get((*key, zero_point)) if zero_point is not None else None
-    if found is None:
-        found = table.get((*key, None))
-    return dict(found) if found is not None else None
+    names = [device]
+    if SIBLINGS and traits is not None:
+        names += [d for d, t in table.traits.items() if t == tuple(traits) and d != device]
+    for name in names:
+        entries = table.get(name, {})
+        found = entries.get((*key, zero_point)) if zero_point is not None else None
+        if found is None:
+            found = entries.get((*key, None))
+        if found is not None:
+            return dict(found), name
+    return None, None
+
+
+def lookup(device: str | None, kind: str, mode: str, n: int, k: int, m: int, experts: int = 0,
+           path: Path | None = None, zero_point: bool | None = None,
+           traits: Traits | None = None) -> dict[str, int] | None:
+    """The configuration `find` gives (this device's entry, else a sibling's), or None."""
+    return find(device, kind, mode, n, k, m, experts, path, zero_point, traits)[0]

@@ -55,6 +55,97 @@ def test_lookup_by_device_shape_and_bucket(table):
     assert tuned.lookup(None, "moe", "w8a8_block", 1536, 2048, 9, 128) is None
 
 
+SIBLING = "NVIDIA GH200 480GB"                  # not in the file: known by its traits only
+HOPPER = ((9, 0), 132)
+ENTRY = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128, "m": 16,
+         "config": MOE_CFG}
+
+
+def _siblings_table(tmp_path, monkeypatch, devices, traits):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "traits": traits, "devices": devices}))
+    monkeypatch.setattr(tuned, "TABLE", path)
+    tuned.load.cache_clear()
+    return path
+
+
+def test_a_device_without_an_entry_takes_a_siblings(tmp_path, monkeypatch):
+    """A device with no entry for a key takes the first device's of the same capability and SM count (the file's
+    traits, in its order); its own entry first; other traits, or SIBLINGS off, the shape rules (None)."""
+    other = dict(MOE_CFG, num_warps=8)
+    _siblings_table(tmp_path, monkeypatch,
+                    {DEVICE: [ENTRY], "NVIDIA H100 80GB HBM3": [dict(ENTRY, config=other), dict(ENTRY, m=32)]},
+                    {DEVICE: {"capability": [9, 0], "sms": 132}, "NVIDIA H100 80GB HBM3": {"capability": [9, 0],
+                                                                                          "sms": 132}})
+    try:
+        args = ("moe", "w8a8_block", 1536, 2048, 9, 128)
+        assert tuned.find(SIBLING, *args, traits=HOPPER) == (MOE_CFG, DEVICE)          # the file's first sibling
+        assert tuned.find("NVIDIA H100 80GB HBM3", *args, traits=HOPPER) == (other, "NVIDIA H100 80GB HBM3")
+        assert tuned.find(DEVICE, "moe", "w8a8_block", 1536, 2048, 17, 128, traits=HOPPER) == \
+            (dict(MOE_CFG, num_warps=4), "NVIDIA H100 80GB HBM3")                      # bucket 32: the H100's
+        assert tuned.lookup(SIBLING, *args, traits=((9, 0), 114)) is None               # an H100 PCIe's SM count
+        assert tuned.lookup(SIBLING, *args, traits=((10, 0), 132)) is None
+        assert tuned.lookup(SIBLING, *args) is None                                     # traits unknown
+        monkeypatch.setattr(tuned, "SIBLINGS", False)
+        assert tuned.lookup(SIBLING, *args, traits=HOPPER) is None
+        assert tuned.lookup(DEVICE, *args, traits=HOPPER) == MOE_CFG
+    finally:
+        tuned.load.cache_clear()
+
+
+@pytest.mark.parametrize("traits,field", [
+    ([1], "traits"), ({DEVICE: {"capability": [9], "sms": 132}}, "traits.NVIDIA H200.capability"),
+    ({DEVICE: {"capability": [9, 0], "sms": 0}}, "traits.NVIDIA H200.sms"),
+    ({DEVICE: {"capability": [9, 0], "sms": True}}, "traits.NVIDIA H200.sms"), ({DEVICE: 132}, "capability"),
+])
+def test_bad_traits_name_the_file_and_the_field(tmp_path, traits, field):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "traits": traits, "devices": {DEVICE: [ENTRY]}}))
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_config_for_asks_with_the_devices_traits(tmp_path, monkeypatch):
+    """TritonMoE.config_for and DenseGemm.config_for pass the device's capability and SM count: a device the
+    table does not name runs its sibling's entry; one of other traits the shape rules."""
+    from oracle_triton.launch import device_traits
+
+    e, h, i, k = 8, 256, 128, 2
+    kn = {**DENSE_CFG, "BLOCK_K": 128, "KN": 1}       # the word layout W4A16 E2M1 takes (as above)
+    dense = {"kind": "dense", "mode": "w4a16_mx", "weight": "mxfp4", "n": 256, "k": 512, "m": 4, "config": kn}
+    _siblings_table(tmp_path, monkeypatch, {DEVICE: [dict(ENTRY, n=2 * i, k=h, experts=e, m=8), dense]},
+                    {DEVICE: {"capability": [9, 0], "sms": 132}})
+    try:
+        t, _ = moe_pair("fp8_block", e, h, i, k, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                        device=DEV)
+        lin, _ = linear_pair("mxfp4", 256, 512, "w4a16_mx", "bf16", device=DEV)
+        for sms, want in ((132, True), (114, False)):
+            t.facts = dict(t.facts, name=SIBLING, cc=(9, 0), sms=sms)
+            lin.gemm.facts = dict(lin.gemm.facts, name=SIBLING, cc=(9, 0), sms=sms)
+            assert device_traits(t.facts) == ((9, 0), sms)
+            assert (t.config_for(5, k) == MOE_CFG) is want, sms
+            assert (lin.gemm.config_for(3) == kn) is want, sms
+        assert device_traits({"cc": None, "sms": 8}) is None          # the interpreter's facts
+    finally:
+        tuned.load.cache_clear()
+
+
+def test_the_shipped_table_serves_an_h100_the_h200s_entries_where_it_has_none():
+    """The shipped file: an H100 SXM (and a GH200, unnamed there) shares the H200's traits, so DeepSeek-R1's
+    one-token FP8 entry reaches it, while its own 4096-token entries stay its own."""
+    tuned.load.cache_clear()
+    h100 = "NVIDIA H100 80GB HBM3"
+    table = tuned.load(tuned.TABLE)
+    assert table.traits[h100] == table.traits[DEVICE] == HOPPER
+    one = ("moe", "w8a8_block", 4096, 7168, 1, 256)
+    assert tuned.find(h100, *one, traits=HOPPER) == (tuned.lookup(DEVICE, *one), DEVICE)
+    assert tuned.find(SIBLING, *one, traits=HOPPER)[1] == DEVICE
+    big = ("moe", "w4a4_nvfp4", 3072, 4096, 4096, 128)
+    assert tuned.find(h100, *big, traits=HOPPER)[1] == h100
+    assert tuned.find(h100, *one) == (None, None)                  # no traits: its own entries only
+
+
 @pytest.mark.parametrize("change,field", [
     ({"kind": "conv"}, "[0].kind"), ({"m": 3}, "[0].m"), ({"n": -1}, "[0].n"), ({"weight": "fp16"}, "[0].weight"),
     ({"config": {"BLOCK_M": 16}}, "[0].config"), ({"config": dict(MOE_CFG, BLOCK_K=96)}, "[0].config"),
@@ -166,9 +257,11 @@ def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     entry = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 1536, "k": 2048, "experts": 128,
              "m": 16, "config": MOE_CFG, "us": 10.0, "default_us": 12.0}
     write_table(str(path), DEVICE, [entry])
-    write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)])
-    table = tuned.parse(json.loads(path.read_text()), path)[DEVICE]
-    assert table == {("moe", "w8a8_block", 1536, 2048, 128, 16, None): dict(MOE_CFG, num_warps=8)}
+    write_table(str(path), DEVICE, [dict(entry, config=dict(MOE_CFG, num_warps=8), us=9.0)],
+                {"capability": [9, 0], "sms": 132})
+    parsed = tuned.parse(json.loads(path.read_text()), path)
+    assert parsed[DEVICE] == {("moe", "w8a8_block", 1536, 2048, 128, 16, None): dict(MOE_CFG, num_warps=8)}
+    assert parsed.traits == {DEVICE: ((9, 0), 132)}                         # the writing device's siblings
     with pytest.raises(PolicyError):
         write_table(str(path), DEVICE, [dict(entry, m=3)])
     assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
