@@ -26,7 +26,7 @@ import time
 
 import torch
 from bench_triton import dense_pair
-from sweep_large_m import write_rows, write_table, write_winners
+from sweep_large_m import table_from_json, write_rows, write_winners
 from gpu_timing import copy_bandwidth, graph_ms, rel, start
 
 
@@ -625,13 +625,13 @@ def main(argv=None) -> int:
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: take the rows from an earlier run's "
                     "--json (no GPU needed)")
-    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device the rows were measured on")
+    ap.add_argument("--device-name", help="with --from-json: the device the rows were measured on (default: the "
+                    "one the file names, else the NVIDIA H200)")
     args = ap.parse_args(argv)
     if args.from_json:
         if not args.write_table:
             ap.error("--from-json needs --write-table")
-        with open(args.from_json) as f:
-            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        table_from_json(args.from_json, args.write_table, args.device_name, table_entries)
         return 0
     DEFAULTS_ONLY[0] = args.defaults_only
     ONLY[0] = args.only

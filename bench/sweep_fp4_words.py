@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from sweep_large_m import write_rows, write_table, write_winners
+from sweep_large_m import table_from_json, write_rows, write_winners
 from gpu_timing import copy_bandwidth, rel, start
 from sweep_dense import DEV, OK, SHAPES, build, copies, fill_split, gtime
 
@@ -334,11 +334,11 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--write-table", metavar="PATH", help="merge the winners into this tuned-config table")
     ap.add_argument("--from-json", metavar="FILE", help="with --write-table: the rows of an earlier run's --json")
-    ap.add_argument("--device-name", default="NVIDIA H200", help="with --from-json: the device measured")
+    ap.add_argument("--device-name", help="with --from-json: the device measured (default: the one the file "
+                    "names, else the NVIDIA H200)")
     args = ap.parse_args(argv)
     if args.from_json:
-        with open(args.from_json) as f:
-            write_table(args.write_table, args.device_name, table_entries(json.load(f)["rows"]))
+        table_from_json(args.from_json, args.write_table, args.device_name, table_entries)
         return 0
     if args.compile_worker:
         i, p = map(int, args.compile_worker.split("/"))

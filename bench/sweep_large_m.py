@@ -187,10 +187,25 @@ def sweep_dense(ms_list, only, rows, table=None):
 
 
 def write_rows(path: str | None, bw: float, rows: list[dict]) -> None:
-    """A sweep's rows (and the copy bandwidth its HBM figures divide by) as JSON, if asked for."""
+    """A sweep's rows (and the copy bandwidth its HBM figures divide by, the device and its traits, so that
+    `--from-json --write-table` files them under the device measured) as JSON, if asked for."""
     if path:
+        import torch
+
+        where = {"device": torch.cuda.get_device_name(), "traits": this_device_traits()} \
+            if torch.cuda.is_available() else {}
         with open(path, "w") as f:
-            json.dump({"copy_bandwidth": bw, "rows": rows}, f, indent=1, default=str)
+            json.dump({"copy_bandwidth": bw, **where, "rows": rows}, f, indent=1, default=str)
+
+
+def table_from_json(path: str, table: str, device: str | None, entries_of) -> None:
+    """--from-json FILE --write-table TABLE: an earlier run's winners (`entries_of(rows)`) merged into TABLE under
+    `device`, else the device the file names (else the H200, which measured the files written before they named
+    one), with the traits the file records."""
+    with open(path) as f:
+        doc = json.load(f)
+    write_table(table, device or doc.get("device") or "NVIDIA H200", entries_of(doc["rows"]),
+                doc.get("traits") if not device or device == doc.get("device") else None)
 
 
 def write_table(path: str, device: str, entries: list[dict], traits: dict | None = None) -> None:

@@ -267,6 +267,35 @@ def test_the_sweep_writes_entries_the_loader_accepts(tmp_path):
     assert tuned.parse(json.loads(path.read_text()), path)[DEVICE]          # a bad entry never reaches the file
 
 
+def test_a_runs_json_files_its_winners_under_the_device_it_names(tmp_path):
+    """sweep_dense.py / sweep_fp4_words.py --from-json RUN.json --write-table: the rows' winners go under the device
+    the file names with its traits (siblings then find them); --device-name another device: no traits taken from
+    the file; a file from before they named one: the H200 (which measured them)."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        from sweep_large_m import table_from_json
+    finally:
+        sys.path.remove(str(bench))
+    entry = dict(ENTRY, us=9.0)
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"copy_bandwidth": 3.3e12, "device": "NVIDIA GH200 480GB",
+                               "traits": {"capability": [9, 0], "sms": 132}, "rows": [entry]}))
+    table = tmp_path / "tuned.json"
+    table_from_json(str(run), str(table), None, lambda rows: rows)
+    parsed = tuned.parse(json.loads(table.read_text()), table)
+    assert list(parsed) == ["NVIDIA GH200 480GB"] and parsed.traits == {"NVIDIA GH200 480GB": HOPPER}
+    table_from_json(str(run), str(table), "NVIDIA H100 80GB HBM3", lambda rows: rows)
+    parsed = tuned.parse(json.loads(table.read_text()), table)
+    assert "NVIDIA H100 80GB HBM3" in parsed and "NVIDIA H100 80GB HBM3" not in parsed.traits
+    run.write_text(json.dumps({"copy_bandwidth": 4.1e12, "rows": [entry]}))
+    table_from_json(str(run), str(table), None, lambda rows: rows)
+    assert DEVICE in tuned.parse(json.loads(table.read_text()), table)
+
+
 SWAP_CFG = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4,
             "num_stages": 1}
 GEMV_CFG = {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 2, "DECODE": 0, "num_warps": 4, "num_stages": 2}
