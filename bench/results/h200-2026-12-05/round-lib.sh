@@ -5,6 +5,12 @@ round_start() {
   export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 }
+# round_card_mode MODE: MODE itself, or for "auto" "a" on an H200 and "g" on any other card (the first call of a
+# session takes whichever card comes; the #25 rounds want an H200, any card runs gpu-check).
+round_card_mode() {
+  [ "$1" != auto ] && { echo "$1"; return; }
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) echo a ;; *) echo g ;; esac
+}
 # round_gpu_check W WORKERS LIMIT: scripts/gpu-check with the benchmarks off (its logs in W/gc, W/gc.log), WORKERS
 # pytest-xdist workers, cut at LIMIT seconds; prints its exit status and the pytest summaries.
 round_gpu_check() {
