@@ -5,11 +5,17 @@ round_start() {
   export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 }
-# round_card_mode MODE: MODE itself, or for "auto" "a" on an H200 and "g" on any other card (the first call of a
-# session takes whichever card comes; the #25 rounds want an H200, any card runs gpu-check).
-round_card_mode() {
-  [ "$1" != auto ] && { echo "$1"; return; }
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) echo a ;; *) echo g ;; esac
+# round_checked W MODE: MODE "g", or "auto" on any card but an H200 (the first call of a session takes whichever card
+# comes; the #25 rounds want an H200): scripts/gpu-check on 12 workers (round_gpu_check) and success, so the caller
+# exits; any other MODE ("a", or "auto" on an H200): failure, the caller runs its rounds. Prints the mode.
+round_checked() {
+  local mode=$2
+  [ "$mode" = auto ] && case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H200*) mode=a ;; *) mode=g ;; esac
+  echo "mode $mode"
+  [ "$mode" = g ] || return 1
+  round_gpu_check "$1" 12 585
+  return 0
 }
 # round_gpu_check W WORKERS LIMIT: scripts/gpu-check with the benchmarks off (its logs in W/gc, W/gc.log), WORKERS
 # pytest-xdist workers, cut at LIMIT seconds; prints its exit status and the pytest summaries.

@@ -11,8 +11,7 @@ set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
-  MODE=$(round_card_mode "$1"); echo "mode $MODE"
-  [ "$MODE" = g ] && { round_gpu_check "$OUTDIR" 12 585; exit 0; }
+  round_checked "$OUTDIR" "$1" && exit 0
   TRITON_CACHE_DIR=/tmp/tc-t timeout 90 python3 -m pytest -q -p no:cacheprovider plugins/triton/tests/test_triton_moe.py \
     -k alignment > "$OUTDIR/r110al-tests.log" 2>&1
   echo "alignment tests rc $?"; tail -3 "$OUTDIR/r110al-tests.log" | cut -c1-300

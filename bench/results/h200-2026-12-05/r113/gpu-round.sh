@@ -10,8 +10,7 @@ set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
-  MODE=$(round_card_mode "$1"); echo "mode $MODE"
-  [ "$MODE" = g ] && { round_gpu_check "$OUTDIR" 12 585; exit 0; }
+  round_checked "$OUTDIR" "$1" && exit 0
   cd bench
   round_moe_4096 "$OUTDIR" r113 moe_r113.json 7 "${R113_TIMEOUT:-330}" qwen3-235b-a22b-nvfp4 \
     qwen3-235b-a22b-nvfp4-static qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b
