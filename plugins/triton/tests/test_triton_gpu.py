@@ -416,6 +416,16 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, monkeypatch):
 
 
 
+def _runs_h200_entries(facts: dict) -> bool:
+    """The device is the H200 or one of its siblings in the tuned table (the same capability and SM count: an H100
+    SXM), so the H200's entries serve it."""
+    from oracle_triton import tuned
+    from oracle_triton.launch import device_traits
+
+    return facts["name"] == "NVIDIA H200" or (tuned.SIBLINGS and device_traits(facts) is not None and
+                                              device_traits(facts) == tuned.load(tuned.TABLE).traits["NVIDIA H200"])
+
+
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
 def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
     """The H200's shipped 256-row entry of an 8192x8192 4-bit layer selects w4_ws through the public call:
@@ -426,8 +436,9 @@ def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
-    if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.ws_ok(0):
-        pytest.skip("the WS entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")
+    if not _runs_h200_entries(t.gemm.facts) or not t.gemm.ws_ok(0):
+        pytest.skip("the WS entries are the H200's and its siblings' (sm_90, E2M1 scales inside the fused decoder's "
+                    "range)")
     cfg = t.gemm.config_for(256, t.act)
     assert cfg.get("WS")
     ran = []
@@ -451,8 +462,9 @@ def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
-    if t.gemm.facts["name"] != "NVIDIA H200" or not t.gemm.rega_ok(0):
-        pytest.skip("the REGA entries are the H200's (sm_90, E2M1 scales inside the fused decoder's range)")
+    if not _runs_h200_entries(t.gemm.facts) or not t.gemm.rega_ok(0):
+        pytest.skip("the REGA entries are the H200's and its siblings' (sm_90, E2M1 scales inside the fused "
+                    "decoder's range)")
     assert t.gemm.config_for(16, t.act).get("REGA")
     ran = []
     rega = DenseGemm.rega
