@@ -60,9 +60,10 @@ def device_facts(device: torch.device) -> dict[str, Any]:
                 "cc": None}
     index = device.index if device.index is not None else torch.cuda.current_device()
     force_int = os.environ.get("ORACLE_TRITON_FP8_DECODE") == "int"   # exercise the SM80 path
-    hw = _capability(index) >= (8, 9) and not force_int
+    cc = tuple(_capability(index))
+    hw = cc >= (8, 9) and not force_int
     return {"hw_fp8": hw, "fp8_dot": hw, "dot_f32": False, "sms": _sm_count(index), "name": _device_name(index),
-            "pdl": _capability(index) >= (9, 0), "cc": tuple(_capability(index))}
+            "pdl": cc >= (9, 0), "cc": cc}
 
 
 def device_traits(facts: dict[str, Any]) -> tuple[tuple[int, int], int] | None:
