@@ -416,14 +416,14 @@ def test_ws_persistent_programs_match_the_one_tile_grid(fmt, monkeypatch):
 
 
 
-def _runs_h200_entries(facts: dict) -> bool:
-    """The device is the H200 or one of its siblings in the tuned table (the same capability and SM count: an H100
-    SXM), so the H200's entries serve it."""
+def _runs_h200_entries(gemm, m: int) -> bool:
+    """The tuned table serves this device the H200's entry for the layer at M rows: the H200's own, or a sibling's
+    (tuned.find: an H100 SXM shares the H200's capability and SM count)."""
     from oracle_triton import tuned
     from oracle_triton.launch import device_traits
 
-    return facts["name"] == "NVIDIA H200" or (tuned.SIBLINGS and device_traits(facts) is not None and
-                                              device_traits(facts) == tuned.load(tuned.TABLE).traits["NVIDIA H200"])
+    return tuned.find(gemm.facts["name"], "dense", gemm.mode, gemm.n, gemm.k, m,
+                      traits=device_traits(gemm.facts))[1] == "NVIDIA H200"
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "int4"])
@@ -436,7 +436,7 @@ def test_tuned_ws_entry_serves_the_whole_layer_call(fmt, monkeypatch):
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
-    if not _runs_h200_entries(t.gemm.facts) or not t.gemm.ws_ok(0):
+    if not _runs_h200_entries(t.gemm, 256) or not t.gemm.ws_ok(0):
         pytest.skip("the WS entries are the H200's and its siblings' (sm_90, E2M1 scales inside the fused decoder's "
                     "range)")
     cfg = t.gemm.config_for(256, t.act)
@@ -462,7 +462,7 @@ def test_tuned_rega_entry_serves_the_whole_layer_call(fmt, monkeypatch):
 
     mode = {"mxfp4": "w4a16_mx", "nvfp4": "w4a16_nvfp4", "int4": "w4a16_int4"}[fmt]
     t, e = linear_pair(fmt, 8192, 8192, mode, "bf16", device="cuda")
-    if not _runs_h200_entries(t.gemm.facts) or not t.gemm.rega_ok(0):
+    if not _runs_h200_entries(t.gemm, 16) or not t.gemm.rega_ok(0):
         pytest.skip("the REGA entries are the H200's and its siblings' (sm_90, E2M1 scales inside the fused "
                     "decoder's range)")
     assert t.gemm.config_for(16, t.act).get("REGA")
