@@ -66,7 +66,7 @@ def test_the_rules_variants_switch_the_siblings_off():
 
     bench = Path(__file__).resolve().parents[1] / "bench" / "configs"
     rules = json.loads((bench / "moe_r112.json").read_text())["deepseek-r1"]["rules"]
-    t, one = SimpleNamespace(config=None), ("moe", "w8a8_block", 4096, 7168, 1, 256)
+    t, one = SimpleNamespace(config=None), ("moe", "w8a8_block", 4096, 7168, 16, 256)   # no H100 entry of its own
     hopper = ((9, 0), 132)
     assert tuned.lookup("NVIDIA H100 80GB HBM3", *one, traits=hopper) == tuned.lookup("NVIDIA H200", *one)
     with variant_held(t, rules):

@@ -123,8 +123,12 @@ def test_swap_ab_is_a_tuned_table_key():
                                                   num_stages=4),
                                  # DeepSeek-R1's M=1 entry (ninth pass): 128-column FC1 tiles, one program per SM
                                  dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
+                                 # the H100's own (thirty-sixth pass, R118): two K tiles an iteration, 3 FC1 stages
+                                 dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=3,
+                                      K_PAIR=3),
                                  ALIGNED],
-                         ids=["direct_last", "direct_last_qwen3_m1_entry", "direct_last_deepseek_m1_entry", "aligned"])
+                         ids=["direct_last", "direct_last_qwen3_m1_entry", "direct_last_deepseek_m1_entry",
+                              "direct_last_deepseek_m1_h100_entry", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
                       device="cuda")

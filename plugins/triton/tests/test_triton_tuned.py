@@ -133,17 +133,20 @@ def test_config_for_asks_with_the_devices_traits(tmp_path, monkeypatch):
 
 def test_the_shipped_table_serves_an_h100_the_h200s_entries_where_it_has_none():
     """The shipped file: an H100 SXM (and a GH200, unnamed there) shares the H200's traits, so DeepSeek-R1's
-    one-token FP8 entry reaches it, while its own 4096-token entries stay its own."""
+    16-token FP8 entry reaches it, while its own entries (4096 tokens; DeepSeek-R1's one-token entry, R118) stay
+    its own."""
     tuned.load.cache_clear()
     h100 = "NVIDIA H100 80GB HBM3"
     table = tuned.load(tuned.TABLE)
     assert table.traits[h100] == table.traits[DEVICE] == HOPPER
-    one = ("moe", "w8a8_block", 4096, 7168, 1, 256)
-    assert tuned.find(h100, *one, traits=HOPPER) == (tuned.lookup(DEVICE, *one), DEVICE)
-    assert tuned.find(SIBLING, *one, traits=HOPPER)[1] == DEVICE
-    big = ("moe", "w4a4_nvfp4", 3072, 4096, 4096, 128)
-    assert tuned.find(h100, *big, traits=HOPPER)[1] == h100
-    assert tuned.find(h100, *one) == (None, None)                  # no traits: its own entries only
+    sixteen = ("moe", "w8a8_block", 4096, 7168, 16, 256)
+    assert tuned.find(h100, *sixteen, traits=HOPPER) == (tuned.lookup(DEVICE, *sixteen), DEVICE)
+    assert tuned.find(SIBLING, *sixteen, traits=HOPPER)[1] == DEVICE
+    for own in (("moe", "w4a4_nvfp4", 3072, 4096, 4096, 128), ("moe", "w8a8_block", 4096, 7168, 1, 256)):
+        assert tuned.find(h100, *own, traits=HOPPER)[1] == h100
+    one = tuned.lookup(h100, "moe", "w8a8_block", 4096, 7168, 1, 256)
+    assert one == dict(tuned.lookup(DEVICE, "moe", "w8a8_block", 4096, 7168, 1, 256), K_PAIR=3, num_stages=3)
+    assert tuned.find(h100, *sixteen) == (None, None)              # no traits: its own entries only
 
 
 @pytest.mark.parametrize("change,field", [
