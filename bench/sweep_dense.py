@@ -19,7 +19,6 @@ rotated copies), torch's tinygemm (INT4) and the HBM limit are printed beside it
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
