@@ -19,7 +19,10 @@ row-major pattern is the bound; if `rows` is near `flat`, what the kernels lose 
   quantizer: the quantizer alone (cfg ROWQ's row quantizer, else quantize_activation_codes);
   chain: `rows` at cfg's tiles, split and stages (the GEMM's loads without its MMA and hand-off).
 
-    python bench/stream_probe.py [--shapes 7168x18432 8192x8192 36864x7168] [--ablate 16]
+--tiles BNxBK:S:ST:W ...: the `rows` tiles to time instead of the default list (e.g. dense stand-ins for a
+MoE launch's rows); --self-check: the kernels' sums against torch's on small matrices, then exit.
+
+    python bench/stream_probe.py [--shapes 7168x18432 8192x8192 36864x7168] [--ablate 16] [--tiles ...]
 """
 from __future__ import annotations
 
@@ -29,7 +32,6 @@ import sys
 import torch
 import triton
 import triton.language as tl
-
 
 
 @triton.jit
