@@ -42,3 +42,11 @@ round_moe_4096() {
     --moe-launches --moe-variants "configs/$variants" --moe-rounds "$rounds" --json "$w/$name.json" > "$w/$name.log" 2>&1
   echo "$name rc $?"; grep -E "M=|interleaved|kernels" "$w/$name.log" | cut -c1-600
 }
+# round_peers W NAME LIMIT ARGS...: bench_peers.py ARGS (run from bench/) with --json W/NAME.json, its log in
+# W/NAME.log, cut at LIMIT seconds; prints its exit status and the rows (the dense rows' repeats, the MoE rows'
+# interleaved rounds and launches, any error).
+round_peers() {
+  local w=$1 name=$2 limit=$3; shift 3
+  TRITON_CACHE_DIR=/tmp/tc-a timeout "$limit" python3 bench_peers.py "$@" --json "$w/$name.json" > "$w/$name.log" 2>&1
+  echo "$name rc $?"; grep -E "repeats|M=|interleaved|kernels|rror" "$w/$name.log" | sed 's/; SM MHz.*//' | cut -c1-700
+}

@@ -11,8 +11,6 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
   round_pytest "$OUTDIR" wtma "${R114_TEST_S:-150}" plugins/triton/tests/test_triton_gpu.py "fp8_swap"
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout "${R114_BENCH_S:-380}" python3 bench_peers.py --only dense \
-    --modes w8a8_fp8_channel --m 1 16 --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean \
-    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 --dense-variants configs/fp8_wtma_r114.json \
-    --dense-warm-s 0.15 --dense-repeat 3 --json "$OUTDIR/r114.json" > "$OUTDIR/r114.log" 2>&1
-  echo "r114 rc $?"; grep -E "repeats|M=|rror" "$OUTDIR/r114.log" | sed 's/; SM MHz.*//' | cut -c1-260 )
+  round_peers "$OUTDIR" r114 "${R114_BENCH_S:-380}" --only dense --modes w8a8_fp8_channel --m 1 16 \
+    --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 \
+    --dense-variants configs/fp8_wtma_r114.json --dense-warm-s 0.15 --dense-repeat 3 )

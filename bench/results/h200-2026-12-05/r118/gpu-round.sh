@@ -12,9 +12,7 @@ source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout "${R118_BENCH_S:-210}" python3 bench_peers.py --only moe --shapes deepseek-r1 \
-    --moe-m deepseek-r1=1,16 --moe-variants configs/moe_r118.json --moe-rounds 5 --moe-launches \
-    --json "$OUTDIR/r118.json" > "$OUTDIR/r118.log" 2>&1
-  echo "r118 rc $?"; grep -E "M=|interleaved|kernels" "$OUTDIR/r118.log" | cut -c1-700
+  round_peers "$OUTDIR" r118 "${R118_BENCH_S:-210}" --only moe --shapes deepseek-r1 --moe-m deepseek-r1=1,16 \
+    --moe-variants configs/moe_r118.json --moe-rounds 5 --moe-launches
   cd ..
   round_pytest "$OUTDIR" pair "${R118_TEST_S:-90}" plugins/triton/tests/test_triton_moe_fp8_swap.py "scale_pair" )

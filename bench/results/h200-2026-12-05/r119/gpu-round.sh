@@ -8,8 +8,6 @@ source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout "${R119_BENCH_S:-560}" python3 bench_peers.py --only dense \
-    --modes w8a8_fp8_channel --m 16 --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean \
-    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 --dense-variants configs/fp8_bk_r119.json \
-    --dense-warm-s 0.15 --dense-repeat 5 --json "$OUTDIR/r119.json" > "$OUTDIR/r119.log" 2>&1
-  echo "r119 rc $?"; grep -E "repeats|M=|rror" "$OUTDIR/r119.log" | sed 's/; SM MHz.*//' | cut -c1-300 )
+  round_peers "$OUTDIR" r119 "${R119_BENCH_S:-560}" --only dense --modes w8a8_fp8_channel --m 16 \
+    --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 \
+    --dense-variants configs/fp8_bk_r119.json --dense-warm-s 0.15 --dense-repeat 5 )

@@ -12,8 +12,6 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
   round_pytest "$OUTDIR" prew "${R121_TEST_S:-150}" plugins/triton/tests/test_triton_gpu.py "fp8_swap"
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout "${R121_BENCH_S:-400}" python3 bench_peers.py --only dense \
-    --modes w8a8_fp8_channel --m 16 --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean \
-    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 --dense-variants configs/fp8_pre_r121.json \
-    --dense-warm-s 0.15 --dense-repeat 5 --json "$OUTDIR/r121.json" > "$OUTDIR/r121.log" 2>&1
-  echo "r121 rc $?"; grep -E "repeats|rror" "$OUTDIR/r121.log" | sed 's/; SM MHz.*//' | cut -c1-200 )
+  round_peers "$OUTDIR" r121 "${R121_BENCH_S:-400}" --only dense --modes w8a8_fp8_channel --m 16 \
+    --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 \
+    --dense-variants configs/fp8_pre_r121.json --dense-warm-s 0.15 --dense-repeat 5 )

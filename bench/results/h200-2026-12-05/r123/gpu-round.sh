@@ -7,7 +7,5 @@ source bench/results/h200-2026-12-05/round-lib.sh
 OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
 ( round_start "$OUTDIR" || exit 1
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout "${R123_BENCH_S:-330}" python3 bench_peers.py --only moe --shapes deepseek-r1 \
-    --moe-m deepseek-r1=1 --moe-variants configs/moe_r123.json --moe-rounds 5 --moe-launches \
-    --json "$OUTDIR/r123.json" > "$OUTDIR/r123.log" 2>&1
-  echo "r123 rc $?"; grep -E "M=|interleaved|kernels|rror" "$OUTDIR/r123.log" | cut -c1-900 )
+  round_peers "$OUTDIR" r123 "${R123_BENCH_S:-330}" --only moe --shapes deepseek-r1 --moe-m deepseek-r1=1 \
+    --moe-variants configs/moe_r123.json --moe-rounds 5 --moe-launches )

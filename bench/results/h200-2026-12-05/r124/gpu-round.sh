@@ -12,14 +12,11 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
   echo "probe tests rc $?"; tail -2 "$OUTDIR/probe-tests.log"
   case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) ;; *) exit 0 ;; esac
   cd bench
-  TRITON_CACHE_DIR=/tmp/tc-a timeout 130 python3 bench_peers.py --only moe --shapes deepseek-r1 \
-    --moe-m deepseek-r1=1,16 --moe-variants configs/moe_r118.json --moe-rounds 5 --moe-launches \
-    --json "$OUTDIR/r124ds.json" > "$OUTDIR/r124ds.log" 2>&1
-  echo "r124ds rc $?"; grep -E "M=|interleaved|kernels" "$OUTDIR/r124ds.log" | cut -c1-600
+  round_peers "$OUTDIR" r124ds 130 --only moe --shapes deepseek-r1 --moe-m deepseek-r1=1,16 \
+    --moe-variants configs/moe_r118.json --moe-rounds 5 --moe-launches
   round_moe_4096 "$OUTDIR" r124 moe_r113.json 7 300 qwen3-235b-a22b-nvfp4 qwen3-235b-a22b-nvfp4-static \
     qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b gpt-oss-120b
   left=$(( 560 - SECONDS )); [ "$left" -gt 60 ] || exit 0
-  TRITON_CACHE_DIR=/tmp/tc-d timeout "$left" python3 bench_peers.py --only dense --modes w8a8_fp8_channel --m 16 \
+  round_peers "$OUTDIR" r124fp8 "$left" --only dense --modes w8a8_fp8_channel --m 16 \
     --shapes 7168x18432 8192x8192 36864x7168 --peers gemlite --lean --gemlite-quantizer-rows 1 --gemlite-tune-ms 5 \
-    --dense-warm-s 0.15 --dense-repeat 5 --json "$OUTDIR/r124fp8.json" > "$OUTDIR/r124fp8.log" 2>&1
-  echo "r124fp8 rc $?"; grep -E "M=|rror" "$OUTDIR/r124fp8.log" | sed 's/; SM MHz.*//' | cut -c1-260 )
+    --dense-warm-s 0.15 --dense-repeat 5 )
