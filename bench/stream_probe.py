@@ -90,6 +90,7 @@ TILES = [(64, 256, 1, 4, 4), (64, 256, 2, 4, 4), (64, 256, 1, 6, 4), (64, 512, 1
 def ablate(n: int, k: int, m: int) -> list[str]:
     """The --ablate rows for one shape (docstring above); the GEMM on codes checked against the call's output."""
     from bench_triton import dense_pair
+    from oracle_triton.linear import TritonLinear
     from sweep_dense import copies, gtime
     from oracle_triton.formats import ACT_TOKEN
 
@@ -97,7 +98,6 @@ def ablate(n: int, k: int, m: int) -> list[str]:
     t, _, tensors, layer, mode = dense_pair("probe", "fp8_channel", n, k, w, "w8a8_fp8_channel", "fp8",
                                             {"activation_granularity": "token"})
     del w
-    from oracle_triton.linear import TritonLinear
     layers = [t]
     for _ in range(copies(n * k) - 1):
         o = TritonLinear(layer, mode, None)
