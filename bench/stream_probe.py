@@ -90,9 +90,9 @@ TILES = [(64, 256, 1, 4, 4), (64, 256, 2, 4, 4), (64, 256, 1, 6, 4), (64, 512, 1
 def ablate(n: int, k: int, m: int) -> list[str]:
     """The --ablate rows for one shape (docstring above); the GEMM on codes checked against the call's output."""
     from bench_triton import dense_pair
+    from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.linear import TritonLinear
     from sweep_dense import copies, gtime
-    from oracle_triton.formats import ACT_TOKEN
 
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     t, _, tensors, layer, mode = dense_pair("probe", "fp8_channel", n, k, w, "w8a8_fp8_channel", "fp8",
