@@ -76,6 +76,10 @@ DENSE_WARM = [0.3]
 #: (e.g. {"BASE": 1, "PDL": 1}); "RULES": 1 over the shape rules' choice instead (what a device without a tuned
 #: entry, its own or a sibling's, runs); "ONLY_M": that M only
 DENSE_VARIANTS: dict[str, dict] = {}
+#: --vllm-src: vLLM's source tree for the "vllm-triton" MoE peer (vllm_moe_peer.find_tree; None: $ORACLE_VLLM_SRC or
+#: an installed vllm)
+VLLM_SRC: list = [None]
+VLLM_PEER = "vllm-triton"
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -227,6 +231,11 @@ def rounds_lines(row: dict) -> list[str]:
         if t.get("rounds_error"):
             line += f"; error: {t['rounds_error']}"
         lines.append(line)
+    ours, theirs = row["peers"].get("oracle", {}).get("rounds"), row["peers"].get(VLLM_PEER, {}).get("rounds")
+    if ours and theirs:
+        per = [b / a for a, b in zip(ours, theirs)]
+        lines.append(f"    {row['shape']} interleaved rounds, {VLLM_PEER} / oracle: " + ", ".join(f"{r:.3f}" for r in per)
+                     + f" (median {statistics.median(per):.3f}x, above 1: ours faster)")
     return lines
 
 
@@ -514,11 +523,17 @@ def _print_row(row):
                       + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
-            if cand == "oracle" and t.get("config"):
-                print(f"    {row['shape']} {cand} config: {t['config']}")
+            if cand in ("oracle", VLLM_PEER) and t.get("config"):
+                print(f"    {row['shape']} {cand} config: {t['config']}"
+                      + (f" ({t['config_source']})" if t.get("config_source") else ""))
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
+    ours, theirs = row["peers"].get("oracle", {}), row["peers"].get(VLLM_PEER, {})
+    if "graph" in ours and "graph" in theirs:
+        print(f"    {row['shape']} M={row['m']} against vLLM's Triton MoE (graph us): oracle {ours['graph']:.1f}, "
+              f"{VLLM_PEER} {theirs['graph']:.1f}: {theirs['graph'] / ours['graph']:.3f}x (above 1: ours faster); "
+              f"eager {ours['eager']:.1f} / {theirs['eager']:.1f}", flush=True)
     for line in rounds_lines(row):
         print(line, flush=True)
 
@@ -640,6 +655,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         t = TritonMoE(layer, mode, None)
         t.process_weights(**tensors)
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
+        vllm = _vllm_peer(t, tensors, topk, skipped) if fmt == "fp8_block" else None
         own_bf16 = _own_bf16(layer, w13, w2)
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
         em = emulation_reference(layer, mode, tensors)
@@ -678,6 +694,8 @@ def bench_moe(ms_list, bw, rows, skipped):
                 o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
             row["peers"]["oracle"] = o
             _time_variants(t, name, m, x, routes, shipped_y, row)
+            if vllm is not None:
+                row["peers"][VLLM_PEER] = _time_vllm(vllm, x, routes, m)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
                     ob = measure_moe(_calls(own_bf16, x, routes), m)
@@ -698,12 +716,50 @@ def bench_moe(ms_list, bw, rows, skipped):
                 skipped.append(f"{name} M={m}: BF16 grouped baseline failed ({type(exc).__name__}: {str(exc)[:120]})")
                 print("  " + skipped[-1])
             if MOE_ROUNDS[0] > 1:
-                _moe_rounds(row, _round_candidates(t, own_bf16, name, row), x, routes, m)
-            o["err"] = rel(t.apply(x, *routes[0]), em.apply(x, *routes[0])) if em is not None else float("nan")
+                _moe_rounds(row, _round_candidates(t, own_bf16, name, row, vllm), x, routes, m)
+            ref_y = em.apply(x, *routes[0]) if em is not None else None
+            o["err"] = rel(t.apply(x, *routes[0]), ref_y) if ref_y is not None else float("nan")
+            if "graph" in row["peers"].get(VLLM_PEER, {}):
+                row["peers"][VLLM_PEER]["err"] = rel(vllm.apply(x, *routes[0]), ref_y) if ref_y is not None \
+                    else float("nan")
             rows.append(row)
             _print_row(row)
-        del t, em, w13, w2, own_bf16
+        del t, em, w13, w2, own_bf16, vllm
         torch.cuda.empty_cache()
+
+
+def _vllm_peer(t, tensors: dict, topk: int, skipped: list):
+    """vLLM's Triton fused MoE on the row's checkpoint tensors (vllm_moe_peer; no copy) with oracle-triton's
+    alignment, or None with a skipped line where vLLM's source is not at hand."""
+    import vllm_moe_peer
+
+    try:
+        kernels = vllm_moe_peer.load_kernels(VLLM_SRC[0])
+    except vllm_moe_peer.VllmSourceError as exc:
+        if not any(line.startswith(VLLM_PEER) for line in skipped):
+            skipped.append(f"{VLLM_PEER}: not measured ({exc})")
+            print("  " + skipped[-1], flush=True)
+        return None
+    return vllm_moe_peer.VllmFp8BlockMoE(kernels, tensors["w13"], tensors["w13_scale"], tensors["w2"],
+                                         tensors["w2_scale"], topk, lambda ids, pairs, bm: t._align(ids, pairs, bm))
+
+
+def _time_vllm(vllm, x, routes, m) -> dict:
+    """The vLLM peer's row entry: measure_moe's figures, its first call's seconds, its launch config and where vLLM
+    took it from, its launches (M=1 or --moe-launches); an error is reported in the row, never fatal."""
+    try:
+        first = time.perf_counter()
+        vllm.apply(x, *routes[0])
+        torch.cuda.synchronize()
+        first = time.perf_counter() - first
+        v = measure_moe(_calls(vllm, x, routes), m)
+        cfg, source = vllm.config_for(m)
+        v.update(first_call_s=first, config=cfg, config_source=f"{source}; vLLM {vllm.k.VERSION}")
+        if m == 1 or MOE_LAUNCHES[0]:
+            v["launches"], v["kernels"] = launches(lambda: vllm.apply(x, *routes[0]))
+        return v
+    except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+        return {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
 
 
 def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="oracle") -> None:
@@ -749,13 +805,16 @@ def variant_held(t, cfg: dict | None) -> Iterator[None]:
         t.config = None
 
 
-def _round_candidates(t, own_bf16, name, row) -> dict:
+def _round_candidates(t, own_bf16, name, row, vllm=None) -> dict:
     """--moe-rounds: {peer: (fused MoE, variant config or None)} of the row's first pass that timed: "oracle", each
-    "oracle:LABEL" of --moe-variants, and the BF16 mode last (the rounds' ratio baseline; absent if it failed)."""
+    "oracle:LABEL" of --moe-variants, vLLM's Triton MoE, and the BF16 mode last (the rounds' ratio baseline; absent
+    if it failed)."""
     ok = lambda peer: "graph" in row["peers"].get(peer, {})      # noqa: E731
     cands = {"oracle": (t, None)}
     cands.update({f"oracle:{label}": (t, cfg) for label, cfg in MOE_VARIANTS.get(name, {}).items()
                   if ok(f"oracle:{label}")})
+    if vllm is not None and ok(VLLM_PEER):
+        cands[VLLM_PEER] = (vllm, None)
     if own_bf16 is not None and ok(BF16_MODE):
         cands[BF16_MODE] = (own_bf16, None)
     return cands
@@ -1003,11 +1062,15 @@ def main(argv: list[str] | None = None) -> int:
                          "over a whole row (K padded to a power of two): keep only this one (4 rows of K = 18432 take "
                          "~28 s to compile for sm_90)")
     ap.add_argument("--peers", nargs="+", help="dense: only these peers beside ours and BF16 (e.g. gemlite scaled_mm)")
+    ap.add_argument("--vllm-src", metavar="DIR",
+                    help="vLLM's source tree for the vllm-triton MoE peer (FP8 block rows; bench/vllm_moe_peer.py); "
+                         "default $ORACLE_VLLM_SRC or an installed vllm, else the peer is skipped with a line")
     ap.add_argument("--lean", action="store_true",
                     help="dense: no launch counts (torch.profiler) and no forced one-row GEMV row: fewer seconds")
     args = ap.parse_args(argv)
     BUDGET[0] = args.gemlite_budget_s
     LEAN[0] = args.lean
+    VLLM_SRC[0] = args.vllm_src
     GEMLITE_PINS[:] = args.gemlite_load_config
     PEERS[0] = args.peers
     GEMLITE_SAVE[:] = [args.gemlite_save_config] if args.gemlite_save_config else []
