@@ -79,7 +79,8 @@ DENSE_VARIANTS: dict[str, dict] = {}
 #: --vllm-src: vLLM's source tree for the "vllm-triton" MoE peer (vllm_moe_peer.find_tree; None: $ORACLE_VLLM_SRC or
 #: an installed vllm)
 VLLM_SRC: list = [None]
-VLLM_PEER = "vllm-triton"
+VLLM_PEER = "vllm-triton"              # vLLM's FP8 W8A8 block MoE (FP8-block rows)
+VLLM_BF16 = "vllm-triton-bf16"         # vLLM's BF16 Triton MoE on the row's BF16 experts (every SiLU / gpt-oss row)
 #: gemlite autotunes each new shape and M; after this many seconds of the run it is skipped (said so)
 BUDGET = [240.0]
 BEGAN = time.perf_counter()
@@ -231,11 +232,13 @@ def rounds_lines(row: dict) -> list[str]:
         if t.get("rounds_error"):
             line += f"; error: {t['rounds_error']}"
         lines.append(line)
-    ours, theirs = row["peers"].get("oracle", {}).get("rounds"), row["peers"].get(VLLM_PEER, {}).get("rounds")
-    if ours and theirs:
-        per = [b / a for a, b in zip(ours, theirs)]
-        lines.append(f"    {row['shape']} interleaved rounds, {VLLM_PEER} / oracle: " + ", ".join(f"{r:.3f}" for r in per)
-                     + f" (median {statistics.median(per):.3f}x, above 1: ours faster)")
+    ours = row["peers"].get("oracle", {}).get("rounds")
+    for peer in (VLLM_PEER, VLLM_BF16):
+        theirs = row["peers"].get(peer, {}).get("rounds")
+        if ours and theirs:
+            per = [b / a for a, b in zip(ours, theirs)]
+            lines.append(f"    {row['shape']} interleaved rounds, {peer} / oracle: " + ", ".join(f"{r:.3f}" for r in per)
+                         + f" (median {statistics.median(per):.3f}x, above 1: ours faster)")
     return lines
 
 
@@ -523,17 +526,19 @@ def _print_row(row):
                       + f"; SM MHz/W before the warm-up and each timing: {' '.join(t.get('clocks', []))}")
             if t.get("kernels"):
                 print(f"    {row['shape']} {cand} kernels (us): {t['kernels']}")
-            if cand in ("oracle", VLLM_PEER) and t.get("config"):
+            if cand in ("oracle", VLLM_PEER, VLLM_BF16) and t.get("config"):
                 print(f"    {row['shape']} {cand} config: {t['config']}"
                       + (f" ({t['config_source']})" if t.get("config_source") else ""))
         else:
             parts.append(f"{cand} {'WRONG err %.2g' % t['error'] if isinstance(t['error'], float) else t['error']}")
     print(" | ".join(parts), flush=True)
-    ours, theirs = row["peers"].get("oracle", {}), row["peers"].get(VLLM_PEER, {})
-    if "graph" in ours and "graph" in theirs:
-        print(f"    {row['shape']} M={row['m']} against vLLM's Triton MoE (graph us): oracle {ours['graph']:.1f}, "
-              f"{VLLM_PEER} {theirs['graph']:.1f}: {theirs['graph'] / ours['graph']:.3f}x (above 1: ours faster); "
-              f"eager {ours['eager']:.1f} / {theirs['eager']:.1f}", flush=True)
+    ours = row["peers"].get("oracle", {})
+    for peer in (VLLM_PEER, VLLM_BF16):
+        theirs = row["peers"].get(peer, {})
+        if "graph" in ours and "graph" in theirs:
+            print(f"    {row['shape']} M={row['m']} against vLLM's Triton MoE (graph us): oracle {ours['graph']:.1f}, "
+                  f"{peer} {theirs['graph']:.1f}: {theirs['graph'] / ours['graph']:.3f}x (above 1: ours faster); "
+                  f"eager {ours['eager']:.1f} / {theirs['eager']:.1f}", flush=True)
     for line in rounds_lines(row):
         print(line, flush=True)
 
@@ -656,6 +661,7 @@ def bench_moe(ms_list, bw, rows, skipped):
         t.process_weights(**tensors)
         t.check_inputs = False      # the ids come from a router here, as in oracle.hf: no id read-back (a sync)
         vllm = _vllm_peer(t, tensors, topk, skipped) if fmt == "fp8_block" else None
+        vllm_bf16 = _vllm_peer(t, {"w13": w13, "w2": w2}, topk, skipped, activation)
         own_bf16 = _own_bf16(layer, w13, w2)
         per_expert = (t.w13.nbytes() + t.w2.nbytes()) / ne
         em = emulation_reference(layer, mode, tensors)
@@ -696,12 +702,16 @@ def bench_moe(ms_list, bw, rows, skipped):
             _time_variants(t, name, m, x, routes, shipped_y, row)
             if vllm is not None:
                 row["peers"][VLLM_PEER] = _time_vllm(vllm, x, routes, m)
+            if vllm_bf16 is not None:
+                row["peers"][VLLM_BF16] = _time_vllm(vllm_bf16, x, routes, m)
             if own_bf16 is not None:            # the same fused MoE on the BF16 experts of the baseline below
                 try:
                     ob = measure_moe(_calls(own_bf16, x, routes), m)
                     b_ref = _bf16_moe(x, w13, w2, routes[0][0], *_sorted_routing(routes[0][1], ne, topk), act_fn)
                     own_y = own_bf16.apply(x, *routes[0])
                     ob.update(err=rel(own_y, b_ref))
+                    if "graph" in row["peers"].get(VLLM_BF16, {}):
+                        row["peers"][VLLM_BF16]["err"] = rel(vllm_bf16.apply(x, *routes[0]), b_ref)
                     del b_ref
                     row["peers"][BF16_MODE] = ob
                     _time_variants(own_bf16, name, m, x, routes, own_y, row, MOE_BF16_VARIANTS, BF16_MODE)
@@ -716,7 +726,7 @@ def bench_moe(ms_list, bw, rows, skipped):
                 skipped.append(f"{name} M={m}: BF16 grouped baseline failed ({type(exc).__name__}: {str(exc)[:120]})")
                 print("  " + skipped[-1])
             if MOE_ROUNDS[0] > 1:
-                _moe_rounds(row, _round_candidates(t, own_bf16, name, row, vllm), x, routes, m)
+                _moe_rounds(row, _round_candidates(t, own_bf16, name, row, vllm, vllm_bf16), x, routes, m)
             ref_y = em.apply(x, *routes[0]) if em is not None else None
             o["err"] = rel(t.apply(x, *routes[0]), ref_y) if ref_y is not None else float("nan")
             if "graph" in row["peers"].get(VLLM_PEER, {}):
@@ -724,15 +734,18 @@ def bench_moe(ms_list, bw, rows, skipped):
                     else float("nan")
             rows.append(row)
             _print_row(row)
-        del t, em, w13, w2, own_bf16, vllm
+        del t, em, w13, w2, own_bf16, vllm, vllm_bf16
         torch.cuda.empty_cache()
 
 
-def _vllm_peer(t, tensors: dict, topk: int, skipped: list):
-    """vLLM's Triton fused MoE on the row's checkpoint tensors (vllm_moe_peer; no copy) with oracle-triton's
-    alignment, or None with a skipped line where vLLM's source is not at hand."""
+def _vllm_peer(t, tensors: dict, topk: int, skipped: list, activation: str = "silu"):
+    """vLLM's Triton fused MoE on the row's experts (vllm_moe_peer; no copy): its FP8-block checkpoint tensors, or
+    (no w13_scale) its BF16 experts, with oracle-triton's alignment; None where the row's activation is not one
+    the peer runs, or (with a skipped line) where vLLM's source is not at hand."""
     import vllm_moe_peer
 
+    if activation not in vllm_moe_peer.ACTIVATIONS:
+        return None
     try:
         kernels = vllm_moe_peer.load_kernels(VLLM_SRC[0])
     except vllm_moe_peer.VllmSourceError as exc:
@@ -740,8 +753,9 @@ def _vllm_peer(t, tensors: dict, topk: int, skipped: list):
             skipped.append(f"{VLLM_PEER}: not measured ({exc})")
             print("  " + skipped[-1], flush=True)
         return None
-    return vllm_moe_peer.VllmFp8BlockMoE(kernels, tensors["w13"], tensors["w13_scale"], tensors["w2"],
-                                         tensors["w2_scale"], topk, lambda ids, pairs, bm: t._align(ids, pairs, bm))
+    return vllm_moe_peer.VllmTritonMoE(kernels, tensors["w13"], tensors.get("w13_scale"), tensors["w2"],
+                                       tensors.get("w2_scale"), topk, lambda ids, pairs, bm: t._align(ids, pairs, bm),
+                                       activation=activation)
 
 
 def _time_vllm(vllm, x, routes, m) -> dict:
@@ -805,16 +819,18 @@ def variant_held(t, cfg: dict | None) -> Iterator[None]:
         t.config = None
 
 
-def _round_candidates(t, own_bf16, name, row, vllm=None) -> dict:
+def _round_candidates(t, own_bf16, name, row, vllm=None, vllm_bf16=None) -> dict:
     """--moe-rounds: {peer: (fused MoE, variant config or None)} of the row's first pass that timed: "oracle", each
-    "oracle:LABEL" of --moe-variants, vLLM's Triton MoE, and the BF16 mode last (the rounds' ratio baseline; absent
-    if it failed)."""
+    "oracle:LABEL" of --moe-variants, vLLM's Triton MoEs (FP8, BF16), and the BF16 mode last (the rounds' ratio
+    baseline; absent if it failed)."""
     ok = lambda peer: "graph" in row["peers"].get(peer, {})      # noqa: E731
     cands = {"oracle": (t, None)}
     cands.update({f"oracle:{label}": (t, cfg) for label, cfg in MOE_VARIANTS.get(name, {}).items()
                   if ok(f"oracle:{label}")})
     if vllm is not None and ok(VLLM_PEER):
         cands[VLLM_PEER] = (vllm, None)
+    if vllm_bf16 is not None and ok(VLLM_BF16):
+        cands[VLLM_BF16] = (vllm_bf16, None)
     if own_bf16 is not None and ok(BF16_MODE):
         cands[BF16_MODE] = (own_bf16, None)
     return cands

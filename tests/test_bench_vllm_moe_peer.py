@@ -60,7 +60,7 @@ def _vllm_tree() -> Path:
 def test_peer_agrees_with_references():
     if torch.cuda.is_available() and os.environ.get("ORACLE_VLLM_SRC"):     # the device rounds carry a tree
         lines = vp.self_check(None, "cuda")
-        assert len(lines) == 5
+        assert len(lines) == 9
         return
     vllm_tree = _vllm_tree()
     pytest.importorskip("numpy")                  # the interpreter's
@@ -69,22 +69,26 @@ def test_peer_agrees_with_references():
                           str(vllm_tree)], env=env, cwd=BENCH, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "agrees with oracle-emulation (cpu)" in out.stdout
-    assert out.stdout.count("(naive)") == 2 and out.stdout.count("(aligned)") == 2
+    assert out.stdout.count("(naive)") == 4 and out.stdout.count("(aligned)") == 4
+    assert out.stdout.count("BF16 swigluoai") == 2
     assert "1x128 rounding: 4096 codes and 32 scales equal" in out.stdout
 
 
 def test_default_rule_is_vllms(vllm_tree):
-    """default_config restates vLLM's get_default_config for FP8 128x128 blocks on CUDA: asked of vLLM itself."""
-    ms = [1, 2, 4, 5, 8, 9, 16, 17, 64, 65, 256, 4096]
+    """default_config restates vLLM's get_default_config on CUDA (FP8 128x128 blocks; BF16 experts): asked of vLLM
+    itself, for DeepSeek-R1's and gpt-oss-20b's expert counts."""
+    ms = [1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65, 96, 97, 128, 129, 256, 512, 513, 4096, 8192]
     code = ("import json, sys\n"
-            "from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config\n"
-            "print(json.dumps({m: get_default_config(m, 256, 2048, 7168, 8, 'fp8_w8a8', [128, 128])"
-            f" for m in {ms}}}))\n")
+            "from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config as d\n"
+            f"print(json.dumps([{{m: d(m, e, 2048, 7168, 8, 'fp8_w8a8' if f else None, [128, 128] if f else None)"
+            f" for m in {ms}}} for e, f in ((256, 1), (256, 0), (32, 0))]))\n")
     run = subprocess.run([_vllm_python(), "-c", code], capture_output=True, text=True, timeout=600, env=_vllm_env())
     assert run.returncode == 0, run.stderr[-3000:]
-    theirs = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
-    for m in ms:
-        assert {k: v for k, v in theirs[m].items() if k != "SPLIT_K"} == vp.default_config(m), m
+    tables = json.loads(run.stdout.strip().splitlines()[-1])
+    for (experts, fp8), theirs in zip(((256, True), (256, False), (32, False)), tables):
+        for m in ms:
+            cfg = {k: v for k, v in theirs[str(m)].items() if k != "SPLIT_K"}
+            assert cfg == vp.default_config(m, experts, fp8), (experts, fp8, m)
 
 
 def test_tree_lookup_and_extraction(tmp_path, monkeypatch):
@@ -113,6 +117,7 @@ def test_tuned_files(tmp_path):
         "E=256,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     assert vp.config_file(128, 768, "NVIDIA H200 NVL").startswith("E=128,N=768,device_name=NVIDIA_H200,")
     assert "device_name=NVIDIA_H100_80GB_HBM3," in vp.config_file(128, 768, "NVIDIA H100 80GB HBM3")
+    assert vp.config_file(32, 2880, "NVIDIA H200", fp8=False) == "E=32,N=2880,device_name=NVIDIA_H200.json"
     configs = tmp_path / "vllm" / "model_executor" / "layers" / "fused_moe" / "configs"
     configs.mkdir(parents=True)
     entries = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64}, "64": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128},
@@ -124,6 +129,8 @@ def test_tuned_files(tmp_path):
     assert cfg == entries["64"] and "[64]" in source
     cfg, source = vp.launch_config(tmp_path, 256, 2048, 16, "NVIDIA H200")
     assert cfg == vp.default_config(16) and "default" in source
+    cfg, source = vp.launch_config(tmp_path, 128, 768, 16, "NVIDIA H200", fp8=False)   # BF16 reads its own file
+    assert cfg == vp.default_config(16, 128, fp8=False) and "default" in source
 
 
 def test_export_copies_what_the_peer_reads(vllm_tree, tmp_path):
