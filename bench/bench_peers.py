@@ -237,8 +237,8 @@ def rounds_lines(row: dict) -> list[str]:
         theirs = row["peers"].get(peer, {}).get("rounds")
         if ours and theirs:
             per = [b / a for a, b in zip(ours, theirs)]
-            lines.append(f"    {row['shape']} interleaved rounds, {peer} / oracle: " + ", ".join(f"{r:.3f}" for r in per)
-                         + f" (median {statistics.median(per):.3f}x, above 1: ours faster)")
+            lines.append(f"    {row['shape']} interleaved rounds, {peer} / oracle: "
+                         + ", ".join(f"{r:.3f}" for r in per) + f" (median {statistics.median(per):.3f}x, above 1: ours faster)")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""vLLM's own Triton fused MoE for FP8 W8A8 experts in 128x128 blocks, as a peer in bench_peers.py's MoE rows.
+"""vLLM's own Triton fused MoE (FP8 W8A8 128x128 blocks, and BF16) as peers in bench_peers.py's MoE rows.
 
 Why: issue #25 sets its FP8 MoE targets against vLLM 0.32's Triton kernel, and until now its figures were the
 issue's, taken on another day and other routings (DeepSeek-R1 at 16 tokens: 1039 us there against 1062.8 here on
@@ -17,12 +17,12 @@ The call follows vLLM 0.32's `fused_experts_impl` on CUDA: FC1's input rounded i
 expert assignment, FC1, the gated activation, FC2's input rounded (FP8 blocks), FC2 with the router weights, sum
 over top_k; launch configs from vLLM's tuned file for (E, I, device, FP8 or BF16) where it has one, else vLLM's
 default rule (restated in `default_config`). Two modes: FP8 W8A8 128x128 blocks (issue #25's "vLLM FP8 W8A8"
-column) and BF16 experts (its "vLLM BF16 Triton" column, the baseline of the MXFP4 targets). Three of vLLM's steps are CUDA custom ops, absent here, and stand-ins
-take their place: the 1x128 rounding runs vLLM's own Triton kernel (vLLM's fallback where its op is missing);
-the alignment (where pairs x 4 exceed the experts, as vLLM decides) is the caller's (bench_peers passes
-oracle-triton's own, one or two launches as vLLM's op is, plus `padded_pairs_kernel` for the count vLLM's op
-writes in the same launch); the gated activation is `gated_act_kernel` below and the
-top_k sum `torch.sum`. Each other stand-in is one launch, as the op it replaces.
+column) and BF16 experts (its "vLLM BF16 Triton" column, the baseline of the MXFP4 targets). Some of vLLM's
+steps are CUDA custom ops, absent here, and stand-ins take their place: the 1x128 rounding runs vLLM's own Triton
+kernel (vLLM's fallback where its op is missing); the alignment (where pairs x 4 exceed the experts, as vLLM
+decides) is the caller's (bench_peers passes oracle-triton's own, one or two launches as vLLM's op is, plus
+`padded_pairs_kernel` for the count vLLM's op writes in the same launch); the gated activation is
+`gated_act_kernel` below and the top_k sum `torch.sum`, one launch each, as the ops they replace.
 """
 from __future__ import annotations
 
@@ -368,7 +368,8 @@ def rounding_line(kernels, gen: torch.Generator, device: str) -> str:
     s_ref = g.abs().amax(-1).clamp_min(EPS) * (1.0 / FP8_MAX)
     q_ref = (g / s_ref[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     same = q.view(torch.uint8).reshape(q_ref.shape).eq(q_ref.view(torch.uint8)).float().mean().item()
-    assert torch.equal(s, s_ref) and same == 1.0, f"1x128 rounding: scales equal {torch.equal(s, s_ref)}, codes {same:.4f}"
+    assert torch.equal(s, s_ref) and same == 1.0, \
+        f"1x128 rounding: scales equal {torch.equal(s, s_ref)}, codes equal {same:.4f}"
     return f"1x128 rounding: {q.numel()} codes and {s.numel()} scales equal to torch's"
 
 
