@@ -11,8 +11,9 @@ OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
   timeout 90 python3 bench/vllm_moe_peer.py --self-check > "$OUTDIR/peer-check.log" 2>&1
   echo "peer self-check rc $?"; tail -11 "$OUTDIR/peer-check.log" | cut -c1-300
   cd bench
-  round_peers "$OUTDIR" r127ds "${R127_DS_S:-260}" --only moe --shapes deepseek-r1 \
+  total=${R127_TOTAL:-580}          # the seconds the call may run (less where the session's device time is short)
+  round_peers "$OUTDIR" r127ds $(( total * 45 / 100 )) --only moe --shapes deepseek-r1 \
     --moe-m deepseek-r1="${R127_DS_M:-1,16,256,4096}" --moe-rounds 5 --moe-launches
-  left=$(( 580 - SECONDS )); [ "$left" -gt 60 ] || exit 0
+  left=$(( total - SECONDS )); [ "$left" -gt 60 ] || exit 0
   round_peers "$OUTDIR" r127qw "$left" --only moe --shapes qwen3-30b-a3b gpt-oss-20b --budget-s $(( left - 45 )) \
     --moe-m qwen3-30b-a3b="${R127_QW_M:-1,16,256,4096}" gpt-oss-20b="${R127_GO_M:-1,16,256,4096}" --moe-rounds 3 )
