@@ -8,7 +8,9 @@ One run, one process, weights served from HBM (the H200's L2 is 60 MB):
     until the copies exceed 256 MB; the timed calls cycle through the copies.
   MoE (issue 25): per model and M, the oracle's fused MoE, the same fused MoE in its BF16 mode on
     unquantized experts (oracle-bf16), and those BF16 experts through torch._grouped_mm (bf16; routing
-    sorted outside the timing). A layer's experts exceed 256 MB, so instead of copies the
+    sorted outside the timing), and vLLM 0.32's own Triton fused MoE (vllm-triton on the FP8-block experts,
+    vllm-triton-bf16 on the BF16 ones; vllm_moe_peer.py, from vLLM's sources: --vllm-src, skipped with a line
+    where they are not at hand). A layer's experts exceed 256 MB, so instead of copies the
     timed calls cycle through routings whose experts differ (M = 1: disjoint expert sets) until the
     experts touched exceed 256 MB.
 MoE candidates are warmed on their own calls first (--moe-warm-s, 0.3 s: a BF16-GEMM warm-up power-capped the GPU
