@@ -691,12 +691,8 @@ def bench_moe(ms_list, bw, rows, skipped):
             # right before it, the sweep 105.1 for the same kernels; bench/moe_gap.py times the steps)
             if MOE_WARM[0] <= 0:                 # the old procedure (see SETTLE_S)
                 warm_clocks(SETTLE_S)
-            first = time.perf_counter()
-            shipped_y = t.apply(x, *routes[0]).clone()
-            torch.cuda.synchronize()
-            first = time.perf_counter() - first      # seconds: more than a few hundredths means a compile
-            o = measure_moe(_calls(t, x, routes), m)
-            o["first_call_s"] = first
+            shipped_y, o = _first_then_measure(t, x, routes, m)
+            shipped_y = shipped_y.clone()
             if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
                 o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
@@ -764,13 +760,9 @@ def _time_vllm(vllm, x, routes, m) -> dict:
     """The vLLM peer's row entry: measure_moe's figures, its first call's seconds, its launch config and where vLLM
     took it from, its launches (M=1 or --moe-launches); an error is reported in the row, never fatal."""
     try:
-        first = time.perf_counter()
-        vllm.apply(x, *routes[0])
-        torch.cuda.synchronize()
-        first = time.perf_counter() - first
-        v = measure_moe(_calls(vllm, x, routes), m)
+        _, v = _first_then_measure(vllm, x, routes, m)
         cfg, source = vllm.config_for(m)
-        v.update(first_call_s=first, config=cfg, config_source=f"{source}; vLLM {vllm.k.VERSION}")
+        v.update(config=cfg, config_source=f"{source}; vLLM {vllm.k.VERSION}")
         if m == 1 or MOE_LAUNCHES[0]:
             v["launches"], v["kernels"] = launches(lambda: vllm.apply(x, *routes[0]))
         return v
@@ -787,17 +779,25 @@ def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="o
             continue
         try:
             with variant_held(t, cfg):
-                first = time.perf_counter()
-                y = t.apply(x, *routes[0])
-                torch.cuda.synchronize()
-                first = time.perf_counter() - first
-                v = measure_moe(_calls(t, x, routes), m)
-                v.update(first_call_s=first, vs_shipped=rel(y, shipped_y), config=t.config, set=cfg.get("SET", {}))
+                y, v = _first_then_measure(t, x, routes, m)
+                v.update(vs_shipped=rel(y, shipped_y), config=t.config, set=cfg.get("SET", {}))
                 if MOE_LAUNCHES[0]:
                     v["launches"], v["kernels"] = launches(lambda: t.forward(x, *routes[0]))
             row["peers"][f"{peer}:{label}"] = v
         except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
             row["peers"][f"{peer}:{label}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+
+
+def _first_then_measure(mt, x, routes, m) -> tuple[torch.Tensor, dict]:
+    """A MoE candidate's first call on the row's first routing (its output, and its seconds as "first_call_s": more
+    than a few hundredths means a compile), then measure_moe's figures over the routings."""
+    first = time.perf_counter()
+    y = mt.apply(x, *routes[0])
+    torch.cuda.synchronize()
+    first = time.perf_counter() - first
+    v = measure_moe(_calls(mt, x, routes), m)
+    v["first_call_s"] = first
+    return y, v
 
 
 def _calls(t, x, routes) -> list:

@@ -210,6 +210,18 @@ def padded_pairs_kernel(block_expert_ptr, post_ptr, blocks, BLOCK_M: tl.constexp
     tl.store(post_ptr, tl.sum((e >= 0).to(tl.int32), axis=0) * BLOCK_M)
 
 
+def round_groups(kernels, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's per_token_group_quant_fp8 (row-major scales, no UE8M0) by its Triton kernel: E4M3 codes and a scale
+    per 1x128 group."""
+    rows, cols = a.shape
+    q = torch.empty(a.shape, dtype=torch.float8_e4m3fn, device=a.device)
+    s = torch.empty(rows, cols // GROUP, dtype=torch.float32, device=a.device)
+    kernels._per_token_group_quant_fp8[(rows * cols // GROUP,)](
+        a, q, s, GROUP, cols, a.stride(0), EPS, fp8_min=-FP8_MAX, fp8_max=FP8_MAX, use_ue8m0=False, BLOCK=GROUP,
+        num_warps=1, num_stages=1)
+    return q, s
+
+
 #: (ids [M, top_k] int32, pairs, BLOCK_SIZE_M) -> (pair ids sorted by expert in BLOCK_SIZE_M blocks, padded with
 #: `pairs`; each block's expert, -1 for the unused blocks after the used ones; the static block count): vLLM's
 #: moe_align_block_size result, less its count of used blocks (padded_pairs_kernel)
@@ -239,16 +251,6 @@ class VllmTritonMoE:
         if m not in self.chosen:
             self.chosen[m] = self.configs(m)
         return self.chosen[m]
-
-    def _round(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """vLLM's per_token_group_quant_fp8 (row-major scales, no UE8M0) by its Triton kernel."""
-        rows, cols = a.shape
-        q = torch.empty(a.shape, dtype=torch.float8_e4m3fn, device=a.device)
-        s = torch.empty(rows, cols // GROUP, dtype=torch.float32, device=a.device)
-        self.k._per_token_group_quant_fp8[(rows * cols // GROUP,)](
-            a, q, s, GROUP, cols, a.stride(0), EPS, fp8_min=-FP8_MAX, fp8_max=FP8_MAX, use_ue8m0=False, BLOCK=GROUP,
-            num_warps=1, num_stages=1)
-        return q, s
 
     def _gemm(self, a, a_s, w, w_s, c, topw, sorted_ids, expert_ids, post, mul_routed: bool, top_k: int,
               cfg: dict) -> None:
@@ -280,7 +282,7 @@ class VllmTritonMoE:
         cfg, _ = self.config_for(m)
         pairs = m * topk
         topw = topk_weights.float().contiguous()
-        a1, a1_s = self._round(x) if self.fp8 else (x, None)
+        a1, a1_s = round_groups(self.k, x) if self.fp8 else (x, None)
         if pairs * 4 <= self.experts:          # vLLM's naive block assignment: a block per pair, no alignment
             sorted_ids, expert_ids = None, topk_ids.reshape(-1)
             post = torch.full((1,), pairs * cfg["BLOCK_SIZE_M"], dtype=torch.int32, device=x.device)
@@ -295,7 +297,7 @@ class VllmTritonMoE:
         act = torch.empty(pairs, self.inter, dtype=x.dtype, device=x.device)
         gated_act_kernel[(pairs, triton.cdiv(self.inter, 1024))](h1, act, self.inter, ACT=self.act, BLOCK=1024,
                                                                  num_warps=4)
-        a2, a2_s = self._round(act) if self.fp8 else (act, None)
+        a2, a2_s = round_groups(self.k, act) if self.fp8 else (act, None)
         h3 = cache13[:pairs * self.hidden].view(m, topk, self.hidden)
         self._gemm(a2, a2_s, self.w2, self.s2, h3, topw, sorted_ids, expert_ids, post, True, 1, cfg)
         return torch.sum(h3, dim=1)
@@ -361,9 +363,7 @@ def _groups(a: torch.Tensor) -> torch.Tensor:
 def rounding_line(kernels, gen: torch.Generator, device: str) -> str:
     """vLLM's rounding kernel on rows spread over many binades against torch's cast: every code and scale equal."""
     a = (torch.randn(8, 4 * GROUP, generator=gen) * torch.logspace(-3, 3, 4 * GROUP)).bfloat16().to(device)
-    peer = VllmTritonMoE.__new__(VllmTritonMoE)
-    peer.k = kernels
-    q, s = peer._round(a)
+    q, s = round_groups(kernels, a)
     g = a.float().reshape(8, -1, GROUP)
     s_ref = g.abs().amax(-1).clamp_min(EPS) * (1.0 / FP8_MAX)
     q_ref = (g / s_ref[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
@@ -433,8 +433,8 @@ def self_check(src: str | os.PathLike | None, device: str) -> list[str]:
             w, ids = torch.topk(torch.softmax(torch.randn(m, experts, generator=gen), -1), top_k)
             w, ids = w.to(device), ids.to(device=device, dtype=torch.int32)
             y = peer.apply(x, w, ids).float()
-            err = float((y - reference(x, w, ids, *weights).float()).norm()
-                        / reference(x, w, ids, *weights).float().norm())
+            ref = reference(x, w, ids, *weights).float()
+            err = float((y - ref).norm() / ref.norm())
             r = emulation.apply(x, w, ids).float()
             err_em = float((y - r).norm() / r.norm())
             path = "naive" if m * top_k * 4 <= experts else "aligned"
