@@ -147,6 +147,12 @@ def test_the_shipped_table_serves_an_h100_the_h200s_entries_where_it_has_none():
     one = tuned.lookup(h100, "moe", "w8a8_block", 4096, 7168, 1, 256)
     assert one == dict(tuned.lookup(DEVICE, "moe", "w8a8_block", 4096, 7168, 1, 256), K_PAIR=3, num_stages=3)
     assert tuned.find(h100, *sixteen) == (None, None)              # no traits: its own entries only
+    # R129: the H100's own DeepSeek-R1 entries at 256 and 4096 tokens; the H200 keeps its 256-token entry and,
+    # having none at 4096, takes the H100's
+    at = {m: ("moe", "w8a8_block", 4096, 7168, m, 256) for m in (256, 4096)}
+    assert tuned.find(h100, *at[256], traits=HOPPER)[1] == h100
+    assert tuned.find(DEVICE, *at[256], traits=HOPPER)[1] == DEVICE
+    assert tuned.find(DEVICE, *at[4096], traits=HOPPER) == (tuned.lookup(h100, *at[4096]), h100)
 
 
 @pytest.mark.parametrize("change,field", [
@@ -225,6 +231,26 @@ def test_moe_config_for_uses_the_entry_and_the_call_runs_with_it(table):
     x = torch.randn(5, h, dtype=torch.bfloat16, device=DEV)
     w, ids = routing(5, e, k, DEV)
     assert rel(t.apply(x, w, ids), ref.apply(x, w, ids)) < 5e-2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", [256, 4096])
+def test_the_h100s_deepseek_entries_run_against_the_emulation(m):
+    """The shipped H100 entries for DeepSeek-R1's FP8 experts (R129: 16- and 64-row token blocks x 128 weight
+    rows, 4 warps, 3 stages, column tiles first) on a small FP8 block layer whose experts get uneven pair
+    counts (some past one block): against oracle-emulation, and a second call gives the same bits."""
+    cfg = tuned.lookup("NVIDIA H100 80GB HBM3", "moe", "w8a8_block", 4096, 7168, m, 256)
+    assert cfg is not None and cfg["N_FAST"] == 1 and cfg["BLOCK_N"] == 128
+    e, h, i, k = 4, 256, 128, 2
+    t, ref = moe_pair("fp8_block", e, h, i, k, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    t.config = dict(cfg)
+    tokens = 2 * cfg["BLOCK_M"] + 5
+    x = torch.randn(tokens, h, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(tokens, e, k, DEV)
+    ids[: cfg["BLOCK_M"] + 3] = torch.tensor([1, 2], dtype=torch.int32)   # experts 1, 2: more than one block
+    y = t.apply(x, w, ids)
+    assert rel(y, ref.apply(x, w, ids)) < 5e-2
+    assert torch.equal(t.apply(x, w, ids), y)
 
 
 @pytest.mark.slow
