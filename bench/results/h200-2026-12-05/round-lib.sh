@@ -50,3 +50,20 @@ round_peers() {
   TRITON_CACHE_DIR=/tmp/tc-a timeout "$limit" python3 bench_peers.py "$@" --json "$w/$name.json" > "$w/$name.log" 2>&1
   echo "$name rc $?"; grep -E "repeats|M=|interleaved|kernels|rror" "$w/$name.log" | sed 's/; SM MHz.*//' | cut -c1-700
 }
+# round_on_h200: success on an H200 (the #25 cells only that card settles), else failure.
+round_on_h200() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) return 0 ;; *) return 1 ;; esac
+}
+# round_rest W NAME TOTAL ARGS...: round_peers with the seconds left of TOTAL since the script began (none if 60 or
+# fewer), bench_peers.py's --budget-s 45 s under that.
+round_rest() {
+  local w=$1 name=$2 left=$(( $3 - SECONDS )); shift 3
+  [ "$left" -gt 60 ] || return 0
+  round_peers "$w" "$name" "$left" --budget-s $(( left - 45 )) "$@"
+}
+# round_run FN: FN in a subshell from bench/, after round_start, with OUTDIR ($ROUND_OUT, else the device's $OUT)
+# made; the script's exit status is FN's (round_start failing: 1).
+round_run() {
+  OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
+  ( round_start "$OUTDIR" || exit 1; cd bench && "$1" )
+}

@@ -5,13 +5,12 @@
 # Then, on an H200 only, DeepSeek-R1 and Qwen3-30B at one token beside vllm-triton in the time left.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
-OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
-( round_start "$OUTDIR" || exit 1
-  cd bench
-  total=${R132_TOTAL:-560}
+rounds() {
+  local total=${R132_TOTAL:-560}
   round_peers "$OUTDIR" r132ds $(( total * 60 / 100 )) --only moe --shapes deepseek-r1 \
     --moe-m deepseek-r1=16,256,4096 --moe-variants configs/moe_r132.json --moe-rounds 5 --moe-launches
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) ;; *) exit 0 ;; esac
-  left=$(( total - SECONDS )); [ "$left" -gt 60 ] || exit 0
-  round_peers "$OUTDIR" r132lo "$left" --only moe --shapes deepseek-r1 qwen3-30b-a3b --budget-s $(( left - 45 )) \
-    --moe-m deepseek-r1=1 qwen3-30b-a3b=1,16 --moe-rounds 5 --moe-launches )
+  round_on_h200 || return 0
+  round_rest "$OUTDIR" r132lo "$total" --only moe --shapes deepseek-r1 qwen3-30b-a3b \
+    --moe-m deepseek-r1=1 qwen3-30b-a3b=1,16 --moe-rounds 5 --moe-launches
+}
+round_run rounds
