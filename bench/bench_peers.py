@@ -692,7 +692,6 @@ def bench_moe(ms_list, bw, rows, skipped):
             if MOE_WARM[0] <= 0:                 # the old procedure (see SETTLE_S)
                 warm_clocks(SETTLE_S)
             shipped_y, o = _first_then_measure(t, x, routes, m)
-            shipped_y = shipped_y.clone()
             if m == 1 or MOE_LAUNCHES[0]:
                 o["launches"], o["kernels"] = launches(lambda: t.forward(x, *routes[0]))
                 o["config"] = t.config_for(m, topk)       # which entry or rule served the row (printed)
@@ -789,12 +788,13 @@ def _time_variants(t, name, m, x, routes, shipped_y, row, variants=None, peer="o
 
 
 def _first_then_measure(mt, x, routes, m) -> tuple[torch.Tensor, dict]:
-    """A MoE candidate's first call on the row's first routing (its output, and its seconds as "first_call_s": more
-    than a few hundredths means a compile), then measure_moe's figures over the routings."""
+    """A MoE candidate's first call on the row's first routing (a copy of its output, and its seconds as
+    "first_call_s": more than a few hundredths means a compile), then measure_moe's figures over the routings."""
     first = time.perf_counter()
     y = mt.apply(x, *routes[0])
     torch.cuda.synchronize()
     first = time.perf_counter() - first
+    y = y.clone()                           # before the timed calls, which may reuse the output's buffer
     v = measure_moe(_calls(mt, x, routes), m)
     v["first_call_s"] = first
     return y, v
