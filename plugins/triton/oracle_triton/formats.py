@@ -227,8 +227,9 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
 
 
 def check_ws_tail(cfg: dict[str, int], what: str) -> None:
-    """WS_TAIL (w4_ws's TAIL): 16-128 rows in steps of 16, at most BM, after each block's BM (a second wgmma on the
-    decoded tile, its rows' own ring of STAGES slots); with WS_HALF (its row BM says if the tail holds a pair), XTMA
+    """WS_TAIL (w4_ws's TAIL): 16, 32, 64 or 128 rows (a power of two: the tail's TMA box and accumulator; 48 and 96
+    fail to compile, R133), at most BM, after each block's BM (a second wgmma on the decoded tile, its rows' own ring
+    of STAGES slots); with WS_HALF (its row BM says if the tail holds a pair), XTMA
     1, one MMA warpgroup (4 warps, not PP, WGN 2) and no WT; the ring inside WS_SMEM, and the MMA warps' registers
     (the default partition's: MAXNREG x its warps plus what the decode warps give back below MAXNREG, at most 256 a
     thread) holding both accumulators, BN x (BM + WS_TAIL) / 128 a thread, plus WS_MMA_REGS."""
@@ -236,10 +237,10 @@ def check_ws_tail(cfg: dict[str, int], what: str) -> None:
     bk, warps, dw = cfg.get("BK", WS_BK), cfg.get("WS_WARPS"), cfg.get("DW", 0)
     maxnreg, dregs = cfg.get("MAXNREG", 0), cfg.get("DREGS", 0)
     share = min(256, (maxnreg * warps + (maxnreg - dregs) * dw) // warps // 8 * 8) if warps == 4 else 0
-    if tail not in range(16, 129, 16) or tail > bm or not cfg.get("WS_HALF") or cfg.get("XTMA") != 1 or \
+    if tail not in (16, 32, 64, 128) or tail > bm or not cfg.get("WS_HALF") or cfg.get("XTMA") != 1 or \
             cfg.get("PP") or cfg.get("WGN", 1) != 1 or cfg.get("WT") or warps != 4 or \
             stages * (64 + bm + tail) * bk * 2 > WS_SMEM or share < 64 * (bm + tail) // 128 + WS_MMA_REGS:
-        raise ValueError(f"WS_TAIL for {what}: 16-128 rows (a multiple of 16, at most BM) after each block's BM, with "
+        raise ValueError(f"WS_TAIL for {what}: 16, 32, 64 or 128 rows (at most BM) after each block's BM, with "
                          f"WS_HALF, XTMA 1, WS_WARPS 4 (not PP or WGN 2) and no WT, STAGES x (64 + BM + WS_TAIL) x BK "
                          f"x 2 <= {WS_SMEM} B, and the MMA warps' registers holding (BM + WS_TAIL) / 2 + "
                          f"{WS_MMA_REGS}, not {cfg}")

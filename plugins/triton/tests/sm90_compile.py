@@ -752,6 +752,21 @@ def ws_cases():
         "ws moe mxfp4 fc1 act half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
                        TAIL=64),
+        # TAIL 32: the 4096-token entries' tail since R135 (blocks of 256 + 32 pairs)
+        "ws pt moe int4 zero points fc1 silu quarter tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
+                       ACT=(1, 0.0, 0.0, 0.0), HALF=2, PT=1, TAIL=32),
+        "ws pt moe int4 fc2 scattered quarter tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=2, PT=1, TAIL=32),
+        "ws moe mxfp4 fc1 act half tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
+                       TAIL=32),
+        "ws pt 2 moe nvfp4 fc1 silu qact 2 half factor tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
+                       has_bias=2, PT=2, WPF=2, TAIL=32, QACT=2),
+        "ws pt 2 moe nvfp4 fc2 scattered half factor tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2,
+                       TAIL=32),
         # QACT 1: FC2's input rounded through NVFP4 in FC1's epilogue (W4A4 with a static FC2 input scale); QACT 2:
         # its amax over the rows holding a pair merged there instead (dynamic scales)
         **{f"ws pt 2 moe nvfp4 fc1 silu qact{' 2' * (q == 2)} half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":

@@ -130,14 +130,15 @@ def test_ws_tail_blocks_match_emulation_and_the_blocks_without(fmt, mode, act, h
                                                                 monkeypatch):
     """WS_TAIL (blocks of BM + WS_TAIL pairs, the tail rows a second wgmma on the same decoded tile where they hold a
     pair): 37, 300 and 700 tokens x top-4 over 8 experts (about 18, 150 and 350 pairs an expert: blocks of 128 + 64
-    with and without their tail multiplied, 256 + 64 whole and spilling into a half or quarter block), with the
-    activation in FC1 or its own launch, one program a tile or persistent (PT 1 / 2, one program an SM and 3):
+    with and without their tail multiplied, 256 + 64 and 256 + 32 whole and spilling into a half or quarter block),
+    with the activation in FC1 or its own launch, one program a tile or persistent (PT 1 / 2, one program an SM and 3):
     within tolerance of oracle-emulation, the same bits on more calls, and the same bits as the same entry without
     WS_TAIL (a pair's products do not depend on the wgmma's N); an out-of-range id adding nothing, captured and
     replayed. DEQUANT_MM never serves a call."""
     t, ref = gpu_moe_pair(fmt, mode, act, h, i, activation, bias, False, symmetric=symmetric)
     cfgs = [dict(WS, WS_HALF=1, WS_TAIL=64, WS_ACT=1), dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, PT=2),
-            dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, PT=1), dict(WS, WS_HALF=2, WS_TAIL=32, DP=1, WPF=3, PT=1)]
+            dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, PT=1), dict(WS, WS_HALF=2, WS_TAIL=32, DP=1, WPF=3, PT=1),
+            dict(WS, BM=256, WS_HALF=1, WS_TAIL=32, WS_ACT=1, PT=2)]         # the 4096-token entries' (R135)
     _same_bits_as_without("WS_TAIL", t, ref, h, cfgs, W4A4_TOL if act == "nvfp4" else 1e-2, monkeypatch)
 
 
@@ -187,7 +188,7 @@ def test_ws_qact_matches_the_rounding_launch(monkeypatch):
 def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(switch, monkeypatch):
     """WS_QACT on an sm_90 GPU with dynamic activation scales (the Qwen3-235B bench row's form; w4_ws's QACT 2: FC1's
     epilogue applies silu and merges the amax of the rows holding a pair into a state, launch.scale_from_amax
-    makes the scale): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and 256 + 64-pair blocks, halves
+    makes the scale): at 37, 300 and 700 tokens x top-4 over 8 experts, on 128- and 256 + 32-pair blocks, halves
     and quarters, one program a tile or persistent (PT 2, one program an SM and 3): the same bits as the entry
     without WS_QACT (FC1's rows, the activation launch with its zeros on the padding rows, the amax over its
     output) and within the NVFP4 bound of oracle-emulation; the state zero after every call (a replay starts
@@ -201,7 +202,7 @@ def test_ws_qact_dynamic_matches_the_activation_and_amax_launches(switch, monkey
     monkeypatch.setattr(launch, "FAST_NVFP4_DIV", switch == "live_tiles")
     t, ref = gpu_moe_pair("nvfp4", "w4a4_nvfp4", "nvfp4", 512, 256, "silu", False, False)
     cfgs = [dict(WS, WS_HALF=1, WS_ACT=1, WS_QACT=1),
-            dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, WS_ACT=1, WS_QACT=1, PT=2)]
+            dict(WS, BM=256, WS_HALF=2, WS_TAIL=32, WS_ACT=1, WS_QACT=1, PT=2)]     # the shipped tail (R135)
     _same_bits_as_without("WS_QACT", t, ref, 512, cfgs, W4A4_TOL, monkeypatch)
     assert int(t._ws_amax_state.abs().sum()) == 0
 
@@ -262,7 +263,9 @@ def test_ws_moe_entry_check():
     check_config(dict(WS, BM=256, WS_HALF=2, WS_TAIL=64, PT=2), nv)
     check_config(dict(WS, WS_HALF=1, WS_TAIL=128), mx)
     for bad, lay in ((dict(WS, BM=256, WS_TAIL=64), i4),                             # the tail's flag: WS_HALF
-                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=40), i4), (dict(WS, WS_HALF=1, WS_TAIL=256), mx),
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=40), i4),
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=48), i4),                # a power of two (R133)
+                     (dict(WS, BM=256, WS_HALF=1, WS_TAIL=96), i4), (dict(WS, WS_HALF=1, WS_TAIL=256), mx),
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=128), mx),                # 224 KB of ring
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, STAGES=5), mx),
                      (dict(WS, BM=256, WS_HALF=1, WS_TAIL=64, DREGS=168), i4),    # no registers given back

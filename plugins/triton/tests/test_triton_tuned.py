@@ -505,8 +505,8 @@ def test_the_shipped_h200_table_decodes_4bit_experts_once_per_call_at_thousands_
     assert "DEQUANT_MM" not in below or below["WS"] == 1    # gpt-oss-20b: a WS entry below, DEQUANT_MM its fallback
     h100 = tuned.lookup("NVIDIA H100 80GB HBM3", "moe", mode, n, k, 4096, experts, **kw)
     assert h100["WS"] == 1 and h100["WS_HALF"] in (1, 2) and h100["DEQUANT_MM"] == chunk
-    # R106a / R106b (the thirty-first pass): 256 + 64-pair blocks where an expert has about 256 or 512 pairs
-    assert h100.get("WS_TAIL", 0) == (0 if experts == 128 and mode == "w4a16_mx" else 64)
+    # R106a / R106b (the thirty-first pass): a tail where an expert has about 256 or 512 pairs; 32 pairs since R135
+    assert h100.get("WS_TAIL", 0) == (0 if experts == 128 and mode == "w4a16_mx" else 32)
     assert tuned.lookup("NVIDIA A100-SXM4-80GB", "moe", mode, n, k, 4096, experts, **kw) is None
 
 
@@ -527,8 +527,8 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
     WS cannot serve run the previous entry's DEQUANT_MM keys, chunking included. Qwen3-235B's NVFP4 W4A4 experts
     on WS from 2049 tokens with PT 2 (the thirtieth pass, R104a; WS_ACT asked for, taken where the FC2 input's
     scale is static: moe_ws.fused_act). From 2049 tokens (`tail`; not gpt-oss-120b, about 128 pairs an expert)
-    blocks of 256 + 64 pairs (WS_TAIL, the thirty-first pass, R106a / R106b on an H100), with quarter blocks
-    (WS_HALF 2) on Qwen3-30B's INT4 experts."""
+    blocks of 256 + 64 pairs (WS_TAIL, the thirty-first pass, R106a / R106b on an H100; 256 + 32 since the fortieth,
+    R133-R135 on an H100), with quarter blocks (WS_HALF 2) on Qwen3-30B's INT4 experts."""
     from oracle_triton.formats import check_config, layout_for
     from oracle_triton.moe_ws import ws_fallback
 
@@ -539,7 +539,7 @@ def test_the_shipped_h200_table_runs_4bit_experts_on_w4_ws_at_thousands_of_token
         assert cfg["WS"] == 1 and cfg["BM"] == 256 and cfg["DP"] == 2 and cfg["XTMA"] == 1, m
         assert cfg.get("WS_ACT", 0) == int(fused)
         tailed = tail is not None and m >= tail
-        assert cfg.get("WS_TAIL", 0) == (64 if tailed else 0), m
+        assert cfg.get("WS_TAIL", 0) == (32 if tailed else 0), m
         assert cfg["WS_HALF"] == (2 if tailed and mode == "w4a16_int4" else 1), m
         assert cfg.get("PT", 0) == pt, m        # R102a / R102b: the persistent grid where it won
         assert ws_fallback(cfg) == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_N1": 128, "BLOCK_K": 64, "num_warps": 8,
