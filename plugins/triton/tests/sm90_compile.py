@@ -734,44 +734,35 @@ def ws_cases():
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=1, PT=2),
         "ws pt 2 nvfp4 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, PT=2),
-        # TAIL: blocks of 256 + 64 pairs, the tail a second wgmma (N 64) into its own accumulator
+        # TAIL: blocks of 256 + 64 pairs (the thirty-first pass) or 256 + 32 (the 4096-token entries since R135), the
+        # tail a second wgmma (N 64 / 32) into its own accumulator
         "ws moe int4 fc1 silu half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0, ACT=(1, 0.0, 0.0, 0.0),
                        HALF=1, TAIL=64),
         "ws pt moe int4 zero points fc1 silu half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
                        ACT=(1, 0.0, 0.0, 0.0), HALF=1, PT=1, TAIL=64),
-        "ws pt moe int4 fc2 scattered quarter tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=2, PT=1, TAIL=64),
-        "ws pt 2 moe nvfp4 fc1 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, has_bias=2, PT=2, WPF=2,
-                       TAIL=64),
-        "ws pt 2 moe nvfp4 fc2 scattered half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2,
-                       TAIL=64),
-        "ws moe mxfp4 fc1 act half tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
-                       TAIL=64),
-        # TAIL 32: the 4096-token entries' tail since R135 (blocks of 256 + 32 pairs)
         "ws pt moe int4 zero points fc1 silu quarter tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
             lambda: ws(3, 4, 256, 4, 8, 104, zero=True, maxnreg=168, XTMA=1, DP=2, moe=1, kmajor=0,
                        ACT=(1, 0.0, 0.0, 0.0), HALF=2, PT=1, TAIL=32),
-        "ws pt moe int4 fc2 scattered quarter tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=2, PT=1, TAIL=32),
-        "ws moe mxfp4 fc1 act half tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0), HALF=1,
-                       TAIL=32),
-        "ws pt 2 moe nvfp4 fc1 silu qact 2 half factor tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
-                       has_bias=2, PT=2, WPF=2, TAIL=32, QACT=2),
-        "ws pt 2 moe nvfp4 fc2 scattered half factor tail 32 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2, WPF=2,
-                       TAIL=32),
+        "ws pt 2 moe nvfp4 fc1 half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+            lambda: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, HALF=1, has_bias=2, PT=2, WPF=2,
+                       TAIL=64),
+        **{f"ws pt moe int4 fc2 scattered quarter tail {tail} w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+           (lambda tail=tail: ws(3, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, kmajor=0, HALF=2, PT=1,
+                                 TAIL=tail)) for tail in (64, 32)},
+        **{f"ws pt 2 moe nvfp4 fc2 scattered half factor tail {tail} w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+           (lambda tail=tail: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=2, HALF=1, has_bias=2, PT=2,
+                                 WPF=2, TAIL=tail)) for tail in (64, 32)},
+        **{f"ws moe mxfp4 fc1 act half tail {tail} w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
+           (lambda tail=tail: ws(1, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(0, 7.0, 1.702, 1.0),
+                                 HALF=1, TAIL=tail)) for tail in (64, 32)},
         # QACT 1: FC2's input rounded through NVFP4 in FC1's epilogue (W4A4 with a static FC2 input scale); QACT 2:
-        # its amax over the rows holding a pair merged there instead (dynamic scales)
-        **{f"ws pt 2 moe nvfp4 fc1 silu qact{' 2' * (q == 2)} half factor tail 64 w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
-           (lambda q=q: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=1,
-                           has_bias=2, PT=2, WPF=2, TAIL=64, QACT=q)) for q in (1, 2)},
+        # its amax over the rows holding a pair merged there instead (dynamic scales; with the 32-pair tail as shipped)
+        **{f"ws pt 2 moe nvfp4 fc1 silu qact{' 2' * (q == 2)} half factor tail {tail} w4 bm 256 stages 4 dw 8 xtma 1 "
+           f"dp 2": (lambda q=q, tail=tail: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1,
+                                                ACT=(1, 0.0, 0.0, 0.0), HALF=1, has_bias=2, PT=2, WPF=2, TAIL=tail,
+                                                QACT=q)) for q, tail in ((1, 64), (2, 64), (2, 32))},
         **{f"ws moe nvfp4 fc1 silu qact{' 2' * (q == 2)} quarter factor w4 bm 256 stages 4 dw 8 xtma 1 dp 2":
            (lambda q=q: ws(2, 4, 256, 4, 8, 104, maxnreg=168, XTMA=1, DP=2, moe=1, ACT=(1, 0.0, 0.0, 0.0), HALF=2,
                            has_bias=2, QACT=q)) for q in (1, 2)},
