@@ -229,10 +229,10 @@ def check_ws_moe(cfg: dict[str, int], layout: Layout, what: str) -> None:
 def check_ws_tail(cfg: dict[str, int], what: str) -> None:
     """WS_TAIL (w4_ws's TAIL): 16, 32, 64 or 128 rows (a power of two: the tail's TMA box and accumulator; 48 and 96
     fail to compile, R133), at most BM, after each block's BM (a second wgmma on the decoded tile, its rows' own ring
-    of STAGES slots); with WS_HALF (its row BM says if the tail holds a pair), XTMA
-    1, one MMA warpgroup (4 warps, not PP, WGN 2) and no WT; the ring inside WS_SMEM, and the MMA warps' registers
-    (the default partition's: MAXNREG x its warps plus what the decode warps give back below MAXNREG, at most 256 a
-    thread) holding both accumulators, BN x (BM + WS_TAIL) / 128 a thread, plus WS_MMA_REGS."""
+    of STAGES slots); with WS_HALF (its row BM says if the tail holds a pair), XTMA 1, one MMA warpgroup (4 warps,
+    not PP, WGN 2) and no WT; the ring inside WS_SMEM, and the MMA warps' registers (the default partition's: MAXNREG
+    x its warps plus what the decode warps give back below MAXNREG, at most 256 a thread) holding both accumulators,
+    BN x (BM + WS_TAIL) / 128 a thread, plus WS_MMA_REGS."""
     tail, bm, stages = cfg["WS_TAIL"], cfg.get("BM", 0), cfg.get("STAGES", 0)
     bk, warps, dw = cfg.get("BK", WS_BK), cfg.get("WS_WARPS"), cfg.get("DW", 0)
     maxnreg, dregs = cfg.get("MAXNREG", 0), cfg.get("DREGS", 0)
