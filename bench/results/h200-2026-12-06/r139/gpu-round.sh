@@ -4,9 +4,7 @@
 # scripts/gpu-check without its `gpu`-marked tests (R138 ran 95% of them on an H100, no failure), so the device-aware
 # tests, compiled on the GPU, run in full for the first time since R131g.
 set -o pipefail
-if nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200; then
-  exec bash bench/results/h200-2026-12-06/r138/gpu-round.sh
-fi
 source bench/results/h200-2026-12-05/round-lib.sh
+round_on_h200 && exec bash bench/results/h200-2026-12-06/r138/gpu-round.sh
 rounds() { ( cd .. && GPU_TESTS=0 round_gpu_check "$OUTDIR" 12 "${R139_TOTAL:-560}" ); }
 round_run rounds
