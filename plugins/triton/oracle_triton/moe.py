@@ -1093,7 +1093,7 @@ class TritonMoE(Kernel):
         k_pair = codes and not quant_in and bool(int(cfg.get("K_PAIR", 0)) & stage) and \
             kdim % (2 * cfg["BLOCK_K"]) == 0                # K_UNROLL 2 (bit 1 FC1, bit 2 FC2)
         pf_ahead = int(cfg.get("PF_AHEAD" if stage == 1 else "PF_AHEAD2", 0)) if (
-            codes and not quant_in and lay.pack == 1 and lay.stride_wk == 1 and cfg["BLOCK_K"] % 16 == 0
+            codes and not quant_in and lay.pack == 1 and lay.stride_wk == 1 and cfg["BLOCK_K"] == 128
             and self.facts.get("pdl") and not interpreting()) else 0
         moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
