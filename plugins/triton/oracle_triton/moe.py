@@ -1065,9 +1065,7 @@ class TritonMoE(Kernel):
         (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
         output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD).
         cfg K_PAIR (W8A8 on codes; bit 1 FC1, bit 2 FC2): the K loop takes two tiles an iteration
-        (moe_gemm_kernel K_UNROLL) where K is a multiple of two tiles, else one. cfg PF_AHEAD / PF_AHEAD2
-        (K tiles; FC1 / FC2 on FP8 codes, sm_90, compiled): each weight row's tile that many tiles ahead asked
-        of L2 in the K loop (moe_gemm_kernel PF_AHEAD)."""
+        (moe_gemm_kernel K_UNROLL) where K is a multiple of two tiles, else one."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
 
         a, a_scale = a_in
@@ -1092,9 +1090,6 @@ class TritonMoE(Kernel):
         swap_ab = codes and not quant_in and bool(int(cfg.get("SWAP_AB", 0)) & stage)    # bit 1 FC1, bit 2 FC2
         k_pair = codes and not quant_in and bool(int(cfg.get("K_PAIR", 0)) & stage) and \
             kdim % (2 * cfg["BLOCK_K"]) == 0                # K_UNROLL 2 (bit 1 FC1, bit 2 FC2)
-        pf_ahead = int(cfg.get("PF_AHEAD" if stage == 1 else "PF_AHEAD2", 0)) if (
-            codes and not quant_in and lay.pack == 1 and lay.stride_wk == 1 and cfg["BLOCK_K"] == 128
-            and self.facts.get("pdl") and not interpreting()) else 0
         moe_gemm_kernel[(-(-n_out // bn), blocks) if n_fast else (blocks, -(-n_out // bn))](
             a, w, s, z if z is not None else s, g if g is not None else s,
             bias if bias is not None else s, topw, sorted_ids, block_expert, out, a_scale if a_scale is not None else s,
@@ -1122,7 +1117,7 @@ class TritonMoE(Kernel):
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
             BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab, PF_HEAD=pf_head,
-            K_UNROLL=2 if k_pair else 1, PF_AHEAD=pf_ahead, num_warps=warps, num_stages=stages,
+            K_UNROLL=2 if k_pair else 1, num_warps=warps, num_stages=stages,
             **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

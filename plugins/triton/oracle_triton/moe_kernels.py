@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, exper
                       fp8_codes_scale, fp8_operand, fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product,
                       to_dtype, w4_product)
 from .gemv import row_amax
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_lines_l2, prefetch_row_heads, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -262,7 +262,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
                     QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False,
                     PF_HEAD: tl.constexpr = 0, TILE_ARGS: tl.constexpr = False, tile_m=0, tile_n=0, ready_ptr=None,
-                    READY: tl.constexpr = False, K_UNROLL: tl.constexpr = 1, PF_AHEAD: tl.constexpr = 0):
+                    READY: tl.constexpr = False, K_UNROLL: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -330,14 +330,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     rounds a pair's row then sets the pair's flag (ready_ptr[pair] = 1, release), which FC2 tiles of the
     same launch wait for. K_UNROLL (W8A8 on codes, not QUANT_IN; K a multiple of K_UNROLL tiles): the K loop
     takes that many tiles per iteration, so the compiler's pipeline issues the loads of a weight row's
-    consecutive 128-byte chunks together (each row is read K_UNROLL x BLOCK_K bytes at a time).
-    PF_AHEAD (K tiles; W8A8 on codes, not QUANT_IN, FP8 weight rows contiguous along K, BLOCK_K = 128: one
-    line a row; sm_90): at K tile t each weight row of the tile asks L2 for its line of tile t + PF_AHEAD
-    (pdl.prefetch_lines_l2), so HBM has that many more tiles in flight an SM than the shared-memory pipeline
-    holds (Nsight Compute, R117: DeepSeek-R1's one-token K loops wait on the weight tiles' arrival), while L2
-    holds only PF_AHEAD tiles a program: unlike the whole rows asked for up front (PF_L2, removed), it does not
-    evict what is about to be read. (Its first form, R142 on an H100, asked by the TMA unit's bulk prefetch,
-    a request a row and tile: FC1 took 128-135 us against 85.)"""
+    consecutive 128-byte chunks together (each row is read K_UNROLL x BLOCK_K bytes at a time)."""
     if TILE_ARGS:
         pid_m = tile_m
         pid_n = tile_n
@@ -470,11 +463,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
             for t0 in range(0, k_tiles, K_UNROLL):      # K_UNROLL tiles an iteration: a row's chunks issued together
                 for u in tl.static_range(K_UNROLL):
                     t = t0 + u
-                    if PF_AHEAD > 0:                    # tile t + PF_AHEAD of each weight row asked of L2
-                        kp = tl.minimum(t + PF_AHEAD, k_tiles - 1) * BLOCK_K
-                        prefetch_lines_l2(w_e + tl.minimum(n_w, N_W - 1).to(tl.int64) * stride_wn + kp)
-                        if TWO:
-                            prefetch_lines_l2(w_e + tl.minimum(n_u, N_W - 1).to(tl.int64) * stride_wn + kp)
                     a = act_codes_tile(a_rows, valid, t * BLOCK_K, K, BLOCK_K, FP8_DOT, HW_FP8, dot_t, EVEN_K)
                     if PER_TILE:                        # the next tile's scales, loaded one tile ahead
                         k1 = tl.minimum(t + 1, k_tiles - 1) * BLOCK_K

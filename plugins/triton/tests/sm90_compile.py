@@ -126,8 +126,7 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0
     return compile_kernel(gemm.wgemm_kernel, ptrs, consts, cfg["num_warps"], cfg["num_stages"])
 
 
-def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1, **extra):
-    """extra: more of moe_gemm_kernel's constants (e.g. DIRECT, K_UNROLL, PF_AHEAD)."""
+def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1):
     fp8 = codes > 0
     gated = gated and stage == 1
     bn = cfg.get("BLOCK_N1", cfg["BLOCK_N"]) if gated else cfg["BLOCK_N"]
@@ -137,7 +136,7 @@ def moe(elem, pack, group, cfg, *, stage, gated=True, codes=0, scale_rows=1, **e
                   HW_FP8=True, DOT_F32=False, OUT_F16=False, A_CODES=codes, FP8_DOT=fp8,
                   FULL_TILE=bool(cfg.get("FULL_TILE", 0)), FUSE_GU=bool(cfg.get("FUSE_GU", 0)),
                   UNIFORM_WS=fp8 and not cfg.get("FUSE_GU", 0) and scale_rows % bn == 0, EVEN_K=True,
-                  SWAP_AB=fp8 and bool(cfg.get("SWAP_AB", 0) & stage), **_ones(elem), **extra)
+                  SWAP_AB=fp8 and bool(cfg.get("SWAP_AB", 0) & stage), **_ones(elem))
     ptrs = {"a_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
             "out_ptr": "*bf16" if stage == 1 else "*fp32", "b_ptr": "*bf16"}
@@ -180,7 +179,6 @@ def default_cases():
     d8, d4, d_int4 = (dense_config(4096, 8192, 8192, 132, pack) for pack in (1, 2, 8))
     m8, m4 = moe_config(4096, 8, 128, 1), moe_config(4096, 8, 128, 2)
     mid4 = moe_config(256, 4, 32, 2)
-    ds1 = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3, "SWAP_AB": 3}
     swap8 = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_N1": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
              "SWAP_AB": 3}                  # Qwen3-30B's M=16 tuned entry
     return {
@@ -200,8 +198,6 @@ def default_cases():
                                                                            scale_rows=128),
         "moe W8A8 fp8_block persistent FC1 + FC2 (PERSIST, DeepSeek-R1 tiles, 4 warps)": lambda: moe_persist(
             {"BLOCK_N": 64, "BLOCK_N2": 128, "num_warps": 4}),
-        "moe W8A8 fp8_block FC1 direct, K_PAIR and PF_AHEAD 4 (DeepSeek-R1's one-token H100 entry, 8 warps)":
-            lambda: moe(0, 1, 128, ds1, stage=1, codes=1, scale_rows=128, DIRECT=True, K_UNROLL=2, PF_AHEAD=4),
     }
 
 

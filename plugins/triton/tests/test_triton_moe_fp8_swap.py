@@ -118,31 +118,6 @@ def test_swap_ab_is_a_tuned_table_key():
     assert "SWAP_AB" in MOE_KEYS
 
 
-def test_prefetch_ahead_is_a_tuned_table_key_and_left_out_where_it_cannot_run():
-    """PF_AHEAD / PF_AHEAD2 (moe_gemm_kernel PF_AHEAD: L2 prefetches of the weight rows' K tiles ahead, inline
-    PTX for sm_90) are table keys; Triton's interpreter cannot run inline PTX, so there the launch leaves them out
-    and the products are those of the entry without them, bit for bit."""
-    from pathlib import Path
-
-    from oracle_triton import tuned
-
-    assert {"PF_AHEAD", "PF_AHEAD2"} <= tuned.MOE_KEYS
-    cfg = dict(DIRECT_LAST, BLOCK_N=128, PF_AHEAD=4, PF_AHEAD2=4)
-    entry = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 4096, "k": 7168, "experts": 256,
-             "m": 1, "config": cfg}
-    table = tuned.parse({"schema": 1, "devices": {"NVIDIA H200": [entry]}}, Path("t.json"))
-    assert table["NVIDIA H200"][("moe", "w8a8_block", 4096, 7168, 256, 1, None)] == cfg
-    if DEV != "cpu":
-        pytest.skip("the interpreter's half of this test (the GPU test below times nothing, checks the products)")
-    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
-    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(1, E, K, DEV)
-    t.config = DIRECT_LAST
-    base = t.apply(x, w, ids)
-    t.config = dict(DIRECT_LAST, PF_AHEAD=4, PF_AHEAD2=2)
-    assert torch.equal(t.apply(x, w, ids), base)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
                                                   num_stages=4),
@@ -160,31 +135,4 @@ def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     m = 1 if cfg.get("DIRECT") else 24
     _check(t, ref, m, cfg)
     t.config = cfg
-    _replay_moe(t, ref, m, TOL)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=3,
-                                      K_PAIR=3),
-                                 dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
-                                 dict(ALIGNED, K_PAIR=3)],
-                         ids=["deepseek_m1_h100_entry", "deepseek_m1_h200_entry", "aligned_k_pair"])
-@pytest.mark.parametrize("ahead", [(4, 0), (2, 4), (16, 16)], ids=["fc1_4", "fc1_2_fc2_4", "past_k_16"])
-def test_prefetch_ahead_keeps_the_products_on_gpu_and_under_replay(cfg, ahead):
-    """PF_AHEAD / PF_AHEAD2 only ask L2 for bytes (the tiles past the last one clamped to it: 16 tiles ahead of
-    K = 1024 or 768, 8 or 6 tiles): the same products as the entry without them (the same MMAs in the same order;
-    within the tolerance in case the compiler orders a tile's sums otherwise), within the tolerance of emulation,
-    and under CUDA-graph replay."""
-    t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
-                      device="cuda")
-    m = 1 if cfg.get("DIRECT") else 24
-    x = torch.randn(m, t.hidden, dtype=torch.bfloat16, device="cuda")
-    w, ids = routing(m, t.experts, t.layer.top_k, "cuda")
-    t.config = cfg
-    base = t.apply(x, w, ids)
-    pf = dict(cfg, PF_AHEAD=ahead[0], PF_AHEAD2=ahead[1])
-    t.config = pf
-    y = t.apply(x, w, ids)
-    assert rel(y, base) < 1e-3, (pf, rel(y, base))
-    assert rel(y, ref.apply(x, w, ids)) < TOL
     _replay_moe(t, ref, m, TOL)

@@ -6,6 +6,8 @@
 # H200's) and at 16 tokens (2 / 4 on the H200's entry), beside vLLM's kernels, 5 interleaved rounds. On an H200,
 # then R141's rounds (cells (a), (d) and DeepSeek-R1 at 16 / 256 / 4096) in the time left: R142_TOTAL counts both.
 # R142_NAME: the logs' name (r142; R143 ran it as r143 on the line prefetch that replaced R142's bulk one).
+# PF_AHEAD was measured slower or level and removed after R143: to run this again, apply pf-ahead.patch here
+# (against 360b206: the kernel option, its launch, table keys, sm90_compile case and tests) first.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 rounds() {
