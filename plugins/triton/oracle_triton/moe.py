@@ -548,15 +548,11 @@ class TritonMoE(Kernel):
                                                  self.facts.get("pdl") and not interpreting()) else 0
         if pf_head % 16:
             raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
-        pf_lines = int(cfg.get("PF_LINES", 0)) if (fp8 and lay1.pack == 1 and lay1.stride_wk == 1 and
-                                                   self.facts.get("pdl") and not interpreting()) else 0
-        if pf_lines & (pf_lines - 1):
-            raise ValueError(f"PF_LINES={pf_lines}: 128-byte lines per weight row asked of L2, a power of two")
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
                    pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
                    prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
-                   last=last, pf_head=pf_head, pf_lines=pf_lines)
+                   last=last, pf_head=pf_head)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)
         pro_in = None
         if last is not None:
@@ -1052,7 +1048,7 @@ class TritonMoE(Kernel):
               out_scales: torch.Tensor | None = None, pro: tuple | None = None, gdc: int = 0,
               cnt: torch.Tensor | None = None, pair_ids: torch.Tensor | None = None,
               prefetch: tuple | None = None, raw_pairs: bool = False, by_expert: bool = False,
-              last: tuple | None = None, pf_head: int = 0, pf_lines: int = 0) -> None:
+              last: tuple | None = None, pf_head: int = 0) -> None:
         """One grouped GEMM; a_in = (A, its FP8 scales or None) from _round (quant_in: A in the layer
         dtype and its per-tensor scale or None, rounded to codes inside). direct: block_expert holds
         the pairs' expert ids, one pair per program; sum_out (stage 2, direct): the top-k sum is written
@@ -1067,8 +1063,7 @@ class TritonMoE(Kernel):
         gets the rounded outputs unweighted (RAW_PAIRS; _topk_sum weighs them). by_expert (aligned tiles without
         the alignment launches, blocks = experts): sorted_ids holds the pairs' expert ids (BY_EXPERT). last
         (stage 1, direct): (codes, group scales, arrival counters): the last program of each pair rounds its
-        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD);
-        pf_lines: 128-byte lines of each asked of L2 first by the load/store unit (PF_LINES).
+        output row into them (QUANT_LAST). pf_head: bytes of each weight row asked of L2 first (PF_HEAD).
         cfg K_PAIR (W8A8 on codes; bit 1 FC1, bit 2 FC2): the K loop takes two tiles an iteration
         (moe_gemm_kernel K_UNROLL) where K is a multiple of two tiles, else one."""
         from .moe_kernels import ACTIVATION_CODES, moe_gemm_kernel
@@ -1122,7 +1117,7 @@ class TritonMoE(Kernel):
             pf_ptr=prefetch[0] if prefetch else None, pf_stride_e=prefetch[0].stride(0) if prefetch else 0,
             pf_bytes=prefetch[1] if prefetch else 0, pf_total=prefetch[2] if prefetch else 0, RAW_PAIRS=raw_pairs,
             BY_EXPERT=by_expert, T_POW2=triton_pow2(t) if by_expert else 1, SWAP_AB=swap_ab, PF_HEAD=pf_head,
-            K_UNROLL=2 if k_pair else 1, PF_LINES=pf_lines, num_warps=warps, num_stages=stages,
+            K_UNROLL=2 if k_pair else 1, num_warps=warps, num_stages=stages,
             **({"launch_pdl": True} if gdc >= 2 else {}))
 
     def warmup_units(self, token_counts: Sequence[int]) -> list:

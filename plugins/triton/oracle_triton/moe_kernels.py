@@ -22,7 +22,7 @@ from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, exper
                       fp8_codes_scale, fp8_operand, fp8_tile_scales, k_in, mma_acc, quantize_tile_codes, tile_product,
                       to_dtype, w4_product)
 from .gemv import row_amax
-from .pdl import gdc_launch_dependents, gdc_wait, prefetch_lines_l2, prefetch_row_heads, prefetch_rows_l2
+from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2
 
 SILU, GELU, SITU, SWIGLUOAI, SWIGLUOAI_HALVES, RELU2 = 0, 1, 2, 3, 4, 5
 ACTIVATION_CODES = {"silu": SILU, "gelu": GELU, "situ": SITU, "swigluoai": SWIGLUOAI,
@@ -262,7 +262,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
                     BY_EXPERT: tl.constexpr = False, T_POW2: tl.constexpr = 1, lq_ptr=None,
                     QUANT_LAST: tl.constexpr = False, N_GROUPS: tl.constexpr = 1, SWAP_AB: tl.constexpr = False,
                     PF_HEAD: tl.constexpr = 0, TILE_ARGS: tl.constexpr = False, tile_m=0, tile_n=0, ready_ptr=None,
-                    READY: tl.constexpr = False, K_UNROLL: tl.constexpr = 1, PF_LINES: tl.constexpr = 0):
+                    READY: tl.constexpr = False, K_UNROLL: tl.constexpr = 1):
     """STAGE 1: out[pair, j] = act(A[token or pair] @ w13[e]^T + b13) over the I columns j.
     STAGE 2: out[pair, n] = (A[pair] @ w2[e]^T + b2) (x router weight if WEIGHT_OUT), fp32.
     A is already rounded through the activation format (gemm.act_qdq_kernel): W8A8 (A_CODES
@@ -330,11 +330,7 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     rounds a pair's row then sets the pair's flag (ready_ptr[pair] = 1, release), which FC2 tiles of the
     same launch wait for. K_UNROLL (W8A8 on codes, not QUANT_IN; K a multiple of K_UNROLL tiles): the K loop
     takes that many tiles per iteration, so the compiler's pipeline issues the loads of a weight row's
-    consecutive 128-byte chunks together (each row is read K_UNROLL x BLOCK_K bytes at a time).
-    PF_LINES (a power of two; FP8 weight rows contiguous along K, sm_90): first thing, each weight row of the
-    tile asks L2 for its first PF_LINES 128-byte lines by the load/store unit's prefetch (pdl.prefetch_lines_l2),
-    so HBM streams the head of the K loop while the program rounds its input (QUANT_PRO): PF_HEAD's aim without
-    its TMA requests (R16 timed PF_HEAD slower; R142 found a bulk prefetch a row costly in this loop)."""
+    consecutive 128-byte chunks together (each row is read K_UNROLL x BLOCK_K bytes at a time)."""
     if TILE_ARGS:
         pid_m = tile_m
         pid_n = tile_n
@@ -364,14 +360,6 @@ def moe_gemm_kernel(a_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, topw_ptr, sorted_p
     if e >= 0:
         io_t = tl.float16 if OUT_F16 else tl.bfloat16
         dot_t = tl.float32 if DOT_F32 else io_t
-        if PF_LINES > 0:                            # the rows' first lines asked of L2 (the rounding comes next)
-            jl = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            lg, lu = gate_up_rows(jl, N_OUT, GATED, INTERLEAVED)
-            w_rows = w_ptr + e.to(tl.int64) * stride_we
-            lines = tl.minimum(tl.arange(0, PF_LINES) * 128, K - 1)[None, :]
-            prefetch_lines_l2(w_rows + tl.minimum(lg, N_W - 1).to(tl.int64)[:, None] * stride_wn + lines)
-            if GATED:
-                prefetch_lines_l2(w_rows + tl.minimum(lu, N_W - 1).to(tl.int64)[:, None] * stride_wn + lines)
         if PF_HEAD > 0:                             # HBM busy from the first cycle (the rounding comes next)
             jh = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             hg, hu = gate_up_rows(jh, N_OUT, GATED, INTERLEAVED)

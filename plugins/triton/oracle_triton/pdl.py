@@ -48,15 +48,6 @@ def prefetch_row_heads(ptrs, nbytes):
 
 
 @triton.jit
-def prefetch_lines_l2(ptrs):
-    """Each element of `ptrs` asks L2 for the 128-byte line that holds it (prefetch.global.L2: the load/store
-    unit's prefetch, not the TMA unit's bulk one, which R142 found costly at one request per row); nothing is
-    loaded into registers."""
-    return tl.inline_asm_elementwise("{ prefetch.global.L2 [$1]; mov.u32 $0, 0; }", "=r,l", [ptrs], dtype=tl.int32,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
 def wait_until_at_least(ptr, target):
     """Spin until the int32 counter at ptr reaches target (gpu-scope acquire loads, not atomics, with a
     short nanosleep between them, so hundreds of waiting programs do not queue on the counter's L2

@@ -118,30 +118,6 @@ def test_swap_ab_is_a_tuned_table_key():
     assert "SWAP_AB" in MOE_KEYS
 
 
-def test_line_prefetch_is_a_tuned_table_key_and_left_out_where_it_cannot_run():
-    """PF_LINES (moe_gemm_kernel: each weight row's first lines asked of L2 before the prologue, inline PTX for
-    sm_90) is a table key; Triton's interpreter cannot run inline PTX, so there the launch leaves it out and the
-    products are the entry's without it, bit for bit."""
-    from pathlib import Path
-
-    from oracle_triton import tuned
-
-    cfg = dict(DIRECT_LAST, BLOCK_N=128, PF_LINES=4)
-    entry = {"kind": "moe", "mode": "w8a8_block", "weight": "fp8_block", "n": 4096, "k": 7168, "experts": 256,
-             "m": 1, "config": cfg}
-    table = tuned.parse({"schema": 1, "devices": {"NVIDIA H200": [entry]}}, Path("t.json"))
-    assert table["NVIDIA H200"][("moe", "w8a8_block", 4096, 7168, 256, 1, None)] == cfg
-    if DEV != "cpu":
-        pytest.skip("the interpreter's half (the GPU test below checks the compiled form)")
-    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
-    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
-    w, ids = routing(1, E, K, DEV)
-    t.config = DIRECT_LAST
-    base = t.apply(x, w, ids)
-    t.config = dict(DIRECT_LAST, PF_LINES=4)
-    assert torch.equal(t.apply(x, w, ids), base)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
                                                   num_stages=4),
@@ -160,23 +136,3 @@ def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     _check(t, ref, m, cfg)
     t.config = cfg
     _replay_moe(t, ref, m, TOL)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("lines", [2, 8, 16], ids=["2", "8", "16_past_k"])
-def test_line_prefetch_keeps_the_products_on_gpu_and_under_replay(lines):
-    """PF_LINES only asks L2 for bytes (lines past K clamped to the row's last: 16 lines = 2048 bytes of
-    K = 1024): the same products as DeepSeek-R1's one-token H100 entry without it (within the tolerance should
-    the compiler order a tile's sums otherwise), within the tolerance of emulation, and under replay."""
-    cfg = dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=3, K_PAIR=3)
-    t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
-                      device="cuda")
-    x = torch.randn(1, t.hidden, dtype=torch.bfloat16, device="cuda")
-    w, ids = routing(1, t.experts, t.layer.top_k, "cuda")
-    t.config = cfg
-    base = t.apply(x, w, ids)
-    t.config = dict(cfg, PF_LINES=lines)
-    y = t.apply(x, w, ids)
-    assert rel(y, base) < 1e-3, (lines, rel(y, base))
-    assert rel(y, ref.apply(x, w, ids)) < TOL
-    _replay_moe(t, ref, 1, TOL)
