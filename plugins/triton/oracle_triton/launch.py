@@ -235,8 +235,8 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
         warps = 8 if bk <= 8192 else 16
     elif act == ACT_TOKEN:     # a row's amax pass, then its codes: one row x 4096-wide tiles per program
         bm, bk, k_programs, warps = TOKEN_ROWS, TOKEN_K, 1, TOKEN_WARPS
-    else:                      # 1x128 groups (or one tensor scale): every 16 x 128 tile is independent
-        bm, bk, k_programs = 16, 128, -(-k // 128)
+    else:                      # 1x128 groups (or one tensor scale): every rows x 128 tile is independent; a few
+        bm, bk, k_programs = min(16, 1 << (m - 1).bit_length()), 128, -(-k // 128)     # rows: no masked rows
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,

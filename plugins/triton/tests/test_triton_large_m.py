@@ -43,12 +43,14 @@ def _ref_codes(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["group", "token", "tensor", "static"])
-def test_activation_codes_and_scales_match_torchs_float8_cast(granularity):
+@pytest.mark.parametrize("m", [21, 1, 3])
+def test_activation_codes_and_scales_match_torchs_float8_cast(granularity, m):
+    """m = 21: a partial 16-row block; 1 and 3: the 1-row and 4-row tiles a few rows of 1x128 groups take."""
     from oracle_triton.formats import ACT_CODES, ACT_TENSOR
     from oracle_triton.launch import quantize_activation_codes, quantize_activations
     from oracle_triton.linear import dynamic_tensor_scale
 
-    m, k = 21, 320                                           # partial row block, partial last 1x128 group
+    k = 320                                                  # a partial last 1x128 group
     x = (torch.randn(m, k) * torch.logspace(-3, 2, m)[:, None]).to(torch.bfloat16).to(DEV)
     act = ACT_TENSOR if granularity == "static" else ACT_CODES[granularity]
     scale = None

@@ -119,7 +119,7 @@ def test_swap_ab_is_a_tuned_table_key():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
+@pytest.mark.parametrize("cfg", [DIRECT, DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
                                                   num_stages=4),
                                  # DeepSeek-R1's M=1 entry (ninth pass): 128-column FC1 tiles, one program per SM
                                  dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
@@ -127,7 +127,8 @@ def test_swap_ab_is_a_tuned_table_key():
                                  dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=3,
                                       K_PAIR=3),
                                  ALIGNED],
-                         ids=["direct_last", "direct_last_qwen3_m1_entry", "direct_last_deepseek_m1_entry",
+                         # direct: both inputs rounded by quantization launches (1- and 4-row tiles at one token)
+                         ids=["direct", "direct_last", "direct_last_qwen3_m1_entry", "direct_last_deepseek_m1_entry",
                               "direct_last_deepseek_m1_h100_entry", "aligned"])
 def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},

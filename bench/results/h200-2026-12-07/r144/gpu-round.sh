@@ -4,7 +4,9 @@
 # one token with configs/moe_r144.json (FC1 on 64- and 32-column tiles with the input row rounded by one quantization
 # launch instead of by every FC1 program, QUANT_PRO off; the entry without QUANT_PRO; R123's 64-column tile with it),
 # beside vLLM's kernels, 5 interleaved rounds. R144_NAME / R144_VARIANTS / R144_TESTS: another round of the same
-# form (R145: r145, configs/moe_r145.json, and the GPU tests of test_triton_moe_fp8_swap.py -k R144_TESTS first).
+# form (R145: r145, configs/moe_r145.json, and the GPU tests of test_triton_moe_fp8_swap.py -k R144_TESTS first;
+# PF_LINES, which R145 timed, was removed after it: pf-lines.patch, against b5b3402, holds it. R146: r146 with this
+# round's variants again on the quantization launch's few-row tiles, and -k swap_ab_on_gpu).
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 round_on_h200 && R141_TOTAL=${R144_TOTAL:-550} exec bash bench/results/h200-2026-12-07/r141/gpu-round.sh
