@@ -503,7 +503,9 @@ class TritonMoE(Kernel):
         store (rows pid_n * PF_NEXT onward), so FC2's first programs find them there. QUANT_LAST (1x128 groups):
         the last of each pair's FC1 programs to finish rounds the pair's output row into FC2's codes and
         scales (arrival counters, zero between calls), so no quantization launch sits between the GEMMs
-        and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles)."""
+        and FC1 keeps its own tile width (QUANT_OUT needs 128-column FC1 tiles). QPDL (sm_90; FC1's input
+        rounded by the quantization launch: no QUANT_PRO / QUANT_IN bit 1, no PDL): FC1 is launched as a
+        programmatic dependent launch of that quantizer, resident while it runs, waiting for it first thing."""
         fp8 = self.act in FP8_CODES
         quant1 = fp8 and bool(cfg.get("QUANT_IN", 0) & 1)
         quant_out = fp8 and bool(cfg.get("QUANT_OUT", 0))
@@ -525,10 +527,15 @@ class TritonMoE(Kernel):
             raise ValueError(f"QUANT_PRO: 1x128 activation groups rounded before a GEMM's loop (not with that "
                              f"GEMM's QUANT_IN), not {self.mode.name} with QUANT_IN={cfg.get('QUANT_IN', 0)}")
         pdl = int(cfg.get("PDL", 0)) if self.facts.get("pdl") else 0
+        # QPDL (sm_90, FC1's input rounded by a quantization launch, no PDL): FC1 is a programmatic dependent launch
+        # of the quantizer, so its programs become resident while the quantizer runs and wait for it on the device
+        qpdl = bool(cfg.get("QPDL", 0)) and self.facts.get("pdl") and fp8 and not (pro or quant1 or pdl)
         if pro:                                      # codes and scales written by the FC1 GEMM's programs
             codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
             scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
             a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
+        elif qpdl:
+            a_in = quantize_activation_codes(a1, self.act, self._act_scale(0, a1), self.facts, gdc=True)
         else:
             a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
         if quant_out:
@@ -550,7 +557,7 @@ class TritonMoE(Kernel):
             raise ValueError(f"PF_HEAD={pf_head}: bytes per weight row asked of L2, a multiple of 16")
         self._gemm(1, a_in, by_pair, self.w13, self.b13, topw, ids, ids, inter, t, k, self.inter, self.rows,
                    self.hidden, cfg, t, direct=True, quant_in=quant1, out_scales=inter_scales,
-                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 0,
+                   pro=(a1, codes) if pro else None, gdc=1 if pdl else 2 if qpdl else 0,
                    prefetch=(self.w2.weight, pf_rows * self.inter, self.hidden * self.inter) if pf_rows else None,
                    last=last, pf_head=pf_head)
         pairs = torch.empty(t, self.hidden, dtype=torch.float32, device=dev)

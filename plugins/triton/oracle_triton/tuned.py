@@ -68,7 +68,7 @@ MOE_KEYS = {"DIRECT", "FUSE_SUM", "QUANT_IN", "QUANT_OUT", "QUANT_PRO", "PDL", "
             "DECODE", "BLOCK_N2", "BLOCK_K2", "WARPS2", "STAGES2", "N_FAST", "PF_NEXT", "WORDS", "JOIN",
             "BY_EXPERT", "QUANT_LAST", "XW", "HX", "TAIL", "SWAP_AB", "PF_HEAD", "X_PIPE", "PERSIST", "PAIRS",
             "GUARD", "XQ", "K_PAIR", "TABLE", "DQ_OVERLAP", "RWARPS", "RSPLIT", "RWARPS2", "RSPLIT2",
-            "XDB", "XP", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", "WGN"}
+            "XDB", "XP", "WS_WARPS", "WS_ACT", "WS_HALF", "WS_TAIL", "WS_QACT", "WGN", "QPDL"}
 NEEDED_DECODE = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "DECODE"}
 #: bf16: the fused MoE's BF16 mode (mode "bf16"), the benchmarks' own BF16 baseline, tuned like the formats it is set beside
 FORMATS = {"fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "int4", "bf16"}

@@ -115,7 +115,7 @@ def test_two_k_tiles_an_iteration_keep_the_products(cfg):
 def test_swap_ab_is_a_tuned_table_key():
     from oracle_triton.tuned import MOE_KEYS
 
-    assert "SWAP_AB" in MOE_KEYS
+    assert {"SWAP_AB", "QPDL"} <= MOE_KEYS
 
 
 @pytest.mark.gpu
@@ -137,3 +137,25 @@ def test_swap_ab_on_gpu_at_a_model_like_shape_and_under_replay(cfg):
     _check(t, ref, m, cfg)
     t.config = cfg
     _replay_moe(t, ref, m, TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bn", [128, 64], ids=["deepseek_m1_h100_entry_tiles", "fc1_64"])
+def test_fc1_as_a_dependent_launch_of_its_quantizer_keeps_the_products(bn):
+    """QPDL: FC1 launched with launch_pdl after the quantization launch (which lets it start at once) and waiting
+    for it on the device: the same products as the two ordinary launches (the same kernels and inputs: equal, or
+    within the tolerance should the compiler order a tile's sums otherwise), within the tolerance of emulation,
+    and under CUDA-graph replay, where a wait that came too late would read stale codes."""
+    cfg = {k: v for k, v in DIRECT_LAST.items() if k != "QUANT_PRO"}
+    cfg.update(BLOCK_N=bn, WARPS2=4, STAGES2=3, num_warps=8, num_stages=3, K_PAIR=3)
+    t, ref = moe_pair("fp8_block", 32, 1024, 768, 4, "w8a8_block", "fp8", {"activation_granularity": "group"},
+                      device="cuda")
+    x = torch.randn(1, t.hidden, dtype=torch.bfloat16, device="cuda")
+    w, ids = routing(1, t.experts, t.layer.top_k, "cuda")
+    t.config = cfg
+    base = t.apply(x, w, ids)
+    t.config = dict(cfg, QPDL=1)
+    y = t.apply(x, w, ids)
+    assert rel(y, base) < 1e-3, rel(y, base)
+    assert rel(y, ref.apply(x, w, ids)) < TOL
+    _replay_moe(t, ref, 1, TOL)

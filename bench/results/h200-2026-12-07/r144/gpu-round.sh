@@ -7,6 +7,7 @@
 # form (R145: r145, configs/moe_r145.json, and the GPU tests of test_triton_moe_fp8_swap.py -k R144_TESTS first;
 # PF_LINES, which R145 timed, was removed after it: pf-lines.patch, against b5b3402, holds it. R146: r146 with this
 # round's variants again on the quantization launch's few-row tiles, and -k swap_ab_on_gpu).
+# R147: r147, configs/moe_r147.json (QPDL), -k "dependent_launch or swap_ab_on_gpu".
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 round_on_h200 && R141_TOTAL=${R144_TOTAL:-550} exec bash bench/results/h200-2026-12-07/r141/gpu-round.sh
