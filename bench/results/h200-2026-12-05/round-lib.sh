@@ -67,3 +67,7 @@ round_run() {
   OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
   ( round_start "$OUTDIR" || exit 1; cd bench && "$1" )
 }
+# TAILED_4096: bench_peers.py's arguments for cell (d)'s four tailed rows at 4096 tokens (Qwen3-235B NVFP4, Qwen3-30B
+# INT4 with and without zero points, gpt-oss-20b), for round_peers / round_rest after their W NAME LIMIT.
+TAILED_4096=(--only moe --shapes qwen3-235b-a22b-nvfp4 qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b
+  --moe-m qwen3-235b-a22b-nvfp4=4096 qwen3-30b-a3b-int4=4096 qwen3-30b-a3b-int4-zp=4096 gpt-oss-20b=4096)

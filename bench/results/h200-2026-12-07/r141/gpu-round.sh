@@ -17,9 +17,7 @@ rounds() {
   fi
   round_peers "$OUTDIR" r141ds1 $(( total * 20 / 100 )) --only moe --shapes deepseek-r1 --moe-m deepseek-r1=1 \
     --moe-variants configs/moe_r141.json --moe-rounds 7 --moe-launches
-  round_peers "$OUTDIR" r141w4 $(( total * 40 / 100 )) --only moe --shapes qwen3-235b-a22b-nvfp4 \
-    qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b --moe-m qwen3-235b-a22b-nvfp4=4096 \
-    qwen3-30b-a3b-int4=4096 qwen3-30b-a3b-int4-zp=4096 gpt-oss-20b=4096 --moe-variants configs/moe_r138.json \
+  round_peers "$OUTDIR" r141w4 $(( total * 40 / 100 )) "${TAILED_4096[@]}" --moe-variants configs/moe_r138.json \
     --moe-rounds 5 --moe-launches
   round_rest "$OUTDIR" r141ds "$total" --only moe --shapes deepseek-r1 --moe-m deepseek-r1=16,256,4096 \
     --moe-variants configs/moe_r141.json --moe-rounds 5 --moe-launches

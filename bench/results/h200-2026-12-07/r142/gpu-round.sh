@@ -18,8 +18,7 @@ rounds() {
   round_rest "$OUTDIR" "${n}ds16" $(( total * 60 / 100 )) --only moe --shapes deepseek-r1 --moe-m deepseek-r1=16 \
     --moe-variants configs/moe_r142.json --moe-rounds 5 --moe-launches
   round_on_h200 || return 0
-  round_rest "$OUTDIR" r141w4 "$total" --only moe --shapes qwen3-235b-a22b-nvfp4 qwen3-30b-a3b-int4 \
-    qwen3-30b-a3b-int4-zp gpt-oss-20b --moe-m qwen3-235b-a22b-nvfp4=4096 qwen3-30b-a3b-int4=4096 \
-    qwen3-30b-a3b-int4-zp=4096 gpt-oss-20b=4096 --moe-variants configs/moe_r138.json --moe-rounds 5 --moe-launches
+  round_rest "$OUTDIR" r141w4 "$total" "${TAILED_4096[@]}" --moe-variants configs/moe_r138.json --moe-rounds 5 \
+    --moe-launches
 }
 round_run rounds
