@@ -119,8 +119,8 @@ def test_swap_ab_is_a_tuned_table_key():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [DIRECT, DIRECT_LAST, dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8,
-                                                  num_stages=4),
+@pytest.mark.parametrize("cfg", [DIRECT, DIRECT_LAST,
+                                 dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
                                  # DeepSeek-R1's M=1 entry (ninth pass): 128-column FC1 tiles, one program per SM
                                  dict(DIRECT_LAST, BLOCK_N=128, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
                                  # the H100's own (thirty-sixth pass, R118): two K tiles an iteration, 3 FC1 stages
