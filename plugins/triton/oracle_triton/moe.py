@@ -476,13 +476,14 @@ class TritonMoE(Kernel):
             return tensor_scale_wide(a, div, self._counters(2, "_scale_state"))
         return dynamic_tensor_scale(a, self.act)
 
-    def _round(self, idx: int, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _round(self, idx: int, a: torch.Tensor, gdc: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """FC1's (idx 0) or FC2's (idx 1) input rounded through the activation format, as the
-        reference: FP8 as E4M3 codes and their scales, NVFP4 as values (no scales)."""
+        reference: FP8 as E4M3 codes and their scales, NVFP4 as values (no scales). gdc (FP8): the
+        GEMM launched next is a programmatic dependent launch of the quantizer (QPDL)."""
         if self.act == ACT_NONE:
             return a, None
         if self.act in FP8_CODES:
-            return quantize_activation_codes(a, self.act, self._act_scale(idx, a), self.facts)
+            return quantize_activation_codes(a, self.act, self._act_scale(idx, a), self.facts, gdc=gdc)
         return quantize_activations(a, self.act, self._act_scale(idx, a), self.facts), None
 
     def apply_direct_mma(self, x: torch.Tensor, topw: torch.Tensor, ids: torch.Tensor, m: int, k: int,
@@ -534,10 +535,8 @@ class TritonMoE(Kernel):
             codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
             scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)
             a_in = (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes, scales)
-        elif qpdl:
-            a_in = quantize_activation_codes(a1, self.act, self._act_scale(0, a1), self.facts, gdc=True)
         else:
-            a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1)
+            a_in = (a1, self._act_scale(0, a1)) if quant1 else self._round(0, a1, gdc=qpdl)
         if quant_out:
             inter = torch.empty(t, self.inter, dtype=torch.uint8, device=dev)
             inter_scales = torch.empty(-(-self.inter // 128), t, dtype=torch.float32, device=dev)
