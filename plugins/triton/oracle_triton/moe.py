@@ -528,9 +528,10 @@ class TritonMoE(Kernel):
             raise ValueError(f"QUANT_PRO: 1x128 activation groups rounded before a GEMM's loop (not with that "
                              f"GEMM's QUANT_IN), not {self.mode.name} with QUANT_IN={cfg.get('QUANT_IN', 0)}")
         pdl = int(cfg.get("PDL", 0)) if self.facts.get("pdl") else 0
-        # QPDL (sm_90, FC1's input rounded by a quantization launch, no PDL): FC1 is a programmatic dependent launch
-        # of the quantizer, so its programs become resident while the quantizer runs and wait for it on the device
-        qpdl = bool(cfg.get("QPDL", 0)) and self.facts.get("pdl") and fp8 and not (pro or quant1 or pdl)
+        if cfg.get("QPDL", 0) and (not fp8 or pro or quant1 or cfg.get("PDL", 0)):
+            raise ValueError(f"QPDL: FC1 a dependent launch of the FP8 quantization launch of its input (no QUANT_PRO "
+                             f"bit 1, QUANT_IN bit 1 or PDL), not {self.mode.name} with {cfg}")
+        qpdl = bool(cfg.get("QPDL", 0)) and bool(self.facts.get("pdl"))
         if pro:                                      # codes and scales written by the FC1 GEMM's programs
             codes = torch.empty(a1.shape, dtype=torch.uint8, device=dev)
             scales = torch.empty(-(-self.hidden // 128), a1.shape[0], dtype=torch.float32, device=dev)

@@ -118,6 +118,19 @@ def test_swap_ab_is_a_tuned_table_key():
     assert {"SWAP_AB", "QPDL"} <= MOE_KEYS
 
 
+@pytest.mark.parametrize("extra", [{"QUANT_PRO": 1}, {"PDL": 1}], ids=["quant_pro", "pdl"])
+def test_qpdl_with_an_fc1_input_not_from_the_quantization_launch_is_refused(extra):
+    """QPDL makes FC1 a dependent launch of its input's quantization launch: with FC1's programs rounding the
+    input themselves (QUANT_PRO) or FC1 already in a PDL chain with FC2 there is no such launch to depend on, so the
+    entry is refused by name, not run without the option."""
+    t, _ = moe_pair("fp8_block", E, H, I, K, "w8a8_block", "fp8", {"activation_granularity": "group"}, device=DEV)
+    x = torch.randn(1, H, dtype=torch.bfloat16, device=DEV)
+    w, ids = routing(1, E, K, DEV)
+    t.config = dict({k: v for k, v in DIRECT_LAST.items() if k != "QUANT_PRO"}, QPDL=1, **extra)
+    with pytest.raises(ValueError, match="QPDL"):
+        t.apply(x, w, ids)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [DIRECT, DIRECT_LAST,
                                  dict(DIRECT_LAST, BLOCK_N2=64, WARPS2=4, STAGES2=3, num_warps=8, num_stages=4),
