@@ -8,12 +8,14 @@ sweep_moe's fused MoE), calls it WARM times, then once inside the profiled range
     ncu --profile-from-start off --set full -o rep python3 ncu_probe.py --moe deepseek-r1 --m 1
     ncu --profile-from-start off --set full -o rep python3 ncu_probe.py --dense 7168x18432 --m 16 \\
         --mode w8a8_fp8_channel --cand gemlite
+    ncu ... python3 ncu_probe.py --dense 2048x4096 --m 256 --config '{"BLOCK_M": 128, "BLOCK_N": 128, ...}'
 
 Without a profiler attached it prints each call's time (events), so the driver is checked by running it bare.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import torch
@@ -33,9 +35,10 @@ def moe_call(name: str, m: int):
     return lambda: t.forward(x, *routes[0])
 
 
-def dense_call(shape: str, m: int, mode_name: str, cand: str):
+def dense_call(shape: str, m: int, mode_name: str, cand: str, config: dict | None = None):
     """A zero-argument call of bench_peers' dense candidate `cand` ("oracle", "gemlite", ...) for `mode_name` on
-    an N x K layer of random weights quantized as the benchmarks quantize them, at m rows."""
+    an N x K layer of random weights quantized as the benchmarks quantize them, at m rows; config (oracle only):
+    the GEMM called with these launch parameters instead of the layer's choice (a --dense-variants entry's)."""
     from bench_peers import DENSE_MODES, build_dense
     from bench_triton import dense_reference
 
@@ -45,6 +48,10 @@ def dense_call(shape: str, m: int, mode_name: str, cand: str):
     _, tensors, layer, mode = dense_reference(shape, fmt, n, k, w, mode_name, act, params)
     apply, _, _ = build_dense(cand, fmt, layer, mode, tensors)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if config:
+        t = apply.__self__
+        act = t.row_act(m)
+        return lambda: t.gemm(x, act, None, t.dtype, config)
     return lambda: apply(x)
 
 
@@ -57,8 +64,13 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="w8a8_fp8_channel", help="dense: a bench_peers.DENSE_MODES mode")
     ap.add_argument("--cand", default="oracle", help="dense: oracle, gemlite, tinygemm, scaled_mm, oracle-torch")
     ap.add_argument("--warm", type=int, default=WARM)
+    ap.add_argument("--config", type=json.loads, metavar="JSON",
+                    help="dense, oracle: launch parameters to call the GEMM with, e.g. '{\"BLOCK_M\": 64, ...}'")
     args = ap.parse_args(argv)
-    call = moe_call(args.moe, args.m) if args.moe else dense_call(args.dense, args.m, args.mode, args.cand)
+    if args.config and (args.moe or args.cand != "oracle"):
+        ap.error("--config: the launch parameters of oracle-triton's dense GEMM (--dense with --cand oracle)")
+    call = moe_call(args.moe, args.m) if args.moe else dense_call(args.dense, args.m, args.mode, args.cand,
+                                                                  args.config)
     for _ in range(args.warm):
         call()
     torch.cuda.synchronize()
