@@ -244,14 +244,18 @@ def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, n0, s_ptr, N, 
 @triton.jit
 def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
                       HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
-                      DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False):
+                      DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
+                      PROMO: tl.constexpr = False):
     """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32.
 
     PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
     BLOCK_K divides 128): the tile's product times its activation scales xs [BM] and weight
     scales ws [BN] (fp8_tile_scales; UNIFORM_WS: one scalar, folded into xs: one FMA per
     element). Else the product accumulates inside the dot, unscaled (both scales are constant
-    along K: fp8_codes_scale applies them once to the sum).
+    along K: fp8_codes_scale applies them once to the sum). PROMO (scales constant along K): the tile's product
+    into a zero accumulator, then added to acc, which is how the float8 dot promotes every BLOCK_K anyway; written
+    out, Triton waits on the tile's MMAs once (sm_90: one WARPGROUP.DEPBAR a K tile) where the dot's own promotion
+    waits on each 64-row MMA of a 128-row tile on one warpgroup (8 a K tile; sm90_compile.py's dense).
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
     dtype before its product) only by those two 2**-9-relative roundings: the code products
@@ -266,6 +270,8 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
             out = acc + p * (xs * ws)[:, None]
         else:
             out = acc + p * xs[:, None] * ws[None, :]
+    elif PROMO:
+        out = acc + code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
     else:
         out = code_product(a, wt, acc, FP8_DOT, DOT_F32, BLOCK_K)
     return out

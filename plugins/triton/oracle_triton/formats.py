@@ -290,7 +290,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       DECODE 3 only;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
-    - tiled GEMM: BF16 K tiles of 16-128, FP8 K tiles of 32-128 inside one 128-wide scale block
+    - tiled GEMM: PROMO 1 on FP8 weights with scales constant along K only; BF16 K tiles of 16-128, FP8 K tiles of
+      32-128 inside one 128-wide scale block
       (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups and, code by code (no FULL_TILE),
       of at least 16 units (the dot's K >= 16: 32 codes in the [N, K/2] layout, 128 in the word layouts); E2M1
       in the word layout decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
@@ -410,6 +411,9 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")
         return
+    if cfg.get("PROMO", 0) not in (0, 1) or (cfg.get("PROMO") and (layout.elem != FP8 or layout.group != 1)):
+        raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
+                         "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) only")
     if cfg.get("FULL_TILE") == 2 and is_words(layout) and layout.stride_wk % 16:
         raise ValueError(f"FULL_TILE=2 for {what}: the word decode of E2M1 words in the [K/8, N] layout needs N a "
                          f"multiple of 16, not {layout.stride_wk} (Triton 3.6's dot-operand pass fails to compile "

@@ -508,7 +508,8 @@ class DenseGemm:
             A_CODES=act if codes else 0, FP8_DOT=codes and self.facts["fp8_dot"],
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
-            **({"GDC": True} if pdl else {}), **self.coop_args(coop, cfg))
+            **({"GDC": True} if pdl else {}), **({"PROMO": True} if cfg.get("PROMO") and codes else {}),
+            **self.coop_args(coop, cfg))
         return y
 
     def fp8_codes(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, cfg: dict[str, int],
