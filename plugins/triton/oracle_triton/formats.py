@@ -296,6 +296,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       of at least 16 units (the dot's K >= 16: 32 codes in the [N, K/2] layout, 128 in the word layouts); E2M1
       in the word layout decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
     bk = cfg.get("BLOCK_K", 0)
+    other_paths = {"DEQUANT_MM", "SCALED_MM", "ROWGEMV", "SWAP", "REGA", "WS", "WG", "W4ROW", "ROWS"}
+    if cfg.get("PROMO", 0) not in (0, 1) or (cfg.get("PROMO") and (
+            layout.elem != FP8 or layout.group != 1 or any(cfg.get(key) for key in other_paths) or "DECODE" in cfg)):
+        raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
+                         "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) on the "
+                         f"tiled GEMM only, not {cfg}")
     if cfg.get("WS") and "WS_WARPS" in cfg:         # the MoE's WS entry (moe_ws) with its DEQUANT_MM fallback
         check_ws_moe(cfg, layout, what)
     if cfg.get("DEQUANT_MM"):
@@ -411,9 +417,6 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         if bk <= 0 or bk % unit:
             raise ValueError(f"BLOCK_K={bk} for {what}: GEMV K tiles must hold whole scale groups of {unit}")
         return
-    if cfg.get("PROMO", 0) not in (0, 1) or (cfg.get("PROMO") and (layout.elem != FP8 or layout.group != 1)):
-        raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
-                         "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) only")
     if cfg.get("FULL_TILE") == 2 and is_words(layout) and layout.stride_wk % 16:
         raise ValueError(f"FULL_TILE=2 for {what}: the word decode of E2M1 words in the [K/8, N] layout needs N a "
                          f"multiple of 16, not {layout.stride_wk} (Triton 3.6's dot-operand pass fails to compile "

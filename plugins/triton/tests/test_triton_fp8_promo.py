@@ -66,6 +66,8 @@ def test_promo_is_refused_where_scales_change_along_k():
             check_config(_tiles(64, 64, 1, PROMO=1), lay)
     with pytest.raises(ValueError, match="PROMO=2"):
         check_config(_tiles(64, 64, 1, PROMO=2), layout_for("fp8_channel", 256, 512))
+    with pytest.raises(ValueError, match="tiled GEMM only"):     # a swap entry would drop it silently
+        check_config(_tiles(16, 64, 1, SWAP=1, PROMO=1), layout_for("fp8_channel", 256, 512))
 
 
 @pytest.mark.gpu
