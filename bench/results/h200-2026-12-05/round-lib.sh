@@ -66,6 +66,15 @@ round_rest() {
 round_run() {
   OUTDIR=${ROUND_OUT:-$OUT}; mkdir -p "$OUTDIR"
   ( round_start "$OUTDIR" || exit 1; cd bench && "$1" )
+  local rc=$?; round_pack "$OUTDIR"; return $rc
+}
+# round_pack DIR: the device returns at most 8 files from $OUT, so a round's many logs (subfolders included) go
+# back as one round.tgz beside install.log.
+round_pack() {
+  local n; n=$(find "$1" -type f ! -name round.tgz | wc -l)
+  [ "$n" -gt 6 ] || return 0
+  ( cd "$1" && find . -mindepth 1 -maxdepth 1 ! -name round.tgz ! -name install.log -printf '%P\n' > /tmp/round-pack.list \
+    && tar czf round.tgz -T /tmp/round-pack.list && xargs -d '\n' rm -rf < /tmp/round-pack.list )
 }
 # TAILED_4096: bench_peers.py's arguments for cell (d)'s four tailed rows at 4096 tokens (Qwen3-235B NVFP4, Qwen3-30B
 # INT4 with and without zero points, gpt-oss-20b), for round_peers / round_rest after their W NAME LIMIT.

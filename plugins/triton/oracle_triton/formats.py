@@ -290,7 +290,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       DECODE 3 only;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
-    - tiled GEMM: PROMO 1 on FP8 weights with scales constant along K only; BF16 K tiles of 16-128, FP8 K tiles of
+    - tiled GEMM: PROMO 1 on FP8 weights with scales constant along K only, at most 64 accumulator registers a
+      thread (BLOCK_M * BLOCK_N / (32 * num_warps): the promotion holds a second accumulator); BF16 K tiles of 16-128, FP8 K tiles of
       32-128 inside one 128-wide scale block
       (the float8 dot needs K >= 32), 4-bit K tiles of whole scale groups and, code by code (no FULL_TILE),
       of at least 16 units (the dot's K >= 16: 32 codes in the [N, K/2] layout, 128 in the word layouts); E2M1
@@ -302,6 +303,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
                          "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) on the "
                          f"tiled GEMM only, not {cfg}")
+    acc_regs = cfg.get("BLOCK_M", 0) * cfg.get("BLOCK_N", 0) // (32 * cfg.get("num_warps", 4))
+    if cfg.get("PROMO") and acc_regs > 64:
+        raise ValueError(f"PROMO=1 for {what}: a {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')} tile on "
+                         f"{cfg.get('num_warps', 4)} warps holds {acc_regs} fp32 registers a thread, twice with the "
+                         "promotion's own accumulator: over 64 it spills (128x128 on 4 warps: 292 bytes, 3.3x slower "
+                         "in R150); use more warps or a smaller tile")
     if cfg.get("WS") and "WS_WARPS" in cfg:         # the MoE's WS entry (moe_ws) with its DEQUANT_MM fallback
         check_ws_moe(cfg, layout, what)
     if cfg.get("DEQUANT_MM"):

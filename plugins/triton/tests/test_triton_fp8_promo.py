@@ -70,6 +70,19 @@ def test_promo_is_refused_where_scales_change_along_k():
         check_config(_tiles(16, 64, 1, SWAP=1, PROMO=1), layout_for("fp8_channel", 256, 512))
 
 
+def test_promo_is_refused_where_two_accumulators_spill():
+    """128 x 128 on 4 warps: 128 fp32 registers a thread for the sum and as many for the promotion's product
+    (sm_90 ptxas: 292 bytes of spills; R150 timed it 3.3x slower than on 8 warps). 8 warps or 128 x 64 fit."""
+    from oracle_triton.formats import check_config, layout_for
+
+    lay = layout_for("fp8_channel", 256, 512)
+    with pytest.raises(ValueError, match="128 fp32 registers a thread"):
+        check_config(_tiles(128, 128, 1, PROMO=1), lay)
+    check_config(_tiles(128, 128, 1, warps=8, PROMO=1), lay)
+    check_config(_tiles(128, 64, 1, PROMO=1), lay)
+    check_config(_tiles(128, 128, 1), lay)          # without PROMO one accumulator fits
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)),
                     reason="the float8 dot needs sm_89+")
