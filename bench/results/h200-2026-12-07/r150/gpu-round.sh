@@ -33,7 +33,7 @@ ncu_round() {
   done
 }
 rounds() {
-  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants configs/fp8_promo_r150.json)
+  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants "${R150_CONFIG:-configs/fp8_promo_r150.json}")
   local peers=(--peers gemlite scaled_mm quantizer --gemlite-load-config configs/gemlite_fp8_channel_h200.json
     --gemlite-quantizer-rows 1 --gemlite-tune-ms 5)
   (TRITON_CACHE_DIR=/tmp/tc-a timeout 200 python3 bench_peers.py "${f8[@]}" --shapes 2048x4096 36864x7168 8192x8192 \
