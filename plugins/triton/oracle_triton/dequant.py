@@ -179,11 +179,16 @@ def fp8_operand(codes, FP8_DOT: tl.constexpr, HW_FP8: tl.constexpr, dot_t: tl.co
 
 
 @triton.jit
-def code_product(a, w, acc, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr):
+def code_product(a, w, acc, FP8_DOT: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr,
+                 FASTACC: tl.constexpr = False):
     """acc + codes(A) @ codes(W) of one K tile, fp32. The products of two E4M3 values are exact in
     fp32; the float8 tensor-core dot is told to promote its partial sums to fp32 every BLOCK_K
-    (Hopper otherwise keeps them in a narrower accumulator over the whole loop)."""
-    if FP8_DOT:
+    (Hopper otherwise keeps them in a narrower accumulator over the whole loop). FASTACC: it is not
+    (Triton's own sm_90 default, what gemlite and vLLM's CUTLASS FP8FastAccum kernels run): no second
+    accumulator and no wait for it, at the narrower accumulator's precision over the whole K loop."""
+    if FP8_DOT and FASTACC:
+        out = tl.dot(a, w, acc)
+    elif FP8_DOT:
         out = tl.dot(a, w, acc, max_num_imprecise_acc=BLOCK_K)
     else:
         out = mma_acc(a, w, acc, DOT_F32)
@@ -245,7 +250,7 @@ def fp8_tile_scales(as_ptr, a_idx, row_ok, stride_as, k0, offs_n, n0, s_ptr, N, 
 def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride_wk, PER_TILE: tl.constexpr,
                       HW_FP8: tl.constexpr, FP8_DOT: tl.constexpr, BLOCK_K: tl.constexpr, dot_t: tl.constexpr,
                       DOT_F32: tl.constexpr, UNIFORM_WS: tl.constexpr = False, EVEN_K: tl.constexpr = False,
-                      PROMO: tl.constexpr = False):
+                      PROMO: tl.constexpr = False, FASTACC: tl.constexpr = False):
     """W8A8, one K tile: acc + codes(A) [BM, BK] @ codes(W[offs_n, k0:k0+BK])^T, fp32.
 
     PER_TILE (scales that change along K: 1x128 activation groups or 128x128 weight blocks;
@@ -255,7 +260,8 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
     along K: fp8_codes_scale applies them once to the sum). PROMO (scales constant along K): the tile's product
     into a zero accumulator, then added to acc, which is how the float8 dot promotes every BLOCK_K anyway; written
     out, Triton waits on the tile's MMAs once (sm_90: one WARPGROUP.DEPBAR a K tile) where the dot's own promotion
-    waits on each 64-row MMA of a 128-row tile on one warpgroup (8 a K tile; sm90_compile.py's dense).
+    waits on each 64-row MMA of a 128-row tile on one warpgroup (8 a K tile; sm90_compile.py's dense). FASTACC
+    (scales constant along K): no promotion at all (code_product), a measurement option the tuned table refuses.
 
     Differs from the reference (which rounds dequantized weights and activations to the layer
     dtype before its product) only by those two 2**-9-relative roundings: the code products
@@ -273,7 +279,7 @@ def fp8_codes_product(acc, a, xs, ws, k0, offs_n, w_ptr, K, N, stride_wn, stride
     elif PROMO:
         out = acc + code_product(a, wt, tl.zeros_like(acc), FP8_DOT, DOT_F32, BLOCK_K)
     else:
-        out = code_product(a, wt, acc, FP8_DOT, DOT_F32, BLOCK_K)
+        out = code_product(a, wt, acc, FP8_DOT, DOT_F32, BLOCK_K, FASTACC)
     return out
 
 

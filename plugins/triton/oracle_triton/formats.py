@@ -290,6 +290,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       DECODE 3 only;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
+    - FASTACC 1 (the float8 dot not promoted over K; a measurement option the tuned table refuses): FP8 weights
+      with scales constant along K, on the tiled GEMM or SCALED_MM, not with PROMO;
     - tiled GEMM: PROMO 1 on FP8 weights with scales constant along K only, at most 64 accumulator registers a
       thread (BLOCK_M * BLOCK_N / (32 * num_warps): the promotion holds a second accumulator); BF16 K tiles of 16-128, FP8 K tiles of
       32-128 inside one 128-wide scale block
@@ -303,6 +305,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
         raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
                          "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) on the "
                          f"tiled GEMM only, not {cfg}")
+    if cfg.get("FASTACC", 0) not in (0, 1) or (cfg.get("FASTACC") and (
+            layout.elem != FP8 or layout.group != 1 or cfg.get("PROMO") or "DECODE" in cfg
+            or any(cfg.get(key) for key in other_paths - {"SCALED_MM"}))):
+        raise ValueError(f"FASTACC={cfg.get('FASTACC')} for {what}: the float8 dot without promotion over K (1) "
+                         "serves FP8 W8A8 with scales constant along K on the tiled GEMM or SCALED_MM only, "
+                         f"without PROMO, not {cfg}")
     acc_regs = cfg.get("BLOCK_M", 0) * cfg.get("BLOCK_N", 0) // (32 * cfg.get("num_warps", 4))
     if cfg.get("PROMO") and acc_regs > 64:
         raise ValueError(f"PROMO=1 for {what}: a {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')} tile on "

@@ -128,7 +128,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                  FULL_TILE: tl.constexpr = 0, GROUP_M: tl.constexpr = 1, UNIFORM_WS: tl.constexpr = False,
                  EVEN_K: tl.constexpr = False, KN: tl.constexpr = False, xin_ptr=None, sync_ptr=None,
                  COOP: tl.constexpr = False, COOP_K: tl.constexpr = 1024,
-                 COOP_SPIN: tl.constexpr = False, GDC: tl.constexpr = False, PROMO: tl.constexpr = False):
+                 COOP_SPIN: tl.constexpr = False, GDC: tl.constexpr = False, PROMO: tl.constexpr = False,
+                 FASTACC: tl.constexpr = False):
     """A_CODES 1-3: x holds E4M3 codes with scales per 1x128 group (as_ptr [K/128, M], row
     stride 1, group stride stride_as), per row (as_ptr [M]) or per tensor (as_ptr [1]); the
     product runs on the codes (FP8_DOT: float8 tensor cores) and the scales multiply the fp32
@@ -140,7 +141,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
     and as_ptr are empty buffers the programs fill from xin_ptr first (fp8_swap_kernel says how). GDC
     (A_CODES, launched with launch_pdl after a quantizer launched with GDC): the programs become resident
     while the quantizer runs and wait for its grid before anything else, so its launch gap is hidden. PROMO (A_CODES
-    2 / 3): each K tile's float8 product promoted to the fp32 sum written out (dequant.fp8_codes_product)."""
+    2 / 3): each K tile's float8 product promoted to the fp32 sum written out (dequant.fp8_codes_product). FASTACC
+    (A_CODES 2 / 3): the float8 dot not promoted over the K loop (dequant.code_product)."""
     if GDC:
         gdc_wait()
     if COOP:
@@ -182,7 +184,8 @@ def wgemm_kernel(x_ptr, w_ptr, s_ptr, z_ptr, g_ptr, b_ptr, y_ptr, part_ptr, cnt_
                                                    tl.minimum(t + 1, t1 - 1) * BLOCK_K, offs_n, n0, s_ptr, N,
                                                    stride_sn, stride_sk, A_CODES, GROUP, SCALE_ROWS, UNIFORM_WS)
             acc = fp8_codes_product(acc, a, xs, ws, t * BLOCK_K, offs_n, w_ptr, K, N, stride_wn, stride_wk,
-                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K, PROMO)
+                                    PER_TILE, HW_FP8, FP8_DOT, BLOCK_K, dot_t, DOT_F32, UNIFORM_WS, EVEN_K, PROMO,
+                                    FASTACC)
             if PER_TILE:
                 xs, ws = xs_next, ws_next
         if not PER_TILE:                            # scales constant along K: applied once

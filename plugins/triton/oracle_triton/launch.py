@@ -437,6 +437,8 @@ class DenseGemm:
                  config: dict[str, int] | None = None) -> torch.Tensor:
         m = x.shape[0]
         cfg = config
+        if config is not None:      # a caller's config (bench variants, tests), checked on every path
+            check_config(config, self.layout)
         if cfg is None:
             cfg = self._configs.get((m, act))
             if cfg is None:
@@ -445,7 +447,7 @@ class DenseGemm:
             return self.dequant_mm(x, out_dtype)
         if cfg.get("SCALED_MM"):                    # W8A8 per channel: our codes, cuBLASLt's rowwise GEMM
             if out_dtype == torch.bfloat16:
-                return self.scaled_mm(x, act, act_scale, out_dtype)
+                return self.scaled_mm(x, act, act_scale, out_dtype, fast_accum=bool(cfg.get("FASTACC")))
             cfg = dense_config(m, self.n, self.k, self.facts["sms"], self.layout.pack)   # rowwise: bf16 out only
         if cfg.get("ROWGEMV"):                       # one row of FP8 W8A8 on CUDA cores (fp8_rowgemv)
             return self.fp8_row_gemv(x, act, act_scale, out_dtype, cfg)
@@ -488,8 +490,6 @@ class DenseGemm:
         elif act:
             x = quantize_activations(x, act, act_scale, self.facts)
         lay = self.layout
-        if config is not None:
-            check_config(config, lay)
         y = torch.empty(m, self.n, dtype=out_dtype, device=x.device)
         grid_n, grid_m = -(-self.n // cfg["BLOCK_N"]), -(-m // cfg["BLOCK_M"])
         split = cfg["SPLIT_K"]
@@ -509,6 +509,7 @@ class DenseGemm:
             UNIFORM_WS=codes and lay.scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=self.k % cfg["BLOCK_K"] == 0,
             FULL_TILE=self.full_tile(cfg), GROUP_M=cfg.get("GROUP_M", 1), KN=is_words(lay),
             **({"GDC": True} if pdl else {}), **({"PROMO": True} if cfg.get("PROMO") and codes else {}),
+            **({"FASTACC": True} if cfg.get("FASTACC") and codes else {}),
             **self.coop_args(coop, cfg))
         return y
 
@@ -620,18 +621,20 @@ class DenseGemm:
             self.n % 16 == 0 and self.k % 16 == 0
 
     def scaled_mm(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None,
-                  out_dtype: torch.dtype) -> torch.Tensor:
+                  out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
         """W8A8 with scales constant along K: the activation codes from our quantizer (one launch),
         the product by torch._scaled_mm with rowwise scales (cuBLASLt; measured faster than our
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
-        rowwise scaling writes bf16 only: other layer dtypes keep the tiles)."""
+        rowwise scaling writes bf16 only: other layer dtypes keep the tiles). fast_accum (cfg FASTACC, a
+        measurement option): cuBLASLt's float8 fast accumulation, no promotion over K."""
         m = x.shape[0]
         fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
         sa = xs.reshape(-1, 1).expand(m, 1) if act == ACT_TENSOR else xs.reshape(m, 1)
         sb = self.scale.reshape(1, -1).expand(1, self.n)
         return torch._scaled_mm(codes.view(torch.float8_e4m3fn), self.weight.view(torch.float8_e4m3fn).t(),
-                                scale_a=sa.contiguous(), scale_b=sb.contiguous(), bias=self.bias, out_dtype=out_dtype)
+                                scale_a=sa.contiguous(), scale_b=sb.contiguous(), bias=self.bias, out_dtype=out_dtype,
+                                use_fast_accum=fast_accum)
 
     def serves(self, cfg: dict[str, int], m: int, act: int) -> bool:
         """Can a tuned entry's path serve this weight and call (the table is keyed by mode and shape,

@@ -113,7 +113,7 @@ def main_loop(cubin: str, bindir: str, which: str = "longest") -> dict | None:
 
 def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0):
     """coop_k (per-token codes): the rows quantized by the programs (COOP, chunks of coop_k); cfg PROMO 1 (codes):
-    the written-out float8 promotion."""
+    the written-out float8 promotion; FASTACC 1 (codes): none."""
     fp8 = codes > 0
     consts = dict(ELEM=elem, PACK=pack, GROUP=group, SCALE_ROWS=scale_rows, HAS_ZERO=zero, EXACT_W=fp8,
                   HAS_BIAS=True, SPLIT_K=cfg.get("SPLIT_K", 1), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
@@ -121,7 +121,8 @@ def dense(elem, pack, group, cfg, *, codes=0, scale_rows=1, zero=False, coop_k=0
                   FULL_TILE=int(cfg.get("FULL_TILE", 0)), GROUP_M=cfg.get("GROUP_M", 1),
                   UNIFORM_WS=fp8 and scale_rows % cfg["BLOCK_N"] == 0, EVEN_K=True, **_ones(elem),
                   **({"COOP": True, "COOP_K": coop_k, "COOP_SPIN": True} if coop_k else {}),
-                  **({"PROMO": True} if fp8 and cfg.get("PROMO") else {}))
+                  **({"PROMO": True} if fp8 and cfg.get("PROMO") else {}),
+                  **({"FASTACC": True} if fp8 and cfg.get("FASTACC") else {}))
     ptrs = {"x_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_ptr": "*fp8e4nv" if fp8 else ("*i32" if elem == 3 else "*u8"),
             "s_ptr": SCALE_T[elem], "z_ptr": "*i32", "y_ptr": "*bf16", "b_ptr": "*bf16", "cnt_ptr": "*i32",
             "xin_ptr": "*bf16", "sync_ptr": "*i32"}

@@ -1,17 +1,31 @@
 #!/bin/bash
 # lead R152 (for the forty-seventh pass; timeout_s 600, any card, an H200 first). On an H200: R141's rounds (cells
 # (a), (d) and DeepSeek-R1 at 16 / 256 / 4096 tokens beside vLLM's kernels), which only that card settles. On another
-# card: the parts of scripts/gpu-check that R151 / R151b (H100, forty-sixth pass) did not reach on this code: the b12x
-# selection tests on a detected SM90 and `oracle explain --detect` (GPU tests and device-aware tests off, benchmarks
-# off); then R141's 1-token DeepSeek-R1 rows (the H100's proxy for cell (a)) in the time left.
+# card: FASTACC (the float8 dot without promotion over K, as gemlite and vLLM's CUTLASS FP8FastAccum kernels run it;
+# cuBLASLt's use_fast_accum on SCALED_MM): its GPU tests beside a compile pass, then FP8 W8A8 at 256 rows with
+# configs/fp8_fastacc_r152.json beside the shipped entry, BF16 cuBLAS, gemlite (pinned configs), cuBLASLt on ready
+# codes and the quantizer, 3 repeats: 2048x4096 (cell (p)), then 36864x7168 (cell (m)) and 8192x8192. Compiled for
+# sm_90, FASTACC takes 128 x 256 tiles on 8 warps (gemlite's H100 choice at 256 rows of large N) from 255 registers
+# and 272 bytes of spills to 220 and none, and their K loop from 322 instructions to 131. Then the parts of
+# scripts/gpu-check R151 did not reach (b12x selection on a detected SM90, `oracle explain --detect`) in the time left.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 round_on_h200 && R141_TOTAL=${R152_TOTAL:-560} exec bash bench/results/h200-2026-12-07/r141/gpu-round.sh
 rounds() {
-  ( cd .. && GPU_TESTS=0 DEVICE_AWARE=0 round_gpu_check "$OUTDIR" 6 180 )
-  local left=$(( ${R152_TOTAL:-560} - SECONDS ))
-  [ "$left" -gt 120 ] || return 0
-  round_peers "$OUTDIR" r152ds1 $(( left - 20 )) --only moe --shapes deepseek-r1 --moe-m deepseek-r1=1 \
-    --moe-variants configs/moe_r141.json --moe-rounds 5 --moe-launches
+  local total=${R152_TOTAL:-560}
+  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants configs/fp8_fastacc_r152.json)
+  local peers=(--peers gemlite scaled_mm quantizer --gemlite-load-config configs/gemlite_fp8_channel_h200.json
+    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5)
+  (TRITON_CACHE_DIR=/tmp/tc-a timeout 200 python3 bench_peers.py "${f8[@]}" --shapes 2048x4096 36864x7168 8192x8192 \
+    --peers none --dense-repeat 1 > "$OUTDIR/r152-pre.log" 2>&1; echo "compile pass rc $?") &
+  ( cd .. && round_pytest "$OUTDIR" r152fast 200 plugins/triton/tests/test_triton_fp8_fastacc.py "gpu" )
+  wait
+  grep -E "rror" "$OUTDIR/r152-pre.log" | cut -c1-300 | head -20
+  round_peers "$OUTDIR" r152a 150 "${f8[@]}" "${peers[@]}" --shapes 2048x4096 --dense-repeat 3 --dense-warm-s 0.15
+  round_rest "$OUTDIR" r152b $(( total - 150 )) "${f8[@]}" "${peers[@]}" --shapes 36864x7168 8192x8192 \
+    --dense-repeat 3 --dense-warm-s 0.15
+  local left=$(( total - SECONDS ))
+  [ "$left" -gt 60 ] && ( cd .. && GPU_TESTS=0 DEVICE_AWARE=0 round_gpu_check "$OUTDIR" 6 $(( left - 10 )) )
+  return 0
 }
 round_run rounds

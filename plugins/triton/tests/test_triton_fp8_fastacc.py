@@ -1,0 +1,94 @@
+"""FASTACC 1, a measurement option of FP8 W8A8 with scales constant along K: the float8 dot left to accumulate the
+whole K loop without promotion (Triton's own sm_90 default, which gemlite's FP8 GEMM and vLLM's CUTLASS
+FP8FastAccum kernels run) on the tiled GEMM, and cuBLASLt's fast accumulation (`use_fast_accum`) on SCALED_MM. It
+tells how much of a peer's lead is its accumulation; the tuned table refuses it, so no shipped entry loses the
+promotion every K tile. In Triton's CPU interpreter the dot is fp32 either way: there it must match the emulation;
+on an sm_90 GPU it must match it on random data (same-sign sums, where it loses, are left to PROMO's test).
+
+Tolerance as test_triton_dense.py: 1e-2 relative to the emulation (bf16 roundings of the reference).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers import linear_pair, rel
+from oracle.errors import PolicyError
+
+TOL = 1e-2
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _tiles(bm: int, bn: int, split: int, warps: int = 4, **extra: int) -> dict[str, int]:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "GROUP_M": 8, "FULL_TILE": 0,
+            "num_warps": warps, "num_stages": 3, **extra}
+
+
+@pytest.mark.slow
+def test_fastacc_matches_emulation_in_the_interpreter():
+    """Partial M, N and K tiles, split-K 1 and 3, a bias: FASTACC 1 within 1e-2 of the emulation."""
+    from oracle_triton.formats import check_config
+
+    t, e = linear_pair("fp8_channel", 96, 352, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       bias=True, device=DEV)
+    x = torch.randn(70, 352, dtype=torch.bfloat16, device=DEV) * 3
+    for cfg in (_tiles(64, 32, 1, FASTACC=1), _tiles(32, 64, 3, FASTACC=1)):
+        check_config(cfg, t.gemm.layout)
+        assert rel(t.gemm(x, t.act, None, torch.bfloat16, cfg), e.apply(x)) < TOL, cfg
+
+
+def test_fastacc_is_refused_off_its_paths():
+    from oracle_triton.formats import check_config, layout_for
+
+    channel = layout_for("fp8_channel", 256, 512)
+    check_config(_tiles(64, 64, 1, FASTACC=1), channel)
+    check_config({"SCALED_MM": 1, "FASTACC": 1}, channel)
+    for lay in (layout_for("fp8_block", 256, 512), layout_for("int4", 256, 512, 128)):
+        with pytest.raises(ValueError, match="FASTACC=1"):
+            check_config(_tiles(64, 64, 1, FASTACC=1), lay)
+    with pytest.raises(ValueError, match="without PROMO"):
+        check_config(_tiles(64, 64, 1, FASTACC=1, PROMO=1), channel)
+    with pytest.raises(ValueError, match="FASTACC=2"):
+        check_config(_tiles(64, 64, 1, FASTACC=2), channel)
+    with pytest.raises(ValueError, match="FASTACC=1"):     # a swap entry would drop it silently
+        check_config(_tiles(16, 64, 1, SWAP=1, FASTACC=1), channel)
+
+
+def test_the_tuned_table_refuses_fastacc(tmp_path):
+    """A shipped entry keeps the promotion every K tile: FASTACC in a table entry is an error naming the file,
+    the field and the key."""
+    from oracle_triton import tuned
+
+    entry = {"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 2048, "k": 4096, "m": 256,
+             "config": _tiles(64, 64, 2, FASTACC=1)}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"schema": 1, "devices": {"NVIDIA H200": [entry]}}))
+    with pytest.raises(PolicyError) as err:
+        tuned.parse(json.loads(path.read_text()), path)
+    assert str(path) in str(err.value) and "[0].config" in str(err.value) and "FASTACC" in str(err.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)),
+                    reason="the float8 dot needs sm_89+")
+@pytest.mark.parametrize("cfg", [_tiles(64, 64, 2, FASTACC=1), _tiles(128, 256, 1, warps=8, FASTACC=1),
+                                 {"SCALED_MM": 1, "FASTACC": 1}])
+def test_fastacc_on_the_gpu_matches_emulation_and_replays(cfg):
+    """256 rows of 2048x4096 on random data: within 1e-2 of the emulation and of the promoted product; the
+    same bits on a second call and under CUDA-graph replay."""
+    t, e = linear_pair("fp8_channel", 2048, 4096, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
+                       device="cuda")
+    x = torch.randn(256, 4096, dtype=torch.bfloat16, device="cuda")
+    y = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+    base = {k: v for k, v in cfg.items() if k != "FASTACC"}
+    assert rel(y, e.apply(x)) < TOL
+    assert rel(y, t.gemm(x, t.act, None, torch.bfloat16, base)) < TOL
+    assert torch.equal(t.gemm(x, t.act, None, torch.bfloat16, cfg), y)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg = t.gemm(x, t.act, None, torch.bfloat16, cfg)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(yg, y)
