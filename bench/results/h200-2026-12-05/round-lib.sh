@@ -80,3 +80,21 @@ round_pack() {
 # INT4 with and without zero points, gpt-oss-20b), for round_peers / round_rest after their W NAME LIMIT.
 TAILED_4096=(--only moe --shapes qwen3-235b-a22b-nvfp4 qwen3-30b-a3b-int4 qwen3-30b-a3b-int4-zp gpt-oss-20b
   --moe-m qwen3-235b-a22b-nvfp4=4096 qwen3-30b-a3b-int4=4096 qwen3-30b-a3b-int4-zp=4096 gpt-oss-20b=4096)
+# round_fp8_256 W NAME CONFIG TESTS TOTAL: FP8 W8A8 per channel at 256 rows with the --dense-variants CONFIG beside
+# the shipped entry, BF16 cuBLAS, gemlite (pinned configs), cuBLASLt on ready codes and the quantizer: a compile
+# pass of every shape beside the GPU tests of TESTS (a file under plugins/triton/tests), then 2048x4096 (cell (p);
+# W/NAMEa) and 36864x7168 / 8192x8192 (W/NAMEb) in what is left of TOTAL seconds since the script began, 3 repeats.
+round_fp8_256() {
+  local w=$1 name=$2 cfg=$3 tests=$4 total=$5
+  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants "$cfg")
+  local peers=(--peers gemlite scaled_mm quantizer --gemlite-load-config configs/gemlite_fp8_channel_h200.json
+    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5)
+  (TRITON_CACHE_DIR=/tmp/tc-a timeout 200 python3 bench_peers.py "${f8[@]}" --shapes 2048x4096 36864x7168 8192x8192 \
+    --peers none --dense-repeat 1 > "$w/$name-pre.log" 2>&1; echo "compile pass rc $?") &
+  ( cd .. && round_pytest "$w" "$name" 200 "plugins/triton/tests/$tests" "gpu" )
+  wait
+  grep -E "rror" "$w/$name-pre.log" | cut -c1-300 | head -20
+  round_peers "$w" "${name}a" 150 "${f8[@]}" "${peers[@]}" --shapes 2048x4096 --dense-repeat 3 --dense-warm-s 0.15
+  round_rest "$w" "${name}b" "$total" "${f8[@]}" "${peers[@]}" --shapes 36864x7168 8192x8192 --dense-repeat 3 \
+    --dense-warm-s 0.15
+}

@@ -32,6 +32,12 @@ def quantize(fmt: str, w: torch.Tensor, group: int = 128, symmetric: bool = Fals
     return {k: v for k, v in q.items() if v is not None}
 
 
+def fp8_tiles(bm: int, bn: int, split: int, warps: int = 4, **extra: int) -> dict[str, int]:
+    """A tiled-GEMM launch config for FP8 W8A8 (128-wide K tiles, 3 stages) with extra keys (PROMO, FASTACC...)."""
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "GROUP_M": 8, "FULL_TILE": 0,
+            "num_warps": warps, "num_stages": 3, **extra}
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 

@@ -14,16 +14,12 @@ import json
 import pytest
 import torch
 
-from helpers import linear_pair, rel
+from helpers import fp8_tiles, linear_pair, rel
 from oracle.errors import PolicyError
 
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
-
-def _tiles(bm: int, bn: int, split: int, warps: int = 4, **extra: int) -> dict[str, int]:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "GROUP_M": 8, "FULL_TILE": 0,
-            "num_warps": warps, "num_stages": 3, **extra}
 
 
 @pytest.mark.slow
@@ -34,7 +30,7 @@ def test_fastacc_matches_emulation_in_the_interpreter():
     t, e = linear_pair("fp8_channel", 96, 352, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"},
                        bias=True, device=DEV)
     x = torch.randn(70, 352, dtype=torch.bfloat16, device=DEV) * 3
-    for cfg in (_tiles(64, 32, 1, FASTACC=1), _tiles(32, 64, 3, FASTACC=1)):
+    for cfg in (fp8_tiles(64, 32, 1, FASTACC=1), fp8_tiles(32, 64, 3, FASTACC=1)):
         check_config(cfg, t.gemm.layout)
         assert rel(t.gemm(x, t.act, None, torch.bfloat16, cfg), e.apply(x)) < TOL, cfg
 
@@ -43,17 +39,17 @@ def test_fastacc_is_refused_off_its_paths():
     from oracle_triton.formats import check_config, layout_for
 
     channel = layout_for("fp8_channel", 256, 512)
-    check_config(_tiles(64, 64, 1, FASTACC=1), channel)
+    check_config(fp8_tiles(64, 64, 1, FASTACC=1), channel)
     check_config({"SCALED_MM": 1, "FASTACC": 1}, channel)
     for lay in (layout_for("fp8_block", 256, 512), layout_for("int4", 256, 512, 128)):
         with pytest.raises(ValueError, match="FASTACC=1"):
-            check_config(_tiles(64, 64, 1, FASTACC=1), lay)
+            check_config(fp8_tiles(64, 64, 1, FASTACC=1), lay)
     with pytest.raises(ValueError, match="without PROMO"):
-        check_config(_tiles(64, 64, 1, FASTACC=1, PROMO=1), channel)
+        check_config(fp8_tiles(64, 64, 1, FASTACC=1, PROMO=1), channel)
     with pytest.raises(ValueError, match="FASTACC=2"):
-        check_config(_tiles(64, 64, 1, FASTACC=2), channel)
+        check_config(fp8_tiles(64, 64, 1, FASTACC=2), channel)
     with pytest.raises(ValueError, match="FASTACC=1"):     # a swap entry would drop it silently
-        check_config(_tiles(16, 64, 1, SWAP=1, FASTACC=1), channel)
+        check_config(fp8_tiles(16, 64, 1, SWAP=1, FASTACC=1), channel)
 
 
 def test_the_tuned_table_refuses_fastacc(tmp_path):
@@ -62,7 +58,7 @@ def test_the_tuned_table_refuses_fastacc(tmp_path):
     from oracle_triton import tuned
 
     entry = {"kind": "dense", "mode": "w8a8_fp8_channel", "weight": "fp8_channel", "n": 2048, "k": 4096, "m": 256,
-             "config": _tiles(64, 64, 2, FASTACC=1)}
+             "config": fp8_tiles(64, 64, 2, FASTACC=1)}
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps({"schema": 1, "devices": {"NVIDIA H200": [entry]}}))
     with pytest.raises(PolicyError) as err:
@@ -73,7 +69,7 @@ def test_the_tuned_table_refuses_fastacc(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)),
                     reason="the float8 dot needs sm_89+")
-@pytest.mark.parametrize("cfg", [_tiles(64, 64, 2, FASTACC=1), _tiles(128, 256, 1, warps=8, FASTACC=1),
+@pytest.mark.parametrize("cfg", [fp8_tiles(64, 64, 2, FASTACC=1), fp8_tiles(128, 256, 1, warps=8, FASTACC=1),
                                  {"SCALED_MM": 1, "FASTACC": 1}])
 def test_fastacc_on_the_gpu_matches_emulation_and_replays(cfg):
     """256 rows of 2048x4096 on random data: within 1e-2 of the emulation and of the promoted product; the

@@ -10,15 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import linear_pair, quantize, rel
+from helpers import fp8_tiles, linear_pair, quantize, rel
 
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
-
-def _tiles(bm: int, bn: int, split: int, warps: int = 4, **extra: int) -> dict[str, int]:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "GROUP_M": 8, "FULL_TILE": 0,
-            "num_warps": warps, "num_stages": 3, **extra}
 
 
 def _positive_pair(n: int, k: int, device: str):
@@ -50,7 +46,7 @@ def test_promo_matches_emulation_and_the_dots_own(fmt, mode, gran):
     t, e = linear_pair(fmt, 96, 352, mode, "fp8", {"activation_granularity": gran}, bias=True, device=DEV)
     x = torch.randn(70, 352, dtype=torch.bfloat16, device=DEV) * 3
     scale = dynamic_tensor_scale(x) if gran == "tensor" else None
-    for cfg in (_tiles(64, 32, 1), _tiles(32, 64, 3)):
+    for cfg in (fp8_tiles(64, 32, 1), fp8_tiles(32, 64, 3)):
         check_config({**cfg, "PROMO": 1}, t.gemm.layout)
         y = t.gemm(x, t.act, scale, torch.bfloat16, {**cfg, "PROMO": 1})
         assert rel(y, e.apply(x)) < TOL, cfg
@@ -60,14 +56,14 @@ def test_promo_matches_emulation_and_the_dots_own(fmt, mode, gran):
 def test_promo_is_refused_where_scales_change_along_k():
     from oracle_triton.formats import check_config, layout_for
 
-    check_config(_tiles(64, 64, 1, PROMO=1), layout_for("fp8_channel", 256, 512))
+    check_config(fp8_tiles(64, 64, 1, PROMO=1), layout_for("fp8_channel", 256, 512))
     for lay in (layout_for("fp8_block", 256, 512), layout_for("int4", 256, 512, 128)):
         with pytest.raises(ValueError, match="PROMO=1"):
-            check_config(_tiles(64, 64, 1, PROMO=1), lay)
+            check_config(fp8_tiles(64, 64, 1, PROMO=1), lay)
     with pytest.raises(ValueError, match="PROMO=2"):
-        check_config(_tiles(64, 64, 1, PROMO=2), layout_for("fp8_channel", 256, 512))
+        check_config(fp8_tiles(64, 64, 1, PROMO=2), layout_for("fp8_channel", 256, 512))
     with pytest.raises(ValueError, match="tiled GEMM only"):     # a swap entry would drop it silently
-        check_config(_tiles(16, 64, 1, SWAP=1, PROMO=1), layout_for("fp8_channel", 256, 512))
+        check_config(fp8_tiles(16, 64, 1, SWAP=1, PROMO=1), layout_for("fp8_channel", 256, 512))
 
 
 def test_promo_is_refused_where_two_accumulators_spill():
@@ -77,16 +73,16 @@ def test_promo_is_refused_where_two_accumulators_spill():
 
     lay = layout_for("fp8_channel", 256, 512)
     with pytest.raises(ValueError, match="128 fp32 registers a thread"):
-        check_config(_tiles(128, 128, 1, PROMO=1), lay)
-    check_config(_tiles(128, 128, 1, warps=8, PROMO=1), lay)
-    check_config(_tiles(128, 64, 1, PROMO=1), lay)
-    check_config(_tiles(128, 128, 1), lay)          # without PROMO one accumulator fits
+        check_config(fp8_tiles(128, 128, 1, PROMO=1), lay)
+    check_config(fp8_tiles(128, 128, 1, warps=8, PROMO=1), lay)
+    check_config(fp8_tiles(128, 64, 1, PROMO=1), lay)
+    check_config(fp8_tiles(128, 128, 1), lay)          # without PROMO one accumulator fits
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)),
                     reason="the float8 dot needs sm_89+")
-@pytest.mark.parametrize("cfg", [_tiles(128, 64, 1), _tiles(64, 64, 2), _tiles(128, 128, 4, warps=8)])
+@pytest.mark.parametrize("cfg", [fp8_tiles(128, 64, 1), fp8_tiles(64, 64, 2), fp8_tiles(128, 128, 4, warps=8)])
 def test_promo_keeps_same_sign_sums_within_tolerance_on_the_gpu(cfg):
     """256 rows of positive activations times positive weights over K = 4096 (the sums the float8 accumulator
     loses most on): PROMO 1 and 0 both within 1e-2 of the emulation and within 1e-3 of each other; PROMO 1 the

@@ -33,17 +33,7 @@ ncu_round() {
   done
 }
 rounds() {
-  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants "${R150_CONFIG:-configs/fp8_promo_r150.json}")
-  local peers=(--peers gemlite scaled_mm quantizer --gemlite-load-config configs/gemlite_fp8_channel_h200.json
-    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5)
-  (TRITON_CACHE_DIR=/tmp/tc-a timeout 200 python3 bench_peers.py "${f8[@]}" --shapes 2048x4096 36864x7168 8192x8192 \
-    --peers none --dense-repeat 1 > "$OUTDIR/r150-pre.log" 2>&1; echo "compile pass rc $?") &
-  ( cd .. && round_pytest "$OUTDIR" r150promo 200 plugins/triton/tests/test_triton_fp8_promo.py "gpu" )
-  wait
-  grep -E "rror" "$OUTDIR/r150-pre.log" | cut -c1-300 | head -20
-  round_peers "$OUTDIR" r150a 150 "${f8[@]}" "${peers[@]}" --shapes 2048x4096 --dense-repeat 3 --dense-warm-s 0.15
-  round_rest "$OUTDIR" r150b "${R150_TOTAL:-575}" "${f8[@]}" "${peers[@]}" --shapes 36864x7168 8192x8192 \
-    --dense-repeat 3 --dense-warm-s 0.15
+  round_fp8_256 "$OUTDIR" r150 "${R150_CONFIG:-configs/fp8_promo_r150.json}" test_triton_fp8_promo.py "${R150_TOTAL:-575}"
   [ -n "$R150_NCU" ] && ncu_round
   return 0
 }

@@ -13,17 +13,7 @@ source bench/results/h200-2026-12-05/round-lib.sh
 round_on_h200 && R141_TOTAL=${R152_TOTAL:-560} exec bash bench/results/h200-2026-12-07/r141/gpu-round.sh
 rounds() {
   local total=${R152_TOTAL:-560}
-  local f8=(--only dense --modes w8a8_fp8_channel --m 256 --lean --dense-variants configs/fp8_fastacc_r152.json)
-  local peers=(--peers gemlite scaled_mm quantizer --gemlite-load-config configs/gemlite_fp8_channel_h200.json
-    --gemlite-quantizer-rows 1 --gemlite-tune-ms 5)
-  (TRITON_CACHE_DIR=/tmp/tc-a timeout 200 python3 bench_peers.py "${f8[@]}" --shapes 2048x4096 36864x7168 8192x8192 \
-    --peers none --dense-repeat 1 > "$OUTDIR/r152-pre.log" 2>&1; echo "compile pass rc $?") &
-  ( cd .. && round_pytest "$OUTDIR" r152fast 200 plugins/triton/tests/test_triton_fp8_fastacc.py "gpu" )
-  wait
-  grep -E "rror" "$OUTDIR/r152-pre.log" | cut -c1-300 | head -20
-  round_peers "$OUTDIR" r152a 150 "${f8[@]}" "${peers[@]}" --shapes 2048x4096 --dense-repeat 3 --dense-warm-s 0.15
-  round_rest "$OUTDIR" r152b $(( total - 150 )) "${f8[@]}" "${peers[@]}" --shapes 36864x7168 8192x8192 \
-    --dense-repeat 3 --dense-warm-s 0.15
+  round_fp8_256 "$OUTDIR" r152 configs/fp8_fastacc_r152.json test_triton_fp8_fastacc.py $(( total - 100 ))
   local left=$(( total - SECONDS ))
   [ "$left" -gt 60 ] && ( cd .. && GPU_TESTS=0 DEVICE_AWARE=0 round_gpu_check "$OUTDIR" 6 $(( left - 10 )) )
   return 0
