@@ -439,6 +439,9 @@ class DenseGemm:
         cfg = config
         if config is not None:      # a caller's config (bench variants, tests), checked on every path
             check_config(config, self.layout)
+            if (config.get("PROMO") or config.get("FASTACC")) and act not in (ACT_TOKEN, ACT_TENSOR):
+                raise ValueError(f"{config} with activations {act}: PROMO and FASTACC serve scales constant along K "
+                                 "(per-token or per-tensor activation codes)")
         if cfg is None:
             cfg = self._configs.get((m, act))
             if cfg is None:

@@ -52,6 +52,18 @@ def test_fastacc_is_refused_off_its_paths():
         check_config(fp8_tiles(16, 64, 1, SWAP=1, FASTACC=1), channel)
 
 
+def test_fastacc_and_promo_are_refused_with_activation_groups():
+    """Scales per 1x128 activation group change along K: the kernel's per-tile branch would drop either option
+    silently, so a call naming one with group codes is refused."""
+    from oracle_triton.formats import ACT_GROUP
+
+    t, _ = linear_pair("fp8_channel", 64, 256, "w8a8_fp8_channel", "fp8", {"activation_granularity": "token"})
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    for key in ("FASTACC", "PROMO"):
+        with pytest.raises(ValueError, match="scales constant along K"):
+            t.gemm(x, ACT_GROUP, None, torch.bfloat16, fp8_tiles(16, 32, 1, **{key: 1}))
+
+
 def test_the_tuned_table_refuses_fastacc(tmp_path):
     """A shipped entry keeps the promotion every K tile: FASTACC in a table entry is an error naming the file,
     the field and the key."""
