@@ -629,7 +629,7 @@ class DenseGemm:
         the product by torch._scaled_mm with rowwise scales (cuBLASLt; measured faster than our
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
         rowwise scaling writes bf16 only: other layer dtypes keep the tiles). fast_accum (cfg FASTACC, a
-        measurement option): cuBLASLt's float8 fast accumulation, no promotion over K."""
+        measurement option): torch._scaled_mm's use_fast_accum, no promotion over K."""
         m = x.shape[0]
         fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)

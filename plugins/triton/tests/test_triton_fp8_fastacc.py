@@ -1,6 +1,6 @@
 """FASTACC 1, a measurement option of FP8 W8A8 with scales constant along K: the float8 dot left to accumulate the
 whole K loop without promotion (Triton's own sm_90 default, which gemlite's FP8 GEMM and vLLM's CUTLASS
-FP8FastAccum kernels run) on the tiled GEMM, and cuBLASLt's fast accumulation (`use_fast_accum`) on SCALED_MM. It
+FP8FastAccum kernels run) on the tiled GEMM, and torch._scaled_mm's `use_fast_accum` on SCALED_MM. It
 tells how much of a peer's lead is its accumulation; the tuned table refuses it, so no shipped entry loses the
 promotion every K tile. In Triton's CPU interpreter the dot is fp32 either way: there it must match the emulation;
 on an sm_90 GPU it must match it on random data (same-sign sums, where it loses, are left to PROMO's test).

@@ -2,7 +2,7 @@
 # lead R152 (for the forty-seventh pass; timeout_s 600, any card, an H200 first). On an H200: R141's rounds (cells
 # (a), (d) and DeepSeek-R1 at 16 / 256 / 4096 tokens beside vLLM's kernels), which only that card settles. On another
 # card: FASTACC (the float8 dot without promotion over K, as gemlite and vLLM's CUTLASS FP8FastAccum kernels run it;
-# cuBLASLt's use_fast_accum on SCALED_MM): its GPU tests beside a compile pass, then FP8 W8A8 at 256 rows with
+# torch._scaled_mm's use_fast_accum on SCALED_MM): its GPU tests beside a compile pass, then FP8 W8A8 at 256 rows with
 # configs/fp8_fastacc_r152.json beside the shipped entry, BF16 cuBLAS, gemlite (pinned configs), cuBLASLt on ready
 # codes and the quantizer, 3 repeats: 2048x4096 (cell (p)), then 36864x7168 (cell (m)) and 8192x8192. Compiled for
 # sm_90, FASTACC takes 128 x 256 tiles on 8 warps (gemlite's H100 choice at 256 rows of large N) from 255 registers
