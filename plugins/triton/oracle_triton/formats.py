@@ -269,6 +269,16 @@ def check_grouped_rega(cfg: dict[str, int], layout: Layout, what: str) -> None:
                          f"(w4_rega's PF 0 forms only); not {cfg}")
 
 
+def _check_fp8_sum_option(cfg: dict[str, int], layout: Layout, what: str, key: str, refused: set[str],
+                          about: str) -> None:
+    """PROMO / FASTACC (how the float8 dot's sums reach fp32): 0 or 1, on FP8 weights with scales constant along K,
+    and on no path the config names in `refused` (a path that does not read the key would drop it silently)."""
+    on = cfg.get(key, 0)
+    if on not in (0, 1) or (on and (layout.elem != FP8 or layout.group != 1 or "DECODE" in cfg
+                                    or any(cfg.get(other) for other in refused))):
+        raise ValueError(f"{key}={on} for {what}: {about}, not {cfg}")
+
+
 def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> None:
     """Refuse launch parameters the kernels' index arithmetic does not cover (a config given by
     hand, e.g. a benchmark sweep or the tuned table), per path:
@@ -300,17 +310,12 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       in the word layout decoded by words (FULL_TILE 2) only where N is a multiple of 16."""
     bk = cfg.get("BLOCK_K", 0)
     other_paths = {"DEQUANT_MM", "SCALED_MM", "ROWGEMV", "SWAP", "REGA", "WS", "WG", "W4ROW", "ROWS"}
-    if cfg.get("PROMO", 0) not in (0, 1) or (cfg.get("PROMO") and (
-            layout.elem != FP8 or layout.group != 1 or any(cfg.get(key) for key in other_paths) or "DECODE" in cfg)):
-        raise ValueError(f"PROMO={cfg.get('PROMO')} for {what}: the tiled GEMM's written-out float8 promotion (1) "
-                         "serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) on the "
-                         f"tiled GEMM only, not {cfg}")
-    if cfg.get("FASTACC", 0) not in (0, 1) or (cfg.get("FASTACC") and (
-            layout.elem != FP8 or layout.group != 1 or cfg.get("PROMO") or "DECODE" in cfg
-            or any(cfg.get(key) for key in other_paths - {"SCALED_MM"}))):
-        raise ValueError(f"FASTACC={cfg.get('FASTACC')} for {what}: the float8 dot without promotion over K (1) "
-                         "serves FP8 W8A8 with scales constant along K on the tiled GEMM or SCALED_MM only, "
-                         f"without PROMO, not {cfg}")
+    _check_fp8_sum_option(cfg, layout, what, "PROMO", other_paths, "the tiled GEMM's written-out float8 promotion "
+                          "(1) serves FP8 W8A8 with scales constant along K (per-channel / per-tensor weights) on the "
+                          "tiled GEMM only")
+    _check_fp8_sum_option(cfg, layout, what, "FASTACC", other_paths - {"SCALED_MM"} | {"PROMO"},
+                          "the float8 dot without promotion over K (1) serves FP8 W8A8 with scales constant along K "
+                          "on the tiled GEMM or SCALED_MM only, without PROMO")
     acc_regs = cfg.get("BLOCK_M", 0) * cfg.get("BLOCK_N", 0) // (32 * cfg.get("num_warps", 4))
     if cfg.get("PROMO") and acc_regs > 64:
         raise ValueError(f"PROMO=1 for {what}: a {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')} tile on "
