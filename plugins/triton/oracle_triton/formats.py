@@ -300,8 +300,8 @@ def check_config(cfg: dict[str, int], layout: Layout, what: str = "weight") -> N
       DECODE 3 only;
     - GEMV (DECODE without SWAP): K tiles of whole scale groups (FP8: whole 128-wide blocks); the
       row-walking E2M1 GEMV (ROWS): power-of-two K chunks >= 64, BLOCK_N a power of two dividing ROWS;
-    - FASTACC 1 (the float8 dot not promoted over K; a measurement option the tuned table refuses): FP8 weights
-      with scales constant along K, on the tiled GEMM or SCALED_MM, not with PROMO;
+    - FASTACC 1 (the float8 dot not promoted over K, as vLLM's sm_90 CUTLASS FP8 kernels sum): FP8 weights with
+      scales constant along K, on the tiled GEMM or SCALED_MM, not with PROMO;
     - tiled GEMM: PROMO 1 on FP8 weights with scales constant along K only, at most 64 accumulator registers a
       thread (BLOCK_M * BLOCK_N / (32 * num_warps): the promotion holds a second accumulator); BF16 K tiles of 16-128, FP8 K tiles of
       32-128 inside one 128-wide scale block

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3
+from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3, scaled_quotients
 from .pdl import gdc_launch_dependents, gdc_wait
 
 
@@ -99,11 +99,12 @@ def fp8_tile_gemv_kernel(x_ptr, as_ptr, w_ptr, s_ptr, b_ptr, y_ptr, part_ptr, cn
 
 @triton.jit
 def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.constexpr, HW_FP8: tl.constexpr,
-                     GDC: tl.constexpr = False):
+                     GDC: tl.constexpr = False, FAST_DIV: tl.constexpr = False):
     """Per-token E4M3 codes of one row per program (cfg ROWQ 1 of ROWGEMV 3): the row loaded once (ROW_K >= K
     wide), its scale amax / 448 and the codes of x / scale by the hardware conversion (cvt.rn.satfinite on
     >= 8.9; round_e4m3 + e4m3_encode in the interpreter): the bytes and scale gemm.act_qdq_kernel writes, in
-    fewer instructions. GDC: the GEMV launched next with launch_pdl may start at once."""
+    fewer instructions. GDC: the GEMV launched next with launch_pdl may start at once. FAST_DIV: x / scale from the
+    scale's reciprocal (dequant.scaled_quotients: the division's bits, bf16 rows on a GPU)."""
     if GDC:
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -111,7 +112,7 @@ def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.const
     ok = offs < K
     x = tl.load(x_ptr + row * stride_xm + offs, mask=ok, other=0.0).to(tl.float32)
     s = fp8_scale(tl.max(tl.abs(x), axis=0))
-    v = tl.math.div_rn(x, s)
+    v = scaled_quotients(x, s, FAST_DIV)
     if HW_FP8:
         c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
@@ -122,7 +123,8 @@ def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.const
 
 @triton.jit
 def split_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, CHUNK: tl.constexpr, AMAX_K: tl.constexpr,
-                       N_FULL: tl.constexpr, TAIL: tl.constexpr, HW_FP8: tl.constexpr, GDC: tl.constexpr = False):
+                       N_FULL: tl.constexpr, TAIL: tl.constexpr, HW_FP8: tl.constexpr, GDC: tl.constexpr = False,
+                       FAST_DIV: tl.constexpr = False):
     """Per-token E4M3 codes with the rows split along K (cfg ROWQ CHUNK >= 128 of ROWGEMV 3 and of the FP8 swap
     GEMM): grid (M, cdiv(K, CHUNK)); program (r, c) loads its CHUNK values, then takes row r's amax itself over
     the whole row (from L2: the row's other programs read it too) in N_FULL = K // AMAX_K unmasked AMAX_K-wide
@@ -130,7 +132,8 @@ def split_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, CHUNK: tl.con
     it writes its CHUNK codes, and program (r, 0) the scale. The bytes and scales row_codes_kernel writes (a
     max is exact in any order; the same division and conversion), with no program waiting for another and no
     partial-max buffer to clear: at few rows and large K the row's divisions and stores are spread over
-    cdiv(K, CHUNK) programs instead of one. GDC: the GEMM launched next with launch_pdl may start at once."""
+    cdiv(K, CHUNK) programs instead of one. GDC: the GEMM launched next with launch_pdl may start at once.
+    FAST_DIV: as row_codes_kernel's."""
     if GDC:
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -147,7 +150,7 @@ def split_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, CHUNK: tl.con
         xt = tl.load(x_row + N_FULL * AMAX_K + offs_a, mask=N_FULL * AMAX_K + offs_a < K, other=0.0)
         run = tl.maximum(run, tl.abs(xt.to(tl.float32)))
     s = fp8_scale(tl.max(run, axis=0))
-    v = tl.math.div_rn(x.to(tl.float32), s)
+    v = scaled_quotients(x.to(tl.float32), s, FAST_DIV)
     if HW_FP8:
         c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:

@@ -155,6 +155,27 @@ SWAP_MAX_ROWS = 32
 #: (when LIBRARY_PATHS: on once a GPU run has checked both paths at model shapes).
 LIBRARY_MIN_ROWS = 256
 LIBRARY_PATHS = True
+#: The rules' SCALED_MM (FP8 W8A8 per channel from LIBRARY_MIN_ROWS rows) with torch._scaled_mm's use_fast_accum
+#: (cfg FASTACC 1: the float8 products summed over K without a promotion every K tile), as vLLM's sm_90 CUTLASS
+#: FP8 kernels (FP8FastAccum schedules) and gemlite sum them. H100, R153 (graph replay, weights from HBM, 256
+#: rows): 36864x7168 138.9 -> 119.7 us (gemlite 136.5), 8192x8192 38.2 -> 34.8. The cost is in the error
+#: (bench/fastacc_error.py, R153, 2048 x K): random rows 3.1e-3 -> 3.4e-3 / 3.7e-3 / 4.6e-3 at K = 4096 / 7168 /
+#: 18432, but same-sign sums (no cancellation) 2e-3 -> 6.6e-2 / 1.2e-1 / 2.6e-1: the accumulator drops the low
+#: bits of each product once the sum is large. ORACLE_TRITON_FP8_ACCUM=promote keeps the promotion.
+SCALED_MM_FAST_ACCUM = True
+ACCUM_ENV = "ORACLE_TRITON_FP8_ACCUM"
+
+
+def scaled_mm_fast_accum() -> bool:
+    """Does the rules' SCALED_MM sum without promotion: SCALED_MM_FAST_ACCUM unless ORACLE_TRITON_FP8_ACCUM is
+    "promote" (or "fast"); any other value is an error naming the variable and its two values."""
+    env = os.environ.get(ACCUM_ENV)
+    if env is None:
+        return SCALED_MM_FAST_ACCUM
+    if env not in ("fast", "promote"):
+        raise ValueError(f"{ACCUM_ENV}={env!r}: expected 'fast' (float8 sums without promotion, as vLLM's sm_90 "
+                         f"kernels) or 'promote' (a promotion every K tile)")
+    return env == "fast"
 
 
 def swap_config(m: int, n: int, k: int, sms: int, elem: int, words: bool) -> dict[str, int]:
@@ -219,9 +240,14 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     """x [M, K] through FP8 (act 1-3: per 1x128 group, token, tensor): E4M3 codes [M, K] (a
     float8_e4m3fn view where the GEMM multiplies float8, else uint8) and fp32 scales:
     [ceil(K/128), M] per group, [M] per token, act_scale itself per tensor. The codes and scales
-    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True).
+    are those whose products quantize_activations writes (gemm.act_qdq_kernel, CODES=True; per token
+    token_codes where TOKEN_ROW_CODES, TOKEN_SPLIT_CHUNK and TOKEN_SPLIT_MAX_ROWS say).
     gdc: the next launch is a GEMM launched with launch_pdl (sm_90), which may start at once."""
     m, k = x.shape
+    chunks = TOKEN_SPLIT_CHUNK and m <= TOKEN_SPLIT_MAX_ROWS
+    if act == ACT_TOKEN and TOKEN_ROW_CODES and x.stride(1) == 1 and (k <= ONE_TILE_MAX_K or chunks):
+        codes, scales = token_codes(x, facts, gdc, 1 if k <= ONE_TILE_MAX_K else TOKEN_SPLIT_CHUNK)
+        return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
     codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
     if act == ACT_GROUP:
         scales = fastlaunch.temp(torch.empty(-(-k // 128), m, dtype=torch.float32, device=x.device))
@@ -245,6 +271,52 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     from .gemm import act_qdq_kernel
     fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
     return (codes.view(torch.float8_e4m3fn) if facts["fp8_dot"] else codes), scales
+
+
+#: Per-token codes of rows up to ONE_TILE_MAX_K wide from token_codes (fp8_rowgemv.row_codes_kernel: the hardware
+#: E4M3 conversion, and on GPUs FAST_TOKEN_DIV's quotients), not act_qdq_kernel's ONE_TILE (the integer rounding
+#: and encoding steps and the IEEE division: ~45 instructions an element). H100, R153 (bench/token_quantizer.py,
+#: graph replay, codes and scales equal to torch's float8 cast): 256 x 7168 6.8 -> 3.0 us, 256 x 8192 5.4 -> 3.2,
+#: 4096 x 7168 61.9 -> 32.1; with the division kept (FAST_TOKEN_DIV off) 5.2, 3.7 and 47.7.
+TOKEN_ROW_CODES = True
+#: Per-token quotients x / scale of bf16 rows from the scale's reciprocal on GPUs (dequant.scaled_quotients: the
+#: division's bits, checked for every bf16 dividend and per-token scale by tests/test_triton_quotient.py).
+FAST_TOKEN_DIV = True
+#: Per-token codes of rows wider than ONE_TILE_MAX_K, up to TOKEN_SPLIT_MAX_ROWS rows: token_codes in chunks this
+#: wide (split_codes_kernel; 0: never), else act_qdq_kernel's two passes. Each chunk's program reads its row's
+#: amax over the whole row, so the reads grow with the chunks: H100, R153 (bench/token_quantizer.py, K = 18432),
+#: 4096-wide chunks 2.3 / 2.6 / 9.6 us at M = 1 / 16 / 256 against 9.7 / 10.2 / 13.3 for the two passes, and
+#: 269.6 against 140.6 at M = 4096 (2048-wide chunks: 14.0 and 467.8 at 256 and 4096 rows).
+TOKEN_SPLIT_CHUNK, TOKEN_SPLIT_MAX_ROWS = 4096, 256
+
+
+def token_codes(x: torch.Tensor, facts: dict, gdc: bool = False, rowq: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x (rows contiguous along K), the bytes and scales of
+    oracle-emulation's per-token rounding. rowq 1: fp8_rowgemv.row_codes_kernel, one program per row, the whole row
+    in registers (16 values per thread up to K = 8192, 4-16 warps). rowq = a power of two CHUNK >=
+    formats.ROWQ_SPLIT_MIN (cfg ROWQ of ROWGEMV 3 and of the FP8 swap GEMM): fp8_rowgemv.split_codes_kernel,
+    cdiv(K, CHUNK) programs per row, each taking the row's amax itself and writing CHUNK codes (ROWQ_SPLIT_WARPS
+    warps). The same bytes and scales either way. gdc: the GEMM launched next with launch_pdl."""
+    from .fp8_rowgemv import row_codes_kernel, split_codes_kernel
+
+    check_rowq(rowq)
+    m, k = x.shape
+    codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
+    scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
+    row_k = 1 << (k - 1).bit_length()
+    extra: dict = {"GDC": True} if gdc else {}
+    if FAST_TOKEN_DIV and not facts["dot_f32"] and x.dtype == torch.bfloat16:     # a GPU's fused FMA, bf16 rows
+        extra["FAST_DIV"] = True
+    if rowq == 1:
+        fastlaunch.launch(row_codes_kernel, (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x, codes_ptr=codes,
+                          scales_ptr=scales, K=k, stride_xm=x.stride(0), ROW_K=row_k, HW_FP8=facts["hw_fp8"],
+                          **extra)
+        return codes, scales
+    amax_k = min(row_k, ROWQ_SPLIT_AMAX_K)
+    fastlaunch.launch(split_codes_kernel, (m, -(-k // rowq), 1), ROWQ_SPLIT_WARPS, x_ptr=x, codes_ptr=codes,
+                      scales_ptr=scales, K=k, stride_xm=x.stride(0), CHUNK=rowq, AMAX_K=amax_k, N_FULL=k // amax_k,
+                      TAIL=k % amax_k != 0, HW_FP8=facts["hw_fp8"], **extra)
+    return codes, scales
 
 
 #: Activations up to this many values get their dynamic per-tensor scale from one program
@@ -523,7 +595,7 @@ class DenseGemm:
         a program per row or per row chunk, where quantize_activation_codes gives a program 16 rows), else
         quantize_activation_codes. pdl: the GEMM is launched next with launch_pdl (the quantizer with GDC)."""
         if cfg.get("ROWQ") and act == ACT_TOKEN:
-            codes, xs = self.row_codes(x, pdl, cfg["ROWQ"])
+            codes, xs = token_codes(x, self.facts, pdl, cfg["ROWQ"])
             return (codes.view(torch.float8_e4m3fn) if self.facts["fp8_dot"] else codes), xs
         return quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
 
@@ -582,7 +654,7 @@ class DenseGemm:
             if act == 0:
                 return {"DEQUANT_MM": 1}
             if self.scaled_mm_ok(act) and self.facts["fp8_dot"]:
-                return {"SCALED_MM": 1}
+                return {"SCALED_MM": 1, **({"FASTACC": 1} if scaled_mm_fast_accum() else {})}
         fp8_codes = lay.elem == FP8 and act in FP8_CODES
         if m <= SWAP_MAX_ROWS and self.swap_ok(act) and (lay.elem != FP8 or fp8_codes) and \
                 not (m == 1 and use_gemv(m, self.n, self.k, lay.elem) and not fp8_codes):
@@ -628,8 +700,8 @@ class DenseGemm:
         """W8A8 with scales constant along K: the activation codes from our quantizer (one launch),
         the product by torch._scaled_mm with rowwise scales (cuBLASLt; measured faster than our
         tiles from a few hundred rows on, bench/sweep_dense.py) and the bias fused into it (cuBLASLt's
-        rowwise scaling writes bf16 only: other layer dtypes keep the tiles). fast_accum (cfg FASTACC, a
-        measurement option): torch._scaled_mm's use_fast_accum, no promotion over K."""
+        rowwise scaling writes bf16 only: other layer dtypes keep the tiles). fast_accum (cfg FASTACC; the rules'
+        choice, scaled_mm_fast_accum): torch._scaled_mm's use_fast_accum, no promotion over K."""
         m = x.shape[0]
         fastlaunch.spoil("torch._scaled_mm")
         codes, xs = quantize_activation_codes(x, act, act_scale, self.facts)
@@ -900,31 +972,6 @@ class DenseGemm:
         (SPLIT_K = cdiv(K, BLOCK_K))."""
         return cfg.get("ROWGEMV") == 3 and cfg["SPLIT_K"] == -(-self.k // cfg["BLOCK_K"])
 
-    def row_codes(self, x: torch.Tensor, gdc: bool, rowq: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token E4M3 codes (uint8 [M, K]) and scales [M] of x (cfg ROWQ of ROWGEMV 3 and of the FP8 swap
-        GEMM). rowq 1: fp8_rowgemv.row_codes_kernel, one program per row, the whole row in registers (16 values
-        per thread up to K = 8192, 4-16 warps). rowq = a power of two CHUNK >= formats.ROWQ_SPLIT_MIN:
-        fp8_rowgemv.split_codes_kernel, cdiv(K, CHUNK) programs per row, each taking the row's amax itself and
-        writing CHUNK codes (ROWQ_SPLIT_WARPS warps). The same bytes and scales either way. gdc: the GEMM
-        launched next with launch_pdl."""
-        check_rowq(rowq)
-        m, k = x.shape
-        codes = fastlaunch.temp(torch.empty(m, k, dtype=torch.uint8, device=x.device))
-        scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
-        row_k = 1 << (k - 1).bit_length()
-        gdc_arg = {"GDC": True} if gdc else {}
-        if rowq == 1:
-            fastlaunch.launch(_jit_kernel("row_codes_kernel"), (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x,
-                              codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), ROW_K=row_k,
-                              HW_FP8=self.facts["hw_fp8"], **gdc_arg)
-            return codes, scales
-        amax_k = min(row_k, ROWQ_SPLIT_AMAX_K)
-        fastlaunch.launch(_jit_kernel("split_codes_kernel"), (m, -(-k // rowq), 1), ROWQ_SPLIT_WARPS, x_ptr=x,
-                          codes_ptr=codes, scales_ptr=scales, K=k, stride_xm=x.stride(0), CHUNK=rowq,
-                          AMAX_K=amax_k, N_FULL=k // amax_k, TAIL=k % amax_k != 0, HW_FP8=self.facts["hw_fp8"],
-                          **gdc_arg)
-        return codes, scales
-
     def fp8_tile_gemv(self, x: torch.Tensor, act: int, act_scale: torch.Tensor | None, out_dtype: torch.dtype,
                       cfg: dict[str, int]) -> torch.Tensor:
         """cfg ROWGEMV 3: fp8_rowgemv.fp8_tile_gemv_kernel, each program's [BLOCK_N, BLOCK_K] weight tile in one
@@ -941,7 +988,7 @@ class DenseGemm:
         pdl = codes_in and bool(cfg.get("PDL", 0)) and self.facts["pdl"]
         xs = act_scale if act == ACT_TENSOR else self.scale
         if codes_in and act == ACT_TOKEN and cfg.get("ROWQ"):
-            x, xs = self.row_codes(x, pdl, cfg["ROWQ"])
+            x, xs = token_codes(x, self.facts, pdl, cfg["ROWQ"])
         elif codes_in:
             codes, xs = quantize_activation_codes(x, act, act_scale, self.facts, gdc=pdl)
             x = codes.view(torch.uint8)

@@ -42,7 +42,7 @@ KEYS = {"BLOCK_M", "BLOCK_N", "BLOCK_N1", "BLOCK_K", "SPLIT_K", "GROUP_M", "FULL
         "SCALED_MM", "DEQUANT_MM", "ROWS", "PREFETCH", "PDL", "PF_L2", "KN", "COOP", "COOP_K", "COOP_SPIN", "WG", "PERM",
         "X_PIPE", "QUANT_IN", "EVICT", "PF_HEAD", "ROWGEMV", "ROWQ", "REGA", "XT", "PF", "SWAP_WARPS", "EARLY",
         "TABLE", "W4ROW", "MAXNREG", "HX", "WAIT", "VEC", "WS", "BM", "STAGES", "DW", "DREGS", "PFENCE", "XCP", "WPF",
-        "MW", "XTMA", "PP", "DP", "WT", "PT", "BK", "PROMO", "num_warps", "num_stages"}
+        "MW", "XTMA", "PP", "DP", "WT", "PT", "BK", "PROMO", "FASTACC", "num_warps", "num_stages"}
 NEEDED = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
 #: Dense: a one-row GEMV entry (it has DECODE) has no BLOCK_M; a swap entry (SWAP) and a 4-bit wgmma
 #: entry (WG: w4_wgmma) say their split.

@@ -56,13 +56,22 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
         assert rel(y0, e.apply(x0)) < TOL
 
 
+def _torch_token_codes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's per-token rounding (the independent reference): scales amax / 448 (1 for a zero row), codes the
+    float8_e4m3fn cast of x / scale, as uint8."""
+    amax = rows.float().abs().amax(1)
+    s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
+    return (rows.float() / s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8), s
+
+
 @pytest.mark.slow
 def test_row_codes_are_the_quantizers(monkeypatch):
     """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) and split_codes_kernel (ROWQ CHUNK: 128-wide programs, the
     last one partial; the row's amax in one load or, with 128-wide amax loads, in three, the last partial)
-    write the bytes and scales launch.quantize_activation_codes writes per token, for one row or several: K
-    not a power of two, an amax of either sign (in the last chunk or the first), values that round to zero,
-    a zero row; so the swap GEMM's product on them (ROWQ of a swap entry) is bit for bit."""
+    write torch's float8_e4m3fn cast of x / (amax / 448) and those scales, as act_qdq_kernel does
+    (launch.TOKEN_ROW_CODES off), for one row or several: K not a power of two, an amax of either sign (in the
+    last chunk or the first), values that round to zero, a zero row; so the swap GEMM's product on them (ROWQ
+    of a swap entry) is bit for bit."""
     from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
@@ -75,9 +84,13 @@ def test_row_codes_are_the_quantizers(monkeypatch):
     for amax_k in (4096, 128):
         monkeypatch.setattr(launch, "ROWQ_SPLIT_AMAX_K", amax_k)
         for rows in (x[0:1], x[1:2], x[2:3], x):
+            monkeypatch.setattr(launch, "TOKEN_ROW_CODES", False)
             want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
+            monkeypatch.setattr(launch, "TOKEN_ROW_CODES", True)
+            ref, ref_s = _torch_token_codes(rows)
+            assert torch.equal(want.view(torch.uint8), ref) and torch.equal(ws, ref_s)
             for rowq in (1, 128, 256) if amax_k == 4096 else (128,):
-                got, gs = t.gemm.row_codes(rows, False, rowq)
+                got, gs = launch.token_codes(rows, t.gemm.facts, False, rowq)
                 assert torch.equal(got, want.view(torch.uint8)), (rows.shape, rowq, amax_k)
                 assert torch.equal(gs, ws), (rows.shape, rowq, amax_k)
     swap = {**SWAP, "SPLIT_K": 2}                    # the swap GEMM on either quantizer's codes: the same bits
@@ -146,10 +159,12 @@ def test_tile_gemv_pdl_plans_and_replays():
 
 @pytest.mark.gpu
 def test_split_row_codes_on_the_gpu():
-    """On the GPU (hardware E4M3 conversion; 4 to 9 programs per row): split_codes_kernel (cfg ROWQ CHUNK) writes
-    quantize_activation_codes' bytes and scales for 16 rows of K = 18432 (the amax in nine 2048-wide loads) and
-    8192 (four), amaxes in a row's first and last values; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the
-    quantizer's codes, near the reference, through the layer call and its launch plan, and captured and replayed."""
+    """On the GPU (hardware E4M3 conversion, quotients from the scale's reciprocal; 4 to 9 programs per row):
+    split_codes_kernel (cfg ROWQ CHUNK) writes quantize_activation_codes' bytes and scales, torch's float8 cast's,
+    for 16 rows of K = 18432 (the amax in nine 2048-wide loads) and 8192 (four), amaxes in a row's first and last
+    values; the swap GEMM on them, chained by PDL, gives the bits of the swap GEMM on the quantizer's codes, near
+    the reference, through the layer call and its launch plan, and captured and replayed."""
+    from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
     from oracle_triton.launch import quantize_activation_codes
 
@@ -159,8 +174,10 @@ def test_split_row_codes_on_the_gpu():
         x = torch.randn(16, k, device="cuda", dtype=torch.bfloat16) * 2
         x[3, k - 1], x[5, 0], x[7] = -70.0, 55.0, 0.0
         want, ws = quantize_activation_codes(x, ACT_TOKEN, None, t.gemm.facts)
-        got, gs = t.gemm.row_codes(x, False, chunk)
+        got, gs = launch.token_codes(x, t.gemm.facts, False, chunk)
         assert torch.equal(got, want.view(torch.uint8)) and torch.equal(gs, ws), (k, chunk)
+        ref, ref_s = _torch_token_codes(x)
+        assert torch.equal(got, ref) and torch.equal(gs, ref_s), (k, chunk)
         swap = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4,
                 "num_stages": 3}
         base = t.gemm(x, t.act, None, torch.bfloat16, swap)
@@ -201,3 +218,27 @@ def _served_as_entry(t, e, x, cfg, want):
     t.apply(x)
     assert torch.equal(t.apply(x), want)
     _capture_and_replay(lambda xx: t.gemm(xx, t.act, None, torch.bfloat16, cfg), x, e.apply)
+
+
+@pytest.mark.parametrize("k,m,chunk", [(320, 3, 1), (16512, 2, 4096), (16512, 3, 0)])
+def test_per_token_codes_take_the_row_kernels_where_the_rules_say(k, m, chunk, monkeypatch):
+    """launch.quantize_activation_codes per token: rows up to ONE_TILE_MAX_K wide from row_codes_kernel, wider
+    ones from split_codes_kernel in TOKEN_SPLIT_CHUNK-wide programs up to TOKEN_SPLIT_MAX_ROWS rows and from
+    act_qdq_kernel's two passes above (chunk 0); either way torch's float8 cast's bytes and scales."""
+    from oracle_triton import fastlaunch, launch
+    from oracle_triton.formats import ACT_TOKEN
+
+    launched: list = []
+    real = fastlaunch.launch
+
+    def spy(fn, grid, warps, *args, **kw):
+        launched.append((getattr(fn, "__name__", str(fn)), kw.get("CHUNK")))
+        return real(fn, grid, warps, *args, **kw)
+    monkeypatch.setattr(fastlaunch, "launch", spy)
+    monkeypatch.setattr(launch, "TOKEN_SPLIT_MAX_ROWS", 2)         # 256 ships; the interpreter takes few rows
+    x = torch.randn(m, k, dtype=torch.bfloat16, device=DEV) * 3
+    codes, scales = launch.quantize_activation_codes(x, ACT_TOKEN, None, launch.device_facts(x.device))
+    want = {1: ("row_codes_kernel", None), 4096: ("split_codes_kernel", 4096), 0: ("act_qdq_kernel", None)}[chunk]
+    assert launched == [want]
+    ref, ref_s = _torch_token_codes(x)
+    assert torch.equal(codes.view(torch.uint8), ref) and torch.equal(scales, ref_s)

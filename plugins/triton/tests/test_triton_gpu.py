@@ -789,17 +789,36 @@ def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params)
     assert torch.equal(out, ordinary(xs))
 
 
-@pytest.mark.parametrize("k", [7168, 18432])
-def test_per_token_codes_are_torchs_float8_cast(k):
-    """The per-token quantizer (act_qdq_kernel: one load per row up to K = 16384, two passes above):
-    the scales are amax / 448 and the codes torch's float8_e4m3fn cast of x / scale, bit for bit."""
+@pytest.mark.parametrize("k", [4096, 7168, 18432])
+@pytest.mark.parametrize("quantizer", ["shipped", "act_qdq", "division", "chunks"])
+def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
+    """The per-token quantizer (shipped: fp8_rowgemv.row_codes_kernel up to K = 16384 with the quotients from the
+    scale's reciprocal, launch.FAST_TOKEN_DIV; act_qdq_kernel, TOKEN_ROW_CODES off; row_codes with the division;
+    chunks: split_codes_kernel's 2048-wide programs above 16384) on 64 bf16 rows whose scales span 2**-70..2**70
+    (inside and outside the reciprocal's range), with values next to E4M3's rounding ties, -0 and +0 and a zero
+    row: the scales are amax / 448 (1 for the zero row) and the codes torch's float8_e4m3fn cast of x / scale,
+    bit for bit."""
+    from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
-    from oracle_triton.launch import device_facts, quantize_activation_codes
 
-    x = torch.randn(3, k, device="cuda", dtype=torch.bfloat16) * 3
-    codes, scales = quantize_activation_codes(x, ACT_TOKEN, None, device_facts(x.device))
+    if quantizer == "act_qdq":
+        monkeypatch.setattr(launch, "TOKEN_ROW_CODES", False)
+    elif quantizer == "division":
+        monkeypatch.setattr(launch, "FAST_TOKEN_DIV", False)
+    elif quantizer == "chunks":
+        monkeypatch.setattr(launch, "TOKEN_SPLIT_CHUNK", 2048)
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(64, k, generator=g) * torch.exp2(torch.randint(-70, 71, (64, 1), generator=g).float())
+    e4m3 = torch.arange(0, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    ties = ((e4m3[:-1] + e4m3[1:]) / 2)[torch.randint(0, 125, (64, k // 4), generator=g)]
+    amax = x.abs().amax(dim=1, keepdim=True)
+    x[:, : k // 4] = ties * (amax / 448.0)
+    x[:, 0], x[:, 1], x[:, 2] = amax[:, 0], -0.0, 0.0
+    x = x.to(torch.bfloat16).cuda()
+    x[5] = 0
+    codes, scales = launch.quantize_activation_codes(x, ACT_TOKEN, None, launch.device_facts(x.device))
     amax = x.float().abs().amax(dim=1)
-    ref_s = amax / torch.full_like(amax, 448.0)
+    ref_s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
     assert torch.equal(scales, ref_s)
     ref = (x.float() / ref_s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))

@@ -145,3 +145,23 @@ def test_fast_nvfp4_division_rounds_to_the_same_bits_on_a_gpu(scale, monkeypatch
     torch.cuda.synchronize()
     assert torch.equal(fast.view(torch.int16), exact.view(torch.int16))
     assert float((fast.float() - a.float()).abs().max()) <= float(a.float().abs().max()) / 6.0 * 1.1
+
+
+def test_the_two_fmas_give_the_ieee_quotient_for_every_per_token_fp8_quotient():
+    """Per-token FP8 codes (launch.FAST_TOKEN_DIV, dequant.scaled_quotients): the divisor is s = amax / 448 of a
+    bf16 amax and the dividend a bf16 value of the row (|a| <= amax). For every bf16 amax of three binades (the
+    reciprocal range's ends, 2**-51 and 2**67, and 1: inside the range every step scales exactly by powers of
+    two) and every bf16 dividend from the amax down to 2**-24 of it (quotients far below E4M3's smallest code,
+    2**-9), the two FMAs give the IEEE quotient's bits."""
+    bf = torch.arange(0, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float().numpy()
+    bf = bf[np.isfinite(bf) & (bf > 0)]
+    checked = 0
+    for e in (-51, 0, 67):
+        for amax in bf[(bf >= 2.0 ** e) & (bf < 2.0 ** (e + 1))]:
+            b = F32(np.float64(amax) / 448.0)                      # float32 / float32 division, rounded once
+            assert 2.0 ** -60 <= b <= 2.0 ** 60
+            a = bf[(bf <= amax) & (bf >= amax * 2.0 ** -24)].astype(F32)
+            bb = np.full_like(a, b)
+            assert np.array_equal(by_reciprocal(a, bb), _ieee(a, bb)), amax
+            checked += len(a)
+    assert checked > 1_000_000
