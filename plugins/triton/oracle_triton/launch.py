@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import torch
+from oracle.errors import InputError
 
 from . import fastlaunch
 from .formats import (ACT_GROUP, ACT_TENSOR, ACT_TOKEN, E2M1_MX, E2M1_NV, FP8, INT4, Layout, check_config,
@@ -168,13 +169,14 @@ ACCUM_ENV = "ORACLE_TRITON_FP8_ACCUM"
 
 def scaled_mm_fast_accum() -> bool:
     """Does the rules' SCALED_MM sum without promotion: SCALED_MM_FAST_ACCUM unless ORACLE_TRITON_FP8_ACCUM is
-    "promote" (or "fast"); any other value is an error naming the variable and its two values."""
+    "promote" (or "fast"); any other value is an InputError naming the variable and its two values (`oracle run`:
+    one line, exit 1)."""
     env = os.environ.get(ACCUM_ENV)
     if env is None:
         return SCALED_MM_FAST_ACCUM
     if env not in ("fast", "promote"):
-        raise ValueError(f"{ACCUM_ENV}={env!r}: expected 'fast' (float8 sums without promotion, as vLLM's sm_90 "
-                         f"kernels) or 'promote' (a promotion every K tile)")
+        raise InputError(f"expected 'fast' (float8 sums without promotion, as vLLM's sm_90 kernels) or 'promote' "
+                         f"(a promotion every K tile), got {env!r}", source=ACCUM_ENV)
     return env == "fast"
 
 

@@ -109,12 +109,14 @@ def test_the_rules_scaled_mm_sums_fast_where_the_switch_says(fast, env, monkeypa
 
 
 def test_an_unknown_accumulation_setting_is_one_clear_error(monkeypatch):
-    """ORACLE_TRITON_FP8_ACCUM other than fast / promote: a ValueError naming the variable, the value and both
-    choices, not a silent default."""
+    """ORACLE_TRITON_FP8_ACCUM other than fast / promote: an InputError (one line and exit 1 from `oracle run`)
+    naming the variable, the value and both choices, not a silent default."""
     from oracle_triton import launch
 
+    from oracle.errors import InputError
+
     monkeypatch.setenv(launch.ACCUM_ENV, "exact")
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(InputError) as err:
         launch.scaled_mm_fast_accum()
     assert all(word in str(err.value) for word in ("ORACLE_TRITON_FP8_ACCUM", "'exact'", "'fast'", "'promote'"))
 
