@@ -434,12 +434,13 @@ FAST_SCALE_MAX = tl.constexpr(2.0 ** 60)
 
 
 @triton.jit
-def scaled_quotients(x, s, FAST_DIV: tl.constexpr):
-    """x / s rounded to nearest, for one row's scale s (a scalar, amax / 448 of a bf16 row): with FAST_DIV (a GPU's
-    fused FMA) by quotient_by_reciprocal from the one reciprocal of the row, where s lies in [2**-60, 2**60]; the
-    IEEE division otherwise and in the interpreter. About 4 instructions an element against the division's ~25."""
+def scaled_quotients(x, s, s_lo, s_hi, FAST_DIV: tl.constexpr):
+    """x / s rounded to nearest, s > 0 broadcast to x (a row's scale, or a column [BM, 1] of a tile's rows' scales,
+    each amax / 448 of bf16 values) and s_lo / s_hi its smallest and largest value (scalars): with FAST_DIV (a GPU's
+    fused FMA) by quotient_by_reciprocal from one reciprocal per scale, where every scale lies in [2**-60, 2**60];
+    the IEEE division otherwise and in the interpreter. About 4 instructions an element against the division's ~25."""
     if FAST_DIV:
-        if (s >= FAST_SCALE_MIN) & (s <= FAST_SCALE_MAX):
+        if (s_lo >= FAST_SCALE_MIN) & (s_hi <= FAST_SCALE_MAX):
             q = quotient_by_reciprocal(x, s, tl.math.div_rn(1.0, s))
             # s > 0: the quotient has x's sign; or-ing x's sign bit in gives -0 for x = -0 (as the division does)
             q = (q.to(tl.int32, bitcast=True) | (x.to(tl.int32, bitcast=True) & -2147483648)).to(tl.float32,
@@ -449,6 +450,17 @@ def scaled_quotients(x, s, FAST_DIV: tl.constexpr):
     else:
         q = tl.math.div_rn(x, s)
     return q
+
+
+@triton.jit
+def e4m3_bytes(v, HW_FP8: tl.constexpr):
+    """fp32 -> the E4M3 byte (uint8) of its rounding (half to even, saturating at +-448, the sign of -0 kept):
+    cvt.rn.satfinite on >= 8.9, round_e4m3 + e4m3_encode's integer steps otherwise (the interpreter, older GPUs)."""
+    if HW_FP8:
+        c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
+    return c
 
 
 @triton.jit
@@ -488,6 +500,22 @@ def quantize_tile_codes(x, amax_rows, ACT: tl.constexpr, xs_ptr):
     else:
         s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
     return round_e4m3(tl.math.div_rn(x, s[:, None])), s
+
+
+@triton.jit
+def quantize_tile_bytes(x, amax_rows, ACT: tl.constexpr, xs_ptr, HW_FP8: tl.constexpr, FAST_DIV: tl.constexpr):
+    """quantize_tile_codes' rounding as E4M3 bytes (uint8 [BM, BK]) and the row scales s [BM], in fewer
+    instructions: e4m3_bytes' conversion and, with FAST_DIV (ACT 1 / 2 only: scales amax / 448 of bf16 values;
+    a per-tensor scale may be any float), scaled_quotients' quotients. The same bytes as e4m3_encode of
+    quantize_tile_codes' values."""
+    if ACT == 1:
+        s = fp8_scale(tl.max(tl.abs(x), axis=1))
+    elif ACT == 2:
+        s = fp8_scale(amax_rows)
+    else:
+        s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
+    v = scaled_quotients(x, s[:, None], tl.min(s, axis=0), tl.max(s, axis=0), FAST_DIV and ACT != 3)
+    return e4m3_bytes(v, HW_FP8), s
 
 
 @triton.jit

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import e4m3_encode, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, round_e4m3, scaled_quotients
+from .dequant import e4m3_bytes, e4m3_rounded, e4m3_values, finish_tile, fp8_scale, scaled_quotients
 from .pdl import gdc_launch_dependents, gdc_wait
 
 
@@ -112,11 +112,7 @@ def row_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, ROW_K: tl.const
     ok = offs < K
     x = tl.load(x_ptr + row * stride_xm + offs, mask=ok, other=0.0).to(tl.float32)
     s = fp8_scale(tl.max(tl.abs(x), axis=0))
-    v = scaled_quotients(x, s, FAST_DIV)
-    if HW_FP8:
-        c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    else:
-        c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
+    c = e4m3_bytes(scaled_quotients(x, s, s, s, FAST_DIV), HW_FP8)
     tl.store(codes_ptr + row * K + offs, c, mask=ok)
     tl.store(scales_ptr + row, s)
 
@@ -150,11 +146,7 @@ def split_codes_kernel(x_ptr, codes_ptr, scales_ptr, K, stride_xm, CHUNK: tl.con
         xt = tl.load(x_row + N_FULL * AMAX_K + offs_a, mask=N_FULL * AMAX_K + offs_a < K, other=0.0)
         run = tl.maximum(run, tl.abs(xt.to(tl.float32)))
     s = fp8_scale(tl.max(run, axis=0))
-    v = scaled_quotients(x.to(tl.float32), s, FAST_DIV)
-    if HW_FP8:
-        c = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    else:
-        c = e4m3_encode(round_e4m3(v), v).to(tl.uint8)
+    c = e4m3_bytes(scaled_quotients(x.to(tl.float32), s, s, s, FAST_DIV), HW_FP8)
     tl.store(codes_ptr + row.to(tl.int64) * K + offs, c, mask=ok)
     if chunk == 0:
         tl.store(scales_ptr + row, s)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .dequant import (act_codes_tile, act_tile, code_product, e4m3_encode, round_e4m3, finish_tile, fp8_codes_product, fp8_codes_scale,
-                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_codes, split_range,
+                      e2m1_bits, fp8_operand, fp8_scale, fp8_tile_scales, group_scales, group_scales_hw, int4_group_row, k_in, mma_acc, quantize_tile, quantize_tile_bytes, quantize_tile_codes, split_range,
                       tile_product, to_dtype, w4_product, w4_tile)
 from .gemv import split8
 from .pdl import gdc_launch_dependents, gdc_wait, prefetch_row_heads, prefetch_rows_l2, wait_until_at_least
@@ -31,7 +31,7 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr,
                    scales_ptr=None, CODES: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
                    GDC: tl.constexpr = False, rid_ptr=None, RID_TILES: tl.constexpr = False,
-                   FAST_DIV: tl.constexpr = False):
+                   FAST_DIV: tl.constexpr = False, HW_FP8: tl.constexpr = False):
     """Programs over (BLOCK_M rows, K tiles pid(1), pid(1) + grid(1), ...); per-token scales read the
     whole row's amax first (launched with one program along K and wide K tiles, so each row is read
     twice in few steps: launch.TOKEN_ROWS / TOKEN_K).
@@ -53,7 +53,9 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
     each expert's block, so most tiles are all live or all padding).
 
     FAST_DIV (NVFP4, a GPU): x / s as x * (1 / s) corrected by two FMAs, the reciprocal once per 16-group: the
-    same quotient as the IEEE division (dequant.quotient_by_reciprocal says why) in 3 instructions an element."""
+    same quotient as the IEEE division (dequant.quotient_by_reciprocal says why) in 3 instructions an element; with
+    CODES (ACT 1 / 2, bf16 rows) the same for each row's or group's scale (dequant.scaled_quotients). HW_FP8 (CODES,
+    >= 8.9): the bytes by the hardware conversion (dequant.e4m3_bytes), not the integer rounding and encoding."""
     if GDC:
         gdc_launch_dependents()
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -67,13 +69,13 @@ def act_qdq_kernel(x_ptr, xs_ptr, out_ptr, M, K, stride_xm, stride_om, ACT: tl.c
             row_ok = row_ok & (rid >= 0)
     if live:
         _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, stride_om, ACT, BLOCK_M, BLOCK_K,
-                      EXACT_BF16, scales_ptr, CODES, ONE_TILE, FAST_DIV)
+                      EXACT_BF16, scales_ptr, CODES, ONE_TILE, FAST_DIV, HW_FP8)
 
 
 @triton.jit
 def _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, stride_om, ACT: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EXACT_BF16: tl.constexpr, scales_ptr,
-                  CODES: tl.constexpr, ONE_TILE: tl.constexpr, FAST_DIV: tl.constexpr):
+                  CODES: tl.constexpr, ONE_TILE: tl.constexpr, FAST_DIV: tl.constexpr, HW_FP8: tl.constexpr):
     """act_qdq_kernel's rows offs_m (those with row_ok): its docstring says what is written."""
     amax_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -85,8 +87,8 @@ def _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, strid
             amax_rows = tl.max(tl.abs(x), axis=1)
         outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
         if CODES:
-            q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
-            tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
+            c, s = quantize_tile_bytes(x, amax_rows, ACT, xs_ptr, HW_FP8, FAST_DIV)
+            tl.store(outp, c, mask=mask)
             if ACT != 3:
                 tl.store(scales_ptr + offs_m, s, mask=row_ok)
         else:
@@ -107,8 +109,8 @@ def _act_qdq_rows(x_ptr, xs_ptr, out_ptr, offs_m, row_ok, M, K, stride_xm, strid
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
             outp = out_ptr + offs_m[:, None] * stride_om + offs_k[None, :]
             if CODES:
-                q, s = quantize_tile_codes(x, amax_rows, ACT, xs_ptr)
-                tl.store(outp, e4m3_encode(q, x).to(tl.uint8), mask=mask)
+                c, s = quantize_tile_bytes(x, amax_rows, ACT, xs_ptr, HW_FP8, FAST_DIV)
+                tl.store(outp, c, mask=mask)
                 if ACT == 1:
                     tl.store(scales_ptr + t * M + offs_m, s, mask=row_ok)
             else:

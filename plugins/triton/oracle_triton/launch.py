@@ -268,7 +268,9 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
     xs = act_scale if act_scale is not None else x
     args = dict(x_ptr=x, xs_ptr=xs, out_ptr=codes, M=m, K=k, stride_xm=x.stride(0), stride_om=codes.stride(0),
                 ACT=act, BLOCK_M=bm, BLOCK_K=bk, EXACT_BF16=facts["dot_f32"], scales_ptr=scales, CODES=True,
-                ONE_TILE=one, **({"GDC": True} if gdc else {}))
+                ONE_TILE=one, HW_FP8=facts["hw_fp8"], **({"GDC": True} if gdc else {}))
+    if act in (ACT_GROUP, ACT_TOKEN) and fast_codes_div(x, facts):
+        args["FAST_DIV"] = True
     grid = (-(-m // bm), k_programs, 1)
     from .gemm import act_qdq_kernel
     fastlaunch.launch(act_qdq_kernel, grid, warps, **args)
@@ -276,14 +278,22 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 
 #: Per-token codes of rows up to ONE_TILE_MAX_K wide from token_codes (fp8_rowgemv.row_codes_kernel: the hardware
-#: E4M3 conversion, and on GPUs FAST_TOKEN_DIV's quotients), not act_qdq_kernel's ONE_TILE (the integer rounding
-#: and encoding steps and the IEEE division: ~45 instructions an element). H100, R153 (bench/token_quantizer.py,
-#: graph replay, codes and scales equal to torch's float8 cast): 256 x 7168 6.8 -> 3.0 us, 256 x 8192 5.4 -> 3.2,
-#: 4096 x 7168 61.9 -> 32.1; with the division kept (FAST_TOKEN_DIV off) 5.2, 3.7 and 47.7.
+#: E4M3 conversion, and on GPUs FAST_CODES_DIV's quotients), not act_qdq_kernel's ONE_TILE, which then took ~45
+#: instructions an element (the integer rounding and encoding, the IEEE division; it now converts and divides as
+#: row_codes does). H100, R153 (bench/token_quantizer.py, graph replay, codes and scales equal to torch's float8
+#: cast): 256 x 7168 6.8 -> 3.0 us, 256 x 8192 5.4 -> 3.2, 4096 x 7168 61.9 -> 32.1; with the division kept
+#: (FAST_CODES_DIV off) 5.2, 3.7 and 47.7.
 TOKEN_ROW_CODES = True
-#: Per-token quotients x / scale of bf16 rows from the scale's reciprocal on GPUs (dequant.scaled_quotients: the
-#: division's bits, checked for every bf16 dividend and per-token scale by tests/test_triton_quotient.py).
-FAST_TOKEN_DIV = True
+#: Per-token and per-group (1x128) quotients x / scale of bf16 rows from the scale's reciprocal on GPUs
+#: (dequant.scaled_quotients: the division's bits, checked for every bf16 dividend and every scale amax / 448 by
+#: tests/test_triton_quotient.py); per-tensor scales (any float a checkpoint gives) keep the division.
+FAST_CODES_DIV = True
+
+
+def fast_codes_div(x: torch.Tensor, facts: dict) -> bool:
+    """May the FP8 quantizers take x's quotients from the scales' reciprocals: FAST_CODES_DIV, a GPU (the
+    interpreter's FMA rounds twice) and bf16 rows (the dividends the exactness check covers)."""
+    return FAST_CODES_DIV and not facts["dot_f32"] and x.dtype == torch.bfloat16
 #: Per-token codes of rows wider than ONE_TILE_MAX_K, up to TOKEN_SPLIT_MAX_ROWS rows: token_codes in chunks this
 #: wide (split_codes_kernel; 0: never), else act_qdq_kernel's two passes. Each chunk's program reads its row's
 #: amax over the whole row, so the reads grow with the chunks: H100, R153 (bench/token_quantizer.py, K = 18432),
@@ -307,7 +317,7 @@ def token_codes(x: torch.Tensor, facts: dict, gdc: bool = False, rowq: int = 1) 
     scales = fastlaunch.temp(torch.empty(m, dtype=torch.float32, device=x.device))
     row_k = 1 << (k - 1).bit_length()
     extra: dict = {"GDC": True} if gdc else {}
-    if FAST_TOKEN_DIV and not facts["dot_f32"] and x.dtype == torch.bfloat16:     # a GPU's fused FMA, bf16 rows
+    if fast_codes_div(x, facts):
         extra["FAST_DIV"] = True
     if rowq == 1:
         fastlaunch.launch(row_codes_kernel, (m, 1, 1), max(4, min(16, row_k // 512)), x_ptr=x, codes_ptr=codes,

@@ -793,7 +793,7 @@ def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params)
 @pytest.mark.parametrize("quantizer", ["shipped", "act_qdq", "division", "chunks"])
 def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     """The per-token quantizer (shipped: fp8_rowgemv.row_codes_kernel up to K = 16384 with the quotients from the
-    scale's reciprocal, launch.FAST_TOKEN_DIV; act_qdq_kernel, TOKEN_ROW_CODES off; row_codes with the division;
+    scale's reciprocal, launch.FAST_CODES_DIV; act_qdq_kernel, TOKEN_ROW_CODES off; row_codes with the division;
     chunks: split_codes_kernel's 2048-wide programs above 16384) on 64 bf16 rows whose scales span 2**-70..2**70
     (inside and outside the reciprocal's range), with values next to E4M3's rounding ties, -0 and +0 and a zero
     row: the scales are amax / 448 (1 for the zero row) and the codes torch's float8_e4m3fn cast of x / scale,
@@ -804,7 +804,7 @@ def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     if quantizer == "act_qdq":
         monkeypatch.setattr(launch, "TOKEN_ROW_CODES", False)
     elif quantizer == "division":
-        monkeypatch.setattr(launch, "FAST_TOKEN_DIV", False)
+        monkeypatch.setattr(launch, "FAST_CODES_DIV", False)
     elif quantizer == "chunks":
         monkeypatch.setattr(launch, "TOKEN_SPLIT_CHUNK", 2048)
     g = torch.Generator().manual_seed(k)

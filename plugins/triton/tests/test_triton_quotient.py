@@ -148,7 +148,7 @@ def test_fast_nvfp4_division_rounds_to_the_same_bits_on_a_gpu(scale, monkeypatch
 
 
 def test_the_two_fmas_give_the_ieee_quotient_for_every_per_token_fp8_quotient():
-    """Per-token FP8 codes (launch.FAST_TOKEN_DIV, dequant.scaled_quotients): the divisor is s = amax / 448 of a
+    """Per-token FP8 codes (launch.FAST_CODES_DIV, dequant.scaled_quotients): the divisor is s = amax / 448 of a
     bf16 amax and the dividend a bf16 value of the row (|a| <= amax). For every bf16 amax of three binades (the
     reciprocal range's ends, 2**-51 and 2**67, and 1: inside the range every step scales exactly by powers of
     two) and every bf16 dividend from the amax down to 2**-24 of it (quotients far below E4M3's smallest code,
@@ -165,3 +165,25 @@ def test_the_two_fmas_give_the_ieee_quotient_for_every_per_token_fp8_quotient():
             assert np.array_equal(by_reciprocal(a, bb), _ieee(a, bb)), amax
             checked += len(a)
     assert checked > 1_000_000
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_fp8_quantizers_ask_for_reciprocal_quotients_where_they_are_exact(gpu, monkeypatch):
+    """launch.quantize_activation_codes asks its kernels (row_codes_kernel per token, act_qdq_kernel per 1x128
+    group) for FAST_DIV on a GPU's facts with bf16 rows, the case the check above covers; not per tensor (a
+    checkpoint's static scale may be any float), not for fp16 rows, not in the interpreter, not with the switch
+    off; the hardware conversion wherever the facts say the GPU has it."""
+    from oracle_triton import fastlaunch, launch
+    from oracle_triton.formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN
+
+    asked: list = []
+    monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, **kw: asked.append(
+        (kw.get("FAST_DIV", False), kw.get("HW_FP8"))))
+    facts = dict(launch.device_facts(torch.device("cpu")), dot_f32=not gpu, hw_fp8=gpu)
+    scale = torch.ones(1)
+    for act in (ACT_TOKEN, ACT_GROUP, ACT_TENSOR):
+        launch.quantize_activation_codes(torch.zeros(4, 256, dtype=torch.bfloat16), act, scale, facts)
+    launch.quantize_activation_codes(torch.zeros(4, 256, dtype=torch.float16), ACT_TOKEN, None, facts)
+    monkeypatch.setattr(launch, "FAST_CODES_DIV", False)
+    launch.quantize_activation_codes(torch.zeros(4, 256, dtype=torch.bfloat16), ACT_GROUP, None, facts)
+    assert asked == [(gpu, gpu), (gpu, gpu), (False, gpu), (False, gpu), (False, gpu)]

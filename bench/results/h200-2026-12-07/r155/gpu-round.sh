@@ -1,0 +1,27 @@
+#!/bin/bash
+# lead R155 (forty-seventh pass; timeout_s 470, the session's last ~580 s). On an H200: R141's rounds (the #25
+# cells only that card settles). Otherwise, after R154 (every -m gpu test passed on this pass's row quantizer and
+# fast-accumulating SCALED_MM), on the code since then (act_qdq_kernel's codes by the hardware conversion and, per
+# token and per 1x128 group, the reciprocal's quotients: FP8 block W8A8, the two passes above K = 16384, MoE):
+# 1. the GPU tests of the quantizers' users (-k as R153, and the block-scaled ones); 2. bench/token_quantizer.py (now with
+# the group quantizer, division against reciprocal); 3. scripts/gpu-check's device-aware tests (GPU_TESTS=0) and its
+# b12x / explain parts, 12 workers, in the time left.
+set -o pipefail
+source bench/results/h200-2026-12-05/round-lib.sh
+round_on_h200 && R141_TOTAL=${R155_TOTAL:-440} exec bash bench/results/h200-2026-12-07/r141/gpu-round.sh
+rounds() {
+  local w=$OUTDIR total=${R155_TOTAL:-440}
+  ( cd .. && TRITON_CACHE_DIR=/tmp/tc-t timeout 160 python3 -m pytest -q -n 12 -p no:cacheprovider -m gpu \
+      plugins/triton/tests/test_triton_gpu.py plugins/triton/tests/test_triton_fp8_gemv.py \
+      plugins/triton/tests/test_triton_quotient.py plugins/triton/tests/test_triton_fp8_fastacc.py \
+      plugins/triton/tests/test_triton_large_m.py plugins/triton/tests/test_triton_moe_small.py \
+      -k "per_token_codes or scaled_mm or w8a8 or fp8 or row_codes or fastacc or quotient or fast_nvfp4 or gemv or \
+codes or block" > "$w/r155-tests.log" 2>&1
+    echo "r155 tests rc $?"; grep -E "passed|failed|Error|assert" "$w/r155-tests.log" | tail -12 | cut -c1-400 )
+  TRITON_CACHE_DIR=/tmp/tc-q timeout 90 python3 token_quantizer.py > "$w/r155-quant.log" 2>&1
+  echo "token_quantizer rc $?"; cut -c1-300 "$w/r155-quant.log"
+  local left=$(( total - SECONDS ))
+  [ "$left" -gt 60 ] && ( cd .. && GPU_TESTS=0 round_gpu_check "$w" 12 $(( left - 10 )) )
+  return 0
+}
+round_run rounds
