@@ -5,8 +5,9 @@ and with the quotients from the scale's reciprocal (the shipped setting), and fo
 row-chunk kernel (TOKEN_SPLIT_CHUNK 2048 / 4096 at any M) against act_qdq's two passes. Every variant's codes and scales
 are checked bit for bit against torch's float8_e4m3fn cast of x / (amax / 448) (an independent reference) on
 rows whose scales span 2**-70..2**70 with -0, zeros and E4M3 ties; a mismatch prints MISMATCH and the exit
-status is 1. Then the 1x128-group quantizer (act_qdq_kernel, FP8 block W8A8) with the reciprocal's quotients and
-with the division, its codes and scales checked against torch's per-group cast. Run from bench/ (the CPU smoke test runs it under the interpreter with --smoke).
+status is 1. Then the 1x128-group quantizer (act_qdq_kernel, FP8 block W8A8) with the hardware conversion and the
+reciprocal's quotients (launch.ACT_QDQ_FAST_CODES) and with the integer steps and the division, its codes and
+scales checked against torch's per-group cast. Run from bench/ (the CPU smoke test runs it under the interpreter with --smoke).
 
     python3 token_quantizer.py [--smoke]
 """
@@ -23,7 +24,7 @@ SHAPES_K = (4096, 7168, 8192, 18432)
 ROWS = (1, 16, 256, 4096)
 
 
-SWITCHES = ("TOKEN_ROW_CODES", "FAST_CODES_DIV", "TOKEN_SPLIT_CHUNK", "TOKEN_SPLIT_MAX_ROWS")
+SWITCHES = ("TOKEN_ROW_CODES", "FAST_CODES_DIV", "TOKEN_SPLIT_CHUNK", "TOKEN_SPLIT_MAX_ROWS", "ACT_QDQ_FAST_CODES")
 
 
 def variants(k: int, ship: dict) -> list[tuple[str, dict]]:
@@ -106,14 +107,14 @@ def main() -> int:
                     continue
                 want_c, want_s = group_reference(x)      # 1x128 groups (act_qdq_kernel), division on and off
                 cells = []
-                for label, fast in (("groups, reciprocal", True), ("groups, division", False)):
-                    launch.FAST_CODES_DIV = fast
+                for label, fast in (("groups, hardware + reciprocal", True), ("groups, integer steps + division", False)):
+                    launch.ACT_QDQ_FAST_CODES = fast
                     codes, scales = launch.quantize_activation_codes(x, ACT_GROUP, None, facts)
                     same = torch.equal(codes.view(torch.uint8), want_c) and torch.equal(scales, want_s)
                     bad += not same
                     us = 0.0 if smoke else gtime([lambda: launch.quantize_activation_codes(xt, ACT_GROUP, None, facts)])
                     cells.append(f"{label} {us:6.1f}{'' if same else ' MISMATCH'}")
-                launch.FAST_CODES_DIV = saved["FAST_CODES_DIV"]
+                launch.ACT_QDQ_FAST_CODES = saved["ACT_QDQ_FAST_CODES"]
                 print(f"K={k:6d} M={m:5d} | " + " | ".join(cells), flush=True)
     finally:
         for name, v in saved.items():

@@ -27,7 +27,7 @@ def test_the_smoke_run_checks_every_variant_and_passes():
     out = _run()
     assert out.returncode == 0, out.stderr[-2000:]
     assert "codes and scales: all equal to torch's cast" in out.stdout
-    assert out.stdout.count("MISMATCH") == 0 and "chunks 4096" in out.stdout and "groups, reciprocal" in out.stdout
+    assert out.stdout.count("MISMATCH") == 0 and "chunks 4096" in out.stdout and "groups, hardware + reciprocal" in out.stdout
 
 
 @pytest.mark.slow

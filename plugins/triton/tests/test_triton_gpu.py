@@ -790,10 +790,11 @@ def test_planned_eager_calls_equal_the_ordinary_launches(fmt, mode, act, params)
 
 
 @pytest.mark.parametrize("k", [4096, 7168, 18432])
-@pytest.mark.parametrize("quantizer", ["shipped", "act_qdq", "division", "chunks"])
+@pytest.mark.parametrize("quantizer", ["shipped", "act_qdq", "act_qdq fast", "division", "chunks"])
 def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     """The per-token quantizer (shipped: fp8_rowgemv.row_codes_kernel up to K = 16384 with the quotients from the
-    scale's reciprocal, launch.FAST_CODES_DIV; act_qdq_kernel, TOKEN_ROW_CODES off; row_codes with the division;
+    scale's reciprocal, launch.FAST_CODES_DIV; act_qdq_kernel, TOKEN_ROW_CODES off, with and without
+    ACT_QDQ_FAST_CODES; row_codes with the division;
     chunks: split_codes_kernel's 2048-wide programs above 16384) on 64 bf16 rows whose scales span 2**-70..2**70
     (inside and outside the reciprocal's range), with values next to E4M3's rounding ties, -0 and +0 and a zero
     row: the scales are amax / 448 (1 for the zero row) and the codes torch's float8_e4m3fn cast of x / scale,
@@ -801,8 +802,9 @@ def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
 
-    if quantizer == "act_qdq":
+    if quantizer.startswith("act_qdq"):
         monkeypatch.setattr(launch, "TOKEN_ROW_CODES", False)
+        monkeypatch.setattr(launch, "ACT_QDQ_FAST_CODES", quantizer.endswith("fast"))
     elif quantizer == "division":
         monkeypatch.setattr(launch, "FAST_CODES_DIV", False)
     elif quantizer == "chunks":
@@ -821,6 +823,45 @@ def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     ref_s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
     assert torch.equal(scales, ref_s)
     ref = (x.float() / ref_s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("act_name", ["group", "tensor"])
+def test_group_and_tensor_codes_are_torchs_float8_cast(act_name, fast, monkeypatch):
+    """act_qdq_kernel's 1x128-group and per-tensor codes with and without launch.ACT_QDQ_FAST_CODES (the hardware
+    conversion; per group the reciprocal's quotients) on 64 bf16 rows of K = 7168 whose groups' scales span
+    2**-70..2**70, with values next to E4M3's ties, -0, +0 and a zero group: scales amax / 448 (1 for the zero
+    group) and codes torch's float8_e4m3fn cast of x / scale, bit for bit; per tensor a static scale that saturates
+    the larger rows at +-448."""
+    from oracle_triton import launch
+    from oracle_triton.formats import ACT_GROUP, ACT_TENSOR
+
+    monkeypatch.setattr(launch, "ACT_QDQ_FAST_CODES", fast)
+    m, k = 64, 7168
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(m, k // 128, 128, generator=g) * torch.exp2(torch.randint(-70, 71, (m, k // 128, 1),
+                                                                             generator=g).float())
+    e4m3 = torch.arange(0, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    amax = x.abs().amax(-1, keepdim=True)
+    x[..., :32] = ((e4m3[:-1] + e4m3[1:]) / 2)[torch.randint(0, 125, (m, k // 128, 32), generator=g)] * amax / 448
+    x[..., 32], x[..., 33], x[..., 34] = amax[..., 0], -0.0, 0.0
+    x[3, 5] = 0.0
+    x = x.reshape(m, k).to(torch.bfloat16).cuda()
+    facts = launch.device_facts(x.device)
+    xf = x.float().view(m, k // 128, 128)
+    if act_name == "group":
+        codes, scales = launch.quantize_activation_codes(x, ACT_GROUP, None, facts)
+        am = xf.abs().amax(-1)
+        ref_s = torch.where(am > 0, am / torch.full_like(am, 448.0), torch.ones_like(am))
+        assert torch.equal(scales, ref_s.T)
+        ref = (xf / ref_s[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(m, k)
+    else:
+        xt = (torch.randn(m, k, generator=g) * 3).to(torch.bfloat16).cuda()
+        scale = torch.tensor([0.004], device="cuda")
+        codes, scales = launch.quantize_activation_codes(xt, ACT_TENSOR, scale, facts)
+        assert scales is scale
+        ref = (xt.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))
 
 

@@ -170,13 +170,15 @@ def test_the_two_fmas_give_the_ieee_quotient_for_every_per_token_fp8_quotient():
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_fp8_quantizers_ask_for_reciprocal_quotients_where_they_are_exact(gpu, monkeypatch):
     """launch.quantize_activation_codes asks its kernels (row_codes_kernel per token, act_qdq_kernel per 1x128
-    group) for FAST_DIV on a GPU's facts with bf16 rows, the case the check above covers; not per tensor (a
-    checkpoint's static scale may be any float), not for fp16 rows, not in the interpreter, not with the switch
-    off; the hardware conversion wherever the facts say the GPU has it."""
+    group, with launch.ACT_QDQ_FAST_CODES) for FAST_DIV on a GPU's facts with bf16 rows, the case the check above
+    covers; not per tensor (a checkpoint's static scale may be any float), not for fp16 rows, not in the
+    interpreter, not with FAST_CODES_DIV off; the hardware conversion wherever the facts say the GPU has it. With
+    ACT_QDQ_FAST_CODES off (shipped until a GPU checks it) act_qdq_kernel gets neither."""
     from oracle_triton import fastlaunch, launch
     from oracle_triton.formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN
 
     asked: list = []
+    monkeypatch.setattr(launch, "ACT_QDQ_FAST_CODES", True)
     monkeypatch.setattr(fastlaunch, "launch", lambda fn, grid, warps, **kw: asked.append(
         (kw.get("FAST_DIV", False), kw.get("HW_FP8"))))
     facts = dict(launch.device_facts(torch.device("cpu")), dot_f32=not gpu, hw_fp8=gpu)
@@ -187,3 +189,8 @@ def test_the_fp8_quantizers_ask_for_reciprocal_quotients_where_they_are_exact(gp
     monkeypatch.setattr(launch, "FAST_CODES_DIV", False)
     launch.quantize_activation_codes(torch.zeros(4, 256, dtype=torch.bfloat16), ACT_GROUP, None, facts)
     assert asked == [(gpu, gpu), (gpu, gpu), (False, gpu), (False, gpu), (False, gpu)]
+    monkeypatch.setattr(launch, "FAST_CODES_DIV", True)
+    monkeypatch.setattr(launch, "ACT_QDQ_FAST_CODES", False)
+    asked.clear()
+    launch.quantize_activation_codes(torch.zeros(4, 256, dtype=torch.bfloat16), ACT_GROUP, None, facts)
+    assert asked == [(False, False)]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# lead R155 (forty-seventh pass; the session's last ~400 s, R155_TOTAL=270). On an H200: cell (a) of #25 (DeepSeek-R1
+# lead R155 (prepared in the forty-seventh pass, not run there; timeout_s 600, R155_TOTAL 560 on a fresh budget). On an H200: cell (a) of #25 (DeepSeek-R1
 # at 1 token beside R141's variants, the row only that card settles). Otherwise, after R154 (every -m gpu test passed on this pass's row quantizer and
 # fast-accumulating SCALED_MM), on the code since then (act_qdq_kernel's codes by the hardware conversion and, per
 # token and per 1x128 group, the reciprocal's quotients: FP8 block W8A8, the two passes above K = 16384, MoE):
@@ -9,12 +9,12 @@
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 h200_rounds() {       # cell (a) only: DeepSeek-R1 at 1 token with R141's variants, 7 interleaved rounds
-  round_peers "$OUTDIR" r155ds1 $(( ${R155_TOTAL:-440} - 40 )) --only moe --shapes deepseek-r1 \
+  round_peers "$OUTDIR" r155ds1 $(( ${R155_TOTAL:-560} - 40 )) --only moe --shapes deepseek-r1 \
     --moe-m deepseek-r1=1 --moe-variants configs/moe_r141.json --moe-rounds 7 --moe-launches
 }
 round_on_h200 && { round_run h200_rounds; exit $?; }
 rounds() {
-  local w=$OUTDIR total=${R155_TOTAL:-440}
+  local w=$OUTDIR total=${R155_TOTAL:-560}
   ( cd .. && TRITON_CACHE_DIR=/tmp/tc-t timeout 160 python3 -m pytest -q -n 12 -p no:cacheprovider -m gpu \
       plugins/triton/tests/test_triton_gpu.py plugins/triton/tests/test_triton_fp8_gemv.py \
       plugins/triton/tests/test_triton_quotient.py plugins/triton/tests/test_triton_fp8_fastacc.py \
