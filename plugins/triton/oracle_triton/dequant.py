@@ -490,15 +490,23 @@ def quantize_tile(x, amax_rows, ACT: tl.constexpr, xs_ptr, BLOCK_M: tl.constexpr
 
 
 @triton.jit
-def quantize_tile_codes(x, amax_rows, ACT: tl.constexpr, xs_ptr):
-    """FP8 rounding of an fp32 tile x [BM, BK] (ACT 1-3 as quantize_tile): the E4M3 values
-    q [BM, BK] (float32 on the grid, before scaling) and the row scales s [BM]."""
+def tile_fp8_scales(x, amax_rows, ACT: tl.constexpr, xs_ptr):
+    """The row scales [BM] of an fp32 tile x [BM, BK] (ACT 1-3 as quantize_tile): its rows' amax / 448 (ACT 1, a
+    1x128 group), amax_rows / 448 (ACT 2, per token), the per-tensor scale at xs_ptr (ACT 3)."""
     if ACT == 1:
         s = fp8_scale(tl.max(tl.abs(x), axis=1))
     elif ACT == 2:
         s = fp8_scale(amax_rows)
     else:
         s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
+    return s
+
+
+@triton.jit
+def quantize_tile_codes(x, amax_rows, ACT: tl.constexpr, xs_ptr):
+    """FP8 rounding of an fp32 tile x [BM, BK] (ACT 1-3 as quantize_tile): the E4M3 values
+    q [BM, BK] (float32 on the grid, before scaling) and the row scales s [BM]."""
+    s = tile_fp8_scales(x, amax_rows, ACT, xs_ptr)
     return round_e4m3(tl.math.div_rn(x, s[:, None])), s
 
 
@@ -508,12 +516,7 @@ def quantize_tile_bytes(x, amax_rows, ACT: tl.constexpr, xs_ptr, HW_FP8: tl.cons
     instructions: e4m3_bytes' conversion and, with FAST_DIV (ACT 1 / 2 only: scales amax / 448 of bf16 values;
     a per-tensor scale may be any float), scaled_quotients' quotients. The same bytes as e4m3_encode of
     quantize_tile_codes' values."""
-    if ACT == 1:
-        s = fp8_scale(tl.max(tl.abs(x), axis=1))
-    elif ACT == 2:
-        s = fp8_scale(amax_rows)
-    else:
-        s = tl.load(xs_ptr + tl.zeros_like(amax_rows).to(tl.int32))
+    s = tile_fp8_scales(x, amax_rows, ACT, xs_ptr)
     v = scaled_quotients(x, s[:, None], tl.min(s, axis=0), tl.max(s, axis=0), FAST_DIV and ACT != 3)
     return e4m3_bytes(v, HW_FP8), s
 
