@@ -279,8 +279,8 @@ def quantize_activation_codes(x: torch.Tensor, act: int, act_scale: torch.Tensor
 
 #: Per-token codes of rows up to ONE_TILE_MAX_K wide from token_codes (fp8_rowgemv.row_codes_kernel: the hardware
 #: E4M3 conversion, and on GPUs FAST_CODES_DIV's quotients), not act_qdq_kernel's ONE_TILE, which then took ~45
-#: instructions an element (the integer rounding and encoding, the IEEE division; it now converts and divides as
-#: row_codes does). H100, R153 (bench/token_quantizer.py, graph replay, codes and scales equal to torch's float8
+#: instructions an element (the integer rounding and encoding, the IEEE division; with ACT_QDQ_FAST_CODES it
+#: converts and divides as row_codes does). H100, R153 (bench/token_quantizer.py, graph replay, codes and scales equal to torch's float8
 #: cast): 256 x 7168 6.8 -> 3.0 us, 256 x 8192 5.4 -> 3.2, 4096 x 7168 61.9 -> 32.1; with the division kept
 #: (FAST_CODES_DIV off) 5.2, 3.7 and 47.7.
 TOKEN_ROW_CODES = True
@@ -299,6 +299,8 @@ def fast_codes_div(x: torch.Tensor, facts: dict) -> bool:
     """May the FP8 quantizers take x's quotients from the scales' reciprocals: FAST_CODES_DIV, a GPU (the
     interpreter's FMA rounds twice) and bf16 rows (the dividends the exactness check covers)."""
     return FAST_CODES_DIV and not facts["dot_f32"] and x.dtype == torch.bfloat16
+
+
 #: Per-token codes of rows wider than ONE_TILE_MAX_K, up to TOKEN_SPLIT_MAX_ROWS rows: token_codes in chunks this
 #: wide (split_codes_kernel; 0: never), else act_qdq_kernel's two passes. Each chunk's program reads its row's
 #: amax over the whole row, so the reads grow with the chunks: H100, R153 (bench/token_quantizer.py, K = 18432),
