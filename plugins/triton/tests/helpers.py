@@ -38,6 +38,44 @@ def fp8_tiles(bm: int, bn: int, split: int, warps: int = 4, **extra: int) -> dic
             "num_warps": warps, "num_stages": 3, **extra}
 
 
+def torch_fp8_codes(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """torch's saturating float8_e4m3fn cast of x / scale, as bytes: the independent reference of our quantizers."""
+    return (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def torch_group_codes(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's dynamic FP8 rounding of x [M, K] in groups of `group` values along K (K itself: per token): codes
+    [M, K] (torch_fp8_codes) and scales [M, K / group], each amax / 448 (IEEE division), 1 for a zero group."""
+    m, k = x.shape
+    xg = x.float().view(m, k // group, group)
+    amax = xg.abs().amax(-1)
+    s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
+    return torch_fp8_codes(xg, s[..., None]).view(m, k), s
+
+
+def torch_token_codes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch_group_codes per token: codes [M, K] and scales [M]."""
+    codes, s = torch_group_codes(rows, rows.shape[1])
+    return codes, s.view(-1)
+
+
+def fp8_hostile_rows(m: int, k: int, group: int, seed: int) -> torch.Tensor:
+    """bf16 rows [M, K] (CPU) for the FP8 quantizers' bit checks, in groups of `group` values along K (K: per token):
+    each group's scale 2**-70..2**70 (inside and outside dequant.scaled_quotients' range); a quarter of each group on
+    E4M3's rounding ties (x / scale at a midpoint of two codes, then rounded to bf16: at or next to it), then the
+    group's amax, -0 and +0; group 0 of row 5 all zero."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k // group, group, generator=g) * torch.exp2(
+        torch.randint(-70, 71, (m, k // group, 1), generator=g).float())
+    e4m3 = torch.arange(0, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    q = group // 4
+    amax = x.abs().amax(-1, keepdim=True)
+    x[..., :q] = ((e4m3[:-1] + e4m3[1:]) / 2)[torch.randint(0, 125, (m, k // group, q), generator=g)] * amax / 448.0
+    x[..., q], x[..., q + 1], x[..., q + 2] = amax[..., 0], -0.0, 0.0
+    x[min(5, m - 1), 0] = 0.0
+    return x.reshape(m, k).to(torch.bfloat16)
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import linear_pair, rel
+from helpers import linear_pair, rel, torch_token_codes
 
 TOL = 1e-2
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,14 +56,6 @@ def test_tile_gemv_matches_emulation(fmt, mode, gran):
         assert rel(y0, e.apply(x0)) < TOL
 
 
-def _torch_token_codes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch's per-token rounding (the independent reference): scales amax / 448 (1 for a zero row), codes the
-    float8_e4m3fn cast of x / scale, as uint8."""
-    amax = rows.float().abs().amax(1)
-    s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
-    return (rows.float() / s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8), s
-
-
 @pytest.mark.slow
 def test_row_codes_are_the_quantizers(monkeypatch):
     """fp8_rowgemv.row_codes_kernel (cfg ROWQ 1) and split_codes_kernel (ROWQ CHUNK: 128-wide programs, the
@@ -87,7 +79,7 @@ def test_row_codes_are_the_quantizers(monkeypatch):
             monkeypatch.setattr(launch, "TOKEN_ROW_CODES", False)
             want, ws = quantize_activation_codes(rows, ACT_TOKEN, None, t.gemm.facts)
             monkeypatch.setattr(launch, "TOKEN_ROW_CODES", True)
-            ref, ref_s = _torch_token_codes(rows)
+            ref, ref_s = torch_token_codes(rows)
             assert torch.equal(want.view(torch.uint8), ref) and torch.equal(ws, ref_s)
             for rowq in (1, 128, 256) if amax_k == 4096 else (128,):
                 got, gs = launch.token_codes(rows, t.gemm.facts, False, rowq)
@@ -176,7 +168,7 @@ def test_split_row_codes_on_the_gpu():
         want, ws = quantize_activation_codes(x, ACT_TOKEN, None, t.gemm.facts)
         got, gs = launch.token_codes(x, t.gemm.facts, False, chunk)
         assert torch.equal(got, want.view(torch.uint8)) and torch.equal(gs, ws), (k, chunk)
-        ref, ref_s = _torch_token_codes(x)
+        ref, ref_s = torch_token_codes(x)
         assert torch.equal(got, ref) and torch.equal(gs, ref_s), (k, chunk)
         swap = {"SWAP": 1, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4,
                 "num_stages": 3}
@@ -240,5 +232,5 @@ def test_per_token_codes_take_the_row_kernels_where_the_rules_say(k, m, chunk, m
     codes, scales = launch.quantize_activation_codes(x, ACT_TOKEN, None, launch.device_facts(x.device))
     want = {1: ("row_codes_kernel", None), 4096: ("split_codes_kernel", 4096), 0: ("act_qdq_kernel", None)}[chunk]
     assert launched == [want]
-    ref, ref_s = _torch_token_codes(x)
+    ref, ref_s = torch_token_codes(x)
     assert torch.equal(codes.view(torch.uint8), ref) and torch.equal(scales, ref_s)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import linear_pair, moe_pair, rel, replay_moe, routing
+from helpers import (fp8_hostile_rows, linear_pair, moe_pair, rel, replay_moe, routing, torch_fp8_codes,
+                     torch_group_codes, torch_token_codes)
 from oracle import MoELayer, Platform, select_backend
 
 pytestmark = pytest.mark.gpu
@@ -797,8 +798,8 @@ def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
     ACT_QDQ_FAST_CODES; row_codes with the division;
     chunks: split_codes_kernel's 2048-wide programs above 16384) on 64 bf16 rows whose scales span 2**-70..2**70
     (inside and outside the reciprocal's range), with values next to E4M3's rounding ties, -0 and +0 and a zero
-    row: the scales are amax / 448 (1 for the zero row) and the codes torch's float8_e4m3fn cast of x / scale,
-    bit for bit."""
+    row (helpers.fp8_hostile_rows): the scales are amax / 448 (1 for the zero row) and the codes torch's
+    float8_e4m3fn cast of x / scale, bit for bit."""
     from oracle_triton import launch
     from oracle_triton.formats import ACT_TOKEN
 
@@ -809,21 +810,11 @@ def test_per_token_codes_are_torchs_float8_cast(k, quantizer, monkeypatch):
         monkeypatch.setattr(launch, "FAST_CODES_DIV", False)
     elif quantizer == "chunks":
         monkeypatch.setattr(launch, "TOKEN_SPLIT_CHUNK", 2048)
-    g = torch.Generator().manual_seed(k)
-    x = torch.randn(64, k, generator=g) * torch.exp2(torch.randint(-70, 71, (64, 1), generator=g).float())
-    e4m3 = torch.arange(0, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
-    ties = ((e4m3[:-1] + e4m3[1:]) / 2)[torch.randint(0, 125, (64, k // 4), generator=g)]
-    amax = x.abs().amax(dim=1, keepdim=True)
-    x[:, : k // 4] = ties * (amax / 448.0)
-    x[:, 0], x[:, 1], x[:, 2] = amax[:, 0], -0.0, 0.0
-    x = x.to(torch.bfloat16).cuda()
-    x[5] = 0
+    x = fp8_hostile_rows(64, k, k, seed=k).cuda()
     codes, scales = launch.quantize_activation_codes(x, ACT_TOKEN, None, launch.device_facts(x.device))
-    amax = x.float().abs().amax(dim=1)
-    ref_s = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
+    ref, ref_s = torch_token_codes(x)
     assert torch.equal(scales, ref_s)
-    ref = (x.float() / ref_s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))
+    assert torch.equal(codes.view(torch.uint8), ref)
 
 
 @pytest.mark.parametrize("fast", [False, True])
@@ -839,30 +830,20 @@ def test_group_and_tensor_codes_are_torchs_float8_cast(act_name, fast, monkeypat
 
     monkeypatch.setattr(launch, "ACT_QDQ_FAST_CODES", fast)
     m, k = 64, 7168
-    g = torch.Generator().manual_seed(11)
-    x = torch.randn(m, k // 128, 128, generator=g) * torch.exp2(torch.randint(-70, 71, (m, k // 128, 1),
-                                                                             generator=g).float())
-    e4m3 = torch.arange(0, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
-    amax = x.abs().amax(-1, keepdim=True)
-    x[..., :32] = ((e4m3[:-1] + e4m3[1:]) / 2)[torch.randint(0, 125, (m, k // 128, 32), generator=g)] * amax / 448
-    x[..., 32], x[..., 33], x[..., 34] = amax[..., 0], -0.0, 0.0
-    x[3, 5] = 0.0
-    x = x.reshape(m, k).to(torch.bfloat16).cuda()
+    x = fp8_hostile_rows(m, k, 128, seed=11).cuda()
     facts = launch.device_facts(x.device)
-    xf = x.float().view(m, k // 128, 128)
     if act_name == "group":
         codes, scales = launch.quantize_activation_codes(x, ACT_GROUP, None, facts)
-        am = xf.abs().amax(-1)
-        ref_s = torch.where(am > 0, am / torch.full_like(am, 448.0), torch.ones_like(am))
+        ref, ref_s = torch_group_codes(x, 128)
         assert torch.equal(scales, ref_s.T)
-        ref = (xf / ref_s[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(m, k)
     else:
+        g = torch.Generator().manual_seed(11)
         xt = (torch.randn(m, k, generator=g) * 3).to(torch.bfloat16).cuda()
         scale = torch.tensor([0.004], device="cuda")
         codes, scales = launch.quantize_activation_codes(xt, ACT_TENSOR, scale, facts)
         assert scales is scale
-        ref = (xt.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    assert torch.equal(codes.view(torch.uint8), ref.view(torch.uint8))
+        ref = torch_fp8_codes(xt, scale)
+    assert torch.equal(codes.view(torch.uint8), ref)
 
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp4", "w4a16_mx"), ("nvfp4", "w4a16_nvfp4")])

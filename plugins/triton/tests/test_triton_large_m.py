@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import linear_pair, moe_pair, rel, routing, sm90_declared_cases
+from helpers import linear_pair, moe_pair, rel, routing, sm90_declared_cases, torch_fp8_codes
 
 TOL = 1e-2
 TOL_Q = {"bf16": TOL, "fp8": 5e-2, "nvfp4": 8e-2}
@@ -33,12 +33,6 @@ W8A8 = {"group": ("fp8_block", "w8a8_block"), "token": ("fp8_channel", "w8a8_fp8
 def _facts():
     from oracle_triton.launch import device_facts
     return device_facts(torch.device(DEV))
-
-
-def _ref_codes(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """torch's saturating float8 cast of x / scale, as bytes (the independent reference)."""
-    q = (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    return q.view(torch.uint8)
 
 
 @pytest.mark.slow
@@ -66,14 +60,14 @@ def test_activation_codes_and_scales_match_torchs_float8_cast(granularity, m):
         groups = torch.nn.functional.pad(xf, (0, 64)).view(m, 3, 128)
         expect_s = (groups.abs().amax(-1) / torch.tensor(448.0)).T          # IEEE division
         assert torch.equal(scales.cpu(), expect_s)
-        expect = _ref_codes(xf, scales.cpu().T.repeat_interleave(128, 1)[:, :k])
+        expect = torch_fp8_codes(xf, scales.cpu().T.repeat_interleave(128, 1)[:, :k])
     elif granularity == "token":
         expect_s = xf.abs().amax(-1) / torch.tensor(448.0)
         assert torch.equal(scales.cpu(), expect_s)
-        expect = _ref_codes(xf, expect_s[:, None])
+        expect = torch_fp8_codes(xf, expect_s[:, None])
     else:
         assert scales is scale
-        expect = _ref_codes(xf, scale.cpu())
+        expect = torch_fp8_codes(xf, scale.cpu())
     assert torch.equal(codes, expect)
     # the value-writing pass (W4A4, small M) rounds to the same codes x scales
     values = quantize_activations(x, act, scale, _facts()).float().cpu()
