@@ -173,7 +173,7 @@ def test_the_fp8_quantizers_ask_for_reciprocal_quotients_where_they_are_exact(gp
     group, with launch.ACT_QDQ_FAST_CODES) for FAST_DIV on a GPU's facts with bf16 rows, the case the check above
     covers; not per tensor (a checkpoint's static scale may be any float), not for fp16 rows, not in the
     interpreter, not with FAST_CODES_DIV off; the hardware conversion wherever the facts say the GPU has it. With
-    ACT_QDQ_FAST_CODES off (shipped until a GPU checks it) act_qdq_kernel gets neither."""
+    ACT_QDQ_FAST_CODES turned off act_qdq_kernel gets neither."""
     from oracle_triton import fastlaunch, launch
     from oracle_triton.formats import ACT_GROUP, ACT_TENSOR, ACT_TOKEN
 
