@@ -3,9 +3,9 @@
 # Any card: the FP8 entries R158-R160 found (timed there as --dense-variants) run as shipped: test_triton_tuned.py's
 # GPU tests, then 2048x4096 at 16 / 256 rows and 7168x18432 at 16 rows through the public call beside gemlite and
 # BF16 cuBLAS, 5 repeats, with the H100 entries' configs (configs/fp8_h100_on_h200_r161.json) as variants, which on an
-# H200 times them against its own entries; then 2048x4096 at 256 rows alone in a fresh process (r161c: BF16 cuBLAS
-# took 10.6 us where the 256-row row ran first, R156, and 11.5-11.8 after the 16-row row, R157-R160). On an H200, then cell (a) of #25 (DeepSeek-R1 at 1 token, R141's variants,
-# 7 rounds) in the time left.
+# H200 times them against its own entries; then 2048x4096 at 256 rows alone in a process of its own (r161c: BF16
+# cuBLAS took 10.6 us on the forty-eighth pass's first H100 and 11.5-11.8 on its second). On an H200, then cell (a)
+# of #25 (DeepSeek-R1 at 1 token, R141's variants, 7 rounds) in the time left.
 set -o pipefail
 source bench/results/h200-2026-12-05/round-lib.sh
 rounds() {
